@@ -1,0 +1,415 @@
+//! Packet buffers with headroom and tailroom, and batches that recycle them.
+//!
+//! A [`PacketBuf`] owns one byte buffer laid out as `[headroom | frame | tailroom]`. Prepending a
+//! header (encapsulation) moves the start of the frame back into the headroom; stripping one
+//! moves it forward. Neither copies the frame.
+//!
+//! A [`Batch`] owns up to [`MAX_BATCH`] buffers and reuses them: clearing a batch or removing a
+//! packet keeps its buffer for the next packet, so the steady state allocates nothing.
+
+use crate::meta::Metadata;
+use core::fmt;
+
+/// Most packets in one batch.
+pub const MAX_BATCH: usize = 256;
+/// Headroom reserved in front of every frame: enough for outer Ethernet + IPv6 + UDP + VXLAN/Geneve
+/// with options, twice over.
+pub const DEFAULT_HEADROOM: usize = 192;
+/// Default room for the frame itself (a 1500-byte MTU frame with VLAN tags fits, with tailroom).
+pub const DEFAULT_FRAME_ROOM: usize = 2048;
+
+/// Not enough headroom or tailroom for the requested change. The buffer is left unchanged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NoRoom {
+    /// Bytes requested.
+    pub need: usize,
+    /// Bytes available.
+    pub have: usize,
+}
+
+impl fmt::Display for NoRoom {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "no room in packet buffer: need {} bytes, have {}", self.need, self.have)
+    }
+}
+
+impl std::error::Error for NoRoom {}
+
+/// One packet: a frame inside a buffer with headroom and tailroom, plus its metadata.
+#[derive(Clone)]
+pub struct PacketBuf {
+    buf: Box<[u8]>,
+    head: usize,
+    len: usize,
+    /// What the pipeline knows about this packet.
+    pub meta: Metadata,
+}
+
+impl fmt::Debug for PacketBuf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PacketBuf")
+            .field("len", &self.len)
+            .field("headroom", &self.head)
+            .field("tailroom", &self.tailroom())
+            .field("meta", &self.meta)
+            .finish()
+    }
+}
+
+impl Default for PacketBuf {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PacketBuf {
+    /// An empty buffer with [`DEFAULT_HEADROOM`] and room for a [`DEFAULT_FRAME_ROOM`]-byte frame.
+    pub fn new() -> Self {
+        Self::with_room(DEFAULT_HEADROOM, DEFAULT_FRAME_ROOM)
+    }
+
+    /// An empty buffer with `headroom` bytes in front and room for a `frame_room`-byte frame.
+    pub fn with_room(headroom: usize, frame_room: usize) -> Self {
+        PacketBuf {
+            buf: vec![0u8; headroom + frame_room].into_boxed_slice(),
+            head: headroom,
+            len: 0,
+            meta: Metadata::default(),
+        }
+    }
+
+    /// A buffer holding a copy of `frame`, with default headroom.
+    pub fn from_frame(frame: &[u8]) -> Self {
+        let mut p = Self::with_room(DEFAULT_HEADROOM, frame.len().max(DEFAULT_FRAME_ROOM));
+        p.set_frame(frame);
+        p
+    }
+
+    /// The frame bytes.
+    pub fn data(&self) -> &[u8] {
+        &self.buf[self.head..self.head + self.len]
+    }
+
+    /// The frame bytes, writable.
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        &mut self.buf[self.head..self.head + self.len]
+    }
+
+    /// Frame length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when the frame is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes free in front of the frame.
+    pub fn headroom(&self) -> usize {
+        self.head
+    }
+
+    /// Bytes free after the frame.
+    pub fn tailroom(&self) -> usize {
+        self.buf.len() - self.head - self.len
+    }
+
+    /// Total buffer size (headroom + frame + tailroom).
+    pub fn capacity(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Empty the frame and reset the metadata, restoring [`DEFAULT_HEADROOM`] where the buffer
+    /// is large enough. Keeps the allocation.
+    pub fn reset(&mut self) {
+        self.head = DEFAULT_HEADROOM.min(self.buf.len());
+        self.len = 0;
+        self.meta = Metadata::default();
+    }
+
+    /// Make sure at least `room` bytes fit after the headroom, reallocating (rarely: super-packets
+    /// and jumbo frames) when they do not. The frame is emptied.
+    pub fn reserve_frame(&mut self, room: usize) {
+        if self.buf.len() < DEFAULT_HEADROOM + room {
+            self.buf = vec![0u8; DEFAULT_HEADROOM + room].into_boxed_slice();
+        }
+        self.head = DEFAULT_HEADROOM;
+        self.len = 0;
+    }
+
+    /// Replace the frame with a copy of `frame` (growing the buffer if needed). Metadata is kept.
+    pub fn set_frame(&mut self, frame: &[u8]) {
+        let meta = core::mem::take(&mut self.meta);
+        self.reserve_frame(frame.len());
+        self.buf[self.head..self.head + frame.len()].copy_from_slice(frame);
+        self.len = frame.len();
+        self.meta = meta;
+    }
+
+    /// The writable area after the headroom where a port can receive a frame of up to the
+    /// returned slice's length; follow with [`PacketBuf::set_len`].
+    pub fn recv_area(&mut self) -> &mut [u8] {
+        &mut self.buf[self.head..]
+    }
+
+    /// Set the frame length after receiving into [`PacketBuf::recv_area`].
+    pub fn set_len(&mut self, len: usize) -> Result<(), NoRoom> {
+        let have = self.buf.len() - self.head;
+        if len > have {
+            return Err(NoRoom { need: len, have });
+        }
+        self.len = len;
+        Ok(())
+    }
+
+    /// Prepend `n` bytes (for a new outer header) and return them, zeroed. Never copies the frame.
+    pub fn push_front(&mut self, n: usize) -> Result<&mut [u8], NoRoom> {
+        if n > self.head {
+            return Err(NoRoom { need: n, have: self.head });
+        }
+        self.head -= n;
+        self.len += n;
+        let front = &mut self.buf[self.head..self.head + n];
+        front.fill(0);
+        Ok(front)
+    }
+
+    /// Strip `n` bytes from the front of the frame (decapsulation).
+    pub fn pull_front(&mut self, n: usize) -> Result<(), NoRoom> {
+        if n > self.len {
+            return Err(NoRoom { need: n, have: self.len });
+        }
+        self.head += n;
+        self.len -= n;
+        Ok(())
+    }
+
+    /// Append `n` zeroed bytes and return them.
+    pub fn push_back(&mut self, n: usize) -> Result<&mut [u8], NoRoom> {
+        let have = self.tailroom();
+        if n > have {
+            return Err(NoRoom { need: n, have });
+        }
+        let start = self.head + self.len;
+        self.len += n;
+        let back = &mut self.buf[start..start + n];
+        back.fill(0);
+        Ok(back)
+    }
+
+    /// Shorten the frame to `len` bytes (no-op if it is already shorter).
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+}
+
+/// A batch of packets, with buffers recycled across uses.
+///
+/// Packets `0..len()` are live; buffers past `len()` are spares kept for reuse.
+#[derive(Debug)]
+pub struct Batch {
+    bufs: Vec<PacketBuf>,
+    len: usize,
+    max: usize,
+}
+
+impl Default for Batch {
+    fn default() -> Self {
+        Self::new(MAX_BATCH)
+    }
+}
+
+impl Batch {
+    /// An empty batch that holds at most `max` packets (capped at [`MAX_BATCH`]). Buffers are
+    /// allocated lazily, once, the first time a slot is used.
+    pub fn new(max: usize) -> Self {
+        let max = max.clamp(1, MAX_BATCH);
+        Batch { bufs: Vec::with_capacity(max), len: 0, max }
+    }
+
+    /// Live packets.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when there is no live packet.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Most packets this batch holds.
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    /// True when no more packets fit.
+    pub fn is_full(&self) -> bool {
+        self.len >= self.max
+    }
+
+    /// Live packets as a slice.
+    pub fn packets(&self) -> &[PacketBuf] {
+        &self.bufs[..self.len]
+    }
+
+    /// Live packets as a mutable slice.
+    pub fn packets_mut(&mut self) -> &mut [PacketBuf] {
+        &mut self.bufs[..self.len]
+    }
+
+    /// Iterate the live packets.
+    pub fn iter(&self) -> core::slice::Iter<'_, PacketBuf> {
+        self.packets().iter()
+    }
+
+    /// Iterate the live packets mutably.
+    pub fn iter_mut(&mut self) -> core::slice::IterMut<'_, PacketBuf> {
+        self.packets_mut().iter_mut()
+    }
+
+    /// Take the next free slot: a reset buffer (frame empty, metadata default) that becomes live.
+    /// `None` when the batch is full.
+    pub fn push_slot(&mut self) -> Option<&mut PacketBuf> {
+        if self.is_full() {
+            return None;
+        }
+        if self.len == self.bufs.len() {
+            self.bufs.push(PacketBuf::new());
+        } else {
+            self.bufs[self.len].reset();
+        }
+        self.len += 1;
+        Some(&mut self.bufs[self.len - 1])
+    }
+
+    /// Give back the slot taken last by [`Batch::push_slot`] (for a receive that produced nothing).
+    pub fn pop_slot(&mut self) {
+        self.len = self.len.saturating_sub(1);
+    }
+
+    /// Append a copy of `frame`; returns the new packet, or `None` when the batch is full.
+    pub fn push_frame(&mut self, frame: &[u8]) -> Option<&mut PacketBuf> {
+        let p = self.push_slot()?;
+        p.set_frame(frame);
+        Some(p)
+    }
+
+    /// Append a packet by moving it in (its buffer joins this batch's pool). On a full batch the
+    /// packet is handed back.
+    pub fn push(&mut self, pkt: PacketBuf) -> Result<(), PacketBuf> {
+        if self.is_full() {
+            return Err(pkt);
+        }
+        if self.len == self.bufs.len() {
+            self.bufs.push(pkt);
+        } else {
+            self.bufs[self.len] = pkt;
+        }
+        self.len += 1;
+        Ok(())
+    }
+
+    /// Drop every live packet, keeping the buffers.
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    /// Keep the live packets for which `keep` returns true, in order; the others' buffers become
+    /// spares. No allocation.
+    pub fn retain(&mut self, mut keep: impl FnMut(&mut PacketBuf) -> bool) {
+        let mut w = 0;
+        for r in 0..self.len {
+            if keep(&mut self.bufs[r]) {
+                if w != r {
+                    self.bufs.swap(w, r);
+                }
+                w += 1;
+            }
+        }
+        self.len = w;
+    }
+
+    /// Move the live packets for which `take` returns true into `out` (until `out` is full), in
+    /// order, swapping buffers so neither side allocates in the steady state.
+    pub fn drain_into(&mut self, out: &mut Batch, mut take: impl FnMut(&PacketBuf) -> bool) {
+        let mut w = 0;
+        for r in 0..self.len {
+            if !out.is_full() && take(&self.bufs[r]) {
+                if out.len == out.bufs.len() {
+                    out.bufs.push(PacketBuf::new());
+                }
+                core::mem::swap(&mut self.bufs[r], &mut out.bufs[out.len]);
+                out.len += 1;
+            } else {
+                if w != r {
+                    self.bufs.swap(w, r);
+                }
+                w += 1;
+            }
+        }
+        self.len = w;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn push_front_uses_headroom_without_copying() {
+        let mut p = PacketBuf::from_frame(b"payload");
+        let before = p.data().as_ptr();
+        p.push_front(4).unwrap().copy_from_slice(b"hdr:");
+        assert_eq!(p.data(), b"hdr:payload");
+        // The payload did not move.
+        assert_eq!(p.data()[4..].as_ptr(), before);
+        p.pull_front(4).unwrap();
+        assert_eq!(p.data(), b"payload");
+        assert_eq!(p.push_front(10_000), Err(NoRoom { need: 10_000, have: DEFAULT_HEADROOM }));
+        assert_eq!(p.data(), b"payload");
+    }
+
+    #[test]
+    fn headroom_is_at_least_128() {
+        let p = PacketBuf::new();
+        assert!(p.headroom() >= 128);
+    }
+
+    #[test]
+    fn tail_ops() {
+        let mut p = PacketBuf::from_frame(b"ab");
+        p.push_back(2).unwrap().copy_from_slice(b"cd");
+        assert_eq!(p.data(), b"abcd");
+        p.truncate(1);
+        assert_eq!(p.data(), b"a");
+        assert!(p.pull_front(2).is_err());
+    }
+
+    #[test]
+    fn large_frame_grows_buffer() {
+        let big = vec![7u8; 65_000];
+        let p = PacketBuf::from_frame(&big);
+        assert_eq!(p.data(), &big[..]);
+        assert!(p.headroom() >= 128);
+    }
+
+    #[test]
+    fn batch_recycles_and_retains_in_order() {
+        let mut b = Batch::new(8);
+        for i in 0..8u8 {
+            b.push_frame(&[i]).unwrap();
+        }
+        assert!(b.push_frame(&[9]).is_none());
+        b.retain(|p| p.data()[0] % 2 == 0);
+        let got: Vec<u8> = b.iter().map(|p| p.data()[0]).collect();
+        assert_eq!(got, vec![0, 2, 4, 6]);
+        let mut out = Batch::new(8);
+        b.drain_into(&mut out, |p| p.data()[0] >= 4);
+        assert_eq!(b.iter().map(|p| p.data()[0]).collect::<Vec<_>>(), vec![0, 2]);
+        assert_eq!(out.iter().map(|p| p.data()[0]).collect::<Vec<_>>(), vec![4, 6]);
+        b.clear();
+        let slot = b.push_slot().unwrap();
+        assert!(slot.is_empty());
+    }
+}
