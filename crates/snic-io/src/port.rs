@@ -1,5 +1,7 @@
-//! The port abstraction.
+//! The port abstraction, and the counters every port keeps.
 
+use core::fmt;
+use serde::Serialize;
 use snic_pipeline::Batch;
 use snic_time::Instant;
 use std::io;
@@ -16,11 +18,71 @@ pub struct PortCaps {
     pub max_frame: usize,
 }
 
+/// Counters a port keeps about itself. Drivers (runtime, testbed) read them with
+/// [`Port::counters`] and merge them with [`PortCounters::merge`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct PortCounters {
+    /// Frames handed to the pipeline.
+    pub rx_packets: u64,
+    /// Bytes of those frames.
+    pub rx_bytes: u64,
+    /// Input that could not become a frame (a bad pcap record, a short datagram, a receive
+    /// error); each such event counts once.
+    pub rx_errors: u64,
+    /// Frames that left the port.
+    pub tx_packets: u64,
+    /// Bytes of those frames.
+    pub tx_bytes: u64,
+    /// Frames the port was handed but could not send (full socket buffer, queue tail drop,
+    /// write error, frame too large).
+    pub tx_dropped: u64,
+}
+
+impl PortCounters {
+    /// Add `other` into `self` (saturating).
+    pub fn merge(&mut self, other: &PortCounters) {
+        self.rx_packets = self.rx_packets.saturating_add(other.rx_packets);
+        self.rx_bytes = self.rx_bytes.saturating_add(other.rx_bytes);
+        self.rx_errors = self.rx_errors.saturating_add(other.rx_errors);
+        self.tx_packets = self.tx_packets.saturating_add(other.tx_packets);
+        self.tx_bytes = self.tx_bytes.saturating_add(other.tx_bytes);
+        self.tx_dropped = self.tx_dropped.saturating_add(other.tx_dropped);
+    }
+
+    /// Count one received frame of `len` bytes.
+    pub fn count_rx(&mut self, len: usize) {
+        self.rx_packets += 1;
+        self.rx_bytes += len as u64;
+    }
+
+    /// Count one sent frame of `len` bytes.
+    pub fn count_tx(&mut self, len: usize) {
+        self.tx_packets += 1;
+        self.tx_bytes += len as u64;
+    }
+}
+
+impl fmt::Display for PortCounters {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "rx {} pkts {} bytes {} errors, tx {} pkts {} bytes {} dropped",
+            self.rx_packets,
+            self.rx_bytes,
+            self.rx_errors,
+            self.tx_packets,
+            self.tx_bytes,
+            self.tx_dropped
+        )
+    }
+}
+
 /// A source and sink of frames.
 ///
 /// `recv` appends received packets to `batch` (until it is full) and returns how many it added;
 /// `Ok(0)` means nothing is ready now (ports never block in `recv`). `send` transmits the live
 /// packets of `batch` in order and returns how many left; the caller counts the rest as drops.
+/// `send` leaves `batch` as it was (the caller clears it).
 pub trait Port: Send {
     /// Name for counters and logs (`"afpacket:veth0"`, `"pcap:in.pcap"`).
     fn name(&self) -> &str;
@@ -32,6 +94,12 @@ pub trait Port: Send {
     fn poll_fd(&self) -> Option<RawFd> {
         None
     }
+    /// For ports that live on simulated time (generators with a pace, virtual links): the
+    /// earliest instant at which `recv` will return a packet, `None` when nothing is pending.
+    /// An instant in the past means "now". Ports on real I/O return `None` and use `poll_fd`.
+    fn poll_timeout(&self) -> Option<Instant> {
+        None
+    }
     /// True when the port will never produce another packet (a pcap file read to its end).
     fn is_exhausted(&self) -> bool {
         false
@@ -41,5 +109,46 @@ pub trait Port: Send {
     /// Flush anything buffered (pcap writers).
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
+    }
+    /// The port's own counters. Ports that keep none report zeros.
+    fn counters(&self) -> PortCounters {
+        PortCounters::default()
+    }
+}
+
+impl fmt::Debug for dyn Port {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_adds_every_field() {
+        let mut a = PortCounters { rx_packets: 1, rx_bytes: 10, ..Default::default() };
+        let b = PortCounters {
+            rx_packets: 2,
+            rx_bytes: 20,
+            rx_errors: 1,
+            tx_packets: 3,
+            tx_bytes: 30,
+            tx_dropped: 4,
+        };
+        a.merge(&b);
+        assert_eq!(
+            a,
+            PortCounters {
+                rx_packets: 3,
+                rx_bytes: 30,
+                rx_errors: 1,
+                tx_packets: 3,
+                tx_bytes: 30,
+                tx_dropped: 4
+            }
+        );
+        assert_eq!(a.to_string(), "rx 3 pkts 30 bytes 1 errors, tx 3 pkts 30 bytes 4 dropped");
     }
 }

@@ -297,6 +297,10 @@ impl Batch {
 
     /// Append a packet by moving it in (its buffer joins this batch's pool). On a full batch the
     /// packet is handed back.
+    #[allow(
+        clippy::result_large_err,
+        reason = "handing the packet back is the point; it is moved, not copied per byte"
+    )]
     pub fn push(&mut self, pkt: PacketBuf) -> Result<(), PacketBuf> {
         if self.is_full() {
             return Err(pkt);

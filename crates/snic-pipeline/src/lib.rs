@@ -6,10 +6,30 @@
 //! hash, classification, verdict, offload state. Every dropped packet increments exactly one
 //! drop-reason counter.
 //!
+//! Modules: [`buf`] (buffers, batches), [`meta`] (metadata, [`Class`], [`RoceMeta`]), [`drop`](mod@drop)
+//! ([`DropReason`]), [`counters`] (per-stage and per-port counters), [`trace`] (packet trace and
+//! its filter), [`rss`] (Toeplitz hash), [`stage`] (the [`Stage`] trait), [`stages`] (`parse`,
+//! `classify`, `l2fwd`, `tap`), [`pipeline`] (a chain of stages built from [`StageSpec`]
+//! strings, with the I/O contract: after [`Pipeline::process`] every packet left in the batch
+//! has an egress port, every other one was counted as a drop).
+//!
 //! This crate is sans-IO: it never opens a socket, spawns a thread or reads the clock. Ports and
 //! workers live in `snic-io`.
 
 pub mod buf;
 pub use buf::{Batch, MAX_BATCH, NoRoom, PacketBuf};
 pub mod meta;
-pub use meta::{Metadata, PortId};
+pub use meta::{Class, Metadata, PortId, RoceMeta};
+pub mod counters;
+pub use counters::{Counters, DropCounts, PortCounters, StageCounters};
+pub mod drop;
+pub use drop::DropReason;
+pub mod pipeline;
+pub use pipeline::{BuildError, Pipeline, PipelineConfig, StageSpec};
+pub mod rss;
+pub mod stage;
+pub use stage::{Stage, StageCtx};
+pub mod stages;
+pub mod trace;
+pub use trace::{TraceEvent, TraceFilter, TraceRing, TraceWhat};
+pub mod offload;

@@ -1,11 +1,89 @@
 //! Per-packet metadata.
 
+use core::net::IpAddr;
 use snic_time::Instant;
 use snic_wire::stack::Stack;
 
 /// A port number inside one snic instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct PortId(pub u16);
+
+impl PortId {
+    /// Reserved egress meaning "flood": send to every port except the ingress port. The I/O
+    /// layer fans such a packet out (copying it per port); no real port has this number.
+    pub const FLOOD: PortId = PortId(u16::MAX);
+
+    /// True for [`PortId::FLOOD`].
+    pub const fn is_flood(self) -> bool {
+        self.0 == u16::MAX
+    }
+}
+
+/// What kind of traffic a packet is, after the classify stage (RecoNIC's packet classification).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Class {
+    /// Not classified yet.
+    #[default]
+    Unclassified,
+    /// RoCEv2 RDMA traffic: UDP destination port 4791 with a valid BTH of a reliable-connection
+    /// opcode. It goes to the RDMA engine.
+    Rdma,
+    /// Everything else. It goes to the host network queues (or the vSwitch).
+    Other,
+}
+
+impl Class {
+    /// Lower-case name: `"unclassified"`, `"rdma"`, `"other"`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Class::Unclassified => "unclassified",
+            Class::Rdma => "rdma",
+            Class::Other => "other",
+        }
+    }
+}
+
+/// The RoCEv2 fields RecoNIC's parser extracts for the RDMA engine, filled by the classify stage.
+///
+/// Fields a packet's opcode does not carry are `None`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RoceMeta {
+    /// IP source address.
+    pub ip_src: IpAddr,
+    /// IP destination address.
+    pub ip_dst: IpAddr,
+    /// UDP source port (the flow entropy).
+    pub udp_src: u16,
+    /// UDP destination port (4791).
+    pub udp_dst: u16,
+    /// BTH opcode.
+    pub opcode: u8,
+    /// BTH solicited-event bit.
+    pub se: bool,
+    /// BTH destination queue pair (24 bits).
+    pub dest_qp: u32,
+    /// BTH acknowledge-request bit.
+    pub ack_req: bool,
+    /// BTH packet sequence number (24 bits).
+    pub psn: u32,
+    /// DMA length from the RETH (RDMA WRITE first/only, RDMA READ request).
+    pub dma_len: Option<u32>,
+    /// Virtual address from the RETH or AtomicETH.
+    pub va: Option<u64>,
+    /// Remote key from the RETH, the AtomicETH, or the key to invalidate from the IETH.
+    pub rkey: Option<u32>,
+    /// Message sequence number from the AETH (24 bits).
+    pub msn: Option<u32>,
+    /// AETH syndrome (ACK/NAK/RNR code).
+    pub syndrome: Option<u8>,
+    /// Immediate data from the ImmDt header.
+    pub imm: Option<u32>,
+    /// True when the invariant CRC verified.
+    pub icrc_ok: bool,
+}
 
 /// Segmentation and checksum-offload state a frame carries (from a virtio-net header on AF_PACKET
 /// or TAP ports). Ports that cannot take a super-packet segment it in software.
@@ -55,4 +133,8 @@ pub struct Metadata {
     pub offload: Offload,
     /// True when this packet's path through the stages is being traced.
     pub trace: bool,
+    /// Traffic class (filled by the classify stage).
+    pub class: Class,
+    /// RoCEv2 fields, for packets the classify stage found to be RoCEv2.
+    pub roce: Option<RoceMeta>,
 }

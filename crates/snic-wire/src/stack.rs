@@ -7,7 +7,8 @@
 //!
 //! Offsets are `u16` from the start of the frame (frames are at most 64 KiB).
 
-use crate::Error;
+use crate::roce::{self, ExtHeader, RocePacket, bth, ext, icrc};
+use crate::{Error, ethernet, geneve, gre, icmpv4, icmpv6, ipv4, ipv6, tcp, udp, vxlan};
 
 /// The most layers one frame records (outer L2..L4, tunnel, inner L2..L4, RoCE headers).
 pub const MAX_LAYERS: usize = 16;
@@ -28,6 +29,8 @@ pub enum Layer {
     Vxlan,
     Geneve,
     Nvgre,
+    /// A GRE header that is not NVGRE (plain GRE carrying IP, or Ethernet without a key).
+    Gre,
     Bth,
     Reth,
     Aeth,
@@ -56,6 +59,7 @@ impl Layer {
             Layer::Vxlan => "vxlan",
             Layer::Geneve => "geneve",
             Layer::Nvgre => "nvgre",
+            Layer::Gre => "gre",
             Layer::Bth => "bth",
             Layer::Reth => "reth",
             Layer::Aeth => "aeth",
@@ -167,6 +171,317 @@ impl Stack {
         }
         self.layers[i] = LayerAt { layer, offset };
         self.len += 1;
+        Ok(())
+    }
+}
+
+/// Walk a whole frame; same as [`Stack::parse`].
+pub fn parse(frame: &[u8]) -> Stack {
+    Stack::parse(frame)
+}
+
+/// A failed layer and why.
+type Fail = (Layer, Error);
+
+/// Tag an error with the layer it happened at. `base` is the frame offset of the slice the
+/// failing parser saw: its `Truncated { need, got }` are made frame-absolute.
+fn at(layer: Layer, base: usize) -> impl Fn(Error) -> Fail {
+    move |e| match e {
+        Error::Truncated { need, got } => {
+            (layer, Error::Truncated { need: need + base, got: got + base })
+        }
+        e => (layer, e),
+    }
+}
+
+/// `frame[start..end]`, or `Truncated` when the frame is shorter than `end` (or the range is
+/// empty-inverted, which a caller's arithmetic never produces but hostile lengths might).
+fn slice(frame: &[u8], start: usize, end: usize) -> Result<&[u8], Error> {
+    frame.get(start..end).ok_or(Error::Truncated { need: end.max(start), got: frame.len() })
+}
+
+/// EtherType of ARP, IPv4, IPv6.
+const ETH_ARP: u16 = 0x0806;
+const ETH_IPV4: u16 = 0x0800;
+const ETH_IPV6: u16 = 0x86dd;
+
+/// IP protocol numbers the walk follows.
+const PROTO_ICMP: u8 = 1;
+const PROTO_TCP: u8 = 6;
+const PROTO_UDP: u8 = 17;
+const PROTO_ICMPV6: u8 = 58;
+
+/// Length of an ARP packet from its fixed part (8 bytes) and address lengths; the arp module's
+/// own view is not needed for a length check.
+fn arp_len(b: &[u8]) -> Result<usize, Error> {
+    Error::need(8, b.len())?;
+    let len = 8 + 2 * (usize::from(b[4]) + usize::from(b[5]));
+    Error::need(len, b.len())?;
+    Ok(len)
+}
+
+impl Stack {
+    /// Walk a whole frame: Ethernet, up to 2 VLAN tags, ARP/IPv4/IPv6 (IPv6 extension headers
+    /// skipped), ICMP/ICMPv6/UDP/TCP; one level of tunnel (VXLAN on UDP 4789, Geneve on UDP 6081,
+    /// GRE/NVGRE on IP protocol 47) and the inner frame behind it; RoCEv2 on UDP 4791 (BTH and
+    /// the extension headers its opcode implies, outer or inner).
+    ///
+    /// Never fails and never panics: the first layer that cannot be read is recorded in
+    /// [`Stack::error`] with why, and everything before it stays valid. Lengths are bounded by
+    /// the IP total/payload length and the UDP length, so Ethernet padding is never parsed as a
+    /// header. IP fragments stop the walk after the IP header (their L4 header is absent or
+    /// incomplete). A tunnel inside the inner frame is left as payload. The RoCE ICRC is not
+    /// checked here (see [`Stack::verify_icrc`]).
+    pub fn parse(frame: &[u8]) -> Stack {
+        let mut s = Stack::default();
+        if let Err(fail) = s.walk_l2(frame, 0, frame.len(), false) {
+            s.error = Some(fail);
+        }
+        s
+    }
+
+    /// Verify the RoCEv2 ICRC of a frame this stack was parsed from: `None` when it is not a
+    /// RoCEv2 packet (no BTH, or the BTH does not follow IPv4/IPv6 + UDP directly), else the
+    /// result of [`icrc::verify`] over the innermost IP header onward.
+    pub fn verify_icrc(&self, frame: &[u8]) -> Option<Result<(), Error>> {
+        self.bth?;
+        let h = self.innermost();
+        let (kind, l3) = h.l3?;
+        if !matches!(kind, Layer::Ipv4 | Layer::Ipv6) {
+            return None;
+        }
+        let ip = frame.get(usize::from(l3)..)?;
+        Some(icrc::verify(ip))
+    }
+
+    fn headers(&mut self, inner: bool) -> &mut Headers {
+        if inner { self.inner.get_or_insert_with(Headers::default) } else { &mut self.outer }
+    }
+
+    /// Record `layer` at `offset` and move `payload` to `end` (the first byte after it).
+    /// Returns the offset as stored. `Err(BadValue { field: "offset" })` past 64 KiB.
+    fn record(&mut self, layer: Layer, offset: usize, end: usize) -> Result<u16, Fail> {
+        let end = u16::try_from(end).map_err(|_| (layer, Error::BadValue { field: "offset" }))?;
+        self.push(layer, offset).map_err(at(layer, 0))?;
+        self.payload = end;
+        // `push` succeeded, so `offset` fits.
+        Ok(offset as u16)
+    }
+
+    /// Ethernet at `off`, the frame ending at `end`.
+    fn walk_l2(&mut self, frame: &[u8], off: usize, end: usize, inner: bool) -> Result<(), Fail> {
+        let bytes = slice(frame, off, end).map_err(at(Layer::Eth, 0))?;
+        let eth = ethernet::Frame::new_checked(bytes).map_err(at(Layer::Eth, off))?;
+        let tags_at = off + ethernet::HEADER_LEN;
+        let o = self.record(Layer::Eth, off, tags_at)?;
+        self.headers(inner).eth = Some(o);
+        self.headers(inner).ethertype = eth.ethertype().0;
+        let walk = ethernet::walk_vlans(eth.ethertype(), &bytes[ethernet::HEADER_LEN..])
+            .map_err(at(Layer::Vlan, tags_at))?;
+        for (i, tag) in walk.tags().iter().enumerate() {
+            let at_ = tags_at + i * ethernet::VLAN_TAG_LEN;
+            self.record(Layer::Vlan, at_, at_ + ethernet::VLAN_TAG_LEN)?;
+            let h = self.headers(inner);
+            h.vlans += 1;
+            if i == 0 {
+                h.vlan_id = Some(tag.vid);
+            }
+        }
+        self.headers(inner).ethertype = walk.ethertype.0;
+        self.walk_l3(frame, walk.ethertype.0, tags_at + walk.payload_offset, end, inner)
+    }
+
+    /// The L3 header of kind `ethertype` at `off`, the frame ending at `end`.
+    fn walk_l3(
+        &mut self,
+        frame: &[u8],
+        ethertype: u16,
+        off: usize,
+        end: usize,
+        inner: bool,
+    ) -> Result<(), Fail> {
+        match ethertype {
+            ETH_IPV4 => {
+                let bytes = slice(frame, off, end).map_err(at(Layer::Ipv4, 0))?;
+                let ip = ipv4::Packet::new_checked(bytes).map_err(at(Layer::Ipv4, off))?;
+                let l4 = off + ip.header_len();
+                let o = self.record(Layer::Ipv4, off, l4)?;
+                let proto = ip.protocol().0;
+                let h = self.headers(inner);
+                h.l3 = Some((Layer::Ipv4, o));
+                h.ip_proto = Some(proto);
+                if ip.is_fragment() {
+                    return Ok(());
+                }
+                self.walk_l4(frame, proto, l4, off + usize::from(ip.total_len()), inner)
+            }
+            ETH_IPV6 => {
+                let bytes = slice(frame, off, end).map_err(at(Layer::Ipv6, 0))?;
+                let ip = ipv6::Packet::new_checked(bytes).map_err(at(Layer::Ipv6, off))?;
+                let ip_end = off + ipv6::HEADER_LEN + usize::from(ip.payload_len());
+                let o = self.record(Layer::Ipv6, off, off + ipv6::HEADER_LEN)?;
+                self.headers(inner).l3 = Some((Layer::Ipv6, o));
+                let exts = ip.extensions().map_err(at(Layer::Ipv6, off + ipv6::HEADER_LEN))?;
+                let l4 = off + ipv6::HEADER_LEN + exts.offset;
+                self.payload = u16::try_from(l4)
+                    .map_err(|_| (Layer::Ipv6, Error::BadValue { field: "offset" }))?;
+                self.headers(inner).ip_proto = Some(exts.next_header.0);
+                if exts.fragment.is_some() {
+                    return Ok(());
+                }
+                self.walk_l4(frame, exts.next_header.0, l4, ip_end, inner)
+            }
+            ETH_ARP => {
+                let bytes = slice(frame, off, end).map_err(at(Layer::Arp, 0))?;
+                let len = arp_len(bytes).map_err(at(Layer::Arp, off))?;
+                let o = self.record(Layer::Arp, off, off + len)?;
+                self.headers(inner).l3 = Some((Layer::Arp, o));
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The L4 header (IP protocol `proto`) at `off`, the IP payload ending at `end`.
+    fn walk_l4(
+        &mut self,
+        frame: &[u8],
+        proto: u8,
+        off: usize,
+        end: usize,
+        inner: bool,
+    ) -> Result<(), Fail> {
+        let v6 = matches!(self.headers(inner).l3, Some((Layer::Ipv6, _)));
+        match proto {
+            PROTO_TCP => {
+                let bytes = slice(frame, off, end).map_err(at(Layer::Tcp, 0))?;
+                let t = tcp::Packet::new_checked(bytes).map_err(at(Layer::Tcp, off))?;
+                let o = self.record(Layer::Tcp, off, off + t.header_len())?;
+                self.headers(inner).l4 = Some((Layer::Tcp, o));
+                Ok(())
+            }
+            PROTO_ICMP if !v6 => {
+                let bytes = slice(frame, off, end).map_err(at(Layer::Icmpv4, 0))?;
+                icmpv4::Packet::new_checked(bytes).map_err(at(Layer::Icmpv4, off))?;
+                let o = self.record(Layer::Icmpv4, off, off + icmpv4::HEADER_LEN)?;
+                self.headers(inner).l4 = Some((Layer::Icmpv4, o));
+                Ok(())
+            }
+            PROTO_ICMPV6 if v6 => {
+                let bytes = slice(frame, off, end).map_err(at(Layer::Icmpv6, 0))?;
+                icmpv6::Packet::new_checked(bytes).map_err(at(Layer::Icmpv6, off))?;
+                let o = self.record(Layer::Icmpv6, off, off + icmpv6::HEADER_LEN)?;
+                self.headers(inner).l4 = Some((Layer::Icmpv6, o));
+                Ok(())
+            }
+            PROTO_UDP => {
+                let bytes = slice(frame, off, end).map_err(at(Layer::Udp, 0))?;
+                let u = udp::Packet::new_checked(bytes).map_err(at(Layer::Udp, off))?;
+                let body = off + udp::HEADER_LEN;
+                let udp_end = off + usize::from(u.len());
+                let o = self.record(Layer::Udp, off, body)?;
+                self.headers(inner).l4 = Some((Layer::Udp, o));
+                match u.dst_port() {
+                    vxlan::UDP_PORT if !inner => self.walk_vxlan(frame, body, udp_end),
+                    geneve::UDP_PORT if !inner => self.walk_geneve(frame, body, udp_end),
+                    roce::UDP_PORT => self.walk_roce(frame, body, udp_end),
+                    _ => Ok(()),
+                }
+            }
+            gre::IP_PROTOCOL if !inner => self.walk_gre(frame, off, end),
+            _ => Ok(()),
+        }
+    }
+
+    fn walk_vxlan(&mut self, frame: &[u8], off: usize, end: usize) -> Result<(), Fail> {
+        let bytes = slice(frame, off, end).map_err(at(Layer::Vxlan, 0))?;
+        let p = vxlan::Packet::new_checked(bytes).map_err(at(Layer::Vxlan, off))?;
+        let r = vxlan::Repr::parse(&p).map_err(at(Layer::Vxlan, off))?;
+        let o = self.record(Layer::Vxlan, off, off + vxlan::HEADER_LEN)?;
+        self.tunnel = Some((Layer::Vxlan, o));
+        self.vni = Some(r.vni);
+        self.walk_l2(frame, off + vxlan::HEADER_LEN, end, true)
+    }
+
+    fn walk_geneve(&mut self, frame: &[u8], off: usize, end: usize) -> Result<(), Fail> {
+        let bytes = slice(frame, off, end).map_err(at(Layer::Geneve, 0))?;
+        let p = geneve::Packet::new_checked(bytes).map_err(at(Layer::Geneve, off))?;
+        let r = geneve::Repr::parse(&p).map_err(at(Layer::Geneve, off))?;
+        let body = off + p.header_len();
+        let o = self.record(Layer::Geneve, off, body)?;
+        self.tunnel = Some((Layer::Geneve, o));
+        self.vni = Some(r.vni);
+        self.walk_tunnel_payload(frame, r.protocol, body, end)
+    }
+
+    fn walk_gre(&mut self, frame: &[u8], off: usize, end: usize) -> Result<(), Fail> {
+        let bytes = slice(frame, off, end).map_err(at(Layer::Gre, 0))?;
+        let p = gre::Packet::new_checked(bytes).map_err(at(Layer::Gre, off))?;
+        let r = gre::Repr::parse(&p).map_err(at(Layer::Gre, off))?;
+        let body = off + p.header_len();
+        if let Ok(nv) = gre::NvgreRepr::from_gre(&r) {
+            let o = self.record(Layer::Nvgre, off, body)?;
+            self.tunnel = Some((Layer::Nvgre, o));
+            self.vni = Some(nv.vsid);
+        } else {
+            let o = self.record(Layer::Gre, off, body)?;
+            self.tunnel = Some((Layer::Gre, o));
+        }
+        self.walk_tunnel_payload(frame, r.protocol, body, end)
+    }
+
+    /// What a Geneve or GRE header carries: Ethernet (0x6558) or IP directly (an inner frame
+    /// without an Ethernet header); anything else is left as payload.
+    fn walk_tunnel_payload(
+        &mut self,
+        frame: &[u8],
+        protocol: u16,
+        off: usize,
+        end: usize,
+    ) -> Result<(), Fail> {
+        match protocol {
+            gre::PROTO_TEB => self.walk_l2(frame, off, end, true),
+            ETH_IPV4 | ETH_IPV6 => {
+                self.headers(true).ethertype = protocol;
+                self.walk_l3(frame, protocol, off, end, true)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// RoCEv2 from the BTH at `off` to the end of the ICRC at `end` (the UDP length).
+    fn walk_roce(&mut self, frame: &[u8], off: usize, end: usize) -> Result<(), Fail> {
+        let bytes = slice(frame, off, end).map_err(at(Layer::Bth, 0))?;
+        let h = bth::Header::new_checked(bytes).map_err(at(Layer::Bth, off))?;
+        let b = bth::Repr::parse(&h).map_err(at(Layer::Bth, off))?;
+        let info = b.info().ok_or((Layer::Bth, Error::BadOpcode { got: b.opcode }))?;
+        let mut at_ = bth::HEADER_LEN;
+        let o = self.record(Layer::Bth, off, off + at_)?;
+        self.bth = Some(o);
+        for &e in info.ext {
+            let layer = match e {
+                ExtHeader::Reth => Layer::Reth,
+                ExtHeader::Aeth => Layer::Aeth,
+                ExtHeader::AtomicEth => Layer::AtomicEth,
+                ExtHeader::AtomicAckEth => Layer::AtomicAckEth,
+                ExtHeader::ImmDt => Layer::ImmDt,
+                ExtHeader::Ieth => Layer::Ieth,
+                ExtHeader::Deth => Layer::Deth,
+                ExtHeader::Cnp => Layer::Cnp,
+            };
+            let hdr = bytes.get(at_..at_ + e.header_len()).ok_or((
+                layer,
+                Error::Truncated { need: off + at_ + e.header_len(), got: off + bytes.len() },
+            ))?;
+            if e == ExtHeader::Aeth {
+                ext::AethRepr::parse(&ext::Aeth::new_checked(hdr).map_err(at(layer, off))?)
+                    .map_err(at(layer, off))?;
+            }
+            self.record(layer, off + at_, off + at_ + e.header_len())?;
+            at_ += e.header_len();
+        }
+        // Payload, pad and ICRC: length rules live in the walker.
+        RocePacket::parse(bytes).map_err(at(Layer::Bth, off))?;
         Ok(())
     }
 }

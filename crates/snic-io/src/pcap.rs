@@ -1,0 +1,504 @@
+//! The pcap port: replay a pcap or pcapng file, record what is sent as pcap.
+//!
+//! The input format is detected by its magic number (pcap in either byte order and either
+//! timestamp resolution, or pcapng) and read with the `pcap-file` crate. Only Ethernet captures
+//! are accepted. A pcapng block that does not hold an Ethernet frame is counted in `rx_errors`
+//! and skipped; a pcap record whose header is corrupt cannot be skipped (the format has no
+//! resync point), so it is counted and ends the input. At the end of the input the port reports
+//! [`Port::is_exhausted`].
+//!
+//! The output is written by this module itself (classic pcap, microsecond timestamps, Ethernet),
+//! buffered, so recording a frame allocates nothing.
+
+use crate::port::{Port, PortCaps, PortCounters};
+use core::fmt;
+use pcap_file::DataLink;
+use pcap_file::pcap::PcapReader;
+use pcap_file::pcapng::{Block, PcapNgReader};
+use snic_pipeline::Batch;
+use snic_time::Instant;
+use std::fs::File;
+use std::io::{self, BufWriter, Read, Write};
+use std::path::Path;
+
+/// Largest frame the writer records (the snap length it announces).
+pub const SNAPLEN: u32 = 262_144;
+
+/// What was wrong with a capture file. Carried inside the `io::Error` the port returns
+/// (`err.get_ref()` then `downcast_ref::<PcapFileError>()`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PcapFileError {
+    /// The first four bytes are not a pcap or pcapng magic number.
+    BadMagic {
+        /// The bytes found (fewer when the file is shorter).
+        got: [u8; 4],
+    },
+    /// The capture's link type is not Ethernet.
+    NotEthernet {
+        /// The link type number found.
+        linktype: u32,
+    },
+    /// The file header could not be parsed.
+    BadHeader {
+        /// What the parser said.
+        reason: String,
+    },
+}
+
+impl fmt::Display for PcapFileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PcapFileError::BadMagic { got } => write!(
+                f,
+                "not a pcap or pcapng file: magic {:02x}{:02x}{:02x}{:02x}",
+                got[0], got[1], got[2], got[3]
+            ),
+            PcapFileError::NotEthernet { linktype } => {
+                write!(f, "capture link type {linktype} is not Ethernet (1)")
+            }
+            PcapFileError::BadHeader { reason } => write!(f, "bad capture file header: {reason}"),
+        }
+    }
+}
+
+impl std::error::Error for PcapFileError {}
+
+impl From<PcapFileError> for io::Error {
+    fn from(e: PcapFileError) -> io::Error {
+        io::Error::new(io::ErrorKind::InvalidData, e)
+    }
+}
+
+/// Counters the pcap port keeps beyond [`PortCounters`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PcapCounters {
+    /// Records skipped: non-Ethernet interfaces, empty frames, non-packet blocks are not counted.
+    pub skipped_records: u64,
+    /// Record errors that ended the input early.
+    pub fatal_record_errors: u64,
+    /// Frames sent but not recorded: too large, or a write error.
+    pub write_errors: u64,
+}
+
+enum Reader {
+    Pcap(PcapReader<File>),
+    PcapNg(PcapNgReader<File>),
+}
+
+impl fmt::Debug for Reader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Reader::Pcap(_) => "pcap",
+            Reader::PcapNg(_) => "pcapng",
+        })
+    }
+}
+
+/// The classic pcap magic (microsecond timestamps), as written in native byte order.
+const PCAP_MAGIC_US: u32 = 0xa1b2_c3d4;
+const PCAP_MAGIC_NS: u32 = 0xa1b2_3c4d;
+const PCAPNG_MAGIC: [u8; 4] = [0x0a, 0x0d, 0x0d, 0x0a];
+
+fn open_reader(path: &Path) -> io::Result<Reader> {
+    let mut f = File::open(path)?;
+    let mut magic = [0u8; 4];
+    let mut got = 0;
+    while got < 4 {
+        let n = f.read(&mut magic[got..])?;
+        if n == 0 {
+            break;
+        }
+        got += n;
+    }
+    drop(f);
+    let le = u32::from_le_bytes(magic);
+    let be = u32::from_be_bytes(magic);
+    let is_pcap = got == 4 && [le, be].iter().any(|m| *m == PCAP_MAGIC_US || *m == PCAP_MAGIC_NS);
+    let bad = |e: pcap_file::PcapError| PcapFileError::BadHeader { reason: e.to_string() };
+    if is_pcap {
+        let r = PcapReader::new(File::open(path)?).map_err(bad)?;
+        let dl = r.header().datalink;
+        if dl != DataLink::ETHERNET {
+            return Err(PcapFileError::NotEthernet { linktype: u32::from(dl) }.into());
+        }
+        Ok(Reader::Pcap(r))
+    } else if got == 4 && magic == PCAPNG_MAGIC {
+        Ok(Reader::PcapNg(PcapNgReader::new(File::open(path)?).map_err(bad)?))
+    } else {
+        Err(PcapFileError::BadMagic { got: magic }.into())
+    }
+}
+
+/// Writes classic pcap: a 24-byte file header, then a 16-byte header per record.
+#[derive(Debug)]
+struct Writer {
+    out: BufWriter<File>,
+}
+
+impl Writer {
+    fn create(path: &Path) -> io::Result<Self> {
+        let mut out = BufWriter::new(File::create(path)?);
+        let mut h = [0u8; 24];
+        h[0..4].copy_from_slice(&PCAP_MAGIC_US.to_le_bytes());
+        h[4..6].copy_from_slice(&2u16.to_le_bytes());
+        h[6..8].copy_from_slice(&4u16.to_le_bytes());
+        h[16..20].copy_from_slice(&SNAPLEN.to_le_bytes());
+        h[20..24].copy_from_slice(&1u32.to_le_bytes());
+        out.write_all(&h)?;
+        Ok(Writer { out })
+    }
+
+    fn write(&mut self, ts: Instant, frame: &[u8]) -> io::Result<()> {
+        let len = u32::try_from(frame.len()).unwrap_or(u32::MAX);
+        if len > SNAPLEN {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "frame larger than snap length",
+            ));
+        }
+        let nanos = ts.as_nanos();
+        let secs = u32::try_from(nanos / 1_000_000_000).unwrap_or(u32::MAX);
+        let micros = ((nanos % 1_000_000_000) / 1_000) as u32;
+        let mut h = [0u8; 16];
+        h[0..4].copy_from_slice(&secs.to_le_bytes());
+        h[4..8].copy_from_slice(&micros.to_le_bytes());
+        h[8..12].copy_from_slice(&len.to_le_bytes());
+        h[12..16].copy_from_slice(&len.to_le_bytes());
+        self.out.write_all(&h)?;
+        self.out.write_all(frame)
+    }
+}
+
+/// A port over capture files: frames are read from an input file and what is sent is written
+/// to an output file. Either side may be absent.
+#[derive(Debug)]
+pub struct PcapPort {
+    name: String,
+    reader: Option<Reader>,
+    writer: Option<Writer>,
+    exhausted: bool,
+    /// For pcapng: whether each interface of the current section is Ethernet.
+    ifaces: Vec<bool>,
+    counters: PortCounters,
+    pcap_counters: PcapCounters,
+}
+
+impl PcapPort {
+    /// Open `input` for reading (pcap or pcapng, by magic) and create `output` (pcap).
+    pub fn open(input: Option<&Path>, output: Option<&Path>) -> io::Result<Self> {
+        let reader = input.map(open_reader).transpose()?;
+        let writer = output.map(Writer::create).transpose()?;
+        let mut name = String::from("pcap:");
+        if let Some(i) = input {
+            name.push_str(&i.display().to_string());
+        }
+        if let Some(o) = output {
+            name.push(',');
+            name.push_str(&o.display().to_string());
+        }
+        Ok(PcapPort {
+            name,
+            exhausted: reader.is_none(),
+            reader,
+            writer,
+            ifaces: Vec::new(),
+            counters: PortCounters::default(),
+            pcap_counters: PcapCounters::default(),
+        })
+    }
+
+    /// The pcap-specific counters.
+    pub fn pcap_counters(&self) -> PcapCounters {
+        self.pcap_counters
+    }
+
+    /// Read the next Ethernet frame into `batch`. `Ok(false)` at the end of the input.
+    fn read_one(&mut self, now: Instant, batch: &mut Batch) -> bool {
+        let Some(reader) = self.reader.as_mut() else { return false };
+        loop {
+            let frame: Option<Result<Option<&[u8]>, ()>> = match reader {
+                Reader::Pcap(r) => match r.next_packet() {
+                    None => None,
+                    Some(Ok(p)) => {
+                        // Borrow-check workaround: copy into the batch right here.
+                        if p.data.is_empty() {
+                            Some(Ok(None))
+                        } else {
+                            push(batch, &p.data, now, &mut self.counters);
+                            return true;
+                        }
+                    }
+                    Some(Err(_)) => Some(Err(())),
+                },
+                Reader::PcapNg(r) => match r.next_block() {
+                    None => None,
+                    Some(Ok(Block::SectionHeader(_))) => {
+                        self.ifaces.clear();
+                        continue;
+                    }
+                    Some(Ok(Block::InterfaceDescription(idb))) => {
+                        self.ifaces.push(idb.linktype == DataLink::ETHERNET);
+                        continue;
+                    }
+                    Some(Ok(Block::EnhancedPacket(epb))) => {
+                        let ethernet =
+                            self.ifaces.get(epb.interface_id as usize).copied().unwrap_or(false);
+                        if ethernet && !epb.data.is_empty() {
+                            push(batch, &epb.data, now, &mut self.counters);
+                            return true;
+                        }
+                        Some(Ok(None))
+                    }
+                    Some(Ok(Block::SimplePacket(spb))) => {
+                        let ethernet = self.ifaces.first().copied().unwrap_or(false);
+                        if ethernet && !spb.data.is_empty() {
+                            push(batch, &spb.data, now, &mut self.counters);
+                            return true;
+                        }
+                        Some(Ok(None))
+                    }
+                    Some(Ok(Block::Packet(pb))) => {
+                        let ethernet =
+                            self.ifaces.get(usize::from(pb.interface_id)).copied().unwrap_or(false);
+                        if ethernet && !pb.data.is_empty() {
+                            push(batch, &pb.data, now, &mut self.counters);
+                            return true;
+                        }
+                        Some(Ok(None))
+                    }
+                    // Section headers, interface descriptions, statistics, name resolution,
+                    // unknown blocks: not packets, nothing to count.
+                    Some(Ok(_)) => continue,
+                    Some(Err(_)) => Some(Err(())),
+                },
+            };
+            match frame {
+                None => {
+                    self.exhausted = true;
+                    return false;
+                }
+                Some(Ok(_)) => {
+                    self.counters.rx_errors += 1;
+                    self.pcap_counters.skipped_records += 1;
+                }
+                Some(Err(())) => {
+                    self.counters.rx_errors += 1;
+                    self.pcap_counters.fatal_record_errors += 1;
+                    self.exhausted = true;
+                    return false;
+                }
+            }
+        }
+    }
+}
+
+fn push(batch: &mut Batch, data: &[u8], now: Instant, c: &mut PortCounters) {
+    if let Some(p) = batch.push_frame(data) {
+        p.meta.rx_time = now;
+        c.count_rx(data.len());
+    }
+}
+
+impl Port for PcapPort {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn recv(&mut self, now: Instant, batch: &mut Batch) -> io::Result<usize> {
+        let mut n = 0;
+        while !self.exhausted && !batch.is_full() && self.read_one(now, batch) {
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    fn send(&mut self, now: Instant, batch: &mut Batch) -> io::Result<usize> {
+        let Some(w) = self.writer.as_mut() else {
+            self.counters.tx_dropped += batch.len() as u64;
+            return Ok(0);
+        };
+        let mut sent = 0;
+        for p in batch.iter() {
+            match w.write(now, p.data()) {
+                Ok(()) => {
+                    self.counters.count_tx(p.len());
+                    sent += 1;
+                }
+                Err(_) => {
+                    self.counters.tx_dropped += 1;
+                    self.pcap_counters.write_errors += 1;
+                }
+            }
+        }
+        Ok(sent)
+    }
+
+    fn is_exhausted(&self) -> bool {
+        self.exhausted
+    }
+
+    fn caps(&self) -> PortCaps {
+        PortCaps { gso: false, max_frame: SNAPLEN as usize }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self.writer.as_mut() {
+            Some(w) => w.out.flush(),
+            None => Ok(()),
+        }
+    }
+
+    fn counters(&self) -> PortCounters {
+        self.counters
+    }
+}
+
+impl Drop for PcapPort {
+    fn drop(&mut self) {
+        // Best effort: an explicit `flush` reports errors; dropping cannot.
+        let _ = self.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
+    use pcap_file::pcapng::PcapNgWriter;
+    use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
+    use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionBlock;
+    use std::borrow::Cow;
+    use std::time::Duration;
+
+    fn frames() -> Vec<Vec<u8>> {
+        (0..5u8).map(|i| vec![i; 60 + usize::from(i)]).collect()
+    }
+
+    fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
+        let mut w = PcapWriter::new(File::create(path).unwrap()).unwrap();
+        for (i, f) in frames.iter().enumerate() {
+            w.write_packet(&PcapPacket::new(Duration::from_micros(i as u64), f.len() as u32, f))
+                .unwrap();
+        }
+    }
+
+    fn read_all(port: &mut PcapPort) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut b = Batch::new(2);
+        while !port.is_exhausted() {
+            b.clear();
+            port.recv(Instant::ZERO, &mut b).unwrap();
+            out.extend(b.iter().map(|p| p.data().to_vec()));
+        }
+        out
+    }
+
+    #[test]
+    fn pcap_round_trip_byte_exact() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("in.pcap");
+        let output = dir.path().join("out.pcap");
+        write_pcap(&input, &frames());
+        let mut port = PcapPort::open(Some(&input), Some(&output)).unwrap();
+        let got = read_all(&mut port);
+        assert_eq!(got, frames());
+        assert_eq!(port.counters().rx_packets, 5);
+        assert_eq!(port.counters().rx_bytes, (60..65).sum::<u64>());
+
+        let mut b = Batch::new(8);
+        for f in &got {
+            b.push_frame(f).unwrap();
+        }
+        assert_eq!(port.send(Instant::from_micros(1_500_001), &mut b).unwrap(), 5);
+        port.flush().unwrap();
+        drop(port);
+
+        let mut r = PcapReader::new(File::open(&output).unwrap()).unwrap();
+        let mut back = Vec::new();
+        while let Some(p) = r.next_packet() {
+            let p = p.unwrap();
+            assert_eq!(p.timestamp, Duration::from_micros(1_500_001));
+            back.push(p.data.to_vec());
+        }
+        assert_eq!(back, frames());
+    }
+
+    #[test]
+    fn reads_pcapng_and_skips_non_ethernet_interfaces() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("in.pcapng");
+        let mut w = PcapNgWriter::new(File::create(&input).unwrap()).unwrap();
+        let eth =
+            InterfaceDescriptionBlock { linktype: DataLink::ETHERNET, snaplen: 0, options: vec![] };
+        let raw =
+            InterfaceDescriptionBlock { linktype: DataLink::RAW, snaplen: 0, options: vec![] };
+        w.write_pcapng_block(eth).unwrap();
+        w.write_pcapng_block(raw).unwrap();
+        for (i, f) in frames().iter().enumerate() {
+            let epb = EnhancedPacketBlock {
+                interface_id: if i == 2 { 1 } else { 0 },
+                timestamp: Duration::from_micros(i as u64),
+                original_len: f.len() as u32,
+                data: Cow::Borrowed(f),
+                options: vec![],
+            };
+            w.write_pcapng_block(epb).unwrap();
+        }
+        drop(w);
+        let mut port = PcapPort::open(Some(&input), None).unwrap();
+        let got = read_all(&mut port);
+        let mut want = frames();
+        want.remove(2);
+        assert_eq!(got, want);
+        assert_eq!(port.counters().rx_errors, 1);
+        assert_eq!(port.pcap_counters().skipped_records, 1);
+    }
+
+    #[test]
+    fn truncated_record_is_counted_and_ends_input() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("t.pcap");
+        write_pcap(&input, &frames());
+        let bytes = std::fs::read(&input).unwrap();
+        // Cut the last record in half.
+        std::fs::write(&input, &bytes[..bytes.len() - 30]).unwrap();
+        let mut port = PcapPort::open(Some(&input), None).unwrap();
+        let got = read_all(&mut port);
+        assert_eq!(got, frames()[..4].to_vec());
+        assert_eq!(port.counters().rx_errors, 1);
+        assert_eq!(port.pcap_counters().fatal_record_errors, 1);
+    }
+
+    #[test]
+    fn typed_errors_for_bad_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("junk");
+        std::fs::write(&p, b"hello world").unwrap();
+        let e = PcapPort::open(Some(&p), None).unwrap_err();
+        let inner = e.get_ref().and_then(|i| i.downcast_ref::<PcapFileError>()).unwrap();
+        assert_eq!(inner, &PcapFileError::BadMagic { got: *b"hell" });
+
+        let p = dir.path().join("raw.pcap");
+        let h = PcapHeader { datalink: DataLink::RAW, ..Default::default() };
+        PcapWriter::with_header(File::create(&p).unwrap(), h).unwrap();
+        let e = PcapPort::open(Some(&p), None).unwrap_err();
+        let inner = e.get_ref().and_then(|i| i.downcast_ref::<PcapFileError>()).unwrap();
+        assert_eq!(inner, &PcapFileError::NotEthernet { linktype: 101 });
+
+        let e = PcapPort::open(Some(&dir.path().join("missing")), None).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+    }
+
+    #[test]
+    fn send_without_output_counts_drops() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("in.pcap");
+        write_pcap(&input, &frames());
+        let mut port = PcapPort::open(Some(&input), None).unwrap();
+        let mut b = Batch::new(4);
+        b.push_frame(&[1; 60]).unwrap();
+        assert_eq!(port.send(Instant::ZERO, &mut b).unwrap(), 0);
+        assert_eq!(port.counters().tx_dropped, 1);
+    }
+}

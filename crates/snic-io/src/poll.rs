@@ -1,0 +1,54 @@
+//! Waiting for idle ports: `poll(2)` over the ports' file descriptors with a short timeout, so an
+//! idle I/O loop sleeps instead of spinning.
+#![allow(unsafe_code, reason = "poll(2) through libc; the one block has a SAFETY comment")]
+
+use std::io;
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+/// Most descriptors waited on at once; extra ones are not waited on (the loop still polls them
+/// on its next round).
+pub const MAX_FDS: usize = 64;
+
+/// Wait until one of `fds` is readable or `timeout` passes. Returns true when one is readable.
+/// With no descriptors it just sleeps for `timeout`. Never allocates.
+pub fn wait_readable(fds: &[RawFd], timeout: Duration) -> io::Result<bool> {
+    if fds.is_empty() {
+        std::thread::sleep(timeout);
+        return Ok(false);
+    }
+    let mut pfds = [libc::pollfd { fd: -1, events: 0, revents: 0 }; MAX_FDS];
+    let n = fds.len().min(MAX_FDS);
+    for (p, fd) in pfds.iter_mut().zip(fds) {
+        *p = libc::pollfd { fd: *fd, events: libc::POLLIN, revents: 0 };
+    }
+    let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+    // SAFETY: `pfds[..n]` is a valid, initialised array of `n` pollfd structs that lives across
+    // the call; the kernel only writes their `revents` fields.
+    let r = unsafe { libc::poll(pfds.as_mut_ptr(), n as libc::nfds_t, ms) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(false);
+        }
+        return Err(e);
+    }
+    Ok(r > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::UdpSocket;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn wakes_on_readable_socket_and_times_out_otherwise() {
+        let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let b = UdpSocket::bind("127.0.0.1:0").unwrap();
+        assert!(!wait_readable(&[b.as_raw_fd()], Duration::from_millis(5)).unwrap());
+        a.send_to(b"x", b.local_addr().unwrap()).unwrap();
+        assert!(wait_readable(&[b.as_raw_fd()], Duration::from_secs(5)).unwrap());
+        assert!(!wait_readable(&[], Duration::from_millis(1)).unwrap());
+    }
+}

@@ -1,0 +1,207 @@
+//! TAP port: Ethernet frames to and from a Linux TAP device, with virtio-net headers.
+//!
+//! The device is created (or attached to, when it already exists and is persistent) with the
+//! `tun-rs` crate in layer-2 mode with its offload option on, which opens it with
+//! `IFF_VNET_HDR` and enables `TUNSETOFFLOAD` (`TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6`, plus
+//! `TUN_F_USO4 | TUN_F_USO6` where the kernel has them). Every frame read or written then
+//! carries a [`VnetHdr`]: the kernel hands us TCP/UDP super-packets and partial checksums with
+//! their metadata, and takes them back the same way ([`PortCaps::gso`] is true).
+//!
+//! The header is read into, and written from, the packet buffer's headroom, so neither direction
+//! copies the frame. The descriptor is non-blocking; [`Port::poll_fd`] returns it.
+//!
+//! Needs root (`CAP_NET_ADMIN`) to create the device.
+
+use crate::port::{Port, PortCaps, PortCounters};
+use crate::vnet::{VNET_HDR_LEN, VnetHdr};
+use snic_pipeline::Batch;
+use snic_time::Instant;
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use tun_rs::{DeviceBuilder, Layer, SyncDevice};
+
+/// Receive room per frame: a 64 KiB super-packet, its virtio-net header, Ethernet and VLAN.
+pub const RX_FRAME_ROOM: usize = 65_536 + 64 + VNET_HDR_LEN;
+
+/// Counters of one TAP port.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TapStats {
+    /// Frames received and handed to the pipeline.
+    pub rx_packets: u64,
+    /// Bytes of those frames (virtio-net headers excluded).
+    pub rx_bytes: u64,
+    /// Received super-packets.
+    pub rx_gso: u64,
+    /// Frames dropped for a short or invalid virtio-net header.
+    pub rx_bad_vnet: u64,
+    /// Reads that failed with something other than "nothing to read".
+    pub rx_errors: u64,
+    /// Frames written to the device.
+    pub tx_packets: u64,
+    /// Bytes of those frames.
+    pub tx_bytes: u64,
+    /// Transmitted super-packets.
+    pub tx_gso: u64,
+    /// Frames the device refused, or that had no headroom for the virtio-net header.
+    pub tx_errors: u64,
+    /// Frames handed to `send` that did not leave (refused, or the device queue was full).
+    pub tx_dropped: u64,
+}
+
+/// A TAP device port. See the module documentation.
+pub struct TapPort {
+    dev: SyncDevice,
+    name: String,
+    mtu: usize,
+    stats: TapStats,
+}
+
+impl std::fmt::Debug for TapPort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TapPort")
+            .field("name", &self.name)
+            .field("fd", &self.dev.as_raw_fd())
+            .field("mtu", &self.mtu)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+impl TapPort {
+    /// Create (or attach to) TAP device `name`, bring it up, and open it with virtio-net
+    /// headers and offloads on, non-blocking.
+    pub fn open(name: &str) -> io::Result<TapPort> {
+        let ctx = |what: &str, e: io::Error| {
+            let hint = if e.kind() == io::ErrorKind::PermissionDenied {
+                " (TAP devices need root or CAP_NET_ADMIN)"
+            } else {
+                ""
+            };
+            io::Error::new(e.kind(), format!("tap:{name}: {what}: {e}{hint}"))
+        };
+        let dev = DeviceBuilder::new()
+            .name(name)
+            .layer(Layer::L2)
+            .offload(true)
+            .enable(true)
+            .build_sync()
+            .map_err(|e| ctx("creating the device", e))?;
+        if !dev.tcp_gso() {
+            return Err(io::Error::other(format!(
+                "tap:{name}: the kernel refused IFF_VNET_HDR / TUNSETOFFLOAD"
+            )));
+        }
+        dev.set_nonblocking(true).map_err(|e| ctx("set_nonblocking", e))?;
+        let mtu = dev.mtu().map(usize::from).unwrap_or(1500);
+        Ok(TapPort { dev, name: format!("tap:{name}"), mtu, stats: TapStats::default() })
+    }
+
+    /// This port's counters.
+    pub fn stats(&self) -> TapStats {
+        self.stats
+    }
+
+    /// The kernel's name of the device.
+    pub fn ifname(&self) -> io::Result<String> {
+        self.dev.name()
+    }
+}
+
+impl Port for TapPort {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn recv(&mut self, now: Instant, batch: &mut Batch) -> io::Result<usize> {
+        let mut got = 0;
+        while !batch.is_full() {
+            let Some(p) = batch.push_slot() else { break };
+            p.reserve_frame(RX_FRAME_ROOM);
+            let n = match self.dev.recv(p.recv_area()) {
+                Ok(n) => n,
+                Err(e) => {
+                    batch.pop_slot();
+                    return match e.kind() {
+                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(got),
+                        _ => {
+                            self.stats.rx_errors += 1;
+                            if got > 0 { Ok(got) } else { Err(e) }
+                        }
+                    };
+                }
+            };
+            // The virtio-net header sits in front of the frame: parse it, then move the frame
+            // start past it (into the headroom; nothing is copied).
+            let off = match p
+                .set_len(n)
+                .ok()
+                .and_then(|()| VnetHdr::parse(p.data()).and_then(|h| h.to_offload()).ok())
+            {
+                Some(off) if p.pull_front(VNET_HDR_LEN).is_ok() => off,
+                _ => {
+                    self.stats.rx_bad_vnet += 1;
+                    batch.pop_slot();
+                    continue;
+                }
+            };
+            p.meta.offload = off;
+            p.meta.rx_time = now;
+            self.stats.rx_packets += 1;
+            self.stats.rx_bytes += p.len() as u64;
+            if off.gso.is_some() {
+                self.stats.rx_gso += 1;
+            }
+            got += 1;
+        }
+        Ok(got)
+    }
+
+    fn send(&mut self, _now: Instant, batch: &mut Batch) -> io::Result<usize> {
+        let mut sent = 0;
+        for p in batch.iter_mut() {
+            let hdr = VnetHdr::from_offload(&p.meta.offload, p.data()).to_bytes();
+            let Ok(front) = p.push_front(VNET_HDR_LEN) else {
+                self.stats.tx_errors += 1;
+                continue;
+            };
+            front.copy_from_slice(&hdr);
+            let r = self.dev.send(p.data());
+            // Restore the frame as it was; cannot fail, the bytes were just pushed.
+            let _ = p.pull_front(VNET_HDR_LEN);
+            match r {
+                Ok(_) => {
+                    sent += 1;
+                    self.stats.tx_packets += 1;
+                    self.stats.tx_bytes += p.len() as u64;
+                    if p.meta.offload.gso.is_some() {
+                        self.stats.tx_gso += 1;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(_) => self.stats.tx_errors += 1,
+            }
+        }
+        self.stats.tx_dropped += (batch.len() - sent) as u64;
+        Ok(sent)
+    }
+
+    fn poll_fd(&self) -> Option<RawFd> {
+        Some(self.dev.as_raw_fd())
+    }
+
+    fn caps(&self) -> PortCaps {
+        PortCaps { gso: true, max_frame: self.mtu + 18 }
+    }
+
+    fn counters(&self) -> PortCounters {
+        let s = &self.stats;
+        PortCounters {
+            rx_packets: s.rx_packets,
+            rx_bytes: s.rx_bytes,
+            rx_errors: s.rx_bad_vnet + s.rx_errors,
+            tx_packets: s.tx_packets,
+            tx_bytes: s.tx_bytes,
+            tx_dropped: s.tx_dropped,
+        }
+    }
+}

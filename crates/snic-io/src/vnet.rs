@@ -1,0 +1,300 @@
+//! The virtio-net header (`struct virtio_net_hdr`, 10 bytes) that AF_PACKET sockets with
+//! `PACKET_VNET_HDR` and TAP devices with `IFF_VNET_HDR` put in front of every frame.
+//!
+//! It carries the frame's segmentation (GSO) and checksum-offload state: a super-packet of up to
+//! 64 KiB that is still to be cut into `gso_size`-byte segments, and an L4 checksum that is
+//! partial (only the pseudo-header sum is filled in). [`VnetHdr`] parses and emits the header and
+//! maps it to and from [`snic_pipeline::meta::Offload`].
+//!
+//! Layout (all multi-byte fields little-endian, as the kernel uses for these sockets and devices
+//! on a little-endian host and for virtio 1.0):
+//!
+//! ```text
+//! 0      flags        u8   NEEDS_CSUM = 1, DATA_VALID = 2
+//! 1      gso_type     u8   NONE = 0, TCPV4 = 1, UDP = 3 (UFO, refused), TCPV6 = 4, UDP_L4 = 5, | ECN 0x80
+//! 2..4   hdr_len      u16  length of all headers up to the L4 payload
+//! 4..6   gso_size     u16  payload bytes per segment
+//! 6..8   csum_start   u16  where checksumming starts, from the frame start
+//! 8..10  csum_offset  u16  where the checksum is stored, from csum_start
+//! ```
+//!
+//! This module is sans-IO: it only reads and writes bytes.
+
+use core::fmt;
+use snic_pipeline::meta::{Gso, GsoKind, Offload};
+
+/// Size of the header in bytes.
+pub const VNET_HDR_LEN: usize = 10;
+
+/// `flags`: the L4 checksum is partial and must be completed from `csum_start`.
+pub const FLAG_NEEDS_CSUM: u8 = 1;
+/// `flags`: the checksum was already verified (receive only).
+pub const FLAG_DATA_VALID: u8 = 2;
+
+/// `gso_type`: not a super-packet.
+pub const GSO_NONE: u8 = 0;
+/// `gso_type`: TCP over IPv4 super-packet.
+pub const GSO_TCPV4: u8 = 1;
+/// `gso_type`: UDP fragmentation offload (obsolete, refused here).
+pub const GSO_UDP: u8 = 3;
+/// `gso_type`: TCP over IPv6 super-packet.
+pub const GSO_TCPV6: u8 = 4;
+/// `gso_type`: UDP segmentation (each segment a datagram of its own).
+pub const GSO_UDP_L4: u8 = 5;
+/// `gso_type` bit: the TCP stream uses ECN (CWR set on the first segment only).
+pub const GSO_ECN: u8 = 0x80;
+
+/// A malformed or unsupported virtio-net header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum VnetError {
+    /// Fewer than [`VNET_HDR_LEN`] bytes.
+    Truncated {
+        /// Bytes needed.
+        need: usize,
+        /// Bytes present.
+        got: usize,
+    },
+    /// A `gso_type` this port does not handle (the raw value, ECN bit included).
+    UnsupportedGsoType(u8),
+    /// A super-packet with `gso_size` zero.
+    ZeroGsoSize,
+    /// Flag bits other than NEEDS_CSUM and DATA_VALID are set (the raw flags).
+    UnknownFlags(u8),
+}
+
+impl fmt::Display for VnetError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            VnetError::Truncated { need, got } => {
+                write!(f, "virtio-net header truncated: need {need} bytes, got {got}")
+            }
+            VnetError::UnsupportedGsoType(t) => {
+                write!(f, "virtio-net header: unsupported gso_type {t:#04x}")
+            }
+            VnetError::ZeroGsoSize => {
+                write!(f, "virtio-net header: GSO super-packet with gso_size 0")
+            }
+            VnetError::UnknownFlags(x) => write!(f, "virtio-net header: unknown flags {x:#04x}"),
+        }
+    }
+}
+
+impl std::error::Error for VnetError {}
+
+/// The decoded fields of a virtio-net header, as they are on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct VnetHdr {
+    /// `FLAG_*` bits.
+    pub flags: u8,
+    /// One of the `GSO_*` values, possibly with [`GSO_ECN`].
+    pub gso_type: u8,
+    /// Length of the headers up to the L4 payload.
+    pub hdr_len: u16,
+    /// Payload bytes per segment.
+    pub gso_size: u16,
+    /// Start of the checksummed range, from the frame start.
+    pub csum_start: u16,
+    /// Offset of the checksum field from `csum_start`.
+    pub csum_offset: u16,
+}
+
+impl VnetHdr {
+    /// Decode the first [`VNET_HDR_LEN`] bytes of `buf`. Only the length is checked here; use
+    /// [`VnetHdr::to_offload`] to validate the contents.
+    pub fn parse(buf: &[u8]) -> Result<VnetHdr, VnetError> {
+        let Some(b) = buf.get(..VNET_HDR_LEN) else {
+            return Err(VnetError::Truncated { need: VNET_HDR_LEN, got: buf.len() });
+        };
+        let le = |i: usize| u16::from_le_bytes([b[i], b[i + 1]]);
+        Ok(VnetHdr {
+            flags: b[0],
+            gso_type: b[1],
+            hdr_len: le(2),
+            gso_size: le(4),
+            csum_start: le(6),
+            csum_offset: le(8),
+        })
+    }
+
+    /// Encode into `out`, which must hold at least [`VNET_HDR_LEN`] bytes.
+    pub fn emit(&self, out: &mut [u8]) -> Result<(), VnetError> {
+        let got = out.len();
+        let Some(b) = out.get_mut(..VNET_HDR_LEN) else {
+            return Err(VnetError::Truncated { need: VNET_HDR_LEN, got });
+        };
+        b[0] = self.flags;
+        b[1] = self.gso_type;
+        b[2..4].copy_from_slice(&self.hdr_len.to_le_bytes());
+        b[4..6].copy_from_slice(&self.gso_size.to_le_bytes());
+        b[6..8].copy_from_slice(&self.csum_start.to_le_bytes());
+        b[8..10].copy_from_slice(&self.csum_offset.to_le_bytes());
+        Ok(())
+    }
+
+    /// The header as bytes.
+    pub fn to_bytes(&self) -> [u8; VNET_HDR_LEN] {
+        let mut b = [0u8; VNET_HDR_LEN];
+        // Cannot fail: the array is exactly VNET_HDR_LEN long.
+        let _ = self.emit(&mut b);
+        b
+    }
+
+    /// True when the ECN bit of `gso_type` is set.
+    pub fn ecn(&self) -> bool {
+        self.gso_type & GSO_ECN != 0
+    }
+
+    /// The pipeline's view of this header. DATA_VALID is accepted and dropped (the pipeline
+    /// re-verifies nothing it does not rewrite); the ECN bit is recovered on transmit from the
+    /// TCP header (see [`VnetHdr::from_offload`]).
+    pub fn to_offload(&self) -> Result<Offload, VnetError> {
+        let unknown = self.flags & !(FLAG_NEEDS_CSUM | FLAG_DATA_VALID);
+        if unknown != 0 {
+            return Err(VnetError::UnknownFlags(self.flags));
+        }
+        let csum_partial =
+            (self.flags & FLAG_NEEDS_CSUM != 0).then_some((self.csum_start, self.csum_offset));
+        let kind = match self.gso_type & !GSO_ECN {
+            GSO_NONE => return Ok(Offload { csum_partial, gso: None }),
+            GSO_TCPV4 => GsoKind::TcpV4,
+            GSO_TCPV6 => GsoKind::TcpV6,
+            GSO_UDP_L4 => GsoKind::UdpL4,
+            _ => return Err(VnetError::UnsupportedGsoType(self.gso_type)),
+        };
+        if self.gso_size == 0 {
+            return Err(VnetError::ZeroGsoSize);
+        }
+        Ok(Offload {
+            csum_partial,
+            gso: Some(Gso { kind, size: self.gso_size, hdr_len: self.hdr_len }),
+        })
+    }
+
+    /// The header to send `frame` with, given its offload state. For a TCP super-packet the ECN
+    /// bit is set when the TCP header (found at `csum_start`) has CWR set, as the kernel expects.
+    pub fn from_offload(off: &Offload, frame: &[u8]) -> VnetHdr {
+        let mut h = VnetHdr::default();
+        if let Some((start, offset)) = off.csum_partial {
+            h.flags = FLAG_NEEDS_CSUM;
+            h.csum_start = start;
+            h.csum_offset = offset;
+        }
+        if let Some(gso) = off.gso {
+            h.gso_size = gso.size;
+            h.hdr_len = gso.hdr_len;
+            h.gso_type = match gso.kind {
+                GsoKind::TcpV4 => GSO_TCPV4,
+                GsoKind::TcpV6 => GSO_TCPV6,
+                GsoKind::UdpL4 => GSO_UDP_L4,
+            };
+            if matches!(gso.kind, GsoKind::TcpV4 | GsoKind::TcpV6) {
+                // TCP flags are byte 13 of the TCP header; CWR is bit 0x80.
+                let flags_at = usize::from(h.csum_start) + 13;
+                if h.flags & FLAG_NEEDS_CSUM != 0
+                    && frame.get(flags_at).is_some_and(|f| f & 0x80 != 0)
+                {
+                    h.gso_type |= GSO_ECN;
+                }
+            }
+        }
+        h
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A TCPv4 super-packet header as the kernel hands it over on a veth: NEEDS_CSUM, csum at
+    /// 14 + 20 = 34, offset 16, hdr_len 66 (Ethernet + IPv4 + TCP with timestamps), MSS 1448.
+    const TCP4: [u8; 10] = [0x01, 0x01, 66, 0, 0xa8, 0x05, 34, 0, 16, 0];
+
+    #[test]
+    fn parse_tcpv4_super_packet() {
+        let h = VnetHdr::parse(&TCP4).unwrap();
+        assert_eq!(
+            h,
+            VnetHdr {
+                flags: FLAG_NEEDS_CSUM,
+                gso_type: GSO_TCPV4,
+                hdr_len: 66,
+                gso_size: 1448,
+                csum_start: 34,
+                csum_offset: 16
+            }
+        );
+        let off = h.to_offload().unwrap();
+        assert_eq!(
+            off,
+            Offload {
+                csum_partial: Some((34, 16)),
+                gso: Some(Gso { kind: GsoKind::TcpV4, size: 1448, hdr_len: 66 }),
+            }
+        );
+    }
+
+    #[test]
+    fn emit_round_trips_byte_exact() {
+        let h = VnetHdr::parse(&TCP4).unwrap();
+        assert_eq!(h.to_bytes(), TCP4);
+        let off = h.to_offload().unwrap();
+        // The TCP header at 34 has flags ACK only: no ECN bit.
+        let mut frame = [0u8; 66];
+        frame[34 + 13] = 0x10;
+        assert_eq!(VnetHdr::from_offload(&off, &frame).to_bytes(), TCP4);
+    }
+
+    #[test]
+    fn ecn_bit_follows_cwr() {
+        let off = VnetHdr::parse(&TCP4).unwrap().to_offload().unwrap();
+        let mut frame = [0u8; 66];
+        frame[34 + 13] = 0x90; // CWR | ACK
+        let h = VnetHdr::from_offload(&off, &frame);
+        assert_eq!(h.gso_type, GSO_TCPV4 | GSO_ECN);
+        assert!(h.ecn());
+        // ECN on receive maps to the same kind.
+        let back = h.to_offload().unwrap();
+        assert_eq!(back.gso.unwrap().kind, GsoKind::TcpV4);
+    }
+
+    #[test]
+    fn tcpv6_and_udp_l4() {
+        // IPv6: csum_start 14 + 40 = 54 (0x36), offset 16; MSS 1428 = 0x0594.
+        let b = [0x01, 0x04, 86, 0, 0x94, 0x05, 0x36, 0, 16, 0];
+        let off = VnetHdr::parse(&b).unwrap().to_offload().unwrap();
+        assert_eq!(off.gso, Some(Gso { kind: GsoKind::TcpV6, size: 1428, hdr_len: 86 }));
+        assert_eq!(VnetHdr::from_offload(&off, &[]).to_bytes(), b);
+        // UDP_L4 over IPv4: csum at 34, offset 6, hdr_len 42, 1200-byte datagrams (0x04b0).
+        let b = [0x01, 0x05, 42, 0, 0xb0, 0x04, 34, 0, 6, 0];
+        let off = VnetHdr::parse(&b).unwrap().to_offload().unwrap();
+        assert_eq!(off.gso, Some(Gso { kind: GsoKind::UdpL4, size: 1200, hdr_len: 42 }));
+        assert_eq!(off.csum_partial, Some((34, 6)));
+        assert_eq!(VnetHdr::from_offload(&off, &[]).to_bytes(), b);
+    }
+
+    #[test]
+    fn plain_frame_is_all_zero() {
+        let off = VnetHdr::parse(&[0; 10]).unwrap().to_offload().unwrap();
+        assert_eq!(off, Offload::default());
+        assert_eq!(VnetHdr::from_offload(&Offload::default(), &[]).to_bytes(), [0; 10]);
+        // DATA_VALID alone: nothing to do.
+        let off = VnetHdr::parse(&[2, 0, 0, 0, 0, 0, 0, 0, 0, 0]).unwrap().to_offload().unwrap();
+        assert_eq!(off, Offload::default());
+    }
+
+    #[test]
+    fn bad_headers_are_typed_errors() {
+        assert_eq!(VnetHdr::parse(&[0; 9]), Err(VnetError::Truncated { need: 10, got: 9 }));
+        assert_eq!(
+            VnetHdr::default().emit(&mut [0u8; 4]),
+            Err(VnetError::Truncated { need: 10, got: 4 })
+        );
+        let ufo = VnetHdr { gso_type: GSO_UDP, gso_size: 1000, ..Default::default() };
+        assert_eq!(ufo.to_offload(), Err(VnetError::UnsupportedGsoType(GSO_UDP)));
+        let zero = VnetHdr { gso_type: GSO_TCPV4, ..Default::default() };
+        assert_eq!(zero.to_offload(), Err(VnetError::ZeroGsoSize));
+        let flags = VnetHdr { flags: 0x41, ..Default::default() };
+        assert_eq!(flags.to_offload(), Err(VnetError::UnknownFlags(0x41)));
+    }
+}

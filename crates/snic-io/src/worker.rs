@@ -1,0 +1,471 @@
+//! Workers: the code that moves batches between ports and pipelines.
+//!
+//! - [`Node`] is one pipeline with its ports, driven by one thread: receive from every port,
+//!   run the batch through the pipeline, transmit what it decided. The testbed runs nodes on the
+//!   simulated clock; the runtime runs one node on the real clock when it has one worker.
+//! - [`WorkerPool`] runs N pipelines on N threads behind bounded queues; the runtime's I/O loop
+//!   owns the ports, spreads packets by RSS hash (all packets of a flow go to one worker) and
+//!   transmits what the workers hand back. A full queue is a counted drop, never a block.
+//!
+//! Counting follows the pipeline's contract: the pipeline counts packets received and every
+//! drop inside it; the I/O side counts, in its own [`Counters`] (ports table only), packets
+//! transmitted and packets that could not be (`tx_queue_full`, `tx_error`), and packets that
+//! never entered a pipeline (`pipeline_full`, `rx_error`). Merged with
+//! [`Counters::merge`], every packet is accounted for exactly once.
+
+use crate::port::{Port, PortCounters};
+use snic_pipeline::{Batch, Counters, DropReason, MAX_BATCH, Pipeline, PortId};
+use snic_time::{Clock, Instant, MonotonicClock};
+use std::io;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Hand the packets of a processed `batch` to their egress ports, in order, and count the
+/// outcome in `io`. Flooded packets (`PortId::FLOOD`) are copied to every port but their
+/// ingress. `tx` holds one reusable batch per port. Leaves `batch` empty.
+pub fn transmit(
+    now: Instant,
+    batch: &mut Batch,
+    ports: &mut [Box<dyn Port>],
+    tx: &mut [Batch],
+    io: &mut Counters,
+) {
+    // Flooded packets: copy to every other port (copies go into recycled buffers).
+    for p in batch.iter() {
+        let Some(egress) = p.meta.egress else {
+            continue;
+        };
+        if !egress.is_flood() {
+            continue;
+        }
+        for (j, t) in tx.iter_mut().enumerate() {
+            if j == usize::from(p.meta.ingress.0) {
+                continue;
+            }
+            if t.is_full() {
+                send_one(now, &mut ports[j], t, j, io);
+            }
+            if let Some(c) = t.push_frame(p.data()) {
+                c.meta = p.meta.clone();
+            }
+        }
+    }
+    for (j, t) in tx.iter_mut().enumerate() {
+        let id = PortId(j as u16);
+        loop {
+            batch.drain_into(t, |p| p.meta.egress == Some(id));
+            if t.is_empty() {
+                break;
+            }
+            let full = t.is_full();
+            send_one(now, &mut ports[j], t, j, io);
+            if !full {
+                break;
+            }
+        }
+    }
+    // What is left: flooded originals (already copied) and packets for ports that do not exist.
+    for p in batch.iter() {
+        match p.meta.egress {
+            Some(e) if e.is_flood() => {}
+            Some(e) => io.port_mut(e).tx_drops.add(DropReason::TxError),
+            None => io.port_mut(p.meta.ingress).tx_drops.add(DropReason::NoEgress),
+        }
+    }
+    batch.clear();
+    for (j, t) in tx.iter_mut().enumerate() {
+        if !t.is_empty() {
+            send_one(now, &mut ports[j], t, j, io);
+        }
+    }
+}
+
+fn send_one(now: Instant, port: &mut Box<dyn Port>, t: &mut Batch, j: usize, io: &mut Counters) {
+    let id = PortId(j as u16);
+    let (sent, reason) = match port.send(now, t) {
+        Ok(n) => (n.min(t.len()), DropReason::TxQueueFull),
+        Err(_) => (0, DropReason::TxError),
+    };
+    let c = io.port_mut(id);
+    for (i, p) in t.iter().enumerate() {
+        if i < sent {
+            c.tx(p.len());
+        } else {
+            c.tx_drops.add(reason);
+        }
+    }
+    t.clear();
+}
+
+/// Receive from `port` (index `j`) into `rx`, stamping the ingress port. Returns how many
+/// packets arrived; a receive error is counted once as `rx_error`.
+pub fn receive(
+    now: Instant,
+    port: &mut dyn Port,
+    j: usize,
+    rx: &mut Batch,
+    io: &mut Counters,
+) -> usize {
+    let start = rx.len();
+    if let Err(_e) = port.recv(now, rx) {
+        io.port_mut(PortId(j as u16)).rx_drops.add(DropReason::RxError);
+    }
+    let id = PortId(j as u16);
+    for p in &mut rx.packets_mut()[start..] {
+        p.meta.ingress = id;
+    }
+    rx.len() - start
+}
+
+/// One pipeline and its ports, driven by one thread.
+#[derive(Debug)]
+pub struct Node {
+    name: String,
+    pipeline: Pipeline,
+    ports: Vec<Box<dyn Port>>,
+    rx: Batch,
+    tx: Vec<Batch>,
+    io: Counters,
+}
+
+impl Node {
+    /// A node running `pipeline` over `ports` (port `i` is `PortId(i)`), receiving batches of
+    /// up to `batch_size` packets (capped at [`MAX_BATCH`]).
+    pub fn new(
+        name: impl Into<String>,
+        pipeline: Pipeline,
+        ports: Vec<Box<dyn Port>>,
+        batch_size: usize,
+    ) -> Self {
+        let tx = ports.iter().map(|_| Batch::new(MAX_BATCH)).collect();
+        Node {
+            name: name.into(),
+            pipeline,
+            ports,
+            rx: Batch::new(batch_size),
+            tx,
+            io: Counters::default(),
+        }
+    }
+
+    /// The node's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// One round: receive a batch from each port in turn, process it, transmit the result.
+    /// Returns how many packets were received.
+    pub fn poll(&mut self, now: Instant) -> usize {
+        let mut total = 0;
+        for j in 0..self.ports.len() {
+            self.rx.clear();
+            let n = receive(now, self.ports[j].as_mut(), j, &mut self.rx, &mut self.io);
+            if n == 0 {
+                continue;
+            }
+            total += n;
+            self.pipeline.process(now, &mut self.rx);
+            transmit(now, &mut self.rx, &mut self.ports, &mut self.tx, &mut self.io);
+        }
+        total
+    }
+
+    /// The earliest [`Port::poll_timeout`] of the node's ports.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.ports.iter().filter_map(|p| p.poll_timeout()).min()
+    }
+
+    /// True when every port that reports exhaustion has (finite sources are done). Ports that
+    /// never exhaust (sinks, sockets) are ignored only if `finite` marks them so.
+    pub fn finite_sources_exhausted(&self, finite: &[bool]) -> bool {
+        self.ports.iter().zip(finite).filter(|(_, f)| **f).all(|(p, _)| p.is_exhausted())
+    }
+
+    /// The poll descriptors of the ports that have one.
+    pub fn poll_fds(&self, out: &mut Vec<std::os::fd::RawFd>) {
+        out.extend(self.ports.iter().filter_map(|p| p.poll_fd()));
+    }
+
+    /// Pipeline counters merged with the I/O side's (transmit and receive-side drops).
+    pub fn counters(&self) -> Counters {
+        let mut c = self.pipeline.counters();
+        c.merge(&self.io);
+        c
+    }
+
+    /// Each port's name and own counters.
+    pub fn port_counters(&self) -> Vec<(String, PortCounters)> {
+        self.ports.iter().map(|p| (p.name().to_string(), p.counters())).collect()
+    }
+
+    /// Flush the ports and the pipeline's capture stages.
+    pub fn flush(&mut self) -> io::Result<()> {
+        let mut first = Ok(());
+        for p in &mut self.ports {
+            if let Err(e) = p.flush()
+                && first.is_ok()
+            {
+                first = Err(e);
+            }
+        }
+        if let Err(e) = self.pipeline.flush()
+            && first.is_ok()
+        {
+            first = Err(e);
+        }
+        first
+    }
+
+    /// The pipeline (for control-plane changes between rounds).
+    pub fn pipeline_mut(&mut self) -> &mut Pipeline {
+        &mut self.pipeline
+    }
+}
+
+/// How often a worker publishes a counter snapshot for live stats.
+const PUBLISH_EVERY: Duration = Duration::from_millis(100);
+
+/// One worker thread's handle.
+#[derive(Debug)]
+struct WorkerHandle {
+    to: SyncSender<Batch>,
+    in_flight: usize,
+    thread: Option<JoinHandle<Pipeline>>,
+    snapshot: Arc<Mutex<Counters>>,
+}
+
+/// N pipelines on N threads, fed through bounded queues, handing processed batches back.
+#[derive(Debug)]
+pub struct WorkerPool {
+    workers: Vec<WorkerHandle>,
+    done: Receiver<(usize, Batch)>,
+    in_flight: usize,
+    spare: Vec<Batch>,
+    batch_size: usize,
+    queue_depth: usize,
+}
+
+impl WorkerPool {
+    /// Start one thread per pipeline. Each worker's input queue holds `queue_depth` batches.
+    pub fn start(
+        pipelines: Vec<Pipeline>,
+        queue_depth: usize,
+        batch_size: usize,
+        clock: MonotonicClock,
+    ) -> io::Result<Self> {
+        let (done_tx, done) = mpsc::channel();
+        let mut workers = Vec::with_capacity(pipelines.len());
+        for (k, mut pipeline) in pipelines.into_iter().enumerate() {
+            let (to, from) = mpsc::sync_channel::<Batch>(queue_depth.max(1));
+            let done_tx = done_tx.clone();
+            let snapshot = Arc::new(Mutex::new(pipeline.counters()));
+            let snap = snapshot.clone();
+            let thread =
+                std::thread::Builder::new().name(format!("snic-worker-{k}")).spawn(move || {
+                    let mut last = clock.now();
+                    loop {
+                        match from.recv_timeout(PUBLISH_EVERY) {
+                            Ok(mut batch) => {
+                                let now = clock.now();
+                                pipeline.process(now, &mut batch);
+                                if done_tx.send((k, batch)).is_err() {
+                                    break;
+                                }
+                            }
+                            Err(RecvTimeoutError::Timeout) => {}
+                            Err(RecvTimeoutError::Disconnected) => break,
+                        }
+                        let now = clock.now();
+                        if now - last >= PUBLISH_EVERY {
+                            last = now;
+                            if let Ok(mut s) = snap.lock() {
+                                *s = pipeline.counters();
+                            }
+                        }
+                    }
+                    pipeline
+                })?;
+            workers.push(WorkerHandle { to, in_flight: 0, thread: Some(thread), snapshot });
+        }
+        Ok(WorkerPool {
+            workers,
+            done,
+            in_flight: 0,
+            spare: Vec::new(),
+            batch_size,
+            queue_depth: queue_depth.max(1),
+        })
+    }
+
+    /// Number of workers.
+    pub fn len(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// True with no workers.
+    pub fn is_empty(&self) -> bool {
+        self.workers.is_empty()
+    }
+
+    /// Batches handed to workers and not yet returned.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// True when every worker's queue has room for `extra` more batches. The runtime reads
+    /// replay sources (files, generators) only then, so they are paced by the workers instead
+    /// of overflowing their queues.
+    pub fn has_room(&self, extra: usize) -> bool {
+        self.workers.iter().all(|w| w.in_flight + extra <= self.queue_depth)
+    }
+
+    /// An empty batch for staging packets (recycled).
+    pub fn take_batch(&mut self) -> Batch {
+        self.spare.pop().unwrap_or_else(|| Batch::new(self.batch_size))
+    }
+
+    /// Give back a batch that is no longer needed.
+    pub fn give_batch(&mut self, mut b: Batch) {
+        b.clear();
+        self.spare.push(b);
+    }
+
+    /// Queue `batch` to worker `k`. On a full queue the batch comes back (the caller counts
+    /// its packets as `pipeline_full` drops); never blocks.
+    pub fn submit(&mut self, k: usize, batch: Batch) -> Result<(), Batch> {
+        let Some(w) = self.workers.get_mut(k) else { return Err(batch) };
+        match w.to.try_send(batch) {
+            Ok(()) => {
+                w.in_flight += 1;
+                self.in_flight += 1;
+                Ok(())
+            }
+            Err(TrySendError::Full(b) | TrySendError::Disconnected(b)) => Err(b),
+        }
+    }
+
+    /// A processed batch and the worker that processed it, if one is ready (waiting at most
+    /// `wait`).
+    pub fn completed(&mut self, wait: Duration) -> Option<(usize, Batch)> {
+        let r = if wait.is_zero() {
+            self.done.try_recv().ok()
+        } else {
+            self.done.recv_timeout(wait).ok()
+        };
+        let (k, b) = r?;
+        self.in_flight = self.in_flight.saturating_sub(1);
+        if let Some(w) = self.workers.get_mut(k) {
+            w.in_flight = w.in_flight.saturating_sub(1);
+        }
+        Some((k, b))
+    }
+
+    /// The latest counter snapshots of every worker, merged.
+    pub fn snapshot(&self) -> Counters {
+        let mut c = Counters::default();
+        for w in &self.workers {
+            if let Ok(s) = w.snapshot.lock() {
+                c.merge(&s);
+            }
+        }
+        c
+    }
+
+    /// Stop the workers (after the caller drained [`WorkerPool::completed`]) and return their
+    /// pipelines.
+    pub fn join(mut self) -> Vec<Pipeline> {
+        let mut out = Vec::with_capacity(self.workers.len());
+        for w in &mut self.workers {
+            // Replacing the sender with a dead one disconnects the worker's queue.
+            let (dead, _) = mpsc::sync_channel(0);
+            let to = core::mem::replace(&mut w.to, dead);
+            drop(to);
+        }
+        for w in &mut self.workers {
+            if let Some(t) = w.thread.take()
+                && let Ok(p) = t.join()
+            {
+                out.push(p);
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::null::NullPort;
+    use crate::vlink::{LinkConfig, VLink};
+
+    fn stamped(b: &mut Batch, frames: &[(u8, Option<PortId>)], ingress: u16) {
+        for (tag, egress) in frames {
+            let p = b.push_frame(&[*tag; 60]).unwrap();
+            p.meta.egress = *egress;
+            p.meta.ingress = PortId(ingress);
+        }
+    }
+
+    #[test]
+    fn transmit_routes_floods_and_counts() {
+        let (a0, mut b0) = VLink::symmetric("l0", LinkConfig::default(), 1);
+        let (a1, mut b1) = VLink::symmetric("l1", LinkConfig::default(), 1);
+        let mut ports: Vec<Box<dyn Port>> =
+            vec![Box::new(a0), Box::new(a1), Box::new(NullPort::new())];
+        let mut tx: Vec<Batch> = (0..3).map(|_| Batch::new(MAX_BATCH)).collect();
+        let mut io = Counters::default();
+        let mut b = Batch::new(16);
+        stamped(
+            &mut b,
+            &[
+                (1, Some(PortId(1))),
+                (2, Some(PortId::FLOOD)),
+                (3, Some(PortId(0))),
+                (4, Some(PortId(9))),
+            ],
+            2,
+        );
+        transmit(Instant::ZERO, &mut b, &mut ports, &mut tx, &mut io);
+        assert!(b.is_empty());
+        let mut rx = Batch::new(16);
+        b0.recv(Instant::ZERO, &mut rx).unwrap();
+        assert_eq!(rx.iter().map(|p| p.data()[0]).collect::<Vec<_>>(), vec![2, 3]);
+        rx.clear();
+        b1.recv(Instant::ZERO, &mut rx).unwrap();
+        assert_eq!(rx.iter().map(|p| p.data()[0]).collect::<Vec<_>>(), vec![2, 1]);
+        assert_eq!(io.port(PortId(0)).unwrap().tx_packets, 2);
+        assert_eq!(io.port(PortId(1)).unwrap().tx_packets, 2);
+        // The flood did not go back out of its ingress (port 2).
+        assert_eq!(io.port(PortId(2)).map_or(0, |p| p.tx_packets), 0);
+        assert_eq!(io.port(PortId(9)).unwrap().tx_drops.get(DropReason::TxError), 1);
+    }
+
+    #[test]
+    fn pool_processes_and_returns_batches() {
+        let pipes = (0..2).map(|_| Pipeline::from_strs(&["l2fwd"]).unwrap()).collect();
+        let mut pool = WorkerPool::start(pipes, 2, 32, MonotonicClock::new()).unwrap();
+        for k in 0..2 {
+            let mut b = pool.take_batch();
+            stamped(&mut b, &[(k as u8, None)], 0);
+            pool.submit(k, b).unwrap();
+        }
+        let mut got = 0;
+        while pool.in_flight() > 0 {
+            if let Some((_, b)) = pool.completed(Duration::from_secs(5)) {
+                // Default l2fwd map sends port 0 to port 1.
+                assert_eq!(b.packets()[0].meta.egress, Some(PortId(1)));
+                got += 1;
+                pool.give_batch(b);
+            }
+        }
+        assert_eq!(got, 2);
+        let pipes = pool.join();
+        let mut c = Counters::default();
+        for p in &pipes {
+            c.merge(&p.counters());
+        }
+        assert_eq!(c.port(PortId(0)).unwrap().rx_packets, 2);
+    }
+}

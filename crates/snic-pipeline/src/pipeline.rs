@@ -1,0 +1,604 @@
+//! A pipeline: a chain of stages built from configuration, with its counters and trace.
+//!
+//! The contract with the I/O layer: **after [`Pipeline::process`], the batch holds only packets to
+//! transmit, each with `meta.egress = Some(port)`**; every other packet was removed and counted
+//! under exactly one drop reason. A packet no stage gave an egress port is dropped as
+//! `no_egress` by the final `output` step (which has its own counters). An egress of
+//! [`PortId::FLOOD`] means "every port but `meta.ingress`"; the I/O layer fans it out.
+//!
+//! The pipeline also assigns each packet its sequence number (`meta.seq`, from 1), counts it
+//! received on its ingress port, and applies the trace filter. The I/O layer counts what it does
+//! after `process` (transmitted packets, transmit and receive drops) with
+//! [`Pipeline::count_tx`], [`Pipeline::count_tx_drop`] and [`Pipeline::count_rx_drop`].
+//!
+//! A pipeline is `Send`; each worker builds its own from the same [`PipelineConfig`] and the
+//! monitor sums their [`Counters`] with [`Counters::merge`].
+//!
+//! Stages are written as strings ([`StageSpec`]), in code or in TOML:
+//!
+//! ```toml
+//! stages = ["parse", "classify", "l2fwd:learn", "tap:/tmp/out.pcap"]
+//! ports = 2
+//! trace = "udp dst 4791"
+//! ```
+
+use crate::Batch;
+use crate::counters::{Counters, StageCounters};
+use crate::drop::DropReason;
+use crate::meta::PortId;
+use crate::rss::{DEFAULT_KEY, Toeplitz};
+use crate::stage::{Stage, StageCtx};
+use crate::stages::{Classify, L2Fwd, Parse, Tap, l2fwd};
+use crate::trace::{FilterError, TraceEvent, TraceFilter, TraceRing, TraceWhat};
+use core::fmt;
+use core::str::FromStr;
+use core::time::Duration;
+use snic_time::Instant;
+use std::io::Write;
+
+/// One stage of a pipeline, as configured. Written and read as a string:
+///
+/// | string | stage |
+/// |---|---|
+/// | `parse` | parse; drop malformed packets |
+/// | `parse:pass` | parse; keep malformed packets (error in `meta.stack.error`) |
+/// | `classify` | RDMA/other classification, drop bad ICRC |
+/// | `classify:mark` | same, but only mark bad ICRC (`roce.icrc_ok = false`) |
+/// | `l2fwd` | static forwarding, default map (0 <-> 1, 2 <-> 3, ...) |
+/// | `l2fwd:0=1,1=0` | static forwarding with this map |
+/// | `l2fwd:learn` | MAC learning and flooding |
+/// | `tap:PATH` | copy packets to a pcap capture opened by the I/O layer |
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum StageSpec {
+    /// `parse` / `parse:pass`.
+    Parse {
+        /// Keep packets whose headers did not all parse.
+        pass_malformed: bool,
+    },
+    /// `classify` / `classify:mark`.
+    Classify {
+        /// Drop RDMA packets whose ICRC does not verify.
+        enforce_icrc: bool,
+    },
+    /// `l2fwd` / `l2fwd:I=E,...`: static map; empty means the default pairs.
+    L2Static(Vec<(u16, u16)>),
+    /// `l2fwd:learn`.
+    L2Learn,
+    /// `tap:PATH`.
+    Tap(String),
+}
+
+/// A stage string that does not name a stage; says what was wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpecError(pub String);
+
+impl fmt::Display for SpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SpecError {}
+
+impl FromStr for StageSpec {
+    type Err = SpecError;
+
+    fn from_str(s: &str) -> Result<Self, SpecError> {
+        let s = s.trim();
+        let (kind, arg) = match s.split_once(':') {
+            Some((k, a)) => (k, Some(a)),
+            None => (s, None),
+        };
+        let bad = |why: &str| SpecError(format!("stage `{s}`: {why}"));
+        match (kind, arg) {
+            ("parse", None | Some("drop")) => Ok(StageSpec::Parse { pass_malformed: false }),
+            ("parse", Some("pass")) => Ok(StageSpec::Parse { pass_malformed: true }),
+            ("classify", None | Some("enforce")) => Ok(StageSpec::Classify { enforce_icrc: true }),
+            ("classify", Some("mark")) => Ok(StageSpec::Classify { enforce_icrc: false }),
+            ("l2fwd", None) => Ok(StageSpec::L2Static(Vec::new())),
+            ("l2fwd", Some("learn")) => Ok(StageSpec::L2Learn),
+            ("l2fwd", Some(map)) => {
+                let mut pairs = Vec::new();
+                for pair in map.split(',') {
+                    let (i, e) =
+                        pair.split_once('=').ok_or_else(|| bad("expected IN=OUT pairs"))?;
+                    let i = i.trim().parse::<u16>().map_err(|_| bad("bad port number"))?;
+                    let e = e.trim().parse::<u16>().map_err(|_| bad("bad port number"))?;
+                    if i == u16::MAX || e == u16::MAX {
+                        return Err(bad("port 65535 is reserved for flooding"));
+                    }
+                    pairs.push((i, e));
+                }
+                Ok(StageSpec::L2Static(pairs))
+            }
+            ("tap", Some(path)) if !path.is_empty() => Ok(StageSpec::Tap(path.to_owned())),
+            ("tap", _) => Err(bad("needs a path: tap:PATH")),
+            ("parse" | "classify", Some(_)) => Err(bad("unknown option")),
+            _ => Err(bad("unknown stage (parse, classify, l2fwd, tap)")),
+        }
+    }
+}
+
+impl TryFrom<String> for StageSpec {
+    type Error = SpecError;
+    fn try_from(s: String) -> Result<Self, SpecError> {
+        s.parse()
+    }
+}
+
+impl fmt::Display for StageSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StageSpec::Parse { pass_malformed: false } => f.write_str("parse"),
+            StageSpec::Parse { pass_malformed: true } => f.write_str("parse:pass"),
+            StageSpec::Classify { enforce_icrc: true } => f.write_str("classify"),
+            StageSpec::Classify { enforce_icrc: false } => f.write_str("classify:mark"),
+            StageSpec::L2Static(pairs) if pairs.is_empty() => f.write_str("l2fwd"),
+            StageSpec::L2Static(pairs) => {
+                f.write_str("l2fwd:")?;
+                for (n, (i, e)) in pairs.iter().enumerate() {
+                    if n > 0 {
+                        f.write_str(",")?;
+                    }
+                    write!(f, "{i}={e}")?;
+                }
+                Ok(())
+            }
+            StageSpec::L2Learn => f.write_str("l2fwd:learn"),
+            StageSpec::Tap(path) => write!(f, "tap:{path}"),
+        }
+    }
+}
+
+impl From<StageSpec> for String {
+    fn from(s: StageSpec) -> String {
+        s.to_string()
+    }
+}
+
+fn default_ports() -> u16 {
+    2
+}
+fn default_trace_capacity() -> usize {
+    1024
+}
+fn default_mac_capacity() -> usize {
+    l2fwd::DEFAULT_MAC_CAPACITY
+}
+fn default_mac_age_secs() -> u64 {
+    l2fwd::DEFAULT_MAC_AGE.as_secs()
+}
+
+/// Everything needed to build a pipeline; deserialisable from TOML or JSON.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineConfig {
+    /// The stages, in order.
+    pub stages: Vec<StageSpec>,
+    /// Number of ports (for the default `l2fwd` map). Default 2.
+    #[serde(default = "default_ports")]
+    pub ports: u16,
+    /// RSS key as 80 hex digits; default the Microsoft verification key.
+    #[serde(default)]
+    pub rss_key: Option<String>,
+    /// Trace filter expression (see [`TraceFilter::parse`]); none traces nothing.
+    #[serde(default)]
+    pub trace: Option<String>,
+    /// Most trace events kept before the oldest are dropped. Default 1024.
+    #[serde(default = "default_trace_capacity")]
+    pub trace_capacity: usize,
+    /// MAC-table capacity of `l2fwd:learn`. Default 4096.
+    #[serde(default = "default_mac_capacity")]
+    pub mac_capacity: usize,
+    /// Seconds before a learned MAC expires. Default 300.
+    #[serde(default = "default_mac_age_secs")]
+    pub mac_age_secs: u64,
+}
+
+impl PipelineConfig {
+    /// A configuration with these stages and every other setting at its default.
+    pub fn new(stages: Vec<StageSpec>) -> Self {
+        PipelineConfig {
+            stages,
+            ports: default_ports(),
+            rss_key: None,
+            trace: None,
+            trace_capacity: default_trace_capacity(),
+            mac_capacity: default_mac_capacity(),
+            mac_age_secs: default_mac_age_secs(),
+        }
+    }
+
+    /// Parse stage strings (`["parse", "classify", "l2fwd"]`) into a default configuration.
+    pub fn from_strs(stages: &[&str]) -> Result<Self, SpecError> {
+        Ok(Self::new(stages.iter().map(|s| s.parse()).collect::<Result<_, _>>()?))
+    }
+}
+
+/// Why a pipeline could not be built.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// The RSS key is not 80 hex digits.
+    BadRssKey(String),
+    /// The trace filter does not parse.
+    BadTrace(FilterError),
+    /// The I/O layer could not open a tap's sink.
+    Sink {
+        /// The tap's path.
+        path: String,
+        /// What went wrong.
+        err: std::io::Error,
+    },
+    /// The pcap header could not be written to a tap's sink.
+    Pcap {
+        /// The tap's path.
+        path: String,
+        /// What went wrong.
+        err: pcap_file::PcapError,
+    },
+}
+
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BuildError::BadRssKey(why) => write!(f, "bad RSS key: {why}"),
+            BuildError::BadTrace(e) => write!(f, "{e}"),
+            BuildError::Sink { path, err } => write!(f, "cannot open tap sink {path}: {err}"),
+            BuildError::Pcap { path, err } => {
+                write!(f, "cannot write pcap header to {path}: {err}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for BuildError {}
+
+/// Parse an RSS key written as 80 hex digits.
+pub fn parse_rss_key(hex: &str) -> Result<[u8; 40], BuildError> {
+    let hex = hex.trim();
+    if hex.len() != 80 || !hex.is_ascii() {
+        return Err(BuildError::BadRssKey(format!(
+            "need 80 hex digits, got {} characters",
+            hex.len()
+        )));
+    }
+    let mut key = [0u8; 40];
+    for (i, k) in key.iter_mut().enumerate() {
+        *k = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)
+            .map_err(|_| BuildError::BadRssKey(format!("not hex at position {}", 2 * i)))?;
+    }
+    Ok(key)
+}
+
+/// Opens the sink of a `tap:PATH` stage; supplied by the I/O layer (the pipeline opens nothing).
+pub type SinkOpener<'a> = dyn FnMut(&str) -> std::io::Result<Box<dyn Write + Send>> + 'a;
+
+/// A chain of stages with its counters and trace ring.
+pub struct Pipeline {
+    stages: Vec<Box<dyn Stage>>,
+    counters: Counters,
+    output: StageCounters,
+    trace: TraceRing,
+    filter: Option<TraceFilter>,
+    next_seq: u64,
+}
+
+impl fmt::Debug for Pipeline {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pipeline")
+            .field("stages", &self.stages.iter().map(|s| s.name()).collect::<Vec<_>>())
+            .field("next_seq", &self.next_seq)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Pipeline {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Pipeline {
+    /// An empty pipeline (every packet is dropped as `no_egress`); add stages with
+    /// [`Pipeline::push`].
+    pub fn new() -> Self {
+        Pipeline {
+            stages: Vec::new(),
+            counters: Counters::default(),
+            output: StageCounters::new("output"),
+            trace: TraceRing::new(default_trace_capacity()),
+            filter: None,
+            next_seq: 0,
+        }
+    }
+
+    /// Build the pipeline `cfg` describes. `open_sink` opens the sink of each `tap:PATH`.
+    pub fn build(cfg: &PipelineConfig, open_sink: &mut SinkOpener<'_>) -> Result<Self, BuildError> {
+        let key = match &cfg.rss_key {
+            Some(hex) => parse_rss_key(hex)?,
+            None => DEFAULT_KEY,
+        };
+        let mut p = Pipeline::new();
+        p.trace = TraceRing::new(cfg.trace_capacity);
+        if let Some(expr) = &cfg.trace {
+            p.filter = Some(TraceFilter::parse(expr).map_err(BuildError::BadTrace)?);
+        }
+        let mut rss = None;
+        for spec in &cfg.stages {
+            let stage: Box<dyn Stage> = match spec {
+                StageSpec::Parse { pass_malformed } => {
+                    let t = rss.get_or_insert_with(|| Toeplitz::new(key)).clone();
+                    Box::new(Parse::new(t, *pass_malformed))
+                }
+                StageSpec::Classify { enforce_icrc } => Box::new(Classify::new(*enforce_icrc)),
+                StageSpec::L2Static(pairs) if pairs.is_empty() => {
+                    let pairs: Vec<(u16, u16)> =
+                        (0..cfg.ports / 2 * 2).map(|i| (i, i ^ 1)).collect();
+                    Box::new(L2Fwd::with_map(&pairs))
+                }
+                StageSpec::L2Static(pairs) => Box::new(L2Fwd::with_map(pairs)),
+                StageSpec::L2Learn => Box::new(L2Fwd::learning(
+                    cfg.mac_capacity,
+                    Duration::from_secs(cfg.mac_age_secs),
+                )),
+                StageSpec::Tap(path) => {
+                    let sink = open_sink(path)
+                        .map_err(|err| BuildError::Sink { path: path.clone(), err })?;
+                    let tap = Tap::new(sink)
+                        .map_err(|err| BuildError::Pcap { path: path.clone(), err })?;
+                    Box::new(tap.named(format!("tap:{path}")))
+                }
+            };
+            p.push(stage);
+        }
+        Ok(p)
+    }
+
+    /// Build from stage strings with default settings and no taps allowed to open files: a
+    /// `tap:` stage makes this fail with [`BuildError::Sink`].
+    pub fn from_strs(stages: &[&str]) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
+        let cfg = PipelineConfig::from_strs(stages)?;
+        let mut no_sinks = |_: &str| -> std::io::Result<Box<dyn Write + Send>> {
+            Err(std::io::Error::other("no sink opener given"))
+        };
+        Ok(Self::build(&cfg, &mut no_sinks).map_err(|e| e.to_string())?)
+    }
+
+    /// Append a stage (a custom one: vSwitch, P4 program, ...).
+    pub fn push(&mut self, stage: Box<dyn Stage>) {
+        self.counters.stages.push(StageCounters::new(stage.name()));
+        self.stages.push(stage);
+    }
+
+    /// The stages' names, in order.
+    pub fn stage_names(&self) -> impl Iterator<Item = &str> {
+        self.stages.iter().map(|s| s.name())
+    }
+
+    /// Trace packets matching `filter` from now on (`None`: stop tracing).
+    pub fn set_trace_filter(&mut self, filter: Option<TraceFilter>) {
+        self.filter = filter;
+    }
+
+    /// Run `batch` through every stage. Afterwards the batch holds only packets to transmit, each
+    /// with `meta.egress = Some(port)`; every other packet was counted under one drop reason.
+    pub fn process(&mut self, now: Instant, batch: &mut Batch) {
+        for p in batch.iter_mut() {
+            self.next_seq += 1;
+            p.meta.seq = self.next_seq;
+            self.counters.port_mut(p.meta.ingress).rx(p.len());
+        }
+        if let Some(f) = self.filter.filter(TraceFilter::is_entry_only) {
+            select(&f, batch, &mut self.trace, "input");
+        }
+        for (stage, c) in self.stages.iter_mut().zip(self.counters.stages.iter_mut()) {
+            c.packets_in += batch.len() as u64;
+            c.bytes_in += batch.iter().map(|p| p.len() as u64).sum::<u64>();
+            stage.process(now, batch, &mut StageCtx::new(c, &mut self.trace));
+            c.packets_out += batch.len() as u64;
+            if let Some(f) = self.filter.filter(|f| !f.is_entry_only()) {
+                select(&f, batch, &mut self.trace, stage.name());
+            }
+        }
+        let c = &mut self.output;
+        c.packets_in += batch.len() as u64;
+        c.bytes_in += batch.iter().map(|p| p.len() as u64).sum::<u64>();
+        let mut ctx = StageCtx::new(c, &mut self.trace);
+        ctx.each(batch, |p, _| match p.meta.egress {
+            Some(_) => Ok(()),
+            None => Err(DropReason::NoEgress),
+        });
+        c.packets_out += batch.len() as u64;
+    }
+
+    /// Count a packet the I/O layer transmitted on `port`.
+    pub fn count_tx(&mut self, port: PortId, bytes: usize) {
+        self.counters.port_mut(port).tx(bytes);
+    }
+
+    /// Count a packet that was to leave by `port` and did not (queue full, transmit error).
+    pub fn count_tx_drop(&mut self, port: PortId, reason: DropReason) {
+        self.counters.port_mut(port).tx_drops.add(reason);
+    }
+
+    /// Count a packet dropped on `port` before it entered the pipeline.
+    pub fn count_rx_drop(&mut self, port: PortId, reason: DropReason) {
+        self.counters.port_mut(port).rx_drops.add(reason);
+    }
+
+    /// A snapshot of the counters: one entry per stage, then `output` (the `no_egress` drops),
+    /// then ports.
+    pub fn counters(&self) -> Counters {
+        let mut c = self.counters.clone();
+        c.stages.push(self.output.clone());
+        c
+    }
+
+    /// Set every counter to zero.
+    pub fn reset_counters(&mut self) {
+        self.counters.reset();
+        self.output = StageCounters::new("output");
+    }
+
+    /// Take the trace events recorded so far, oldest first.
+    pub fn drain_trace(&mut self) -> impl Iterator<Item = TraceEvent> + '_ {
+        self.trace.drain()
+    }
+
+    /// Trace events lost because the ring was full.
+    pub fn trace_lost(&self) -> u64 {
+        self.trace.lost()
+    }
+
+    /// Flush every stage (capture writers).
+    pub fn flush(&mut self) -> std::io::Result<()> {
+        for s in &mut self.stages {
+            s.flush()?;
+        }
+        Ok(())
+    }
+}
+
+/// Mark the untraced packets of `batch` that `f` matches, recording where they were selected.
+#[cold]
+fn select(f: &TraceFilter, batch: &mut Batch, ring: &mut TraceRing, at: &str) {
+    for p in batch.iter_mut() {
+        if !p.meta.trace && f.matches(p) {
+            p.meta.trace = true;
+            ring.push(TraceEvent {
+                seq: p.meta.seq,
+                stage: at.to_owned(),
+                what: TraceWhat::Selected { stack: p.meta.stack },
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_round_trip() {
+        for s in [
+            "parse",
+            "parse:pass",
+            "classify",
+            "classify:mark",
+            "l2fwd",
+            "l2fwd:0=1,1=0,2=3",
+            "l2fwd:learn",
+            "tap:/tmp/x.pcap",
+        ] {
+            let spec: StageSpec = s.parse().unwrap();
+            assert_eq!(spec.to_string(), s);
+        }
+        assert_eq!("l2fwd:0=1".parse::<StageSpec>(), Ok(StageSpec::L2Static(vec![(0, 1)])));
+        assert_eq!(
+            "parse:drop".parse::<StageSpec>(),
+            Ok(StageSpec::Parse { pass_malformed: false })
+        );
+    }
+
+    #[test]
+    fn bad_specs_say_why() {
+        for (s, why) in [
+            ("frob", "unknown stage"),
+            ("tap", "needs a path"),
+            ("tap:", "needs a path"),
+            ("l2fwd:0-1", "IN=OUT"),
+            ("l2fwd:0=x", "bad port"),
+            ("l2fwd:0=65535", "reserved"),
+            ("parse:maybe", "unknown option"),
+        ] {
+            let e = s.parse::<StageSpec>().unwrap_err();
+            assert!(e.0.contains(why), "{s}: {e}");
+        }
+    }
+
+    #[test]
+    fn config_from_toml() {
+        let cfg: PipelineConfig = toml::from_str(
+            r#"
+            stages = ["parse", "classify:mark", "l2fwd:learn", "tap:/tmp/t.pcap"]
+            ports = 4
+            trace = "class rdma"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(
+            cfg.stages,
+            vec![
+                StageSpec::Parse { pass_malformed: false },
+                StageSpec::Classify { enforce_icrc: false },
+                StageSpec::L2Learn,
+                StageSpec::Tap("/tmp/t.pcap".into())
+            ]
+        );
+        assert_eq!(cfg.ports, 4);
+        assert_eq!(cfg.mac_capacity, l2fwd::DEFAULT_MAC_CAPACITY);
+        assert!(toml::from_str::<PipelineConfig>(r#"stages = ["nope"]"#).is_err());
+        assert!(toml::from_str::<PipelineConfig>("stages = []\nfrob = 1").is_err());
+    }
+
+    #[test]
+    fn build_opens_taps_through_the_opener_and_checks_settings() {
+        let mut cfg = PipelineConfig::from_strs(&["parse", "tap:a.pcap", "l2fwd"]).unwrap();
+        let mut opened = Vec::new();
+        let p = Pipeline::build(&cfg, &mut |path: &str| {
+            opened.push(path.to_owned());
+            Ok(Box::new(std::io::sink()) as Box<dyn Write + Send>)
+        })
+        .unwrap();
+        assert_eq!(opened, vec!["a.pcap"]);
+        assert_eq!(p.stage_names().collect::<Vec<_>>(), vec!["parse", "tap:a.pcap", "l2fwd"]);
+        assert!(Pipeline::from_strs(&["tap:x"]).is_err());
+        cfg.rss_key = Some("00".into());
+        assert!(matches!(
+            Pipeline::build(&cfg, &mut |_: &str| Ok(
+                Box::new(std::io::sink()) as Box<dyn Write + Send>
+            )),
+            Err(BuildError::BadRssKey(_))
+        ));
+        cfg.rss_key = None;
+        cfg.trace = Some("udp sideways 1".into());
+        assert!(matches!(
+            Pipeline::build(&cfg, &mut |_: &str| Ok(
+                Box::new(std::io::sink()) as Box<dyn Write + Send>
+            )),
+            Err(BuildError::BadTrace(_))
+        ));
+    }
+
+    #[test]
+    fn rss_key_parses() {
+        let hex =
+            "6d5a56da255b0ec24167253d43a38fb0d0ca2bcbae7b30b477cb2da38030f20c6a42b73bbeac01fa";
+        assert_eq!(parse_rss_key(hex).unwrap(), DEFAULT_KEY);
+        assert!(parse_rss_key(&hex.replace('6', "g")).is_err());
+    }
+
+    #[test]
+    fn pipeline_is_send() {
+        fn is_send<T: Send>() {}
+        is_send::<Pipeline>();
+    }
+
+    #[test]
+    fn empty_pipeline_drops_everything_as_no_egress() {
+        let mut p = Pipeline::new();
+        let mut b = Batch::new(4);
+        b.push_frame(&[0; 10]).unwrap();
+        b.push_frame(&[0; 10]).unwrap().meta.egress = Some(PortId(3));
+        p.process(Instant::ZERO, &mut b);
+        assert_eq!(b.len(), 1);
+        let c = p.counters();
+        let out = c.stage("output").unwrap();
+        assert_eq!((out.packets_in, out.packets_out), (2, 1));
+        assert_eq!(out.drops.get(DropReason::NoEgress), 1);
+        assert_eq!(c.port(PortId(0)).unwrap().rx_packets, 2);
+        assert_eq!(b.packets()[0].meta.seq, 2);
+    }
+}

@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""Check a pcap written by snic with scapy: every checksum and every RoCEv2 ICRC must verify.
+
+Usage: check_pcap.py FILE.pcap
+
+For each packet, at every depth (outer and tunnelled inner headers alike), each IPv4, UDP, TCP,
+ICMP and ICMPv6 checksum is recomputed by scapy (the field is cleared and the packet rebuilt)
+and compared with the one in the file; an IPv4 UDP checksum of zero ("no checksum", as RoCEv2
+and VXLAN senders may use) is accepted. For each RoCEv2 packet the ICRC is recomputed with
+scapy's own BTH.compute_icrc and compared with the four bytes that end the UDP payload.
+
+Prints one line per packet and exits 1 if any packet failed, naming its index (from 1).
+"""
+
+import logging
+import sys
+
+logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
+
+from scapy.all import ICMP, IP, TCP, UDP, Ether, IPv6, NoPayload, rdpcap  # noqa: E402
+from scapy.contrib.roce import BTH  # noqa: E402
+from scapy.layers.inet6 import _ICMPv6  # noqa: E402
+import scapy.layers.vxlan  # noqa: E402,F401  (binds UDP 4789 to VXLAN)
+import scapy.contrib.geneve  # noqa: E402,F401  (binds UDP 6081 to Geneve)
+
+
+def layer_at(pkt, depth):
+    cur = pkt
+    for _ in range(depth):
+        cur = cur.payload
+    return cur
+
+
+def checksum_field(layer):
+    if isinstance(layer, (IP, UDP, TCP, ICMP)):
+        return "chksum"
+    if isinstance(layer, _ICMPv6) and "cksum" in layer.fields_desc_names():
+        return "cksum"
+    return None
+
+
+def _field_names(self):
+    return [f.name for f in self.fields_desc]
+
+
+# Small helper so checksum_field reads naturally.
+_ICMPv6.fields_desc_names = _field_names
+
+
+def check_checksums(pkt):
+    """Return a list of 'LAYER: carried X, computed Y' strings for mismatching checksums."""
+    bad = []
+    depth = 0
+    cur = pkt
+    while not isinstance(cur, NoPayload):
+        field = checksum_field(cur)
+        if field is not None:
+            carried = getattr(cur, field)
+            skip = isinstance(cur, UDP) and carried == 0 and isinstance(cur.underlayer, IP)
+            if not skip:
+                clone = pkt.copy()
+                setattr(layer_at(clone, depth), field, None)
+                rebuilt = Ether(bytes(clone))
+                computed = getattr(layer_at(rebuilt, depth), field, None)
+                if computed != carried:
+                    bad.append(f"{cur.name} (depth {depth}): carried {carried:#06x}, computed {computed:#06x}")
+        cur = cur.payload
+        depth += 1
+    return bad
+
+
+def check_icrc(pkt):
+    """None when the packet is not RoCEv2, else (ok, carried_hex, computed_hex)."""
+    if BTH not in pkt:
+        return None
+    udp = pkt[BTH].underlayer
+    if not isinstance(udp, UDP):
+        return (False, "", "BTH not over UDP")
+    # The ICRC is the last four bytes of the UDP payload (the frame may carry Ethernet padding).
+    udp_bytes = bytes(udp)[: udp.len]
+    carried = udp_bytes[-4:]
+    computed = pkt[BTH].compute_icrc(None)
+    return (carried == computed, carried.hex(), computed.hex())
+
+
+def main(argv):
+    if len(argv) != 2:
+        print("usage: check_pcap.py FILE.pcap", file=sys.stderr)
+        return 2
+    packets = rdpcap(argv[1])
+    failed = []
+    for index, pkt in enumerate(packets, start=1):
+        pkt = Ether(bytes(pkt))
+        problems = check_checksums(pkt)
+        icrc = check_icrc(pkt)
+        if icrc is not None and not icrc[0]:
+            problems.append(f"ICRC: carried {icrc[1]}, computed {icrc[2]}")
+        verdict = "ok" if not problems else "FAIL " + "; ".join(problems)
+        extra = "" if icrc is None else " icrc-checked"
+        print(f"{index}: {pkt.summary()}{extra}: {verdict}")
+        if problems:
+            failed.append(index)
+    if not packets:
+        print("no packets in file", file=sys.stderr)
+        return 1
+    if failed:
+        print(f"checksum/ICRC mismatch in packet(s): {', '.join(map(str, failed))}", file=sys.stderr)
+        return 1
+    print(f"all {len(packets)} packets verified")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

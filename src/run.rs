@@ -1,0 +1,480 @@
+//! `snic run`: ports and pipelines on worker threads, counters on exit and on SIGUSR1.
+//!
+//! The command line becomes a [`RunConfig`]: from `--config FILE` (TOML) and/or repeated
+//! `--port`, `--stage`, `--workers`, `--trace` (the command line wins over the file). With no
+//! arguments at all the embedded default runs: generated mixed traffic through parse, classify
+//! and l2fwd into a counting null sink; nothing of it needs root or files. Without ports the
+//! embedded default's ports are used; without stages the default chain (parse, classify, l2fwd
+//! between ports 0 and 1).
+//!
+//! The run ends when its finite inputs are exhausted, after `--duration`, or on SIGINT/SIGTERM
+//! (a clean stop: queues drain, pcap outputs flush, final counters print). SIGUSR1 prints the
+//! counters so far on stderr. With `--control PATH`, `snic stats --control PATH` reads them as
+//! JSON while the run goes on.
+//!
+//! Every port is wrapped in a [`ClassCountingPort`] that counts, per batch, the class of each
+//! packet it transmits: with the drop-reason counters this accounts for every packet's fate by
+//! class (forwarded RDMA, forwarded other, dropped why).
+
+use crate::stats::ControlServer;
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+use snic_io::runtime::{RunConfig, RunReport, Runtime};
+use snic_io::signal::Signals;
+use snic_io::{Port, PortCaps, PortCounters, PortSpec};
+use snic_pipeline::pipeline::StageSpec;
+use snic_pipeline::{Batch, Class, PortId};
+use snic_time::Instant;
+use std::io::{self, Write};
+use std::os::fd::RawFd;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How often the control socket's snapshot is refreshed while running.
+const CONTROL_REFRESH: Duration = Duration::from_millis(100);
+
+/// Arguments of `snic run`.
+#[derive(Debug, Default, clap::Args)]
+pub struct RunArgs {
+    /// TOML run configuration (ports, stages, workers, ...). Command-line options override it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// A port: afpacket:IFNAME, tap:NAME, pcap:IN[,OUT], udp:LOCAL,REMOTE, gen:N[,SEED] or null.
+    /// Repeat for more ports; port ids follow the order given (0, 1, ...).
+    #[arg(long = "port", value_name = "KIND:ARGS")]
+    pub ports: Vec<String>,
+    /// A pipeline stage, in order: parse, parse:pass, classify, classify:mark, l2fwd,
+    /// l2fwd:I=E,..., l2fwd:learn, tap:PATH. Repeat the option for each stage.
+    /// Default: parse, classify, l2fwd (between ports 0 and 1).
+    #[arg(long = "stage", value_name = "NAME")]
+    pub stages: Vec<String>,
+    /// Worker threads (each runs its own pipeline; flows are spread by RSS hash).
+    #[arg(long, value_name = "N")]
+    pub workers: Option<usize>,
+    /// Trace packets matching a filter, e.g. 'udp dst 4791', 'seq 1-10', 'class rdma'.
+    /// The events are printed when the run ends.
+    #[arg(long, value_name = "SPEC")]
+    pub trace: Option<String>,
+    /// Stop after this many seconds (default: until the inputs end or SIGINT/SIGTERM).
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<f64>,
+    /// Answer `snic stats --control PATH` on this Unix socket while running.
+    #[arg(long, value_name = "PATH")]
+    pub control: Option<PathBuf>,
+    /// Print the final counters as one JSON document instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl RunArgs {
+    /// True when no option at all was given: run the embedded default.
+    pub fn is_empty(&self) -> bool {
+        self.config.is_none()
+            && self.ports.is_empty()
+            && self.stages.is_empty()
+            && self.workers.is_none()
+            && self.trace.is_none()
+            && self.duration.is_none()
+            && self.control.is_none()
+            && !self.json
+    }
+
+    /// The duration as a `Duration`, rejecting negative and non-finite values.
+    pub fn duration(&self) -> Result<Option<Duration>> {
+        match self.duration {
+            None => Ok(None),
+            Some(s) if s.is_finite() && s >= 0.0 => Ok(Some(Duration::from_secs_f64(s))),
+            Some(s) => bail!("--duration must be a non-negative number of seconds, got {s}"),
+        }
+    }
+
+    /// Build the run configuration: the file (if any), then the command line on top.
+    pub fn config(&self) -> Result<RunConfig> {
+        let mut cfg = match &self.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read {}", path.display()))?;
+                RunConfig::from_toml(&text).with_context(|| format!("{}", path.display()))?
+            }
+            None => RunConfig::default(),
+        };
+        if !self.ports.is_empty() {
+            cfg.ports = self
+                .ports
+                .iter()
+                .map(|s| s.parse::<PortSpec>().with_context(|| format!("bad --port {s:?}")))
+                .collect::<Result<_>>()?;
+        }
+        if !self.stages.is_empty() {
+            cfg.stages = self
+                .stages
+                .iter()
+                .map(|s| {
+                    s.parse::<StageSpec>()
+                        .map_err(|e| anyhow::anyhow!("bad --stage {s:?}: {}", e.0))
+                })
+                .collect::<Result<_>>()?;
+        }
+        if let Some(w) = self.workers {
+            cfg.workers = w;
+        }
+        if let Some(t) = &self.trace {
+            cfg.trace = Some(t.clone());
+        }
+        Ok(cfg)
+    }
+}
+
+/// Packets transmitted, by class, shared between the port wrappers and the reporter.
+#[derive(Debug, Default)]
+pub struct ClassCounts {
+    /// Indexed by [`class_index`].
+    counts: [AtomicU64; 3],
+}
+
+fn class_index(c: Class) -> usize {
+    match c {
+        Class::Rdma => 0,
+        Class::Other => 1,
+        Class::Unclassified => 2,
+    }
+}
+
+impl ClassCounts {
+    /// `{"rdma": n, "other": n, "unclassified": n}`.
+    pub fn to_json(&self) -> Value {
+        let get = |c: Class| self.counts[class_index(c)].load(Ordering::Relaxed);
+        json!({
+            "rdma": get(Class::Rdma),
+            "other": get(Class::Other),
+            "unclassified": get(Class::Unclassified),
+        })
+    }
+}
+
+/// A port that counts the class of every packet it transmits, then hands the batch on.
+/// Counting is a loop over the batch and three atomic adds per batch: no allocation, no lock.
+pub struct ClassCountingPort {
+    inner: Box<dyn Port>,
+    classes: Arc<ClassCounts>,
+}
+
+impl std::fmt::Debug for ClassCountingPort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClassCountingPort").field("inner", &self.inner.name()).finish()
+    }
+}
+
+impl ClassCountingPort {
+    /// Wrap `inner`, counting into `classes`.
+    pub fn new(inner: Box<dyn Port>, classes: Arc<ClassCounts>) -> Self {
+        ClassCountingPort { inner, classes }
+    }
+}
+
+impl Port for ClassCountingPort {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn recv(&mut self, now: Instant, batch: &mut Batch) -> io::Result<usize> {
+        self.inner.recv(now, batch)
+    }
+    fn send(&mut self, now: Instant, batch: &mut Batch) -> io::Result<usize> {
+        let sent = self.inner.send(now, batch)?;
+        // `send` transmits in order: the first `sent` packets left.
+        let mut n = [0u64; 3];
+        for p in batch.iter().take(sent) {
+            n[class_index(p.meta.class)] += 1;
+        }
+        for (c, k) in self.classes.counts.iter().zip(n) {
+            if k != 0 {
+                c.fetch_add(k, Ordering::Relaxed);
+            }
+        }
+        Ok(sent)
+    }
+    fn poll_fd(&self) -> Option<RawFd> {
+        self.inner.poll_fd()
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.inner.poll_timeout()
+    }
+    fn is_exhausted(&self) -> bool {
+        self.inner.is_exhausted()
+    }
+    fn caps(&self) -> PortCaps {
+        self.inner.caps()
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+    fn counters(&self) -> PortCounters {
+        self.inner.counters()
+    }
+}
+
+/// Sum drop counts by reason over every stage and port.
+fn drops_by_reason(report: &RunReport) -> serde_json::Map<String, Value> {
+    let mut all = serde_json::Map::new();
+    let c = &report.counters;
+    let sets = c
+        .stages
+        .iter()
+        .map(|s| &s.drops)
+        .chain(c.ports.iter().flat_map(|p| [&p.rx_drops, &p.tx_drops]));
+    for d in sets {
+        for (key, n) in d.nonzero() {
+            let e = all.entry(key.to_string()).or_insert(json!(0));
+            *e = json!(e.as_u64().unwrap_or(0) + n);
+        }
+    }
+    all
+}
+
+/// The counters of a run as one JSON document (what `--json` and the control socket give).
+pub fn report_json(report: &RunReport, classes: &ClassCounts) -> Value {
+    let ports: Vec<Value> = report
+        .ports
+        .iter()
+        .map(|p| {
+            let pc = report.counters.port(PortId(p.id)).cloned().unwrap_or_default();
+            json!({
+                "id": p.id,
+                "name": p.name,
+                "rx_packets": pc.rx_packets,
+                "rx_bytes": pc.rx_bytes,
+                "tx_packets": pc.tx_packets,
+                "tx_bytes": pc.tx_bytes,
+                "rx_drops": pc.rx_drops,
+                "tx_drops": pc.tx_drops,
+                "device": p.counters,
+            })
+        })
+        .collect();
+    json!({
+        "workers": report.workers,
+        "elapsed_secs": report.elapsed_secs,
+        "ports": ports,
+        "stages": report.counters.stages,
+        "drops_total": report.counters.total_drops(),
+        "drops": drops_by_reason(report),
+        "classes": classes.to_json(),
+        "trace": report.trace,
+    })
+}
+
+/// The counters of a run as a human-readable table.
+pub fn report_text(report: &RunReport, classes: &ClassCounts) -> String {
+    let mut s = report.to_string();
+    let c = classes.to_json();
+    s.push_str(&format!(
+        "classes (packets forwarded): rdma {} other {} unclassified {}\n",
+        c["rdma"], c["other"], c["unclassified"]
+    ));
+    let drops = drops_by_reason(report);
+    if drops.is_empty() {
+        s.push_str("drops: none\n");
+    } else {
+        let parts: Vec<String> = drops.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        s.push_str(&format!("drops ({}): {}\n", report.counters.total_drops(), parts.join(", ")));
+    }
+    s
+}
+
+/// Entry point of `snic run`.
+pub fn run(args: RunArgs) -> Result<()> {
+    let duration = args.duration()?;
+    let embedded = args.is_empty();
+    let cfg = args.config()?;
+    let ports_desc: Vec<String> = cfg.ports.iter().map(ToString::to_string).collect();
+    let stages_desc: Vec<String> = cfg.stages.iter().map(|s| String::from(s.clone())).collect();
+    if embedded {
+        println!(
+            "snic run: embedded default (no root, no files): ports {} -> stages {}",
+            ports_desc.join(" + "),
+            stages_desc.join(" -> ")
+        );
+    }
+    tracing::info!(
+        "ports [{}], stages [{}], {} worker(s)",
+        ports_desc.join(", "),
+        stages_desc.join(", "),
+        cfg.workers
+    );
+
+    let classes = Arc::new(ClassCounts::default());
+    let mut ports: Vec<Box<dyn Port>> = Vec::with_capacity(cfg.ports.len());
+    let mut finite = Vec::with_capacity(cfg.ports.len());
+    for spec in &cfg.ports {
+        let port = spec.open().with_context(|| format!("cannot open port {spec}"))?;
+        ports.push(Box::new(ClassCountingPort::new(port, Arc::clone(&classes))));
+        finite.push(spec.is_finite_source());
+    }
+    let runtime = Runtime::with_ports(cfg, ports, finite).context("cannot start the runtime")?;
+
+    let signals = Signals::install().context("cannot install signal handlers")?;
+    let done = Arc::new(AtomicBool::new(false));
+    if let Some(d) = duration {
+        let stop = Arc::clone(&signals.stop);
+        let done = Arc::clone(&done);
+        std::thread::Builder::new().name("snic-duration".into()).spawn(move || {
+            let end = std::time::Instant::now() + d;
+            while !done.load(Ordering::Relaxed) {
+                let now = std::time::Instant::now();
+                if now >= end {
+                    stop.store(true, Ordering::Relaxed);
+                    break;
+                }
+                std::thread::sleep((end - now).min(Duration::from_millis(50)));
+            }
+        })?;
+    }
+
+    // With a control socket, a refresher asks the run loop for a snapshot every
+    // CONTROL_REFRESH (through its stats flag); SIGUSR1 is then relayed by the same callback.
+    let latest = Arc::new(Mutex::new(json!({"status": "starting", "ports": []}).to_string()));
+    let poke = Arc::new(AtomicBool::new(false));
+    let _server = match &args.control {
+        Some(path) => {
+            let latest = Arc::clone(&latest);
+            let server = ControlServer::spawn(path, move || {
+                latest.lock().map(|s| s.clone()).unwrap_or_default()
+            })?;
+            let poke = Arc::clone(&poke);
+            let done = Arc::clone(&done);
+            std::thread::Builder::new().name("snic-control-refresh".into()).spawn(move || {
+                while !done.load(Ordering::Relaxed) {
+                    poke.store(true, Ordering::Relaxed);
+                    std::thread::sleep(CONTROL_REFRESH);
+                }
+            })?;
+            Some(server)
+        }
+        None => None,
+    };
+    let stats_flag: &AtomicBool = if args.control.is_some() { &poke } else { &signals.stats };
+    let on_stats = |r: &RunReport| {
+        let print = args.control.is_none() || signals.take_stats_request();
+        if args.control.is_some() {
+            if let Ok(mut l) = latest.lock() {
+                *l = report_json(r, &classes).to_string();
+            }
+        }
+        if print {
+            let mut err = io::stderr().lock();
+            let _ = writeln!(err, "--- snic stats (SIGUSR1)\n{}", report_text(r, &classes));
+        }
+    };
+    let result = runtime.run(&signals.stop, stats_flag, on_stats);
+    done.store(true, Ordering::Relaxed);
+    let report = result.context("run failed")?;
+
+    let stdout = io::stdout();
+    let mut out = stdout.lock();
+    if args.json {
+        writeln!(out, "{}", report_json(&report, &classes))?;
+    } else {
+        if signals.stop_requested() {
+            writeln!(out, "stopped (signal or --duration); final counters:")?;
+        }
+        write!(out, "{}", report_text(&report, &classes))?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct T {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn parse(args: &[&str]) -> RunArgs {
+        T::try_parse_from(std::iter::once("run").chain(args.iter().copied())).expect("parses").run
+    }
+
+    #[test]
+    fn no_arguments_is_the_embedded_default() {
+        let a = parse(&[]);
+        assert!(a.is_empty());
+        assert_eq!(a.config().unwrap(), RunConfig::default());
+    }
+
+    #[test]
+    fn command_line_overrides_ports_stages_workers_trace() {
+        let a = parse(&[
+            "--port",
+            "gen:10",
+            "--port",
+            "null",
+            "--stage",
+            "parse",
+            "--stage",
+            "classify:mark",
+            "--workers",
+            "3",
+            "--trace",
+            "udp dst 4791",
+        ]);
+        let c = a.config().unwrap();
+        assert_eq!(c.ports, vec![PortSpec::Gen { count: 10, seed: 1 }, PortSpec::Null]);
+        assert_eq!(c.stages.len(), 2);
+        assert_eq!(String::from(c.stages[1].clone()), "classify:mark");
+        assert_eq!(c.workers, 3);
+        assert_eq!(c.trace.as_deref(), Some("udp dst 4791"));
+    }
+
+    #[test]
+    fn two_ports_without_stages_get_the_default_chain() {
+        let c = parse(&["--port", "gen:10", "--port", "null"]).config().unwrap();
+        let names: Vec<String> = c.stages.iter().map(|s| String::from(s.clone())).collect();
+        assert_eq!(names, ["parse", "classify", "l2fwd"]);
+    }
+
+    #[test]
+    fn bad_port_and_stage_and_duration_are_reported() {
+        let e = parse(&["--port", "bogus:1"]).config().unwrap_err();
+        assert!(format!("{e:#}").contains("bad --port \"bogus:1\""), "{e:#}");
+        let e = parse(&["--stage", "nonsense"]).config().unwrap_err();
+        assert!(e.to_string().contains("bad --stage \"nonsense\""), "{e}");
+        assert!(parse(&["--duration=-1"]).duration().is_err());
+        assert_eq!(
+            parse(&["--duration", "1.5"]).duration().unwrap(),
+            Some(Duration::from_millis(1500))
+        );
+    }
+
+    #[test]
+    fn config_file_is_read_and_the_command_line_wins() {
+        let p = std::env::temp_dir().join(format!("snic-run-cfg-{}.toml", std::process::id()));
+        std::fs::write(&p, "ports = [\"gen:5\", \"null\"]\nworkers = 2\n").unwrap();
+        let a = parse(&["--config", p.to_str().unwrap(), "--workers", "4"]);
+        let c = a.config().unwrap();
+        assert_eq!(c.ports, vec![PortSpec::Gen { count: 5, seed: 1 }, PortSpec::Null]);
+        assert_eq!(c.workers, 4);
+        std::fs::write(&p, "ports = [\"gen:5\"]\nbogus = 1\n").unwrap();
+        assert!(parse(&["--config", p.to_str().unwrap()]).config().is_err());
+        std::fs::remove_file(&p).unwrap();
+    }
+
+    #[test]
+    fn class_counting_port_counts_what_it_sends_by_class() {
+        let classes = Arc::new(ClassCounts::default());
+        let mut port =
+            ClassCountingPort::new(Box::new(snic_io::null::NullPort::new()), Arc::clone(&classes));
+        let mut b = Batch::new(8);
+        for c in [Class::Rdma, Class::Other, Class::Other, Class::Unclassified] {
+            b.push_frame(&[0u8; 60]).expect("room").meta.class = c;
+        }
+        let sent = port.send(Instant::ZERO, &mut b).unwrap();
+        assert_eq!(sent, 4);
+        assert_eq!(classes.to_json(), json!({"rdma": 1, "other": 2, "unclassified": 1}));
+    }
+}
