@@ -76,10 +76,18 @@ def check_icrc(pkt):
     udp = pkt[BTH].underlayer
     if not isinstance(udp, UDP):
         return (False, "", "BTH not over UDP")
-    # The ICRC is the last four bytes of the UDP payload (the frame may carry Ethernet padding).
-    udp_bytes = bytes(udp)[: udp.len]
+    ip = udp.underlayer
+    if not isinstance(ip, (IP, IPv6)):
+        return (False, "", "UDP of BTH not over IP")
+    # The ICRC is the last four bytes of the UDP payload. Trim anything after the IP datagram
+    # (Ethernet padding or trailer) first: scapy would hash it as BTH payload.
+    frame = bytes(pkt)
+    ip_at = len(frame) - len(bytes(ip))
+    ip_len = ip.len if isinstance(ip, IP) else 40 + ip.plen
+    trimmed = Ether(frame[: ip_at + ip_len])
+    udp_bytes = bytes(trimmed[BTH].underlayer)[: udp.len]
     carried = udp_bytes[-4:]
-    computed = pkt[BTH].compute_icrc(None)
+    computed = trimmed[BTH].compute_icrc(None)
     return (carried == computed, carried.hex(), computed.hex())
 
 

@@ -45,7 +45,7 @@ from scapy.all import (  # noqa: E402
     Raw,
 )
 from scapy.contrib.geneve import GENEVE, GeneveOptions  # noqa: E402
-from scapy.contrib.roce import AETH, BTH  # noqa: E402
+from scapy.contrib.roce import AETH, BTH, cnp  # noqa: E402
 from scapy.layers.vxlan import VXLAN  # noqa: E402
 
 ROCE_PORT = 4791
@@ -71,6 +71,7 @@ OPCODE_NAMES = {
     0x14: "RC_FETCH_ADD",
     0x17: "RC_SEND_ONLY_WITH_INVALIDATE",
     0x64: "UD_SEND_ONLY",
+    0x81: "CNP",
 }
 
 
@@ -151,7 +152,7 @@ def five(l3, src, dst, proto, sport=None, dport=None):
     return {"l3": l3, "src": src, "dst": dst, "proto": proto, "sport": sport, "dport": dport}
 
 
-def roce_exp(opcode, dqpn, psn, ack_req=False, se=False, pkey=0xFFFF, ext=None, icrc_ok=True):
+def roce_exp(opcode, dqpn, psn, ack_req=False, se=False, pkey=0xFFFF, ext=None, becn=False):
     r = {
         "opcode": opcode,
         "opcode_name": OPCODE_NAMES.get(opcode),
@@ -160,6 +161,8 @@ def roce_exp(opcode, dqpn, psn, ack_req=False, se=False, pkey=0xFFFF, ext=None, 
         "ack_req": ack_req,
         "se": se,
         "pkey": pkey,
+        "fecn": False,
+        "becn": becn,
     }
     r.update(ext or {})
     return r
@@ -518,6 +521,93 @@ def build():
             layers=["eth", "ipv6", "udp", "bth", "aeth"],
             **five("ipv6", "fe80::2", "fe80::1", 17, 0xC101, ROCE_PORT),
             roce=roce_exp(0x11, 0xBB, 0x123456, ext={"aeth": {"syndrome": 0, "msn": 1}}),
+            icrc_ok=True,
+            **{"class": "rdma"},
+        ),
+    )
+
+    # --- RoCEv2 edge cases ----------------------------------------------------------------
+    # Payload not a multiple of 4: pad count 3, three pad bytes before the ICRC.
+    roce_v4_pad = (
+        Ether(src=MAC_A, dst=MAC_B)
+        / IP(src="192.168.1.1", dst="192.168.1.2")
+        / UDP(sport=0xC200, dport=ROCE_PORT)
+        / BTH(opcode=0x04, dqpn=0x21, psn=500, padcount=3)
+        / Raw(b"thirteen-byte" + b"\x00" * 3)
+    )
+    c.add(
+        "roce_send_padded",
+        roce_v4_pad,
+        dict(
+            layers=["eth", "ipv4", "udp", "bth"],
+            **five("ipv4", "192.168.1.1", "192.168.1.2", 17, 0xC200, ROCE_PORT),
+            roce=roce_exp(0x04, 0x21, 500),
+            icrc_ok=True,
+            **{"class": "rdma"},
+        ),
+    )
+    # An ACK followed by 6 trailer bytes after the IP datagram (Ethernet padding/trailer): the
+    # ICRC is found by the UDP length, not at the end of the frame.
+    ack = bytes(
+        Ether(src=MAC_A, dst=MAC_B)
+        / IP(src="192.168.1.2", dst="192.168.1.1")
+        / UDP(sport=0xC201, dport=ROCE_PORT)
+        / BTH(opcode=0x11, dqpn=0x22, psn=501)
+        / AETH(syndrome=0, msn=3)
+    )
+    c.add(
+        "roce_ack_with_trailer",
+        None,
+        dict(
+            layers=["eth", "ipv4", "udp", "bth", "aeth"],
+            **five("ipv4", "192.168.1.2", "192.168.1.1", 17, 0xC201, ROCE_PORT),
+            roce=roce_exp(0x11, 0x22, 501, ext={"aeth": {"syndrome": 0, "msn": 3}}),
+            icrc_ok=True,
+            **{"class": "rdma"},
+        ),
+        raw=ack + b"\x00" * 6,
+    )
+    # A short frame padded to the Ethernet minimum: the padding is not UDP payload.
+    short = bytes(
+        Ether(src=MAC_A, dst=MAC_B) / IP(src="10.30.0.1", dst="10.30.0.2") / UDP(sport=1, dport=2) / Raw(b"hi")
+    )
+    c.add(
+        "ipv4_udp_eth_padding",
+        None,
+        dict(layers=["eth", "ipv4", "udp"], **five("ipv4", "10.30.0.1", "10.30.0.2", 17, 1, 2)),
+        raw=short + b"\x00" * (60 - len(short)),
+    )
+    # A CNP (congestion notification): BECN set, 16 reserved bytes; not an RC opcode.
+    c.add(
+        "roce_cnp",
+        Ether(src=MAC_A, dst=MAC_B)
+        / IP(src="192.168.1.2", dst="192.168.1.1", tos=0x03)
+        / UDP(sport=0xC202, dport=ROCE_PORT)
+        / cnp(0x23),
+        dict(
+            layers=["eth", "ipv4", "udp", "bth", "cnp"],
+            **five("ipv4", "192.168.1.2", "192.168.1.1", 17, 0xC202, ROCE_PORT),
+            roce=roce_exp(0x81, 0x23, 0, becn=True),
+            icrc_ok=True,
+        ),
+    )
+    # RoCEv2 inside a VXLAN tunnel: the BTH, its RETH and the ICRC are the inner datagram's.
+    c.add(
+        "vxlan_inner_roce_write",
+        Ether(src=MAC_A, dst=MAC_B)
+        / IP(src="10.40.0.1", dst="10.40.0.2")
+        / UDP(sport=49160, dport=4789)
+        / VXLAN(flags=0x08, vni=777)
+        / Ether(src=MAC_C, dst=MAC_D)
+        / IP(src="172.20.0.1", dst="172.20.0.2")
+        / UDP(sport=0xC203, dport=ROCE_PORT)
+        / BTH(opcode=0x0A, dqpn=0x24, psn=9, ackreq=1)
+        / Raw(reth(0x5000, 0x66, 16) + pay),
+        dict(
+            layers=["eth", "ipv4", "udp", "vxlan", "eth", "ipv4", "udp", "bth", "reth"],
+            vni=777,
+            **five("ipv4", "172.20.0.1", "172.20.0.2", 17, 0xC203, ROCE_PORT),
+            roce=roce_exp(0x0A, 0x24, 9, ack_req=True, ext={"reth": {"va": 0x5000, "rkey": 0x66, "dma_len": 16}}),
             icrc_ok=True,
             **{"class": "rdma"},
         ),

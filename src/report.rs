@@ -282,43 +282,37 @@ pub fn layer_details(frame: &[u8], stack: &Stack) -> Vec<String> {
 }
 
 fn layer_detail(frame: &[u8], l: &LayerAt) -> String {
+    use snic_wire::roce::ext;
     let at = frame.get(usize::from(l.offset)..).unwrap_or_default();
+    // Wrap the bytes in the layer's checked view, parse its Repr, show every field.
+    macro_rules! show {
+        ($view:path, $repr:path) => {
+            <$view>::new_checked(at).and_then(|v| <$repr>::parse(&v)).map(|r| format!("{r:?}"))
+        };
+    }
     let shown = match l.layer {
-        Layer::Eth => ethernet::Frame::new_checked(at)
-            .and_then(|v| ethernet::Repr::parse(&v))
-            .map(|r| format!("{r:?}")),
-        Layer::Vlan => ethernet::VlanTag::new_checked(at)
-            .and_then(|v| ethernet::VlanRepr::parse(&v))
-            .map(|r| format!("{r:?}")),
-        Layer::Ipv4 => ipv4::Packet::new_checked(at)
-            .and_then(|v| ipv4::Repr::parse(&v))
-            .map(|r| format!("{r:?}")),
-        Layer::Ipv6 => ipv6::Packet::new_checked(at)
-            .and_then(|v| ipv6::Repr::parse(&v))
-            .map(|r| format!("{r:?}")),
-        Layer::Udp => udp::Packet::new_checked(at)
-            .and_then(|v| udp::Repr::parse(&v))
-            .map(|r| format!("{r:?}")),
-        Layer::Tcp => tcp::Packet::new_checked(at).map(|v| {
-            format!(
-                "src_port: {}, dst_port: {}, seq: {}, ack: {}, flags: {:?}, header_len: {}",
-                v.src_port(),
-                v.dst_port(),
-                v.seq_number(),
-                v.ack_number(),
-                v.flags(),
-                v.header_len()
-            )
-        }),
-        Layer::Vxlan => vxlan::Packet::new_checked(at)
-            .and_then(|v| vxlan::Repr::parse(&v))
-            .map(|r| format!("{r:?}")),
-        Layer::Geneve => geneve::Packet::new_checked(at)
-            .and_then(|v| geneve::Repr::parse(&v))
-            .map(|r| format!("{r:?}")),
+        Layer::Eth => show!(ethernet::Frame<&[u8]>, ethernet::Repr),
+        Layer::Vlan => show!(ethernet::VlanTag<&[u8]>, ethernet::VlanRepr),
+        Layer::Arp => show!(snic_wire::arp::Packet<&[u8]>, snic_wire::arp::Repr),
+        Layer::Ipv4 => show!(ipv4::Packet<&[u8]>, ipv4::Repr),
+        Layer::Ipv6 => show!(ipv6::Packet<&[u8]>, ipv6::Repr),
+        Layer::Icmpv4 => show!(snic_wire::icmpv4::Packet<&[u8]>, snic_wire::icmpv4::Repr),
+        Layer::Icmpv6 => show!(snic_wire::icmpv6::Packet<&[u8]>, snic_wire::icmpv6::Repr),
+        Layer::Udp => show!(udp::Packet<&[u8]>, udp::Repr),
+        Layer::Tcp => show!(tcp::Packet<&[u8]>, tcp::Repr),
+        Layer::Vxlan => show!(vxlan::Packet<&[u8]>, vxlan::Repr),
+        Layer::Geneve => show!(geneve::Packet<&[u8]>, geneve::Repr),
+        Layer::Nvgre => show!(snic_wire::gre::Packet<&[u8]>, snic_wire::gre::NvgreRepr),
         Layer::Bth => bth::Header::new_checked(at)
             .and_then(|v| bth::Repr::parse(&v))
             .map(|r| format!("{} {r:?}", snic_wire::roce::opcode::name(r.opcode))),
+        Layer::Reth => show!(ext::Reth<&[u8]>, ext::RethRepr),
+        Layer::Aeth => show!(ext::Aeth<&[u8]>, ext::AethRepr),
+        Layer::AtomicEth => show!(ext::AtomicEth<&[u8]>, ext::AtomicEthRepr),
+        Layer::AtomicAckEth => show!(ext::AtomicAckEth<&[u8]>, ext::AtomicAckEthRepr),
+        Layer::ImmDt => show!(ext::ImmDt<&[u8]>, ext::ImmDtRepr),
+        Layer::Ieth => show!(ext::Ieth<&[u8]>, ext::IethRepr),
+        Layer::Deth => show!(ext::Deth<&[u8]>, ext::DethRepr),
         _ => Ok(hex_prefix(at, 16)),
     };
     shown.unwrap_or_else(|e| format!("(unreadable: {e})"))

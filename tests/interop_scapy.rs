@@ -80,6 +80,8 @@ fn check_packet(frame: &[u8], e: &Value, out: &mut Vec<String>) {
                 "ack_req",
                 "se",
                 "pkey",
+                "fecn",
+                "becn",
                 "reth",
                 "aeth",
                 "immdt",

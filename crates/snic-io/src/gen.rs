@@ -5,7 +5,9 @@
 //! carrying TCP, Geneve, NVGRE, ARP, ICMP and ICMPv6, RoCEv2 RC (SEND, WRITE, READ request and
 //! response, ACK, atomics, atomic ACK) with a correct ICRC, and a small share of malformed
 //! frames (truncated mid-header, RoCEv2 with a bad ICRC). Frames are assembled in place in the
-//! packet buffer's receive area: producing a frame allocates nothing.
+//! packet buffer's receive area with `snic-wire`'s `Repr::emit` APIs (Ethernet, IPv4, IPv6, UDP,
+//! TCP, VXLAN, Geneve, NVGRE, ARP, BTH and its extension headers, the ICRC); VLAN tags and the
+//! ICMP echo bodies are written directly. Producing a frame allocates nothing.
 //!
 //! Flows repeat (a few flows per kind) so that flow tables and RSS see realistic locality.
 
@@ -15,8 +17,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use snic_pipeline::Batch;
 use snic_time::Instant;
-use snic_wire::roce::icrc;
-use snic_wire::{checksum, ethernet, ipv4, ipv6, tcp, udp};
+use snic_wire::roce::{bth, ext, icrc};
+use snic_wire::{arp, checksum, ethernet, geneve, gre, ipv4, ipv6, tcp, udp, vxlan};
 use std::io;
 use std::net::IpAddr;
 
@@ -190,15 +192,6 @@ impl<'a> W<'a> {
     fn u16(&mut self, v: u16) {
         self.put(&v.to_be_bytes());
     }
-    fn u32(&mut self, v: u32) {
-        self.put(&v.to_be_bytes());
-    }
-    fn u64(&mut self, v: u64) {
-        self.put(&v.to_be_bytes());
-    }
-    fn u24(&mut self, v: u32) {
-        self.put(&v.to_be_bytes()[1..]);
-    }
     fn zeros(&mut self, n: usize) {
         for _ in 0..n {
             self.u8(0);
@@ -228,6 +221,18 @@ impl<'a> W<'a> {
             self.overflow = true;
         }
         r
+    }
+
+    /// Append `len` zero bytes and let `emit` write a header into them; an emit error marks
+    /// the frame bad (it is discarded and counted, never sent half-written).
+    fn header(&mut self, len: usize, emit: impl FnOnce(&mut [u8]) -> snic_wire::Result<()>) {
+        let at = self.pos;
+        self.zeros(len);
+        if let Some(b) = self.region(at, len)
+            && emit(b).is_err()
+        {
+            self.overflow = true;
+        }
     }
 
     /// Ethernet header (`snic_wire::ethernet::Repr`) with `tags` VLAN tags (TPID, VID; outer
@@ -474,14 +479,22 @@ impl Generator {
                 let dport = if kind == FrameKind::VxlanTcp { VXLAN_PORT } else { GENEVE_PORT };
                 let ou = w.udp(49_152 + u16::from(f) * 7, dport);
                 if kind == FrameKind::VxlanTcp {
-                    w.u32(0x0800_0000);
-                    w.u32(vni << 8);
+                    w.header(vxlan::HEADER_LEN, |b| {
+                        vxlan::Repr { vni }.emit(&mut vxlan::Packet::new_unchecked(b))
+                    });
                     w.eth(mac_b, mac_a, &[], ETH_IPV4);
                     tcp4(&mut w, ip_a, ip_b, sport, TCP_DPORT + 2, seq, payload, f);
                 } else {
-                    w.u16(0);
-                    w.u16(ETH_TEB);
-                    w.u32(vni << 8);
+                    let repr = geneve::Repr {
+                        oam: false,
+                        critical: false,
+                        protocol: ETH_TEB,
+                        vni,
+                        options: &[],
+                    };
+                    w.header(repr.buffer_len(), |b| {
+                        repr.emit(&mut geneve::Packet::new_unchecked(b))
+                    });
                     w.eth(mac_b, mac_a, &[], ETH_IPV4);
                     let ip = w.ipv4(ip_a, ip_b, PROTO_UDP, 0, seq as u16);
                     let u = w.udp(sport, UDP_DPORT + 1);
@@ -495,24 +508,25 @@ impl Generator {
             FrameKind::NvgreTcp => {
                 w.eth([0x02, 0, 0, 0xfe, 0, 1], [0x02, 0, 0, 0xfe, 0, 2], &[], ETH_IPV4);
                 let oip = w.ipv4([192, 168, 0, 1], [192, 168, 0, 2], PROTO_GRE, 0, seq as u16);
-                w.u16(0x2000);
-                w.u16(ETH_TEB);
-                w.u32(((5000 + flow) << 8) | u32::from(f));
+                let repr = gre::NvgreRepr { vsid: 5000 + flow, flow_id: f };
+                w.header(gre::NVGRE_HEADER_LEN, |b| repr.emit(&mut gre::Packet::new_unchecked(b)));
                 w.eth(mac_b, mac_a, &[], ETH_IPV4);
                 tcp4(&mut w, ip_a, ip_b, sport, TCP_DPORT + 3, seq, payload, f);
                 w.ipv4_finish(oip);
             }
             FrameKind::Arp => {
                 w.eth([0xff; 6], mac_a, &[], ETH_ARP);
-                w.u16(1);
-                w.u16(ETH_IPV4);
-                w.u8(6);
-                w.u8(4);
-                w.u16(1);
-                w.put(&mac_a);
-                w.put(&ip_a);
-                w.zeros(6);
-                w.put(&ip_b);
+                let repr = arp::Repr {
+                    operation: arp::Operation::Request,
+                    source_hardware_addr: ethernet::EthernetAddress(mac_a),
+                    source_protocol_addr: ip_a.into(),
+                    target_hardware_addr: ethernet::EthernetAddress([0; 6]),
+                    target_protocol_addr: ip_b.into(),
+                };
+                w.header(arp::HEADER_LEN, |b| {
+                    repr.emit(&mut arp::Packet::new_unchecked(b));
+                    Ok(())
+                });
             }
             FrameKind::Icmpv4 => {
                 w.eth(mac_b, mac_a, &[], ETH_IPV4);
@@ -630,38 +644,48 @@ fn roce(
     // DSCP 26, ECT(0): typical RoCEv2 marking.
     let ip = w.ipv4(ips[0], ips[1], PROTO_UDP, (26 << 2) | 0b10, seq as u16);
     let u = w.udp(0xc000 | (flow as u16 * 131), ROCEV2_PORT);
-    // BTH: opcode, SE|M|PadCnt|TVer, P_Key, resv8, DestQP, A|resv7, PSN.
-    w.u8(opcode);
-    w.u8(((pad as u8) & 3) << 4);
-    w.u16(0xffff);
-    w.u8(0);
-    w.u24(0x11 + flow);
-    w.u8(if matches!(opcode, 0x0a | 0x0c | 0x13 | 0x14) { 0x80 } else { 0 });
-    w.u24(seq & 0x00ff_ffff);
+    let bth_repr = bth::Repr {
+        opcode,
+        solicited: false,
+        mig_req: false,
+        pad_count: pad as u8,
+        pkey: bth::PKEY_DEFAULT,
+        fecn: false,
+        becn: false,
+        dest_qp: 0x11 + flow,
+        ack_req: matches!(opcode, 0x0a | 0x0c | 0x13 | 0x14),
+        psn: seq & 0x00ff_ffff,
+    };
+    w.header(bth::HEADER_LEN, |b| bth_repr.emit(&mut bth::Header::new_unchecked(b)));
+    let aeth =
+        ext::AethRepr { syndrome: ext::Syndrome::Ack { credits: 31 }, msn: seq & 0x00ff_ffff };
     match opcode {
         0x0a | 0x0c => {
-            // RETH: VA, R_Key, DMA length.
-            w.u64(0x1000_0000 + u64::from(flow) * 0x1000);
-            w.u32(0x100 + flow);
-            w.u32(if opcode == 0x0c { 4096 } else { data as u32 });
+            let reth = ext::RethRepr {
+                va: 0x1000_0000 + u64::from(flow) * 0x1000,
+                rkey: 0x100 + flow,
+                dma_len: if opcode == 0x0c { 4096 } else { data as u32 },
+            };
+            w.header(ext::RETH_LEN, |b| reth.emit(&mut ext::Reth::new_unchecked(b)));
         }
         0x10 | 0x11 => {
-            // AETH: syndrome (ACK, credit 31), MSN.
-            w.u8(0x1f);
-            w.u24(seq & 0x00ff_ffff);
+            w.header(ext::AETH_LEN, |b| aeth.emit(&mut ext::Aeth::new_unchecked(b)));
         }
         0x12 => {
-            w.u8(0x1f);
-            w.u24(seq & 0x00ff_ffff);
-            // AtomicAckETH: original remote data.
-            w.u64(u64::from(seq));
+            w.header(ext::AETH_LEN, |b| aeth.emit(&mut ext::Aeth::new_unchecked(b)));
+            let ack = ext::AtomicAckEthRepr { orig_data: u64::from(seq) };
+            w.header(ext::ATOMIC_ACK_ETH_LEN, |b| {
+                ack.emit(&mut ext::AtomicAckEth::new_unchecked(b))
+            });
         }
         0x13 | 0x14 => {
-            // AtomicETH: VA, R_Key, swap/add data, compare data.
-            w.u64(0x2000_0000 + u64::from(flow) * 8);
-            w.u32(0x200 + flow);
-            w.u64(1);
-            w.u64(if opcode == 0x13 { u64::from(seq) } else { 0 });
+            let at = ext::AtomicEthRepr {
+                va: 0x2000_0000 + u64::from(flow) * 8,
+                rkey: 0x200 + flow,
+                swap_add: 1,
+                compare: if opcode == 0x13 { u64::from(seq) } else { 0 },
+            };
+            w.header(ext::ATOMIC_ETH_LEN, |b| at.emit(&mut ext::AtomicEth::new_unchecked(b)));
         }
         _ => {}
     }
@@ -772,7 +796,7 @@ impl Port for GenPort {
     }
 
     fn caps(&self) -> PortCaps {
-        PortCaps { gso: false, max_frame: 1518 }
+        PortCaps { gso: false, max_frame: 65_535 }
     }
 
     fn counters(&self) -> PortCounters {

@@ -7,7 +7,8 @@
 //! - [`spec`]: port specs (`pcap:in.pcap,out.pcap`, `udp:A,B`, `gen:1000`, `null`, ...).
 //! - [`pcap`], [`udp`], [`generator`] (`gen.rs`), [`null`]: port drivers.
 //! - [`vlink`] and [`testbed`]: virtual links and the deterministic, simulated-time testbed.
-//! - [`worker`], [`runtime`], [`signal`]: real threads, the real clock, clean shutdown.
+//! - [`worker`], [`runtime`], [`signal`], [`poll`]: real threads, the real clock, idle waits,
+//!   clean shutdown.
 
 pub mod port;
 pub use port::{Port, PortCaps, PortCounters};

@@ -2,19 +2,22 @@
 //!
 //! The input format is detected by its magic number (pcap in either byte order and either
 //! timestamp resolution, or pcapng) and read with the `pcap-file` crate. Only Ethernet captures
-//! are accepted. A pcapng block that does not hold an Ethernet frame is counted in `rx_errors`
-//! and skipped; a pcap record whose header is corrupt cannot be skipped (the format has no
-//! resync point), so it is counted and ends the input. At the end of the input the port reports
-//! [`Port::is_exhausted`].
+//! are accepted. A pcapng packet block that holds no Ethernet frame (another link type, an
+//! empty frame) or whose body does not parse is counted in `rx_errors` and skipped (the block
+//! length lets the reader step over it). A record that cannot be stepped over (a corrupt pcap
+//! record header, broken pcapng block framing, a file cut short) is counted and ends the input.
+//! At the end of the input the port reports [`Port::is_exhausted`].
 //!
 //! The output is written by this module itself (classic pcap, microsecond timestamps, Ethernet),
 //! buffered, so recording a frame allocates nothing.
 
 use crate::port::{Port, PortCaps, PortCounters};
+use byteorder_slice::{BigEndian, LittleEndian};
 use core::fmt;
-use pcap_file::DataLink;
 use pcap_file::pcap::PcapReader;
+use pcap_file::pcapng::blocks::SECTION_HEADER_BLOCK;
 use pcap_file::pcapng::{Block, PcapNgReader};
+use pcap_file::{DataLink, Endianness};
 use snic_pipeline::Batch;
 use snic_time::Instant;
 use std::fs::File;
@@ -73,7 +76,8 @@ impl From<PcapFileError> for io::Error {
 /// Counters the pcap port keeps beyond [`PortCounters`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PcapCounters {
-    /// Records skipped: non-Ethernet interfaces, empty frames, non-packet blocks are not counted.
+    /// Packet records skipped: non-Ethernet interface, empty frame, unparsable block body.
+    /// (Blocks that are not packets, like statistics, are not counted.)
     pub skipped_records: u64,
     /// Record errors that ended the input early.
     pub fatal_record_errors: u64,
@@ -213,76 +217,78 @@ impl PcapPort {
         self.pcap_counters
     }
 
-    /// Read the next Ethernet frame into `batch`. `Ok(false)` at the end of the input.
+    /// Read the next Ethernet frame into `batch`. `false` at the end of the input.
     fn read_one(&mut self, now: Instant, batch: &mut Batch) -> bool {
         let Some(reader) = self.reader.as_mut() else { return false };
         loop {
-            let frame: Option<Result<Option<&[u8]>, ()>> = match reader {
+            let outcome = match reader {
                 Reader::Pcap(r) => match r.next_packet() {
-                    None => None,
+                    None => Next::End,
+                    Some(Ok(p)) if p.data.is_empty() => Next::Skip,
                     Some(Ok(p)) => {
-                        // Borrow-check workaround: copy into the batch right here.
-                        if p.data.is_empty() {
-                            Some(Ok(None))
-                        } else {
-                            push(batch, &p.data, now, &mut self.counters);
-                            return true;
-                        }
+                        push(batch, &p.data, now, &mut self.counters);
+                        return true;
                     }
-                    Some(Err(_)) => Some(Err(())),
+                    // The record header is corrupt: classic pcap has no resync point.
+                    Some(Err(_)) => Next::Fatal,
                 },
-                Reader::PcapNg(r) => match r.next_block() {
-                    None => None,
-                    Some(Ok(Block::SectionHeader(_))) => {
-                        self.ifaces.clear();
-                        continue;
-                    }
-                    Some(Ok(Block::InterfaceDescription(idb))) => {
-                        self.ifaces.push(idb.linktype == DataLink::ETHERNET);
-                        continue;
-                    }
-                    Some(Ok(Block::EnhancedPacket(epb))) => {
-                        let ethernet =
-                            self.ifaces.get(epb.interface_id as usize).copied().unwrap_or(false);
-                        if ethernet && !epb.data.is_empty() {
-                            push(batch, &epb.data, now, &mut self.counters);
-                            return true;
+                Reader::PcapNg(r) => {
+                    let big = r.section().endianness == Endianness::Big;
+                    match r.next_raw_block() {
+                        None => Next::End,
+                        // The block framing itself is broken: nothing to resync on.
+                        Some(Err(_)) => Next::Fatal,
+                        Some(Ok(raw)) if raw.type_ == SECTION_HEADER_BLOCK => {
+                            self.ifaces.clear();
+                            continue;
                         }
-                        Some(Ok(None))
-                    }
-                    Some(Ok(Block::SimplePacket(spb))) => {
-                        let ethernet = self.ifaces.first().copied().unwrap_or(false);
-                        if ethernet && !spb.data.is_empty() {
-                            push(batch, &spb.data, now, &mut self.counters);
-                            return true;
+                        Some(Ok(raw)) => {
+                            let block = if big {
+                                raw.try_into_block::<BigEndian>()
+                            } else {
+                                raw.try_into_block::<LittleEndian>()
+                            };
+                            let (iface, data) = match &block {
+                                // A well-framed block whose body does not parse: skip it.
+                                Err(_) => (None, None),
+                                Ok(Block::InterfaceDescription(idb)) => {
+                                    self.ifaces.push(idb.linktype == DataLink::ETHERNET);
+                                    continue;
+                                }
+                                Ok(Block::EnhancedPacket(b)) => {
+                                    (Some(b.interface_id as usize), Some(&b.data))
+                                }
+                                Ok(Block::SimplePacket(b)) => (Some(0), Some(&b.data)),
+                                Ok(Block::Packet(b)) => {
+                                    (Some(usize::from(b.interface_id)), Some(&b.data))
+                                }
+                                // Statistics, name resolution, journal, unknown blocks: not
+                                // packets, nothing to count.
+                                Ok(_) => continue,
+                            };
+                            let ethernet =
+                                iface.and_then(|i| self.ifaces.get(i)).copied().unwrap_or(false);
+                            match data {
+                                Some(d) if ethernet && !d.is_empty() => {
+                                    push(batch, d, now, &mut self.counters);
+                                    return true;
+                                }
+                                _ => Next::Skip,
+                            }
                         }
-                        Some(Ok(None))
                     }
-                    Some(Ok(Block::Packet(pb))) => {
-                        let ethernet =
-                            self.ifaces.get(usize::from(pb.interface_id)).copied().unwrap_or(false);
-                        if ethernet && !pb.data.is_empty() {
-                            push(batch, &pb.data, now, &mut self.counters);
-                            return true;
-                        }
-                        Some(Ok(None))
-                    }
-                    // Section headers, interface descriptions, statistics, name resolution,
-                    // unknown blocks: not packets, nothing to count.
-                    Some(Ok(_)) => continue,
-                    Some(Err(_)) => Some(Err(())),
-                },
+                }
             };
-            match frame {
-                None => {
+            match outcome {
+                Next::End => {
                     self.exhausted = true;
                     return false;
                 }
-                Some(Ok(_)) => {
+                Next::Skip => {
                     self.counters.rx_errors += 1;
                     self.pcap_counters.skipped_records += 1;
                 }
-                Some(Err(())) => {
+                Next::Fatal => {
                     self.counters.rx_errors += 1;
                     self.pcap_counters.fatal_record_errors += 1;
                     self.exhausted = true;
@@ -291,6 +297,16 @@ impl PcapPort {
             }
         }
     }
+}
+
+/// What reading one record gave, when it gave no frame.
+enum Next {
+    /// End of input.
+    End,
+    /// A record that holds no usable Ethernet frame; counted and skipped.
+    Skip,
+    /// A record that cannot be read past; counted, ends the input.
+    Fatal,
 }
 
 fn push(batch: &mut Batch, data: &[u8], now: Instant, c: &mut PortCounters) {
@@ -453,6 +469,51 @@ mod tests {
         assert_eq!(got, want);
         assert_eq!(port.counters().rx_errors, 1);
         assert_eq!(port.pcap_counters().skipped_records, 1);
+    }
+
+    #[test]
+    fn unparsable_pcapng_block_is_skipped_and_reading_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("bad.pcapng");
+        let mut w = PcapNgWriter::new(File::create(&input).unwrap()).unwrap();
+        let eth =
+            InterfaceDescriptionBlock { linktype: DataLink::ETHERNET, snaplen: 0, options: vec![] };
+        w.write_pcapng_block(eth).unwrap();
+        for f in frames() {
+            let epb = EnhancedPacketBlock {
+                interface_id: 0,
+                timestamp: Duration::ZERO,
+                original_len: f.len() as u32,
+                data: Cow::Borrowed(&f),
+                options: vec![],
+            };
+            w.write_pcapng_block(epb).unwrap();
+        }
+        drop(w);
+        // Walk the blocks (little-endian) and make the second packet block's captured length
+        // run past its body.
+        let mut bytes = std::fs::read(&input).unwrap();
+        let mut at = 0;
+        let mut epbs = 0;
+        while at + 8 <= bytes.len() {
+            let ty = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+            let len = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap()) as usize;
+            if ty == 6 {
+                epbs += 1;
+                if epbs == 2 {
+                    bytes[at + 20..at + 24].copy_from_slice(&5000u32.to_le_bytes());
+                }
+            }
+            at += len;
+        }
+        std::fs::write(&input, &bytes).unwrap();
+        let mut port = PcapPort::open(Some(&input), None).unwrap();
+        let got = read_all(&mut port);
+        let mut want = frames();
+        want.remove(1);
+        assert_eq!(got, want);
+        assert_eq!(port.pcap_counters().skipped_records, 1);
+        assert_eq!(port.pcap_counters().fatal_record_errors, 0);
     }
 
     #[test]

@@ -3,8 +3,8 @@
 //!
 //! Time moves only when the testbed says so: [`Testbed::step`] first lets every node work at the
 //! current instant until nothing moves, then jumps the clock to the next deadline any port
-//! reports ([`Port::poll_timeout`](crate::Port::poll_timeout): a paced generator's next frame,
-//! a link's next delivery). [`Testbed::run_until`] steps up to an instant;
+//! reports ([`Port::poll_timeout`]: a paced generator's next frame, a link's next delivery).
+//! [`Testbed::run_until`] steps up to an instant;
 //! [`Testbed::drive`] steps until nothing is pending, with bounds that turn a livelock (work that
 //! never settles at one instant, or steps that never end) into an error instead of a hang.
 //!

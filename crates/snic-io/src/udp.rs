@@ -235,7 +235,8 @@ impl Port for UdpPort {
     }
 
     fn caps(&self) -> PortCaps {
-        PortCaps { gso: false, max_frame: 1518 }
+        // What a peer UdpPort can receive into one packet buffer.
+        PortCaps { gso: false, max_frame: snic_pipeline::buf::DEFAULT_FRAME_ROOM }
     }
 
     fn counters(&self) -> PortCounters {

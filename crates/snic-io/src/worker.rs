@@ -84,6 +84,22 @@ pub fn transmit(
 
 fn send_one(now: Instant, port: &mut Box<dyn Port>, t: &mut Batch, j: usize, io: &mut Counters) {
     let id = PortId(j as u16);
+    // Frames the port cannot take: larger than its frame size, unless it takes super-packets
+    // and this is one. A port that states no size (0) takes anything.
+    let caps = port.caps();
+    if caps.max_frame > 0 {
+        let c = io.port_mut(id);
+        t.retain(|p| {
+            let fits = p.len() <= caps.max_frame || (caps.gso && p.meta.offload.gso.is_some());
+            if !fits {
+                c.tx_drops.add(DropReason::TooBig);
+            }
+            fits
+        });
+        if t.is_empty() {
+            return;
+        }
+    }
     let (sent, reason) = match port.send(now, t) {
         Ok(n) => (n.min(t.len()), DropReason::TxQueueFull),
         Err(_) => (0, DropReason::TxError),
@@ -440,6 +456,24 @@ mod tests {
         // The flood did not go back out of its ingress (port 2).
         assert_eq!(io.port(PortId(2)).map_or(0, |p| p.tx_packets), 0);
         assert_eq!(io.port(PortId(9)).unwrap().tx_drops.get(DropReason::TxError), 1);
+    }
+
+    #[test]
+    fn frames_larger_than_the_port_takes_are_counted_too_big() {
+        let (a, mut b) = VLink::symmetric("l", LinkConfig::default(), 1);
+        let mut ports: Vec<Box<dyn Port>> = vec![Box::new(a)];
+        let mut tx = vec![Batch::new(MAX_BATCH)];
+        let mut io = Counters::default();
+        let mut batch = Batch::new(4);
+        batch.push_frame(&[1u8; 9216]).unwrap().meta.egress = Some(PortId(0));
+        batch.push_frame(&[2u8; 9217]).unwrap().meta.egress = Some(PortId(0));
+        transmit(Instant::ZERO, &mut batch, &mut ports, &mut tx, &mut io);
+        let mut rx = Batch::new(4);
+        b.recv(Instant::ZERO, &mut rx).unwrap();
+        assert_eq!(rx.iter().map(|p| p.len()).collect::<Vec<_>>(), vec![9216]);
+        let c = io.port(PortId(0)).unwrap();
+        assert_eq!(c.tx_packets, 1);
+        assert_eq!(c.tx_drops.get(DropReason::TooBig), 1);
     }
 
     #[test]

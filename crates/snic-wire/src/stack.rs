@@ -194,8 +194,8 @@ fn at(layer: Layer, base: usize) -> impl Fn(Error) -> Fail {
     }
 }
 
-/// `frame[start..end]`, or `Truncated` when the frame is shorter than `end` (or the range is
-/// empty-inverted, which a caller's arithmetic never produces but hostile lengths might).
+/// `frame[start..end]`, or `Truncated` when the frame is shorter than `end` or `start > end`
+/// (the walk's length checks rule both out; this keeps a slip from becoming a panic).
 fn slice(frame: &[u8], start: usize, end: usize) -> Result<&[u8], Error> {
     frame.get(start..end).ok_or(Error::Truncated { need: end.max(start), got: frame.len() })
 }
