@@ -34,17 +34,9 @@ def layer_at(pkt, depth):
 def checksum_field(layer):
     if isinstance(layer, (IP, UDP, TCP, ICMP)):
         return "chksum"
-    if isinstance(layer, _ICMPv6) and "cksum" in layer.fields_desc_names():
+    if isinstance(layer, _ICMPv6) and any(f.name == "cksum" for f in layer.fields_desc):
         return "cksum"
     return None
-
-
-def _field_names(self):
-    return [f.name for f in self.fields_desc]
-
-
-# Small helper so checksum_field reads naturally.
-_ICMPv6.fields_desc_names = _field_names
 
 
 def check_checksums(pkt):

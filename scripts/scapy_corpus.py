@@ -269,6 +269,21 @@ def build():
         / Raw(pay),
         dict(layers=["eth", "ipv6", "udp"], **five("ipv6", "2001:db8::11", "2001:db8::12", 17, 3333, 4444)),
     )
+    # Real fragments (not atomic ones) stop the walk after the IP header: L4 is not read.
+    c.add(
+        "ipv6_first_fragment",
+        Ether(src=MAC_A, dst=MAC_B)
+        / IPv6(src="2001:db8::41", dst="2001:db8::42")
+        / IPv6ExtHdrFragment(offset=0, m=1, id=0x77, nh=17)
+        # The UDP header and payload, checksummed as if unfragmented, as the fragment's content.
+        / Raw(bytes(IPv6(src="2001:db8::41", dst="2001:db8::42") / UDP(sport=5555, dport=6666) / Raw(pay))[40:]),
+        dict(layers=["eth", "ipv6"], **five("ipv6", "2001:db8::41", "2001:db8::42", 17)),
+    )
+    c.add(
+        "ipv4_later_fragment",
+        Ether(src=MAC_A, dst=MAC_B) / IP(src="10.7.0.1", dst="10.7.0.2", proto=17, frag=100) / Raw(pay),
+        dict(layers=["eth", "ipv4"], **five("ipv4", "10.7.0.1", "10.7.0.2", 17)),
+    )
     c.add(
         "ipv6_tcp",
         Ether(src=MAC_A, dst=MAC_B)
@@ -668,8 +683,8 @@ def build():
             roce=roce_exp(0x0A, 1, 1),
             # The last 4 bytes (zeros) stand where the ICRC would be: it does not verify.
             icrc_ok=False,
-            # RecoNIC's rule looks at the UDP port and the BTH opcode only: still RDMA.
-            **{"class": "rdma"},
+            # The RoCE headers do not parse, so the packet is not handed to the RDMA engine.
+            **{"class": "other"},
             **five("ipv4", "10.23.0.1", "10.23.0.2", 17, 5001, ROCE_PORT),
         ),
         # A WRITE_ONLY BTH followed by 8 bytes: a RETH needs 16, even before the ICRC is set aside.

@@ -223,7 +223,9 @@ fn roce_ip(stack: &Stack, bth: usize) -> Option<(usize, usize)> {
 }
 
 fn roce_report(frame: &[u8], stack: &Stack) -> Option<RoceReport> {
-    let bth_at = usize::from(stack.bth?);
+    // `stack.bth` is set only when the whole RoCE packet parsed; a BTH followed by a broken
+    // extension header is still recorded as a layer, and its fields are still worth showing.
+    let bth_at = usize::from(stack.bth.or_else(|| stack.find(Layer::Bth))?);
     let (ip_at, udp_at) = roce_ip(stack, bth_at)?;
     let hdr = bth::Header::new_checked(frame.get(bth_at..)?).ok()?;
     let mut r = RoceReport {

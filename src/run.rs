@@ -268,6 +268,16 @@ pub fn report_json(report: &RunReport, classes: &ClassCounts) -> Value {
 /// The counters of a run as a human-readable table.
 pub fn report_text(report: &RunReport, classes: &ClassCounts) -> String {
     let mut s = report.to_string();
+    let rx: u64 = report.counters.ports.iter().map(|p| p.rx_packets).sum();
+    let rx_bytes: u64 = report.counters.ports.iter().map(|p| p.rx_bytes).sum();
+    if report.elapsed_secs > 0.0 {
+        s.push_str(&format!(
+            "received {rx} packets ({rx_bytes} bytes) in {:.3} s: {:.3} Mpps, {:.3} Gbit/s\n",
+            report.elapsed_secs,
+            rx as f64 / report.elapsed_secs / 1e6,
+            rx_bytes as f64 * 8.0 / report.elapsed_secs / 1e9
+        ));
+    }
     let c = classes.to_json();
     s.push_str(&format!(
         "classes (packets forwarded): rdma {} other {} unclassified {}\n",

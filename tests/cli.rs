@@ -342,3 +342,77 @@ fn decode_reads_tshark_written_pcapng() {
     assert_eq!(a, b);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn run_reads_a_toml_config_and_the_command_line_overrides_it() {
+    let dir = common::temp_dir("cli-config");
+    let cfg = dir.join("snic.toml");
+    std::fs::write(&cfg, "ports = [\"gen:500,5\", \"null\"]\nstages = [\"parse\", \"classify:mark\", \"l2fwd\"]\nworkers = 2\n")
+        .unwrap();
+    let c = run_json(&["--config", cfg.to_str().unwrap()]);
+    assert_eq!(c["workers"], 2);
+    let stages: Vec<&str> =
+        c["stages"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(&stages[..3], ["parse", "classify", "l2fwd"], "{c}");
+    assert_eq!(c["ports"][0]["rx_packets"], 500);
+    // classify:mark keeps bad-ICRC packets: no bad_icrc drops.
+    assert!(c["drops"].get("bad_icrc").is_none(), "{c}");
+
+    let c = run_json(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--workers",
+        "1",
+        "--stage",
+        "parse",
+        "--stage",
+        "classify",
+    ]);
+    assert_eq!(c["workers"], 1);
+    assert!(
+        c["drops"]["bad_icrc"].as_u64().unwrap_or(0) > 0,
+        "enforcing classify drops bad ICRCs: {c}"
+    );
+
+    std::fs::write(&cfg, "ports = [\"gen:5\"]\nnot_a_key = 1\n").unwrap();
+    let out = snic().args(["run", "--config"]).arg(&cfg).output().unwrap();
+    assert!(!out.status.success(), "unknown config keys are refused");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--port udp:LOCAL,REMOTE` end to end: frames sent to snic's UDP port as datagrams come out of
+/// the pcap port, byte for byte and in order, and the run stops cleanly after `--duration`.
+#[test]
+fn run_udp_port_into_pcap_port() {
+    use std::net::UdpSocket;
+    let frames: Vec<Vec<u8>> = snic_io::generator::frames(50, 21)
+        .into_iter()
+        .filter(|(k, _)| !matches!(k, FrameKind::Truncated | FrameKind::BadIcrc))
+        .map(|(_, f)| f)
+        .collect();
+    let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
+    // Find a free port for snic (tiny race with other processes; fine in a test).
+    let snic_addr = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let dir = common::temp_dir("cli-udp");
+    let out_pcap = dir.join("out.pcap");
+    let child = snic()
+        .args(["run", "--json", "--duration", "3", "--port"])
+        .arg(format!("udp:{snic_addr},{}", peer.local_addr().unwrap()))
+        .arg("--port")
+        .arg(format!("pcap:,{}", out_pcap.display()))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    for f in &frames {
+        peer.send_to(f, snic_addr).unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let c: Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!(c["ports"][0]["rx_packets"], frames.len(), "{c}");
+    assert_eq!(common::read_pcap(&out_pcap), frames);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -18,7 +18,7 @@ const WIRE: usize = WireError::NAMES.len();
 pub const DROP_REASONS: usize = WIRE + OTHER_NAMES.len();
 
 /// Names of the non-`Malformed` reasons, in slot order after the wire errors.
-const OTHER_NAMES: [&str; 10] = [
+const OTHER_NAMES: [&str; 11] = [
     "no_egress",
     "tx_queue_full",
     "tx_error",
@@ -29,6 +29,7 @@ const OTHER_NAMES: [&str; 10] = [
     "rx_error",
     "too_big",
     "no_buffer",
+    "offload_failed",
 ];
 
 /// Why a packet was dropped. Names ([`DropReason::name`], `Display`) are lower-case and stable:
@@ -58,6 +59,9 @@ pub enum DropReason {
     TooBig,
     /// No packet buffer was available.
     NoBuffer,
+    /// A super-packet or partial checksum bound for a port without offload could not be
+    /// segmented or completed in software (inconsistent headers).
+    OffloadFailed,
 }
 
 impl DropReason {
@@ -75,6 +79,7 @@ impl DropReason {
             DropReason::RxError => WIRE + 7,
             DropReason::TooBig => WIRE + 8,
             DropReason::NoBuffer => WIRE + 9,
+            DropReason::OffloadFailed => WIRE + 10,
         }
     }
 
@@ -144,6 +149,7 @@ mod tests {
             DropReason::RxError,
             DropReason::TooBig,
             DropReason::NoBuffer,
+            DropReason::OffloadFailed,
         ];
         let mut seen = [false; DROP_REASONS];
         for r in all {

@@ -2,7 +2,7 @@
 //!
 //! AF_PACKET and TAP ports hand over GSO super-packets (up to 64 KiB, `meta.offload.gso`) and
 //! frames whose L4 checksum is only partial (`meta.offload.csum_partial`). When such a packet
-//! leaves by a port without [GSO capability], the I/O layer calls:
+//! leaves by a port without GSO capability (`snic_io::PortCaps::gso` false), the I/O layer calls:
 //!
 //! - [`segment`]: cut the super-packet into wire-sized frames, each a complete packet with its own
 //!   headers and full checksums. TCP (over IPv4 and IPv6): sequence numbers advance by the
@@ -12,13 +12,11 @@
 //!   segment.
 //! - [`complete_checksum`]: finish a partial L4 checksum in place.
 //!
-//! The headers are located by parsing the frame here (Ethernet, any number of 802.1Q/802.1ad
+//! The headers are located by parsing the frame here (Ethernet, up to four 802.1Q/802.1ad
 //! tags, IPv4 with options or IPv6 with hop-by-hop/routing/destination-options extension
 //! headers, then TCP or UDP), so the functions do not depend on the parse stage having run.
 //! Nothing here allocates per packet except where the output batch must grow a buffer the first
 //! time it is used, and nothing panics on any input: malformed frames are [`OffloadError`]s.
-//!
-//! [GSO capability]: ../../snic_io/port/struct.PortCaps.html
 
 use crate::buf::{Batch, PacketBuf};
 use crate::meta::{GsoKind, Offload};

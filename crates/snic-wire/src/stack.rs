@@ -7,8 +7,11 @@
 //!
 //! Offsets are `u16` from the start of the frame (frames are at most 64 KiB).
 
-use crate::roce::{self, ExtHeader, RocePacket, bth, ext, icrc};
-use crate::{Error, ethernet, geneve, gre, icmpv4, icmpv6, ipv4, ipv6, tcp, udp, vxlan};
+use crate::ethernet::EtherType;
+use crate::ipv4::IpProtocol;
+use crate::roce::packet::WalkError;
+use crate::roce::{self, ExtHeader, RocePacket, icrc};
+use crate::{Error, arp, ethernet, geneve, gre, icmpv4, icmpv6, ipv4, ipv6, tcp, udp, vxlan};
 
 /// The most layers one frame records (outer L2..L4, tunnel, inner L2..L4, RoCE headers).
 pub const MAX_LAYERS: usize = 16;
@@ -41,6 +44,8 @@ pub enum Layer {
     Deth,
     /// A RoCEv2 CNP (BTH opcode 0x81): its 16 reserved bytes.
     Cnp,
+    /// The FLUSH extended transport header (RC FLUSH, IBTA 1.5).
+    Feth,
 }
 
 impl Layer {
@@ -69,6 +74,7 @@ impl Layer {
             Layer::Ieth => "ieth",
             Layer::Deth => "deth",
             Layer::Cnp => "cnp",
+            Layer::Feth => "feth",
         }
     }
 }
@@ -112,7 +118,11 @@ pub struct Stack {
     pub vni: Option<u32>,
     /// The inner frame's headers, for tunnelled packets.
     pub inner: Option<Headers>,
-    /// Offset of the RoCEv2 BTH, when the frame is RoCEv2 (UDP destination port 4791).
+    /// Offset of the RoCEv2 BTH, when the frame is a well-formed RoCEv2 packet (UDP destination
+    /// port 4791): `Some` only when the BTH, every extension header its opcode implies and the
+    /// payload/pad/ICRC length rules all checked out. A RoCE packet that failed to parse leaves
+    /// it `None` (its layers that did parse are still in [`Stack::layers`], and the failure in
+    /// [`Stack::error`]). The ICRC itself is not checked: see [`Stack::verify_icrc`].
     pub bth: Option<u16>,
     /// Offset of the first byte after the last parsed header.
     pub payload: u16,
@@ -200,26 +210,6 @@ fn slice(frame: &[u8], start: usize, end: usize) -> Result<&[u8], Error> {
     frame.get(start..end).ok_or(Error::Truncated { need: end.max(start), got: frame.len() })
 }
 
-/// EtherType of ARP, IPv4, IPv6.
-const ETH_ARP: u16 = 0x0806;
-const ETH_IPV4: u16 = 0x0800;
-const ETH_IPV6: u16 = 0x86dd;
-
-/// IP protocol numbers the walk follows.
-const PROTO_ICMP: u8 = 1;
-const PROTO_TCP: u8 = 6;
-const PROTO_UDP: u8 = 17;
-const PROTO_ICMPV6: u8 = 58;
-
-/// Length of an ARP packet from its fixed part (8 bytes) and address lengths; the arp module's
-/// own view is not needed for a length check.
-fn arp_len(b: &[u8]) -> Result<usize, Error> {
-    Error::need(8, b.len())?;
-    let len = 8 + 2 * (usize::from(b[4]) + usize::from(b[5]));
-    Error::need(len, b.len())?;
-    Ok(len)
-}
-
 impl Stack {
     /// Walk a whole frame: Ethernet, up to 2 VLAN tags, ARP/IPv4/IPv6 (IPv6 extension headers
     /// skipped), ICMP/ICMPv6/UDP/TCP; one level of tunnel (VXLAN on UDP 4789, Geneve on UDP 6081,
@@ -240,16 +230,27 @@ impl Stack {
         s
     }
 
-    /// Verify the RoCEv2 ICRC of a frame this stack was parsed from: `None` when it is not a
-    /// RoCEv2 packet (no BTH, or the BTH does not follow IPv4/IPv6 + UDP directly), else the
-    /// result of [`icrc::verify`] over the innermost IP header onward.
+    /// Verify the RoCEv2 ICRC of a frame this stack was parsed from.
+    ///
+    /// - `None` when the frame is not RoCEv2: no UDP datagram to port 4791 was found.
+    /// - `Some(Err(e))` when it is (UDP destination port 4791) but the RoCE headers did not
+    ///   parse: `e` is the error in [`Stack::error`] (the ICRC of a packet whose headers are
+    ///   malformed is not evidence of anything).
+    /// - `Some(Err(BadValue { field: "ipv6.next_header" }))` for RoCEv2 over IPv6 with
+    ///   extension headers between the IPv6 header and UDP: the ICRC is then not defined (rxe
+    ///   does not send or accept such packets), so it cannot be verified. This is reported
+    ///   rather than `None` so that a classifier that enforces the ICRC cannot be bypassed by
+    ///   inserting an extension header.
+    /// - Otherwise the result of [`icrc::verify`] over the IP header that carries the UDP
+    ///   datagram (the innermost one; RoCE is not walked inside RoCE).
     pub fn verify_icrc(&self, frame: &[u8]) -> Option<Result<(), Error>> {
-        self.bth?;
-        let h = self.innermost();
-        let (kind, l3) = h.l3?;
-        if !matches!(kind, Layer::Ipv4 | Layer::Ipv6) {
-            return None;
+        if let Some((layer, e)) = self.error
+            && is_roce_layer(layer)
+        {
+            return Some(Err(e));
         }
+        self.bth?;
+        let (_, l3) = self.innermost().l3?;
         let ip = frame.get(usize::from(l3)..)?;
         Some(icrc::verify(ip))
     }
@@ -300,8 +301,8 @@ impl Stack {
         end: usize,
         inner: bool,
     ) -> Result<(), Fail> {
-        match ethertype {
-            ETH_IPV4 => {
+        match EtherType(ethertype) {
+            EtherType::IPV4 => {
                 let bytes = slice(frame, off, end).map_err(at(Layer::Ipv4, 0))?;
                 let ip = ipv4::Packet::new_checked(bytes).map_err(at(Layer::Ipv4, off))?;
                 let l4 = off + ip.header_len();
@@ -315,7 +316,7 @@ impl Stack {
                 }
                 self.walk_l4(frame, proto, l4, off + usize::from(ip.total_len()), inner)
             }
-            ETH_IPV6 => {
+            EtherType::IPV6 => {
                 let bytes = slice(frame, off, end).map_err(at(Layer::Ipv6, 0))?;
                 let ip = ipv6::Packet::new_checked(bytes).map_err(at(Layer::Ipv6, off))?;
                 let ip_end = off + ipv6::HEADER_LEN + usize::from(ip.payload_len());
@@ -326,15 +327,17 @@ impl Stack {
                 self.payload = u16::try_from(l4)
                     .map_err(|_| (Layer::Ipv6, Error::BadValue { field: "offset" }))?;
                 self.headers(inner).ip_proto = Some(exts.next_header.0);
-                if exts.fragment.is_some() {
+                // An atomic fragment (offset 0, M clear: RFC 6946) is a whole datagram.
+                if exts.fragment.is_some_and(|f| f.offset != 0 || f.more) {
                     return Ok(());
                 }
                 self.walk_l4(frame, exts.next_header.0, l4, ip_end, inner)
             }
-            ETH_ARP => {
+            EtherType::ARP => {
                 let bytes = slice(frame, off, end).map_err(at(Layer::Arp, 0))?;
-                let len = arp_len(bytes).map_err(at(Layer::Arp, off))?;
-                let o = self.record(Layer::Arp, off, off + len)?;
+                let a = arp::Packet::new_checked(bytes).map_err(at(Layer::Arp, off))?;
+                arp::Repr::parse(&a).map_err(at(Layer::Arp, off))?;
+                let o = self.record(Layer::Arp, off, off + a.header_len())?;
                 self.headers(inner).l3 = Some((Layer::Arp, o));
                 Ok(())
             }
@@ -352,29 +355,29 @@ impl Stack {
         inner: bool,
     ) -> Result<(), Fail> {
         let v6 = matches!(self.headers(inner).l3, Some((Layer::Ipv6, _)));
-        match proto {
-            PROTO_TCP => {
+        match IpProtocol(proto) {
+            IpProtocol::TCP => {
                 let bytes = slice(frame, off, end).map_err(at(Layer::Tcp, 0))?;
                 let t = tcp::Packet::new_checked(bytes).map_err(at(Layer::Tcp, off))?;
                 let o = self.record(Layer::Tcp, off, off + t.header_len())?;
                 self.headers(inner).l4 = Some((Layer::Tcp, o));
                 Ok(())
             }
-            PROTO_ICMP if !v6 => {
+            IpProtocol::ICMP if !v6 => {
                 let bytes = slice(frame, off, end).map_err(at(Layer::Icmpv4, 0))?;
                 icmpv4::Packet::new_checked(bytes).map_err(at(Layer::Icmpv4, off))?;
                 let o = self.record(Layer::Icmpv4, off, off + icmpv4::HEADER_LEN)?;
                 self.headers(inner).l4 = Some((Layer::Icmpv4, o));
                 Ok(())
             }
-            PROTO_ICMPV6 if v6 => {
+            IpProtocol::ICMPV6 if v6 => {
                 let bytes = slice(frame, off, end).map_err(at(Layer::Icmpv6, 0))?;
                 icmpv6::Packet::new_checked(bytes).map_err(at(Layer::Icmpv6, off))?;
                 let o = self.record(Layer::Icmpv6, off, off + icmpv6::HEADER_LEN)?;
                 self.headers(inner).l4 = Some((Layer::Icmpv6, o));
                 Ok(())
             }
-            PROTO_UDP => {
+            IpProtocol::UDP => {
                 let bytes = slice(frame, off, end).map_err(at(Layer::Udp, 0))?;
                 let u = udp::Packet::new_checked(bytes).map_err(at(Layer::Udp, off))?;
                 let body = off + udp::HEADER_LEN;
@@ -388,7 +391,7 @@ impl Stack {
                     _ => Ok(()),
                 }
             }
-            gre::IP_PROTOCOL if !inner => self.walk_gre(frame, off, end),
+            IpProtocol::GRE if !inner => self.walk_gre(frame, off, end),
             _ => Ok(()),
         }
     }
@@ -439,9 +442,9 @@ impl Stack {
         off: usize,
         end: usize,
     ) -> Result<(), Fail> {
-        match protocol {
-            gre::PROTO_TEB => self.walk_l2(frame, off, end, true),
-            ETH_IPV4 | ETH_IPV6 => {
+        match EtherType(protocol) {
+            EtherType::TEB => self.walk_l2(frame, off, end, true),
+            EtherType::IPV4 | EtherType::IPV6 => {
                 self.headers(true).ethertype = protocol;
                 self.walk_l3(frame, protocol, off, end, true)
             }
@@ -449,39 +452,66 @@ impl Stack {
         }
     }
 
-    /// RoCEv2 from the BTH at `off` to the end of the ICRC at `end` (the UDP length).
+    /// RoCEv2 from the BTH at `off` to the end of the ICRC at `end` (the UDP length), parsed
+    /// once by [`RocePacket`]: the last 4 bytes are the ICRC, the headers must fit before them.
+    /// `bth` is set only when the whole RoCE packet parsed; on failure the layers that did
+    /// parse are recorded and the error is tagged with the header that failed.
     fn walk_roce(&mut self, frame: &[u8], off: usize, end: usize) -> Result<(), Fail> {
         let bytes = slice(frame, off, end).map_err(at(Layer::Bth, 0))?;
-        let h = bth::Header::new_checked(bytes).map_err(at(Layer::Bth, off))?;
-        let b = bth::Repr::parse(&h).map_err(at(Layer::Bth, off))?;
-        let info = b.info().ok_or((Layer::Bth, Error::BadOpcode { got: b.opcode }))?;
-        let mut at_ = bth::HEADER_LEN;
-        let o = self.record(Layer::Bth, off, off + at_)?;
-        self.bth = Some(o);
-        for &e in info.ext {
-            let layer = match e {
-                ExtHeader::Reth => Layer::Reth,
-                ExtHeader::Aeth => Layer::Aeth,
-                ExtHeader::AtomicEth => Layer::AtomicEth,
-                ExtHeader::AtomicAckEth => Layer::AtomicAckEth,
-                ExtHeader::ImmDt => Layer::ImmDt,
-                ExtHeader::Ieth => Layer::Ieth,
-                ExtHeader::Deth => Layer::Deth,
-                ExtHeader::Cnp => Layer::Cnp,
-            };
-            let hdr = bytes.get(at_..at_ + e.header_len()).ok_or((
-                layer,
-                Error::Truncated { need: off + at_ + e.header_len(), got: off + bytes.len() },
-            ))?;
-            if e == ExtHeader::Aeth {
-                ext::AethRepr::parse(&ext::Aeth::new_checked(hdr).map_err(at(layer, off))?)
-                    .map_err(at(layer, off))?;
+        match RocePacket::walk(bytes) {
+            Ok(p) => {
+                let o = self.record(Layer::Bth, off, off + roce::bth::HEADER_LEN)?;
+                for &(e, at_) in p.ext_headers() {
+                    let at_ = off + usize::from(at_);
+                    self.record(ext_layer(e), at_, at_ + e.header_len())?;
+                }
+                self.bth = Some(o);
+                Ok(())
             }
-            self.record(layer, off + at_, off + at_ + e.header_len())?;
-            at_ += e.header_len();
+            Err(WalkError { info, parsed, ext, error }) => {
+                if let Some(info) = info {
+                    let mut at_ = off + roce::bth::HEADER_LEN;
+                    self.record(Layer::Bth, off, at_)?;
+                    for &e in info.ext.iter().take(parsed) {
+                        self.record(ext_layer(e), at_, at_ + e.header_len())?;
+                        at_ += e.header_len();
+                    }
+                }
+                let layer = ext.map_or(Layer::Bth, ext_layer);
+                Err(at(layer, off)(error))
+            }
         }
-        // Payload, pad and ICRC: length rules live in the walker.
-        RocePacket::parse(bytes).map_err(at(Layer::Bth, off))?;
-        Ok(())
     }
+}
+
+/// The layer of a RoCE extension header.
+const fn ext_layer(e: ExtHeader) -> Layer {
+    match e {
+        ExtHeader::Reth => Layer::Reth,
+        ExtHeader::Aeth => Layer::Aeth,
+        ExtHeader::AtomicEth => Layer::AtomicEth,
+        ExtHeader::AtomicAckEth => Layer::AtomicAckEth,
+        ExtHeader::ImmDt => Layer::ImmDt,
+        ExtHeader::Ieth => Layer::Ieth,
+        ExtHeader::Deth => Layer::Deth,
+        ExtHeader::Cnp => Layer::Cnp,
+        ExtHeader::Feth => Layer::Feth,
+    }
+}
+
+/// True for the layers a RoCEv2 walk records (BTH and extension headers).
+const fn is_roce_layer(layer: Layer) -> bool {
+    matches!(
+        layer,
+        Layer::Bth
+            | Layer::Reth
+            | Layer::Aeth
+            | Layer::AtomicEth
+            | Layer::AtomicAckEth
+            | Layer::ImmDt
+            | Layer::Ieth
+            | Layer::Deth
+            | Layer::Cnp
+            | Layer::Feth
+    )
 }

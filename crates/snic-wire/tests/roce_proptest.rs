@@ -87,6 +87,18 @@ proptest! {
     }
 
     #[test]
+    fn feth_round_trip(placement_type in 0u8..16, selectivity_level in 0u8..4, reserved: u32) {
+        let r = FethRepr { placement_type, selectivity_level };
+        let mut b = [0u8; FETH_LEN];
+        r.emit(&mut Feth::new_unchecked(&mut b[..])).unwrap();
+        prop_assert_eq!(u32::from_be_bytes(b) >> 6, 0);
+        prop_assert_eq!(FethRepr::parse(&Feth::new_checked(&b[..]).unwrap()), Ok(r));
+        // Reserved bits do not change what is read.
+        let with_reserved = (u32::from_be_bytes(b) | (reserved << 6)).to_be_bytes();
+        prop_assert_eq!(FethRepr::parse(&Feth::new_checked(&with_reserved[..]).unwrap()), Ok(r));
+    }
+
+    #[test]
     fn aeth_syndrome_byte_round_trip(b: u8) {
         // Every byte either decodes and re-encodes to itself, or is refused.
         match Syndrome::from_byte(b) {
@@ -115,7 +127,12 @@ proptest! {
                          qkey: u32, src_qp in u24(), data: u64,
                          payload in proptest::collection::vec(any::<u8>(), 0..64)) {
         let info = opcode::lookup(bth.opcode).unwrap();
-        let payload: &[u8] = if info.payload { &payload } else { &[] };
+        let word = data.to_be_bytes();
+        let payload: &[u8] = match info.fixed_payload_len() {
+            Some(0) => &[],
+            Some(n) => &word[..n],
+            None => &payload,
+        };
         let pad = if info.payload { (4 - payload.len() % 4) % 4 } else { 0 };
         let bth = bth::Repr { pad_count: pad as u8, ..bth };
         let mut buf = [0u8; 160];
@@ -134,6 +151,8 @@ proptest! {
                 ExtHeader::ImmDt => ImmDtRepr { imm }.emit(&mut ImmDt::new_unchecked(h)).unwrap(),
                 ExtHeader::Ieth => IethRepr { rkey }.emit(&mut Ieth::new_unchecked(h)).unwrap(),
                 ExtHeader::Deth => DethRepr { qkey, src_qp }.emit(&mut Deth::new_unchecked(h)).unwrap(),
+                ExtHeader::Feth => FethRepr { placement_type: imm as u8 & 0xf, selectivity_level: (imm >> 4) as u8 & 3 }
+                    .emit(&mut Feth::new_unchecked(h)).unwrap(),
                 ExtHeader::Cnp => h.fill(0),
             }
             off += e.header_len();
@@ -164,7 +183,12 @@ proptest! {
                             qkey: u32, src_qp in u24(), data: u64,
                             payload in proptest::collection::vec(any::<u8>(), 0..64)) {
         let info = opcode::lookup(bth.opcode).unwrap();
-        let payload: &[u8] = if info.payload { &payload } else { &[] };
+        let word = data.to_be_bytes();
+        let payload: &[u8] = match info.fixed_payload_len() {
+            Some(0) => &[],
+            Some(n) => &word[..n],
+            None => &payload,
+        };
         let has = |e: ExtHeader| info.ext.contains(&e);
         let r = RoceRepr {
             bth,
@@ -176,6 +200,10 @@ proptest! {
             imm_dt: has(ExtHeader::ImmDt).then_some(ImmDtRepr { imm }),
             ieth: has(ExtHeader::Ieth).then_some(IethRepr { rkey }),
             deth: has(ExtHeader::Deth).then_some(DethRepr { qkey, src_qp }),
+            feth: has(ExtHeader::Feth).then_some(FethRepr {
+                placement_type: imm as u8 & 0xf,
+                selectivity_level: (imm >> 4) as u8 & 3,
+            }),
         };
         let mut buf = [0xa5u8; 160];
         let n = r.emit(&mut buf, payload).unwrap();

@@ -375,18 +375,149 @@ fn roce_errors() {
     assert_eq!(s.error, Some((Bth, Error::BadOpcode { got: 0x15 })));
     assert_eq!(s.bth, None);
 
+    // RETH cut to 6 bytes: the last 4 bytes of the UDP payload are the ICRC, the RETH would
+    // need 16 + 4 bytes after the BTH (to 74) and the datagram ends at 64.
     let s = stack::parse(&hex(ROCE_SHORT_RETH));
-    assert_eq!(s.error, Some((Reth, Error::Truncated { need: 70, got: 64 })));
-    assert_eq!(s.bth, Some(42));
+    assert_eq!(s.error, Some((Reth, Error::Truncated { need: 74, got: 64 })));
+    assert_eq!(layers(&s), vec![(Eth, 0), (Ipv4, 14), (Udp, 34), (Bth, 42)]);
+    assert_eq!(s.bth, None);
 
+    // BTH + AETH and no ICRC: the AETH is what does not fit before the ICRC.
     let s = stack::parse(&hex(ROCE_NO_ICRC));
-    assert_eq!(s.error, Some((Bth, Error::Truncated { need: 62, got: 58 })));
+    assert_eq!(s.error, Some((Aeth, Error::Truncated { need: 62, got: 58 })));
+    assert_eq!(layers(&s), vec![(Eth, 0), (Ipv4, 14), (Udp, 34), (Bth, 42)]);
 
     let mut f = hex(VXLAN_ROCE);
     f[104] = 0x40; // reserved AETH syndrome type
     let s = stack::parse(&f);
     assert_eq!(s.error, Some((Aeth, Error::BadValue { field: "aeth.syndrome" })));
     assert_eq!(s.inner.unwrap().l4, Some((Udp, 84)));
+}
+
+// ---- regressions ------------------------------------------------------------------------------
+
+/// Bug: `walk_roce` set `bth` before checking the extension headers, and `verify_icrc` ignored
+/// `error`, so a RoCE packet with a truncated RETH (carrying a correct ICRC) verified as
+/// `Some(Ok(()))` and downstream classified it as valid RDMA.
+#[test]
+fn verify_icrc_ignored_roce_parse_error() {
+    let f = hex(ROCE_SHORT_RETH);
+    // The ICRC scapy wrote is correct: only the headers are wrong.
+    assert_eq!(snic_wire::roce::icrc::verify(&f[14..]), Ok(()));
+    let s = stack::parse(&f);
+    assert_eq!(s.bth, None);
+    let e = Error::Truncated { need: 74, got: 64 };
+    assert_eq!(s.error, Some((Reth, e)));
+    assert_eq!(s.verify_icrc(&f), Some(Err(e)));
+
+    // A bad opcode, and a reserved AETH syndrome inside VXLAN, are errors too.
+    let mut f = hex(ROCE_WRITE);
+    f[42] = 0x15;
+    assert_eq!(stack::parse(&f).verify_icrc(&f), Some(Err(Error::BadOpcode { got: 0x15 })));
+    let mut f = hex(VXLAN_ROCE);
+    f[104] = 0x40;
+    let s = stack::parse(&f);
+    assert_eq!(s.bth, None);
+    assert_eq!(s.verify_icrc(&f), Some(Err(Error::BadValue { field: "aeth.syndrome" })));
+}
+
+/// Bug: the walk read extension headers from bytes that included the 4-byte ICRC, so a BTH + AETH
+/// datagram without an ICRC recorded an AETH layer (its bytes were the ICRC's) before failing
+/// at the BTH.
+#[test]
+fn roce_ext_headers_read_into_icrc() {
+    let s = stack::parse(&hex(ROCE_NO_ICRC));
+    assert_eq!(s.find(Aeth), None);
+    assert_eq!(s.error, Some((Aeth, Error::Truncated { need: 62, got: 58 })));
+    assert_eq!(s.payload, 54);
+    // The same datagram with an ICRC parses, and its AETH is recorded once.
+    let s = stack::parse(&hex(VXLAN_ROCE));
+    assert_eq!(s.error, None);
+    assert_eq!(s.layers().iter().filter(|l| l.layer == Aeth).count(), 1);
+}
+
+/// Bug: `verify_icrc`'s doc said `None` when the BTH does not directly follow IP + UDP, but
+/// with IPv6 extension headers it returns an error. The documented answer is now that error
+/// (the behaviour was kept: a RoCE packet whose ICRC cannot be checked must not look "not RoCE"
+/// to a classifier that enforces the ICRC).
+#[test]
+fn verify_icrc_ipv6_extension_headers_is_an_error() {
+    // ROCE_ATOMIC_ACK6 with an 8-byte Destination Options header (one PadN) before UDP.
+    let f0 = hex(ROCE_ATOMIC_ACK6);
+    let mut f = f0[..54].to_vec();
+    f[20] = 60; // next header: Destination Options
+    let pl = u16::from_be_bytes([f[18], f[19]]) + 8;
+    f[18..20].copy_from_slice(&pl.to_be_bytes());
+    f.extend_from_slice(&[17, 0, 1, 4, 0, 0, 0, 0]);
+    f.extend_from_slice(&f0[54..]);
+    let s = stack::parse(&f);
+    assert_eq!(s.error, None);
+    assert_eq!(s.bth, Some(70));
+    assert_eq!(s.outer.l4, Some((Udp, 62)));
+    assert_eq!(s.verify_icrc(&f), Some(Err(Error::BadValue { field: "ipv6.next_header" })));
+}
+
+/// Bug: ARP was sized by a private helper from its address lengths; the `arp` view and `Repr`
+/// now read it, so an ARP packet that is not Ethernet/IPv4 is an error at the ARP layer.
+#[test]
+fn arp_len_private_helper() {
+    let f = hex(ARP);
+    let mut g = f.clone();
+    g[18] = 8; // hardware address length 8
+    let s = stack::parse(&g);
+    assert_eq!(s.error, Some((Arp, Error::BadValue { field: "arp.hlen" })));
+    assert_eq!(s.outer.l3, None);
+    let mut g = f.clone();
+    g[15] = 6; // hardware type 6 (IEEE 802)
+    assert_eq!(stack::parse(&g).error, Some((Arp, Error::BadValue { field: "arp.htype" })));
+    assert_eq!(stack::parse(&f[..41]).error, Some((Arp, Error::Truncated { need: 42, got: 41 })));
+}
+
+/// RC FLUSH (0x1C) and RC ATOMIC WRITE (0x1D) as Linux rxe sends them walk through the stack.
+#[test]
+fn rc_flush_and_atomic_write() {
+    use snic_wire::roce::ext::{FethRepr, RethRepr};
+    use snic_wire::roce::{RoceRepr, bth, icrc, opcode};
+    let b = bth::Repr {
+        opcode: opcode::RC_FLUSH,
+        solicited: false,
+        mig_req: false,
+        pad_count: 0,
+        pkey: 0xffff,
+        fecn: false,
+        becn: false,
+        dest_qp: 0x12,
+        ack_req: true,
+        psn: 5,
+    };
+    let reth = Some(RethRepr { va: 0x1000, rkey: 0x99, dma_len: 64 });
+    let flush = RoceRepr {
+        reth,
+        feth: Some(FethRepr { placement_type: 1, selectivity_level: 0 }),
+        ..RoceRepr::new(b)
+    };
+    let write =
+        RoceRepr { reth, ..RoceRepr::new(bth::Repr { opcode: opcode::RC_ATOMIC_WRITE, ..b }) };
+    for (r, payload, ext) in
+        [(flush, &[][..], vec![(Feth, 54), (Reth, 58)]), (write, &[7u8; 8][..], vec![(Reth, 54)])]
+    {
+        let mut f = hex(ROCE_WRITE)[..42].to_vec();
+        let mut roce = [0u8; 64];
+        let n = r.emit(&mut roce, payload).unwrap();
+        f.extend_from_slice(&roce[..n]);
+        let ip_len = (f.len() - 14) as u16;
+        f[16..18].copy_from_slice(&ip_len.to_be_bytes());
+        f[38..40].copy_from_slice(&(ip_len - 20).to_be_bytes());
+        icrc::fill(&mut f[14..]).unwrap();
+        let s = stack::parse(&f);
+        assert_eq!(s.error, None, "{:?}", r.bth.opcode);
+        let mut want = vec![(Eth, 0), (Ipv4, 14), (Udp, 34), (Bth, 42)];
+        want.extend(ext);
+        assert_eq!(layers(&s), want);
+        assert_eq!(s.bth, Some(42));
+        assert_eq!(usize::from(s.payload), f.len() - 4 - payload.len());
+        assert_eq!(s.verify_icrc(&f), Some(Ok(())));
+    }
 }
 
 // ---- cross-check against etherparse (a parser nobody here wrote) ----------------------------

@@ -26,6 +26,27 @@ fn check_consistent(frame: &[u8], s: &Stack) -> Result<(), TestCaseError> {
     }
     if let Some(off) = s.bth {
         prop_assert!(recorded(Layer::Bth, off));
+        // `bth` means a RoCE packet that parsed whole; nothing is walked after it.
+        prop_assert_eq!(s.error, None);
+    }
+    // A RoCE packet that failed to parse never verifies: its parse error is the answer.
+    if let Some((layer, e)) = s.error {
+        let roce = [
+            Layer::Bth,
+            Layer::Reth,
+            Layer::Aeth,
+            Layer::AtomicEth,
+            Layer::AtomicAckEth,
+            Layer::ImmDt,
+            Layer::Ieth,
+            Layer::Deth,
+            Layer::Cnp,
+            Layer::Feth,
+        ];
+        if roce.contains(&layer) {
+            prop_assert_eq!(s.bth, None);
+            prop_assert_eq!(s.verify_icrc(frame), Some(Err(e)));
+        }
     }
     for h in [Some(s.outer), s.inner].into_iter().flatten() {
         if let Some(off) = h.eth {

@@ -1,5 +1,6 @@
 //! The InfiniBand extension transport headers that follow the BTH (IBTA Vol 1 section 9.3):
-//! RETH, AETH, AtomicETH, AtomicAckETH, ImmDt, IETH and DETH. All fields are big-endian.
+//! RETH, AETH, AtomicETH, AtomicAckETH, ImmDt, IETH and DETH, and the FETH of the IBTA 1.5 RC
+//! FLUSH (as Linux rxe sends it). All fields are big-endian.
 //!
 //! Which of them a packet carries, and in what order, is decided by the BTH opcode
 //! ([`super::opcode`]).
@@ -542,6 +543,92 @@ impl DethRepr {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// FETH
+
+/// Length of the FETH.
+pub const FETH_LEN: usize = 4;
+
+/// FETH placement-type bits (3:0).
+const FETH_PLT_MASK: u32 = 0x0000_000f;
+/// FETH selectivity-level bits (5:4).
+const FETH_SEL_MASK: u32 = 0x0000_0030;
+/// Shift of the selectivity level.
+const FETH_SEL_SHIFT: u32 = 4;
+
+fixed_header!(
+    /// FLUSH Extended Transport Header (IBTA 1.5): one 32-bit word, 26 reserved bits, the
+    /// selectivity level (bits 5:4) and the placement type (bits 3:0).
+    Feth,
+    FETH_LEN
+);
+
+impl<T: AsRef<[u8]>> Feth<T> {
+    /// The whole word, reserved bits included.
+    pub fn bits(&self) -> u32 {
+        self.get_u32(0)
+    }
+    /// Placement type (4 bits): bit 0 global visibility, bit 1 persistence.
+    pub fn placement_type(&self) -> u8 {
+        (self.bits() & FETH_PLT_MASK) as u8
+    }
+    /// Selectivity level (2 bits): 0 the RETH's memory range, 1 the whole memory region.
+    pub fn selectivity_level(&self) -> u8 {
+        ((self.bits() & FETH_SEL_MASK) >> FETH_SEL_SHIFT) as u8
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Feth<T> {
+    /// Set the whole word.
+    pub fn set_bits(&mut self, v: u32) {
+        self.put_u32(0, v);
+    }
+}
+
+/// Placement type bit: make the flushed range globally visible.
+pub const FLUSH_GLOBAL_VISIBILITY: u8 = 0x1;
+/// Placement type bit: make the flushed range persistent.
+pub const FLUSH_PERSISTENCE: u8 = 0x2;
+
+/// A parsed FETH.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FethRepr {
+    /// Placement type, 0..=15 ([`FLUSH_GLOBAL_VISIBILITY`], [`FLUSH_PERSISTENCE`]).
+    pub placement_type: u8,
+    /// Selectivity level, 0..=3 (0 memory range, 1 memory region).
+    pub selectivity_level: u8,
+}
+
+impl FethRepr {
+    /// Read a FETH (the reserved bits are ignored, as rxe does).
+    pub fn parse<T: AsRef<[u8]> + ?Sized>(h: &Feth<&T>) -> Result<FethRepr> {
+        h.check_len()?;
+        Ok(FethRepr {
+            placement_type: h.placement_type(),
+            selectivity_level: h.selectivity_level(),
+        })
+    }
+    /// Bytes [`Self::emit`] writes.
+    pub const fn buffer_len(&self) -> usize {
+        FETH_LEN
+    }
+    /// Write a FETH (reserved bits zero); `Err(BadValue)` when the placement type exceeds 4
+    /// bits or the selectivity level 2 bits.
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, h: &mut Feth<T>) -> Result<()> {
+        if u32::from(self.placement_type) > FETH_PLT_MASK {
+            return Err(Error::BadValue { field: "feth.placement_type" });
+        }
+        if u32::from(self.selectivity_level) > FETH_SEL_MASK >> FETH_SEL_SHIFT {
+            return Err(Error::BadValue { field: "feth.selectivity_level" });
+        }
+        h.check_len()?;
+        h.set_bits(
+            (u32::from(self.selectivity_level) << FETH_SEL_SHIFT) | u32::from(self.placement_type),
+        );
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -631,5 +718,28 @@ mod tests {
             Ok(IethRepr { rkey: 0xdead_beef })
         );
         assert_eq!(ImmDt::new_checked(&b[..3]), Err(Error::Truncated { need: 4, got: 3 }));
+    }
+
+    #[test]
+    fn feth_bytes() {
+        // Selectivity 1 (memory region), placement 3 (visibility + persistence), reserved bits
+        // set: they are ignored on parse and written as zero.
+        let b = [0xff, 0xff, 0xff, 0xd3];
+        let r = FethRepr::parse(&Feth::new_checked(&b[..]).unwrap()).unwrap();
+        assert_eq!(r, FethRepr { placement_type: 3, selectivity_level: 1 });
+        let mut out = [0xffu8; 4];
+        r.emit(&mut Feth::new_unchecked(&mut out[..])).unwrap();
+        assert_eq!(out, [0, 0, 0, 0x13]);
+        let bad = FethRepr { placement_type: 16, selectivity_level: 0 };
+        assert_eq!(
+            bad.emit(&mut Feth::new_unchecked(&mut out[..])),
+            Err(Error::BadValue { field: "feth.placement_type" })
+        );
+        let bad = FethRepr { placement_type: 0, selectivity_level: 4 };
+        assert_eq!(
+            bad.emit(&mut Feth::new_unchecked(&mut out[..])),
+            Err(Error::BadValue { field: "feth.selectivity_level" })
+        );
+        assert_eq!(Feth::new_checked(&b[..3]), Err(Error::Truncated { need: 4, got: 3 }));
     }
 }

@@ -14,19 +14,27 @@
 //! little-endian host and scapy's `pack_icrc` does). [`compute`] returns the CRC as a number;
 //! the trailer bytes are `crc.to_le_bytes()`.
 //!
-//! The masked headers are copied into small stack arrays and fed to the hasher piece by piece:
-//! no allocation, no copy of the payload. The end of the packet is taken from the UDP length, so
-//! Ethernet padding after a short IPv4 packet is not hashed.
+//! The masked bytes are copied into one 256-byte stack array: the whole packet when it fits
+//! (one hasher update), else only LRH, IP, UDP and BTH, the payload then being hashed in place
+//! (two updates). No allocation, no copy of a large payload. The end of the packet is taken
+//! from the UDP length, which must fit in the IPv4 total length / IPv6 payload length, so
+//! Ethernet padding after a short IPv4 packet is not hashed. IPv4 fragments are refused (the
+//! ICRC covers a whole datagram).
 
 use super::{ICRC_LEN, bth};
-use crate::{Error, Result};
+use crate::ipv4::IpProtocol;
+use crate::{Error, Result, ipv4, ipv6, udp};
 
-/// Length of the UDP header.
-const UDP_LEN: usize = 8;
-/// Length of the IPv6 fixed header.
-const IPV6_LEN: usize = 40;
-/// IP protocol number of UDP.
-const PROTO_UDP: u8 = 17;
+/// Length of the masked LRH that starts the hashed bytes.
+const LRH_LEN: usize = 8;
+/// Size of the stack scratch buffer the masked bytes are copied into. A packet whose hashed bytes
+/// (LRH included) fit is hashed with one update (small packets: ACKs, CNPs, atomics, reads);
+/// a longer one has its masked headers hashed from here and its payload in place.
+const SCRATCH_LEN: usize = 256;
+const _: () = assert!(
+    SCRATCH_LEN >= LRH_LEN + ipv4::MAX_HEADER_LEN + udp::HEADER_LEN + bth::HEADER_LEN,
+    "the scratch buffer holds the longest masked header chain"
+);
 
 /// Where the pieces of a RoCEv2 packet lie, from the IP header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,74 +47,86 @@ struct Layout {
     end: usize,
 }
 
+/// IPv4 flags/fragment-offset bits that make a packet a fragment: MF and the 13-bit offset.
+const IPV4_FRAGMENT_BITS: u16 = 0x3fff;
+
 fn layout(ip: &[u8]) -> Result<Layout> {
     let first = *ip.first().ok_or(Error::Truncated { need: 1, got: 0 })?;
-    let (v4, ip_len) = match first >> 4 {
+    // `ip_end`: one past the IP packet, by its own length field.
+    let (v4, ip_len, ip_end) = match first >> 4 {
         4 => {
-            Error::need(20, ip.len())?;
+            Error::need(ipv4::HEADER_LEN, ip.len())?;
             let ihl = usize::from(first & 0x0f) * 4;
-            if ihl < 20 {
+            if ihl < ipv4::HEADER_LEN {
                 return Err(Error::BadHeaderLen { got: ihl });
             }
-            if ip[9] != PROTO_UDP {
+            if ip[9] != IpProtocol::UDP.0 {
                 return Err(Error::BadValue { field: "ip.protocol" });
             }
-            (true, ihl)
+            // The ICRC covers one whole datagram: a fragment has only part of it.
+            if u16::from_be_bytes([ip[6], ip[7]]) & IPV4_FRAGMENT_BITS != 0 {
+                return Err(Error::BadValue { field: "ip.fragment" });
+            }
+            let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
+            if total < ihl {
+                return Err(Error::BadTotalLen { got: total });
+            }
+            (true, ihl, total)
         }
         6 => {
-            Error::need(IPV6_LEN, ip.len())?;
-            if ip[6] != PROTO_UDP {
+            Error::need(ipv6::HEADER_LEN, ip.len())?;
+            if ip[6] != IpProtocol::UDP.0 {
                 return Err(Error::BadValue { field: "ipv6.next_header" });
             }
-            (false, IPV6_LEN)
+            let payload = usize::from(u16::from_be_bytes([ip[4], ip[5]]));
+            (false, ipv6::HEADER_LEN, ipv6::HEADER_LEN + payload)
         }
         v => return Err(Error::BadVersion { got: v }),
     };
-    Error::need(ip_len + UDP_LEN, ip.len())?;
+    Error::need(ip_end, ip.len())?;
+    if ip_end < ip_len + udp::HEADER_LEN {
+        return Err(Error::BadTotalLen { got: ip_end });
+    }
     let udp_len = usize::from(u16::from_be_bytes([ip[ip_len + 4], ip[ip_len + 5]]));
-    if udp_len < UDP_LEN + bth::HEADER_LEN + ICRC_LEN {
+    let end = ip_len + udp_len;
+    if udp_len < udp::HEADER_LEN + bth::HEADER_LEN + ICRC_LEN || end > ip_end {
         return Err(Error::BadTotalLen { got: udp_len });
     }
-    let end = ip_len + udp_len;
-    Error::need(end, ip.len())?;
     Ok(Layout { ip_len, v4, end })
 }
 
 fn crc_of(ip: &[u8], l: &Layout) -> u32 {
-    let mut h = crc32fast::Hasher::new();
-    h.update(&[0xff; 8]);
-
-    // IP header, masked. IPv4 options (rare on RoCE) are hashed as they are.
-    let mut hdr = [0u8; 60];
-    let hdr = &mut hdr[..l.ip_len];
-    hdr.copy_from_slice(&ip[..l.ip_len]);
+    // What is hashed after the LRH: the IP header up to the ICRC. Copy it whole into the scratch
+    // buffer when it fits, else only the headers that get masked (IP, UDP, BTH); mask there;
+    // hash the buffer, then whatever was not copied.
+    let covered = l.end - ICRC_LEN;
+    let hdr_len = l.ip_len + udp::HEADER_LEN + bth::HEADER_LEN;
+    let copied = if LRH_LEN + covered <= SCRATCH_LEN { covered } else { hdr_len };
+    let mut buf = [0xffu8; SCRATCH_LEN];
+    let m = &mut buf[..LRH_LEN + copied];
+    m[LRH_LEN..].copy_from_slice(&ip[..copied]);
+    let ip_m = &mut m[LRH_LEN..];
+    // IPv4 options (rare on RoCE) are hashed as they are.
     if l.v4 {
-        hdr[1] = 0xff; // TOS (DSCP, ECN)
-        hdr[8] = 0xff; // TTL
-        hdr[10] = 0xff; // header checksum
-        hdr[11] = 0xff;
+        ip_m[1] = 0xff; // TOS (DSCP, ECN)
+        ip_m[8] = 0xff; // TTL
+        ip_m[10] = 0xff; // header checksum
+        ip_m[11] = 0xff;
     } else {
-        hdr[0] |= 0x0f; // traffic class, high nibble
-        hdr[1] = 0xff; // traffic class low nibble, flow label
-        hdr[2] = 0xff;
-        hdr[3] = 0xff;
-        hdr[7] = 0xff; // hop limit
+        ip_m[0] |= 0x0f; // traffic class, high nibble
+        ip_m[1] = 0xff; // traffic class low nibble, flow label
+        ip_m[2] = 0xff;
+        ip_m[3] = 0xff;
+        ip_m[7] = 0xff; // hop limit
     }
-    h.update(hdr);
+    let udp_at = l.ip_len;
+    ip_m[udp_at + 6] = 0xff; // UDP checksum
+    ip_m[udp_at + 7] = 0xff;
+    ip_m[udp_at + udp::HEADER_LEN + bth::CONGESTION_BYTE] = 0xff; // FECN, BECN, reserved
 
-    let mut udp = [0u8; UDP_LEN];
-    udp.copy_from_slice(&ip[l.ip_len..l.ip_len + UDP_LEN]);
-    udp[6] = 0xff; // checksum
-    udp[7] = 0xff;
-    h.update(&udp);
-
-    let bth_at = l.ip_len + UDP_LEN;
-    let mut b = [0u8; bth::HEADER_LEN];
-    b.copy_from_slice(&ip[bth_at..bth_at + bth::HEADER_LEN]);
-    b[bth::CONGESTION_BYTE] = 0xff;
-    h.update(&b);
-
-    h.update(&ip[bth_at + bth::HEADER_LEN..l.end - ICRC_LEN]);
+    let mut h = crc32fast::Hasher::new();
+    h.update(m);
+    h.update(&ip[copied..covered]);
     h.finalize()
 }
 
@@ -114,10 +134,13 @@ fn crc_of(ip: &[u8], l: &Layout) -> u32 {
 /// of its ICRC. Bytes past the UDP length are ignored. The trailer should hold
 /// `crc.to_le_bytes()`.
 ///
-/// Errors: `Truncated` when the buffer ends before the UDP length says; `BadVersion` for an IP
-/// version other than 4 or 6; `BadHeaderLen` for an IHL below 5; `BadValue` when the IP protocol
-/// / IPv6 next header is not UDP (IPv6 extension headers are not supported, as in rxe);
-/// `BadTotalLen` when the UDP length cannot hold a BTH and an ICRC.
+/// Errors: `Truncated` when the buffer ends before the IPv4 total length / IPv6 payload length
+/// says; `BadVersion` for an IP version other than 4 or 6; `BadHeaderLen` for an IHL below 5;
+/// `BadValue { field: "ip.protocol" }` / `{ field: "ipv6.next_header" }` when the IP protocol /
+/// IPv6 next header is not UDP (IPv6 extension headers are not supported, as in rxe);
+/// `BadValue { field: "ip.fragment" }` for an IPv4 fragment (MF set or a non-zero offset);
+/// `BadTotalLen` when the IP length cannot hold the UDP header (`got`: the IP length) or the UDP
+/// length cannot hold a BTH and an ICRC or runs past the IP length (`got`: the UDP length).
 pub fn compute(ip: &[u8]) -> Result<u32> {
     let l = layout(ip)?;
     Ok(crc_of(ip, &l))
@@ -164,10 +187,103 @@ mod tests {
         v4[9] = 6;
         assert_eq!(compute(&v4), Err(Error::BadValue { field: "ip.protocol" }));
         v4[9] = 17;
+        v4[3] = 64; // total length 64
         v4[24] = 0;
         v4[25] = 23; // UDP length 23 < 8 + 12 + 4
         assert_eq!(compute(&v4), Err(Error::BadTotalLen { got: 23 }));
-        v4[25] = 60; // 20 + 60 > 64
+        v4[25] = 44; // 20 + 44 = 64: fits
+        assert!(compute(&v4).is_ok());
+        v4[3] = 80; // total length past the buffer
         assert_eq!(compute(&v4), Err(Error::Truncated { need: 80, got: 64 }));
+        v4[3] = 19; // total length below the header
+        assert_eq!(compute(&v4), Err(Error::BadTotalLen { got: 19 }));
+        v4[3] = 24; // room for only half of the UDP header
+        assert_eq!(compute(&v4), Err(Error::BadTotalLen { got: 24 }));
+    }
+
+    #[test]
+    fn udp_length_past_ip_total_length_is_refused() {
+        // IPv4 total length 60, UDP length 44: the datagram would end at 64, past the IP packet
+        // (the last 4 bytes are Ethernet padding, not the ICRC).
+        let mut v4 = [0u8; 64];
+        v4[0] = 0x45;
+        v4[3] = 60;
+        v4[9] = 17;
+        v4[25] = 44;
+        assert_eq!(compute(&v4), Err(Error::BadTotalLen { got: 44 }));
+        assert_eq!(verify(&v4), Err(Error::BadTotalLen { got: 44 }));
+        assert_eq!(fill(&mut v4), Err(Error::BadTotalLen { got: 44 }));
+        v4[25] = 40;
+        assert!(compute(&v4).is_ok());
+
+        // IPv6 payload length 40, UDP length 44.
+        let mut v6 = [0u8; 84];
+        v6[0] = 0x60;
+        v6[5] = 40;
+        v6[6] = 17;
+        v6[45] = 44;
+        assert_eq!(compute(&v6), Err(Error::BadTotalLen { got: 44 }));
+        v6[45] = 40;
+        assert!(compute(&v6).is_ok());
+        v6[5] = 48; // payload length past the buffer
+        assert_eq!(compute(&v6), Err(Error::Truncated { need: 88, got: 84 }));
+    }
+
+    #[test]
+    fn ipv4_fragments_are_refused() {
+        let mut v4 = [0u8; 64];
+        v4[0] = 0x45;
+        v4[3] = 64;
+        v4[9] = 17;
+        v4[25] = 44;
+        assert!(compute(&v4).is_ok());
+        v4[6] = 0x40; // DF: not a fragment
+        assert!(compute(&v4).is_ok());
+        v4[6] = 0x20; // MF: first fragment
+        assert_eq!(compute(&v4), Err(Error::BadValue { field: "ip.fragment" }));
+        v4[6] = 0x00;
+        v4[7] = 0x01; // offset 8: a later fragment
+        assert_eq!(verify(&v4), Err(Error::BadValue { field: "ip.fragment" }));
+    }
+
+    #[test]
+    fn masked_header_buffer_matches_piecewise_hash() {
+        // The one-buffer hash equals hashing the masked pieces one by one (the definition), for
+        // IPv4 with options (the longest header) and IPv6.
+        // Payloads of 5 bytes (hashed from the scratch buffer) and 300 (headers from there,
+        // payload in place).
+        for (ip_len, v6, payload) in
+            [(60usize, false, 5usize), (40, true, 5), (60, false, 300), (40, true, 300)]
+        {
+            let n = ip_len + 8 + 12 + payload + 4;
+            let mut p = [0u8; 400];
+            let p = &mut p[..n];
+            p.iter_mut().enumerate().for_each(|(i, b)| *b = (i as u8).wrapping_mul(37));
+            if v6 {
+                p[0] = 0x6a;
+                p[4..6].copy_from_slice(&((n - 40) as u16).to_be_bytes());
+                p[6] = 17;
+            } else {
+                p[0] = 0x4f;
+                p[2..4].copy_from_slice(&(n as u16).to_be_bytes());
+                p[6] = 0;
+                p[7] = 0;
+                p[9] = 17;
+            }
+            p[ip_len + 4..ip_len + 6].copy_from_slice(&((n - ip_len) as u16).to_be_bytes());
+            let mut m = p.to_vec();
+            let masked: &[usize] = if v6 { &[1, 2, 3, 7] } else { &[1, 8, 10, 11] };
+            masked.iter().for_each(|&i| m[i] = 0xff);
+            if v6 {
+                m[0] |= 0x0f;
+            }
+            m[ip_len + 6] = 0xff;
+            m[ip_len + 7] = 0xff;
+            m[ip_len + 8 + 4] = 0xff;
+            let mut h = crc32fast::Hasher::new();
+            h.update(&[0xff; 8]);
+            h.update(&m[..n - 4]);
+            assert_eq!(compute(p), Ok(h.finalize()), "v6 {v6} payload {payload}");
+        }
     }
 }

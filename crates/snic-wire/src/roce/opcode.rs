@@ -2,10 +2,12 @@
 //! for each opcode we accept, its name, the extension headers that follow the BTH in order, and
 //! whether it carries a payload.
 //!
-//! Covered: every RC opcode (SEND, RDMA WRITE, RDMA READ request/response, ACK, atomics, SEND
-//! with invalidate), the UC SEND and RDMA WRITE opcodes, UD SEND ONLY (with and without
-//! immediate), and the RoCEv2 CNP (0x81). The RD transport is not supported (its RDETH is not
-//! modelled): RD opcodes, like reserved ones, are refused with `BadOpcode`.
+//! Covered: every RC opcode of IBTA 1.4 (SEND, RDMA WRITE, RDMA READ request/response, ACK,
+//! atomics, SEND with invalidate), the two RC opcodes IBTA 1.5 added that Linux rxe sends since
+//! 6.2 (FLUSH 0x1C: FETH then RETH, no payload; ATOMIC WRITE 0x1D: RETH then exactly 8 bytes of
+//! payload), the UC SEND and RDMA WRITE opcodes, UD SEND ONLY (with and without immediate), and
+//! the RoCEv2 CNP (0x81). The RD transport is not supported (its RDETH is not modelled): RD
+//! opcodes, like reserved ones, are refused with `BadOpcode`.
 
 /// An extension header that may follow the BTH.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -26,6 +28,8 @@ pub enum ExtHeader {
     Deth,
     /// The 16 reserved bytes of a RoCEv2 CNP.
     Cnp,
+    /// FLUSH Extended Transport Header (4 bytes, IBTA 1.5).
+    Feth,
 }
 
 impl ExtHeader {
@@ -40,6 +44,7 @@ impl ExtHeader {
             ExtHeader::Ieth => 4,
             ExtHeader::Deth => 8,
             ExtHeader::Cnp => 16,
+            ExtHeader::Feth => 4,
         }
     }
 
@@ -54,6 +59,7 @@ impl ExtHeader {
             ExtHeader::Ieth => "IETH",
             ExtHeader::Deth => "DETH",
             ExtHeader::Cnp => "CNP",
+            ExtHeader::Feth => "FETH",
         }
     }
 }
@@ -81,6 +87,18 @@ impl OpcodeInfo {
             i += 1;
         }
         n
+    }
+
+    /// The payload length this opcode requires, when it is fixed: `Some(0)` for opcodes without
+    /// a payload, `Some(8)` for RC ATOMIC WRITE (the 8 bytes written), `None` otherwise.
+    pub const fn fixed_payload_len(&self) -> Option<usize> {
+        if !self.payload {
+            Some(0)
+        } else if self.code == RC_ATOMIC_WRITE {
+            Some(ATOMIC_WRITE_LEN)
+        } else {
+            None
+        }
     }
 
     /// True when this opcode is a request (sent by a requester), false for responses
@@ -171,6 +189,10 @@ opcodes! {
     RC_SEND_LAST_WITH_INVALIDATE = 0x16, [Ieth], true;
     /// RC SEND Only with Invalidate.
     RC_SEND_ONLY_WITH_INVALIDATE = 0x17, [Ieth], true;
+    /// RC FLUSH (IBTA 1.5): FETH then RETH (the range to make visible or persistent).
+    RC_FLUSH = 0x1c, [Feth, Reth], false;
+    /// RC ATOMIC WRITE (IBTA 1.5): RETH then exactly 8 bytes of payload, written atomically.
+    RC_ATOMIC_WRITE = 0x1d, [Reth], true;
     /// UC SEND First.
     UC_SEND_FIRST = 0x20, [], true;
     /// UC SEND Middle.
@@ -202,6 +224,9 @@ opcodes! {
     /// RoCEv2 Congestion Notification Packet.
     CNP = 0x81, [Cnp], false;
 }
+
+/// Payload length of an RC ATOMIC WRITE (one 64-bit word).
+pub const ATOMIC_WRITE_LEN: usize = 8;
 
 /// Name of an opcode, or `"UNKNOWN"`.
 pub const fn name(code: u8) -> &'static str {
@@ -241,6 +266,27 @@ mod tests {
         assert_eq!(lookup(0x40), None); // RD SEND First: RD not supported
         assert_eq!(lookup(0x2c), None); // UC has no READ
         assert_eq!(name(0x04), "RC_SEND_ONLY");
+        assert_eq!(lookup(RC_SEND_ONLY).unwrap().fixed_payload_len(), None);
+        assert_eq!(lookup(RC_ACKNOWLEDGE).unwrap().fixed_payload_len(), Some(0));
+    }
+
+    #[test]
+    fn rc_flush_and_atomic_write_as_rxe_sends_them() {
+        // include/rdma/ib_pack.h: IB_OPCODE_FLUSH 0x1C, IB_OPCODE_ATOMIC_WRITE 0x1D (RC: 0x00 +).
+        let f = lookup(0x1c).unwrap();
+        assert_eq!(f.name, "RC_FLUSH");
+        assert_eq!(f.ext, &[ExtHeader::Feth, ExtHeader::Reth]);
+        assert_eq!(f.ext_len(), 20);
+        assert!(!f.payload);
+        assert!(f.is_request());
+        assert_eq!(f.transport(), 0);
+        let w = lookup(0x1d).unwrap();
+        assert_eq!(w.name, "RC_ATOMIC_WRITE");
+        assert_eq!(w.ext, &[ExtHeader::Reth]);
+        assert_eq!(w.fixed_payload_len(), Some(8));
+        assert!(w.is_request());
+        assert_eq!(lookup(0x1b), None);
+        assert_eq!(lookup(0x1e), None);
         assert_eq!(name(0xff), "UNKNOWN");
     }
 }

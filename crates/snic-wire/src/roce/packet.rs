@@ -3,7 +3,7 @@
 
 use super::bth;
 use super::ext::{
-    AethRepr, AtomicAckEthRepr, AtomicEthRepr, DethRepr, IethRepr, ImmDtRepr, RethRepr,
+    AethRepr, AtomicAckEthRepr, AtomicEthRepr, DethRepr, FethRepr, IethRepr, ImmDtRepr, RethRepr,
 };
 use super::opcode::{ExtHeader, OpcodeInfo};
 use super::{ICRC_LEN, ext};
@@ -41,20 +41,56 @@ pub struct RocePacket<'a> {
     pub ieth: Option<IethRepr>,
     /// DETH, when the opcode carries one.
     pub deth: Option<DethRepr>,
+    /// FETH, when the opcode carries one (RC FLUSH).
+    pub feth: Option<FethRepr>,
+}
+
+/// Where [`RocePacket::parse`] failed, for the frame walker (`stack`) to name the layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WalkError {
+    /// The opcode's table entry, when the BTH parsed.
+    pub info: Option<&'static OpcodeInfo>,
+    /// How many of `info.ext` parsed before the failure.
+    pub parsed: usize,
+    /// The extension header that failed; `None` when the BTH or the length rules failed.
+    pub ext: Option<ExtHeader>,
+    /// What was wrong (offsets count from the start of the BTH).
+    pub error: Error,
 }
 
 impl<'a> RocePacket<'a> {
     /// Parse the bytes from the BTH through the ICRC.
     ///
-    /// Errors: `Truncated` when the bytes end before the headers plus the ICRC (or before the pad
-    /// count's bytes); `BadOpcode`/`BadVersion` from the BTH; `BadValue` from an AETH syndrome;
-    /// `BadTotalLen` when an opcode that carries no payload has bytes between its headers and
-    /// the ICRC, or a pad count larger than the payload.
+    /// The last 4 bytes are taken as the ICRC first, then the BTH and its extension headers are
+    /// read from what is left: a packet whose headers run into the ICRC's room fails at the
+    /// header that does not fit. `Truncated { need, got }` counts through the ICRC (`need` is
+    /// that header's end plus 4, `got` the length of `bytes`).
+    ///
+    /// Errors: `Truncated` as above; `BadOpcode`/`BadVersion` from the BTH; `BadValue` from an
+    /// AETH syndrome; `BadTotalLen` when an opcode that carries no payload has bytes between its
+    /// headers and the ICRC, an RC ATOMIC WRITE's payload is not 8 bytes, or a pad count is
+    /// larger than the payload; `BadValue { field: "bth.pad_count" }` for a pad count on an
+    /// opcode whose payload length is fixed.
     pub fn parse(bytes: &'a [u8]) -> Result<RocePacket<'a>> {
-        let bth = bth::Repr::parse(&bth::Header::new_checked(bytes)?)?;
-        let info = bth.info().ok_or(Error::BadOpcode { got: bth.opcode })?;
+        Self::walk(bytes).map_err(|e| e.error)
+    }
+
+    /// [`Self::parse`], saying which header failed.
+    pub(crate) fn walk(bytes: &'a [u8]) -> core::result::Result<RocePacket<'a>, WalkError> {
+        let fail = |info, parsed, ext, error| WalkError { info, parsed, ext, error };
+        // Headers may not use the ICRC's 4 bytes.
+        let room = bytes.len().saturating_sub(ICRC_LEN);
+        let short = |end: usize| Error::Truncated { need: end + ICRC_LEN, got: bytes.len() };
+        let hdrs = &bytes[..room];
+        if room < bth::HEADER_LEN {
+            return Err(fail(None, 0, None, short(bth::HEADER_LEN)));
+        }
+        let bth = bth::Header::new_checked(hdrs)
+            .and_then(|h| bth::Repr::parse(&h))
+            .map_err(|e| fail(None, 0, None, e))?;
+        let info =
+            bth.info().ok_or_else(|| fail(None, 0, None, Error::BadOpcode { got: bth.opcode }))?;
         let header_len = bth::HEADER_LEN + info.ext_len();
-        Error::need(header_len + ICRC_LEN, bytes.len())?;
         let mut p = RocePacket {
             bytes,
             bth,
@@ -70,50 +106,57 @@ impl<'a> RocePacket<'a> {
             imm_dt: None,
             ieth: None,
             deth: None,
+            feth: None,
         };
         let mut off = bth::HEADER_LEN;
-        for &e in info.ext {
-            let h = &bytes[off..off + e.header_len()];
-            match e {
-                ExtHeader::Reth => p.reth = Some(RethRepr::parse(&ext::Reth::new_checked(h)?)?),
-                ExtHeader::Aeth => p.aeth = Some(AethRepr::parse(&ext::Aeth::new_checked(h)?)?),
-                ExtHeader::AtomicEth => {
-                    p.atomic_eth = Some(AtomicEthRepr::parse(&ext::AtomicEth::new_checked(h)?)?)
-                }
-                ExtHeader::AtomicAckEth => {
-                    p.atomic_ack_eth =
-                        Some(AtomicAckEthRepr::parse(&ext::AtomicAckEth::new_checked(h)?)?)
-                }
-                ExtHeader::ImmDt => {
-                    p.imm_dt = Some(ImmDtRepr::parse(&ext::ImmDt::new_checked(h)?)?)
-                }
-                ExtHeader::Ieth => p.ieth = Some(IethRepr::parse(&ext::Ieth::new_checked(h)?)?),
-                ExtHeader::Deth => p.deth = Some(DethRepr::parse(&ext::Deth::new_checked(h)?)?),
-                ExtHeader::Cnp => {}
-            }
-            let i = usize::from(p.ext_count);
+        for (i, &e) in info.ext.iter().enumerate() {
+            let end = off + e.header_len();
             if i >= MAX_EXT {
-                return Err(Error::TooManyHeaders);
+                return Err(fail(Some(info), i, Some(e), Error::TooManyHeaders));
             }
+            let h = hdrs.get(off..end).ok_or_else(|| fail(Some(info), i, Some(e), short(end)))?;
+            p.parse_ext(e, h).map_err(|err| fail(Some(info), i, Some(e), err))?;
             // `off` is below 64 bytes: the longest header chain is 12 + 20.
             p.ext[i] = (e, off as u16);
             p.ext_count += 1;
-            off += e.header_len();
+            off = end;
         }
-        let body = bytes.len() - header_len - ICRC_LEN;
+        let all = info.ext.len();
+        let body = room - header_len;
         let pad = usize::from(bth.pad_count);
-        if !info.payload {
-            if body != 0 {
-                return Err(Error::BadTotalLen { got: bytes.len() });
+        let total = Error::BadTotalLen { got: bytes.len() };
+        match info.fixed_payload_len() {
+            Some(n) if body != n => return Err(fail(Some(info), all, None, total)),
+            Some(_) if pad != 0 => {
+                let e = Error::BadValue { field: "bth.pad_count" };
+                return Err(fail(Some(info), all, None, e));
             }
-            if pad != 0 {
-                return Err(Error::BadValue { field: "bth.pad_count" });
-            }
-        } else if pad > body {
-            return Err(Error::BadTotalLen { got: bytes.len() });
+            _ if pad > body => return Err(fail(Some(info), all, None, total)),
+            _ => {}
         }
         p.payload_len = body - pad;
         Ok(p)
+    }
+
+    /// Parse one extension header `h` (exactly its length) into its field.
+    fn parse_ext(&mut self, e: ExtHeader, h: &[u8]) -> Result<()> {
+        match e {
+            ExtHeader::Reth => self.reth = Some(RethRepr::parse(&ext::Reth::new_checked(h)?)?),
+            ExtHeader::Aeth => self.aeth = Some(AethRepr::parse(&ext::Aeth::new_checked(h)?)?),
+            ExtHeader::AtomicEth => {
+                self.atomic_eth = Some(AtomicEthRepr::parse(&ext::AtomicEth::new_checked(h)?)?)
+            }
+            ExtHeader::AtomicAckEth => {
+                self.atomic_ack_eth =
+                    Some(AtomicAckEthRepr::parse(&ext::AtomicAckEth::new_checked(h)?)?)
+            }
+            ExtHeader::ImmDt => self.imm_dt = Some(ImmDtRepr::parse(&ext::ImmDt::new_checked(h)?)?),
+            ExtHeader::Ieth => self.ieth = Some(IethRepr::parse(&ext::Ieth::new_checked(h)?)?),
+            ExtHeader::Deth => self.deth = Some(DethRepr::parse(&ext::Deth::new_checked(h)?)?),
+            ExtHeader::Feth => self.feth = Some(FethRepr::parse(&ext::Feth::new_checked(h)?)?),
+            ExtHeader::Cnp => {}
+        }
+        Ok(())
     }
 
     /// The BTH.
@@ -166,6 +209,7 @@ impl<'a> RocePacket<'a> {
             imm_dt: self.imm_dt,
             ieth: self.ieth,
             deth: self.deth,
+            feth: self.feth,
         }
     }
 
@@ -196,6 +240,8 @@ pub struct RoceRepr {
     pub ieth: Option<IethRepr>,
     /// DETH, for opcodes that carry one.
     pub deth: Option<DethRepr>,
+    /// FETH, for opcodes that carry one (RC FLUSH).
+    pub feth: Option<FethRepr>,
 }
 
 /// Pad bytes that bring a payload of `len` bytes to a multiple of 4 (the BTH pad count).
@@ -215,6 +261,7 @@ impl RoceRepr {
             imm_dt: None,
             ieth: None,
             deth: None,
+            feth: None,
         }
     }
 
@@ -230,11 +277,12 @@ impl RoceRepr {
     ///
     /// Errors: `BadOpcode` for an opcode outside the table; `BadValue { field: "roce.<hdr>" }`
     /// when a header the opcode needs is `None` or one it does not carry is `Some`;
-    /// `BadTotalLen` for a payload given to an opcode that carries none; `Truncated` when `buf`
-    /// is too short; the headers' own `emit` errors.
+    /// `BadTotalLen` for a payload given to an opcode that carries none, or of a length other
+    /// than the opcode's fixed one (8 bytes for RC ATOMIC WRITE); `Truncated` when `buf` is too
+    /// short; the headers' own `emit` errors.
     pub fn emit(&self, buf: &mut [u8], payload: &[u8]) -> Result<usize> {
         let info = self.bth.info().ok_or(Error::BadOpcode { got: self.bth.opcode })?;
-        if !info.payload && !payload.is_empty() {
+        if info.fixed_payload_len().is_some_and(|n| n != payload.len()) {
             return Err(Error::BadTotalLen { got: payload.len() });
         }
         let wants = |e: ExtHeader| info.ext.contains(&e);
@@ -246,6 +294,7 @@ impl RoceRepr {
             (ExtHeader::ImmDt, self.imm_dt.is_some(), "roce.imm_dt"),
             (ExtHeader::Ieth, self.ieth.is_some(), "roce.ieth"),
             (ExtHeader::Deth, self.deth.is_some(), "roce.deth"),
+            (ExtHeader::Feth, self.feth.is_some(), "roce.feth"),
         ];
         for (e, is, field) in present {
             if wants(e) != is {
@@ -282,6 +331,9 @@ impl RoceRepr {
                 }
                 ExtHeader::Deth => {
                     emit_some(self.deth, |r| r.emit(&mut ext::Deth::new_unchecked(h)))?
+                }
+                ExtHeader::Feth => {
+                    emit_some(self.feth, |r| r.emit(&mut ext::Feth::new_unchecked(h)))?
                 }
                 ExtHeader::Cnp => h.fill(0),
             }
@@ -407,5 +459,62 @@ mod tests {
         a[0] = opcode::RC_ACKNOWLEDGE;
         a[12] = 0x40;
         assert_eq!(RocePacket::parse(&a), Err(Error::BadValue { field: "aeth.syndrome" }));
+    }
+
+    #[test]
+    fn rc_flush_feth_then_reth() {
+        // BTH(RC_FLUSH) + FETH(sel 0, placement 2 = persistence) + RETH, no payload, ICRC.
+        let mut b = [0u8; 12 + 4 + 16 + 4];
+        b[0] = opcode::RC_FLUSH;
+        b[15] = 0x02;
+        b[16 + 7] = 0x40; // va 0x40
+        b[16 + 11] = 7; // rkey 7
+        b[16 + 15] = 64; // length 64
+        let p = RocePacket::parse(&b).unwrap();
+        assert_eq!(p.ext_headers(), &[(ExtHeader::Feth, 12), (ExtHeader::Reth, 16)]);
+        assert_eq!(p.feth, Some(FethRepr { placement_type: 2, selectivity_level: 0 }));
+        assert_eq!(p.reth, Some(RethRepr { va: 0x40, rkey: 7, dma_len: 64 }));
+        assert_eq!(p.header_len(), 32);
+        assert!(p.payload().is_empty());
+        let mut out = [0xeeu8; 36];
+        assert_eq!(p.repr().emit(&mut out, b""), Ok(36));
+        assert_eq!(out, b);
+        // A FLUSH carries no payload.
+        let mut long = [0u8; 12 + 4 + 16 + 4 + 4];
+        long[..32].copy_from_slice(&b[..32]);
+        assert_eq!(RocePacket::parse(&long), Err(Error::BadTotalLen { got: 40 }));
+        // FETH present but the RETH runs into the ICRC.
+        assert_eq!(RocePacket::parse(&b[..35]), Err(Error::Truncated { need: 36, got: 35 }));
+        assert_eq!(
+            RocePacket::walk(&b[..35]).unwrap_err(),
+            WalkError {
+                info: opcode::lookup(opcode::RC_FLUSH),
+                parsed: 1,
+                ext: Some(ExtHeader::Reth),
+                error: Error::Truncated { need: 36, got: 35 },
+            }
+        );
+    }
+
+    #[test]
+    fn rc_atomic_write_needs_exactly_8_bytes() {
+        let mut b = [0u8; 12 + 16 + 8 + 4];
+        b[0] = opcode::RC_ATOMIC_WRITE;
+        b[12 + 15] = 8;
+        b[28..36].copy_from_slice(&0x0102_0304_0506_0708u64.to_be_bytes());
+        let p = RocePacket::parse(&b).unwrap();
+        assert_eq!(p.reth, Some(RethRepr { va: 0, rkey: 0, dma_len: 8 }));
+        assert_eq!(p.payload(), &[1, 2, 3, 4, 5, 6, 7, 8]);
+        let r = RoceRepr { reth: p.reth, ..RoceRepr::new(*p.bth()) };
+        // 4 bytes of payload instead of 8.
+        let mut short = [0u8; 12 + 16 + 4 + 4];
+        short[0] = opcode::RC_ATOMIC_WRITE;
+        assert_eq!(RocePacket::parse(&short), Err(Error::BadTotalLen { got: 36 }));
+        // 5 payload bytes + pad count 3 make 8 bytes, still not one 64-bit word.
+        b[1] = 0x30;
+        assert_eq!(RocePacket::parse(&b), Err(Error::BadValue { field: "bth.pad_count" }));
+        let mut out = [0u8; 64];
+        assert_eq!(r.emit(&mut out, &[9; 7]), Err(Error::BadTotalLen { got: 7 }));
+        assert_eq!(r.emit(&mut out, &[9; 8]), Ok(40));
     }
 }
