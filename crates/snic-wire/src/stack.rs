@@ -220,8 +220,10 @@ impl Stack {
     /// [`Stack::error`] with why, and everything before it stays valid. Lengths are bounded by
     /// the IP total/payload length and the UDP length, so Ethernet padding is never parsed as a
     /// header. IP fragments stop the walk after the IP header (their L4 header is absent or
-    /// incomplete). A tunnel inside the inner frame is left as payload. The RoCE ICRC is not
-    /// checked here (see [`Stack::verify_icrc`]).
+    /// incomplete). A tunnel inside the inner frame is left as payload. For RoCEv2 the last 4
+    /// bytes of the UDP payload are the ICRC and the headers must fit before them; [`Stack::bth`]
+    /// is set only when the whole RoCE packet parsed. The ICRC itself is not checked here (see
+    /// [`Stack::verify_icrc`]).
     pub fn parse(frame: &[u8]) -> Stack {
         let mut s = Stack::default();
         if let Err(fail) = s.walk_l2(frame, 0, frame.len(), false) {
@@ -237,10 +239,11 @@ impl Stack {
     ///   parse: `e` is the error in [`Stack::error`] (the ICRC of a packet whose headers are
     ///   malformed is not evidence of anything).
     /// - `Some(Err(BadValue { field: "ipv6.next_header" }))` for RoCEv2 over IPv6 with
-    ///   extension headers between the IPv6 header and UDP: the ICRC is then not defined (rxe
-    ///   does not send or accept such packets), so it cannot be verified. This is reported
-    ///   rather than `None` so that a classifier that enforces the ICRC cannot be bypassed by
-    ///   inserting an extension header.
+    ///   extension headers between the IPv6 header and UDP: [`icrc`] does not model which of
+    ///   those bytes the ICRC would cover (rxe never sends such packets), so it cannot be
+    ///   verified. This is an error rather than `None` because the packet *is* RoCEv2: a
+    ///   classifier that enforces the ICRC must not be bypassed by inserting an extension
+    ///   header.
     /// - Otherwise the result of [`icrc::verify`] over the IP header that carries the UDP
     ///   datagram (the innermost one; RoCE is not walked inside RoCE).
     pub fn verify_icrc(&self, frame: &[u8]) -> Option<Result<(), Error>> {

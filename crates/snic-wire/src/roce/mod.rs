@@ -2,7 +2,7 @@
 //! the opcode table, the CNP, the ICRC, and [`RocePacket`], a walker over the bytes after UDP.
 //!
 //! - [`bth`]: BTH view and `Repr` (12 bytes).
-//! - [`ext`]: RETH, AETH, AtomicETH, AtomicAckETH, ImmDt, IETH, DETH views and `Repr`s.
+//! - [`ext`]: RETH, AETH, AtomicETH, AtomicAckETH, ImmDt, IETH, DETH, FETH views and `Repr`s.
 //! - [`cnp`]: the 16 reserved bytes that follow the BTH of a CNP.
 //! - [`opcode`]: which extension headers each opcode carries, in order.
 //! - [`icrc`]: invariant CRC compute / verify / fill over an IPv4 or IPv6 underlay.
