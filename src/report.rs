@@ -315,6 +315,7 @@ fn layer_detail(frame: &[u8], l: &LayerAt) -> String {
         Layer::ImmDt => show!(ext::ImmDt<&[u8]>, ext::ImmDtRepr),
         Layer::Ieth => show!(ext::Ieth<&[u8]>, ext::IethRepr),
         Layer::Deth => show!(ext::Deth<&[u8]>, ext::DethRepr),
+        Layer::Feth => show!(ext::Feth<&[u8]>, ext::FethRepr),
         _ => Ok(hex_prefix(at, 16)),
     };
     shown.unwrap_or_else(|e| format!("(unreadable: {e})"))

@@ -235,31 +235,6 @@ impl fmt::Display for FilterError {
 
 impl std::error::Error for FilterError {}
 
-const LAYERS: [Layer; 22] = [
-    Layer::Eth,
-    Layer::Vlan,
-    Layer::Arp,
-    Layer::Ipv4,
-    Layer::Ipv6,
-    Layer::Icmpv4,
-    Layer::Icmpv6,
-    Layer::Udp,
-    Layer::Tcp,
-    Layer::Vxlan,
-    Layer::Geneve,
-    Layer::Nvgre,
-    Layer::Gre,
-    Layer::Bth,
-    Layer::Reth,
-    Layer::Aeth,
-    Layer::AtomicEth,
-    Layer::AtomicAckEth,
-    Layer::ImmDt,
-    Layer::Ieth,
-    Layer::Deth,
-    Layer::Cnp,
-];
-
 impl TraceFilter {
     /// Most terms in one filter.
     pub const MAX_TERMS: usize = 8;
@@ -333,11 +308,7 @@ impl TraceFilter {
             Some("vni") => Ok(TraceTerm::Vni(arg()?.parse::<u32>().map_err(|_| bad("bad VNI"))?)),
             Some("layer") => {
                 let name = arg()?;
-                LAYERS
-                    .iter()
-                    .find(|l| l.name() == name)
-                    .map(|l| TraceTerm::Layer(*l))
-                    .ok_or_else(|| bad("unknown layer"))
+                Layer::from_name(name).map(TraceTerm::Layer).ok_or_else(|| bad("unknown layer"))
             }
             Some(_) => Err(bad("unknown term")),
             None => Err(bad("empty term")),

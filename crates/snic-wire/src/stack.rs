@@ -49,6 +49,38 @@ pub enum Layer {
 }
 
 impl Layer {
+    /// Every layer kind, in the order of the enum (for parsers of layer names).
+    pub const ALL: [Layer; 23] = [
+        Layer::Eth,
+        Layer::Vlan,
+        Layer::Arp,
+        Layer::Ipv4,
+        Layer::Ipv6,
+        Layer::Icmpv4,
+        Layer::Icmpv6,
+        Layer::Udp,
+        Layer::Tcp,
+        Layer::Vxlan,
+        Layer::Geneve,
+        Layer::Nvgre,
+        Layer::Gre,
+        Layer::Bth,
+        Layer::Reth,
+        Layer::Aeth,
+        Layer::AtomicEth,
+        Layer::AtomicAckEth,
+        Layer::ImmDt,
+        Layer::Ieth,
+        Layer::Deth,
+        Layer::Cnp,
+        Layer::Feth,
+    ];
+
+    /// The layer called `name`, as [`Layer::name`] spells it.
+    pub fn from_name(name: &str) -> Option<Layer> {
+        Layer::ALL.into_iter().find(|l| l.name() == name)
+    }
+
     /// Lower-case name: `"eth"`, `"vlan"`, `"ipv4"`, `"udp"`, `"vxlan"`, `"bth"`, `"reth"`, ...
     pub const fn name(self) -> &'static str {
         match self {

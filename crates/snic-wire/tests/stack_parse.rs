@@ -557,3 +557,13 @@ fn outer_layers_agree_with_etherparse() {
         assert_eq!((kind, l4), their, "{name}");
     }
 }
+
+#[test]
+fn every_layer_is_listed_once_and_found_by_name() {
+    for (i, l) in Layer::ALL.iter().enumerate() {
+        assert_eq!(Layer::from_name(l.name()), Some(*l));
+        assert!(!Layer::ALL[..i].contains(l), "{l:?} listed twice");
+    }
+    assert_eq!(Layer::from_name("feth"), Some(Layer::Feth));
+    assert_eq!(Layer::from_name("nope"), None);
+}
