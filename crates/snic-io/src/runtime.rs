@@ -489,14 +489,18 @@ impl Runtime {
             Engine::Pool { pool, .. } => pool.join(),
         };
         let mut counters = Counters::default();
-        let mut trace = Vec::new();
+        let mut events = Vec::new();
         for p in &mut pipelines {
             if let Err(e) = p.flush() {
                 flush_err.get_or_insert(e);
             }
             counters.merge(&p.counters());
-            trace.extend(p.drain_trace().map(|t| t.to_string()));
+            events.extend(p.drain_trace());
         }
+        // One packet's story in one place: group the events by packet, stages in order (the
+        // sort is stable, and each pipeline records a packet's stages in the order they ran).
+        events.sort_by_key(|e| e.seq);
+        let trace = events.iter().map(|e| e.to_string()).collect();
         counters.merge(&self.io);
         if let Some(e) = flush_err {
             return Err(RunError::Io(e));

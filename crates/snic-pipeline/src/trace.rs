@@ -82,6 +82,9 @@ impl fmt::Display for Layers<'_> {
 impl fmt::Display for TraceWhat {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            TraceWhat::Selected { stack } if stack.layers().is_empty() && stack.error.is_none() => {
+                f.write_str("selected for trace (not parsed yet)")
+            }
             TraceWhat::Selected { stack } => write!(f, "selected for trace: {}", Layers(stack)),
             TraceWhat::Parsed { stack, rss_hash } => {
                 write!(f, "parsed as {} rss={rss_hash:#010x}", Layers(stack))

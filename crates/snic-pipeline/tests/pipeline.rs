@@ -218,7 +218,7 @@ fn trace_by_sequence_records_parse() {
     p.process(Instant::ZERO, &mut b);
     let ev: Vec<String> = p.drain_trace().map(|e| e.to_string()).collect();
     assert_eq!(ev.len(), 3, "{ev:#?}");
-    assert_eq!(ev[0], "#6 input: selected for trace: (none)");
+    assert_eq!(ev[0], "#6 input: selected for trace (not parsed yet)");
     assert!(ev[1].starts_with("#6 parse: parsed as eth [error in ipv4: truncated"), "{}", ev[1]);
     assert_eq!(ev[2], "#6 parse: dropped: malformed.truncated");
 }
