@@ -4,23 +4,16 @@
 //! The view's buffer is the whole message (the upper-layer part of the IPv6 payload). `emit`
 //! zeroes the checksum; call [`Packet::fill_checksum`] with the IPv6 addresses once the data is
 //! in place.
+//!
+//! The header view and [`Repr`] are shared with ICMPv4 ([`crate::icmp`]); this module adds the
+//! ICMPv6 type numbers and checksum.
 
 use core::net::{IpAddr, Ipv6Addr};
 
-use crate::{Error, Field, Result, checksum};
-
-mod field {
-    use crate::Field;
-    pub const TYPE: usize = 0;
-    pub const CODE: usize = 1;
-    pub const CHECKSUM: Field = 2..4;
-    pub const REST: Field = 4..8;
-    pub const ECHO_IDENT: Field = 4..6;
-    pub const ECHO_SEQNO: Field = 6..8;
-}
+use crate::{checksum, icmp};
 
 /// ICMPv6 header length (type, code, checksum, rest of header).
-pub const HEADER_LEN: usize = field::REST.end;
+pub const HEADER_LEN: usize = icmp::HEADER_LEN;
 
 /// The IPv6 Next Header value of ICMPv6.
 pub const PROTOCOL: u8 = 58;
@@ -42,238 +35,37 @@ pub const NEIGHBOR_SOLICIT: u8 = 135;
 /// Neighbor Advertisement type.
 pub const NEIGHBOR_ADVERT: u8 = 136;
 
-fn read_u16(b: &[u8], f: Field) -> u16 {
-    u16::from_be_bytes([b[f.start], b[f.start + 1]])
-}
+/// A read/write view of an ICMPv6 message.
+pub type Packet<T> = icmp::Packet<T, icmp::V6>;
+
+/// An ICMPv6 message header; the data itself stays in the buffer (`data_len` is its length).
+/// Echo Request is type 128, Echo Reply type 129.
+pub type Repr = icmp::Repr;
 
 fn msg_checksum(src: Ipv6Addr, dst: Ipv6Addr, msg: &[u8]) -> u16 {
     checksum::upper_layer(&IpAddr::V6(src), &IpAddr::V6(dst), PROTOCOL, msg)
 }
 
-/// A read/write view of an ICMPv6 message.
-#[derive(Debug, Clone)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
-}
-
 impl<T: AsRef<[u8]>> Packet<T> {
-    /// Wrap a buffer without checking it.
-    pub const fn new_unchecked(buffer: T) -> Packet<T> {
-        Packet { buffer }
-    }
-
-    /// Wrap a buffer and [`check_len`](Self::check_len) it.
-    pub fn new_checked(buffer: T) -> Result<Packet<T>> {
-        let p = Self::new_unchecked(buffer);
-        p.check_len()?;
-        Ok(p)
-    }
-
-    /// `Truncated` when shorter than [`HEADER_LEN`].
-    pub fn check_len(&self) -> Result<()> {
-        Error::need(HEADER_LEN, self.buffer.as_ref().len())
-    }
-
-    /// Give the buffer back.
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    /// Header length (always [`HEADER_LEN`]).
-    pub const fn header_len(&self) -> usize {
-        HEADER_LEN
-    }
-
-    /// Message type.
-    pub fn msg_type(&self) -> u8 {
-        self.buffer.as_ref()[field::TYPE]
-    }
-
-    /// Message code.
-    pub fn msg_code(&self) -> u8 {
-        self.buffer.as_ref()[field::CODE]
-    }
-
-    /// Checksum as stored.
-    pub fn checksum(&self) -> u16 {
-        read_u16(self.buffer.as_ref(), field::CHECKSUM)
-    }
-
-    /// The 4-byte rest of header.
-    pub fn rest_of_header(&self) -> [u8; 4] {
-        let b = self.buffer.as_ref();
-        [b[4], b[5], b[6], b[7]]
-    }
-
-    /// Echo identifier (bytes 4..6).
-    pub fn echo_ident(&self) -> u16 {
-        read_u16(self.buffer.as_ref(), field::ECHO_IDENT)
-    }
-
-    /// Echo sequence number (bytes 6..8).
-    pub fn echo_seq_no(&self) -> u16 {
-        read_u16(self.buffer.as_ref(), field::ECHO_SEQNO)
-    }
-
-    /// The data after the 8-byte header.
-    pub fn payload(&self) -> &[u8] {
-        &self.buffer.as_ref()[HEADER_LEN..]
-    }
-
     /// True when the checksum (over the IPv6 pseudo-header and the whole message) verifies.
     pub fn verify_checksum(&self, src: Ipv6Addr, dst: Ipv6Addr) -> bool {
-        msg_checksum(src, dst, self.buffer.as_ref()) == 0
+        msg_checksum(src, dst, self.as_ref()) == 0
     }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
-    fn write_u16(&mut self, f: Field, v: u16) {
-        self.buffer.as_mut()[f].copy_from_slice(&v.to_be_bytes());
-    }
-
-    /// Set the message type.
-    pub fn set_msg_type(&mut self, v: u8) {
-        self.buffer.as_mut()[field::TYPE] = v;
-    }
-
-    /// Set the message code.
-    pub fn set_msg_code(&mut self, v: u8) {
-        self.buffer.as_mut()[field::CODE] = v;
-    }
-
-    /// Set the checksum field.
-    pub fn set_checksum(&mut self, v: u16) {
-        self.write_u16(field::CHECKSUM, v);
-    }
-
-    /// Set the rest of header.
-    pub fn set_rest_of_header(&mut self, v: [u8; 4]) {
-        self.buffer.as_mut()[field::REST].copy_from_slice(&v);
-    }
-
-    /// Set the echo identifier.
-    pub fn set_echo_ident(&mut self, v: u16) {
-        self.write_u16(field::ECHO_IDENT, v);
-    }
-
-    /// Set the echo sequence number.
-    pub fn set_echo_seq_no(&mut self, v: u16) {
-        self.write_u16(field::ECHO_SEQNO, v);
-    }
-
-    /// The data, writable.
-    pub fn payload_mut(&mut self) -> &mut [u8] {
-        &mut self.buffer.as_mut()[HEADER_LEN..]
-    }
-
     /// Compute and store the checksum over the IPv6 pseudo-header and the whole buffer.
     pub fn fill_checksum(&mut self, src: Ipv6Addr, dst: Ipv6Addr) {
         self.set_checksum(0);
-        let c = msg_checksum(src, dst, self.buffer.as_ref());
+        let c = msg_checksum(src, dst, self.as_ref());
         self.set_checksum(c);
     }
-}
-
-impl<T: AsRef<[u8]>> AsRef<[u8]> for Packet<T> {
-    fn as_ref(&self) -> &[u8] {
-        self.buffer.as_ref()
-    }
-}
-
-/// An ICMPv6 message header; the data itself stays in the buffer (`data_len` is its length).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Repr {
-    /// Echo Request (type 128, code 0).
-    EchoRequest {
-        /// Identifier.
-        ident: u16,
-        /// Sequence number.
-        seq_no: u16,
-        /// Length of the echo data.
-        data_len: usize,
-    },
-    /// Echo Reply (type 129, code 0).
-    EchoReply {
-        /// Identifier.
-        ident: u16,
-        /// Sequence number.
-        seq_no: u16,
-        /// Length of the echo data.
-        data_len: usize,
-    },
-    /// Any other message, kept as type, code and rest of header.
-    Other {
-        /// Message type.
-        msg_type: u8,
-        /// Message code.
-        code: u8,
-        /// Bytes 4..8.
-        rest: [u8; 4],
-        /// Length of the data after the header.
-        data_len: usize,
-    },
-}
-
-impl Repr {
-    /// Read a message header. Echo messages with a non-zero code are returned as `Other`.
-    /// The checksum is not verified.
-    pub fn parse<T: AsRef<[u8]> + ?Sized>(packet: &Packet<&T>) -> Result<Repr> {
-        packet.check_len()?;
-        let data_len = packet.payload().len();
-        Ok(match (packet.msg_type(), packet.msg_code()) {
-            (ECHO_REQUEST, 0) => Repr::EchoRequest {
-                ident: packet.echo_ident(),
-                seq_no: packet.echo_seq_no(),
-                data_len,
-            },
-            (ECHO_REPLY, 0) => Repr::EchoReply {
-                ident: packet.echo_ident(),
-                seq_no: packet.echo_seq_no(),
-                data_len,
-            },
-            (msg_type, code) => {
-                Repr::Other { msg_type, code, rest: packet.rest_of_header(), data_len }
-            }
-        })
-    }
-
-    /// Header length (8).
-    pub const fn header_len(&self) -> usize {
-        HEADER_LEN
-    }
-
-    /// Header plus data.
-    pub const fn buffer_len(&self) -> usize {
-        match *self {
-            Repr::EchoRequest { data_len, .. }
-            | Repr::EchoReply { data_len, .. }
-            | Repr::Other { data_len, .. } => HEADER_LEN + data_len,
-        }
-    }
-
-    /// Write the header with a zero checksum.
-    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]> + ?Sized>(&self, packet: &mut Packet<&mut T>) {
-        let (t, c, rest) = match *self {
-            Repr::EchoRequest { ident, seq_no, .. } => (ECHO_REQUEST, 0, echo_rest(ident, seq_no)),
-            Repr::EchoReply { ident, seq_no, .. } => (ECHO_REPLY, 0, echo_rest(ident, seq_no)),
-            Repr::Other { msg_type, code, rest, .. } => (msg_type, code, rest),
-        };
-        packet.set_msg_type(t);
-        packet.set_msg_code(c);
-        packet.set_checksum(0);
-        packet.set_rest_of_header(rest);
-    }
-}
-
-fn echo_rest(ident: u16, seq_no: u16) -> [u8; 4] {
-    let [a, b] = ident.to_be_bytes();
-    let [c, d] = seq_no.to_be_bytes();
-    [a, b, c, d]
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Error;
 
     const SRC: Ipv6Addr = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 1);
     const DST: Ipv6Addr = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 2);

@@ -22,6 +22,7 @@ pub mod checksum;
 
 pub mod arp;
 pub mod ethernet;
+pub mod icmp;
 pub mod icmpv4;
 pub mod icmpv6;
 pub mod ipv4;
