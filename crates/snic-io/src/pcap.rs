@@ -16,7 +16,9 @@ use byteorder_slice::{BigEndian, LittleEndian};
 use core::fmt;
 use pcap_file::pcap::PcapReader;
 use pcap_file::pcapng::blocks::SECTION_HEADER_BLOCK;
-use pcap_file::pcapng::{Block, PcapNgReader};
+use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
+use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionBlock;
+use pcap_file::pcapng::{Block, PcapNgReader, PcapNgWriter};
 use pcap_file::{DataLink, Endianness};
 use snic_pipeline::Batch;
 use snic_time::Instant;
@@ -134,15 +136,34 @@ fn open_reader(path: &Path) -> io::Result<Reader> {
     }
 }
 
-/// Writes classic pcap: a 24-byte file header, then a 16-byte header per record.
-#[derive(Debug)]
-struct Writer {
-    out: BufWriter<File>,
+/// Writes what is sent to the port: classic pcap, or pcapng when the path ends in `.pcapng`.
+///
+/// Classic pcap is written by hand (a 24-byte file header, then a 16-byte header per record)
+/// because `pcap-file`'s `PcapWriter` gives no access to its inner writer, so it could not be
+/// flushed while a run goes on; its `PcapNgWriter` can, and writes the pcapng output.
+enum Writer {
+    Pcap(BufWriter<File>),
+    PcapNg(PcapNgWriter<BufWriter<File>>),
+}
+
+impl fmt::Debug for Writer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Writer::Pcap(_) => "Writer::Pcap",
+            Writer::PcapNg(_) => "Writer::PcapNg",
+        })
+    }
 }
 
 impl Writer {
     fn create(path: &Path) -> io::Result<Self> {
         let mut out = BufWriter::new(File::create(path)?);
+        if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("pcapng")) {
+            let mut w = PcapNgWriter::new(out).map_err(io::Error::other)?;
+            let idb = InterfaceDescriptionBlock::new(DataLink::ETHERNET, SNAPLEN);
+            w.write_pcapng_block(idb).map_err(io::Error::other)?;
+            return Ok(Writer::PcapNg(w));
+        }
         let mut h = [0u8; 24];
         h[0..4].copy_from_slice(&PCAP_MAGIC_US.to_le_bytes());
         h[4..6].copy_from_slice(&2u16.to_le_bytes());
@@ -150,7 +171,7 @@ impl Writer {
         h[16..20].copy_from_slice(&SNAPLEN.to_le_bytes());
         h[20..24].copy_from_slice(&1u32.to_le_bytes());
         out.write_all(&h)?;
-        Ok(Writer { out })
+        Ok(Writer::Pcap(out))
     }
 
     fn write(&mut self, ts: Instant, frame: &[u8]) -> io::Result<()> {
@@ -162,15 +183,36 @@ impl Writer {
             ));
         }
         let nanos = ts.as_nanos();
-        let secs = u32::try_from(nanos / 1_000_000_000).unwrap_or(u32::MAX);
-        let micros = ((nanos % 1_000_000_000) / 1_000) as u32;
-        let mut h = [0u8; 16];
-        h[0..4].copy_from_slice(&secs.to_le_bytes());
-        h[4..8].copy_from_slice(&micros.to_le_bytes());
-        h[8..12].copy_from_slice(&len.to_le_bytes());
-        h[12..16].copy_from_slice(&len.to_le_bytes());
-        self.out.write_all(&h)?;
-        self.out.write_all(frame)
+        match self {
+            Writer::Pcap(out) => {
+                let secs = u32::try_from(nanos / 1_000_000_000).unwrap_or(u32::MAX);
+                let micros = ((nanos % 1_000_000_000) / 1_000) as u32;
+                let mut h = [0u8; 16];
+                h[0..4].copy_from_slice(&secs.to_le_bytes());
+                h[4..8].copy_from_slice(&micros.to_le_bytes());
+                h[8..12].copy_from_slice(&len.to_le_bytes());
+                h[12..16].copy_from_slice(&len.to_le_bytes());
+                out.write_all(&h)?;
+                out.write_all(frame)
+            }
+            Writer::PcapNg(w) => {
+                let epb = EnhancedPacketBlock {
+                    interface_id: 0,
+                    timestamp: std::time::Duration::from_nanos(nanos),
+                    original_len: len,
+                    data: std::borrow::Cow::Borrowed(frame),
+                    options: Vec::new(),
+                };
+                w.write_pcapng_block(epb).map(|_| ()).map_err(io::Error::other)
+            }
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Writer::Pcap(out) => out.flush(),
+            Writer::PcapNg(w) => w.get_mut().flush(),
+        }
     }
 }
 
@@ -360,7 +402,7 @@ impl Port for PcapPort {
 
     fn flush(&mut self) -> io::Result<()> {
         match self.writer.as_mut() {
-            Some(w) => w.out.flush(),
+            Some(w) => w.flush(),
             None => Ok(()),
         }
     }
@@ -408,6 +450,39 @@ mod tests {
             out.extend(b.iter().map(|p| p.data().to_vec()));
         }
         out
+    }
+
+    #[test]
+    fn pcapng_output_when_the_path_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let output = dir.path().join("out.pcapng");
+        let mut port = PcapPort::open(None, Some(&output)).unwrap();
+        let mut b = Batch::new(8);
+        for f in &frames() {
+            b.push_frame(f).unwrap();
+        }
+        assert_eq!(port.send(Instant::from_micros(2_000_003), &mut b).unwrap(), 5);
+        port.flush().unwrap();
+        drop(port);
+        // Read back with pcap-file's own pcapng reader: one interface, Ethernet, then the frames
+        // with their timestamps.
+        let mut r = PcapNgReader::new(File::open(&output).unwrap()).unwrap();
+        let mut back = Vec::new();
+        while let Some(block) = r.next_block() {
+            match block.unwrap() {
+                Block::InterfaceDescription(idb) => assert_eq!(idb.linktype, DataLink::ETHERNET),
+                Block::EnhancedPacket(epb) => {
+                    assert_eq!(epb.timestamp, Duration::from_micros(2_000_003));
+                    assert_eq!(epb.original_len as usize, epb.data.len());
+                    back.push(epb.data.to_vec());
+                }
+                other => panic!("unexpected block {other:?}"),
+            }
+        }
+        assert_eq!(back, frames());
+        // And our own reader takes it back as input.
+        let mut port = PcapPort::open(Some(&output), None).unwrap();
+        assert_eq!(read_all(&mut port), frames());
     }
 
     #[test]
