@@ -123,6 +123,13 @@ impl RunArgs {
         if let Some(t) = &self.trace {
             cfg.trace = Some(t.clone());
         }
+        if cfg.ports.len() == 1 && cfg.stages.iter().any(|s| matches!(s, StageSpec::L2Static(_))) {
+            tracing::warn!(
+                "one port with l2fwd: nothing has another port to go to, so every packet will be \
+                 dropped as no_egress or loop_prevented; to process a capture into another file \
+                 give two ports, e.g. --port pcap:in.pcap --port pcap:,out.pcap"
+            );
+        }
         Ok(cfg)
     }
 }

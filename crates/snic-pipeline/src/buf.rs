@@ -129,7 +129,7 @@ impl PacketBuf {
     }
 
     /// Make sure at least `room` bytes fit after the headroom, reallocating (rarely: super-packets
-    /// and jumbo frames) when they do not. The frame is emptied.
+    /// and jumbo frames) when they do not. The frame is emptied; the metadata is kept.
     pub fn reserve_frame(&mut self, room: usize) {
         if self.buf.len() < DEFAULT_HEADROOM + room {
             self.buf = vec![0u8; DEFAULT_HEADROOM + room].into_boxed_slice();
@@ -140,11 +140,9 @@ impl PacketBuf {
 
     /// Replace the frame with a copy of `frame` (growing the buffer if needed). Metadata is kept.
     pub fn set_frame(&mut self, frame: &[u8]) {
-        let meta = core::mem::take(&mut self.meta);
         self.reserve_frame(frame.len());
         self.buf[self.head..self.head + frame.len()].copy_from_slice(frame);
         self.len = frame.len();
-        self.meta = meta;
     }
 
     /// The writable area after the headroom where a port can receive a frame of up to the
