@@ -19,9 +19,13 @@
 //!   flush, close. This is the real runtime code path, stopped by the input's end. The output
 //!   file of the previous iteration is deleted first (not timed), so each run creates a new file.
 //! - `runtime_1w_overwrite`: the same, but the previous output is left in place, so opening it
-//!   truncates 16 MB of page cache and ext4 forces the new data out when the file is closed
-//!   (its `auto_da_alloc` rule for truncated files): what rerunning `snic run` over the same
-//!   output path costs.
+//!   truncates the previous ~17 MB output in the page cache, and ext4 forces the new data out
+//!   when the file is closed (its `auto_da_alloc` rule for truncated files): what rerunning
+//!   `snic run` over the same output path costs.
+//!
+//! (`snic run --port pcap:IN,OUT` alone, one port, forwards nothing with the default chain:
+//! the default `l2fwd` map pairs ports 0 and 1, so every frame is a `no_egress` drop. Hence the
+//! two ports here.)
 //! - `read`: only the pcap port's receive side (`worker::receive` until the file is exhausted).
 //! - `pipeline`: only `Pipeline::process` over the same frames pre-loaded into 256-packet
 //!   batches (refilling a batch is not timed), no file I/O.
@@ -29,10 +33,15 @@
 //!   (a new file), `worker::transmit` every batch into it, flush, close (refilling a batch is not
 //!   timed); throughput in frames written.
 //!
-//! Before measuring, one run of the runtime is checked: the output file must hold exactly the
-//! frames the chain is expected to forward.
+//! Before measuring, one run of the runtime (one and two workers) and of the pipeline alone is
+//! checked: the output file must hold exactly the frames the chain is expected to forward.
 //!
 //! Run: `cargo bench -p snic-io --bench pcap_pipeline -- --warm-up-time 1 --measurement-time 5`
+//!
+//! The temporary directory is `$TMPDIR` (default `/tmp`); `TMPDIR=/dev/shm` puts both files on
+//! tmpfs and shows what the file system costs. These are wall-clock figures: on a shared machine
+//! other processes' CPU use inflates them (up to 3x was seen on 2 cores); run under
+//! `nice -n -15` or on an idle machine.
 
 #[path = "../../snic-pipeline/tests/support/frames.rs"]
 mod frames;
