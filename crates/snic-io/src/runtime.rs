@@ -42,6 +42,9 @@ fn default_workers() -> usize {
 fn default_batch_size() -> usize {
     MAX_BATCH
 }
+/// Most batches a worker queue may hold (each holds up to 256 packets).
+pub const MAX_QUEUE_DEPTH: usize = 4096;
+
 fn default_queue_depth() -> usize {
     16
 }
@@ -137,6 +140,12 @@ impl RunConfig {
         }
         if self.workers == 0 || self.workers > 256 {
             return Err(RunError::Config(format!("workers must be 1..=256, got {}", self.workers)));
+        }
+        if self.queue_depth == 0 || self.queue_depth > MAX_QUEUE_DEPTH {
+            return Err(RunError::Config(format!(
+                "queue_depth must be 1..={MAX_QUEUE_DEPTH}, got {}",
+                self.queue_depth
+            )));
         }
         if self.batch_size == 0 || self.batch_size > MAX_BATCH {
             return Err(RunError::Config(format!(
@@ -566,6 +575,24 @@ mod tests {
 
     fn no_stop() -> AtomicBool {
         AtomicBool::new(false)
+    }
+
+    /// Found in review of the fuzz targets: `queue_depth` went unchecked into
+    /// `sync_channel`, so a huge value panicked when the worker pool started.
+    #[test]
+    fn oversized_queue_depth_is_a_config_error_not_a_panic() {
+        let c = RunConfig::from_toml(
+            r#"
+            ports = ["gen:10", "null"]
+            workers = 2
+            queue_depth = 9223372036854775807
+            "#,
+        )
+        .unwrap();
+        match Runtime::new(c) {
+            Err(RunError::Config(why)) => assert!(why.contains("queue_depth"), "{why}"),
+            other => panic!("expected a config error, got {other:?}"),
+        }
     }
 
     #[test]

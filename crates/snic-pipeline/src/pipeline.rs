@@ -231,6 +231,15 @@ pub enum BuildError {
         /// What went wrong.
         err: std::io::Error,
     },
+    /// A size setting is outside what snic accepts (names the setting and its limit).
+    OutOfRange {
+        /// The setting (`trace_capacity`, `mac_capacity`).
+        field: &'static str,
+        /// The value given.
+        value: usize,
+        /// The largest value accepted.
+        max: usize,
+    },
     /// The pcap header could not be written to a tap's sink.
     Pcap {
         /// The tap's path.
@@ -246,6 +255,9 @@ impl fmt::Display for BuildError {
             BuildError::BadRssKey(why) => write!(f, "bad RSS key: {why}"),
             BuildError::BadTrace(e) => write!(f, "{e}"),
             BuildError::Sink { path, err } => write!(f, "cannot open tap sink {path}: {err}"),
+            BuildError::OutOfRange { field, value, max } => {
+                write!(f, "{field} = {value} is out of range (1..={max})")
+            }
             BuildError::Pcap { path, err } => {
                 write!(f, "cannot write pcap header to {path}: {err}")
             }
@@ -300,6 +312,11 @@ impl Default for Pipeline {
     }
 }
 
+/// Most trace events a pipeline keeps before the oldest are overwritten.
+pub const MAX_TRACE_CAPACITY: usize = 1 << 20;
+/// Most entries a learning `l2fwd` MAC table may be configured with.
+pub const MAX_MAC_CAPACITY: usize = 1 << 24;
+
 impl Pipeline {
     /// An empty pipeline (every packet is dropped as `no_egress`); add stages with
     /// [`Pipeline::push`].
@@ -320,8 +337,17 @@ impl Pipeline {
             Some(hex) => parse_rss_key(hex)?,
             None => DEFAULT_KEY,
         };
+        let in_range = |field, value: usize, max| {
+            if (1..=max).contains(&value) {
+                Ok(value)
+            } else {
+                Err(BuildError::OutOfRange { field, value, max })
+            }
+        };
+        let trace_capacity = in_range("trace_capacity", cfg.trace_capacity, MAX_TRACE_CAPACITY)?;
+        in_range("mac_capacity", cfg.mac_capacity, MAX_MAC_CAPACITY)?;
         let mut p = Pipeline::new();
-        p.trace = TraceRing::new(cfg.trace_capacity);
+        p.trace = TraceRing::new(trace_capacity);
         if let Some(expr) = &cfg.trace {
             p.filter = Some(TraceFilter::parse(expr).map_err(BuildError::BadTrace)?);
         }
@@ -479,6 +505,26 @@ fn select(f: &TraceFilter, batch: &mut Batch, ring: &mut TraceRing, at: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by the `control_input` fuzz target's review: a huge `trace_capacity` or
+    /// `mac_capacity` in a config panicked (capacity overflow) or exhausted memory while the
+    /// pipeline was built; it is now a typed error naming the setting.
+    #[test]
+    fn oversized_capacities_are_a_build_error_not_a_panic() {
+        let mut cfg = PipelineConfig::from_strs(&["l2fwd:learn"]).unwrap();
+        cfg.trace_capacity = usize::MAX / 2;
+        let err = Pipeline::build(&cfg, &mut |_: &str| unreachable!("no taps")).unwrap_err();
+        assert!(matches!(err, BuildError::OutOfRange { field: "trace_capacity", .. }), "{err}");
+        cfg.trace_capacity = 1024;
+        cfg.mac_capacity = usize::MAX / 2;
+        let err = Pipeline::build(&cfg, &mut |_: &str| unreachable!("no taps")).unwrap_err();
+        assert!(matches!(err, BuildError::OutOfRange { field: "mac_capacity", .. }), "{err}");
+        cfg.mac_capacity = 0;
+        assert!(Pipeline::build(&cfg, &mut |_: &str| unreachable!("no taps")).is_err());
+        cfg.mac_capacity = MAX_MAC_CAPACITY;
+        cfg.trace_capacity = MAX_TRACE_CAPACITY;
+        assert!(Pipeline::build(&cfg, &mut |_: &str| unreachable!("no taps")).is_ok());
+    }
 
     #[test]
     fn specs_round_trip() {
