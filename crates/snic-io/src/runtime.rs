@@ -537,9 +537,12 @@ fn dispatch(
     io: &mut Counters,
 ) {
     let n = stage.len().max(1) as u32;
+    // The walk and hash that choose the worker are kept in the metadata, so the worker's parse
+    // stage does not repeat them.
     for p in rx.iter_mut() {
-        let st = snic_wire::stack::Stack::parse(p.data());
-        p.meta.rss_hash = rss.hash_packet(p.data(), &st);
+        p.meta.stack = snic_wire::stack::Stack::parse(p.data());
+        p.meta.rss_hash = rss.hash_packet(p.data(), &p.meta.stack);
+        p.meta.parsed = true;
     }
     for (k, s) in stage.iter_mut().enumerate() {
         loop {

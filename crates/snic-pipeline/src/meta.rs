@@ -129,6 +129,10 @@ pub struct Metadata {
     pub stack: Stack,
     /// RSS hash over the (inner where present) 5-tuple.
     pub rss_hash: u32,
+    /// True when the receive side already walked the frame into `stack` and computed
+    /// `rss_hash` (with the pipeline's key) to choose a worker, as a NIC hashes before choosing a
+    /// queue; the parse stage then does not walk it again. Reset with the buffer.
+    pub parsed: bool,
     /// Segmentation / checksum offload state.
     pub offload: Offload,
     /// True when this packet's path through the stages is being traced.

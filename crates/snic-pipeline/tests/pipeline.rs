@@ -384,3 +384,28 @@ fn trace_filters_on_tunnel_and_address_terms() {
         assert_eq!(seqs, want, "{expr}");
     }
 }
+
+/// With more than one worker the runtime's I/O loop walks each frame and hashes it to choose a
+/// worker; the parse stage must take that work as done (`meta.parsed`) instead of repeating it,
+/// and must still walk frames nobody parsed.
+#[test]
+fn parse_stage_reuses_a_walk_done_on_receive() {
+    let mut p = Pipeline::from_strs(&["parse", "l2fwd"]).unwrap();
+    let mut b = Batch::new(4);
+    // A valid frame whose metadata says the receive side found it truncated: the parse stage
+    // believes the metadata, so it is dropped as malformed.
+    push(&mut b, 0, &udp64(1, 2));
+    let pkt = &mut b.packets_mut()[0];
+    pkt.meta.parsed = true;
+    pkt.meta.stack.error = Some((Layer::Ipv4, WireError::Truncated { need: 34, got: 20 }));
+    pkt.meta.rss_hash = 0x1234_5678;
+    // The same frame, not parsed on receive: walked here and forwarded.
+    push(&mut b, 0, &udp64(1, 2));
+    p.process(Instant::ZERO, &mut b);
+    assert_eq!(b.len(), 1);
+    assert!(b.packets()[0].meta.parsed);
+    assert!(b.packets()[0].meta.stack.is_ok());
+    let c = p.counters();
+    let parse = c.stage("parse").unwrap();
+    assert_eq!(parse.drops.get(TRUNC), 1);
+}

@@ -43,9 +43,12 @@ impl Stage for Parse {
     fn process(&mut self, _now: Instant, batch: &mut Batch, ctx: &mut StageCtx<'_>) {
         let pass = self.pass_malformed;
         ctx.each(batch, |p, ctx| {
-            let stack = snic_wire::stack::parse(p.data());
-            p.meta.rss_hash = self.rss.hash_packet(p.data(), &stack);
-            p.meta.stack = stack;
+            if !p.meta.parsed {
+                p.meta.stack = snic_wire::stack::parse(p.data());
+                p.meta.rss_hash = self.rss.hash_packet(p.data(), &p.meta.stack);
+                p.meta.parsed = true;
+            }
+            let stack = p.meta.stack;
             ctx.trace(p, || TraceWhat::Parsed { stack, rss_hash: p.meta.rss_hash });
             match stack.error {
                 Some((_, err)) if !pass => Err(DropReason::Malformed(err)),
