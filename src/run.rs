@@ -12,9 +12,13 @@
 //! counters so far on stderr. With `--control PATH`, `snic stats --control PATH` reads them as
 //! JSON while the run goes on.
 //!
-//! Every port is wrapped in a [`ClassCountingPort`] that counts, per batch, the class of each
-//! packet it transmits: with the drop-reason counters this accounts for every packet's fate by
-//! class (forwarded RDMA, forwarded other, dropped why).
+//! Classes are reported twice. "Classified" comes from the classify stage's own counters (every
+//! packet it was handed, by the class it gave, including packets it or a later stage then
+//! dropped; merged across workers). "Forwarded by class" counts the packets that actually left a
+//! port: every port is wrapped in a [`ClassCountingPort`] that counts, per batch, the class of
+//! each packet it transmits. The wrapper stays because the pipeline's counters cannot say it:
+//! drops after classification (`no_egress`, `tx_queue_full`, ...) are counted by reason, not by
+//! class, and without a classify stage packets leave `unclassified`.
 
 use crate::stats::ControlServer;
 use anyhow::{Context, Result, bail};
@@ -240,7 +244,8 @@ fn drops_by_reason(report: &RunReport) -> serde_json::Map<String, Value> {
     all
 }
 
-/// The counters of a run as one JSON document (what `--json` and the control socket give).
+/// The counters of a run as one JSON document (what `--json` and the control socket give):
+/// `classified` is the classify stage's count by class, `classes` the packets forwarded by class.
 pub fn report_json(report: &RunReport, classes: &ClassCounts) -> Value {
     let ports: Vec<Value> = report
         .ports
@@ -267,6 +272,7 @@ pub fn report_json(report: &RunReport, classes: &ClassCounts) -> Value {
         "stages": report.counters.stages,
         "drops_total": report.counters.total_drops(),
         "drops": drops_by_reason(report),
+        "classified": report.counters.classified(),
         "classes": classes.to_json(),
         "trace": report.trace,
     })
@@ -285,9 +291,11 @@ pub fn report_text(report: &RunReport, classes: &ClassCounts) -> String {
             rx_bytes as f64 * 8.0 / report.elapsed_secs / 1e9
         ));
     }
+    let cl = report.counters.classified();
+    s.push_str(&format!("classified: rdma {} other {}\n", cl.rdma, cl.other));
     let c = classes.to_json();
     s.push_str(&format!(
-        "classes (packets forwarded): rdma {} other {} unclassified {}\n",
+        "forwarded by class: rdma {} other {} unclassified {}\n",
         c["rdma"], c["other"], c["unclassified"]
     ));
     let drops = drops_by_reason(report);

@@ -221,6 +221,15 @@ fn check_accounting(c: &Value) {
     assert_eq!(tx + drops, 2000, "every packet is sent or counted as a drop: {c}");
     assert!(drops > 0, "the generator's truncated/bad-ICRC frames are dropped with a reason: {c}");
     assert_eq!(rdma + other, tx, "every forwarded packet has a class: {c}");
+    // Classified by the classify stage: every packet it was handed, merged over the workers;
+    // at least as many of each class as were forwarded (some were dropped after).
+    let classify = c["stages"].as_array().unwrap().iter().find(|s| s["name"] == "classify");
+    let classify_in = classify.expect("a classify stage")["packets_in"].as_u64().unwrap();
+    let (c_rdma, c_other) =
+        (c["classified"]["rdma"].as_u64().unwrap(), c["classified"]["other"].as_u64().unwrap());
+    assert_eq!(c_rdma + c_other, classify_in, "{c}");
+    assert!(c_rdma >= rdma && c_other >= other, "{c}");
+    assert!(c_rdma > rdma, "bad-ICRC RDMA packets are classified, then dropped: {c}");
     let by_reason: u64 =
         c["drops"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum();
     assert_eq!(by_reason, drops, "drops by reason add up: {c}");
@@ -279,24 +288,46 @@ fn stats_reads_counters_over_the_control_socket() {
 
 #[test]
 fn run_trace_prints_the_path_of_matching_packets() {
-    let out = common::run_ok(snic().args([
-        "run",
-        "--port",
-        "gen:60",
-        "--port",
-        "null",
-        "--trace",
-        "udp dst 4791",
-    ]));
-    let text = stdout(&out);
-    let trace: Vec<&str> = text.lines().filter(|l| l.starts_with("trace #")).collect();
-    assert!(!trace.is_empty(), "no trace events:\n{text}");
-    assert!(trace.iter().any(|l| l.contains("classify: classified as rdma")), "{text}");
-    assert!(trace.iter().any(|l| l.contains("l2fwd: forwarded to port 1")), "{text}");
-    // Only packets to UDP port 4791 are selected: every selection shows a UDP layer.
-    let selected: Vec<&&str> = trace.iter().filter(|l| l.contains("selected for trace")).collect();
-    assert!(!selected.is_empty());
-    assert!(selected.iter().all(|l| l.contains("/udp")), "{text}");
+    // With several workers the transmit step is recorded on the I/O thread: it must still be
+    // there, right after the same packet's pipeline events.
+    for workers in ["1", "2"] {
+        let out = common::run_ok(snic().args([
+            "run",
+            "--port",
+            "gen:60",
+            "--port",
+            "null",
+            "--workers",
+            workers,
+            "--trace",
+            "udp dst 4791",
+        ]));
+        let text = stdout(&out);
+        let trace: Vec<&str> = text.lines().filter(|l| l.starts_with("trace #")).collect();
+        assert!(!trace.is_empty(), "no trace events:\n{text}");
+        assert!(trace.iter().any(|l| l.contains("classify: classified as rdma")), "{text}");
+        assert!(trace.iter().any(|l| l.contains("l2fwd: forwarded to port 1")), "{text}");
+        // Only packets to UDP port 4791 are selected: every selection shows a UDP layer.
+        let selected: Vec<&&str> =
+            trace.iter().filter(|l| l.contains("selected for trace")).collect();
+        assert!(!selected.is_empty());
+        assert!(selected.iter().all(|l| l.contains("/udp")), "{text}");
+        // Every packet l2fwd forwarded is then sent out of port 1 by the I/O layer: the next
+        // line is that packet's transmit step.
+        let mut forwarded = 0;
+        for (i, l) in trace.iter().enumerate() {
+            let Some((seq, _)) = l.split_once(" l2fwd: forwarded to port 1") else { continue };
+            forwarded += 1;
+            assert_eq!(
+                trace.get(i + 1).copied(),
+                Some(format!("{seq} tx: sent out port 1 (null)").as_str()),
+                "workers {workers}:\n{text}"
+            );
+        }
+        assert!(forwarded > 0, "{text}");
+        let sent = trace.iter().filter(|l| l.contains(" tx: sent out port 1 (null)")).count();
+        assert_eq!(sent, forwarded, "workers {workers}:\n{text}");
+    }
 }
 
 #[test]

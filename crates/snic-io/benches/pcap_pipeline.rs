@@ -55,7 +55,7 @@ use snic_io::pcap::PcapPort;
 use snic_io::runtime::{RunConfig, RunReport, Runtime};
 use snic_io::worker::{receive, transmit};
 use snic_io::{Port, PortSpec};
-use snic_pipeline::{Batch, Counters, MAX_BATCH, Pipeline, PortId};
+use snic_pipeline::{Batch, Counters, MAX_BATCH, Pipeline, PortId, TraceRing};
 use snic_time::Instant;
 use std::fs::File;
 use std::hint::black_box;
@@ -251,6 +251,7 @@ fn bench_workload(c: &mut Criterion, w: &Workload) {
         let mut batch = Batch::new(MAX_BATCH);
         let mut tx: Vec<Batch> = (0..2).map(|_| Batch::new(MAX_BATCH)).collect();
         let mut io = Counters::default();
+        let mut trace = TraceRing::new(1);
         b.iter_custom(|iters| {
             let mut timed = Duration::ZERO;
             for _ in 0..iters {
@@ -262,7 +263,7 @@ fn bench_workload(c: &mut Criterion, w: &Workload) {
                 for chunk in w.forwarded.chunks(MAX_BATCH) {
                     refill(&mut batch, chunk, Some(PortId(1)));
                     let t = WallClock::now();
-                    transmit(Instant::ZERO, &mut batch, &mut ports, &mut tx, &mut io);
+                    transmit(Instant::ZERO, &mut batch, &mut ports, &mut tx, &mut io, &mut trace);
                     timed += t.elapsed();
                 }
                 let t = WallClock::now();

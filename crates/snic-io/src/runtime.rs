@@ -15,6 +15,13 @@
 //! [`RunConfig::idle_exit_ms`] without traffic. The [`RunReport`] it returns merges every
 //! worker's per-stage and per-port counters with the I/O loop's.
 //!
+//! With a trace filter, the report's trace holds every traced packet's whole path: the pipeline's
+//! events (recorded by the worker that processed it) and the transmit step (`tx`: sent, segmented
+//! or dropped at a port), which the I/O loop records in one ring per worker as it transmits that
+//! worker's batches. Packets are grouped by sequence number, the pipeline's stages in order and
+//! the transmit step last. Sequence numbers are per pipeline: with several workers, events of
+//! the same number from different workers are kept apart, worker by worker.
+//!
 //! The embedded default ([`RunConfig::default`]) needs no root and no files: a generator feeds
 //! parse → classify → l2fwd, which forwards to a null sink.
 
@@ -25,7 +32,7 @@ use core::fmt;
 use serde::{Deserialize, Serialize};
 use snic_pipeline::pipeline::{BuildError, PipelineConfig, StageSpec, parse_rss_key};
 use snic_pipeline::rss::{DEFAULT_KEY, Toeplitz};
-use snic_pipeline::{Batch, Counters, DropReason, MAX_BATCH, Pipeline};
+use snic_pipeline::{Batch, Counters, DropReason, MAX_BATCH, Pipeline, TraceRing};
 use snic_time::{Clock, Instant, MonotonicClock};
 use std::fs::File;
 use std::io::{self, Write};
@@ -221,6 +228,8 @@ pub struct RunReport {
     pub elapsed_secs: f64,
     /// Trace events recorded (if a trace filter was set), formatted.
     pub trace: Vec<String>,
+    /// Trace events lost because a trace ring was full (pipelines' and transmit step's).
+    pub trace_lost: u64,
 }
 
 impl fmt::Display for RunReport {
@@ -232,6 +241,9 @@ impl fmt::Display for RunReport {
         write!(f, "{}", self.counters)?;
         for t in &self.trace {
             writeln!(f, "trace {t}")?;
+        }
+        if self.trace_lost > 0 {
+            writeln!(f, "trace: {} older events lost (trace ring full)", self.trace_lost)?;
         }
         Ok(())
     }
@@ -263,6 +275,9 @@ pub struct Runtime {
     rx: Batch,
     tx: Vec<Batch>,
     io: Counters,
+    /// The transmit step's trace events, one ring per worker (batches of worker `k` are traced
+    /// into ring `k`, so the report can keep them with that worker's pipeline events).
+    tx_trace: Vec<TraceRing>,
     clock: MonotonicClock,
     fds: Vec<RawFd>,
 }
@@ -320,6 +335,7 @@ impl Runtime {
         finite.resize(ports.len(), false);
         let fds = ports.iter().filter_map(|p| p.poll_fd()).collect();
         let tx = ports.iter().map(|_| Batch::new(MAX_BATCH)).collect();
+        let tx_trace = (0..cfg.workers).map(|_| TraceRing::new(pcfg.trace_capacity)).collect();
         Ok(Runtime {
             rx: Batch::new(cfg.batch_size),
             cfg,
@@ -328,6 +344,7 @@ impl Runtime {
             engine,
             tx,
             io: Counters::default(),
+            tx_trace,
             clock,
             fds,
         })
@@ -371,7 +388,8 @@ impl Runtime {
             match &mut self.engine {
                 Engine::Inline(p) => {
                     p.process(now, &mut self.rx);
-                    transmit(now, &mut self.rx, &mut self.ports, &mut self.tx, &mut self.io);
+                    let trace = tx_ring(&mut self.tx_trace, 0);
+                    transmit(now, &mut self.rx, &mut self.ports, &mut self.tx, &mut self.io, trace);
                 }
                 Engine::Pool { pool, stage, rss } => {
                     dispatch(&mut self.rx, pool, stage, rss, &mut self.io);
@@ -393,9 +411,10 @@ impl Runtime {
         let Engine::Pool { pool, .. } = &mut self.engine else { return 0 };
         let mut n = 0;
         let mut w = wait;
-        while let Some((_, mut b)) = pool.completed(w) {
+        while let Some((k, mut b)) = pool.completed(w) {
             let now = self.clock.now();
-            transmit(now, &mut b, &mut self.ports, &mut self.tx, &mut self.io);
+            let trace = tx_ring(&mut self.tx_trace, k);
+            transmit(now, &mut b, &mut self.ports, &mut self.tx, &mut self.io, trace);
             pool.give_batch(b);
             n += 1;
             w = Duration::ZERO;
@@ -436,6 +455,7 @@ impl Runtime {
             workers: self.cfg.workers,
             elapsed_secs: (self.clock.now() - started).as_secs_f64(),
             trace,
+            trace_lost: 0,
         }
     }
 
@@ -498,23 +518,34 @@ impl Runtime {
             Engine::Pool { pool, .. } => pool.join(),
         };
         let mut counters = Counters::default();
+        // (seq, worker, event): worker `k`'s pipeline events, then the transmit step of its
+        // batches (recorded by this loop in ring `k`).
         let mut events = Vec::new();
-        for p in &mut pipelines {
+        let mut lost = 0;
+        for (k, p) in pipelines.iter_mut().enumerate() {
             if let Err(e) = p.flush() {
                 flush_err.get_or_insert(e);
             }
             counters.merge(&p.counters());
-            events.extend(p.drain_trace());
+            lost += p.trace_lost();
+            events.extend(p.drain_trace().map(|e| (e.seq, k, e)));
+            if let Some(r) = self.tx_trace.get_mut(k) {
+                lost += r.lost();
+                events.extend(r.drain().map(|e| (e.seq, k, e)));
+            }
         }
-        // One packet's story in one place: group the events by packet, stages in order (the
-        // sort is stable, and each pipeline records a packet's stages in the order they ran).
-        events.sort_by_key(|e| e.seq);
-        let trace = events.iter().map(|e| e.to_string()).collect();
+        // One packet's story in one place: group the events by packet, stages in order, the
+        // transmit step last (the sort is stable, each pipeline records a packet's stages in
+        // the order they ran, and a worker's transmit events follow its pipeline events).
+        events.sort_by_key(|(seq, k, _)| (*seq, *k));
+        let trace = events.iter().map(|(_, _, e)| e.to_string()).collect();
         counters.merge(&self.io);
         if let Some(e) = flush_err {
             return Err(RunError::Io(e));
         }
-        Ok(self.report(counters, started, trace))
+        let mut report = self.report(counters, started, trace);
+        report.trace_lost = lost;
+        Ok(report)
     }
 
     /// True when a finite source without a descriptor (a generator) still has packets: the
@@ -525,6 +556,13 @@ impl Runtime {
             .zip(&self.finite)
             .any(|(p, f)| *f && p.poll_fd().is_none() && !p.is_exhausted())
     }
+}
+
+/// The transmit-step trace ring of worker `k` (ring 0 if there is no such worker, which the
+/// pool never reports).
+fn tx_ring(rings: &mut [TraceRing], k: usize) -> &mut TraceRing {
+    let k = if k < rings.len() { k } else { 0 };
+    &mut rings[k]
 }
 
 /// Spread the packets of `rx` over the workers' staging batches by RSS hash, submitting a

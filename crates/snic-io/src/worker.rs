@@ -12,11 +12,18 @@
 //! transmitted and packets that could not be (`tx_queue_full`, `tx_error`), and packets that
 //! never entered a pipeline (`pipeline_full`, `rx_error`). Merged with
 //! [`Counters::merge`], every packet is accounted for exactly once.
+//!
+//! Tracing follows the same split: for a traced packet (`meta.trace`), [`transmit`] records the
+//! last step of its path in the caller's [`TraceRing`] under the stage name
+//! [`TX_STAGE`](snic_pipeline::trace::TX_STAGE): `sent out port N (name)`, `segmented into K
+//! segments for port N`, or `dropped at port N: reason`. An untraced packet costs one branch;
+//! events are only built (and allocate) for traced packets.
 
 use crate::port::{Port, PortCounters};
 use snic_pipeline::meta::Offload;
 use snic_pipeline::offload::{self, OffloadError};
-use snic_pipeline::{Batch, Counters, DropReason, MAX_BATCH, Pipeline, PortId};
+use snic_pipeline::trace::{TX_STAGE, TraceEvent, TraceRing, TraceWhat};
+use snic_pipeline::{Batch, Counters, DropReason, MAX_BATCH, PacketBuf, Pipeline, PortId};
 use snic_time::{Clock, Instant, MonotonicClock};
 use std::io;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
@@ -26,13 +33,15 @@ use std::time::Duration;
 
 /// Hand the packets of a processed `batch` to their egress ports, in order, and count the
 /// outcome in `io`. Flooded packets (`PortId::FLOOD`) are copied to every port but their
-/// ingress. `tx` holds one reusable batch per port. Leaves `batch` empty.
+/// ingress. `tx` holds one reusable batch per port. Traced packets get their transmit step
+/// recorded in `trace`. Leaves `batch` empty.
 pub fn transmit(
     now: Instant,
     batch: &mut Batch,
     ports: &mut [Box<dyn Port>],
     tx: &mut [Batch],
     io: &mut Counters,
+    trace: &mut TraceRing,
 ) {
     // Flooded packets: copy to every other port (copies go into recycled buffers).
     for p in batch.iter() {
@@ -47,7 +56,7 @@ pub fn transmit(
                 continue;
             }
             if t.is_full() {
-                send_one(now, &mut ports[j], t, j, io);
+                send_one(now, &mut ports[j], t, j, io, trace);
             }
             if let Some(c) = t.push_frame(p.data()) {
                 c.meta = p.meta.clone();
@@ -62,7 +71,7 @@ pub fn transmit(
                 break;
             }
             let full = t.is_full();
-            send_one(now, &mut ports[j], t, j, io);
+            send_one(now, &mut ports[j], t, j, io, trace);
             if !full {
                 break;
             }
@@ -70,25 +79,42 @@ pub fn transmit(
     }
     // What is left: flooded originals (already copied) and packets for ports that do not exist.
     for p in batch.iter() {
-        match p.meta.egress {
-            Some(e) if e.is_flood() => {}
-            Some(e) => io.port_mut(e).tx_drops.add(DropReason::TxError),
-            None => io.port_mut(p.meta.ingress).tx_drops.add(DropReason::NoEgress),
+        let (port, reason) = match p.meta.egress {
+            Some(e) if e.is_flood() => continue,
+            Some(e) => (e, DropReason::TxError),
+            None => (p.meta.ingress, DropReason::NoEgress),
+        };
+        io.port_mut(port).tx_drops.add(reason);
+        if p.meta.trace {
+            trace_tx(trace, p.meta.seq, TraceWhat::TxDropped { port, reason });
         }
     }
     batch.clear();
     for (j, t) in tx.iter_mut().enumerate() {
         if !t.is_empty() {
-            send_one(now, &mut ports[j], t, j, io);
+            send_one(now, &mut ports[j], t, j, io, trace);
         }
     }
 }
 
-fn send_one(now: Instant, port: &mut Box<dyn Port>, t: &mut Batch, j: usize, io: &mut Counters) {
+/// Record the transmit step of a traced packet (only called for traced packets).
+#[cold]
+fn trace_tx(trace: &mut TraceRing, seq: u64, what: TraceWhat) {
+    trace.push(TraceEvent { seq, stage: TX_STAGE.to_owned(), what });
+}
+
+fn send_one(
+    now: Instant,
+    port: &mut Box<dyn Port>,
+    t: &mut Batch,
+    j: usize,
+    io: &mut Counters,
+    trace: &mut TraceRing,
+) {
     if !port.caps().gso && t.iter().any(|p| p.meta.offload != Offload::default()) {
-        send_offloaded(now, port, t, j, io);
+        send_offloaded(now, port, t, j, io, trace);
     } else {
-        send_direct(now, port, t, j, io);
+        send_direct(now, port, t, j, io, trace);
     }
 }
 
@@ -103,19 +129,33 @@ fn send_offloaded(
     t: &mut Batch,
     j: usize,
     io: &mut Counters,
+    trace: &mut TraceRing,
 ) {
     let id = PortId(j as u16);
+    let failed = |p: &PacketBuf, io: &mut Counters, trace: &mut TraceRing| {
+        io.port_mut(id).tx_drops.add(DropReason::OffloadFailed);
+        if p.meta.trace {
+            let what = TraceWhat::TxDropped { port: id, reason: DropReason::OffloadFailed };
+            trace_tx(trace, p.meta.seq, what);
+        }
+    };
     let mut out = Batch::new(MAX_BATCH);
     for p in t.packets_mut() {
         if p.meta.offload.gso.is_some() {
             loop {
                 match offload::segment(p, &mut out) {
-                    Ok(_) => break,
+                    Ok(segments) => {
+                        if p.meta.trace {
+                            let what = TraceWhat::Segmented { port: id, segments };
+                            trace_tx(trace, p.meta.seq, what);
+                        }
+                        break;
+                    }
                     Err(OffloadError::NoRoom { .. }) if !out.is_empty() => {
-                        send_direct(now, port, &mut out, j, io);
+                        send_direct(now, port, &mut out, j, io, trace);
                     }
                     Err(_) => {
-                        io.port_mut(id).tx_drops.add(DropReason::OffloadFailed);
+                        failed(p, io, trace);
                         break;
                     }
                 }
@@ -123,11 +163,11 @@ fn send_offloaded(
             continue;
         }
         if p.meta.offload.csum_partial.is_some() && offload::complete_checksum(p).is_err() {
-            io.port_mut(id).tx_drops.add(DropReason::OffloadFailed);
+            failed(p, io, trace);
             continue;
         }
         if out.is_full() {
-            send_direct(now, port, &mut out, j, io);
+            send_direct(now, port, &mut out, j, io, trace);
         }
         if let Some(c) = out.push_frame(p.data()) {
             c.meta = p.meta.clone();
@@ -135,12 +175,19 @@ fn send_offloaded(
         }
     }
     if !out.is_empty() {
-        send_direct(now, port, &mut out, j, io);
+        send_direct(now, port, &mut out, j, io, trace);
     }
     t.clear();
 }
 
-fn send_direct(now: Instant, port: &mut Box<dyn Port>, t: &mut Batch, j: usize, io: &mut Counters) {
+fn send_direct(
+    now: Instant,
+    port: &mut Box<dyn Port>,
+    t: &mut Batch,
+    j: usize,
+    io: &mut Counters,
+    trace: &mut TraceRing,
+) {
     let id = PortId(j as u16);
     // Frames the port cannot take: larger than its frame size, unless it takes super-packets
     // and this is one. A port that states no size (0) takes anything.
@@ -151,6 +198,10 @@ fn send_direct(now: Instant, port: &mut Box<dyn Port>, t: &mut Batch, j: usize, 
             let fits = p.len() <= caps.max_frame || (caps.gso && p.meta.offload.gso.is_some());
             if !fits {
                 c.tx_drops.add(DropReason::TooBig);
+                if p.meta.trace {
+                    let what = TraceWhat::TxDropped { port: id, reason: DropReason::TooBig };
+                    trace_tx(trace, p.meta.seq, what);
+                }
             }
             fits
         });
@@ -168,6 +219,14 @@ fn send_direct(now: Instant, port: &mut Box<dyn Port>, t: &mut Batch, j: usize, 
             c.tx(p.len());
         } else {
             c.tx_drops.add(reason);
+        }
+        if p.meta.trace {
+            let what = if i < sent {
+                TraceWhat::Sent { port: id, name: port.name().to_owned() }
+            } else {
+                TraceWhat::TxDropped { port: id, reason }
+            };
+            trace_tx(trace, p.meta.seq, what);
         }
     }
     t.clear();
@@ -202,7 +261,11 @@ pub struct Node {
     rx: Batch,
     tx: Vec<Batch>,
     io: Counters,
+    trace: TraceRing,
 }
+
+/// Most transmit-step trace events a [`Node`] keeps (as many as a pipeline keeps by default).
+pub const TX_TRACE_CAPACITY: usize = 1024;
 
 impl Node {
     /// A node running `pipeline` over `ports` (port `i` is `PortId(i)`), receiving batches of
@@ -221,6 +284,7 @@ impl Node {
             rx: Batch::new(batch_size),
             tx,
             io: Counters::default(),
+            trace: TraceRing::new(TX_TRACE_CAPACITY),
         }
     }
 
@@ -241,9 +305,26 @@ impl Node {
             }
             total += n;
             self.pipeline.process(now, &mut self.rx);
-            transmit(now, &mut self.rx, &mut self.ports, &mut self.tx, &mut self.io);
+            transmit(
+                now,
+                &mut self.rx,
+                &mut self.ports,
+                &mut self.tx,
+                &mut self.io,
+                &mut self.trace,
+            );
         }
         total
+    }
+
+    /// Take the trace events recorded so far: the pipeline's and the transmit step's, grouped
+    /// by packet sequence number, each packet's pipeline events before its transmit events.
+    pub fn drain_trace(&mut self) -> Vec<TraceEvent> {
+        let mut ev: Vec<TraceEvent> = self.pipeline.drain_trace().collect();
+        ev.extend(self.trace.drain());
+        // Stable: within one packet, the pipeline's stage order, then the transmit step.
+        ev.sort_by_key(|e| e.seq);
+        ev
     }
 
     /// The earliest [`Port::poll_timeout`] of the node's ports.
@@ -497,7 +578,16 @@ mod tests {
         let p = batch.push_frame(&frame).unwrap();
         p.meta.egress = Some(PortId(0));
         p.meta.offload.gso = Some(Gso { kind: GsoKind::TcpV4, size: 1448, hdr_len: 54 });
-        transmit(Instant::ZERO, &mut batch, &mut ports, &mut tx, &mut io);
+        p.meta.trace = true;
+        p.meta.seq = 3;
+        let mut trace = TraceRing::new(64);
+        transmit(Instant::ZERO, &mut batch, &mut ports, &mut tx, &mut io, &mut trace);
+        // Traced: segmented, then every segment (same sequence number) sent.
+        let ev: Vec<String> = trace.drain().map(|e| e.to_string()).collect();
+        let nseg = 20_000usize.div_ceil(1448);
+        assert_eq!(ev.len(), 1 + nseg, "{ev:?}");
+        assert_eq!(ev[0], format!("#3 tx: segmented into {nseg} segments for port 0"));
+        assert!(ev[1..].iter().all(|e| e.starts_with("#3 tx: sent out port 0 (")), "{ev:?}");
         let mut rx = Batch::new(MAX_BATCH);
         b.recv(Instant::ZERO, &mut rx).unwrap();
         assert_eq!(rx.len(), 20_000usize.div_ceil(1448));
@@ -549,7 +639,7 @@ mod tests {
             ],
             2,
         );
-        transmit(Instant::ZERO, &mut b, &mut ports, &mut tx, &mut io);
+        transmit(Instant::ZERO, &mut b, &mut ports, &mut tx, &mut io, &mut TraceRing::new(8));
         assert!(b.is_empty());
         let mut rx = Batch::new(16);
         b0.recv(Instant::ZERO, &mut rx).unwrap();
@@ -573,13 +663,83 @@ mod tests {
         let mut batch = Batch::new(4);
         batch.push_frame(&[1u8; 9216]).unwrap().meta.egress = Some(PortId(0));
         batch.push_frame(&[2u8; 9217]).unwrap().meta.egress = Some(PortId(0));
-        transmit(Instant::ZERO, &mut batch, &mut ports, &mut tx, &mut io);
+        transmit(Instant::ZERO, &mut batch, &mut ports, &mut tx, &mut io, &mut TraceRing::new(8));
         let mut rx = Batch::new(4);
         b.recv(Instant::ZERO, &mut rx).unwrap();
         assert_eq!(rx.iter().map(|p| p.len()).collect::<Vec<_>>(), vec![9216]);
         let c = io.port(PortId(0)).unwrap();
         assert_eq!(c.tx_packets, 1);
         assert_eq!(c.tx_drops.get(DropReason::TooBig), 1);
+    }
+
+    /// The transmit step of traced packets: one sent (its event names the port), one too big
+    /// for the port (dropped, with the reason); untraced packets record nothing.
+    #[test]
+    fn traced_packets_record_the_port_that_sent_or_dropped_them() {
+        let (a, mut b) = VLink::symmetric("l", LinkConfig::default(), 1);
+        let mut ports: Vec<Box<dyn Port>> = vec![Box::new(a)];
+        let name = ports[0].name().to_owned();
+        let mut tx = vec![Batch::new(MAX_BATCH)];
+        let mut io = Counters::default();
+        let mut trace = TraceRing::new(8);
+        let mut batch = Batch::new(4);
+        for (seq, len, traced) in
+            [(7, 60, true), (8, 9217, true), (9, 60, false), (10, 9217, false)]
+        {
+            let p = batch.push_frame(&vec![seq as u8; len]).unwrap();
+            p.meta.egress = Some(PortId(0));
+            p.meta.seq = seq;
+            p.meta.trace = traced;
+        }
+        transmit(Instant::ZERO, &mut batch, &mut ports, &mut tx, &mut io, &mut trace);
+        let mut rx = Batch::new(4);
+        b.recv(Instant::ZERO, &mut rx).unwrap();
+        assert_eq!(rx.iter().map(|p| p.data()[0]).collect::<Vec<_>>(), vec![7, 9]);
+        let mut ev: Vec<TraceEvent> = trace.drain().collect();
+        ev.sort_by_key(|e| e.seq);
+        assert_eq!(
+            ev,
+            vec![
+                TraceEvent {
+                    seq: 7,
+                    stage: "tx".into(),
+                    what: TraceWhat::Sent { port: PortId(0), name: name.clone() }
+                },
+                TraceEvent {
+                    seq: 8,
+                    stage: "tx".into(),
+                    what: TraceWhat::TxDropped { port: PortId(0), reason: DropReason::TooBig }
+                },
+            ]
+        );
+        assert_eq!(ev[0].to_string(), format!("#7 tx: sent out port 0 ({name})"));
+        assert_eq!(ev[1].to_string(), "#8 tx: dropped at port 0: too_big");
+        let c = io.port(PortId(0)).unwrap();
+        assert_eq!((c.tx_packets, c.tx_drops.get(DropReason::TooBig)), (2, 2));
+    }
+
+    /// A node's trace holds a packet's pipeline events, then its transmit step.
+    #[test]
+    fn node_trace_ends_with_the_transmit_step() {
+        let (a0, mut b0) = VLink::symmetric("l0", LinkConfig::default(), 1);
+        let mut pipeline = Pipeline::from_strs(&["l2fwd"]).unwrap();
+        pipeline.set_trace_filter(Some(snic_pipeline::TraceFilter::parse("seq 2").unwrap()));
+        let ports: Vec<Box<dyn Port>> = vec![Box::new(a0), Box::new(NullPort::new())];
+        let mut node = Node::new("n", pipeline, ports, 8);
+        let mut b = Batch::new(4);
+        stamped(&mut b, &[(1, None), (2, None), (3, None)], 1);
+        assert_eq!(b0.send(Instant::ZERO, &mut b).unwrap(), 3);
+        assert_eq!(node.poll(Instant::ZERO), 3);
+        let ev: Vec<String> = node.drain_trace().iter().map(|e| e.to_string()).collect();
+        assert_eq!(
+            ev,
+            vec![
+                "#2 input: selected for trace (not parsed yet)",
+                "#2 l2fwd: forwarded to port 1 (static)",
+                "#2 tx: sent out port 1 (null)",
+            ]
+        );
+        assert!(node.drain_trace().is_empty());
     }
 
     #[test]

@@ -6,9 +6,11 @@
 //! written, keyed by their stable names) and prints as an aligned table.
 //!
 //! Invariant (checked by tests): for every stage, `packets_in == packets_out + sum(drops)`.
+//! A stage that classifies (`classify`) also counts each packet it was handed by the class it
+//! gave ([`ClassCounts`]), so there `packets_in == classes.rdma + classes.other`.
 
 use crate::drop::{DROP_REASONS, DropReason};
-use crate::meta::PortId;
+use crate::meta::{Class, PortId};
 use core::fmt;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
@@ -76,6 +78,43 @@ impl Serialize for DropCounts {
     }
 }
 
+/// Packets a stage classified, by the class it gave them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ClassCounts {
+    /// Classified as RDMA (RoCEv2, RC opcode).
+    pub rdma: u64,
+    /// Classified as anything else.
+    pub other: u64,
+}
+
+impl ClassCounts {
+    /// Count one packet given `class` (`Unclassified` is not a decision and is not counted).
+    #[inline]
+    pub fn add(&mut self, class: Class) {
+        match class {
+            Class::Rdma => self.rdma += 1,
+            Class::Other => self.other += 1,
+            Class::Unclassified => {}
+        }
+    }
+
+    /// Packets counted, every class.
+    pub fn total(&self) -> u64 {
+        self.rdma + self.other
+    }
+
+    /// True when nothing was counted (a stage that does not classify).
+    pub fn is_zero(&self) -> bool {
+        self.total() == 0
+    }
+
+    /// Add `other`'s counts to these.
+    pub fn merge(&mut self, other: &ClassCounts) {
+        self.rdma += other.rdma;
+        self.other += other.other;
+    }
+}
+
 /// Counters of one stage.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct StageCounters {
@@ -91,6 +130,10 @@ pub struct StageCounters {
     pub drops: DropCounts,
     /// Non-fatal problems that did not drop a packet (a pcap write that failed, a full MAC table).
     pub errors: u64,
+    /// Packets the stage classified, by class (only the classify stage counts these; in JSON
+    /// only when non-zero).
+    #[serde(skip_serializing_if = "ClassCounts::is_zero")]
+    pub classes: ClassCounts,
 }
 
 impl StageCounters {
@@ -106,6 +149,7 @@ impl StageCounters {
         self.bytes_in += other.bytes_in;
         self.errors += other.errors;
         self.drops.merge(&other.drops);
+        self.classes.merge(&other.classes);
     }
 }
 
@@ -192,6 +236,15 @@ impl Counters {
         self.stages.iter().find(|s| s.name == name)
     }
 
+    /// Packets classified, by class, summed over every stage that classifies.
+    pub fn classified(&self) -> ClassCounts {
+        let mut c = ClassCounts::default();
+        for s in &self.stages {
+            c.merge(&s.classes);
+        }
+        c
+    }
+
     /// Every drop counted anywhere (stages and ports).
     pub fn total_drops(&self) -> u64 {
         self.stages.iter().map(|s| s.drops.total()).sum::<u64>()
@@ -253,6 +306,10 @@ impl fmt::Display for Counters {
                 s.drops.total(),
                 s.errors
             )?;
+            if !s.classes.is_zero() {
+                writeln!(f, "  class {:<29} {:>14}", "rdma", s.classes.rdma)?;
+                writeln!(f, "  class {:<29} {:>14}", "other", s.classes.other)?;
+            }
             for (key, n) in s.drops.nonzero() {
                 writeln!(f, "  drop {:<30} {:>14}", key.to_string(), n)?;
             }
@@ -308,6 +365,41 @@ mod tests {
         c.port_mut(PortId(1)).rx(64);
         c.port_mut(PortId(1)).tx_drops.add(DropReason::TxQueueFull);
         c
+    }
+
+    /// A classify stage's counters: 3 RDMA (one of them dropped), 2 other.
+    fn classified() -> Counters {
+        let mut c = sample();
+        let mut s = StageCounters::new("classify");
+        s.packets_in = 5;
+        s.packets_out = 4;
+        for class in [Class::Rdma, Class::Other, Class::Rdma, Class::Unclassified, Class::Rdma] {
+            s.classes.add(class);
+        }
+        s.classes.add(Class::Other);
+        s.drops.add(DropReason::BadIcrc);
+        c.stages.push(s);
+        c
+    }
+
+    #[test]
+    fn class_counts_merge_serialise_and_print() {
+        let mut a = classified();
+        assert_eq!(a.classified(), ClassCounts { rdma: 3, other: 2 });
+        a.merge(&classified());
+        assert_eq!(a.stage("classify").unwrap().classes, ClassCounts { rdma: 6, other: 4 });
+        assert_eq!(a.classified().total(), 10);
+        let v: serde_json::Value = serde_json::to_value(&a).unwrap();
+        assert_eq!(v["stages"][1]["classes"], serde_json::json!({"rdma": 6, "other": 4}));
+        // A stage that classifies nothing has no `classes` key.
+        assert!(v["stages"][0].get("classes").is_none(), "{v}");
+        let text = a.to_string();
+        let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("  class ")).collect();
+        assert_eq!(rows.len(), 2, "{text}");
+        assert!(rows[0].starts_with("  class rdma") && rows[0].ends_with(" 6"), "{text}");
+        assert!(rows[1].starts_with("  class other") && rows[1].ends_with(" 4"), "{text}");
+        a.reset();
+        assert!(a.classified().is_zero());
     }
 
     #[test]

@@ -21,7 +21,7 @@ pub use buf::{Batch, MAX_BATCH, NoRoom, PacketBuf};
 pub mod meta;
 pub use meta::{Class, Metadata, PortId, RoceMeta};
 pub mod counters;
-pub use counters::{Counters, DropCounts, PortCounters, StageCounters};
+pub use counters::{ClassCounts, Counters, DropCounts, PortCounters, StageCounters};
 pub mod drop;
 pub use drop::DropReason;
 pub mod pipeline;

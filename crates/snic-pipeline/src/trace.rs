@@ -6,6 +6,11 @@
 //! every stage records what it did (parsed as which layers, classified as what, forwarded to which
 //! port, dropped why) as a [`TraceEvent`] in a bounded [`TraceRing`], which the caller drains.
 //!
+//! The I/O layer adds the last step under the stage name [`TX_STAGE`] (`tx`): the port that sent
+//! the packet ([`TraceWhat::Sent`]), the software segmentation of a super-packet
+//! ([`TraceWhat::Segmented`]), or the port that could not send it and why
+//! ([`TraceWhat::TxDropped`]).
+//!
 //! Tracing off costs one branch per packet per stage (the `meta.trace` test); events are only
 //! built, and may allocate, for traced packets.
 
@@ -56,7 +61,34 @@ pub enum TraceWhat {
     Modified(&'static str),
     /// Anything else worth saying.
     Note(&'static str),
+    /// The I/O layer handed the packet to its egress port, which took it.
+    Sent {
+        /// The port.
+        port: PortId,
+        /// The port's name (`null`, `pcap:out.pcap`, ...).
+        name: String,
+    },
+    /// The I/O layer cut the super-packet into segments for a port without segmentation offload
+    /// (each segment is then traced on its own, under the same sequence number).
+    Segmented {
+        /// The port.
+        port: PortId,
+        /// How many segments.
+        segments: usize,
+    },
+    /// The I/O layer could not send the packet out of `port` (`too_big`, `tx_queue_full`,
+    /// `tx_error`, `offload_failed`).
+    TxDropped {
+        /// The port.
+        port: PortId,
+        /// Why.
+        reason: DropReason,
+    },
 }
+
+/// The stage name under which the I/O layer records its [`TraceWhat::Sent`],
+/// [`TraceWhat::Segmented`] and [`TraceWhat::TxDropped`] events.
+pub const TX_STAGE: &str = "tx";
 
 /// Writes the layers of a stack as `eth/ipv4/udp/bth` and its error, if any.
 struct Layers<'a>(&'a Stack);
@@ -118,6 +150,13 @@ impl fmt::Display for TraceWhat {
             TraceWhat::Tapped => f.write_str("copied to capture"),
             TraceWhat::Modified(how) => write!(f, "modified: {how}"),
             TraceWhat::Note(s) => f.write_str(s),
+            TraceWhat::Sent { port, name } => write!(f, "sent out port {} ({name})", port.0),
+            TraceWhat::Segmented { port, segments } => {
+                write!(f, "segmented into {segments} segments for port {}", port.0)
+            }
+            TraceWhat::TxDropped { port, reason } => {
+                write!(f, "dropped at port {}: {reason}", port.0)
+            }
         }
     }
 }
@@ -410,6 +449,23 @@ mod tests {
         let seqs: Vec<u64> = r.drain().map(|e| e.seq).collect();
         assert_eq!(seqs, vec![2, 3]);
         assert!(r.is_empty());
+    }
+
+    #[test]
+    fn tx_events_read_as_the_last_step() {
+        let ev = |what| TraceEvent { seq: 5, stage: TX_STAGE.into(), what }.to_string();
+        assert_eq!(
+            ev(TraceWhat::Sent { port: PortId(1), name: "null".into() }),
+            "#5 tx: sent out port 1 (null)"
+        );
+        assert_eq!(
+            ev(TraceWhat::Segmented { port: PortId(0), segments: 14 }),
+            "#5 tx: segmented into 14 segments for port 0"
+        );
+        assert_eq!(
+            ev(TraceWhat::TxDropped { port: PortId(2), reason: DropReason::TooBig }),
+            "#5 tx: dropped at port 2: too_big"
+        );
     }
 
     #[test]

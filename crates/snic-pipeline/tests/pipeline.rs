@@ -10,8 +10,8 @@ use frames::*;
 use proptest::prelude::*;
 use snic_pipeline::stages::classify;
 use snic_pipeline::{
-    Batch, Class, Counters, DropReason, PacketBuf, Pipeline, PipelineConfig, PortId, StageSpec,
-    TraceWhat,
+    Batch, Class, ClassCounts, Counters, DropReason, PacketBuf, Pipeline, PipelineConfig, PortId,
+    StageSpec, TraceWhat,
 };
 use snic_time::Instant;
 use snic_wire::Error as WireError;
@@ -119,6 +119,15 @@ fn mixed_batch_through_parse_classify_l2fwd() {
     let cl = c.stage("classify").unwrap();
     assert_eq!(cl.drops.get(DropReason::BadIcrc), 1);
     assert_eq!(cl.drops.total(), 1);
+    // Classified, per class, of the 7 packets that got past parse: the good RDMA WRITE and the
+    // bad-ICRC one (classified rdma, then dropped) are rdma; udp, tcp, vxlan, no_egress and the
+    // UD-opcode RoCE packet are other.
+    assert_eq!(cl.packets_in, 7);
+    assert_eq!(cl.classes, ClassCounts { rdma: 2, other: 5 });
+    assert_eq!(cl.classes.total(), cl.packets_in);
+    assert_eq!(c.classified(), ClassCounts { rdma: 2, other: 5 });
+    // No other stage classifies.
+    assert!(c.stages.iter().filter(|s| s.name != "classify").all(|s| s.classes.is_zero()));
     let l2 = c.stage("l2fwd").unwrap();
     assert_eq!(l2.drops.total(), 0);
     let out = c.stage("output").unwrap();
@@ -136,6 +145,14 @@ fn mixed_batch_through_parse_classify_l2fwd() {
     assert_eq!(v["stages"][0]["drops"]["malformed.truncated"], 2);
     assert_eq!(v["stages"][0]["drops"]["malformed.bad_version"], 1);
     assert_eq!(v["stages"][1]["drops"]["bad_icrc"], 1);
+    assert_eq!(v["stages"][1]["classes"], serde_json::json!({"rdma": 2, "other": 5}));
+    // Merged across workers like the rest: two pipelines, the same batch each.
+    let mut p2 = Pipeline::from_strs(&["parse", "classify", "l2fwd"]).unwrap();
+    let (mut b2, _) = mixed();
+    p2.process(Instant::from_secs(1), &mut b2);
+    let mut merged = c.clone();
+    merged.merge(&p2.counters());
+    assert_eq!(merged.classified(), ClassCounts { rdma: 4, other: 10 });
     assert_eq!(v["stages"][3]["drops"]["no_egress"], 1);
 }
 

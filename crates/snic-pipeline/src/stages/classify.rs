@@ -10,6 +10,12 @@
 //! A packet whose ICRC does not verify is dropped as `bad_icrc` when the stage enforces it (the
 //! default, `classify`), or kept with `icrc_ok = false` (`classify:mark`).
 //!
+//! Counters: besides the drops, the stage counts every packet it is handed by the class it gave
+//! (`classes.rdma`, `classes.other` in its [`StageCounters`](crate::StageCounters)), so that
+//! `packets_in == classes.rdma + classes.other`. The class is decided before the ICRC check, so a
+//! bad-ICRC RoCE packet counts as classified `rdma` and, when enforced, also as a `bad_icrc`
+//! drop: "classified" says what traffic arrived, the drops say what did not go on.
+//!
 //! The stage reads only the parse stage's offsets (`meta.stack`) and bounds-checked bytes; run it
 //! after `parse`. A packet that was not parsed is `Other`.
 
@@ -161,6 +167,7 @@ impl Classify {
         let roce = roce_meta(p.data(), &p.meta.stack);
         p.meta.class = if roce.is_some() { Class::Rdma } else { Class::Other };
         p.meta.roce = roce;
+        ctx.counters.classes.add(p.meta.class);
         ctx.trace(p, || TraceWhat::Classified { class: p.meta.class, roce });
         match roce {
             Some(r) if !r.icrc_ok && self.enforce_icrc => Err(DropReason::BadIcrc),
@@ -182,7 +189,7 @@ impl Stage for Classify {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::counters::StageCounters;
+    use crate::counters::{ClassCounts, StageCounters};
     use crate::trace::TraceRing;
 
     /// Ethernet/IPv4/UDP(4791)/BTH(opcode)/`ext`/`payload`/ICRC, ICRC filled in.
@@ -351,6 +358,8 @@ mod tests {
         );
         assert_eq!(c.drops.get(DropReason::BadIcrc), 2);
         assert_eq!(c.drops.total(), 2);
+        // The dropped bad-ICRC packets were classified as RDMA before the check dropped them.
+        assert_eq!(c.classes, ClassCounts { rdma: 4, other: 1 });
 
         let (got, c) = run(&mut Classify::new(false), &frames);
         assert_eq!(
@@ -364,6 +373,7 @@ mod tests {
             ]
         );
         assert_eq!(c.drops.total(), 0);
+        assert_eq!(c.classes, ClassCounts { rdma: 4, other: 1 });
     }
 
     #[test]
