@@ -264,7 +264,8 @@ mod tests {
         assert_eq!(p1, p2);
         assert_eq!(t1, t2);
         assert_ne!(p1, p3, "a different link seed must change what B received");
-        let _ = c3;
+        // ... and so what B's pipeline counted.
+        assert_ne!(c1[1], c3[1], "a different link seed must change B's pipeline counters");
         eprintln!("{}\n{}", c1[0].1, c1[1].1);
 
         // Conservation: what A sent on the link is what the link was offered; what B got is

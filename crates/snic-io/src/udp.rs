@@ -289,16 +289,38 @@ mod tests {
         assert_eq!(a.counters().tx_bytes, frames.iter().map(|f| f.len() as u64).sum::<u64>());
     }
 
+    /// Receive into `batch` until `done` holds for `port`, for at most 5 s; panics on timeout.
+    fn recv_until(port: &mut UdpPort, batch: &mut Batch, done: impl Fn(&UdpPort, &Batch) -> bool) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !done(port, batch) {
+            assert!(std::time::Instant::now() < deadline, "timed out: {:?}", port.counters());
+            port.recv(Instant::ZERO, batch).unwrap();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     #[test]
     fn nothing_ready_is_ok_zero_and_strangers_are_filtered() {
-        let (_a, mut b) = pair();
+        let (mut a, mut b) = pair();
         let mut batch = Batch::new(8);
         assert_eq!(b.recv(Instant::ZERO, &mut batch).unwrap(), 0);
         assert!(batch.is_empty());
         let stranger = UdpSocket::bind("127.0.0.1:0").unwrap();
         stranger.send_to(&[1u8; 64], b.local_addr().unwrap()).unwrap();
-        std::thread::sleep(Duration::from_millis(20));
+        // Then one frame from the real peer. Loopback hands a datagram to the receiving socket
+        // in the sender's own softirq, as `send_to` returns, so once the peer's frame is here
+        // the stranger's was delivered or filtered: receiving exactly the peer's frame shows it
+        // was filtered.
+        let mut out = Batch::new(1);
+        out.push_frame(&[2u8; 64]).unwrap();
+        assert_eq!(a.send(Instant::ZERO, &mut out).unwrap(), 1);
+        recv_until(&mut b, &mut batch, |p, _| p.counters().rx_packets >= 1);
+        let got: Vec<&[u8]> = batch.iter().map(|p| p.data()).collect();
+        assert_eq!(got, vec![&[2u8; 64][..]]);
+        // Nothing else is pending: the stranger's datagram is not late, it never comes.
         assert_eq!(b.recv(Instant::ZERO, &mut batch).unwrap(), 0);
+        assert_eq!(b.counters().rx_packets, 1);
+        assert_eq!(b.counters().rx_errors, 0);
     }
 
     #[test]
@@ -311,12 +333,14 @@ mod tests {
         a.send_to(&[], baddr).unwrap();
         a.send_to(&vec![9u8; 4000], baddr).unwrap();
         a.send_to(&[8u8; 61], baddr).unwrap();
-        std::thread::sleep(Duration::from_millis(20));
         let mut batch = Batch::new(16);
         batch.push_frame(&[1u8; 10]).unwrap();
-        assert_eq!(b.recv(Instant::ZERO, &mut batch).unwrap(), 2);
-        let lens: Vec<usize> = batch.iter().map(|p| p.len()).collect();
-        assert_eq!(lens, vec![10, 60, 61]);
+        // Wait for all four datagrams: two good frames after the one already in the batch, and
+        // two counted errors.
+        recv_until(&mut b, &mut batch, |p, b| b.len() >= 3 && p.counters().rx_errors >= 2);
+        let frames: Vec<&[u8]> = batch.iter().map(|p| p.data()).collect();
+        assert_eq!(frames, vec![&[1u8; 10][..], &[7u8; 60][..], &[8u8; 61][..]]);
         assert_eq!(b.counters().rx_errors, 2);
+        assert_eq!(b.counters().rx_packets, 2);
     }
 }

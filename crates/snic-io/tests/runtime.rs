@@ -10,7 +10,8 @@ use snic_pipeline::PortId;
 use std::fs::File;
 use std::net::UdpSocket;
 use std::path::Path;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 use std::time::Duration;
 
 fn write_pcap(path: &Path, frames: &[(FrameKind, Vec<u8>)]) {
@@ -111,11 +112,25 @@ fn udp_tunnel_between_two_runtimes_carries_frames_intact() {
         vec![Box::new(snic_io::generator::GenPort::new(500, 4)), Box::new(tunnel_a)];
     let rt_a = Runtime::with_ports(cfg_a, ports_a, vec![true, false]).unwrap();
 
+    // A starts only once B's loop runs and drains the tunnel: B answers a stats request from
+    // inside its loop. (Until then A's datagrams would pile up in B's socket buffer, which
+    // without root is capped by net.core.rmem_max and may not hold them all.)
+    let (stop_b, stats_b) = (AtomicBool::new(false), AtomicBool::new(true));
+    let (ready_tx, ready_rx) = mpsc::channel();
     let (ra, rb) = std::thread::scope(|s| {
-        let b = s.spawn(|| run(rt_b));
-        std::thread::sleep(Duration::from_millis(50));
+        let b = s.spawn(|| {
+            rt_b.run(&stop_b, &stats_b, move |_| {
+                let _ = ready_tx.send(());
+            })
+        });
+        let ready = ready_rx.recv_timeout(Duration::from_secs(10));
+        if ready.is_err() {
+            // Let B end (it may be stuck) so the scope can join it, then fail.
+            stop_b.store(true, Ordering::Relaxed);
+            panic!("runtime B did not start within 10 s: {:?}", b.join());
+        }
         let a = run(rt_a);
-        (a, b.join().unwrap())
+        (a, b.join().unwrap().unwrap())
     });
     let want = valid(&frames(500, 4));
     let sent = ra.counters.port(PortId(1)).unwrap().tx_packets;

@@ -182,10 +182,14 @@ mod tests {
     }
 
     #[test]
-    fn monotonic_clock_does_not_go_back() {
+    fn monotonic_clock_follows_real_time() {
         let c = MonotonicClock::new();
         let a = c.now();
+        std::thread::sleep(Duration::from_millis(1));
         let b = c.now();
-        assert!(b >= a);
+        // `sleep` waits at least the time asked; the clock must have seen all of it.
+        assert!(b - a >= Duration::from_millis(1), "{a:?} -> {b:?}");
+        // An hour would mean a unit error (the clock counts nanoseconds).
+        assert!(b - a < Duration::from_secs(3600), "{a:?} -> {b:?}");
     }
 }
