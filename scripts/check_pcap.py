@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Check a pcap written by snic with scapy: every checksum and every RoCEv2 ICRC must verify.
 
-Usage: check_pcap.py FILE.pcap
+Usage: check_pcap.py [--expect-icrc N] FILE.pcap
 
 For each packet, at every depth (outer and tunnelled inner headers alike), each IPv4, UDP, TCP,
 ICMP and ICMPv6 checksum is recomputed by scapy (the field is cleared and the packet rebuilt)
@@ -9,7 +9,10 @@ and compared with the one in the file; an IPv4 UDP checksum of zero ("no checksu
 and VXLAN senders may use) is accepted. For each RoCEv2 packet the ICRC is recomputed with
 scapy's own BTH.compute_icrc and compared with the four bytes that end the UDP payload.
 
-Prints one line per packet and exits 1 if any packet failed, naming its index (from 1).
+Prints one line per packet ("INDEX: SUMMARY[ icrc-checked]: ok|FAIL ...") and exits 1 if any
+packet failed, naming its index (from 1). With --expect-icrc N it also exits 1 unless exactly N
+packets had their ICRC checked: a RoCEv2 frame scapy does not dissect as BTH gets no ICRC check,
+and must not pass unnoticed.
 """
 
 import logging
@@ -84,17 +87,25 @@ def check_icrc(pkt):
 
 
 def main(argv):
-    if len(argv) != 2:
-        print("usage: check_pcap.py FILE.pcap", file=sys.stderr)
+    args = argv[1:]
+    expect_icrc = None
+    if len(args) == 3 and args[0] == "--expect-icrc" and args[1].isdigit():
+        expect_icrc = int(args[1])
+        args = args[2:]
+    if len(args) != 1:
+        print("usage: check_pcap.py [--expect-icrc N] FILE.pcap", file=sys.stderr)
         return 2
-    packets = rdpcap(argv[1])
+    packets = rdpcap(args[0])
     failed = []
+    icrc_checked = 0
     for index, pkt in enumerate(packets, start=1):
         pkt = Ether(bytes(pkt))
         problems = check_checksums(pkt)
         icrc = check_icrc(pkt)
-        if icrc is not None and not icrc[0]:
-            problems.append(f"ICRC: carried {icrc[1]}, computed {icrc[2]}")
+        if icrc is not None:
+            icrc_checked += 1
+            if not icrc[0]:
+                problems.append(f"ICRC: carried {icrc[1]}, computed {icrc[2]}")
         verdict = "ok" if not problems else "FAIL " + "; ".join(problems)
         extra = "" if icrc is None else " icrc-checked"
         print(f"{index}: {pkt.summary()}{extra}: {verdict}")
@@ -106,7 +117,10 @@ def main(argv):
     if failed:
         print(f"checksum/ICRC mismatch in packet(s): {', '.join(map(str, failed))}", file=sys.stderr)
         return 1
-    print(f"all {len(packets)} packets verified")
+    if expect_icrc is not None and icrc_checked != expect_icrc:
+        print(f"ICRC checked in {icrc_checked} packet(s), expected {expect_icrc}", file=sys.stderr)
+        return 1
+    print(f"all {len(packets)} packets verified ({icrc_checked} ICRCs)")
     return 0
 
 

@@ -645,7 +645,9 @@ def build():
             **five("ipv4", "192.168.9.1", "192.168.9.2", 17, 0xC0FF, ROCE_PORT),
             roce=roce_exp(0x04, 0x99, 77),
             icrc_ok=False,
-            class_any=True,
+            # The class comes from the headers (RC opcode to the RoCE port), not the ICRC
+            # verdict: a bad-ICRC frame is still RDMA traffic; classify drops it afterwards.
+            **{"class": "rdma"},
         ),
         raw=bad,
     )

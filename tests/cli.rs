@@ -186,13 +186,47 @@ fn run_json(args: &[&str]) -> Value {
         .unwrap_or_else(|e| panic!("run --json output is not JSON ({e}):\n{}", stdout(&out)))
 }
 
+/// The numbers of a text line of the form `... KEY N ...`: the first whitespace-separated token
+/// after `key` on the first line starting with `prefix`, as a u64.
+fn num_after(text: &str, prefix: &str, key: &str) -> u64 {
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no line starting with {prefix:?}:\n{text}"));
+    let mut words = line.split_whitespace();
+    words.by_ref().find(|w| *w == key).unwrap_or_else(|| panic!("no {key:?} in {line:?}"));
+    let n = words.next().unwrap_or_else(|| panic!("nothing after {key:?} in {line:?}"));
+    let n = n.trim_start_matches('(').trim_end_matches(['(', ')', ':']);
+    n.parse().unwrap_or_else(|e| panic!("{key:?} in {line:?} is not a number ({e})"))
+}
+
 #[test]
 fn run_without_arguments_runs_the_embedded_default_and_reports() {
     let out = common::run_ok(snic().arg("run"));
     let text = stdout(&out);
-    for needle in ["gen:", "null", "parse", "classify", "rdma", "other"] {
-        assert!(text.contains(needle), "embedded default output lacks {needle:?}:\n{text}");
-    }
+    assert!(text.starts_with("snic run: embedded default"), "{text}");
+    // The embedded default is 100000 generated frames into a null sink: every one is received,
+    // and every one is either sent out of port 1 or dropped with a reason.
+    assert_eq!(num_after(&text, "port 0 gen:", "rx"), 100_000, "{text}");
+    assert_eq!(num_after(&text, "received ", "received"), 100_000, "{text}");
+    let tx = num_after(&text, "port 1 null", "tx");
+    let drops = num_after(&text, "drops (", "drops");
+    assert_eq!(tx + drops, 100_000, "{text}");
+    assert!(drops > 0, "the generator's truncated and bad-ICRC frames are dropped: {text}");
+    // Classified: both classes, adding up to what the classify stage was handed.
+    let (c_rdma, c_other) =
+        (num_after(&text, "classified:", "rdma"), num_after(&text, "classified:", "other"));
+    assert!(c_rdma > 0 && c_other > 0, "{text}");
+    assert_eq!(c_rdma + c_other, num_after(&text, "classify ", "classify"), "{text}");
+    // Forwarded by class: what left port 1, all of it classified.
+    let (f_rdma, f_other) = (
+        num_after(&text, "forwarded by class:", "rdma"),
+        num_after(&text, "forwarded by class:", "other"),
+    );
+    assert_eq!(num_after(&text, "forwarded by class:", "unclassified"), 0, "{text}");
+    assert!(f_rdma > 0 && f_other > 0, "{text}");
+    assert_eq!(f_rdma + f_other, tx, "{text}");
+    assert!(c_rdma > f_rdma, "bad-ICRC RDMA frames are classified, then dropped: {text}");
 }
 
 #[test]
@@ -248,7 +282,10 @@ fn run_pcap_in_pcap_out_forwards_the_frames() {
     common::write_pcap(&input, &good);
     let spec_in = format!("pcap:{}", input.display());
     let spec_out = format!("pcap:,{}", output.display());
-    let _ = run_json(&["--port", &spec_in, "--port", &spec_out]);
+    let c = run_json(&["--port", &spec_in, "--port", &spec_out]);
+    assert_eq!(c["ports"][0]["rx_packets"], good.len(), "{c}");
+    assert_eq!(c["ports"][1]["tx_packets"], good.len(), "{c}");
+    assert_eq!(c["drops_total"], 0, "{c}");
     let out = common::read_pcap(&output);
     assert_eq!(
         out, good,
@@ -257,31 +294,74 @@ fn run_pcap_in_pcap_out_forwards_the_frames() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// How long a readiness wait may take before the test fails.
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Ask a running `snic run --control SOCK` for its counters until it answers with a real
+/// snapshot (not the `{"status":"starting"}` placeholder served before the first refresh) that
+/// satisfies `ok`. Panics if `child` exits first or nothing qualifies within [`READY_TIMEOUT`]
+/// (then `child` is killed first).
+fn wait_for_stats(
+    sock: &Path,
+    child: &mut std::process::Child,
+    ok: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = std::time::Instant::now() + READY_TIMEOUT;
+    let mut last = String::new();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!(
+                "snic run exited ({status:?}) before its counters were ready; last answer: {last}"
+            );
+        }
+        let out = snic().arg("stats").arg("--control").arg(sock).output().unwrap();
+        if out.status.success() {
+            last = stdout(&out);
+            let v: Value = serde_json::from_str(last.trim())
+                .unwrap_or_else(|e| panic!("stats is not JSON ({e}): {last}"));
+            if v.get("status").is_none() && ok(&v) {
+                return v;
+            }
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill(); // don't leave it running after the test
+            let _ = child.wait();
+            panic!("snic stats gave no qualifying snapshot within {READY_TIMEOUT:?}; last: {last}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Port 0's received packets in a counters document.
+fn rx0(v: &Value) -> u64 {
+    v["ports"][0]["rx_packets"].as_u64().unwrap_or_else(|| panic!("no ports[0].rx_packets: {v}"))
+}
+
 #[test]
 fn stats_reads_counters_over_the_control_socket() {
     let dir = common::temp_dir("cli-stats");
     let sock = dir.join("ctl.sock");
     let mut child = snic()
-        .args(["run", "--port", "gen:100000000", "--port", "null", "--duration", "20", "--control"])
+        .args(["run", "--port", "gen:100000000", "--port", "null", "--duration", "60", "--control"])
         .arg(&sock)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let mut doc = None;
-    for _ in 0..100 {
-        std::thread::sleep(Duration::from_millis(100));
-        let out = snic().arg("stats").arg("--control").arg(&sock).output().unwrap();
-        if out.status.success() {
-            doc = Some(stdout(&out));
-            break;
-        }
-    }
+    // A real snapshot with traffic in it, then a later one: the counters move while it runs.
+    let first = wait_for_stats(&sock, &mut child, |v| rx0(v) > 0);
+    let second = wait_for_stats(&sock, &mut child, |v| rx0(v) > rx0(&first));
     let _ = Command::new("kill").arg("-INT").arg(child.id().to_string()).status();
     let status = child.wait().unwrap();
-    let doc = doc.expect("snic stats never answered");
-    let v: Value = serde_json::from_str(doc.trim()).expect("stats is JSON");
-    assert!(v["ports"].is_array(), "{v}");
+    for v in [&first, &second] {
+        let ports = v["ports"].as_array().unwrap_or_else(|| panic!("no ports: {v}"));
+        assert_eq!(ports.len(), 2, "{v}");
+        assert_eq!(ports[0]["name"], "gen:100000000,1", "{v}");
+        assert_eq!(ports[1]["name"], "null", "{v}");
+        let tx1 = ports[1]["tx_packets"].as_u64().unwrap_or_else(|| panic!("{v}"));
+        assert!(tx1 <= rx0(v), "port 1 cannot send more than port 0 received: {v}");
+        assert!(v["stages"].as_array().is_some_and(|s| !s.is_empty()), "{v}");
+    }
     assert!(status.success(), "snic run exits cleanly on SIGINT: {status:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -330,25 +410,76 @@ fn run_trace_prints_the_path_of_matching_packets() {
     }
 }
 
+/// True once process `pid` catches SIGUSR1 (its bit in `SigCgt` of `/proc/PID/status`): from
+/// then on SIGUSR1 no longer takes its default action (terminating the process).
+fn catches_sigusr1(pid: u32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { return false };
+    let Some(mask) = status.lines().find_map(|l| l.strip_prefix("SigCgt:")) else { return false };
+    let mask = u64::from_str_radix(mask.trim(), 16).unwrap_or(0);
+    // Signal n is bit n - 1; SIGUSR1 is 10 on Linux.
+    mask & (1 << (10 - 1)) != 0
+}
+
 #[test]
 fn sigusr1_prints_counters_and_sigterm_stops_with_final_counters() {
-    let child = snic()
+    use std::io::BufRead;
+    let mut child = snic()
         .args(["run", "--port", "gen:1000000000", "--port", "null"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    common::run_ok(snic().args(["stats", "--pid", &child.id().to_string()]));
-    std::thread::sleep(Duration::from_millis(500));
-    common::run_ok(Command::new("kill").args(["-TERM", &child.id().to_string()]));
+    let pid = child.id();
+    // Stderr is read on a thread, line by line, so the test can wait for the stats block.
+    let stderr = child.stderr.take().unwrap();
+    let (lines_tx, lines_rx) = std::sync::mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    // Readiness: the SIGUSR1 handler is installed (else the signal would kill snic).
+    let deadline = std::time::Instant::now() + READY_TIMEOUT;
+    while !catches_sigusr1(pid) {
+        assert!(child.try_wait().unwrap().is_none(), "snic run exited early");
+        assert!(std::time::Instant::now() < deadline, "snic never installed its SIGUSR1 handler");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    common::run_ok(snic().args(["stats", "--pid", &pid.to_string()]));
+    // Wait for the whole stats block (up to its last line, the drops), then stop snic.
+    let mut err = Vec::new();
+    let mut in_block = false;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let line = lines_rx
+            .recv_timeout(left)
+            .unwrap_or_else(|e| panic!("no stats block on SIGUSR1 ({e}):\n{}", err.join("\n")));
+        in_block |= line == "--- snic stats (SIGUSR1)";
+        let end = in_block && line.starts_with("drops");
+        err.push(line);
+        if end {
+            break;
+        }
+    }
+    common::run_ok(Command::new("kill").args(["-TERM", &pid.to_string()]));
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "clean exit on SIGTERM: {:?}", out.status);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("--- snic stats (SIGUSR1)"), "no stats on SIGUSR1:\n{err}");
+    reader.join().unwrap();
+    err.extend(lines_rx.try_iter());
+    let err = err.join("\n");
+    assert!(out.status.success(), "clean exit on SIGTERM: {:?}\n{err}", out.status);
+    // The SIGUSR1 block has real counters: port 0 has received traffic by then.
+    let block = &err[err.find("--- snic stats (SIGUSR1)").unwrap()..];
+    assert!(num_after(block, "port 0 gen:", "rx") > 0, "{block}");
     let text = stdout(&out);
-    assert!(text.contains("final counters"), "{text}");
+    assert!(text.contains("stopped (signal or --duration); final counters:"), "{text}");
     assert!(text.contains("port 1 null"), "{text}");
+    assert!(
+        num_after(&text, "port 0 gen:", "rx") >= num_after(block, "port 0 gen:", "rx"),
+        "{text}"
+    );
 }
 
 /// A pcapng written by a tool nobody here wrote (tshark/editcap's writer) decodes exactly as the
@@ -426,16 +557,22 @@ fn run_udp_port_into_pcap_port() {
     let snic_addr = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let dir = common::temp_dir("cli-udp");
     let out_pcap = dir.join("out.pcap");
-    let child = snic()
-        .args(["run", "--json", "--duration", "3", "--port"])
+    let sock = dir.join("ctl.sock");
+    let mut child = snic()
+        .args(["run", "--json", "--duration", "5", "--port"])
         .arg(format!("udp:{snic_addr},{}", peer.local_addr().unwrap()))
         .arg("--port")
         .arg(format!("pcap:,{}", out_pcap.display()))
+        .arg("--control")
+        .arg(&sock)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(700));
+    // Readiness: the control socket answers with real counters only once the ports are open
+    // (so snic's UDP socket is bound) and the run loop is going.
+    let ready = wait_for_stats(&sock, &mut child, |_| true);
+    assert_eq!(rx0(&ready), 0, "nothing was sent yet: {ready}");
     for f in &frames {
         peer.send_to(f, snic_addr).unwrap();
         std::thread::sleep(Duration::from_millis(2));

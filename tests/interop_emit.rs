@@ -407,9 +407,30 @@ fn protocols_match(expected: &str, got: &str) -> bool {
 /// verdicts are about our payload filler, not our headers, so they are switched off.
 const PAYLOAD_GUESSERS: [&str; 5] = ["rpcordma", "dns", "tapa", "ssh", "tls"];
 
-fn check_with_scapy(pcap: &Path) {
-    common::run_ok(
-        Command::new("python3").arg(common::root().join("scripts/check_pcap.py")).arg(pcap),
+/// Run `check_pcap.py` (every checksum and ICRC must verify) and check that exactly the frames
+/// `roce` (indices from 1) had their ICRC checked: a RoCE frame scapy failed to dissect as BTH
+/// would otherwise pass as "ok" without any ICRC check.
+fn check_with_scapy(pcap: &Path, roce: &[usize]) {
+    let out = common::run_ok(
+        Command::new("python3")
+            .arg(common::root().join("scripts/check_pcap.py"))
+            .arg("--expect-icrc")
+            .arg(roce.len().to_string())
+            .arg(pcap),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let checked: Vec<usize> = text
+        .lines()
+        .filter(|l| l.ends_with(" icrc-checked: ok"))
+        .map(|l| {
+            let (index, _) = l.split_once(':').expect("INDEX: ...");
+            index.parse().unwrap_or_else(|e| panic!("bad index in {l:?}: {e}"))
+        })
+        .collect();
+    assert_eq!(checked, roce, "frames whose ICRC scapy checked:\n{text}");
+    assert!(
+        text.contains(&format!("packets verified ({} ICRCs)", roce.len())),
+        "no summary line:\n{text}"
     );
 }
 
@@ -485,6 +506,24 @@ fn the_checkers_catch_a_bad_checksum_and_a_bad_icrc() {
             "check_pcap.py should name packets 3 and 4: {err}"
         );
     }
+    if common::have_scapy(test) {
+        // --expect-icrc: a capture where fewer RoCE frames than announced got an ICRC check
+        // (here: the two good frames, one more than the RoCE frames among them) fails.
+        let good = dir.join("good.pcap");
+        common::write_pcap(&good, &frames[..2]);
+        let roce = emitted().iter().take(2).filter(|(w, _)| w.contains(":infiniband")).count();
+        let out = Command::new("python3")
+            .arg(common::root().join("scripts/check_pcap.py"))
+            .arg("--expect-icrc")
+            .arg((roce + 1).to_string())
+            .arg(&good)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "check_pcap.py ignored --expect-icrc");
+        let err = String::from_utf8_lossy(&out.stderr);
+        let want = format!("ICRC checked in {roce} packet(s), expected {}", roce + 1);
+        assert!(err.contains(&want), "{err}");
+    }
     if common::have_tshark(test) {
         let (problems, _) = tshark_verdict(&pcap);
         assert!(!problems.is_empty(), "tshark passed a frame with a bad IPv4 checksum");
@@ -492,6 +531,9 @@ fn the_checkers_catch_a_bad_checksum_and_a_bad_icrc() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Self-consistency check, not interop: our own parser reads back what our own emitters wrote
+/// (and our ICRC verifies our ICRC). It catches an emitter and parser drifting apart; agreement
+/// with other implementations is what the scapy and tshark tests below check.
 #[test]
 fn emitted_frames_parse_back_cleanly_in_snic() {
     for (i, (what, frame)) in emitted().iter().enumerate() {
@@ -518,7 +560,11 @@ fn emitted_frames_verify_in_scapy_and_tshark() {
     common::write_pcap(&pcap, &raw);
 
     if common::have_scapy("interop_emit (scapy)") {
-        check_with_scapy(&pcap);
+        // The RoCE frames are the ones we labelled with tshark's InfiniBand dissector.
+        let roce: Vec<usize> =
+            (1..=frames.len()).filter(|i| frames[i - 1].0.contains(":infiniband")).collect();
+        assert!(roce.len() >= 10, "only {} RoCE frames emitted", roce.len());
+        check_with_scapy(&pcap, &roce);
     }
     if common::have_tshark("interop_emit (tshark)") {
         let chains = check_with_tshark(&pcap);
@@ -537,17 +583,32 @@ fn emitted_frames_verify_in_scapy_and_tshark() {
 #[test]
 fn generator_frames_verify_in_scapy_and_tshark() {
     use snic_io::generator::FrameKind;
-    let frames: Vec<Vec<u8>> = snic_io::generator::frames(400, 1)
+    let (kinds, frames): (Vec<FrameKind>, Vec<Vec<u8>>) = snic_io::generator::frames(400, 1)
         .into_iter()
         .filter(|(k, _)| !matches!(k, FrameKind::Truncated | FrameKind::BadIcrc))
-        .map(|(_, f)| f)
+        .unzip();
+    // The RoCE frames, by the generator's own record of what it made.
+    let roce: Vec<usize> = (1..=kinds.len())
+        .filter(|i| {
+            matches!(
+                kinds[i - 1],
+                FrameKind::RoceSend
+                    | FrameKind::RoceWrite
+                    | FrameKind::RoceReadReq
+                    | FrameKind::RoceReadResp
+                    | FrameKind::RoceAck
+                    | FrameKind::RoceAtomic
+                    | FrameKind::RoceAtomicAck
+            )
+        })
         .collect();
+    assert!(roce.len() > 50, "the generator should make plenty of RoCE frames");
     assert!(frames.len() > 300, "the generator should mostly make good frames");
     let dir = common::temp_dir("interop-gen");
     let pcap = dir.join("gen.pcap");
     common::write_pcap(&pcap, &frames);
     if common::have_scapy("interop_emit generator (scapy)") {
-        check_with_scapy(&pcap);
+        check_with_scapy(&pcap, &roce);
     }
     if common::have_tshark("interop_emit generator (tshark)") {
         let chains = check_with_tshark(&pcap);

@@ -60,9 +60,7 @@ fn check_packet(frame: &[u8], e: &Value, out: &mut Vec<String>) {
     same("L4 source port", &name, &e["sport"], r.sport, out);
     same("L4 destination port", &name, &e["dport"], r.dport, out);
 
-    if e.get("class_any").is_none() {
-        same("class", &name, &e["class"], Some(r.class), out);
-    }
+    same("class", &name, &e["class"], Some(r.class), out);
 
     match (&e["roce"], &r.roce) {
         (Value::Null, None) => {}
@@ -144,28 +142,99 @@ fn every_scapy_frame_parses_to_the_fields_scapy_put_in_it() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// What a clean frame cut at `cut` (before its payload) must report, given the whole frame's
+/// layers, their offsets and the payload offset: the index of the blamed layer in the layer
+/// list, its name, the error kind and the exact error text.
+///
+/// - At or behind the outermost IP header, that header is blamed, because its length field
+///   announces every byte after it: inside the header the cut is `truncated` (needing the fixed
+///   20/40 bytes first, then the IHL-announced end); past it, the announced length runs past
+///   the buffer: `bad_total_len` with the IPv4 Total Length or IPv6 Payload Length read from
+///   the frame's own bytes.
+/// - Before any IP header, the header the cut falls in is `truncated`, needing the bytes up to
+///   where the next header starts.
+fn expected_cut(
+    frame: &[u8],
+    full: &[&'static str],
+    offsets: &[u16],
+    payload: usize,
+    cut: usize,
+) -> (usize, &'static str, &'static str, String) {
+    let be16 = |at: usize| u16::from_be_bytes([frame[at], frame[at + 1]]);
+    let started: Vec<(usize, &'static str, usize)> = full
+        .iter()
+        .zip(offsets)
+        .enumerate()
+        .map(|(i, (l, o))| (i, *l, usize::from(*o)))
+        .filter(|(_, _, o)| *o <= cut)
+        .collect();
+    if let Some(&(k, layer, off)) = started.iter().find(|(_, l, _)| matches!(*l, "ipv4" | "ipv6")) {
+        let (header_end, announced) = if layer == "ipv4" {
+            (off + usize::from(frame[off] & 0x0f) * 4, be16(off + 2))
+        } else {
+            (off + 40, be16(off + 4))
+        };
+        // The fixed 20/40 bytes are needed before the IHL can be read.
+        let fixed = if layer == "ipv4" { 20 } else { 40 };
+        let need = if cut < off + fixed { off + fixed } else { header_end };
+        return if cut < header_end {
+            (k, layer, "truncated", format!("{layer}: truncated: need {need} bytes, got {cut}"))
+        } else {
+            (k, layer, "bad_total_len", format!("{layer}: bad total length {announced}"))
+        };
+    }
+    let &(k, layer, _) = started.last().expect("the Ethernet header starts at 0");
+    let need = offsets.get(k + 1).map_or(payload, |o| usize::from(*o));
+    (k, layer, "truncated", format!("{layer}: truncated: need {need} bytes, got {cut}"))
+}
+
 #[test]
-fn every_prefix_of_every_scapy_frame_is_reported_without_panic() {
+fn every_prefix_of_every_scapy_frame_blames_the_header_it_cuts() {
     if !common::have_scapy(TEST) {
         return;
     }
     let dir = common::temp_dir("interop-scapy-prefix");
-    let (pcap, _) = common::scapy_corpus(&dir);
-    for (i, frame) in common::read_pcap(&pcap).iter().enumerate() {
+    let (pcap, expect) = common::scapy_corpus(&dir);
+    let packets = expect["packets"].as_array().expect("packets array");
+    let mut clean_frames = 0;
+    let mut checked_cuts = 0;
+    for (i, (frame, e)) in common::read_pcap(&pcap).iter().zip(packets).enumerate() {
+        let name = e["name"].as_str().unwrap_or("?");
+        let whole = report::report(i as u64 + 1, frame);
+        let stack = snic_wire::stack::parse(frame);
+        let offsets: Vec<u16> = stack.layers().iter().map(|l| l.offset).collect();
+        let payload = usize::from(stack.payload);
+        let clean = whole.error.is_none();
+        clean_frames += usize::from(clean);
         for cut in 0..frame.len() {
+            // Every prefix is reported without a panic, whatever the frame.
             let r = report::report(i as u64 + 1, &frame[..cut]);
-            assert_eq!(r.len, cut);
-            // A prefix that lost bytes of a header must say which layer it could not read.
-            if cut < 14 {
-                assert_eq!(
-                    r.error_layer,
-                    Some("eth"),
-                    "frame {} cut at {cut}: {:?}",
-                    i + 1,
-                    r.error
-                );
+            if !clean || cut >= payload {
+                continue;
             }
+            // A clean frame cut before its payload lost bytes of a header: the report must say
+            // which layer could not be read, keep exactly the layers before it, and say how
+            // many bytes it needed and got.
+            checked_cuts += 1;
+            let (k, layer, kind, text) = expected_cut(frame, &whole.layers, &offsets, payload, cut);
+            let ctx = format!("{name} (frame {}) cut at {cut}", i + 1);
+            assert_eq!(r.error.as_deref(), Some(text.as_str()), "{ctx}");
+            assert_eq!(r.error_layer, Some(layer), "{ctx}");
+            assert_eq!(r.error_kind, Some(kind), "{ctx}");
+            // KNOWN BUG (crates/snic-wire/src/stack.rs:315-316): the VLAN tags are walked as a
+            // whole, so when a later tag is cut the complete tags before it are not recorded
+            // (nor the outer VLAN id). Pinned here so the fix makes this fail and get updated to
+            // the general rule below.
+            let kept = if layer == "vlan" && k >= 2 && whole.layers[k - 1] == "vlan" {
+                &whole.layers[..1]
+            } else {
+                &whole.layers[..k]
+            };
+            assert_eq!(r.layers, kept, "{ctx}");
         }
     }
+    // Guard against the checks above silently covering nothing.
+    assert!(clean_frames >= 20, "only {clean_frames} clean frames in the corpus");
+    assert!(checked_cuts >= 20 * 34, "only {checked_cuts} header cuts checked");
     let _ = std::fs::remove_dir_all(&dir);
 }

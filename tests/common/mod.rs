@@ -6,6 +6,7 @@
 
 #![allow(dead_code, reason = "each test binary uses a different subset of these helpers")]
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -28,7 +29,12 @@ fn need(present: bool, what: &str, test: &str) -> bool {
     if std::env::var_os("CI").is_some() {
         panic!("{test}: {what} is required when CI is set, but it is missing");
     }
-    eprintln!("SKIP {test}: {what} is not installed (set CI=1 to make this a failure)");
+    // Written straight to the process's stderr, not through `eprintln!`: libtest captures
+    // `eprintln!` output of passing tests, so a plain `cargo test` would never show the skip.
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIP {test}: {what} is not installed (set CI=1 to make this a failure)"
+    );
     false
 }
 

@@ -959,7 +959,12 @@ mod tests {
         assert_eq!(icrc::compute(&f[14..]), Ok(ICRC_KAT));
     }
 
-    /// Computed with `zlib.crc32(b'\xff'*8 + masked headers + payload)` in Python.
+    /// Computed with `zlib.crc32(b'\xff'*8 + masked headers + payload)` in Python, by this
+    /// one-liner (also `scripts/icrc_kat.py`, which snic-wire's `vectors_drift` test re-runs):
+    /// `python3 -c "import zlib; print(hex(zlib.crc32(bytes.fromhex('ff'*8 +
+    /// '45ff003000014000ff11ffff0a0000010a000002' + 'c00012b7001cffff' +
+    /// '0400ffffff00001100000001' + '01020304'))))"` (IPv4 TOS/TTL/checksum, UDP checksum and
+    /// BTH byte 4 masked to ones).
     const ICRC_KAT: u32 = 0x37cc_9e88;
 
     #[test]

@@ -246,11 +246,22 @@ fn tshark_decodes_our_frames() {
         arp_frame(),
     ];
     let good = frames.len();
-    // The control: the first frame again with a broken UDP checksum.
-    let mut bad = frames[0].clone();
-    let n = bad.len();
-    bad[n - 1] ^= 0xff;
-    frames.push(bad);
+    // The controls: good frames with one checksum broken each, so every verdict checked below
+    // is shown to be able to come out bad. Each flips a byte the checksum covers.
+    let broken = |f: &[u8], at: usize| {
+        let mut f = f.to_vec();
+        f[at] ^= 0xff;
+        f
+    };
+    let last = |i: usize| frames[i].len() - 1;
+    let controls = [
+        broken(&frames[0], last(0)), // UDP over IPv4: last payload byte
+        broken(&frames[0], 14 + 10), // IPv4 header checksum (untagged frame)
+        broken(&frames[3], last(3)), // TCP over IPv6: last payload byte
+        broken(&frames[4], last(4)), // ICMP over IPv4: last payload byte
+        broken(&frames[5], last(5)), // ICMPv6: last payload byte
+    ];
+    frames.extend(controls);
 
     let dir = std::env::temp_dir().join(format!("snic-l234-tshark-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -274,6 +285,7 @@ fn tshark_decodes_our_frames() {
     let text = String::from_utf8(out.stdout).unwrap();
     let rows: Vec<Vec<&str>> = text.lines().map(|l| l.split('|').collect()).collect();
     assert_eq!(rows.len(), frames.len(), "tshark output:\n{text}");
+    assert_eq!(rows.len(), 12, "7 good frames and 5 controls");
 
     let want_protos = [
         "eth:ethertype:ip:udp:data",
@@ -291,10 +303,25 @@ fn tshark_decodes_our_frames() {
         for sev in row[2].split(',').filter(|s| !s.is_empty()) {
             assert!(sev.parse::<u32>().unwrap() < 0x60_0000, "frame {i} expert {sev}: {row:?}");
         }
-        // Every checksum tshark looked at is Good (status 1).
-        for (field, v) in row[3..8].iter().enumerate() {
-            assert!(v.is_empty() || *v == "1", "frame {i} checksum field {field} = {v:?}: {row:?}");
-        }
+    }
+    // The checksum verdicts, per frame: exactly the checksums the frame has are evaluated
+    // ("" = field absent, "1" = Good, "0" = Bad), in the order ip, udp, tcp, icmp, icmpv6.
+    let want_sums: [[&str; 5]; 12] = [
+        ["1", "1", "", "", ""], // IPv4 UDP
+        ["1", "", "1", "", ""], // IPv4 TCP
+        ["", "1", "", "", ""],  // IPv6 UDP
+        ["", "", "1", "", ""],  // IPv6 TCP
+        ["1", "", "", "1", ""], // IPv4 ICMP
+        ["", "", "", "", "1"],  // ICMPv6
+        ["", "", "", "", ""],   // ARP: no checksum
+        ["1", "0", "", "", ""], // control: bad UDP
+        ["0", "1", "", "", ""], // control: bad IPv4 header
+        ["", "", "0", "", ""],  // control: bad TCP
+        ["1", "", "", "0", ""], // control: bad ICMP
+        ["", "", "", "", "0"],  // control: bad ICMPv6
+    ];
+    for (i, (row, want)) in rows.iter().zip(&want_sums).enumerate() {
+        assert_eq!(row[3..8], want[..], "frame {i} checksum verdicts: {row:?}");
     }
     // Spot-check fields.
     assert_eq!(rows[1][8], "1460");
@@ -302,6 +329,4 @@ fn tshark_decodes_our_frames() {
     assert_eq!(rows[1][10], "100");
     assert_eq!(rows[2][10], "200"); // the inner C-tag; the S-tag is dissected as ieee8021ad
     assert_eq!(rows[6][11], "10.0.0.2");
-    // The control frame's UDP checksum is reported bad (status 0), so the checks above can fail.
-    assert_eq!(rows[good][4], "0", "control frame: {:?}", rows[good]);
 }
