@@ -221,16 +221,8 @@ fn every_prefix_of_every_scapy_frame_blames_the_header_it_cuts() {
             assert_eq!(r.error.as_deref(), Some(text.as_str()), "{ctx}");
             assert_eq!(r.error_layer, Some(layer), "{ctx}");
             assert_eq!(r.error_kind, Some(kind), "{ctx}");
-            // KNOWN BUG (crates/snic-wire/src/stack.rs:315-316): the VLAN tags are walked as a
-            // whole, so when a later tag is cut the complete tags before it are not recorded
-            // (nor the outer VLAN id). Pinned here so the fix makes this fail and get updated to
-            // the general rule below.
-            let kept = if layer == "vlan" && k >= 2 && whole.layers[k - 1] == "vlan" {
-                &whole.layers[..1]
-            } else {
-                &whole.layers[..k]
-            };
-            assert_eq!(r.layers, kept, "{ctx}");
+            // Every complete layer before the cut stays recorded (QinQ's outer tag included).
+            assert_eq!(r.layers, &whole.layers[..k], "{ctx}");
         }
     }
     // Guard against the checks above silently covering nothing.

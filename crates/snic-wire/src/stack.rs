@@ -312,19 +312,29 @@ impl Stack {
         let o = self.record(Layer::Eth, off, tags_at)?;
         self.headers(inner).eth = Some(o);
         self.headers(inner).ethertype = eth.ethertype().0;
-        let walk = ethernet::walk_vlans(eth.ethertype(), &bytes[ethernet::HEADER_LEN..])
-            .map_err(at(Layer::Vlan, tags_at))?;
-        for (i, tag) in walk.tags().iter().enumerate() {
-            let at_ = tags_at + i * ethernet::VLAN_TAG_LEN;
-            self.record(Layer::Vlan, at_, at_ + ethernet::VLAN_TAG_LEN)?;
+        // One tag at a time, so that the complete tags before a cut or a third tag stay
+        // recorded (with the outer VLAN id), like every other layer before a failing one.
+        let mut ethertype = eth.ethertype();
+        let mut tag_at = tags_at;
+        while ethertype.is_vlan() {
+            if usize::from(self.headers(inner).vlans) >= ethernet::MAX_VLAN_TAGS {
+                return Err((Layer::Vlan, Error::TooManyHeaders));
+            }
+            let rest = slice(frame, tag_at.min(end), end).map_err(at(Layer::Vlan, 0))?;
+            let tag = ethernet::VlanTag::new_checked(rest)
+                .and_then(|t| ethernet::VlanRepr::parse(&t))
+                .map_err(at(Layer::Vlan, tag_at))?;
+            self.record(Layer::Vlan, tag_at, tag_at + ethernet::VLAN_TAG_LEN)?;
             let h = self.headers(inner);
-            h.vlans += 1;
-            if i == 0 {
+            if h.vlans == 0 {
                 h.vlan_id = Some(tag.vid);
             }
+            h.vlans += 1;
+            ethertype = tag.ethertype;
+            tag_at += ethernet::VLAN_TAG_LEN;
         }
-        self.headers(inner).ethertype = walk.ethertype.0;
-        self.walk_l3(frame, walk.ethertype.0, tags_at + walk.payload_offset, end, inner)
+        self.headers(inner).ethertype = ethertype.0;
+        self.walk_l3(frame, ethertype.0, tag_at, end, inner)
     }
 
     /// The L3 header of kind `ethertype` at `off`, the frame ending at `end`.

@@ -315,6 +315,25 @@ fn vlan_errors() {
     assert_eq!(s.error, Some((Vlan, Error::TooManyHeaders)));
 }
 
+/// Regression: the VLAN tags were walked as one group, so a QinQ frame whose second tag was
+/// cut (or followed by a third) lost its complete outer tag and VLAN id from the stack.
+#[test]
+fn complete_outer_tag_stays_recorded_when_the_inner_tag_fails() {
+    let f = hex(QINQ_ICMP6);
+    let s = stack::parse(&f[..20]);
+    assert_eq!(s.error, Some((Vlan, Error::Truncated { need: 22, got: 20 })));
+    assert_eq!(layers(&s), vec![(Eth, 0), (Vlan, 14)]);
+    assert_eq!(s.outer.vlans, 1);
+    assert_eq!(s.outer.vlan_id, Some(10));
+    let mut f = hex(QINQ_ICMP6);
+    f[20] = 0x81; // a third tag after two complete ones
+    f[21] = 0x00;
+    let s = stack::parse(&f);
+    assert_eq!(s.error, Some((Vlan, Error::TooManyHeaders)));
+    assert_eq!(layers(&s), vec![(Eth, 0), (Vlan, 14), (Vlan, 18)]);
+    assert_eq!(s.outer.vlans, 2);
+}
+
 #[test]
 fn ip_errors() {
     let mut f = hex(TCP4);
