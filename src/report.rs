@@ -252,7 +252,8 @@ fn roce_report(frame: &[u8], stack: &Stack) -> Option<RoceReport> {
     let udp_len = udp::Packet::new_checked(frame.get(udp_at..)?).ok()?.len();
     let end = (udp_at + usize::from(udp_len)).min(frame.len());
     match frame.get(bth_at..end).map(RocePacket::parse) {
-        Some(Ok(p)) => {
+        Some(Ok(pkt)) => {
+            let p = pkt.headers();
             r.reth = p.reth.map(|x| RethFields { va: x.va, rkey: x.rkey, dma_len: x.dma_len });
             r.aeth = p
                 .aeth

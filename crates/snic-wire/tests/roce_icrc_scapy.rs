@@ -184,20 +184,20 @@ fn walker_reads_scapy_packets() {
     assert_eq!(p.icrc(), trailer(V4_RC_SEND_ONLY));
 
     let p = RocePacket::parse(&V6_RC_SEND_ONLY_IMM[48..]).unwrap();
-    assert_eq!(p.imm_dt.map(|i| i.imm), Some(0xdead_beef));
+    assert_eq!(p.headers().imm_dt.map(|i| i.imm), Some(0xdead_beef));
     assert_eq!(p.payload(), b"ipv6 payload");
     assert_eq!(p.bth().psn, 0xff_fffe);
 
     let p = RocePacket::parse(&V4_RC_RDMA_WRITE_ONLY[28..]).unwrap();
-    let reth = p.reth.unwrap();
+    let reth = p.headers().reth.unwrap();
     assert_eq!((reth.va, reth.rkey, reth.dma_len), (0x7f00_1234_5678, 0xabcd_1234, 8));
     assert_eq!(p.payload(), b"ABCDEFGH");
 
     let p = RocePacket::parse(&V4_RC_ACKNOWLEDGE[28..]).unwrap();
-    assert_eq!(p.aeth.map(|a| a.msn), Some(42));
+    assert_eq!(p.headers().aeth.map(|a| a.msn), Some(42));
 
     let p = RocePacket::parse(&V6_UD_SEND_ONLY[48..]).unwrap();
-    let deth = p.deth.unwrap();
+    let deth = p.headers().deth.unwrap();
     assert_eq!((deth.qkey, deth.src_qp), (0x8001_0000, 0xabc));
     assert_eq!(p.payload().len(), 16);
 

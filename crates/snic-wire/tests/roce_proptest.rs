@@ -166,10 +166,10 @@ proptest! {
         prop_assert_eq!(p.pad().len(), pad);
         let kinds: Vec<ExtHeader> = p.ext_headers().iter().map(|(e, _)| *e).collect();
         prop_assert_eq!(&kinds[..], info.ext);
-        prop_assert_eq!(p.aeth.is_some(), info.ext.contains(&ExtHeader::Aeth));
-        if let Some(a) = p.aeth { prop_assert_eq!(a, aeth); }
-        if let Some(d) = p.deth { prop_assert_eq!(d, DethRepr { qkey, src_qp }); }
-        if let Some(i) = p.imm_dt { prop_assert_eq!(i.imm, imm); }
+        prop_assert_eq!(p.headers().aeth.is_some(), info.ext.contains(&ExtHeader::Aeth));
+        if let Some(a) = p.headers().aeth { prop_assert_eq!(a, aeth); }
+        if let Some(d) = p.headers().deth { prop_assert_eq!(d, DethRepr { qkey, src_qp }); }
+        if let Some(i) = p.headers().imm_dt { prop_assert_eq!(i.imm, imm); }
         // Headers without room for the ICRC are always refused.
         prop_assert_eq!(
             RocePacket::parse(&buf[..off + 3]),

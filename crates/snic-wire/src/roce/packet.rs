@@ -20,29 +20,15 @@ pub const MAX_EXT: usize = 2;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RocePacket<'a> {
     bytes: &'a [u8],
-    bth: bth::Repr,
     info: &'static OpcodeInfo,
     /// Extension headers and their offsets from the BTH.
     ext: [(ExtHeader, u16); MAX_EXT],
     ext_count: u8,
     header_len: usize,
     payload_len: usize,
-    /// The parsed extension headers (at most one of each kind per opcode).
-    pub reth: Option<RethRepr>,
-    /// AETH, when the opcode carries one.
-    pub aeth: Option<AethRepr>,
-    /// AtomicETH, when the opcode carries one.
-    pub atomic_eth: Option<AtomicEthRepr>,
-    /// AtomicAckETH, when the opcode carries one.
-    pub atomic_ack_eth: Option<AtomicAckEthRepr>,
-    /// ImmDt, when the opcode carries one.
-    pub imm_dt: Option<ImmDtRepr>,
-    /// IETH, when the opcode carries one.
-    pub ieth: Option<IethRepr>,
-    /// DETH, when the opcode carries one.
-    pub deth: Option<DethRepr>,
-    /// FETH, when the opcode carries one (RC FLUSH).
-    pub feth: Option<FethRepr>,
+    /// The BTH and the parsed extension headers (at most one of each kind per opcode), in the
+    /// form [`RoceRepr::emit`] takes.
+    headers: RoceRepr,
 }
 
 /// Where [`RocePacket::parse`] failed, for the frame walker (`stack`) to name the layer.
@@ -93,20 +79,22 @@ impl<'a> RocePacket<'a> {
         let header_len = bth::HEADER_LEN + info.ext_len();
         let mut p = RocePacket {
             bytes,
-            bth,
             info,
             ext: [(ExtHeader::Cnp, 0); MAX_EXT],
             ext_count: 0,
             header_len,
             payload_len: 0,
-            reth: None,
-            aeth: None,
-            atomic_eth: None,
-            atomic_ack_eth: None,
-            imm_dt: None,
-            ieth: None,
-            deth: None,
-            feth: None,
+            headers: RoceRepr {
+                bth,
+                reth: None,
+                aeth: None,
+                atomic_eth: None,
+                atomic_ack_eth: None,
+                imm_dt: None,
+                ieth: None,
+                deth: None,
+                feth: None,
+            },
         };
         let mut off = bth::HEADER_LEN;
         for (i, &e) in info.ext.iter().enumerate() {
@@ -141,19 +129,32 @@ impl<'a> RocePacket<'a> {
     /// Parse one extension header `h` (exactly its length) into its field.
     fn parse_ext(&mut self, e: ExtHeader, h: &[u8]) -> Result<()> {
         match e {
-            ExtHeader::Reth => self.reth = Some(RethRepr::parse(&ext::Reth::new_checked(h)?)?),
-            ExtHeader::Aeth => self.aeth = Some(AethRepr::parse(&ext::Aeth::new_checked(h)?)?),
+            ExtHeader::Reth => {
+                self.headers.reth = Some(RethRepr::parse(&ext::Reth::new_checked(h)?)?)
+            }
+            ExtHeader::Aeth => {
+                self.headers.aeth = Some(AethRepr::parse(&ext::Aeth::new_checked(h)?)?)
+            }
             ExtHeader::AtomicEth => {
-                self.atomic_eth = Some(AtomicEthRepr::parse(&ext::AtomicEth::new_checked(h)?)?)
+                self.headers.atomic_eth =
+                    Some(AtomicEthRepr::parse(&ext::AtomicEth::new_checked(h)?)?)
             }
             ExtHeader::AtomicAckEth => {
-                self.atomic_ack_eth =
+                self.headers.atomic_ack_eth =
                     Some(AtomicAckEthRepr::parse(&ext::AtomicAckEth::new_checked(h)?)?)
             }
-            ExtHeader::ImmDt => self.imm_dt = Some(ImmDtRepr::parse(&ext::ImmDt::new_checked(h)?)?),
-            ExtHeader::Ieth => self.ieth = Some(IethRepr::parse(&ext::Ieth::new_checked(h)?)?),
-            ExtHeader::Deth => self.deth = Some(DethRepr::parse(&ext::Deth::new_checked(h)?)?),
-            ExtHeader::Feth => self.feth = Some(FethRepr::parse(&ext::Feth::new_checked(h)?)?),
+            ExtHeader::ImmDt => {
+                self.headers.imm_dt = Some(ImmDtRepr::parse(&ext::ImmDt::new_checked(h)?)?)
+            }
+            ExtHeader::Ieth => {
+                self.headers.ieth = Some(IethRepr::parse(&ext::Ieth::new_checked(h)?)?)
+            }
+            ExtHeader::Deth => {
+                self.headers.deth = Some(DethRepr::parse(&ext::Deth::new_checked(h)?)?)
+            }
+            ExtHeader::Feth => {
+                self.headers.feth = Some(FethRepr::parse(&ext::Feth::new_checked(h)?)?)
+            }
             ExtHeader::Cnp => {}
         }
         Ok(())
@@ -161,7 +162,12 @@ impl<'a> RocePacket<'a> {
 
     /// The BTH.
     pub const fn bth(&self) -> &bth::Repr {
-        &self.bth
+        &self.headers.bth
+    }
+
+    /// The BTH and the extension headers (those the opcode does not carry are `None`).
+    pub const fn headers(&self) -> &RoceRepr {
+        &self.headers
     }
 
     /// The opcode's table entry.
@@ -187,7 +193,7 @@ impl<'a> RocePacket<'a> {
     /// The pad bytes after the payload (0 to 3 of them).
     pub fn pad(&self) -> &'a [u8] {
         let start = self.header_len + self.payload_len;
-        &self.bytes[start..start + usize::from(self.bth.pad_count)]
+        &self.bytes[start..start + usize::from(self.headers.bth.pad_count)]
     }
 
     /// The ICRC trailer as carried (read least-significant byte first, like
@@ -200,17 +206,7 @@ impl<'a> RocePacket<'a> {
 
     /// The headers as a [`RoceRepr`] (what [`RoceRepr::emit`] would need to rebuild this packet).
     pub const fn repr(&self) -> RoceRepr {
-        RoceRepr {
-            bth: self.bth,
-            reth: self.reth,
-            aeth: self.aeth,
-            atomic_eth: self.atomic_eth,
-            atomic_ack_eth: self.atomic_ack_eth,
-            imm_dt: self.imm_dt,
-            ieth: self.ieth,
-            deth: self.deth,
-            feth: self.feth,
-        }
+        self.headers
     }
 
     /// All bytes from the BTH through the ICRC.
@@ -373,7 +369,7 @@ mod tests {
         let p = RocePacket::parse(&b).unwrap();
         assert_eq!(p.bth().opcode, opcode::RC_RDMA_WRITE_ONLY);
         assert_eq!(p.info().name, "RC_RDMA_WRITE_ONLY");
-        assert_eq!(p.reth, Some(RethRepr { va: 0x1000, rkey: 9, dma_len: 3 }));
+        assert_eq!(p.headers().reth, Some(RethRepr { va: 0x1000, rkey: 9, dma_len: 3 }));
         assert_eq!(p.ext_headers(), &[(ExtHeader::Reth, 12)]);
         assert_eq!(p.header_len(), 28);
         assert_eq!(p.payload(), b"abc");
@@ -389,8 +385,11 @@ mod tests {
         b[15] = 2; // MSN 2
         b[23] = 0x2a;
         let p = RocePacket::parse(&b).unwrap();
-        assert_eq!(p.aeth, Some(AethRepr { syndrome: Syndrome::Ack { credits: 31 }, msn: 2 }));
-        assert_eq!(p.atomic_ack_eth, Some(AtomicAckEthRepr { orig_data: 0x2a }));
+        assert_eq!(
+            p.headers().aeth,
+            Some(AethRepr { syndrome: Syndrome::Ack { credits: 31 }, msn: 2 })
+        );
+        assert_eq!(p.headers().atomic_ack_eth, Some(AtomicAckEthRepr { orig_data: 0x2a }));
         assert_eq!(p.ext_headers(), &[(ExtHeader::Aeth, 12), (ExtHeader::AtomicAckEth, 16)]);
         assert!(p.payload().is_empty());
     }
@@ -472,8 +471,8 @@ mod tests {
         b[16 + 15] = 64; // length 64
         let p = RocePacket::parse(&b).unwrap();
         assert_eq!(p.ext_headers(), &[(ExtHeader::Feth, 12), (ExtHeader::Reth, 16)]);
-        assert_eq!(p.feth, Some(FethRepr { placement_type: 2, selectivity_level: 0 }));
-        assert_eq!(p.reth, Some(RethRepr { va: 0x40, rkey: 7, dma_len: 64 }));
+        assert_eq!(p.headers().feth, Some(FethRepr { placement_type: 2, selectivity_level: 0 }));
+        assert_eq!(p.headers().reth, Some(RethRepr { va: 0x40, rkey: 7, dma_len: 64 }));
         assert_eq!(p.header_len(), 32);
         assert!(p.payload().is_empty());
         let mut out = [0xeeu8; 36];
@@ -503,9 +502,9 @@ mod tests {
         b[12 + 15] = 8;
         b[28..36].copy_from_slice(&0x0102_0304_0506_0708u64.to_be_bytes());
         let p = RocePacket::parse(&b).unwrap();
-        assert_eq!(p.reth, Some(RethRepr { va: 0, rkey: 0, dma_len: 8 }));
+        assert_eq!(p.headers().reth, Some(RethRepr { va: 0, rkey: 0, dma_len: 8 }));
         assert_eq!(p.payload(), &[1, 2, 3, 4, 5, 6, 7, 8]);
-        let r = RoceRepr { reth: p.reth, ..RoceRepr::new(*p.bth()) };
+        let r = RoceRepr { reth: p.headers().reth, ..RoceRepr::new(*p.bth()) };
         // 4 bytes of payload instead of 8.
         let mut short = [0u8; 12 + 16 + 4 + 4];
         short[0] = opcode::RC_ATOMIC_WRITE;
