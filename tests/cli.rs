@@ -99,6 +99,8 @@ fn decode_json_of_generated_traffic_in_pcap_and_pcapng() {
                 | FrameKind::RoceAck
                 | FrameKind::RoceAtomic
                 | FrameKind::RoceAtomicAck
+                | FrameKind::RoceV6Send
+                | FrameKind::RoceV6Write
                 | FrameKind::BadIcrc
         );
         let want = if rdma_kind { "rdma" } else { "other" };

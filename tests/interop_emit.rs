@@ -599,6 +599,8 @@ fn generator_frames_verify_in_scapy_and_tshark() {
                     | FrameKind::RoceAck
                     | FrameKind::RoceAtomic
                     | FrameKind::RoceAtomicAck
+                    | FrameKind::RoceV6Send
+                    | FrameKind::RoceV6Write
             )
         })
         .collect();

@@ -226,6 +226,43 @@ fn can_run(tools: &[&str]) -> bool {
     false
 }
 
+/// How long `snic run` may take to open its ports and answer on its control socket.
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Wait until the `snic run` child `si` answers `snic stats --control SOCK` with real counters
+/// for both ports (not the `{"status":"starting"}` placeholder served before the run loop's
+/// first refresh): its sockets are then open and it forwards. Panics (with snic's log) if it
+/// exits first or is not ready within [`READY_TIMEOUT`].
+fn wait_ready(g: &mut Guard, si: usize, snic: &str, sock: &str) {
+    let t0 = Instant::now();
+    let mut last = String::new();
+    loop {
+        if let Ok(Some(status)) = g.children[si].try_wait() {
+            panic!("snic run exited early ({status}); last stats: {last}\n{}", g.log("snic"));
+        }
+        let (ok, out, err) = run(5, &[snic, "stats", "--control", sock]);
+        if ok {
+            let v: serde_json::Value = serde_json::from_str(out.trim())
+                .unwrap_or_else(|e| panic!("snic stats is not JSON ({e}): {out}"));
+            let ports = v["ports"]
+                .as_array()
+                .map_or(0, |p| p.iter().filter(|p| p["rx_packets"].is_u64()).count());
+            if v.get("status").is_none() && ports == 2 {
+                return;
+            }
+            last = out;
+        } else {
+            last = err;
+        }
+        assert!(
+            t0.elapsed() < READY_TIMEOUT,
+            "snic run not ready within {READY_TIMEOUT:?}; last stats: {last}\n{}",
+            g.log("snic")
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn snic_forwards_between_veths_like_a_bridge() {
     if !can_run(&["ip", "ping", "iperf3", "timeout", "kill"]) {
@@ -237,11 +274,10 @@ fn snic_forwards_between_veths_like_a_bridge() {
     let a = format!("afpacket:{}", g.outer[0]);
     let b = format!("afpacket:{}", g.outer[1]);
     let snic = env!("CARGO_BIN_EXE_snic");
-    let si = g.spawn("snic", 60, &[snic, "run", "--port", &a, "--port", &b]);
-    thread::sleep(Duration::from_millis(500));
-    if let Ok(Some(status)) = g.children[si].try_wait() {
-        panic!("snic run exited early ({status}):\n{}", g.log("snic"));
-    }
+    let sock = g.dir.join("ctl.sock");
+    let sock = sock.to_str().expect("temp dir path is UTF-8").to_string();
+    let si = g.spawn("snic", 60, &[snic, "run", "--port", &a, "--port", &b, "--control", &sock]);
+    wait_ready(&mut g, si, snic, &sock);
     let ping = g.in_ns(0, &["ping", "-c", "3", "-i", "0.2", "-W", "2", g.addr[1]]);
     let (ok, out, err) = run(15, &ping);
     assert!(ok, "ping through snic failed:\n{out}{err}\n{}", g.log("snic"));

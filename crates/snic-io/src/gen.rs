@@ -2,8 +2,9 @@
 //! the testbed and tests.
 //!
 //! The mix covers what the pipeline must handle: IPv4/IPv6 UDP and TCP, 802.1Q and QinQ, VXLAN
-//! carrying TCP, Geneve, NVGRE, ARP, ICMP and ICMPv6, RoCEv2 RC (SEND, WRITE, READ request and
-//! response, ACK, atomics, atomic ACK) with a correct ICRC, and a small share of malformed
+//! carrying TCP, Geneve, NVGRE, ARP, ICMP and ICMPv6, RoCEv2 RC over IPv4 (SEND, WRITE, READ
+//! request and response, ACK, atomics, atomic ACK) and over IPv6 (SEND, WRITE) with a correct
+//! ICRC (and, over IPv6, a correct UDP checksum), and a small share of malformed
 //! frames (truncated mid-header, RoCEv2 with a bad ICRC). Frames are assembled in place in the
 //! packet buffer's receive area with `snic-wire`'s `Repr::emit` APIs (Ethernet, IPv4, IPv6, UDP,
 //! TCP, VXLAN, Geneve, NVGRE, ARP, BTH and its extension headers, the ICRC); VLAN tags and the
@@ -63,6 +64,10 @@ pub enum FrameKind {
     RoceAtomic,
     /// RoCEv2 RC Atomic Acknowledge (AETH + AtomicAckETH).
     RoceAtomicAck,
+    /// RoCEv2 RC SEND Only over IPv6.
+    RoceV6Send,
+    /// RoCEv2 RC RDMA WRITE Only (RETH) over IPv6.
+    RoceV6Write,
     /// A valid frame cut short inside its headers.
     Truncated,
     /// A RoCEv2 frame whose ICRC does not verify.
@@ -71,7 +76,7 @@ pub enum FrameKind {
 
 impl FrameKind {
     /// Every kind, in the order of [`FrameKind::index`].
-    pub const ALL: [FrameKind; 21] = [
+    pub const ALL: [FrameKind; 23] = [
         FrameKind::Ipv4Udp,
         FrameKind::Ipv4Tcp,
         FrameKind::Ipv6Udp,
@@ -91,6 +96,8 @@ impl FrameKind {
         FrameKind::RoceAck,
         FrameKind::RoceAtomic,
         FrameKind::RoceAtomicAck,
+        FrameKind::RoceV6Send,
+        FrameKind::RoceV6Write,
         FrameKind::Truncated,
         FrameKind::BadIcrc,
     ];
@@ -110,13 +117,15 @@ impl FrameKind {
             FrameKind::Arp => 3,
             FrameKind::Icmpv4 => 3,
             FrameKind::Icmpv6 => 2,
-            FrameKind::RoceSend => 5,
-            FrameKind::RoceWrite => 5,
+            FrameKind::RoceSend => 3,
+            FrameKind::RoceWrite => 3,
             FrameKind::RoceReadReq => 3,
             FrameKind::RoceReadResp => 3,
             FrameKind::RoceAck => 4,
             FrameKind::RoceAtomic => 2,
             FrameKind::RoceAtomicAck => 2,
+            FrameKind::RoceV6Send => 2,
+            FrameKind::RoceV6Write => 2,
             FrameKind::Truncated => 2,
             FrameKind::BadIcrc => 2,
         }
@@ -282,7 +291,7 @@ impl<'a> W<'a> {
     }
 
     /// IPv6 header (`snic_wire::ipv6::Repr`), payload length set by [`W::ipv6_finish`].
-    fn ipv6(&mut self, src: [u8; 16], dst: [u8; 16], next: u8, flow: u32) -> Ip {
+    fn ipv6(&mut self, src: [u8; 16], dst: [u8; 16], next: u8, tclass: u8, flow: u32) -> Ip {
         let at = self.pos;
         self.zeros(ipv6::HEADER_LEN);
         let repr = ipv6::Repr {
@@ -291,7 +300,7 @@ impl<'a> W<'a> {
             next_header: ipv4::IpProtocol(next),
             payload_len: 0,
             hop_limit: 64,
-            traffic_class: 0,
+            traffic_class: tclass,
             flow_label: flow & 0x000f_ffff,
         };
         if let Some(b) = self.region(at, ipv6::HEADER_LEN) {
@@ -458,7 +467,7 @@ impl Generator {
             }
             FrameKind::Ipv6Udp => {
                 w.eth(mac_b, mac_a, &[], ETH_IPV6);
-                let ip = w.ipv6(ip6_a, ip6_b, PROTO_UDP, flow);
+                let ip = w.ipv6(ip6_a, ip6_b, PROTO_UDP, 0, flow);
                 let u = w.udp(sport, UDP_DPORT);
                 w.pattern(payload, f);
                 w.udp_finish(ip, u, false);
@@ -466,7 +475,7 @@ impl Generator {
             }
             FrameKind::Ipv6Tcp => {
                 w.eth(mac_b, mac_a, &[], ETH_IPV6);
-                let ip = w.ipv6(ip6_a, ip6_b, PROTO_TCP, flow);
+                let ip = w.ipv6(ip6_a, ip6_b, PROTO_TCP, 0, flow);
                 let t = w.tcp(sport, TCP_DPORT + 1, seq.wrapping_mul(1000), 1, 0x18);
                 w.pattern(payload, f);
                 w.tcp_finish(ip, t);
@@ -544,7 +553,7 @@ impl Generator {
             }
             FrameKind::Icmpv6 => {
                 w.eth(mac_b, mac_a, &[], ETH_IPV6);
-                let ip = w.ipv6(ip6_a, ip6_b, PROTO_ICMPV6, 0);
+                let ip = w.ipv6(ip6_a, ip6_b, PROTO_ICMPV6, 0, 0);
                 let at = w.pos;
                 w.u8(128);
                 w.u8(0);
@@ -566,14 +575,24 @@ impl Generator {
             | FrameKind::BadIcrc => {
                 let atomic_op = if self.rng.gen_bool(0.5) { 0x13 } else { 0x14 };
                 let sub = if kind == FrameKind::BadIcrc { FrameKind::RoceSend } else { kind };
-                roce(&mut w, sub, [ip_a, ip_b], [mac_a, mac_b], flow, seq, payload, atomic_op);
+                let ips = RoceIps::V4([ip_a, ip_b]);
+                roce(&mut w, sub, ips, [mac_a, mac_b], flow, seq, payload, atomic_op);
                 if kind == FrameKind::BadIcrc {
-                    // Flip one bit of the ICRC.
+                    // Flip one bit of the ICRC (over IPv4: no UDP checksum to break with it).
                     let last = w.pos.checked_sub(1)?;
                     if let Some(b) = w.buf.get_mut(last) {
                         *b ^= 0x01;
                     }
                 }
+            }
+            FrameKind::RoceV6Send | FrameKind::RoceV6Write => {
+                let sub = if kind == FrameKind::RoceV6Send {
+                    FrameKind::RoceSend
+                } else {
+                    FrameKind::RoceWrite
+                };
+                let ips = RoceIps::V6([ip6_a, ip6_b]);
+                roce(&mut w, sub, ips, [mac_a, mac_b], flow, seq, payload, 0);
             }
             FrameKind::Truncated => {
                 // A VXLAN frame or a TCP frame, cut inside its headers.
@@ -618,12 +637,21 @@ fn tcp4(
     w.ipv4_finish(ip);
 }
 
-/// A RoCEv2 RC packet over IPv4 with the extension headers of its opcode and a valid ICRC.
+/// The source and destination addresses of a RoCEv2 packet.
+#[derive(Clone, Copy)]
+enum RoceIps {
+    V4([[u8; 4]; 2]),
+    V6([[u8; 16]; 2]),
+}
+
+/// A RoCEv2 RC packet over IPv4 or IPv6 with the extension headers of its opcode (`kind` is
+/// one of the IPv4 RoCE kinds, which names the opcode) and a valid ICRC. Over IPv4 the UDP
+/// checksum is zero; over IPv6 it is computed (after the ICRC, which it covers).
 #[allow(clippy::too_many_arguments, reason = "a frame template takes every field it varies")]
 fn roce(
     w: &mut W<'_>,
     kind: FrameKind,
-    ips: [[u8; 4]; 2],
+    ips: RoceIps,
     macs: [[u8; 6]; 2],
     flow: u32,
     seq: u32,
@@ -640,9 +668,18 @@ fn roce(
         _ => (atomic_op, 0),
     };
     let pad = (4 - data % 4) % 4;
-    w.eth(macs[1], macs[0], &[], ETH_IPV4);
     // DSCP 26, ECT(0): typical RoCEv2 marking.
-    let ip = w.ipv4(ips[0], ips[1], PROTO_UDP, (26 << 2) | 0b10, seq as u16);
+    let tos = (26 << 2) | 0b10;
+    let ip = match ips {
+        RoceIps::V4([src, dst]) => {
+            w.eth(macs[1], macs[0], &[], ETH_IPV4);
+            w.ipv4(src, dst, PROTO_UDP, tos, seq as u16)
+        }
+        RoceIps::V6([src, dst]) => {
+            w.eth(macs[1], macs[0], &[], ETH_IPV6);
+            w.ipv6(src, dst, PROTO_UDP, tos, flow)
+        }
+    };
     let u = w.udp(0xc000 | (flow as u16 * 131), ROCEV2_PORT);
     let bth_repr = bth::Repr {
         opcode,
@@ -691,13 +728,22 @@ fn roce(
     }
     w.pattern(data, flow as u8);
     w.zeros(pad);
-    // ICRC placeholder, then lengths, then the CRC over the finished headers.
-    let icrc_at = w.put(&[0; 4]);
+    // ICRC placeholder, then lengths, then the CRC over the finished headers (it masks the UDP
+    // checksum, so an IPv6 UDP checksum is computed last, over the ICRC).
+    w.put(&[0; 4]);
     w.udp_finish(ip, u, true);
-    w.ipv4_finish(ip);
-    let icrc = icrc::compute(w.slice(ip.at..w.pos)).unwrap_or(0);
-    if let Some(dst) = w.buf.get_mut(icrc_at..icrc_at + 4) {
-        dst.copy_from_slice(&icrc.to_le_bytes());
+    match ips {
+        RoceIps::V4(_) => w.ipv4_finish(ip),
+        RoceIps::V6(_) => w.ipv6_finish(ip),
+    }
+    let len = w.pos.saturating_sub(ip.at);
+    if let Some(b) = w.region(ip.at, len)
+        && icrc::fill(b).is_err()
+    {
+        w.overflow = true;
+    }
+    if ip.src.is_ipv6() {
+        w.udp_finish(ip, u, false);
     }
 }
 
@@ -940,6 +986,56 @@ mod tests {
         let carried = u32::from_le_bytes(f[f.len() - 4..].try_into().unwrap());
         assert_ne!(icrc_ipv4(&f, 14), Some(carried));
         assert!(matches!(icrc::verify(&f[14..]), Err(snic_wire::Error::BadIcrc { .. })));
+    }
+
+    /// RoCEv2 ICRC of an IPv6 frame whose IP header is at `ip`: as [`icrc_ipv4`], with the
+    /// traffic class, flow label and hop limit masked to ones.
+    fn icrc_ipv6(frame: &[u8], ip: usize) -> Option<u32> {
+        let mut h = crc32fast::Hasher::new();
+        h.update(&[0xff; 8]);
+        let mut iph: [u8; 40] = frame.get(ip..ip + 40)?.try_into().ok()?;
+        iph[0] |= 0x0f;
+        iph[1] = 0xff;
+        iph[2] = 0xff;
+        iph[3] = 0xff;
+        iph[7] = 0xff;
+        h.update(&iph);
+        let mut udph: [u8; 8] = frame.get(ip + 40..ip + 48)?.try_into().ok()?;
+        udph[6] = 0xff;
+        udph[7] = 0xff;
+        h.update(&udph);
+        let mut b: [u8; 12] = frame.get(ip + 48..ip + 60)?.try_into().ok()?;
+        b[4] = 0xff;
+        h.update(&b);
+        h.update(frame.get(ip + 60..frame.len().checked_sub(4)?)?);
+        Some(h.finalize())
+    }
+
+    #[test]
+    fn roce_over_ipv6_icrc_and_udp_checksum_verify() {
+        for (kind, opcode) in [(FrameKind::RoceV6Send, 0x04), (FrameKind::RoceV6Write, 0x0a)] {
+            let f = first(kind);
+            assert_eq!(&f[12..14], &[0x86, 0xdd], "{kind:?}");
+            assert_eq!(f[14] >> 4, 6);
+            // Traffic class DSCP 26, ECT(0); next header UDP.
+            assert_eq!(((f[14] & 0x0f) << 4) | (f[15] >> 4), 0x6a, "{kind:?}");
+            assert_eq!(f[20], PROTO_UDP);
+            assert_eq!(u16::from_be_bytes([f[56], f[57]]), ROCEV2_PORT);
+            assert_eq!(f[62], opcode, "{kind:?}");
+            // Payload length and UDP length both cover everything to the end (ICRC included).
+            let plen = usize::from(u16::from_be_bytes([f[18], f[19]]));
+            let udp_len = usize::from(u16::from_be_bytes([f[58], f[59]]));
+            assert_eq!(plen + 54, f.len(), "{kind:?}");
+            assert_eq!(udp_len, plen);
+            let carried = u32::from_le_bytes(f[f.len() - 4..].try_into().unwrap());
+            assert_eq!(icrc_ipv6(&f, 14), Some(carried), "{kind:?}");
+            assert_eq!(icrc::verify(&f[14..]), Ok(()), "{kind:?}");
+            // The UDP checksum (mandatory over IPv6) covers the ICRC and sums to zero with the
+            // pseudo-header.
+            assert_ne!(u16::from_be_bytes([f[60], f[61]]), 0);
+            let s = add_words(0, &f[22..54]) + 17 + udp_len as u32;
+            assert_eq!(checksum(s, &f[54..54 + udp_len]), 0, "{kind:?}");
+        }
     }
 
     #[test]

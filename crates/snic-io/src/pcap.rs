@@ -1,7 +1,10 @@
 //! The pcap port: replay a pcap or pcapng file, record what is sent as pcap.
 //!
 //! The input format is detected by its magic number (pcap in either byte order and either
-//! timestamp resolution, or pcapng) and read with the `pcap-file` crate. Only Ethernet captures
+//! timestamp resolution, or pcapng) and parsed with the `pcap-file` crate's slice parsers
+//! (`PcapParser`, `PcapNgParser`) over a read buffer this module owns: 256 KiB, refilled from the
+//! file as records are consumed, and grown (up to 16 MiB) only for a record larger than it. (The
+//! crate's own readers allocate and zero 8 MiB on every open.) Only Ethernet captures
 //! are accepted. A pcapng packet block that holds no Ethernet frame (another link type, an
 //! empty frame) or whose body does not parse is counted in `rx_errors` and skipped (the block
 //! length lets the reader step over it). A record that cannot be stepped over (a corrupt pcap
@@ -14,12 +17,12 @@
 use crate::port::{Port, PortCaps, PortCounters};
 use byteorder_slice::{BigEndian, LittleEndian};
 use core::fmt;
-use pcap_file::pcap::PcapReader;
+use pcap_file::pcap::PcapParser;
 use pcap_file::pcapng::blocks::SECTION_HEADER_BLOCK;
 use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
 use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionBlock;
-use pcap_file::pcapng::{Block, PcapNgReader, PcapNgWriter};
-use pcap_file::{DataLink, Endianness};
+use pcap_file::pcapng::{Block, PcapNgParser, PcapNgWriter};
+use pcap_file::{DataLink, Endianness, PcapError};
 use snic_pipeline::Batch;
 use snic_time::Instant;
 use std::fs::File;
@@ -87,16 +90,82 @@ pub struct PcapCounters {
     pub write_errors: u64,
 }
 
-enum Reader {
-    Pcap(PcapReader<File>),
-    PcapNg(PcapNgReader<File>),
+/// Initial size of the input buffer.
+const INPUT_BUF: usize = 256 * 1024;
+/// Largest the input buffer grows to, for a single record larger than [`INPUT_BUF`]. A record
+/// larger than this (in practice, a corrupt length field) is treated as a fatal record error.
+const INPUT_BUF_MAX: usize = 16 * 1024 * 1024;
+
+/// The input file and the buffer the parsers read from: `buf[start..end]` holds the bytes read
+/// from the file and not yet consumed.
+#[derive(Debug)]
+struct Input {
+    file: File,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    /// The file returned end-of-file.
+    eof: bool,
+}
+
+impl Input {
+    fn new(file: File, cap: usize) -> Self {
+        Input { file, buf: vec![0; cap], start: 0, end: 0, eof: false }
+    }
+
+    /// Make more bytes available after the unconsumed ones: move those to the front, grow the
+    /// buffer when they fill it (doubling, up to `INPUT_BUF_MAX`), and read from the file.
+    /// `Ok(false)` when no more bytes can be had: end of file, or the buffer is at its cap.
+    fn refill(&mut self) -> io::Result<bool> {
+        if self.eof {
+            return Ok(false);
+        }
+        if self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        if self.end == self.buf.len() {
+            if self.buf.len() >= INPUT_BUF_MAX {
+                return Ok(false);
+            }
+            let grown = self.buf.len().saturating_mul(2).clamp(64, INPUT_BUF_MAX);
+            self.buf.resize(grown, 0);
+        }
+        loop {
+            match self.file.read(&mut self.buf[self.end..]) {
+                Ok(0) => {
+                    self.eof = true;
+                    return Ok(false);
+                }
+                Ok(n) => {
+                    self.end += n;
+                    return Ok(true);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// The parser of the input's format.
+enum Format {
+    Pcap(PcapParser),
+    PcapNg(PcapNgParser),
+}
+
+/// The input side of the port.
+struct Reader {
+    input: Input,
+    format: Format,
 }
 
 impl fmt::Debug for Reader {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Reader::Pcap(_) => "pcap",
-            Reader::PcapNg(_) => "pcapng",
+        f.write_str(match self.format {
+            Format::Pcap(_) => "pcap",
+            Format::PcapNg(_) => "pcapng",
         })
     }
 }
@@ -106,34 +175,55 @@ const PCAP_MAGIC_US: u32 = 0xa1b2_c3d4;
 const PCAP_MAGIC_NS: u32 = 0xa1b2_3c4d;
 const PCAPNG_MAGIC: [u8; 4] = [0x0a, 0x0d, 0x0d, 0x0a];
 
-fn open_reader(path: &Path) -> io::Result<Reader> {
-    let mut f = File::open(path)?;
-    let mut magic = [0u8; 4];
-    let mut got = 0;
-    while got < 4 {
-        let n = f.read(&mut magic[got..])?;
-        if n == 0 {
-            break;
+/// Parse a file header with `parse`, reading more of the file while the parser asks for it.
+/// Returns the parser and how many bytes the header took.
+fn parse_header<T>(
+    input: &mut Input,
+    mut parse: impl FnMut(&[u8]) -> Result<(usize, T), PcapError>,
+) -> io::Result<(usize, T)> {
+    loop {
+        match parse(&input.buf[input.start..input.end]) {
+            Err(PcapError::IncompleteBuffer) => {
+                if !input.refill()? {
+                    let reason = "file ends inside its header".to_string();
+                    return Err(PcapFileError::BadHeader { reason }.into());
+                }
+            }
+            Err(e) => return Err(PcapFileError::BadHeader { reason: e.to_string() }.into()),
+            Ok(r) => return Ok(r),
         }
-        got += n;
     }
-    drop(f);
+}
+
+fn open_reader(path: &Path, cap: usize) -> io::Result<Reader> {
+    let mut input = Input::new(File::open(path)?, cap);
+    while input.end < 4 && input.refill()? {}
+    let mut magic = [0u8; 4];
+    let got = input.end.min(4);
+    magic[..got].copy_from_slice(&input.buf[..got]);
     let le = u32::from_le_bytes(magic);
     let be = u32::from_be_bytes(magic);
     let is_pcap = got == 4 && [le, be].iter().any(|m| *m == PCAP_MAGIC_US || *m == PCAP_MAGIC_NS);
-    let bad = |e: pcap_file::PcapError| PcapFileError::BadHeader { reason: e.to_string() };
-    if is_pcap {
-        let r = PcapReader::new(File::open(path)?).map_err(bad)?;
-        let dl = r.header().datalink;
+    let format = if is_pcap {
+        let (used, parser) = parse_header(&mut input, |d| {
+            PcapParser::new(d).map(|(rem, p)| (d.len() - rem.len(), p))
+        })?;
+        let dl = parser.header().datalink;
         if dl != DataLink::ETHERNET {
             return Err(PcapFileError::NotEthernet { linktype: u32::from(dl) }.into());
         }
-        Ok(Reader::Pcap(r))
+        input.start += used;
+        Format::Pcap(parser)
     } else if got == 4 && magic == PCAPNG_MAGIC {
-        Ok(Reader::PcapNg(PcapNgReader::new(File::open(path)?).map_err(bad)?))
+        let (used, parser) = parse_header(&mut input, |d| {
+            PcapNgParser::new(d).map(|(rem, p)| (d.len() - rem.len(), p))
+        })?;
+        input.start += used;
+        Format::PcapNg(parser)
     } else {
-        Err(PcapFileError::BadMagic { got: magic }.into())
-    }
+        return Err(PcapFileError::BadMagic { got: magic }.into());
+    };
+    Ok(Reader { input, format })
 }
 
 /// Writes what is sent to the port: classic pcap, or pcapng when the path ends in `.pcapng`.
@@ -224,8 +314,6 @@ pub struct PcapPort {
     reader: Option<Reader>,
     writer: Option<Writer>,
     exhausted: bool,
-    /// For pcapng: whether each interface of the current section is Ethernet.
-    ifaces: Vec<bool>,
     counters: PortCounters,
     pcap_counters: PcapCounters,
 }
@@ -233,7 +321,17 @@ pub struct PcapPort {
 impl PcapPort {
     /// Open `input` for reading (pcap or pcapng, by magic) and create `output` (pcap).
     pub fn open(input: Option<&Path>, output: Option<&Path>) -> io::Result<Self> {
-        let reader = input.map(open_reader).transpose()?;
+        Self::open_with_buffer(input, output, INPUT_BUF)
+    }
+
+    /// [`PcapPort::open`] with an input buffer of `cap` bytes to start with (tests use a small
+    /// one to exercise refilling and growing).
+    fn open_with_buffer(
+        input: Option<&Path>,
+        output: Option<&Path>,
+        cap: usize,
+    ) -> io::Result<Self> {
+        let reader = input.map(|p| open_reader(p, cap)).transpose()?;
         let writer = output.map(Writer::create).transpose()?;
         let mut name = String::from("pcap:");
         if let Some(i) = input {
@@ -248,7 +346,6 @@ impl PcapPort {
             exhausted: reader.is_none(),
             reader,
             writer,
-            ifaces: Vec::new(),
             counters: PortCounters::default(),
             pcap_counters: PcapCounters::default(),
         })
@@ -261,71 +358,100 @@ impl PcapPort {
 
     /// Read the next Ethernet frame into `batch`. `false` at the end of the input.
     fn read_one(&mut self, now: Instant, batch: &mut Batch) -> bool {
-        let Some(reader) = self.reader.as_mut() else { return false };
+        let Some(Reader { input, format }) = self.reader.as_mut() else { return false };
         loop {
-            let outcome = match reader {
-                Reader::Pcap(r) => match r.next_packet() {
-                    None => Next::End,
-                    Some(Ok(p)) if p.data.is_empty() => Next::Skip,
-                    Some(Ok(p)) => {
-                        push(batch, &p.data, now, &mut self.counters);
-                        return true;
+            if input.start == input.end {
+                match input.refill() {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        self.exhausted = true;
+                        return false;
                     }
+                    // Could not read the file: nothing more will come of it.
+                    Err(_) => {
+                        self.counters.rx_errors += 1;
+                        self.pcap_counters.fatal_record_errors += 1;
+                        self.exhausted = true;
+                        return false;
+                    }
+                }
+            }
+            let data = &input.buf[input.start..input.end];
+            // How many bytes the record took (0 unless it parsed), and what it gave.
+            let (used, outcome) = match format {
+                Format::Pcap(parser) => match parser.next_packet(data) {
+                    Err(PcapError::IncompleteBuffer) => (0, Next::More),
                     // The record header is corrupt: classic pcap has no resync point.
-                    Some(Err(_)) => Next::Fatal,
-                },
-                Reader::PcapNg(r) => {
-                    let big = r.section().endianness == Endianness::Big;
-                    match r.next_raw_block() {
-                        None => Next::End,
-                        // The block framing itself is broken: nothing to resync on.
-                        Some(Err(_)) => Next::Fatal,
-                        Some(Ok(raw)) if raw.type_ == SECTION_HEADER_BLOCK => {
-                            self.ifaces.clear();
-                            continue;
-                        }
-                        Some(Ok(raw)) => {
-                            let block = if big {
-                                raw.try_into_block::<BigEndian>()
-                            } else {
-                                raw.try_into_block::<LittleEndian>()
-                            };
-                            let (iface, data) = match &block {
-                                // A well-framed block whose body does not parse: skip it.
-                                Err(_) => (None, None),
-                                Ok(Block::InterfaceDescription(idb)) => {
-                                    self.ifaces.push(idb.linktype == DataLink::ETHERNET);
-                                    continue;
-                                }
-                                Ok(Block::EnhancedPacket(b)) => {
-                                    (Some(b.interface_id as usize), Some(&b.data))
-                                }
-                                Ok(Block::SimplePacket(b)) => (Some(0), Some(&b.data)),
-                                Ok(Block::Packet(b)) => {
-                                    (Some(usize::from(b.interface_id)), Some(&b.data))
-                                }
-                                // Statistics, name resolution, journal, unknown blocks: not
-                                // packets, nothing to count.
-                                Ok(_) => continue,
-                            };
-                            let ethernet =
-                                iface.and_then(|i| self.ifaces.get(i)).copied().unwrap_or(false);
-                            match data {
-                                Some(d) if ethernet && !d.is_empty() => {
-                                    push(batch, d, now, &mut self.counters);
-                                    return true;
-                                }
-                                _ => Next::Skip,
-                            }
+                    Err(_) => (0, Next::Fatal),
+                    Ok((rem, p)) => {
+                        let used = data.len() - rem.len();
+                        if p.data.is_empty() {
+                            (used, Next::Skip)
+                        } else {
+                            push(batch, &p.data, now, &mut self.counters);
+                            input.start += used;
+                            return true;
                         }
                     }
-                }
+                },
+                Format::PcapNg(parser) => match parser.next_raw_block(data) {
+                    Err(PcapError::IncompleteBuffer) => (0, Next::More),
+                    // The block framing itself is broken: nothing to resync on.
+                    Err(_) => (0, Next::Fatal),
+                    Ok((rem, raw)) => {
+                        let used = data.len() - rem.len();
+                        // The parser has taken in section headers and interface descriptions.
+                        let block = if raw.type_ == SECTION_HEADER_BLOCK {
+                            None
+                        } else if parser.section().endianness == Endianness::Big {
+                            Some(raw.try_into_block::<BigEndian>())
+                        } else {
+                            Some(raw.try_into_block::<LittleEndian>())
+                        };
+                        let (iface, frame) = match &block {
+                            None | Some(Ok(Block::InterfaceDescription(_))) => (None, None),
+                            // A well-framed block whose body does not parse: skip it.
+                            Some(Err(_)) => (None, Some(&[][..])),
+                            Some(Ok(Block::EnhancedPacket(b))) => {
+                                (Some(b.interface_id as usize), Some(&b.data[..]))
+                            }
+                            Some(Ok(Block::SimplePacket(b))) => (Some(0), Some(&b.data[..])),
+                            Some(Ok(Block::Packet(b))) => {
+                                (Some(usize::from(b.interface_id)), Some(&b.data[..]))
+                            }
+                            // Statistics, name resolution, journal, unknown blocks: not
+                            // packets, nothing to count.
+                            Some(Ok(_)) => (None, None),
+                        };
+                        let ethernet = iface
+                            .and_then(|i| parser.interfaces().get(i))
+                            .is_some_and(|idb| idb.linktype == DataLink::ETHERNET);
+                        match frame {
+                            None => (used, Next::Continue),
+                            Some(d) if ethernet && !d.is_empty() => {
+                                push(batch, d, now, &mut self.counters);
+                                input.start += used;
+                                return true;
+                            }
+                            Some(_) => (used, Next::Skip),
+                        }
+                    }
+                },
             };
+            input.start += used;
             match outcome {
-                Next::End => {
-                    self.exhausted = true;
-                    return false;
-                }
+                Next::Continue => {}
+                Next::More => match input.refill() {
+                    Ok(true) => {}
+                    // The file ends inside a record, the record is larger than the buffer may
+                    // grow, or the file cannot be read: counted, ends the input.
+                    Ok(false) | Err(_) => {
+                        self.counters.rx_errors += 1;
+                        self.pcap_counters.fatal_record_errors += 1;
+                        self.exhausted = true;
+                        return false;
+                    }
+                },
                 Next::Skip => {
                     self.counters.rx_errors += 1;
                     self.pcap_counters.skipped_records += 1;
@@ -343,8 +469,10 @@ impl PcapPort {
 
 /// What reading one record gave, when it gave no frame.
 enum Next {
-    /// End of input.
-    End,
+    /// A record that is not a packet (section header, interface description, statistics...).
+    Continue,
+    /// The buffer holds only part of the next record: read more of the file.
+    More,
     /// A record that holds no usable Ethernet frame; counted and skipped.
     Skip,
     /// A record that cannot be read past; counted, ends the input.
@@ -422,7 +550,8 @@ impl Drop for PcapPort {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
+    use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
+    use pcap_file::pcapng::PcapNgReader;
     use pcap_file::pcapng::PcapNgWriter;
     use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
     use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionBlock;
@@ -624,6 +753,84 @@ mod tests {
 
         let e = PcapPort::open(Some(&dir.path().join("missing")), None).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
+    }
+
+    fn input_buf_len(port: &PcapPort) -> usize {
+        port.reader.as_ref().map_or(0, |r| r.input.buf.len())
+    }
+
+    #[test]
+    fn small_buffer_refills_and_grows_only_for_a_larger_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("in.pcap");
+        // Records of 16 + 60..=64 bytes, then one of 16 + 300 bytes, then small ones again.
+        let mut want = frames();
+        want.push(vec![0xab; 300]);
+        want.extend(frames());
+        write_pcap(&input, &want);
+        // 100 bytes hold the file header and any one small record, never two: every record
+        // needs a refill, and the 300-byte one needs the buffer grown (100 -> 200 -> 400).
+        let mut port = PcapPort::open_with_buffer(Some(&input), None, 100).unwrap();
+        assert_eq!(read_all(&mut port), want);
+        assert_eq!(input_buf_len(&port), 400);
+        assert_eq!(port.counters().rx_errors, 0);
+        assert_eq!(port.pcap_counters().fatal_record_errors, 0);
+
+        // The same for pcapng: write it through our own pcapng output.
+        let ng = dir.path().join("in.pcapng");
+        let mut out = PcapPort::open(None, Some(&ng)).unwrap();
+        let mut b = Batch::new(16);
+        for f in &want {
+            b.push_frame(f).unwrap();
+        }
+        assert_eq!(out.send(Instant::ZERO, &mut b).unwrap(), want.len());
+        drop(out);
+        let mut port = PcapPort::open_with_buffer(Some(&ng), None, 100).unwrap();
+        assert_eq!(read_all(&mut port), want);
+        assert_eq!(input_buf_len(&port), 400);
+        assert_eq!(port.pcap_counters().skipped_records, 0);
+        assert_eq!(port.pcap_counters().fatal_record_errors, 0);
+
+        // The default buffer is not grown for ordinary records.
+        let mut port = PcapPort::open(Some(&ng), None).unwrap();
+        assert_eq!(read_all(&mut port), want);
+        assert_eq!(input_buf_len(&port), INPUT_BUF);
+    }
+
+    #[test]
+    fn pcapng_block_longer_than_the_file_is_fatal() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("long.pcapng");
+        let mut out = PcapPort::open(None, Some(&input)).unwrap();
+        let mut b = Batch::new(8);
+        for f in &frames() {
+            b.push_frame(f).unwrap();
+        }
+        out.send(Instant::ZERO, &mut b).unwrap();
+        drop(out);
+        // Append a packet block header announcing 64 MiB, and only a few bytes of it.
+        let mut bytes = std::fs::read(&input).unwrap();
+        bytes.extend_from_slice(&6u32.to_le_bytes());
+        bytes.extend_from_slice(&(64u32 << 20).to_le_bytes());
+        bytes.extend_from_slice(&[0; 40]);
+        std::fs::write(&input, &bytes).unwrap();
+        let mut port = PcapPort::open_with_buffer(Some(&input), None, 128).unwrap();
+        assert_eq!(read_all(&mut port), frames());
+        assert_eq!(port.counters().rx_errors, 1);
+        assert_eq!(port.pcap_counters().fatal_record_errors, 1);
+        assert_eq!(port.pcap_counters().skipped_records, 0);
+    }
+
+    #[test]
+    fn header_cut_short_is_a_typed_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("short.pcap");
+        write_pcap(&p, &[]);
+        let bytes = std::fs::read(&p).unwrap();
+        std::fs::write(&p, &bytes[..10]).unwrap();
+        let e = PcapPort::open(Some(&p), None).unwrap_err();
+        let inner = e.get_ref().and_then(|i| i.downcast_ref::<PcapFileError>()).unwrap();
+        assert!(matches!(inner, PcapFileError::BadHeader { .. }), "{inner:?}");
     }
 
     #[test]
