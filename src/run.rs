@@ -45,9 +45,13 @@ pub struct RunArgs {
     /// TOML run configuration (ports, stages, workers, ...). Command-line options override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// A port: afpacket:IFNAME, tap:NAME, pcap:IN[,OUT], udp:LOCAL,REMOTE, gen:N[,SEED] or null.
-    /// Repeat for more ports; port ids follow the order given (0, 1, ...).
-    #[arg(long = "port", value_name = "KIND:ARGS")]
+    // The help is given as an attribute, not a doc comment: rustdoc would read `[,OUT]` as a link.
+    #[arg(
+        long = "port",
+        value_name = "KIND:ARGS",
+        help = "A port: afpacket:IFNAME, tap:NAME, pcap:IN[,OUT], udp:LOCAL,REMOTE, gen:N[,SEED] \
+                or null. Repeat for more ports; port ids follow the order given (0, 1, ...)."
+    )]
     pub ports: Vec<String>,
     /// A pipeline stage, in order: parse, parse:pass, classify, classify:mark, l2fwd,
     /// l2fwd:I=E,..., l2fwd:learn, tap:PATH. Repeat the option for each stage.

@@ -15,7 +15,7 @@
 //!
 //! Tracing follows the same split: for a traced packet (`meta.trace`), [`transmit`] records the
 //! last step of its path in the caller's [`TraceRing`] under the stage name
-//! [`TX_STAGE`](snic_pipeline::trace::TX_STAGE): `sent out port N (name)`, `segmented into K
+//! [`snic_pipeline::trace::TX_STAGE`]: `sent out port N (name)`, `segmented into K
 //! segments for port N`, or `dropped at port N: reason`. An untraced packet costs one branch;
 //! events are only built (and allocate) for traced packets.
 
