@@ -8,6 +8,8 @@
 //!   arguments it runs an embedded default (generated traffic, default chain, null sink).
 //! - `stats`: fetch the counters of a running `snic run` over its control socket (or ask it by
 //!   SIGUSR1 to print them).
+//! - `testbed`: two NIC nodes joined by an impaired virtual link, driven on the simulated clock;
+//!   prints counters, link statistics, simulated time and the packet accounting (reproducible).
 //!
 //! `anyhow` is used here only; the libraries return their own typed errors.
 
@@ -16,6 +18,7 @@ mod decode;
 mod report;
 mod run;
 mod stats;
+mod testbed;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -41,6 +44,8 @@ enum Command {
     Run(run::RunArgs),
     /// Print the counters of a running `snic run`.
     Stats(stats::StatsArgs),
+    /// Run two NIC nodes joined by an impaired virtual link on the simulated clock (deterministic).
+    Testbed(testbed::TestbedArgs),
 }
 
 /// Arguments of `snic decode`.
@@ -82,6 +87,7 @@ fn main() -> Result<()> {
         }
         Command::Run(args) => run::run(args),
         Command::Stats(args) => stats::run(args),
+        Command::Testbed(args) => testbed::run(args),
     }
 }
 

@@ -586,3 +586,103 @@ fn run_udp_port_into_pcap_port() {
     assert_eq!(common::read_pcap(&out_pcap), frames);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Run `snic testbed --json` with `args`; return its stdout and the parsed document.
+fn testbed_json(args: &[&str]) -> (String, Value) {
+    let out = common::run_ok(snic().arg("testbed").arg("--json").args(args));
+    let text = stdout(&out);
+    let v: Value =
+        serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
+    (text, v)
+}
+
+fn num(v: &Value, path: &[&str]) -> u64 {
+    let mut x = v;
+    for k in path {
+        x = &x[*k];
+    }
+    x.as_u64().unwrap_or_else(|| panic!("{path:?} is not a number in {v}"))
+}
+
+/// Sum of every stage and port drop of one node, recomputed from the per-reason counts.
+fn node_drops(node: &Value) -> u64 {
+    let sum = |d: &Value| -> u64 {
+        d.as_object().map_or(0, |m| m.values().filter_map(Value::as_u64).sum())
+    };
+    let stages: u64 = node["stages"].as_array().unwrap().iter().map(|s| sum(&s["drops"])).sum();
+    let ports: u64 = node["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| sum(&p["rx_drops"]) + sum(&p["tx_drops"]))
+        .sum();
+    stages + ports
+}
+
+/// Same seed and flags: byte-identical JSON; and every packet is accounted for exactly.
+#[test]
+fn testbed_is_reproducible_and_accounts_for_every_packet() {
+    let args = ["--count", "3000", "--seed", "5", "--loss", "0.02", "--dup", "0.01"];
+    let (t1, v) = testbed_json(&args);
+    let (t2, _) = testbed_json(&args);
+    assert_eq!(t1, t2, "same seed and flags must print identical output");
+
+    let a = &v["nodes"][0];
+    let b = &v["nodes"][1];
+    let generated = a["ports"][0]["device"]["rx_packets"].as_u64().unwrap();
+    assert_eq!(generated, 3000);
+    let sink = b["ports"][1]["device"]["tx_packets"].as_u64().unwrap();
+    let lost = num(&v, &["link", "lost"]);
+    let dup = num(&v, &["link", "duplicated"]);
+    let tail = num(&v, &["link", "tail_dropped"]);
+    let (drops_a, drops_b) = (node_drops(a), node_drops(b));
+    assert!(lost > 0 && dup > 0, "{}", v["link"]);
+    assert_eq!(generated + dup, sink + drops_a + drops_b + lost + tail, "{v}");
+    // The link's own books balance too: A sent what the link was offered, B got what it
+    // delivered.
+    assert_eq!(a["ports"][1]["device"]["tx_packets"], v["link"]["sent"]);
+    assert_eq!(b["ports"][0]["device"]["rx_packets"], v["link"]["delivered"]);
+    assert_eq!(num(&v, &["link", "sent"]) + dup, num(&v, &["link", "delivered"]) + lost + tail);
+    assert_eq!(v["accounting"]["balanced"], true);
+    assert_eq!(num(&v, &["accounting", "dropped_a"]), drops_a);
+}
+
+#[test]
+fn testbed_other_seed_other_losses() {
+    let (_, v1) = testbed_json(&["--count", "3000", "--seed", "1", "--loss", "0.02"]);
+    let (_, v2) = testbed_json(&["--count", "3000", "--seed", "2", "--loss", "0.02"]);
+    assert_ne!(v1["link"]["lost"], v2["link"]["lost"], "{} vs {}", v1["link"], v2["link"]);
+}
+
+#[test]
+fn testbed_bad_flag_values_are_clear_errors() {
+    for (flag, value) in [("--loss", "1.5"), ("--dup", "-1"), ("--queue-limit", "0")] {
+        let out = snic().args(["testbed", flag, value]).output().unwrap();
+        assert!(!out.status.success(), "{flag} {value} must fail");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(flag), "error must name {flag}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    let help = stdout(&common::run_ok(snic().args(["testbed", "--help"])));
+    for flag in ["--count", "--seed", "--loss", "--dup", "--reorder", "--delay-us", "--jitter-us"] {
+        assert!(help.contains(flag), "help lacks {flag}:\n{help}");
+    }
+    for flag in ["--rate-mbps", "--queue-limit", "--interval-ns", "--json"] {
+        assert!(help.contains(flag), "help lacks {flag}:\n{help}");
+    }
+}
+
+/// At 100 Mbit/s a byte takes exactly 80 ns on the wire. All frames are offered at time zero
+/// (`--interval-ns 0`), so the wire is busy from 0 until the last frame is serialised, and with
+/// no delay the run ends then: elapsed = bytes * 80 ns, with no slack (simulated time is exact;
+/// at this rate each frame's serialisation time is a whole number of nanoseconds).
+#[test]
+fn testbed_rate_limit_gives_exact_serialisation_time() {
+    let (_, v) = testbed_json(&["--count", "1000", "--rate-mbps", "100", "--interval-ns", "0"]);
+    let bytes = v["nodes"][0]["ports"][1]["device"]["tx_bytes"].as_u64().unwrap();
+    assert_eq!(num(&v, &["link", "delivered_bytes"]), bytes);
+    assert_eq!(num(&v, &["link", "tail_dropped"]), 0);
+    assert!(bytes > 100_000, "{bytes}");
+    assert_eq!(num(&v, &["sim_elapsed_ns"]), bytes * 8 * 1_000_000_000 / 100_000_000);
+    assert_eq!(num(&v, &["sim_throughput_bps"]), 100_000_000);
+}
