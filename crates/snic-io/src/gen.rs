@@ -18,7 +18,9 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use snic_pipeline::Batch;
 use snic_time::Instant;
-use snic_wire::roce::{bth, ext, icrc};
+use snic_wire::ethernet::EtherType;
+use snic_wire::ipv4::IpProtocol;
+use snic_wire::roce::{self, bth, ext, icrc};
 use snic_wire::{arp, checksum, ethernet, geneve, gre, ipv4, ipv6, tcp, udp, vxlan};
 use std::io;
 use std::net::IpAddr;
@@ -142,24 +144,6 @@ impl FrameKind {
     }
 }
 
-/// UDP destination port of VXLAN.
-pub const VXLAN_PORT: u16 = 4789;
-/// UDP destination port of Geneve.
-pub const GENEVE_PORT: u16 = 6081;
-/// UDP destination port of RoCEv2.
-pub const ROCEV2_PORT: u16 = 4791;
-
-const ETH_IPV4: u16 = 0x0800;
-const ETH_IPV6: u16 = 0x86dd;
-const ETH_ARP: u16 = 0x0806;
-const ETH_VLAN: u16 = 0x8100;
-const ETH_QINQ: u16 = 0x88a8;
-const ETH_TEB: u16 = 0x6558;
-const PROTO_ICMP: u8 = 1;
-const PROTO_TCP: u8 = 6;
-const PROTO_UDP: u8 = 17;
-const PROTO_GRE: u8 = 47;
-const PROTO_ICMPV6: u8 = 58;
 const MIN_FRAME: usize = 60;
 /// Destination ports of generated UDP and TCP flows: unassigned, so that capture tools do not
 /// try to decode the patterned payloads as some application protocol.
@@ -447,10 +431,13 @@ impl Generator {
         let mut w = W::new(out);
         match kind {
             FrameKind::Ipv4Udp | FrameKind::VlanUdp => {
-                let tags: &[(u16, u16)] =
-                    if kind == FrameKind::VlanUdp { &[(ETH_VLAN, 100 + flow as u16)] } else { &[] };
-                w.eth(mac_b, mac_a, tags, ETH_IPV4);
-                let ip = w.ipv4(ip_a, ip_b, PROTO_UDP, 0, seq as u16);
+                let tags: &[(u16, u16)] = if kind == FrameKind::VlanUdp {
+                    &[(EtherType::VLAN.0, 100 + flow as u16)]
+                } else {
+                    &[]
+                };
+                w.eth(mac_b, mac_a, tags, EtherType::IPV4.0);
+                let ip = w.ipv4(ip_a, ip_b, IpProtocol::UDP.0, 0, seq as u16);
                 let u = w.udp(sport, UDP_DPORT);
                 w.pattern(payload, f);
                 w.udp_finish(ip, u, false);
@@ -458,24 +445,24 @@ impl Generator {
             }
             FrameKind::Ipv4Tcp | FrameKind::QinQTcp => {
                 let tags: &[(u16, u16)] = if kind == FrameKind::QinQTcp {
-                    &[(ETH_QINQ, 200), (ETH_VLAN, 300 + flow as u16)]
+                    &[(EtherType::QINQ.0, 200), (EtherType::VLAN.0, 300 + flow as u16)]
                 } else {
                     &[]
                 };
-                w.eth(mac_b, mac_a, tags, ETH_IPV4);
+                w.eth(mac_b, mac_a, tags, EtherType::IPV4.0);
                 tcp4(&mut w, ip_a, ip_b, sport, TCP_DPORT, seq, payload, f);
             }
             FrameKind::Ipv6Udp => {
-                w.eth(mac_b, mac_a, &[], ETH_IPV6);
-                let ip = w.ipv6(ip6_a, ip6_b, PROTO_UDP, 0, flow);
+                w.eth(mac_b, mac_a, &[], EtherType::IPV6.0);
+                let ip = w.ipv6(ip6_a, ip6_b, IpProtocol::UDP.0, 0, flow);
                 let u = w.udp(sport, UDP_DPORT);
                 w.pattern(payload, f);
                 w.udp_finish(ip, u, false);
                 w.ipv6_finish(ip);
             }
             FrameKind::Ipv6Tcp => {
-                w.eth(mac_b, mac_a, &[], ETH_IPV6);
-                let ip = w.ipv6(ip6_a, ip6_b, PROTO_TCP, 0, flow);
+                w.eth(mac_b, mac_a, &[], EtherType::IPV6.0);
+                let ip = w.ipv6(ip6_a, ip6_b, IpProtocol::TCP.0, 0, flow);
                 let t = w.tcp(sport, TCP_DPORT + 1, seq.wrapping_mul(1000), 1, 0x18);
                 w.pattern(payload, f);
                 w.tcp_finish(ip, t);
@@ -483,29 +470,31 @@ impl Generator {
             }
             FrameKind::VxlanTcp | FrameKind::GeneveUdp => {
                 let vni = 1000 + flow;
-                w.eth([0x02, 0, 0, 0xfe, 0, 1], [0x02, 0, 0, 0xfe, 0, 2], &[], ETH_IPV4);
-                let oip = w.ipv4([192, 168, 0, 1], [192, 168, 0, 2], PROTO_UDP, 0, seq as u16);
-                let dport = if kind == FrameKind::VxlanTcp { VXLAN_PORT } else { GENEVE_PORT };
+                w.eth([0x02, 0, 0, 0xfe, 0, 1], [0x02, 0, 0, 0xfe, 0, 2], &[], EtherType::IPV4.0);
+                let oip =
+                    w.ipv4([192, 168, 0, 1], [192, 168, 0, 2], IpProtocol::UDP.0, 0, seq as u16);
+                let dport =
+                    if kind == FrameKind::VxlanTcp { vxlan::UDP_PORT } else { geneve::UDP_PORT };
                 let ou = w.udp(49_152 + u16::from(f) * 7, dport);
                 if kind == FrameKind::VxlanTcp {
                     w.header(vxlan::HEADER_LEN, |b| {
                         vxlan::Repr { vni }.emit(&mut vxlan::Packet::new_unchecked(b))
                     });
-                    w.eth(mac_b, mac_a, &[], ETH_IPV4);
+                    w.eth(mac_b, mac_a, &[], EtherType::IPV4.0);
                     tcp4(&mut w, ip_a, ip_b, sport, TCP_DPORT + 2, seq, payload, f);
                 } else {
                     let repr = geneve::Repr {
                         oam: false,
                         critical: false,
-                        protocol: ETH_TEB,
+                        protocol: EtherType::TEB.0,
                         vni,
                         options: &[],
                     };
                     w.header(repr.buffer_len(), |b| {
                         repr.emit(&mut geneve::Packet::new_unchecked(b))
                     });
-                    w.eth(mac_b, mac_a, &[], ETH_IPV4);
-                    let ip = w.ipv4(ip_a, ip_b, PROTO_UDP, 0, seq as u16);
+                    w.eth(mac_b, mac_a, &[], EtherType::IPV4.0);
+                    let ip = w.ipv4(ip_a, ip_b, IpProtocol::UDP.0, 0, seq as u16);
                     let u = w.udp(sport, UDP_DPORT + 1);
                     w.pattern(payload, f);
                     w.udp_finish(ip, u, false);
@@ -515,16 +504,17 @@ impl Generator {
                 w.ipv4_finish(oip);
             }
             FrameKind::NvgreTcp => {
-                w.eth([0x02, 0, 0, 0xfe, 0, 1], [0x02, 0, 0, 0xfe, 0, 2], &[], ETH_IPV4);
-                let oip = w.ipv4([192, 168, 0, 1], [192, 168, 0, 2], PROTO_GRE, 0, seq as u16);
+                w.eth([0x02, 0, 0, 0xfe, 0, 1], [0x02, 0, 0, 0xfe, 0, 2], &[], EtherType::IPV4.0);
+                let oip =
+                    w.ipv4([192, 168, 0, 1], [192, 168, 0, 2], IpProtocol::GRE.0, 0, seq as u16);
                 let repr = gre::NvgreRepr { vsid: 5000 + flow, flow_id: f };
                 w.header(gre::NVGRE_HEADER_LEN, |b| repr.emit(&mut gre::Packet::new_unchecked(b)));
-                w.eth(mac_b, mac_a, &[], ETH_IPV4);
+                w.eth(mac_b, mac_a, &[], EtherType::IPV4.0);
                 tcp4(&mut w, ip_a, ip_b, sport, TCP_DPORT + 3, seq, payload, f);
                 w.ipv4_finish(oip);
             }
             FrameKind::Arp => {
-                w.eth([0xff; 6], mac_a, &[], ETH_ARP);
+                w.eth([0xff; 6], mac_a, &[], EtherType::ARP.0);
                 let repr = arp::Repr {
                     operation: arp::Operation::Request,
                     source_hardware_addr: ethernet::EthernetAddress(mac_a),
@@ -538,8 +528,8 @@ impl Generator {
                 });
             }
             FrameKind::Icmpv4 => {
-                w.eth(mac_b, mac_a, &[], ETH_IPV4);
-                let ip = w.ipv4(ip_a, ip_b, PROTO_ICMP, 0, seq as u16);
+                w.eth(mac_b, mac_a, &[], EtherType::IPV4.0);
+                let ip = w.ipv4(ip_a, ip_b, IpProtocol::ICMP.0, 0, seq as u16);
                 let at = w.pos;
                 w.u8(8);
                 w.u8(0);
@@ -552,8 +542,8 @@ impl Generator {
                 w.ipv4_finish(ip);
             }
             FrameKind::Icmpv6 => {
-                w.eth(mac_b, mac_a, &[], ETH_IPV6);
-                let ip = w.ipv6(ip6_a, ip6_b, PROTO_ICMPV6, 0, 0);
+                w.eth(mac_b, mac_a, &[], EtherType::IPV6.0);
+                let ip = w.ipv6(ip6_a, ip6_b, IpProtocol::ICMPV6.0, 0, 0);
                 let at = w.pos;
                 w.u8(128);
                 w.u8(0);
@@ -561,7 +551,7 @@ impl Generator {
                 w.u16(flow as u16);
                 w.u16(seq as u16);
                 w.pattern(payload.min(56), f);
-                let c = w.l4_checksum(ip, PROTO_ICMPV6, at);
+                let c = w.l4_checksum(ip, IpProtocol::ICMPV6.0, at);
                 w.set_u16(at + 2, c);
                 w.ipv6_finish(ip);
             }
@@ -630,7 +620,7 @@ fn tcp4(
     payload: usize,
     f: u8,
 ) {
-    let ip = w.ipv4(src, dst, PROTO_TCP, 0, seq as u16);
+    let ip = w.ipv4(src, dst, IpProtocol::TCP.0, 0, seq as u16);
     let t = w.tcp(sport, dport, seq.wrapping_mul(1000), 1, 0x18);
     w.pattern(payload, f);
     w.tcp_finish(ip, t);
@@ -672,15 +662,15 @@ fn roce(
     let tos = (26 << 2) | 0b10;
     let ip = match ips {
         RoceIps::V4([src, dst]) => {
-            w.eth(macs[1], macs[0], &[], ETH_IPV4);
-            w.ipv4(src, dst, PROTO_UDP, tos, seq as u16)
+            w.eth(macs[1], macs[0], &[], EtherType::IPV4.0);
+            w.ipv4(src, dst, IpProtocol::UDP.0, tos, seq as u16)
         }
         RoceIps::V6([src, dst]) => {
-            w.eth(macs[1], macs[0], &[], ETH_IPV6);
-            w.ipv6(src, dst, PROTO_UDP, tos, flow)
+            w.eth(macs[1], macs[0], &[], EtherType::IPV6.0);
+            w.ipv6(src, dst, IpProtocol::UDP.0, tos, flow)
         }
     };
-    let u = w.udp(0xc000 | (flow as u16 * 131), ROCEV2_PORT);
+    let u = w.udp(0xc000 | (flow as u16 * 131), roce::UDP_PORT);
     let bth_repr = bth::Repr {
         opcode,
         solicited: false,
@@ -961,11 +951,11 @@ mod tests {
     #[test]
     fn vxlan_frame_layout() {
         let f = first(FrameKind::VxlanTcp);
-        assert_eq!(u16::from_be_bytes([f[36], f[37]]), VXLAN_PORT);
+        assert_eq!(u16::from_be_bytes([f[36], f[37]]), vxlan::UDP_PORT);
         assert_eq!(f[42], 0x08, "VXLAN I flag");
         // Inner Ethernet carries IPv4 / TCP.
         assert_eq!(&f[50 + 12..50 + 14], &[0x08, 0x00]);
-        assert_eq!(f[50 + 14 + 9], PROTO_TCP);
+        assert_eq!(f[50 + 14 + 9], IpProtocol::TCP.0);
         assert_eq!(checksum(0, &f[64..84]), 0);
     }
 
@@ -975,7 +965,7 @@ mod tests {
             [FrameKind::RoceSend, FrameKind::RoceWrite, FrameKind::RoceAck, FrameKind::RoceAtomic]
         {
             let f = first(kind);
-            assert_eq!(u16::from_be_bytes([f[36], f[37]]), ROCEV2_PORT);
+            assert_eq!(u16::from_be_bytes([f[36], f[37]]), roce::UDP_PORT);
             let carried = u32::from_le_bytes(f[f.len() - 4..].try_into().unwrap());
             assert_eq!(icrc_ipv4(&f, 14), Some(carried), "{kind:?}");
             assert_eq!(icrc::verify(&f[14..]), Ok(()), "{kind:?}");
@@ -1019,8 +1009,8 @@ mod tests {
             assert_eq!(f[14] >> 4, 6);
             // Traffic class DSCP 26, ECT(0); next header UDP.
             assert_eq!(((f[14] & 0x0f) << 4) | (f[15] >> 4), 0x6a, "{kind:?}");
-            assert_eq!(f[20], PROTO_UDP);
-            assert_eq!(u16::from_be_bytes([f[56], f[57]]), ROCEV2_PORT);
+            assert_eq!(f[20], IpProtocol::UDP.0);
+            assert_eq!(u16::from_be_bytes([f[56], f[57]]), roce::UDP_PORT);
             assert_eq!(f[62], opcode, "{kind:?}");
             // Payload length and UDP length both cover everything to the end (ICRC included).
             let plen = usize::from(u16::from_be_bytes([f[18], f[19]]));
