@@ -26,12 +26,9 @@ use crate::trace::TraceWhat;
 use crate::{Batch, PacketBuf};
 use core::net::IpAddr;
 use snic_time::Instant;
+use snic_wire::roce::{self, bth, ext, opcode};
 use snic_wire::stack::{Headers, Layer, Stack};
-
-/// The RoCEv2 UDP destination port.
-pub const ROCEV2_PORT: u16 = 4791;
-
-const BTH_LEN: usize = 12;
+use snic_wire::{ipv4, ipv6, udp};
 
 /// The `classify` stage.
 #[derive(Debug, Clone)]
@@ -52,78 +49,60 @@ impl Classify {
     }
 }
 
-/// True for the opcodes the InfiniBand specification defines for the RC transport.
+/// True for the opcodes of the reliable-connection (RC) transport that snic-wire's opcode table
+/// defines (top three bits 000; the reserved codes in that range are not RC opcodes).
 pub fn is_rc_opcode(op: u8) -> bool {
-    matches!(op, 0x00..=0x14 | 0x16 | 0x17)
-}
-
-fn be16(d: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_be_bytes(d.get(at..at + 2)?.try_into().ok()?))
-}
-
-fn be24(d: &[u8], at: usize) -> Option<u32> {
-    let b = d.get(at..at + 3)?;
-    Some(u32::from_be_bytes([0, b[0], b[1], b[2]]))
-}
-
-fn be32(d: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_be_bytes(d.get(at..at + 4)?.try_into().ok()?))
-}
-
-fn be64(d: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_be_bytes(d.get(at..at + 8)?.try_into().ok()?))
+    opcode::lookup(op).is_some_and(|info| info.transport() == 0)
 }
 
 /// The headers (outer or inner) whose UDP header carries the BTH at `bth`.
 fn carrier(stack: &Stack, bth: usize) -> Option<&Headers> {
-    [Some(&stack.outer), stack.inner.as_ref()]
-        .into_iter()
-        .flatten()
-        .find(|h| matches!(h.l4, Some((Layer::Udp, off)) if usize::from(off) + 8 == bth))
+    [Some(&stack.outer), stack.inner.as_ref()].into_iter().flatten().find(
+        |h| matches!(h.l4, Some((Layer::Udp, off)) if usize::from(off) + udp::HEADER_LEN == bth),
+    )
 }
 
 fn ip_addrs(d: &[u8], l3: (Layer, u16)) -> Option<(IpAddr, IpAddr)> {
-    let off = usize::from(l3.1);
+    let at = d.get(usize::from(l3.1)..)?;
     match l3.0 {
         Layer::Ipv4 => {
-            let s: [u8; 4] = d.get(off + 12..off + 16)?.try_into().ok()?;
-            let t: [u8; 4] = d.get(off + 16..off + 20)?.try_into().ok()?;
-            Some((s.into(), t.into()))
+            let ip = ipv4::Packet::new_checked(at).ok()?;
+            Some((ip.src_addr().into(), ip.dst_addr().into()))
         }
         Layer::Ipv6 => {
-            let s: [u8; 16] = d.get(off + 8..off + 24)?.try_into().ok()?;
-            let t: [u8; 16] = d.get(off + 24..off + 40)?.try_into().ok()?;
-            Some((s.into(), t.into()))
+            let ip = ipv6::Packet::new_checked(at).ok()?;
+            Some((ip.src_addr().into(), ip.dst_addr().into()))
         }
         _ => None,
     }
 }
 
 /// The RoCE fields of `frame`, or `None` when it is not RC RoCEv2 traffic.
+///
+/// Reads through snic-wire's header views at the offsets the parse stage recorded (the walk
+/// already checked every header, so nothing is parsed twice).
 pub fn roce_meta(frame: &[u8], stack: &Stack) -> Option<RoceMeta> {
-    let bth = usize::from(stack.bth?);
-    let h = carrier(stack, bth)?;
-    let udp = bth - 8;
-    let udp_dst = be16(frame, udp + 2)?;
-    if udp_dst != ROCEV2_PORT {
+    let bth_at = usize::from(stack.bth?);
+    let h = carrier(stack, bth_at)?;
+    let udp = udp::Packet::new_checked(frame.get(bth_at - udp::HEADER_LEN..)?).ok()?;
+    if udp.dst_port() != roce::UDP_PORT {
         return None;
     }
-    let b = frame.get(bth..bth + BTH_LEN)?;
-    let opcode = b[0];
-    if !is_rc_opcode(opcode) {
+    let b = bth::Header::new_checked(frame.get(bth_at..)?).ok()?;
+    if !is_rc_opcode(b.opcode()) {
         return None;
     }
     let (ip_src, ip_dst) = ip_addrs(frame, h.l3?)?;
     let mut m = RoceMeta {
         ip_src,
         ip_dst,
-        udp_src: be16(frame, udp)?,
-        udp_dst,
-        opcode,
-        se: b[1] & 0x80 != 0,
-        dest_qp: be24(b, 5)?,
-        ack_req: b[8] & 0x80 != 0,
-        psn: be24(b, 9)?,
+        udp_src: udp.src_port(),
+        udp_dst: udp.dst_port(),
+        opcode: b.opcode(),
+        se: b.solicited(),
+        dest_qp: b.dest_qp(),
+        ack_req: b.ack_req(),
+        psn: b.psn(),
         dma_len: None,
         va: None,
         rkey: None,
@@ -132,25 +111,25 @@ pub fn roce_meta(frame: &[u8], stack: &Stack) -> Option<RoceMeta> {
         imm: None,
         icrc_ok: icrc_ok(frame, h),
     };
-    let at = |l: Layer| stack.find(l).map(usize::from);
-    if let Some(o) = at(Layer::Reth) {
-        m.va = be64(frame, o);
-        m.rkey = be32(frame, o + 8);
-        m.dma_len = be32(frame, o + 12);
+    let at = |l: Layer| stack.find(l).and_then(|o| frame.get(usize::from(o)..));
+    if let Some(r) = at(Layer::Reth).and_then(|x| ext::Reth::new_checked(x).ok()) {
+        m.va = Some(r.va());
+        m.rkey = Some(r.rkey());
+        m.dma_len = Some(r.dma_len());
     }
-    if let Some(o) = at(Layer::AtomicEth) {
-        m.va = be64(frame, o);
-        m.rkey = be32(frame, o + 8);
+    if let Some(a) = at(Layer::AtomicEth).and_then(|x| ext::AtomicEth::new_checked(x).ok()) {
+        m.va = Some(a.va());
+        m.rkey = Some(a.rkey());
     }
-    if let Some(o) = at(Layer::Ieth) {
-        m.rkey = be32(frame, o);
+    if let Some(i) = at(Layer::Ieth).and_then(|x| ext::Ieth::new_checked(x).ok()) {
+        m.rkey = Some(i.rkey());
     }
-    if let Some(o) = at(Layer::Aeth) {
-        m.syndrome = frame.get(o).copied();
-        m.msn = be24(frame, o + 1);
+    if let Some(a) = at(Layer::Aeth).and_then(|x| ext::Aeth::new_checked(x).ok()) {
+        m.syndrome = Some(a.syndrome_raw());
+        m.msn = Some(a.msn());
     }
-    if let Some(o) = at(Layer::ImmDt) {
-        m.imm = be32(frame, o);
+    if let Some(i) = at(Layer::ImmDt).and_then(|x| ext::ImmDt::new_checked(x).ok()) {
+        m.imm = Some(i.imm());
     }
     Some(m)
 }
@@ -308,6 +287,8 @@ mod tests {
     #[test]
     fn only_rc_opcodes_are_rdma() {
         assert!(is_rc_opcode(0x00) && is_rc_opcode(0x14) && is_rc_opcode(0x17));
+        // RC FLUSH and RC ATOMIC WRITE (IBTA 1.5, sent by Linux rxe) are in the opcode table.
+        assert!(is_rc_opcode(0x1c) && is_rc_opcode(0x1d));
         assert!(
             !is_rc_opcode(0x15)
                 && !is_rc_opcode(0x18)
