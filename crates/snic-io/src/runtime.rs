@@ -424,7 +424,9 @@ impl Runtime {
 
     fn in_flight(&self) -> usize {
         match &self.engine {
-            Engine::Inline(_) => 0,
+            // Packets a stage holds (a shaper, an exception queue) are still in flight: the
+            // run does not end before they are released.
+            Engine::Inline(p) => p.pending(),
             Engine::Pool { pool, .. } => pool.in_flight(),
         }
     }
@@ -474,7 +476,17 @@ impl Runtime {
         let mut last_rx = started;
         while !stop.load(Ordering::Relaxed) {
             let now = self.clock.now();
-            let received = self.round(now);
+            let mut received = self.round(now);
+            if let Engine::Inline(p) = &mut self.engine
+                && p.wants_poll(now)
+            {
+                // Stages holding packets release them when due, even without input.
+                self.rx.clear();
+                p.process(now, &mut self.rx);
+                received += self.rx.len();
+                let trace = tx_ring(&mut self.tx_trace, 0);
+                transmit(now, &mut self.rx, &mut self.ports, &mut self.tx, &mut self.io, trace);
+            }
             let collected = self.collect(Duration::ZERO);
             if stats.swap(false, Ordering::Relaxed) {
                 on_stats(&self.snapshot(started));
@@ -505,6 +517,17 @@ impl Runtime {
         let deadline = self.clock.now() + Duration::from_secs(10);
         while self.in_flight() > 0 && self.clock.now() < deadline {
             self.collect(Duration::from_millis(50));
+            let now = self.clock.now();
+            if let Engine::Inline(p) = &mut self.engine
+                && p.wants_poll(now)
+            {
+                self.rx.clear();
+                p.process(now, &mut self.rx);
+                let trace = tx_ring(&mut self.tx_trace, 0);
+                transmit(now, &mut self.rx, &mut self.ports, &mut self.tx, &mut self.io, trace);
+            } else {
+                std::thread::yield_now();
+            }
         }
         let mut flush_err = None;
         for p in &mut self.ports {

@@ -314,6 +314,20 @@ impl Node {
                 &mut self.trace,
             );
         }
+        // Stages holding packets (a vSwitch exception queue, a shaper) release them when due,
+        // even when nothing arrived.
+        if self.pipeline.wants_poll(now) {
+            self.rx.clear();
+            self.pipeline.process(now, &mut self.rx);
+            transmit(
+                now,
+                &mut self.rx,
+                &mut self.ports,
+                &mut self.tx,
+                &mut self.io,
+                &mut self.trace,
+            );
+        }
         total
     }
 
@@ -327,9 +341,9 @@ impl Node {
         ev
     }
 
-    /// The earliest [`Port::poll_timeout`] of the node's ports.
+    /// The earliest [`Port::poll_timeout`] of the node's ports and of its pipeline's stages.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.ports.iter().filter_map(|p| p.poll_timeout()).min()
+        self.ports.iter().filter_map(|p| p.poll_timeout()).chain(self.pipeline.poll_timeout()).min()
     }
 
     /// True when every port that reports exhaustion has (finite sources are done). Ports that
@@ -379,6 +393,9 @@ impl Node {
     }
 }
 
+/// Shortest wait of a worker whose stages hold packets (so an idle worker does not spin).
+const HELD_POLL_MIN: Duration = Duration::from_micros(100);
+
 /// How often a worker publishes a counter snapshot for live stats.
 const PUBLISH_EVERY: Duration = Duration::from_millis(100);
 
@@ -395,7 +412,10 @@ struct WorkerHandle {
 #[derive(Debug)]
 pub struct WorkerPool {
     workers: Vec<WorkerHandle>,
-    done: Receiver<(usize, Batch)>,
+    /// Processed batches: (worker, batch, solicited). Unsolicited batches carry packets a
+    /// worker's stages released on their own (a shaper, an exception queue) and do not count
+    /// against `in_flight`.
+    done: Receiver<(usize, Batch, bool)>,
     in_flight: usize,
     spare: Vec<Batch>,
     batch_size: usize,
@@ -421,15 +441,32 @@ impl WorkerPool {
                 std::thread::Builder::new().name(format!("snic-worker-{k}")).spawn(move || {
                     let mut last = clock.now();
                     loop {
-                        match from.recv_timeout(PUBLISH_EVERY) {
+                        // A pipeline holding packets is polled again soon even without input.
+                        let wait = match pipeline.poll_timeout() {
+                            Some(t) => {
+                                let now = clock.now();
+                                t.saturating_duration_since(now).clamp(HELD_POLL_MIN, PUBLISH_EVERY)
+                            }
+                            None => PUBLISH_EVERY,
+                        };
+                        match from.recv_timeout(wait) {
                             Ok(mut batch) => {
                                 let now = clock.now();
                                 pipeline.process(now, &mut batch);
-                                if done_tx.send((k, batch)).is_err() {
+                                if done_tx.send((k, batch, true)).is_err() {
                                     break;
                                 }
                             }
-                            Err(RecvTimeoutError::Timeout) => {}
+                            Err(RecvTimeoutError::Timeout) => {
+                                let now = clock.now();
+                                if pipeline.wants_poll(now) {
+                                    let mut b = Batch::new(batch_size);
+                                    pipeline.process(now, &mut b);
+                                    if !b.is_empty() && done_tx.send((k, b, false)).is_err() {
+                                        break;
+                                    }
+                                }
+                            }
                             Err(RecvTimeoutError::Disconnected) => break,
                         }
                         let now = clock.now();
@@ -509,10 +546,12 @@ impl WorkerPool {
         } else {
             self.done.recv_timeout(wait).ok()
         };
-        let (k, b) = r?;
-        self.in_flight = self.in_flight.saturating_sub(1);
-        if let Some(w) = self.workers.get_mut(k) {
-            w.in_flight = w.in_flight.saturating_sub(1);
+        let (k, b, solicited) = r?;
+        if solicited {
+            self.in_flight = self.in_flight.saturating_sub(1);
+            if let Some(w) = self.workers.get_mut(k) {
+                w.in_flight = w.in_flight.saturating_sub(1);
+            }
         }
         Some((k, b))
     }

@@ -312,6 +312,23 @@ impl Batch {
         Ok(())
     }
 
+    /// Append the packet in `pkt` by swapping buffers with this batch's next spare slot, so that
+    /// neither side allocates in the steady state: afterwards `pkt` holds the spare (an old
+    /// buffer; reset it before reuse). Returns `false`, leaving `pkt` untouched, when the batch
+    /// is full. Allocates a fresh spare only when the batch has none to give back.
+    pub fn push_swap(&mut self, pkt: &mut PacketBuf) -> bool {
+        if self.is_full() {
+            return false;
+        }
+        if self.len == self.bufs.len() {
+            self.bufs.push(core::mem::take(pkt));
+        } else {
+            core::mem::swap(&mut self.bufs[self.len], pkt);
+        }
+        self.len += 1;
+        true
+    }
+
     /// Drop every live packet, keeping the buffers.
     pub fn clear(&mut self) {
         self.len = 0;
@@ -413,5 +430,21 @@ mod tests {
         b.clear();
         let slot = b.push_slot().unwrap();
         assert!(slot.is_empty());
+    }
+
+    #[test]
+    fn push_swap_trades_buffers() {
+        let mut b = Batch::new(2);
+        b.push_frame(b"old").unwrap();
+        b.clear();
+        let mut p = PacketBuf::from_frame(b"new");
+        assert!(b.push_swap(&mut p));
+        assert_eq!(b.packets()[0].data(), b"new");
+        assert_eq!(p.data(), b"old", "the spare came back");
+        let mut q = PacketBuf::from_frame(b"q");
+        assert!(b.push_swap(&mut q));
+        let mut r = PacketBuf::from_frame(b"r");
+        assert!(!b.push_swap(&mut r));
+        assert_eq!(r.data(), b"r");
     }
 }

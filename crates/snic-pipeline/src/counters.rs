@@ -5,7 +5,9 @@
 //! them with [`Counters::merge`]. A snapshot serialises to JSON (only non-zero drop reasons are
 //! written, keyed by their stable names) and prints as an aligned table.
 //!
-//! Invariant (checked by tests): for every stage, `packets_in == packets_out + sum(drops)`.
+//! Invariant (checked by tests): for every stage, `packets_in == packets_out + sum(drops) + held`,
+//! where `held` is what a stage keeps queued right now (a vSwitch exception queue, a shaper); it
+//! is zero for stages that never hold packets.
 //! A stage that classifies (`classify`) also counts each packet it was handed by the class it
 //! gave ([`ClassCounts`]), so there `packets_in == classes.rdma + classes.other`.
 
@@ -115,6 +117,10 @@ impl ClassCounts {
     }
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// Counters of one stage.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct StageCounters {
@@ -130,6 +136,10 @@ pub struct StageCounters {
     pub drops: DropCounts,
     /// Non-fatal problems that did not drop a packet (a pcap write that failed, a full MAC table).
     pub errors: u64,
+    /// Packets the stage holds right now (taken from one batch, to be released into a later
+    /// one): a gauge, not a running total. Zero for stages that never hold packets.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub held: u64,
     /// Packets the stage classified, by class (only the classify stage counts these; in JSON
     /// only when non-zero).
     #[serde(skip_serializing_if = "ClassCounts::is_zero")]
@@ -148,6 +158,7 @@ impl StageCounters {
         self.packets_out += other.packets_out;
         self.bytes_in += other.bytes_in;
         self.errors += other.errors;
+        self.held += other.held;
         self.drops.merge(&other.drops);
         self.classes.merge(&other.classes);
     }

@@ -18,7 +18,7 @@ const WIRE: usize = WireError::NAMES.len();
 pub const DROP_REASONS: usize = WIRE + OTHER_NAMES.len();
 
 /// Names of the non-`Malformed` reasons, in slot order after the wire errors.
-const OTHER_NAMES: [&str; 11] = [
+const OTHER_NAMES: [&str; 17] = [
     "no_egress",
     "tx_queue_full",
     "tx_error",
@@ -30,6 +30,12 @@ const OTHER_NAMES: [&str; 11] = [
     "too_big",
     "no_buffer",
     "offload_failed",
+    "policy_deny",
+    "exception_overflow",
+    "meter",
+    "queue_full",
+    "not_a_flow",
+    "transpose_failed",
 ];
 
 /// Why a packet was dropped. Names ([`DropReason::name`], `Display`) are lower-case and stable:
@@ -62,6 +68,19 @@ pub enum DropReason {
     /// A super-packet or partial checksum bound for a port without offload could not be
     /// segmented or completed in software (inconsistent headers).
     OffloadFailed,
+    /// The vSwitch policy denied the flow (ACL, no route, no mapping, spoofed source, ...).
+    PolicyDeny,
+    /// The vSwitch exception queue (packets waiting for the slow path) was full.
+    ExceptionOverflow,
+    /// A meter's rate was exceeded (and the packet was not ECN-markable, or the meter drops).
+    Metered,
+    /// A shaped egress queue was at its limit.
+    EgressQueueFull,
+    /// The vSwitch got a frame that is neither IP nor ARP, or whose headers did not parse.
+    NotAFlow,
+    /// A header transposition could not be applied to the packet (no room, wrong family, TTL
+    /// expired, a super-packet to encapsulate).
+    TransposeFailed,
 }
 
 impl DropReason {
@@ -80,6 +99,12 @@ impl DropReason {
             DropReason::TooBig => WIRE + 8,
             DropReason::NoBuffer => WIRE + 9,
             DropReason::OffloadFailed => WIRE + 10,
+            DropReason::PolicyDeny => WIRE + 11,
+            DropReason::ExceptionOverflow => WIRE + 12,
+            DropReason::Metered => WIRE + 13,
+            DropReason::EgressQueueFull => WIRE + 14,
+            DropReason::NotAFlow => WIRE + 15,
+            DropReason::TransposeFailed => WIRE + 16,
         }
     }
 
@@ -150,6 +175,12 @@ mod tests {
             DropReason::TooBig,
             DropReason::NoBuffer,
             DropReason::OffloadFailed,
+            DropReason::PolicyDeny,
+            DropReason::ExceptionOverflow,
+            DropReason::Metered,
+            DropReason::EgressQueueFull,
+            DropReason::NotAFlow,
+            DropReason::TransposeFailed,
         ];
         let mut seen = [false; DROP_REASONS];
         for r in all {

@@ -424,6 +424,7 @@ impl Pipeline {
             c.bytes_in += batch.iter().map(|p| p.len() as u64).sum::<u64>();
             stage.process(now, batch, &mut StageCtx::new(c, &mut self.trace));
             c.packets_out += batch.len() as u64;
+            c.held = stage.pending() as u64;
             if let Some(f) = self.filter.filter(|f| !f.is_entry_only()) {
                 select(&f, batch, &mut self.trace, stage.name());
             }
@@ -437,6 +438,24 @@ impl Pipeline {
             None => Err(DropReason::NoEgress),
         });
         c.packets_out += batch.len() as u64;
+    }
+
+    /// Packets the stages hold (to be released by a later [`Pipeline::process`], possibly of an
+    /// empty batch).
+    pub fn pending(&self) -> usize {
+        self.stages.iter().map(|s| s.pending()).sum()
+    }
+
+    /// The earliest time a stage wants to run without new packets ([`Stage::poll_timeout`];
+    /// a stage holding packets it could release now answers [`Instant::ZERO`]).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.stages.iter().filter_map(|s| s.poll_timeout()).min()
+    }
+
+    /// True when a stage holds packets or has a timer due at `now`: the driver should call
+    /// [`Pipeline::process`] with an empty batch.
+    pub fn wants_poll(&self, now: Instant) -> bool {
+        self.stages.iter().any(|s| s.poll_timeout().is_some_and(|t| t <= now))
     }
 
     /// Count a packet the I/O layer transmitted on `port`.

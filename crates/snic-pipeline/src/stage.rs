@@ -4,7 +4,12 @@
 //! if it must, its bytes), and removes the packets it drops. Drops go through one function,
 //! [`StageCtx::each`] (or [`StageCtx::drop_packet`] inside a custom `Batch::retain`), which
 //! counts the drop under exactly one [`DropReason`] and records it in the trace, so that for
-//! every stage `packets_in == packets_out + sum(drops)`.
+//! every stage `packets_in == packets_out + sum(drops) + held`.
+//!
+//! A stage may *hold* packets (an exception queue waiting for the slow path, a shaped egress
+//! queue): it removes them from one batch and releases them into a later one. It reports how
+//! many it holds with [`Stage::pending`] and when it next wants to run with
+//! [`Stage::poll_timeout`]; the driver then calls `process` with an empty batch.
 
 use crate::counters::StageCounters;
 use crate::drop::DropReason;
@@ -76,14 +81,27 @@ impl<'a> StageCtx<'a> {
 /// One step of a pipeline over batches of packets.
 ///
 /// Contract: `process` leaves in `batch` only the packets that go on, in order; each packet it
-/// removed was counted once through [`StageCtx::drop_packet`] (or [`StageCtx::each`]). A stage
-/// never adds packets. Stages are sans-IO: they read no clock (time is `now`) and open nothing.
+/// removed was counted once through [`StageCtx::drop_packet`] (or [`StageCtx::each`]), or is
+/// held (counted by [`Stage::pending`]). A stage
+/// adds packets only to release ones it held earlier. Stages are sans-IO: they read no clock (time is `now`) and open nothing.
 pub trait Stage: Send {
     /// A short name for counters and traces (`"parse"`, `"l2fwd"`).
     fn name(&self) -> &str;
 
     /// Process one batch at time `now`.
     fn process(&mut self, now: Instant, batch: &mut Batch, ctx: &mut StageCtx<'_>);
+
+    /// Packets the stage holds now, to release into a later batch.
+    fn pending(&self) -> usize {
+        0
+    }
+
+    /// When the stage next wants `process` called even without new packets: a shaper's next
+    /// departure, a timer, or [`Instant::ZERO`] when it holds packets it could release at once.
+    /// `None`: only when packets arrive.
+    fn poll_timeout(&self) -> Option<Instant> {
+        None
+    }
 
     /// Push out anything buffered (a capture writer). Called by [`crate::Pipeline::flush`].
     fn flush(&mut self) -> std::io::Result<()> {
