@@ -8,6 +8,9 @@
 //!   arguments it runs an embedded default (generated traffic, default chain, null sink).
 //! - `stats`: fetch the counters of a running `snic run` over its control socket (or ask it by
 //!   SIGUSR1 to print them).
+//! - `vswitch`: the vSwitch control plane of a running `snic run --stage vswitch --control PATH`:
+//!   counters, flow dumps, the policy, rule/layer/mapping edits and whole-policy loads; `check`
+//!   validates a policy file offline.
 //! - `testbed`: two NIC nodes joined by an impaired virtual link, driven on the simulated clock;
 //!   prints counters, link statistics, simulated time and the packet accounting (reproducible).
 //!
@@ -19,6 +22,7 @@ mod report;
 mod run;
 mod stats;
 mod testbed;
+mod vswitch;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -46,6 +50,9 @@ enum Command {
     Stats(stats::StatsArgs),
     /// Run two NIC nodes joined by an impaired virtual link on the simulated clock (deterministic).
     Testbed(testbed::TestbedArgs),
+    /// Control the vSwitch of a running `snic run --stage vswitch --control PATH`; check policies.
+    #[command(name = "vswitch")]
+    VSwitch(vswitch::VSwitchArgs),
 }
 
 /// Arguments of `snic decode`.
@@ -88,6 +95,7 @@ fn main() -> Result<()> {
         Command::Run(args) => run::run(args),
         Command::Stats(args) => stats::run(args),
         Command::Testbed(args) => testbed::run(args),
+        Command::VSwitch(args) => vswitch::run(args),
     }
 }
 

@@ -10,7 +10,9 @@
 //! The run ends when its finite inputs are exhausted, after `--duration`, or on SIGINT/SIGTERM
 //! (a clean stop: queues drain, pcap outputs flush, final counters print). SIGUSR1 prints the
 //! counters so far on stderr. With `--control PATH`, `snic stats --control PATH` reads them as
-//! JSON while the run goes on.
+//! JSON while the run goes on, and with a `vswitch` stage `snic vswitch ... --control PATH`
+//! inspects and changes the vSwitch's policy (`--policy FILE`, `--flows N`, `--flow-idle-ms MS`
+//! set it up; they are refused without a `vswitch` stage).
 //!
 //! Classes are reported twice. "Classified" comes from the classify stage's own counters (every
 //! packet it was handed, by the class it gave, including packets it or a later stage then
@@ -20,7 +22,7 @@
 //! drops after classification (`no_egress`, `tx_queue_full`, ...) are counted by reason, not by
 //! class, and without a classify stage packets leave `unclassified`.
 
-use crate::stats::ControlServer;
+use crate::stats::{ControlServer, Incoming, Request};
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 use snic_io::runtime::{RunConfig, RunReport, Runtime};
@@ -54,7 +56,7 @@ pub struct RunArgs {
     )]
     pub ports: Vec<String>,
     /// A pipeline stage, in order: parse, parse:pass, classify, classify:mark, l2fwd,
-    /// l2fwd:I=E,..., l2fwd:learn, tap:PATH. Repeat the option for each stage.
+    /// l2fwd:I=E,..., l2fwd:learn, tap:PATH, vswitch. Repeat the option for each stage.
     /// Default: parse, classify, l2fwd (between ports 0 and 1).
     #[arg(long = "stage", value_name = "NAME")]
     pub stages: Vec<String>,
@@ -74,6 +76,15 @@ pub struct RunArgs {
     /// Print the final counters as one JSON document instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Policy file (TOML) of the `vswitch` stage (default: the embedded default policy).
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// Flow-table capacity of each worker's vSwitch shard.
+    #[arg(long, value_name = "N")]
+    pub flows: Option<usize>,
+    /// Idle timeout of the vSwitch's cached flows, in milliseconds.
+    #[arg(long = "flow-idle-ms", value_name = "MS")]
+    pub flow_idle_ms: Option<u64>,
 }
 
 impl RunArgs {
@@ -87,6 +98,9 @@ impl RunArgs {
             && self.duration.is_none()
             && self.control.is_none()
             && !self.json
+            && self.policy.is_none()
+            && self.flows.is_none()
+            && self.flow_idle_ms.is_none()
     }
 
     /// The duration as a `Duration`, rejecting negative and non-finite values.
@@ -130,6 +144,30 @@ impl RunArgs {
         }
         if let Some(t) = &self.trace {
             cfg.trace = Some(t.clone());
+        }
+        if let Some(p) = &self.policy {
+            cfg.vswitch.policy = Some(p.display().to_string());
+        }
+        if let Some(n) = self.flows {
+            cfg.vswitch.flows = Some(n);
+        }
+        if let Some(ms) = self.flow_idle_ms {
+            cfg.vswitch.idle_timeout_ms = Some(ms);
+        }
+        let vswitch_flags: Vec<&str> = [
+            (self.policy.is_some(), "--policy"),
+            (self.flows.is_some(), "--flows"),
+            (self.flow_idle_ms.is_some(), "--flow-idle-ms"),
+        ]
+        .into_iter()
+        .filter_map(|(given, name)| given.then_some(name))
+        .collect();
+        if !vswitch_flags.is_empty() && !cfg.stages.contains(&StageSpec::VSwitch) {
+            bail!(
+                "{} configure{} the vswitch stage, but the stage list has none (add --stage vswitch)",
+                vswitch_flags.join(", "),
+                if vswitch_flags.len() == 1 { "s" } else { "" }
+            );
         }
         if cfg.ports.len() == 1 && cfg.stages.iter().any(|s| matches!(s, StageSpec::L2Static(_))) {
             tracing::warn!(
@@ -365,11 +403,26 @@ pub fn run(args: RunArgs) -> Result<()> {
     // CONTROL_REFRESH (through its stats flag); SIGUSR1 is then relayed by the same callback.
     let latest = Arc::new(Mutex::new(json!({"status": "starting", "ports": []}).to_string()));
     let poke = Arc::new(AtomicBool::new(false));
+    // vSwitch requests are answered with the vSwitch's control handle (a clone: the runtime is
+    // consumed by `run`), timed with the run's clock so flow ages are right.
     let _server = match &args.control {
         Some(path) => {
             let latest = Arc::clone(&latest);
-            let server = ControlServer::spawn(path, move || {
-                latest.lock().map(|s| s.clone()).unwrap_or_default()
+            let vswitch = runtime.vswitch().cloned();
+            let clock = runtime.clock();
+            let server = ControlServer::spawn(path, move |incoming| {
+                let counters =
+                    || latest.lock().map_or_else(|p| p.into_inner().clone(), |s| s.clone());
+                match incoming {
+                    Incoming::Counters => counters(),
+                    Incoming::Request(Request::Stats) => {
+                        format!("{{\"ok\":true,\"counters\":{}}}", counters())
+                    }
+                    Incoming::Request(r) => {
+                        use snic_time::Clock;
+                        crate::vswitch::serve(vswitch.as_ref(), clock.now(), r).to_string()
+                    }
+                }
             })?;
             let poke = Arc::clone(&poke);
             let done = Arc::clone(&done);
@@ -478,6 +531,41 @@ mod tests {
             parse(&["--duration", "1.5"]).duration().unwrap(),
             Some(Duration::from_millis(1500))
         );
+    }
+
+    #[test]
+    fn vswitch_flags_set_the_vswitch_settings_and_need_the_stage() {
+        let c = parse(&[
+            "--port",
+            "gen:10",
+            "--port",
+            "null",
+            "--stage",
+            "parse",
+            "--stage",
+            "vswitch",
+            "--policy",
+            "p.toml",
+            "--flows",
+            "4096",
+            "--flow-idle-ms",
+            "250",
+        ])
+        .config()
+        .unwrap();
+        assert_eq!(c.vswitch.policy.as_deref(), Some("p.toml"));
+        assert_eq!(c.vswitch.flows, Some(4096));
+        assert_eq!(c.vswitch.idle_timeout_ms, Some(250));
+        assert!(!parse(&["--flows", "1"]).is_empty());
+        let e = parse(&["--policy", "p.toml"]).config().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--policy configures the vswitch stage, but the stage list has none (add --stage vswitch)"
+        );
+        let e = parse(&["--stage", "parse", "--flows", "1", "--flow-idle-ms", "2"])
+            .config()
+            .unwrap_err();
+        assert!(e.to_string().starts_with("--flows, --flow-idle-ms configure the vswitch"), "{e}");
     }
 
     #[test]

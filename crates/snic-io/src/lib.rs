@@ -20,6 +20,7 @@ pub use spec::{PortSpec, SpecError};
 pub mod generator;
 pub mod null;
 pub mod pcap;
+pub mod script;
 pub mod udp;
 pub mod vlink;
 

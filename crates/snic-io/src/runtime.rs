@@ -99,6 +99,50 @@ pub struct RunConfig {
     /// exhausted); none runs until stopped.
     #[serde(default)]
     pub idle_exit_ms: Option<u64>,
+    /// Settings of the `vswitch` stage (policy file, flow table), when the pipeline has one.
+    #[serde(default)]
+    pub vswitch: VSwitchSettings,
+}
+
+/// Settings of the vSwitch (`[vswitch]` in the run configuration).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VSwitchSettings {
+    /// Policy file (TOML); none uses the embedded default policy.
+    #[serde(default)]
+    pub policy: Option<String>,
+    /// Flow-table capacity of each worker's shard (default 1,048,576).
+    #[serde(default)]
+    pub flows: Option<usize>,
+    /// Idle timeout of cached flows in milliseconds (default 30,000).
+    #[serde(default)]
+    pub idle_timeout_ms: Option<u64>,
+    /// Packets each shard's exception queue holds (default 1024).
+    #[serde(default)]
+    pub exception_queue: Option<usize>,
+}
+
+impl VSwitchSettings {
+    /// Build the vSwitch these settings describe.
+    pub fn build(&self) -> Result<snic_vswitch::engine::VSwitch, RunError> {
+        use snic_vswitch::engine::{VSwitch, VSwitchConfig};
+        let policy = match &self.policy {
+            Some(path) => snic_vswitch::config::load_policy(std::path::Path::new(path))
+                .map_err(|e| RunError::Config(e.to_string()))?,
+            None => snic_vswitch::config::default_policy(),
+        };
+        let mut cfg = VSwitchConfig::default();
+        if let Some(n) = self.flows {
+            cfg.gft.capacity = n;
+        }
+        if let Some(ms) = self.idle_timeout_ms {
+            cfg.gft.idle_timeout = Duration::from_millis(ms);
+        }
+        if let Some(n) = self.exception_queue {
+            cfg.exception_queue = n;
+        }
+        VSwitch::new(policy, cfg).map_err(|e| RunError::Config(format!("vswitch: {e}")))
+    }
 }
 
 impl Default for RunConfig {
@@ -121,6 +165,7 @@ impl RunConfig {
             queue_depth: default_queue_depth(),
             idle_wait_ms: default_idle_wait_ms(),
             idle_exit_ms: None,
+            vswitch: VSwitchSettings::default(),
         }
     }
 
@@ -280,6 +325,7 @@ pub struct Runtime {
     tx_trace: Vec<TraceRing>,
     clock: MonotonicClock,
     fds: Vec<RawFd>,
+    vswitch: Option<snic_vswitch::engine::VSwitch>,
 }
 
 impl Runtime {
@@ -310,10 +356,26 @@ impl Runtime {
         }
         cfg.check()?;
         let pcfg = cfg.pipeline_config();
+        let vswitch = if cfg.stages.contains(&StageSpec::VSwitch) {
+            Some(cfg.vswitch.build()?)
+        } else {
+            None
+        };
         let mut pipelines = Vec::with_capacity(cfg.workers);
         for k in 0..cfg.workers {
             let mut opener = open_tap(k);
-            pipelines.push(Pipeline::build(&pcfg, &mut opener).map_err(RunError::Pipeline)?);
+            let mut factory = |spec: &StageSpec| match (spec, &vswitch) {
+                (StageSpec::VSwitch, Some(vs)) => Some(
+                    vs.stage()
+                        .map(|s| Box::new(s) as Box<dyn snic_pipeline::Stage>)
+                        .map_err(|e| BuildError::Stage { stage: "vswitch".into(), why: e.to_string() }),
+                ),
+                _ => None,
+            };
+            pipelines.push(
+                Pipeline::build_with(&pcfg, &mut opener, &mut factory)
+                    .map_err(RunError::Pipeline)?,
+            );
         }
         let clock = MonotonicClock::new();
         let engine = if cfg.workers == 1 {
@@ -347,7 +409,18 @@ impl Runtime {
             tx_trace,
             clock,
             fds,
+            vswitch,
         })
+    }
+
+    /// The clock the run uses (packet times, flow ages).
+    pub fn clock(&self) -> MonotonicClock {
+        self.clock
+    }
+
+    /// The vSwitch of the pipeline's `vswitch` stage, for the control plane.
+    pub fn vswitch(&self) -> Option<&snic_vswitch::engine::VSwitch> {
+        self.vswitch.as_ref()
     }
 
     /// The configuration.

@@ -25,7 +25,7 @@ pub use counters::{ClassCounts, Counters, DropCounts, PortCounters, StageCounter
 pub mod drop;
 pub use drop::DropReason;
 pub mod pipeline;
-pub use pipeline::{BuildError, Pipeline, PipelineConfig, StageSpec};
+pub use pipeline::{BuildError, Pipeline, PipelineConfig, StageFactory, StageSpec};
 pub mod rss;
 pub mod stage;
 pub use stage::{Stage, StageCtx};

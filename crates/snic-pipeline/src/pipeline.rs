@@ -48,6 +48,7 @@ use std::io::Write;
 /// | `l2fwd:0=1,1=0` | static forwarding with this map |
 /// | `l2fwd:learn` | MAC learning and flooding |
 /// | `tap:PATH` | copy packets to a pcap capture opened by the I/O layer |
+/// | `vswitch` | the vSwitch (VFP slow path + GFT fast path); built by the I/O layer, which owns the policy |
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub enum StageSpec {
@@ -67,6 +68,8 @@ pub enum StageSpec {
     L2Learn,
     /// `tap:PATH`.
     Tap(String),
+    /// `vswitch`: a shard of the I/O layer's vSwitch (`snic-vswitch`), one per worker.
+    VSwitch,
 }
 
 /// A stage string that does not name a stage; says what was wrong.
@@ -114,8 +117,10 @@ impl FromStr for StageSpec {
             }
             ("tap", Some(path)) if !path.is_empty() => Ok(StageSpec::Tap(path.to_owned())),
             ("tap", _) => Err(bad("needs a path: tap:PATH")),
+            ("vswitch", None) => Ok(StageSpec::VSwitch),
+            ("vswitch", Some(_)) => Err(bad("takes no option (the policy is a run setting)")),
             ("parse" | "classify", Some(_)) => Err(bad("unknown option")),
-            _ => Err(bad("unknown stage (parse, classify, l2fwd, tap)")),
+            _ => Err(bad("unknown stage (parse, classify, l2fwd, tap, vswitch)")),
         }
     }
 }
@@ -147,6 +152,7 @@ impl fmt::Display for StageSpec {
             }
             StageSpec::L2Learn => f.write_str("l2fwd:learn"),
             StageSpec::Tap(path) => write!(f, "tap:{path}"),
+            StageSpec::VSwitch => f.write_str("vswitch"),
         }
     }
 }
@@ -240,6 +246,16 @@ pub enum BuildError {
         /// The largest value accepted.
         max: usize,
     },
+    /// The stage is built by a layer above the pipeline (the vSwitch by the I/O layer), and no
+    /// builder for it was given.
+    Unsupported(&'static str),
+    /// A stage builder failed (names the stage and says why).
+    Stage {
+        /// The stage.
+        stage: String,
+        /// Why.
+        why: String,
+    },
     /// The pcap header could not be written to a tap's sink.
     Pcap {
         /// The tap's path.
@@ -258,6 +274,8 @@ impl fmt::Display for BuildError {
             BuildError::OutOfRange { field, value, max } => {
                 write!(f, "{field} = {value} is out of range (1..={max})")
             }
+            BuildError::Unsupported(what) => write!(f, "{what}"),
+            BuildError::Stage { stage, why } => write!(f, "cannot build stage {stage}: {why}"),
             BuildError::Pcap { path, err } => {
                 write!(f, "cannot write pcap header to {path}: {err}")
             }
@@ -286,6 +304,11 @@ pub fn parse_rss_key(hex: &str) -> Result<[u8; 40], BuildError> {
 
 /// Opens the sink of a `tap:PATH` stage; supplied by the I/O layer (the pipeline opens nothing).
 pub type SinkOpener<'a> = dyn FnMut(&str) -> std::io::Result<Box<dyn Write + Send>> + 'a;
+
+/// Builds the stages the pipeline crate does not own (`vswitch`): `Some(stage)` for the specs it
+/// knows, `None` for the others.
+pub type StageFactory<'a> =
+    dyn FnMut(&StageSpec) -> Option<Result<Box<dyn Stage>, BuildError>> + 'a;
 
 /// A chain of stages with its counters and trace ring.
 pub struct Pipeline {
@@ -333,6 +356,15 @@ impl Pipeline {
 
     /// Build the pipeline `cfg` describes. `open_sink` opens the sink of each `tap:PATH`.
     pub fn build(cfg: &PipelineConfig, open_sink: &mut SinkOpener<'_>) -> Result<Self, BuildError> {
+        Self::build_with(cfg, open_sink, &mut |_| None)
+    }
+
+    /// [`Pipeline::build`], with `factory` building the stages this crate does not own.
+    pub fn build_with(
+        cfg: &PipelineConfig,
+        open_sink: &mut SinkOpener<'_>,
+        factory: &mut StageFactory<'_>,
+    ) -> Result<Self, BuildError> {
         let key = match &cfg.rss_key {
             Some(hex) => parse_rss_key(hex)?,
             None => DEFAULT_KEY,
@@ -376,6 +408,14 @@ impl Pipeline {
                         .map_err(|err| BuildError::Pcap { path: path.clone(), err })?;
                     Box::new(tap.named(format!("tap:{path}")))
                 }
+                StageSpec::VSwitch => match factory(spec) {
+                    Some(stage) => stage?,
+                    None => {
+                        return Err(BuildError::Unsupported(
+                            "the vswitch stage is built by the I/O layer (snic run), not here",
+                        ));
+                    }
+                },
             };
             p.push(stage);
         }

@@ -1,1 +1,1174 @@
-//! (being written)
+//! The vSwitch engine: GFT fast path per worker shard, one shared VFP slow path, and the
+//! control handle.
+//!
+//! # The three speeds
+//!
+//! 1. **Cached flow** (fast path, per packet): extract the [`FlowKey`], hash it, look it up in the
+//!    shard's GFT (the batch's lookups are issued together so their cache misses overlap), check
+//!    the entry's vPort epoch, run its meters, apply its [`Transposition`], count. No lock, no
+//!    allocation.
+//! 2. **Exception packet** (a miss, or a stale epoch): the packet is moved (buffer swap, no copy)
+//!    into the shard's bounded exception queue; later packets of the same flow queue behind it,
+//!    so a flow is never reordered. Overflow is a counted drop (`exception_overflow`).
+//! 3. **Slow path**: at the end of the batch the shard takes the slow-path lock once, compiles
+//!    up to `slow_budget` queued packets through the vPort's layers ([`crate::vfp`]), installs
+//!    the unified flow (and the reverse flow of a stateful connection), applies it to the packet
+//!    and releases the packet into the batch. Denied flows are cached as drop entries.
+//!
+//! TCP SYN, FIN and RST segments of cached flows are forwarded by the fast path and a copy of
+//! their key and flags goes to the slow path, which tracks the connection and tells every shard
+//! to remove the flow after FIN/RST and time-wait.
+//!
+//! # Policy changes and epochs
+//!
+//! A policy change ([`VSwitch::apply`]) is validated as a whole first (nothing is applied
+//! half-way), swapped into the slow path, and bumps the epoch of every vPort it touched. A cached
+//! entry remembers the epoch it was compiled under; a packet that finds an older epoch is an
+//! exception and is compiled again under the new policy. `apply` returns (the change is
+//! *acknowledged*) only after every shard has finished the batch it was processing when the
+//! epochs moved (each shard's state lock is taken once: a grace period), so from then on no
+//! packet is handled by a stale action.
+//!
+//! # Locks
+//!
+//! Each shard's state sits behind a mutex that its worker takes once per batch (uncontended: the
+//! control plane takes it only to dump flows and for the grace period). The slow path's mutex is
+//! taken once per batch that has exceptions, TCP copies or expired flows. Lock order: shard, then
+//! slow path; the control plane never holds the slow path while taking a shard.
+
+use crate::config::{self, ConfigError, PolicyEdit};
+use crate::gft::{ActionId, FlowEntry, FlowId, Gft, GftConfig, GftError, GftStats};
+use crate::key::{self, Direction, FlowKey, VPortId};
+use crate::policy::{Exceed, MeterSpec, Policy};
+use crate::qos::{self, EgressQueue, Enqueued, MarkResult, QueueStats, TokenBucket};
+use crate::tcp;
+use crate::vfp::{FlowAction, SlowPath, SlowPathConfig, SlowPathStats, UnifiedFlow, Verdict};
+use crate::xpose::Transposition;
+use core::fmt;
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use hashbrown::HashMap;
+use snic_pipeline::{Batch, DropReason, MAX_BATCH, PacketBuf, PortId, Stage, StageCtx, TraceWhat};
+use snic_time::Instant;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// The action id of a cached drop (a denied flow): no action-table slot.
+pub const DROP_ACTION: ActionId = ActionId(u32::MAX);
+
+/// Bits of [`FlowEntry::flags`].
+pub mod entry_flags {
+    /// Copy this flow's TCP SYN/FIN/RST to the slow path.
+    pub const TRACK_TCP: u16 = 1 << 0;
+    /// A cached drop (the policy denied the flow).
+    pub const DROP: u16 = 1 << 1;
+    /// The reverse flow of a stateful connection (installed with its forward flow).
+    pub const REVERSE: u16 = 1 << 2;
+}
+
+/// Settings of a vSwitch (all shards).
+#[derive(Debug, Clone)]
+pub struct VSwitchConfig {
+    /// Flow table of each shard.
+    pub gft: GftConfig,
+    /// Packets each shard's exception queue holds.
+    pub exception_queue: usize,
+    /// Most exception packets a shard compiles per batch (the slow path's share of the core).
+    pub slow_budget: usize,
+    /// Flow-table slots examined for idle aging per batch.
+    pub age_budget: usize,
+    /// TCP SYN/FIN/RST copies a shard buffers per batch for the slow path.
+    pub tcp_copies: usize,
+    /// Slow-path settings.
+    pub slow: SlowPathConfig,
+}
+
+impl Default for VSwitchConfig {
+    fn default() -> Self {
+        VSwitchConfig {
+            gft: GftConfig::default(),
+            exception_queue: 1024,
+            slow_budget: MAX_BATCH,
+            age_budget: 64,
+            tcp_copies: 1024,
+            slow: SlowPathConfig::default(),
+        }
+    }
+}
+
+/// Why a vSwitch could not be built.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum VSwitchError {
+    /// The policy is invalid.
+    Policy(ConfigError),
+    /// The flow table settings are invalid.
+    Table(GftError),
+    /// A setting is out of range.
+    Setting(String),
+}
+
+impl fmt::Display for VSwitchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            VSwitchError::Policy(e) => write!(f, "{e}"),
+            VSwitchError::Table(e) => write!(f, "flow table: {e}"),
+            VSwitchError::Setting(s) => f.write_str(s),
+        }
+    }
+}
+
+impl std::error::Error for VSwitchError {}
+
+/// Counters of the fast path and exception handling (one shard, or all summed).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ShardStats {
+    /// Packets served by a cached flow.
+    pub hits: u64,
+    /// Packets that found no cached flow.
+    pub misses: u64,
+    /// Packets whose cached flow was from an older epoch (re-evaluated).
+    pub stale: u64,
+    /// Packets queued behind an earlier exception packet of their flow (order kept).
+    pub queued_behind: u64,
+    /// Exception packets compiled by the slow path.
+    pub compiled: u64,
+    /// Exception packets served by a flow installed meanwhile (no compile needed).
+    pub late_hits: u64,
+    /// Exception packets dropped because the queue was full.
+    pub exception_overflow: u64,
+    /// Flows installed (forward).
+    pub installs: u64,
+    /// Reverse flows installed for stateful connections.
+    pub reverse_installs: u64,
+    /// Denied flows cached as drop entries.
+    pub drop_entries: u64,
+    /// Packets dropped by policy (first packets and cached drops).
+    pub denied: u64,
+    /// Denials by reason (slow path).
+    pub denied_by: std::collections::BTreeMap<&'static str, u64>,
+    /// TCP SYN/FIN/RST copies sent to the slow path.
+    pub tcp_copies: u64,
+    /// TCP copies lost because the per-batch buffer was full.
+    pub tcp_copy_overflow: u64,
+    /// Flows removed on the slow path's request (TCP close, policy change).
+    pub removed: u64,
+    /// Flows aged out.
+    pub expired: u64,
+    /// Flows evicted to make room.
+    pub evicted: u64,
+    /// Packets dropped by a meter.
+    pub meter_drops: u64,
+    /// Packets ECN-marked by a meter.
+    pub meter_marks: u64,
+    /// Packets whose transposition failed.
+    pub transpose_errors: u64,
+    /// Frames that are not flows (neither IP nor ARP).
+    pub not_flow: u64,
+    /// Packets on ports the policy does not name (passed through untouched).
+    pub passthrough: u64,
+}
+
+impl ShardStats {
+    fn merge(&mut self, o: &ShardStats) {
+        self.hits += o.hits;
+        self.misses += o.misses;
+        self.stale += o.stale;
+        self.queued_behind += o.queued_behind;
+        self.compiled += o.compiled;
+        self.late_hits += o.late_hits;
+        self.exception_overflow += o.exception_overflow;
+        self.installs += o.installs;
+        self.reverse_installs += o.reverse_installs;
+        self.drop_entries += o.drop_entries;
+        self.denied += o.denied;
+        for (k, v) in &o.denied_by {
+            *self.denied_by.entry(k).or_default() += v;
+        }
+        self.tcp_copies += o.tcp_copies;
+        self.tcp_copy_overflow += o.tcp_copy_overflow;
+        self.removed += o.removed;
+        self.expired += o.expired;
+        self.evicted += o.evicted;
+        self.meter_drops += o.meter_drops;
+        self.meter_marks += o.meter_marks;
+        self.transpose_errors += o.transpose_errors;
+        self.not_flow += o.not_flow;
+        self.passthrough += o.passthrough;
+    }
+}
+
+/// Everything `snic vswitch show` prints.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct VSwitchStats {
+    /// Policy generation (bumped by every applied change).
+    pub generation: u64,
+    /// Shards (workers).
+    pub shards: usize,
+    /// Cached flows in all shards.
+    pub flows: usize,
+    /// Flow-table capacity of all shards.
+    pub capacity: usize,
+    /// Distinct compiled actions in all shards.
+    pub actions: usize,
+    /// Packets waiting in exception queues.
+    pub exceptions_queued: usize,
+    /// Fast-path and exception counters, summed.
+    pub fast: ShardStats,
+    /// Flow-table counters, summed.
+    #[serde(skip)]
+    pub table: Vec<GftStats>,
+    /// Slow-path counters.
+    #[serde(skip)]
+    pub slow: SlowPathStats,
+    /// Egress queues (per shard and port).
+    #[serde(skip)]
+    pub queues: Vec<(u16, QueueStats)>,
+}
+
+/// One cached flow, as `snic vswitch dump-flows` prints it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FlowDump {
+    /// Shard (worker) holding it.
+    pub shard: usize,
+    /// The exact-match key.
+    pub key: String,
+    /// The action: transposition, output port, meters; or `drop`.
+    pub actions: String,
+    /// Packets served.
+    pub packets: u64,
+    /// Bytes served.
+    pub bytes: u64,
+    /// Seconds since it was installed.
+    pub age_secs: f64,
+    /// Seconds since its last packet.
+    pub used_secs: f64,
+    /// The vPort epoch it was compiled under.
+    pub epoch: u32,
+    /// True when its vPort's epoch moved on (the next packet re-evaluates it).
+    pub stale: bool,
+}
+
+impl fmt::Display for FlowDump {
+    /// `ovs-appctl dpctl/dump-flows` style: one line per flow.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}, packets:{}, bytes:{}, used:{:.3}s, age:{:.3}s, epoch:{}{}, actions:{}",
+            self.key,
+            self.packets,
+            self.bytes,
+            self.used_secs,
+            self.age_secs,
+            self.epoch,
+            if self.stale { " (stale)" } else { "" },
+            self.actions
+        )
+    }
+}
+
+/// What a policy change did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    /// The new policy generation.
+    pub generation: u64,
+    /// vPorts whose epoch was bumped.
+    pub vports: Vec<VPortId>,
+    /// Cached flows removed because the new policy ends their connection.
+    pub removed: usize,
+}
+
+/// Compiled actions of one shard, interned: flows with the same action share one slot.
+#[derive(Debug, Default)]
+struct ActionTable {
+    slots: Vec<Option<(FlowAction, u32)>>,
+    index: HashMap<FlowAction, u32>,
+    free: Vec<u32>,
+}
+
+impl ActionTable {
+    fn intern(&mut self, a: FlowAction) -> ActionId {
+        if let Some(&i) = self.index.get(&a) {
+            if let Some(Some((_, refs))) = self.slots.get_mut(i as usize) {
+                *refs += 1;
+            }
+            return ActionId(i);
+        }
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.slots[i as usize] = Some((a.clone(), 1));
+                i
+            }
+            None => {
+                self.slots.push(Some((a.clone(), 1)));
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.index.insert(a, i);
+        ActionId(i)
+    }
+
+    #[inline]
+    fn get(&self, id: ActionId) -> Option<&FlowAction> {
+        self.slots.get(id.0 as usize).and_then(|s| s.as_ref()).map(|(a, _)| a)
+    }
+
+    fn release(&mut self, id: ActionId) {
+        if id == DROP_ACTION {
+            return;
+        }
+        let Some(slot) = self.slots.get_mut(id.0 as usize) else { return };
+        let gone = match slot {
+            Some((_, refs)) => {
+                *refs -= 1;
+                *refs == 0
+            }
+            None => false,
+        };
+        if gone && let Some((a, _)) = slot.take() {
+            self.index.remove(&a);
+            self.free.push(id.0);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.index.len()
+    }
+}
+
+/// A packet waiting for the slow path.
+#[derive(Debug)]
+struct Exception {
+    pkt: PacketBuf,
+    key: FlowKey,
+    hash: u64,
+}
+
+/// What the fast path decided for one packet.
+enum Fate {
+    Keep,
+    Drop(DropReason),
+    /// Moved into a queue (exception queue or egress queue); the batch slot holds a spare.
+    Held,
+}
+
+/// The state of one shard (one worker's share of the flows).
+#[derive(Debug)]
+pub struct Shard {
+    index: usize,
+    gft: Gft,
+    actions: ActionTable,
+    exc: VecDeque<Exception>,
+    exc_cap: usize,
+    spare: Vec<PacketBuf>,
+    pending: HashMap<FlowKey, u32>,
+    tcp_events: Vec<(FlowKey, u8)>,
+    tcp_cap: usize,
+    removals: Vec<FlowKey>,
+    evicted: Vec<FlowKey>,
+    queues: Vec<EgressQueue>,
+    queue_specs: Vec<crate::policy::QueueSpec>,
+    draining: Vec<EgressQueue>,
+    queue_of_port: Vec<Option<usize>>,
+    vport_meters: Vec<Option<TokenBucket>>,
+    meters: Vec<MeterSpec>,
+    roles: Vec<Option<Direction>>,
+    generation: u64,
+    slow_deadline: Option<Instant>,
+    stats: ShardStats,
+    slow_budget: usize,
+    age_budget: usize,
+    keys: Vec<FlowKey>,
+    hashes: Vec<u64>,
+    ids: Vec<Option<FlowId>>,
+    kinds: Vec<u8>,
+}
+
+const K_PASS: u8 = 0;
+const K_FLOW: u8 = 1;
+const K_NOTFLOW: u8 = 2;
+
+#[derive(Debug)]
+struct ShardCell {
+    state: Mutex<Shard>,
+    removals: Mutex<Vec<FlowKey>>,
+    has_removals: AtomicBool,
+    pending: AtomicUsize,
+    /// Next deadline in nanoseconds (`u64::MAX`: none).
+    deadline: AtomicU64,
+}
+
+#[derive(Debug)]
+struct Shared {
+    slow: Mutex<SlowPath>,
+    epochs: Box<[AtomicU32]>,
+    generation: AtomicU64,
+    shards: Mutex<Vec<Arc<ShardCell>>>,
+    cfg: VSwitchConfig,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    #[inline]
+    fn epoch(&self, vport: u16) -> u32 {
+        self.epochs[usize::from(vport)].load(Ordering::Acquire)
+    }
+
+    /// Ask every shard to uncache `keys` (at its next batch).
+    fn broadcast(&self, keys: &[FlowKey], skip: Option<usize>) {
+        if keys.is_empty() {
+            return;
+        }
+        for (i, cell) in lock(&self.shards).iter().enumerate() {
+            if Some(i) == skip {
+                continue;
+            }
+            lock(&cell.removals).extend_from_slice(keys);
+            cell.has_removals.store(true, Ordering::Release);
+        }
+    }
+}
+
+/// A vSwitch: the control handle shared by the control plane and every shard.
+#[derive(Debug, Clone)]
+pub struct VSwitch {
+    shared: Arc<Shared>,
+}
+
+impl VSwitch {
+    /// A vSwitch with `policy` (validated first) and `cfg`.
+    pub fn new(policy: Policy, cfg: VSwitchConfig) -> Result<VSwitch, VSwitchError> {
+        config::validate(&policy).map_err(VSwitchError::Policy)?;
+        if cfg.exception_queue == 0 || cfg.exception_queue > 1 << 20 {
+            return Err(VSwitchError::Setting(format!(
+                "exception_queue must be 1..=1048576, got {}",
+                cfg.exception_queue
+            )));
+        }
+        // Fail early on bad table settings rather than at the first shard.
+        Gft::new(GftConfig { capacity: 1, ..cfg.gft.clone() }).map_err(VSwitchError::Table)?;
+        if cfg.gft.capacity == 0 || cfg.gft.capacity > crate::gft::MAX_CAPACITY {
+            return Err(VSwitchError::Setting(format!(
+                "flow table capacity must be 1..={}, got {}",
+                crate::gft::MAX_CAPACITY,
+                cfg.gft.capacity
+            )));
+        }
+        let epochs = (0..=u16::MAX as usize).map(|_| AtomicU32::new(1)).collect();
+        let slow = SlowPath::new(Arc::new(policy), cfg.slow.clone());
+        Ok(VSwitch {
+            shared: Arc::new(Shared {
+                slow: Mutex::new(slow),
+                epochs,
+                generation: AtomicU64::new(1),
+                shards: Mutex::new(Vec::new()),
+                cfg,
+            }),
+        })
+    }
+
+    /// A new shard and the pipeline stage that drives it (one per worker).
+    pub fn stage(&self) -> Result<VSwitchStage, VSwitchError> {
+        let cfg = &self.shared.cfg;
+        let mut shards = lock(&self.shared.shards);
+        let index = shards.len();
+        let gft = Gft::new(GftConfig {
+            seed: cfg.gft.seed ^ (index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            ..cfg.gft.clone()
+        })
+        .map_err(VSwitchError::Table)?;
+        let mut shard = Shard {
+            index,
+            gft,
+            actions: ActionTable::default(),
+            exc: VecDeque::with_capacity(cfg.exception_queue),
+            exc_cap: cfg.exception_queue,
+            spare: (0..cfg.exception_queue.min(4096)).map(|_| PacketBuf::new()).collect(),
+            pending: HashMap::with_capacity(cfg.exception_queue),
+            tcp_events: Vec::with_capacity(cfg.tcp_copies),
+            tcp_cap: cfg.tcp_copies,
+            removals: Vec::new(),
+            evicted: Vec::new(),
+            queues: Vec::new(),
+            queue_specs: Vec::new(),
+            draining: Vec::new(),
+            queue_of_port: Vec::new(),
+            vport_meters: Vec::new(),
+            meters: Vec::new(),
+            roles: Vec::new(),
+            generation: 0,
+            slow_deadline: None,
+            stats: ShardStats::default(),
+            slow_budget: cfg.slow_budget.max(1),
+            age_budget: cfg.age_budget,
+            keys: vec![FlowKey::default(); MAX_BATCH],
+            hashes: vec![0; MAX_BATCH],
+            ids: vec![None; MAX_BATCH],
+            kinds: vec![0; MAX_BATCH],
+        };
+        shard.refresh(&self.shared, Instant::ZERO);
+        let cell = Arc::new(ShardCell {
+            state: Mutex::new(shard),
+            removals: Mutex::new(Vec::new()),
+            has_removals: AtomicBool::new(false),
+            pending: AtomicUsize::new(0),
+            deadline: AtomicU64::new(u64::MAX),
+        });
+        shards.push(cell.clone());
+        Ok(VSwitchStage { shared: self.shared.clone(), cell })
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> Arc<Policy> {
+        lock(&self.shared.slow).policy().clone()
+    }
+
+    /// The current policy generation.
+    pub fn generation(&self) -> u64 {
+        self.shared.generation.load(Ordering::Acquire)
+    }
+
+    /// The current epoch of a vPort.
+    pub fn epoch(&self, vport: VPortId) -> u32 {
+        self.shared.epoch(vport.0)
+    }
+
+    /// Apply `edits` as one transaction. On error nothing changed. On success the change is
+    /// acknowledged: no packet processed after this returns uses an action compiled under the
+    /// old policy for the vPorts that changed.
+    pub fn apply(&self, edits: &[PolicyEdit]) -> Result<Applied, ConfigError> {
+        let mut removals = Vec::new();
+        let (generation, vports) = {
+            let mut slow = lock(&self.shared.slow);
+            let (next, changed) = config::apply_edits(slow.policy(), edits)?;
+            slow.set_policy(Arc::new(next), &mut removals);
+            for v in &changed {
+                self.shared.epochs[usize::from(v.0)].fetch_add(1, Ordering::AcqRel);
+            }
+            let g = self.shared.generation.fetch_add(1, Ordering::AcqRel) + 1;
+            (g, changed)
+        };
+        let removed = removals.len();
+        self.shared.broadcast(&removals, None);
+        self.grace_period();
+        Ok(Applied { generation, vports, removed })
+    }
+
+    /// Replace the whole policy (one transaction).
+    pub fn replace(&self, policy: Policy) -> Result<Applied, ConfigError> {
+        self.apply(&[PolicyEdit::Replace(policy)])
+    }
+
+    /// Wait until every shard finished the batch it was in when the epochs moved.
+    fn grace_period(&self) {
+        let cells: Vec<Arc<ShardCell>> = lock(&self.shared.shards).clone();
+        for c in cells {
+            drop(lock(&c.state));
+        }
+    }
+
+    /// Up to `limit` cached flows of every shard, with ages relative to `now`.
+    pub fn dump_flows(&self, now: Instant, limit: usize) -> Vec<FlowDump> {
+        let cells: Vec<Arc<ShardCell>> = lock(&self.shared.shards).clone();
+        let mut out = Vec::new();
+        for c in cells {
+            if out.len() >= limit {
+                break;
+            }
+            let s = lock(&c.state);
+            for (_, e) in s.gft.iter() {
+                if out.len() >= limit {
+                    break;
+                }
+                out.push(s.dump(&self.shared, now, e));
+            }
+        }
+        out
+    }
+
+    /// Counters of every shard and of the slow path.
+    pub fn stats(&self) -> VSwitchStats {
+        let cells: Vec<Arc<ShardCell>> = lock(&self.shared.shards).clone();
+        let mut st = VSwitchStats {
+            generation: self.generation(),
+            shards: cells.len(),
+            ..Default::default()
+        };
+        for c in cells {
+            let s = lock(&c.state);
+            st.flows += s.gft.len();
+            st.capacity += s.gft.capacity();
+            st.actions += s.actions.len();
+            st.exceptions_queued += s.exc.len();
+            st.fast.merge(&s.stats);
+            st.table.push(s.gft.stats());
+            st.queues.extend(s.queues.iter().map(|q| (q.port(), q.stats())));
+        }
+        st.slow = lock(&self.shared.slow).stats();
+        st
+    }
+
+    /// Bytes reserved by the flow tables of all shards.
+    pub fn table_memory(&self) -> usize {
+        let cells: Vec<Arc<ShardCell>> = lock(&self.shared.shards).clone();
+        cells.iter().map(|c| lock(&c.state).gft.memory_bytes()).sum()
+    }
+}
+
+impl Shard {
+    /// Pick up a new policy generation: roles, meters, queues.
+    fn refresh(&mut self, shared: &Shared, now: Instant) {
+        let g = shared.generation.load(Ordering::Acquire);
+        if g == self.generation {
+            return;
+        }
+        self.generation = g;
+        let policy = lock(&shared.slow).policy().clone();
+        self.roles.clear();
+        let mut set_role = |port: u16, d: Direction| {
+            let i = usize::from(port);
+            if self.roles.len() <= i {
+                self.roles.resize(i + 1, None);
+            }
+            self.roles[i] = Some(d);
+        };
+        for v in &policy.vports {
+            set_role(v.port, Direction::Out);
+        }
+        set_role(policy.underlay.port, Direction::In);
+        if self.meters != policy.meters {
+            self.meters = policy.meters.clone();
+        }
+        // vPort meters: keep a bucket's level when its settings did not change.
+        let max_id = policy.vports.iter().map(|v| usize::from(v.id.0)).max().map_or(0, |m| m + 1);
+        let mut vm: Vec<Option<TokenBucket>> = (0..max_id).map(|_| None).collect();
+        for v in &policy.vports {
+            if let Some(m) = v.meter.and_then(|m| self.meters.get(usize::from(m.0))) {
+                let old = self.vport_meters.get_mut(usize::from(v.id.0)).and_then(Option::take);
+                let b = match old {
+                    Some(mut b) => {
+                        b.set(m.rate_bps, m.burst_bytes);
+                        b
+                    }
+                    None => TokenBucket::new(m.rate_bps, m.burst_bytes, now),
+                };
+                vm[usize::from(v.id.0)] = Some(b);
+            }
+        }
+        self.vport_meters = vm;
+        // Egress queues: rebuilt when their specs change; a replaced queue that still holds
+        // packets keeps draining (no new packets) until empty.
+        if self.queue_specs != policy.queues {
+            let old = core::mem::take(&mut self.queues);
+            self.draining.extend(old.into_iter().filter(|q| !q.is_empty()));
+            self.queues = policy.queues.iter().map(|s| EgressQueue::new(s, now)).collect();
+            self.queue_specs = policy.queues.clone();
+            self.queue_of_port.clear();
+            for (i, q) in self.queues.iter().enumerate() {
+                let p = usize::from(q.port());
+                if self.queue_of_port.len() <= p {
+                    self.queue_of_port.resize(p + 1, None);
+                }
+                self.queue_of_port[p] = Some(i);
+            }
+        }
+    }
+
+    fn dump(&self, shared: &Shared, now: Instant, e: &FlowEntry) -> FlowDump {
+        let actions = if e.action == DROP_ACTION {
+            "drop".to_string()
+        } else {
+            match self.actions.get(e.action) {
+                Some(a) => describe(a),
+                None => "?".to_string(),
+            }
+        };
+        FlowDump {
+            shard: self.index,
+            key: e.key.to_string(),
+            actions,
+            packets: e.packets,
+            bytes: e.bytes,
+            age_secs: now.saturating_duration_since(e.created).as_secs_f64(),
+            used_secs: now.saturating_duration_since(e.last_seen).as_secs_f64(),
+            epoch: e.epoch,
+            stale: shared.epoch(e.vport) != e.epoch,
+        }
+    }
+
+    /// Uncache `key` (if cached), releasing its action.
+    fn uncache(&mut self, key: &FlowKey) {
+        let h = self.gft.hash(key);
+        if let Some(e) = self.gft.remove(h, key) {
+            self.actions.release(e.action);
+            self.stats.removed += 1;
+        }
+    }
+
+    fn take_removals(&mut self, cell: &ShardCell) {
+        if !cell.has_removals.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        let keys = core::mem::take(&mut *lock(&cell.removals));
+        for k in &keys {
+            self.uncache(k);
+        }
+    }
+
+    /// Insert a compiled flow; returns its slot. Displaced entries are remembered for the slow
+    /// path (their connection state) and their actions released.
+    fn install(
+        &mut self,
+        now: Instant,
+        shared: &Shared,
+        flow: UnifiedFlow,
+        reverse: bool,
+    ) -> FlowId {
+        let vport = flow.action.vport.0;
+        let epoch = shared.epoch(vport);
+        let meter_burst = flow
+            .action
+            .meter
+            .and_then(|m| self.meters.get(usize::from(m.0)))
+            .map_or(0, |m| m.burst_bytes);
+        let (tokens, stamp) = qos::bucket_init(meter_burst, now);
+        let mut flags = if flow.action.track_tcp { entry_flags::TRACK_TCP } else { 0 };
+        if reverse {
+            flags |= entry_flags::REVERSE;
+        }
+        let action = self.actions.intern(flow.action);
+        let entry = FlowEntry {
+            key: flow.key,
+            action,
+            vport,
+            flags,
+            epoch,
+            created: now,
+            last_seen: now,
+            packets: 0,
+            bytes: 0,
+            meter_tokens: tokens,
+            meter_stamp: stamp,
+        };
+        let hash = self.gft.hash(&flow.key);
+        let (id, displaced) = self.gft.insert(now, hash, entry);
+        if let Some(old) = displaced {
+            self.actions.release(old.action);
+            if old.key != flow.key {
+                self.stats.evicted += 1;
+                self.evicted.push(old.key);
+            }
+        }
+        id
+    }
+
+    fn install_drop(&mut self, now: Instant, shared: &Shared, key: FlowKey, vport: u16) {
+        let entry = FlowEntry {
+            key,
+            action: DROP_ACTION,
+            vport,
+            flags: entry_flags::DROP,
+            epoch: shared.epoch(vport),
+            created: now,
+            last_seen: now,
+            packets: 0,
+            bytes: 0,
+            meter_tokens: 0,
+            meter_stamp: now,
+        };
+        let hash = self.gft.hash(&key);
+        let (_, displaced) = self.gft.insert(now, hash, entry);
+        if let Some(old) = displaced {
+            self.actions.release(old.action);
+            if old.key != key {
+                self.stats.evicted += 1;
+                self.evicted.push(old.key);
+            }
+        }
+        self.stats.drop_entries += 1;
+    }
+
+    /// Move `p` into the exception queue (buffer swap; no copy).
+    fn to_exception(&mut self, p: &mut PacketBuf, key: FlowKey, hash: u64) -> Fate {
+        if self.exc.len() >= self.exc_cap {
+            self.stats.exception_overflow += 1;
+            return Fate::Drop(DropReason::ExceptionOverflow);
+        }
+        let mut buf = self.spare.pop().unwrap_or_default();
+        core::mem::swap(p, &mut buf);
+        self.exc.push_back(Exception { pkt: buf, key, hash });
+        *self.pending.entry(key).or_insert(0) += 1;
+        Fate::Held
+    }
+
+    /// Serve `p` with the cached entry `id`: meters, transposition, counters, TCP copy, egress
+    /// queue.
+    #[inline]
+    fn serve(&mut self, now: Instant, p: &mut PacketBuf, id: FlowId, hash: u64) -> Fate {
+        let len = p.len() as u32;
+        let e = self.gft.entry_mut(id);
+        e.packets += 1;
+        e.bytes += u64::from(len);
+        e.last_seen = now;
+        if e.action == DROP_ACTION {
+            self.stats.denied += 1;
+            return Fate::Drop(DropReason::PolicyDeny);
+        }
+        let Some(a) = self.actions.get(e.action) else {
+            self.stats.transpose_errors += 1;
+            return Fate::Drop(DropReason::TransposeFailed);
+        };
+        let mut mark = false;
+        if let Some(m) = a.meter
+            && let Some(spec) = self.meters.get(usize::from(m.0))
+            && !qos::bucket_take(
+                &mut e.meter_tokens,
+                &mut e.meter_stamp,
+                spec.rate_bps,
+                spec.burst_bytes,
+                now,
+                len,
+            )
+        {
+            match spec.exceed {
+                Exceed::Drop => {
+                    self.stats.meter_drops += 1;
+                    return Fate::Drop(DropReason::Metered);
+                }
+                Exceed::Mark => mark = true,
+            }
+        }
+        if let Some(m) = a.vport_meter
+            && let Some(spec) = self.meters.get(usize::from(m.0))
+            && let Some(Some(b)) = self.vport_meters.get_mut(usize::from(a.vport.0))
+            && !b.conform(now, len)
+        {
+            match spec.exceed {
+                Exceed::Drop => {
+                    self.stats.meter_drops += 1;
+                    return Fate::Drop(DropReason::Metered);
+                }
+                Exceed::Mark => mark = true,
+            }
+        }
+        if a.track_tcp
+            && let Some((tcp_layer, off)) = p.meta.stack.innermost().l4
+            && tcp_layer == snic_wire::stack::Layer::Tcp
+            && let Some(fl) = tcp::tcp_flags(p.data(), usize::from(off))
+            && (fl & (tcp::flags::SYN | tcp::flags::FIN | tcp::flags::RST) != 0
+                // The originator's first ACK completes the handshake: without it the slow path
+                // would count the connection as half-open until it closes.
+                || (e.packets == 2 && fl & tcp::flags::ACK != 0 && e.flags & entry_flags::REVERSE == 0))
+        {
+            if self.tcp_events.len() < self.tcp_cap {
+                self.tcp_events.push((e.key, fl));
+                self.stats.tcp_copies += 1;
+            } else {
+                self.stats.tcp_copy_overflow += 1;
+            }
+        }
+        if a.xpose.apply(p, (hash ^ (hash >> 32)) as u32).is_err() {
+            self.stats.transpose_errors += 1;
+            return Fate::Drop(DropReason::TransposeFailed);
+        }
+        p.meta.parsed = false;
+        if mark {
+            match qos::mark_ce(p.data_mut()) {
+                MarkResult::Marked | MarkResult::AlreadyCe => self.stats.meter_marks += 1,
+                MarkResult::NotEct | MarkResult::NotIp => {
+                    self.stats.meter_drops += 1;
+                    return Fate::Drop(DropReason::Metered);
+                }
+            }
+        }
+        let egress = a.egress;
+        p.meta.egress = Some(PortId(egress));
+        if let Some(Some(q)) = self.queue_of_port.get(usize::from(egress))
+            && let Some(q) = self.queues.get_mut(*q)
+        {
+            return match q.enqueue(now, p) {
+                Enqueued::Queued | Enqueued::QueuedMarked => Fate::Held,
+                Enqueued::DroppedFull => Fate::Drop(DropReason::EgressQueueFull),
+            };
+        }
+        Fate::Keep
+    }
+
+    /// The fast path for one packet of the batch (`i` indexes the scratch arrays).
+    #[inline]
+    fn fast(&mut self, shared: &Shared, now: Instant, p: &mut PacketBuf, i: usize) -> Fate {
+        match self.kinds[i] {
+            K_PASS => {
+                self.stats.passthrough += 1;
+                return Fate::Keep;
+            }
+            K_NOTFLOW => {
+                self.stats.not_flow += 1;
+                return Fate::Drop(DropReason::NotAFlow);
+            }
+            _ => {}
+        }
+        let key = self.keys[i];
+        let hash = self.hashes[i];
+        if !self.pending.is_empty() && self.pending.contains_key(&key) {
+            self.stats.queued_behind += 1;
+            return self.to_exception(p, key, hash);
+        }
+        match self.ids[i] {
+            None => {
+                self.stats.misses += 1;
+                self.to_exception(p, key, hash)
+            }
+            Some(id) => {
+                let e = self.gft.entry(id);
+                if shared.epoch(e.vport) != e.epoch {
+                    self.stats.stale += 1;
+                    return self.to_exception(p, key, hash);
+                }
+                self.stats.hits += 1;
+                self.serve(now, p, id, hash)
+            }
+        }
+    }
+
+    /// Process one batch (the stage's body).
+    fn process(
+        &mut self,
+        shared: &Shared,
+        cell: &ShardCell,
+        now: Instant,
+        batch: &mut Batch,
+        ctx: &mut StageCtx<'_>,
+    ) {
+        self.refresh(shared, now);
+        self.take_removals(cell);
+        let n = batch.len();
+        for (i, p) in batch.iter().enumerate() {
+            let port = p.meta.ingress.0;
+            self.kinds[i] = match self.roles.get(usize::from(port)).copied().flatten() {
+                None => K_PASS,
+                Some(dir) => match key::extract(p.data(), &p.meta.stack, port, dir) {
+                    Ok(k) => {
+                        self.hashes[i] = self.gft.hash(&k);
+                        self.keys[i] = k;
+                        K_FLOW
+                    }
+                    Err(_) => K_NOTFLOW,
+                },
+            };
+        }
+        {
+            let (h, k, ids) = (&self.hashes[..n], &self.keys[..n], &mut self.ids[..n]);
+            self.gft.lookup_batch(h, k, ids);
+        }
+        for i in 0..n {
+            if self.kinds[i] != K_FLOW {
+                self.ids[i] = None;
+            }
+        }
+        let mut i = 0;
+        batch.retain(|p| {
+            let fate = self.fast(shared, now, p, i);
+            i += 1;
+            match fate {
+                Fate::Keep => {
+                    if let Some(port) = p.meta.egress {
+                        ctx.trace(p, || TraceWhat::Forwarded { port, how: "gft" });
+                    }
+                    true
+                }
+                Fate::Drop(r) => ctx.drop_packet(p, r),
+                Fate::Held => false,
+            }
+        });
+        self.slow_path(shared, now, batch, ctx);
+        self.age(now);
+        for q in self.draining.iter_mut().chain(self.queues.iter_mut()) {
+            if batch.is_full() {
+                break;
+            }
+            q.dequeue(now, batch);
+        }
+        self.draining.retain(|q| !q.is_empty());
+        self.publish(cell);
+    }
+
+    /// Compile queued exception packets, feed TCP copies and evictions, run slow-path timers.
+    fn slow_path(
+        &mut self,
+        shared: &Shared,
+        now: Instant,
+        batch: &mut Batch,
+        ctx: &mut StageCtx<'_>,
+    ) {
+        let timer_due = self.slow_deadline.is_some_and(|t| t <= now);
+        if self.exc.is_empty()
+            && self.tcp_events.is_empty()
+            && self.evicted.is_empty()
+            && !timer_due
+        {
+            return;
+        }
+        let mut removals = core::mem::take(&mut self.removals);
+        {
+            let mut slow = lock(&shared.slow);
+            for (k, fl) in self.tcp_events.drain(..) {
+                slow.on_tcp(now, &k, fl, &mut removals);
+            }
+            for k in self.evicted.drain(..) {
+                slow.on_evicted(&k, &mut removals);
+            }
+            if slow.poll_timeout().is_some_and(|t| t <= now) {
+                slow.handle_timeout(now, &mut removals);
+            }
+            let mut budget = self.slow_budget;
+            while budget > 0 && !batch.is_full() {
+                let Some(mut x) = self.exc.pop_front() else { break };
+                budget -= 1;
+                if let Some(c) = self.pending.get_mut(&x.key) {
+                    *c -= 1;
+                    if *c == 0 {
+                        self.pending.remove(&x.key);
+                    }
+                }
+                let fresh = self.gft.lookup(x.hash, &x.key).filter(|id| {
+                    let e = self.gft.entry(*id);
+                    shared.epoch(e.vport) == e.epoch
+                });
+                let id = match fresh {
+                    Some(id) => {
+                        self.stats.late_hits += 1;
+                        id
+                    }
+                    None => {
+                        self.stats.compiled += 1;
+                        match slow.compile(now, x.pkt.data(), &x.pkt.meta.stack, &x.key, x.hash) {
+                            Verdict::Forward { forward, reverse } => {
+                                if let Some(r) = reverse {
+                                    self.install(now, shared, r, true);
+                                    self.stats.reverse_installs += 1;
+                                }
+                                self.stats.installs += 1;
+                                self.install(now, shared, forward, false)
+                            }
+                            Verdict::Deny { reason, cache } => {
+                                self.stats.denied += 1;
+                                *self.stats.denied_by.entry(reason.name()).or_default() += 1;
+                                if cache {
+                                    let vport = slow
+                                        .policy()
+                                        .vport_on_port(x.key.port)
+                                        .map_or(0, |v| v.id.0);
+                                    self.install_drop(now, shared, x.key, vport);
+                                }
+                                ctx.drop_packet(&x.pkt, DropReason::PolicyDeny);
+                                self.spare.push(x.pkt);
+                                continue;
+                            }
+                        }
+                    }
+                };
+                match self.serve(now, &mut x.pkt, id, x.hash) {
+                    Fate::Keep => {
+                        if let Some(port) = x.pkt.meta.egress {
+                            ctx.trace(&x.pkt, || TraceWhat::Forwarded { port, how: "slow path" });
+                        }
+                        batch.push_swap(&mut x.pkt);
+                    }
+                    Fate::Drop(r) => {
+                        ctx.drop_packet(&x.pkt, r);
+                    }
+                    Fate::Held => {}
+                }
+                self.spare.push(x.pkt);
+            }
+            self.slow_deadline = slow.poll_timeout();
+        }
+        for k in &removals {
+            self.uncache(k);
+        }
+        shared.broadcast(&removals, Some(self.index));
+        removals.clear();
+        self.removals = removals;
+    }
+
+    /// Incremental idle aging.
+    fn age(&mut self, now: Instant) {
+        if self.age_budget == 0 {
+            return;
+        }
+        let (actions, evicted, stats) = (&mut self.actions, &mut self.evicted, &mut self.stats);
+        self.gft.expire(now, self.age_budget, |e| {
+            actions.release(e.action);
+            evicted.push(e.key);
+            stats.expired += 1;
+        });
+    }
+
+    fn held(&self) -> usize {
+        self.exc.len() + self.queues.iter().chain(&self.draining).map(|q| q.len()).sum::<usize>()
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        let mut t = self.queues.iter().chain(&self.draining).filter_map(|q| q.poll_timeout()).min();
+        if !self.exc.is_empty() {
+            t = Some(Instant::ZERO);
+        }
+        match (t, self.slow_deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn publish(&self, cell: &ShardCell) {
+        cell.pending.store(self.held(), Ordering::Release);
+        let d = self.next_deadline().map_or(u64::MAX, |t| t.as_nanos());
+        cell.deadline.store(d, Ordering::Release);
+    }
+}
+
+/// One line for a compiled action: the transposition, meters and the output port.
+fn describe(a: &FlowAction) -> String {
+    let mut s = String::new();
+    let x: &Transposition = &a.xpose;
+    s.push_str(&x.to_string());
+    if let Some(m) = a.meter {
+        s.push_str(&format!(",meter:{}", m.0));
+    }
+    if let Some(m) = a.vport_meter {
+        s.push_str(&format!(",vport_meter:{}", m.0));
+    }
+    s.push_str(&format!(",output:{}", a.egress));
+    s
+}
+
+/// The pipeline stage of one vSwitch shard.
+#[derive(Debug)]
+pub struct VSwitchStage {
+    shared: Arc<Shared>,
+    cell: Arc<ShardCell>,
+}
+
+impl Stage for VSwitchStage {
+    fn name(&self) -> &str {
+        "vswitch"
+    }
+
+    fn process(&mut self, now: Instant, batch: &mut Batch, ctx: &mut StageCtx<'_>) {
+        let mut st = lock(&self.cell.state);
+        st.process(&self.shared, &self.cell, now, batch, ctx);
+    }
+
+    fn pending(&self) -> usize {
+        self.cell.pending.load(Ordering::Acquire)
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        match self.cell.deadline.load(Ordering::Acquire) {
+            u64::MAX => None,
+            t => Some(Instant::from_nanos(t)),
+        }
+    }
+}

@@ -401,7 +401,7 @@ impl fmt::Display for Action {
                 f.write_str("dnat")?;
                 for (ip, port) in backends {
                     match port {
-                        Some(p) => write!(f, " {ip}:{p}")?,
+                        Some(p) => write!(f, " {}", core::net::SocketAddr::new(*ip, *p))?,
                         None => write!(f, " {ip}")?,
                     }
                 }

@@ -1,1 +1,2172 @@
-//! (being written)
+//! The VFP slow path: walks a vPort's policy layers for the first packet of a flow and compiles
+//! the result into a unified flow (an exact-match key and one header transposition), plus the
+//! connection state that stateful actions need (NAT bindings, the reverse flow, TCP state).
+//!
+//! [`SlowPath::compile`] is called by the engine for an exception packet: a packet whose flow is
+//! not in the GFT, or whose cached entry is stale. It finds the vPort (from the ingress port for
+//! outbound packets; from the VNI and inner destination, or a matching DNAT rule, for inbound
+//! ones), walks the vPort's layers (in order outbound, in reverse inbound), and returns a
+//! [`Verdict`]: forward with a [`UnifiedFlow`] (and, for stateful flows, the reverse flow the
+//! replies will hit), or deny with a [`DenyReason`] and whether a drop entry may be cached.
+//!
+//! How the layers compose (the [`crate::policy`] module doc is the contract for rule matching):
+//! - Predicates of a layer see the packet as the earlier layers left it: after a DNAT the later
+//!   layers see the backend address; after a decapsulation they see no tunnel.
+//! - ACL: `Deny` (in any layer) denies with the layer index and rule id; `AllowStateful` makes
+//!   the connection stateful.
+//! - NAT: `Dnat` applies in both directions (the VIP case is inbound; a VM sending to an
+//!   internal VIP is the outbound one) and picks the backend `flow_hash % backends.len()`;
+//!   `Snat` applies outbound only and allocates a public port unique per (public address,
+//!   protocol) for TCP and UDP (other protocols are translated by address only). Both are
+//!   stateful.
+//! - ROUTE decides where an outbound packet goes (longest prefix match on the current
+//!   destination). Route layers are skipped inbound: inbound packets go to their vPort. With no
+//!   route layer an outbound packet is routed through the VNET; a route layer that decides
+//!   nothing (default `Pass`) is `NoRoute`.
+//! - VNET: `Encap` records the tunnel; the mapping is looked up at the end of the walk with the
+//!   final inner destination, so a VNET layer may come before or after NAT and ROUTE. A route
+//!   through the VNET without an `Encap` action, or without a mapping, is `NoMapping`. `Decap`
+//!   (inbound) checks the VNI and that the outer source is the provider address mapped to the
+//!   inner source (else `Spoofed`); an inbound tunnelled packet that no layer decapsulated is
+//!   `Spoofed` too. `Encap` inbound and `Decap` outbound are no-ops.
+//! - A route to another local vPort delivers there directly; that vPort's inbound layers are
+//!   not run (a simplification: the sender's policy decides).
+//!
+//! The ops of a flow are emitted in one fixed order: pop the outer headers, then set Ethernet,
+//! IP and L4 fields, then push the encapsulation.
+//!
+//! Stateful flows keep a connection: both directions' keys map to it, and a later `compile` of
+//! the reply key (on a worker whose cache lacks it) returns the reverse flow without consulting
+//! the inbound policy. Every TCP flow keeps a connection too (for its TCP state), stateful or
+//! not; for a non-stateful one the reply is still judged by its own direction's policy.
+//! `compile` feeds the TCP flags of the packet it is given to the connection's state; feeding
+//! the same segment again through [`SlowPath::on_tcp`] is harmless (the tracker ignores a
+//! repeated SYN, FIN or RST). Since the fast path copies only SYN, FIN and RST, the last ACK of
+//! a handshake is usually unseen: a connection still half-open after
+//! [`SlowPathConfig::half_open_timeout`] is presumed established (no longer counted against the
+//! half-open cap).
+//!
+//! This module is not the fast path: it allocates (the ops vector, connection entries) and is
+//! called once per flow. It does not meter or count packets; it assigns meters.
+
+use core::fmt;
+use core::net::IpAddr;
+use core::time::Duration;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::Arc;
+
+use hashbrown::HashMap;
+use snic_time::Instant;
+use snic_wire::stack::{Layer, Stack};
+
+use crate::classifier::Classifier;
+use crate::key::{Direction, FlowKey, KeyFlags, VPortId, from_ip};
+use crate::policy::{
+    Action, Fields, LayerKind, Mac, Mapping, MeterId, Policy, RouteTarget, TunnelKind,
+};
+use crate::tcp::{self, TcpConn, TcpEvent};
+use crate::xpose::{Encap, Op, Transposition};
+
+/// What the fast path does for one direction of one flow.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct FlowAction {
+    /// The header operations.
+    pub xpose: Transposition,
+    /// Pipeline port the packet leaves by.
+    pub egress: u16,
+    /// The vPort whose policy (and epoch) produced it.
+    pub vport: VPortId,
+    /// Per-flow meter (metering layer).
+    pub meter: Option<MeterId>,
+    /// The vPort's meter.
+    pub vport_meter: Option<MeterId>,
+    /// Copy SYN/FIN/RST of this flow to the slow path.
+    pub track_tcp: bool,
+}
+
+/// One direction of one flow: its exact-match key and what to do with it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnifiedFlow {
+    /// The key packets of this direction carry when they arrive.
+    pub key: FlowKey,
+    /// What the fast path does with them.
+    pub action: FlowAction,
+}
+
+/// Why the slow path dropped a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DenyReason {
+    /// No vPort owns the packet (unknown ingress port, VNI or destination).
+    NoVPort,
+    /// A `Deny` action: layer index (outbound order) and rule id (`None`: the layer default).
+    Acl {
+        /// Index of the layer in the vPort's outbound order.
+        layer: u8,
+        /// The rule, or `None` for the layer's default.
+        rule: Option<u32>,
+    },
+    /// A route layer decided nothing, or routed to a vPort that does not exist.
+    NoRoute,
+    /// A blackhole route.
+    RouteDrop,
+    /// Routed through the VNET but no mapping (or no `Encap`) for the destination.
+    NoMapping,
+    /// A tunnelled packet whose VNI or outer source does not match a mapping of its inner
+    /// source, or that no layer decapsulated.
+    Spoofed,
+    /// The half-open TCP connection cap was reached.
+    HalfOpenCap,
+    /// No free SNAT port.
+    SnatExhausted,
+    /// Not an IP (or ARP) packet.
+    NotIp,
+    /// The ops the layers produced do not form a valid transposition.
+    BadTransposition,
+    /// A TCP segment the connection state does not allow (e.g. a RST for an unknown flow).
+    TcpInvalid,
+    /// The connection table is full.
+    ConnLimit,
+    /// A tunnel other than VXLAN or NVGRE.
+    UnsupportedTunnel,
+}
+
+impl DenyReason {
+    /// Short name for counters: `"no_vport"`, `"acl"`, `"no_route"`, ...
+    pub const fn name(self) -> &'static str {
+        match self {
+            DenyReason::NoVPort => "no_vport",
+            DenyReason::Acl { .. } => "acl",
+            DenyReason::NoRoute => "no_route",
+            DenyReason::RouteDrop => "route_drop",
+            DenyReason::NoMapping => "no_mapping",
+            DenyReason::Spoofed => "spoofed",
+            DenyReason::HalfOpenCap => "half_open_cap",
+            DenyReason::SnatExhausted => "snat_exhausted",
+            DenyReason::NotIp => "not_ip",
+            DenyReason::BadTransposition => "bad_transposition",
+            DenyReason::TcpInvalid => "tcp_invalid",
+            DenyReason::ConnLimit => "conn_limit",
+            DenyReason::UnsupportedTunnel => "unsupported_tunnel",
+        }
+    }
+
+    /// True when the reason is a property of the policy (a drop entry may be cached), false for
+    /// transient conditions (caps, exhaustion, TCP state).
+    pub const fn cacheable(self) -> bool {
+        !matches!(
+            self,
+            DenyReason::HalfOpenCap
+                | DenyReason::SnatExhausted
+                | DenyReason::BadTransposition
+                | DenyReason::TcpInvalid
+                | DenyReason::ConnLimit
+        )
+    }
+}
+
+impl fmt::Display for DenyReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DenyReason::Acl { layer, rule: Some(r) } => write!(f, "acl (layer {layer}, rule {r})"),
+            DenyReason::Acl { layer, rule: None } => write!(f, "acl (layer {layer}, default)"),
+            r => f.write_str(r.name()),
+        }
+    }
+}
+
+/// The slow path's answer for one exception packet.
+#[allow(clippy::large_enum_variant, reason = "returned once per flow setup, never stored")]
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// Forward this packet with `forward`; also cache `reverse` (stateful flows) when present.
+    Forward {
+        /// The flow of this packet.
+        forward: UnifiedFlow,
+        /// The flow its replies will hit, for stateful flows.
+        reverse: Option<UnifiedFlow>,
+    },
+    /// Drop this packet. `cache` = true when caching a drop entry for the flow is safe (policy
+    /// denies; not transient conditions like `HalfOpenCap`).
+    Deny {
+        /// Why.
+        reason: DenyReason,
+        /// Whether a drop entry may be cached.
+        cache: bool,
+    },
+}
+
+/// Limits of the slow path's connection state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlowPathConfig {
+    /// Most half-open TCP connections (SYN seen, not established); further SYNs are denied
+    /// (not cached). Default 65,536.
+    pub max_half_open: usize,
+    /// How long a closed TCP connection stays before its flows are removed. Default 2 s: the
+    /// flows only need to outlive retransmitted FINs and the last ACK, not a full 2 MSL (the
+    /// hosts keep their own time-wait).
+    pub time_wait: Duration,
+    /// Most connections (stateful flows and TCP flows). Default 1,048,576.
+    pub max_conns: usize,
+    /// How long a connection counts as half-open at most. The fast path copies only SYN, FIN
+    /// and RST, so the last ACK of a handshake is usually not seen: a connection still
+    /// half-open after this long is presumed established and no longer counts against
+    /// `max_half_open` (it is kept). Default 10 s.
+    pub half_open_timeout: Duration,
+}
+
+impl Default for SlowPathConfig {
+    fn default() -> Self {
+        SlowPathConfig {
+            max_half_open: 65_536,
+            time_wait: Duration::from_secs(2),
+            max_conns: 1 << 20,
+            half_open_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Counters and gauges of the slow path.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SlowPathStats {
+    /// Forward verdicts (new flows and re-compiled ones).
+    pub compiled: u64,
+    /// Deny verdicts.
+    pub denied: u64,
+    /// Connections now (gauge).
+    pub conns: u64,
+    /// Half-open TCP connections now (gauge).
+    pub half_open: u64,
+    /// SYNs denied by the half-open cap.
+    pub half_open_rejected: u64,
+    /// Connections in time-wait (removal scheduled) now (gauge).
+    pub time_wait: u64,
+    /// Connections removed (closed, reset, evicted, denied by a new policy).
+    pub closed: u64,
+    /// SNAT ports allocated now (gauge).
+    pub snat_in_use: u64,
+    /// TCP segments the connection state rejected.
+    pub tcp_invalid: u64,
+    /// Replies served from a connection's reverse flow by `compile`.
+    pub reverse_hits: u64,
+    /// `on_tcp` calls for keys with no connection.
+    pub tcp_untracked: u64,
+    /// Connections created.
+    pub opened: u64,
+}
+
+/// How a packet enters or leaves the vSwitch, seen from one flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hop {
+    /// The VM side of a vPort (index in `Policy::vports`).
+    VPort(usize),
+    /// The underlay, tunnelled to or from a remote provider address.
+    Tunnel {
+        kind: TunnelKind,
+        /// The remote provider address.
+        pa: IpAddr,
+        vni: u32,
+        /// The remote customer MAC (inner Ethernet destination towards it).
+        mac: Mac,
+    },
+    /// The underlay, plain (internet / VIP traffic), through the gateway.
+    Uplink,
+}
+
+/// Addresses and ports of a packet (inner).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Tuple {
+    src: IpAddr,
+    dst: IpAddr,
+    sport: u16,
+    dport: u16,
+}
+
+/// An allocated SNAT port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct SnatBinding {
+    ip: IpAddr,
+    proto: u8,
+    port: u16,
+}
+
+/// The first packet of a flow, as much of it as the walk reads (kept by connections so a new
+/// policy can re-walk them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Origin {
+    key: FlowKey,
+    eth_src: Mac,
+    eth_dst: Mac,
+    ethertype: u16,
+    tunnel: Option<Layer>,
+    flow_hash: u64,
+}
+
+impl Origin {
+    fn new(frame: &[u8], stack: &Stack, key: &FlowKey, flow_hash: u64) -> Origin {
+        let inner = stack.innermost();
+        let mac_at = |at: usize| -> Mac {
+            frame.get(at..at + 6).and_then(|s| s.try_into().ok()).unwrap_or([0; 6])
+        };
+        let (eth_dst, eth_src) = match inner.eth {
+            Some(o) => (mac_at(usize::from(o)), mac_at(usize::from(o) + 6)),
+            None => ([0; 6], [0; 6]),
+        };
+        Origin {
+            key: *key,
+            eth_src,
+            eth_dst,
+            ethertype: inner.ethertype,
+            tunnel: if key.is_tunnel() { stack.tunnel.map(|t| t.0) } else { None },
+            flow_hash,
+        }
+    }
+
+    fn fields(&self) -> Fields {
+        let k = &self.key;
+        Fields {
+            eth_src: self.eth_src,
+            eth_dst: self.eth_dst,
+            ethertype: self.ethertype,
+            ip_src: Some(k.src_ip()),
+            ip_dst: Some(k.dst_ip()),
+            proto: k.proto,
+            l4_src: k.src_port,
+            l4_dst: k.dst_port,
+            vni: k.vni(),
+            outer_src: k.outer_src_ip(),
+            outer_dst: k.outer_dst_ip(),
+        }
+    }
+}
+
+/// The outcome of a successful walk: everything the flows are built from.
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    vport: usize,
+    entry: Hop,
+    exit: Hop,
+    orig: Tuple,
+    fin: Tuple,
+    stateful: bool,
+    snat: Option<SnatBinding>,
+    meter: Option<MeterId>,
+}
+
+/// One layer, precomputed for lookups.
+#[derive(Debug, Clone)]
+struct CompiledLayer {
+    classifier: Classifier,
+    /// VNET mappings by (VNI, customer address as the key stores it).
+    mappings: HashMap<(u32, [u8; 16]), Mapping>,
+}
+
+/// The policy, precomputed: per-layer classifiers and the vPort indexes.
+#[derive(Debug, Clone, Default)]
+struct Compiled {
+    /// Per vPort (same index as `Policy::vports`), per layer.
+    layers: Vec<Vec<CompiledLayer>>,
+    by_port: HashMap<u16, usize>,
+    by_vni_ip: HashMap<(u32, [u8; 16]), usize>,
+    by_vni_mac: HashMap<(u32, Mac), usize>,
+    by_ip: HashMap<[u8; 16], usize>,
+    by_id: HashMap<VPortId, usize>,
+    /// (vPort, layer, rule) of every DNAT rule that can apply inbound: VIP ownership.
+    vip_rules: Vec<(usize, usize, usize)>,
+}
+
+impl Compiled {
+    fn build(p: &Policy) -> Compiled {
+        let mut c = Compiled::default();
+        for (vi, v) in p.vports.iter().enumerate() {
+            c.by_port.entry(v.port).or_insert(vi);
+            c.by_id.entry(v.id).or_insert(vi);
+            c.by_vni_mac.entry((v.vni, v.mac)).or_insert(vi);
+            for ip in &v.ips {
+                c.by_vni_ip.entry((v.vni, from_ip(*ip))).or_insert(vi);
+                c.by_ip.entry(from_ip(*ip)).or_insert(vi);
+            }
+            let mut layers = Vec::with_capacity(v.layers.len());
+            for (li, l) in v.layers.iter().enumerate() {
+                let mut mappings = HashMap::with_capacity(l.mappings.len());
+                for m in &l.mappings {
+                    mappings.entry((m.vni, from_ip(m.ca))).or_insert(*m);
+                }
+                for (ri, r) in l.rules.iter().enumerate() {
+                    if matches!(r.action, Action::Dnat { .. }) && r.dir != Some(Direction::Out) {
+                        c.vip_rules.push((vi, li, ri));
+                    }
+                }
+                layers.push(CompiledLayer {
+                    classifier: Classifier::build(&l.rules, l.kind == LayerKind::Route),
+                    mappings,
+                });
+            }
+            c.layers.push(layers);
+        }
+        c
+    }
+}
+
+/// A set of 65,536 ports of one (public address, protocol).
+#[derive(Clone)]
+struct PortPool {
+    bits: Box<[u64; 1024]>,
+    cursor: u16,
+    used: u32,
+}
+
+impl fmt::Debug for PortPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PortPool").field("used", &self.used).finish()
+    }
+}
+
+impl PortPool {
+    fn new() -> PortPool {
+        PortPool { bits: Box::new([0; 1024]), cursor: 0, used: 0 }
+    }
+
+    fn is_used(&self, port: u16) -> bool {
+        let p = usize::from(port);
+        self.bits[p / 64] & (1 << (p % 64)) != 0
+    }
+
+    /// A free port in `lo..=hi`, searching from the cursor and wrapping.
+    fn peek(&self, lo: u16, hi: u16) -> Option<u16> {
+        if lo > hi {
+            return None;
+        }
+        let start = self.cursor.clamp(lo, hi);
+        self.scan(start, hi).or_else(|| if start > lo { self.scan(lo, start - 1) } else { None })
+    }
+
+    /// The first free port in `from..=to`, skipping full words.
+    fn scan(&self, from: u16, to: u16) -> Option<u16> {
+        let mut p = u32::from(from);
+        let to = u32::from(to);
+        while p <= to {
+            let w = self.bits[(p / 64) as usize];
+            if w == u64::MAX {
+                p = (p / 64 + 1) * 64;
+                continue;
+            }
+            if w & (1 << (p % 64)) == 0 {
+                return u16::try_from(p).ok();
+            }
+            p += 1;
+        }
+        None
+    }
+
+    fn mark(&mut self, port: u16) {
+        if !self.is_used(port) {
+            let p = usize::from(port);
+            self.bits[p / 64] |= 1 << (p % 64);
+            self.used += 1;
+        }
+        self.cursor = port.wrapping_add(1);
+    }
+
+    fn free(&mut self, port: u16) {
+        if self.is_used(port) {
+            let p = usize::from(port);
+            self.bits[p / 64] &= !(1 << (p % 64));
+            self.used -= 1;
+        }
+    }
+}
+
+/// State of one connection: a stateful flow or a TCP flow.
+#[derive(Debug, Clone)]
+struct Conn {
+    /// Distinguishes this connection from earlier ones in the same slot (timers).
+    serial: u64,
+    origin: Origin,
+    fwd_key: FlowKey,
+    rev_key: FlowKey,
+    forward: UnifiedFlow,
+    /// The reverse flow, for stateful connections.
+    reverse: Option<UnifiedFlow>,
+    snat: Option<SnatBinding>,
+    tcp: Option<TcpConn>,
+    /// Removal scheduled (time-wait, reset).
+    expires: Option<Instant>,
+    /// Counted in the half-open gauge.
+    half_open: bool,
+    /// Half-open for longer than `half_open_timeout`: presumed established.
+    presumed_open: bool,
+    /// When the current half-open period ends (the timer that may presume it established).
+    half_open_until: Instant,
+}
+
+/// What a timer does when it fires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum TimerKind {
+    /// Remove the connection (time-wait over, or reset).
+    Expire,
+    /// Stop counting the connection as half-open.
+    HalfOpen,
+}
+
+/// The VFP slow path: the policy, its precomputed classifiers, and the connection state.
+pub struct SlowPath {
+    policy: Arc<Policy>,
+    compiled: Compiled,
+    cfg: SlowPathConfig,
+    slots: Vec<Option<Conn>>,
+    free_slots: Vec<u32>,
+    by_key: HashMap<FlowKey, u32>,
+    pools: HashMap<(IpAddr, u8), PortPool>,
+    timers: BinaryHeap<Reverse<(Instant, u32, u64, TimerKind)>>,
+    /// Keys to remove that `compile` could not hand out (it has no `removals`).
+    pending: Vec<FlowKey>,
+    next_serial: u64,
+    conns: usize,
+    half_open: usize,
+    time_wait: usize,
+    snat_in_use: usize,
+    stats: SlowPathStats,
+}
+
+impl fmt::Debug for SlowPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SlowPath")
+            .field("vports", &self.policy.vports.len())
+            .field("cfg", &self.cfg)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+const SYN: u8 = tcp::flags::SYN;
+const ACK: u8 = tcp::flags::ACK;
+const RST: u8 = tcp::flags::RST;
+const FIN: u8 = tcp::flags::FIN;
+
+/// The TCP flags byte of the packet, when it is TCP and the header parsed.
+fn tcp_flags(frame: &[u8], stack: &Stack, key: &FlowKey) -> Option<u8> {
+    if key.proto != 6 || key.is_arp() {
+        return None;
+    }
+    match stack.innermost().l4 {
+        Some((Layer::Tcp, o)) => frame.get(usize::from(o) + 13).copied(),
+        _ => None,
+    }
+}
+
+fn is_syn(flags: u8) -> bool {
+    flags & (SYN | ACK | RST) == SYN
+}
+
+fn has_ports(proto: u8) -> bool {
+    proto == 6 || proto == 17
+}
+
+fn layer_index(i: usize) -> u8 {
+    u8::try_from(i).unwrap_or(u8::MAX)
+}
+
+impl SlowPath {
+    /// A slow path for `policy` (already validated).
+    pub fn new(policy: Arc<Policy>, cfg: SlowPathConfig) -> SlowPath {
+        let compiled = Compiled::build(&policy);
+        SlowPath {
+            policy,
+            compiled,
+            cfg,
+            slots: Vec::new(),
+            free_slots: Vec::new(),
+            by_key: HashMap::new(),
+            pools: HashMap::new(),
+            timers: BinaryHeap::new(),
+            pending: Vec::new(),
+            next_serial: 0,
+            conns: 0,
+            half_open: 0,
+            time_wait: 0,
+            snat_in_use: 0,
+            stats: SlowPathStats::default(),
+        }
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> &Arc<Policy> {
+        &self.policy
+    }
+
+    /// Swap in a new policy (per-layer classifiers are precomputed here, not per packet).
+    /// Connection state (NAT bindings, TCP state) survives, but every later compile uses only
+    /// the new policy: each connection is re-walked now; one the new policy denies is removed
+    /// (both keys pushed to `removals`), and one whose reply key changed has its old reply key
+    /// pushed.
+    pub fn set_policy(&mut self, policy: Arc<Policy>, removals: &mut Vec<FlowKey>) {
+        removals.append(&mut self.pending);
+        self.compiled = Compiled::build(&policy);
+        self.policy = policy;
+        for slot in 0..self.slots.len() {
+            let Some(mut conn) = self.slots[slot].take() else { continue };
+            let keep = match self.walk(&conn.origin, conn.snat) {
+                Ok(plan) if plan.stateful || conn.tcp.is_some() => {
+                    match self.build_flows(&conn.origin, &plan) {
+                        Ok((forward, reverse)) => {
+                            self.rebind_snat(conn.snat, plan.snat);
+                            conn.snat = plan.snat;
+                            if reverse.key != conn.rev_key {
+                                removals.push(conn.rev_key);
+                                if self.by_key.get(&conn.rev_key) == Some(&(slot as u32)) {
+                                    self.by_key.remove(&conn.rev_key);
+                                }
+                                conn.rev_key = reverse.key;
+                                self.by_key.insert(reverse.key, slot as u32);
+                            }
+                            conn.forward = forward;
+                            conn.reverse = plan.stateful.then_some(reverse);
+                            true
+                        }
+                        Err(_) => false,
+                    }
+                }
+                _ => false,
+            };
+            self.slots[slot] = Some(conn);
+            if !keep {
+                self.remove_conn(slot as u32, None, removals);
+            }
+        }
+    }
+
+    /// Direction of packets arriving on pipeline port `port`: a vPort's port -> Out, the
+    /// underlay port -> In.
+    pub fn role(&self, port: u16) -> Option<Direction> {
+        if self.compiled.by_port.contains_key(&port) {
+            Some(Direction::Out)
+        } else if port == self.policy.underlay.port {
+            Some(Direction::In)
+        } else {
+            None
+        }
+    }
+
+    /// The first packet of a flow (or of a flow whose cached entry is stale). `key` was
+    /// extracted by the engine (`key::extract`, direction from `role`); `frame`/`stack` are the
+    /// packet as received (for the fields the key lacks: MACs, EtherType); `flow_hash` is
+    /// `key`'s hash for SLB/ECMP choices. A TCP packet's flags drive its connection's state.
+    pub fn compile(
+        &mut self,
+        now: Instant,
+        frame: &[u8],
+        stack: &Stack,
+        key: &FlowKey,
+        flow_hash: u64,
+    ) -> Verdict {
+        let flags = tcp_flags(frame, stack, key);
+        if let Some(&slot) = self.by_key.get(key) {
+            return self.compile_known(now, slot, key, flags, frame, stack, flow_hash);
+        }
+        let origin = Origin::new(frame, stack, key, flow_hash);
+        let plan = match self.walk(&origin, None) {
+            Ok(p) => p,
+            Err(r) => return self.deny(r),
+        };
+        let (forward, reverse) = match self.build_flows(&origin, &plan) {
+            Ok(f) => f,
+            Err(r) => return self.deny(r),
+        };
+        let is_tcp = key.proto == 6 && !key.is_arp();
+        if !plan.stateful && !is_tcp {
+            self.stats.compiled += 1;
+            return Verdict::Forward { forward, reverse: None };
+        }
+        let tcp = match (is_tcp, flags) {
+            (false, _) => None,
+            (true, Some(f)) if f & RST != 0 || (f & SYN != 0 && f & FIN != 0) => {
+                self.stats.tcp_invalid += 1;
+                return self.deny(DenyReason::TcpInvalid);
+            }
+            (true, Some(f)) => {
+                if is_syn(f) && self.half_open >= self.cfg.max_half_open {
+                    self.stats.half_open_rejected += 1;
+                    return self.deny(DenyReason::HalfOpenCap);
+                }
+                // A SYN opens it; anything else is picked up mid-stream (after a policy change
+                // or an eviction) as established.
+                Some(TcpConn::new(now, Direction::Out, f))
+            }
+            // No TCP header (a non-first fragment): mid-stream.
+            (true, None) => Some(TcpConn::new(now, Direction::Out, ACK)),
+        };
+        if self.conns >= self.cfg.max_conns {
+            return self.deny(DenyReason::ConnLimit);
+        }
+        // A reply key held by another connection: that one is stale (its peer reused the
+        // tuple); replace it.
+        if let Some(&other) = self.by_key.get(&reverse.key) {
+            let mut pending = core::mem::take(&mut self.pending);
+            self.remove_conn(other, None, &mut pending);
+            self.pending = pending;
+        }
+        if let Some(b) = plan.snat {
+            self.pools.entry((b.ip, b.proto)).or_insert_with(PortPool::new).mark(b.port);
+            self.snat_in_use += 1;
+        }
+        let half_open = tcp.as_ref().is_some_and(TcpConn::is_half_open);
+        let half_open_until = now.saturating_add(self.cfg.half_open_timeout);
+        let serial = self.next_serial;
+        self.next_serial += 1;
+        let conn = Conn {
+            serial,
+            origin,
+            fwd_key: *key,
+            rev_key: reverse.key,
+            forward: forward.clone(),
+            reverse: plan.stateful.then(|| reverse.clone()),
+            snat: plan.snat,
+            tcp,
+            expires: None,
+            half_open,
+            presumed_open: false,
+            half_open_until,
+        };
+        let slot = match self.free_slots.pop() {
+            Some(s) => {
+                self.slots[s as usize] = Some(conn);
+                s
+            }
+            None => {
+                self.slots.push(Some(conn));
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.by_key.insert(*key, slot);
+        self.by_key.insert(reverse.key, slot);
+        self.conns += 1;
+        self.stats.opened += 1;
+        if half_open {
+            self.half_open += 1;
+            self.timers.push(Reverse((half_open_until, slot, serial, TimerKind::HalfOpen)));
+        }
+        self.stats.compiled += 1;
+        Verdict::Forward { forward, reverse: plan.stateful.then_some(reverse) }
+    }
+
+    /// `compile` of a key that belongs to a connection.
+    #[allow(clippy::too_many_arguments)]
+    fn compile_known(
+        &mut self,
+        now: Instant,
+        slot: u32,
+        key: &FlowKey,
+        flags: Option<u8>,
+        frame: &[u8],
+        stack: &Stack,
+        flow_hash: u64,
+    ) -> Verdict {
+        let Some(conn) = self.slots.get(slot as usize).and_then(Option::as_ref) else {
+            // Unreachable by construction; recover by forgetting the key.
+            self.by_key.remove(key);
+            return self.deny(DenyReason::NoVPort);
+        };
+        let is_fwd = conn.fwd_key == *key;
+        if let Some(f) = flags
+            && conn.tcp.is_some()
+        {
+            let dir = if is_fwd { Direction::Out } else { Direction::In };
+            if self.tcp_segment(now, slot, dir, f) == TcpEvent::Invalid {
+                return self.deny(DenyReason::TcpInvalid);
+            }
+        }
+        let Some(conn) = self.slots.get(slot as usize).and_then(Option::as_ref) else {
+            return self.deny(DenyReason::TcpInvalid);
+        };
+        if is_fwd {
+            self.stats.compiled += 1;
+            return Verdict::Forward {
+                forward: conn.forward.clone(),
+                reverse: conn.reverse.clone(),
+            };
+        }
+        if let Some(rev) = &conn.reverse {
+            let v = Verdict::Forward { forward: rev.clone(), reverse: Some(conn.forward.clone()) };
+            self.stats.compiled += 1;
+            self.stats.reverse_hits += 1;
+            return v;
+        }
+        // The reply of a non-stateful TCP connection: its own direction's policy decides.
+        let origin = Origin::new(frame, stack, key, flow_hash);
+        // A stateful action there needs no second connection (the replies of this one are
+        // known); an SNAT there would need a port binding nobody owns, so it is refused.
+        let verdict = match self.walk(&origin, None) {
+            Ok(plan) if plan.snat.is_some() => Err(DenyReason::SnatExhausted),
+            Ok(plan) => self.build_flows(&origin, &plan).map(|(forward, _)| forward),
+            Err(r) => Err(r),
+        };
+        match verdict {
+            Ok(forward) => {
+                self.stats.compiled += 1;
+                Verdict::Forward { forward, reverse: None }
+            }
+            Err(r) => self.deny(r),
+        }
+    }
+
+    /// A copied TCP SYN/FIN/RST of a cached flow (`flags` = the TCP flags byte).
+    pub fn on_tcp(&mut self, now: Instant, key: &FlowKey, flags: u8, removals: &mut Vec<FlowKey>) {
+        removals.append(&mut self.pending);
+        let Some(&slot) = self.by_key.get(key) else {
+            self.stats.tcp_untracked += 1;
+            return;
+        };
+        let Some(conn) = self.slots.get(slot as usize).and_then(Option::as_ref) else { return };
+        if conn.tcp.is_none() {
+            self.stats.tcp_untracked += 1;
+            return;
+        }
+        let dir = if conn.fwd_key == *key { Direction::Out } else { Direction::In };
+        self.tcp_segment(now, slot, dir, flags);
+        removals.append(&mut self.pending);
+    }
+
+    /// Feed one segment to a connection's TCP state; keeps the gauges and the timers (removal
+    /// after time-wait or reset, half-open aging) in step with the state.
+    fn tcp_segment(&mut self, now: Instant, slot: u32, dir: Direction, flags: u8) -> TcpEvent {
+        let (time_wait, half_open_timeout) = (self.cfg.time_wait, self.cfg.half_open_timeout);
+        let Some(conn) = self.slots.get_mut(slot as usize).and_then(Option::as_mut) else {
+            return TcpEvent::None;
+        };
+        let Some(tcp) = conn.tcp.as_mut() else { return TcpEvent::None };
+        let was_half_open = tcp.is_half_open();
+        let ev = tcp.on_segment(now, dir, flags);
+        let is_half_open = tcp.is_half_open();
+        let expires = tcp.expires(time_wait);
+        let old = core::mem::replace(&mut conn.expires, expires);
+        let serial = conn.serial;
+        if ev == TcpEvent::Invalid {
+            self.stats.tcp_invalid += 1;
+        }
+        if is_half_open && !was_half_open {
+            // Reopened (a new SYN on the tuple after time-wait or reset).
+            conn.presumed_open = false;
+            let t = now.saturating_add(half_open_timeout);
+            conn.half_open_until = t;
+            self.timers.push(Reverse((t, slot, serial, TimerKind::HalfOpen)));
+        }
+        let counted = is_half_open && !conn.presumed_open;
+        match (core::mem::replace(&mut conn.half_open, counted), counted) {
+            (true, false) => self.half_open -= 1,
+            (false, true) => self.half_open += 1,
+            _ => {}
+        }
+        match (old, expires) {
+            (None, Some(t)) => {
+                self.time_wait += 1;
+                self.timers.push(Reverse((t, slot, serial, TimerKind::Expire)));
+            }
+            (Some(_), None) => self.time_wait -= 1,
+            (Some(a), Some(b)) if a != b => {
+                self.timers.push(Reverse((b, slot, serial, TimerKind::Expire)))
+            }
+            _ => {}
+        }
+        self.prune_timers();
+        ev
+    }
+
+    /// The fast path aged out or evicted `key`'s entry: its connection goes, and the other
+    /// key of the connection is pushed to `removals`.
+    pub fn on_evicted(&mut self, key: &FlowKey, removals: &mut Vec<FlowKey>) {
+        removals.append(&mut self.pending);
+        let Some(&slot) = self.by_key.get(key) else { return };
+        // The evicted key itself is already gone from the cache.
+        self.remove_conn(slot, Some(key), removals);
+    }
+
+    /// Time-wait expiry and other timers; pushes the keys whose cached flows must be removed.
+    /// Spurious calls are no-ops.
+    pub fn handle_timeout(&mut self, now: Instant, removals: &mut Vec<FlowKey>) {
+        removals.append(&mut self.pending);
+        while let Some(&Reverse((t, slot, serial, kind))) = self.timers.peek() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            let Some(conn) = self.slots.get_mut(slot as usize).and_then(Option::as_mut) else {
+                continue;
+            };
+            if conn.serial != serial {
+                continue;
+            }
+            match kind {
+                TimerKind::Expire => {
+                    if conn.expires.is_some_and(|e| e <= now) {
+                        self.remove_conn(slot, None, removals);
+                    }
+                }
+                TimerKind::HalfOpen => {
+                    if conn.half_open && conn.half_open_until == t {
+                        conn.half_open = false;
+                        conn.presumed_open = true;
+                        self.half_open -= 1;
+                    }
+                }
+            }
+        }
+        self.prune_timers();
+    }
+
+    /// True while a timer entry still refers to a pending deadline of its connection.
+    fn timer_live(&self, t: Instant, slot: u32, serial: u64, kind: TimerKind) -> bool {
+        self.slots.get(slot as usize).and_then(Option::as_ref).is_some_and(|c| {
+            c.serial == serial
+                && match kind {
+                    TimerKind::Expire => c.expires.is_some(),
+                    TimerKind::HalfOpen => c.half_open && c.half_open_until == t,
+                }
+        })
+    }
+
+    /// Drop stale timers from the top of the heap, so `poll_timeout` names a real deadline.
+    fn prune_timers(&mut self) {
+        while let Some(&Reverse((t, slot, serial, kind))) = self.timers.peek() {
+            if self.timer_live(t, slot, serial, kind) {
+                break;
+            }
+            self.timers.pop();
+        }
+    }
+
+    /// The next time `handle_timeout` has work (`Instant::ZERO` when removals are pending).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if !self.pending.is_empty() {
+            return Some(Instant::ZERO);
+        }
+        self.timers.peek().map(|Reverse((t, ..))| *t)
+    }
+
+    /// Counters and gauges.
+    pub fn stats(&self) -> SlowPathStats {
+        SlowPathStats {
+            conns: self.conns as u64,
+            half_open: self.half_open as u64,
+            time_wait: self.time_wait as u64,
+            snat_in_use: self.snat_in_use as u64,
+            ..self.stats.clone()
+        }
+    }
+
+    fn deny(&mut self, reason: DenyReason) -> Verdict {
+        self.stats.denied += 1;
+        Verdict::Deny { reason, cache: reason.cacheable() }
+    }
+
+    /// Drop a connection: both keys to `removals`, its SNAT port freed, gauges updated.
+    /// `skip` is a key not to push (already gone from the cache).
+    fn remove_conn(&mut self, slot: u32, skip: Option<&FlowKey>, removals: &mut Vec<FlowKey>) {
+        let Some(conn) = self.slots.get_mut(slot as usize).and_then(Option::take) else { return };
+        for k in [conn.fwd_key, conn.rev_key] {
+            if self.by_key.get(&k) == Some(&slot) {
+                self.by_key.remove(&k);
+            }
+            if skip != Some(&k) {
+                removals.push(k);
+            }
+        }
+        if let Some(b) = conn.snat {
+            self.free_snat(b);
+        }
+        if conn.half_open {
+            self.half_open -= 1;
+        }
+        if conn.expires.is_some() {
+            self.time_wait -= 1;
+        }
+        self.conns -= 1;
+        self.stats.closed += 1;
+        self.free_slots.push(slot);
+        self.prune_timers();
+    }
+
+    fn free_snat(&mut self, b: SnatBinding) {
+        if let Some(pool) = self.pools.get_mut(&(b.ip, b.proto))
+            && pool.is_used(b.port)
+        {
+            pool.free(b.port);
+            self.snat_in_use -= 1;
+        }
+    }
+
+    /// Move a connection's SNAT binding from `old` to `new`.
+    fn rebind_snat(&mut self, old: Option<SnatBinding>, new: Option<SnatBinding>) {
+        if old == new {
+            return;
+        }
+        if let Some(b) = old {
+            self.free_snat(b);
+        }
+        if let Some(b) = new {
+            let pool = self.pools.entry((b.ip, b.proto)).or_insert_with(PortPool::new);
+            if !pool.is_used(b.port) {
+                self.snat_in_use += 1;
+            }
+            pool.mark(b.port);
+        }
+    }
+
+    /// The vPort a packet belongs to and its direction.
+    fn resolve(&self, o: &Origin, f: &Fields) -> Result<(usize, Direction), DenyReason> {
+        let k = &o.key;
+        let c = &self.compiled;
+        if let Some(&vi) = c.by_port.get(&k.port) {
+            return Ok((vi, Direction::Out));
+        }
+        if k.port != self.policy.underlay.port {
+            return Err(DenyReason::NoVPort);
+        }
+        let vi = if k.is_tunnel() {
+            c.by_vni_ip
+                .get(&(k.vni, k.dst))
+                .or_else(|| c.by_vni_mac.get(&(k.vni, o.eth_dst)))
+                .copied()
+        } else {
+            c.by_ip.get(&k.dst).copied().or_else(|| {
+                c.vip_rules.iter().find_map(|&(vi, li, ri)| {
+                    let rule = self.policy.vports.get(vi)?.layers.get(li)?.rules.get(ri)?;
+                    rule.matches(f, Direction::In).then_some(vi)
+                })
+            })
+        };
+        vi.map(|vi| (vi, Direction::In)).ok_or(DenyReason::NoVPort)
+    }
+
+    /// Walk the layers of the packet's vPort. `reuse` is the SNAT binding the connection
+    /// already holds (a re-walk keeps it when the new policy still allows it).
+    fn walk(&self, o: &Origin, reuse: Option<SnatBinding>) -> Result<Plan, DenyReason> {
+        let mut f = o.fields();
+        let (vi, dir) = self.resolve(o, &f)?;
+        let vport = self.policy.vports.get(vi).ok_or(DenyReason::NoVPort)?;
+        let clayers = self.compiled.layers.get(vi).ok_or(DenyReason::NoVPort)?;
+        let k = &o.key;
+        let orig = Tuple { src: k.src_ip(), dst: k.dst_ip(), sport: k.src_port, dport: k.dst_port };
+        let ports = has_ports(k.proto) && !k.is_arp();
+        let entry = match dir {
+            Direction::Out => Hop::VPort(vi),
+            Direction::In => match (k.outer_src_ip(), o.tunnel) {
+                (None, _) => Hop::Uplink,
+                (Some(pa), Some(Layer::Vxlan)) => {
+                    Hop::Tunnel { kind: TunnelKind::Vxlan, pa, vni: k.vni, mac: o.eth_src }
+                }
+                (Some(pa), Some(Layer::Nvgre)) => {
+                    Hop::Tunnel { kind: TunnelKind::Nvgre, pa, vni: k.vni, mac: o.eth_src }
+                }
+                (Some(_), _) => return Err(DenyReason::UnsupportedTunnel),
+            },
+        };
+        let mut stateful = false;
+        let mut snat = None;
+        let mut meter = None;
+        let mut route: Option<RouteTarget> = None;
+        let mut route_layer = false;
+        let mut encap: Option<(TunnelKind, u32, usize)> = None;
+        let mut decapped = false;
+        let n = vport.layers.len().min(clayers.len());
+        for step in 0..n {
+            let li = match dir {
+                Direction::Out => step,
+                Direction::In => n - 1 - step,
+            };
+            let (layer, cl) = (&vport.layers[li], &clayers[li]);
+            if layer.kind == LayerKind::Route {
+                if dir == Direction::In {
+                    continue;
+                }
+                route_layer = true;
+            }
+            let (action, rule_id) =
+                match cl.classifier.lookup(&f, dir).and_then(|i| layer.rules.get(i)) {
+                    Some(r) => (&r.action, Some(r.id)),
+                    None => (&layer.default, None),
+                };
+            match action {
+                Action::Pass | Action::Allow => {}
+                Action::Deny => {
+                    return Err(DenyReason::Acl { layer: layer_index(li), rule: rule_id });
+                }
+                Action::AllowStateful => stateful = true,
+                Action::Encap { kind, vni } => {
+                    if dir == Direction::Out {
+                        encap = Some((*kind, *vni, li));
+                    }
+                }
+                Action::Decap => {
+                    if dir == Direction::In {
+                        let ok = k.is_tunnel()
+                            && k.vni == vport.vni
+                            && cl
+                                .mappings
+                                .get(&(k.vni, k.src))
+                                .is_some_and(|m| Some(m.pa) == k.outer_src_ip());
+                        if !ok {
+                            return Err(DenyReason::Spoofed);
+                        }
+                        decapped = true;
+                        f.vni = None;
+                        f.outer_src = None;
+                        f.outer_dst = None;
+                    }
+                }
+                Action::Dnat { backends } => {
+                    if backends.is_empty() {
+                        continue;
+                    }
+                    let i = (o.flow_hash % backends.len() as u64) as usize;
+                    if let Some(&(ip, port)) = backends.get(i) {
+                        f.ip_dst = Some(ip);
+                        if let (Some(p), true) = (port, ports) {
+                            f.l4_dst = p;
+                        }
+                        stateful = true;
+                    }
+                }
+                Action::Snat { ip, ports: (lo, hi) } => {
+                    if dir == Direction::Out {
+                        f.ip_src = Some(*ip);
+                        stateful = true;
+                        if ports {
+                            let port = match reuse {
+                                Some(b)
+                                    if b.ip == *ip
+                                        && b.proto == k.proto
+                                        && (*lo..=*hi).contains(&b.port) =>
+                                {
+                                    b.port
+                                }
+                                _ => self
+                                    .pools
+                                    .get(&(*ip, k.proto))
+                                    .map_or(Some((*lo).min(*hi)), |p| p.peek(*lo, *hi))
+                                    .filter(|_| lo <= hi)
+                                    .ok_or(DenyReason::SnatExhausted)?,
+                            };
+                            f.l4_src = port;
+                            snat = Some(SnatBinding { ip: *ip, proto: k.proto, port });
+                        }
+                    }
+                }
+                Action::Route(t) => {
+                    if *t == RouteTarget::Drop {
+                        return Err(DenyReason::RouteDrop);
+                    }
+                    route = Some(*t);
+                }
+                Action::Meter(m) => meter = Some(*m),
+            }
+        }
+        let fin = Tuple {
+            src: f.ip_src.unwrap_or(orig.src),
+            dst: f.ip_dst.unwrap_or(orig.dst),
+            sport: f.l4_src,
+            dport: f.l4_dst,
+        };
+        let exit = match dir {
+            Direction::In => {
+                if k.is_tunnel() && !decapped {
+                    return Err(DenyReason::Spoofed);
+                }
+                Hop::VPort(vi)
+            }
+            Direction::Out => match route {
+                None if route_layer => return Err(DenyReason::NoRoute),
+                Some(RouteTarget::Uplink) => Hop::Uplink,
+                Some(RouteTarget::VPort(id)) => {
+                    Hop::VPort(*self.compiled.by_id.get(&id).ok_or(DenyReason::NoRoute)?)
+                }
+                Some(RouteTarget::Drop) => return Err(DenyReason::RouteDrop),
+                None | Some(RouteTarget::Vnet) => {
+                    let (kind, vni, li) = encap.ok_or(DenyReason::NoMapping)?;
+                    let m = clayers
+                        .get(li)
+                        .and_then(|cl| cl.mappings.get(&(vni, from_ip(fin.dst))))
+                        .ok_or(DenyReason::NoMapping)?;
+                    Hop::Tunnel { kind, pa: m.pa, vni, mac: m.mac }
+                }
+            },
+        };
+        Ok(Plan { vport: vi, entry, exit, orig, fin, stateful, snat, meter })
+    }
+
+    /// The forward flow (for `o.key`) and the reverse flow (the replies) of a plan.
+    fn build_flows(&self, o: &Origin, p: &Plan) -> Result<(UnifiedFlow, UnifiedFlow), DenyReason> {
+        let vport = self.policy.vports.get(p.vport).ok_or(DenyReason::NoVPort)?;
+        let k = &o.key;
+        let track_tcp = k.proto == 6 && !k.is_arp();
+        let action = |xpose: Transposition, egress: u16| FlowAction {
+            xpose,
+            egress,
+            vport: vport.id,
+            meter: p.meter,
+            vport_meter: vport.meter,
+            track_tcp,
+        };
+        // Forward: from the entry hop, translated orig -> fin, to the exit hop.
+        let (fops, fegress) = self.ops(p.entry, p.orig, p.fin, p.exit)?;
+        let forward = UnifiedFlow { key: *k, action: action(fops, fegress) };
+        // Reverse: the reply arrives at the exit hop addressed to fin, leaves by the entry hop.
+        let swap = |t: Tuple| Tuple { src: t.dst, dst: t.src, sport: t.dport, dport: t.sport };
+        let (rops, regress) = self.ops(p.exit, swap(p.fin), swap(p.orig), p.entry)?;
+        let rkey = self.arrival_key(p.exit, swap(p.fin), k);
+        let reverse = UnifiedFlow { key: rkey, action: action(rops, regress) };
+        Ok((forward, reverse))
+    }
+
+    /// The key of a packet with tuple `t` arriving by `hop` (protocol and ARP-ness from `like`).
+    fn arrival_key(&self, hop: Hop, t: Tuple, like: &FlowKey) -> FlowKey {
+        let u = &self.policy.underlay;
+        let mut k = FlowKey {
+            proto: like.proto,
+            flags: like.flags & KeyFlags::ARP,
+            src_port: t.sport,
+            dst_port: t.dport,
+            ..FlowKey::default()
+        };
+        k.set_src_ip(t.src);
+        k.set_dst_ip(t.dst);
+        match hop {
+            Hop::VPort(vi) => {
+                k.port = self.policy.vports.get(vi).map_or(0, |v| v.port);
+                k.set_direction(Direction::Out);
+            }
+            Hop::Tunnel { pa, vni, .. } => {
+                k.port = u.port;
+                k.set_direction(Direction::In);
+                k.set_tunnel(Some((pa, u.ip, vni)));
+            }
+            Hop::Uplink => {
+                k.port = u.port;
+                k.set_direction(Direction::In);
+            }
+        }
+        k
+    }
+
+    /// The transposition of a packet entering by `from` with tuple `a`, translated to tuple
+    /// `b`, leaving by `to`; and its egress port. Pops, then modifies, then pushes.
+    fn ops(
+        &self,
+        from: Hop,
+        a: Tuple,
+        b: Tuple,
+        to: Hop,
+    ) -> Result<(Transposition, u16), DenyReason> {
+        let u = &self.policy.underlay;
+        let mut ops = Vec::with_capacity(6);
+        if matches!(from, Hop::Tunnel { .. }) {
+            ops.push(Op::PopOuter);
+        }
+        let (egress, eth_src, eth_dst, push) = match to {
+            Hop::VPort(vi) => {
+                let v = self.policy.vports.get(vi).ok_or(DenyReason::NoVPort)?;
+                (v.port, None, v.mac, None)
+            }
+            Hop::Tunnel { kind, pa, vni, mac } => {
+                let e = Encap {
+                    kind,
+                    src_mac: u.mac,
+                    dst_mac: u.gateway_mac,
+                    src_ip: u.ip,
+                    dst_ip: pa,
+                    vni,
+                    ttl: u.ttl,
+                    udp_dst: u.vxlan_port,
+                };
+                (u.port, None, mac, Some(e))
+            }
+            Hop::Uplink => (u.port, Some(u.mac), u.gateway_mac, None),
+        };
+        if let Some(m) = eth_src {
+            ops.push(Op::SetEthSrc(m));
+        }
+        ops.push(Op::SetEthDst(eth_dst));
+        if a.src != b.src {
+            ops.push(Op::SetIpSrc(b.src));
+        }
+        if a.dst != b.dst {
+            ops.push(Op::SetIpDst(b.dst));
+        }
+        if a.sport != b.sport {
+            ops.push(Op::SetL4Src(b.sport));
+        }
+        if a.dport != b.dport {
+            ops.push(Op::SetL4Dst(b.dport));
+        }
+        if let Some(e) = push {
+            ops.push(Op::PushEncap(e));
+        }
+        let x = Transposition::new(ops).map_err(|_| DenyReason::BadTransposition)?;
+        Ok((x, egress))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key::extract;
+    use crate::policy::{LayerPolicy, Matcher, Predicate, Rule, Underlay, VPortPolicy, Value};
+    use core::net::Ipv4Addr;
+    use proptest::prelude::*;
+
+    const UL_MAC: Mac = [0x02, 0, 0, 0, 0, 0x01];
+    const GW_MAC: Mac = [0x02, 0, 0, 0, 0, 0xfe];
+    const A_MAC: Mac = [0x02, 0, 0, 0, 0xa, 0x01];
+    const B_MAC: Mac = [0x02, 0, 0, 0, 0xb, 0x01];
+    const REMOTE_MAC: Mac = [0x02, 0, 0, 0, 0xc, 0x02];
+    const UL_PORT: u16 = 1;
+    const A_PORT: u16 = 2;
+    const B_PORT: u16 = 3;
+    const VNI: u32 = 42;
+
+    fn v4(a: u8, b: u8, c: u8, d: u8) -> IpAddr {
+        IpAddr::V4(Ipv4Addr::new(a, b, c, d))
+    }
+    fn o4(ip: IpAddr) -> [u8; 4] {
+        match ip {
+            IpAddr::V4(a) => a.octets(),
+            IpAddr::V6(_) => unreachable!("tests use IPv4"),
+        }
+    }
+
+    const PA_LOCAL: [u8; 4] = [192, 0, 2, 1];
+    const PA_REMOTE: [u8; 4] = [192, 0, 2, 2];
+    const A_IP: [u8; 4] = [10, 0, 0, 1];
+    const B_IP: [u8; 4] = [10, 0, 0, 5];
+    const REMOTE_IP: [u8; 4] = [10, 0, 0, 2];
+
+    // ---- frames ---------------------------------------------------------------------------
+
+    fn eth(dst: Mac, src: Mac, ty: u16, payload: &[u8]) -> Vec<u8> {
+        let mut f = Vec::with_capacity(14 + payload.len());
+        f.extend_from_slice(&dst);
+        f.extend_from_slice(&src);
+        f.extend_from_slice(&ty.to_be_bytes());
+        f.extend_from_slice(payload);
+        f
+    }
+
+    fn ipv4(src: [u8; 4], dst: [u8; 4], proto: u8, payload: &[u8]) -> Vec<u8> {
+        let mut h = vec![0u8; 20];
+        h[0] = 0x45;
+        h[2..4].copy_from_slice(&(20 + payload.len() as u16).to_be_bytes());
+        h[8] = 64;
+        h[9] = proto;
+        h[12..16].copy_from_slice(&src);
+        h[16..20].copy_from_slice(&dst);
+        let c = snic_wire::checksum::data(&h);
+        h[10..12].copy_from_slice(&(!c).to_be_bytes());
+        h.extend_from_slice(payload);
+        h
+    }
+
+    fn udp(sp: u16, dp: u16, payload: &[u8]) -> Vec<u8> {
+        let mut u = Vec::with_capacity(8 + payload.len());
+        u.extend_from_slice(&sp.to_be_bytes());
+        u.extend_from_slice(&dp.to_be_bytes());
+        u.extend_from_slice(&(8 + payload.len() as u16).to_be_bytes());
+        u.extend_from_slice(&[0, 0]);
+        u.extend_from_slice(payload);
+        u
+    }
+
+    fn tcp_seg(sp: u16, dp: u16, flags: u8) -> Vec<u8> {
+        let mut t = vec![0u8; 20];
+        t[0..2].copy_from_slice(&sp.to_be_bytes());
+        t[2..4].copy_from_slice(&dp.to_be_bytes());
+        t[12] = 5 << 4;
+        t[13] = flags;
+        t[14..16].copy_from_slice(&1024u16.to_be_bytes());
+        t
+    }
+
+    /// An inner Ethernet/IPv4/UDP frame.
+    fn udp_frame(dmac: Mac, smac: Mac, s: [u8; 4], d: [u8; 4], sp: u16, dp: u16) -> Vec<u8> {
+        eth(dmac, smac, 0x0800, &ipv4(s, d, 17, &udp(sp, dp, b"data")))
+    }
+
+    /// An inner Ethernet/IPv4/TCP frame.
+    fn tcp_frame(
+        dmac: Mac,
+        smac: Mac,
+        s: [u8; 4],
+        d: [u8; 4],
+        sp: u16,
+        dp: u16,
+        fl: u8,
+    ) -> Vec<u8> {
+        eth(dmac, smac, 0x0800, &ipv4(s, d, 6, &tcp_seg(sp, dp, fl)))
+    }
+
+    /// `inner` in VXLAN from `os` to `od`.
+    fn vxlan(os: [u8; 4], od: [u8; 4], vni: u32, inner: &[u8]) -> Vec<u8> {
+        let mut v = vec![0x08, 0, 0, 0];
+        v.extend_from_slice(&(vni << 8).to_be_bytes());
+        v.extend_from_slice(inner);
+        eth(UL_MAC, GW_MAC, 0x0800, &ipv4(os, od, 17, &udp(49152, 4789, &v)))
+    }
+
+    fn key_of(frame: &[u8], port: u16, dir: Direction) -> FlowKey {
+        extract(frame, &Stack::parse(frame), port, dir).expect("test frame has a key")
+    }
+
+    fn compile(sp: &mut SlowPath, now: Instant, frame: &[u8], port: u16) -> (FlowKey, Verdict) {
+        let dir = sp.role(port).expect("port has a role");
+        let k = key_of(frame, port, dir);
+        let v = sp.compile(now, frame, &Stack::parse(frame), &k, k.hash_with(7));
+        (k, v)
+    }
+
+    fn forward(v: Verdict) -> (UnifiedFlow, Option<UnifiedFlow>) {
+        match v {
+            Verdict::Forward { forward, reverse } => (forward, reverse),
+            Verdict::Deny { reason, .. } => panic!("denied: {reason}"),
+        }
+    }
+
+    fn deny(v: Verdict) -> (DenyReason, bool) {
+        match v {
+            Verdict::Deny { reason, cache } => (reason, cache),
+            Verdict::Forward { forward, .. } => panic!("forwarded: {:?}", forward.key),
+        }
+    }
+
+    // ---- policies -------------------------------------------------------------------------
+
+    fn rule(
+        id: u32,
+        priority: u32,
+        dir: Option<Direction>,
+        preds: Vec<Predicate>,
+        action: Action,
+    ) -> Rule {
+        Rule { id, priority, dir, predicates: preds, action }
+    }
+
+    fn pred(field: crate::policy::Field, matcher: Matcher) -> Predicate {
+        Predicate { field, matcher }
+    }
+
+    fn layer(name: &str, kind: LayerKind, rules: Vec<Rule>, default: Action) -> LayerPolicy {
+        LayerPolicy { name: name.into(), kind, rules, default, mappings: Vec::new() }
+    }
+
+    fn remote_mapping() -> Mapping {
+        Mapping {
+            ca: IpAddr::from(REMOTE_IP),
+            pa: IpAddr::from(PA_REMOTE),
+            mac: REMOTE_MAC,
+            vni: VNI,
+        }
+    }
+
+    fn vnet_layer() -> LayerPolicy {
+        let mut l = layer(
+            "vnet",
+            LayerKind::Vnet,
+            vec![
+                rule(
+                    1,
+                    10,
+                    Some(Direction::Out),
+                    vec![],
+                    Action::Encap { kind: TunnelKind::Vxlan, vni: VNI },
+                ),
+                rule(2, 10, Some(Direction::In), vec![], Action::Decap),
+            ],
+            Action::Pass,
+        );
+        l.mappings.push(remote_mapping());
+        l
+    }
+
+    fn vport(id: u16, port: u16, mac: Mac, ip: [u8; 4], layers: Vec<LayerPolicy>) -> VPortPolicy {
+        VPortPolicy {
+            id: VPortId(id),
+            name: format!("vm{id}"),
+            port,
+            mac,
+            ips: vec![IpAddr::from(ip)],
+            vni: VNI,
+            meter: None,
+            layers,
+        }
+    }
+
+    fn policy(a_layers: Vec<LayerPolicy>) -> Policy {
+        Policy {
+            underlay: Underlay {
+                port: UL_PORT,
+                ip: IpAddr::from(PA_LOCAL),
+                mac: UL_MAC,
+                gateway_mac: GW_MAC,
+                vxlan_port: 4789,
+                ttl: 64,
+            },
+            vports: vec![
+                vport(1, A_PORT, A_MAC, A_IP, a_layers),
+                vport(
+                    2,
+                    B_PORT,
+                    B_MAC,
+                    B_IP,
+                    vec![layer("acl", LayerKind::Acl, vec![], Action::Allow)],
+                ),
+            ],
+            meters: Vec::new(),
+            queues: Vec::new(),
+        }
+    }
+
+    fn slow(p: Policy) -> SlowPath {
+        SlowPath::new(Arc::new(p), SlowPathConfig::default())
+    }
+
+    fn encap_to_remote() -> Op {
+        Op::PushEncap(Encap {
+            kind: TunnelKind::Vxlan,
+            src_mac: UL_MAC,
+            dst_mac: GW_MAC,
+            src_ip: IpAddr::from(PA_LOCAL),
+            dst_ip: IpAddr::from(PA_REMOTE),
+            vni: VNI,
+            ttl: 64,
+            udp_dst: 4789,
+        })
+    }
+
+    use crate::policy::Field as F;
+
+    // ---- tests ----------------------------------------------------------------------------
+
+    #[test]
+    fn outbound_vxlan_encap_flow_has_exact_ops() {
+        let mut sp = slow(policy(vec![
+            layer("acl", LayerKind::Acl, vec![], Action::Allow),
+            vnet_layer(),
+            layer(
+                "meter",
+                LayerKind::Meter,
+                vec![rule(1, 1, None, vec![], Action::Meter(MeterId(3)))],
+                Action::Pass,
+            ),
+        ]));
+        assert_eq!(sp.role(A_PORT), Some(Direction::Out));
+        assert_eq!(sp.role(UL_PORT), Some(Direction::In));
+        assert_eq!(sp.role(9), None);
+        let f = udp_frame(GW_MAC, A_MAC, A_IP, REMOTE_IP, 5000, 53);
+        let (k, v) = compile(&mut sp, Instant::ZERO, &f, A_PORT);
+        let (fwd, rev) = forward(v);
+        assert_eq!(rev, None, "plain allow is not stateful");
+        assert_eq!(fwd.key, k);
+        assert_eq!(fwd.action.xpose.ops(), &[Op::SetEthDst(REMOTE_MAC), encap_to_remote()]);
+        assert_eq!(fwd.action.egress, UL_PORT);
+        assert_eq!(fwd.action.vport, VPortId(1));
+        assert_eq!(fwd.action.meter, Some(MeterId(3)));
+        assert!(!fwd.action.track_tcp);
+        assert_eq!(sp.stats().conns, 0);
+        // No mapping for the destination.
+        let f = udp_frame(GW_MAC, A_MAC, A_IP, [10, 0, 0, 9], 5000, 53);
+        assert_eq!(
+            deny(compile(&mut sp, Instant::ZERO, &f, A_PORT).1),
+            (DenyReason::NoMapping, true)
+        );
+        let s = sp.stats();
+        assert_eq!((s.compiled, s.denied), (1, 1));
+    }
+
+    #[test]
+    fn outbound_arp_is_encapsulated_by_target_address() {
+        let mut sp = slow(policy(vec![vnet_layer()]));
+        let mut arp = vec![0, 1, 8, 0, 6, 4, 0, 1];
+        arp.extend_from_slice(&A_MAC);
+        arp.extend_from_slice(&A_IP);
+        arp.extend_from_slice(&[0; 6]);
+        arp.extend_from_slice(&REMOTE_IP);
+        let f = eth([0xff; 6], A_MAC, 0x0806, &arp);
+        let (k, v) = compile(&mut sp, Instant::ZERO, &f, A_PORT);
+        assert!(k.is_arp());
+        let (fwd, _) = forward(v);
+        assert_eq!(fwd.action.xpose.ops(), &[Op::SetEthDst(REMOTE_MAC), encap_to_remote()]);
+    }
+
+    #[test]
+    fn inbound_decap_checks_vni_and_outer_source() {
+        let mut sp =
+            slow(policy(vec![layer("acl", LayerKind::Acl, vec![], Action::Allow), vnet_layer()]));
+        let inner = udp_frame(A_MAC, REMOTE_MAC, REMOTE_IP, A_IP, 53, 5000);
+        let f = vxlan(PA_REMOTE, PA_LOCAL, VNI, &inner);
+        let (k, v) = compile(&mut sp, Instant::ZERO, &f, UL_PORT);
+        assert!(k.is_tunnel());
+        let (fwd, rev) = forward(v);
+        assert_eq!(rev, None);
+        assert_eq!(fwd.action.xpose.ops(), &[Op::PopOuter, Op::SetEthDst(A_MAC)]);
+        assert_eq!((fwd.action.egress, fwd.action.vport), (A_PORT, VPortId(1)));
+        // Outer source is not the PA mapped to the inner source.
+        let f = vxlan([192, 0, 2, 99], PA_LOCAL, VNI, &inner);
+        assert_eq!(
+            deny(compile(&mut sp, Instant::ZERO, &f, UL_PORT).1),
+            (DenyReason::Spoofed, true)
+        );
+        // Inner source not mapped at all.
+        let inner2 = udp_frame(A_MAC, REMOTE_MAC, [10, 0, 0, 77], A_IP, 53, 5000);
+        let f = vxlan(PA_REMOTE, PA_LOCAL, VNI, &inner2);
+        assert_eq!(
+            deny(compile(&mut sp, Instant::ZERO, &f, UL_PORT).1),
+            (DenyReason::Spoofed, true)
+        );
+        // Another VNI: no vPort there.
+        let f = vxlan(PA_REMOTE, PA_LOCAL, VNI + 1, &inner);
+        assert_eq!(
+            deny(compile(&mut sp, Instant::ZERO, &f, UL_PORT).1),
+            (DenyReason::NoVPort, true)
+        );
+        // Plain inbound to an address nobody owns.
+        let f = udp_frame(UL_MAC, GW_MAC, [8, 8, 8, 8], [10, 9, 9, 9], 53, 5000);
+        assert_eq!(
+            deny(compile(&mut sp, Instant::ZERO, &f, UL_PORT).1),
+            (DenyReason::NoVPort, true)
+        );
+    }
+
+    #[test]
+    fn tunnelled_packet_no_layer_decapsulates_is_spoofed() {
+        let mut sp = slow(policy(vec![layer("acl", LayerKind::Acl, vec![], Action::Allow)]));
+        let inner = udp_frame(A_MAC, REMOTE_MAC, REMOTE_IP, A_IP, 53, 5000);
+        let f = vxlan(PA_REMOTE, PA_LOCAL, VNI, &inner);
+        assert_eq!(
+            deny(compile(&mut sp, Instant::ZERO, &f, UL_PORT).1),
+            (DenyReason::Spoofed, true)
+        );
+    }
+
+    #[test]
+    fn acl_deny_names_layer_and_rule() {
+        let acl = layer(
+            "acl",
+            LayerKind::Acl,
+            vec![
+                rule(
+                    7,
+                    10,
+                    None,
+                    vec![pred(F::L4Dst, Matcher::Exact(Value::Int(53)))],
+                    Action::Deny,
+                ),
+                rule(
+                    8,
+                    20,
+                    None,
+                    vec![pred(F::IpProto, Matcher::Exact(Value::Int(17)))],
+                    Action::Allow,
+                ),
+            ],
+            Action::Deny,
+        );
+        let mut sp = slow(policy(vec![
+            layer("meter", LayerKind::Meter, vec![], Action::Pass),
+            acl,
+            vnet_layer(),
+        ]));
+        let f = udp_frame(GW_MAC, A_MAC, A_IP, REMOTE_IP, 5000, 53);
+        let r = deny(compile(&mut sp, Instant::ZERO, &f, A_PORT).1);
+        assert_eq!(r, (DenyReason::Acl { layer: 1, rule: Some(7) }, true));
+        assert_eq!(r.0.name(), "acl");
+        // UDP elsewhere: allowed by rule 8.
+        let f = udp_frame(GW_MAC, A_MAC, A_IP, REMOTE_IP, 5000, 54);
+        forward(compile(&mut sp, Instant::ZERO, &f, A_PORT).1);
+        // TCP: the layer default denies.
+        let f = tcp_frame(GW_MAC, A_MAC, A_IP, REMOTE_IP, 5000, 80, tcp::flags::SYN);
+        assert_eq!(
+            deny(compile(&mut sp, Instant::ZERO, &f, A_PORT).1),
+            (DenyReason::Acl { layer: 1, rule: None }, true)
+        );
+        assert_eq!(sp.stats().conns, 0, "a denied SYN opens nothing");
+    }
+
+    /// ACL allowing outbound TCP to port 80 statefully, and nothing inbound.
+    fn stateful_policy() -> Policy {
+        let acl = layer(
+            "acl",
+            LayerKind::Acl,
+            vec![rule(
+                1,
+                10,
+                Some(Direction::Out),
+                vec![pred(F::L4Dst, Matcher::Exact(Value::Int(80)))],
+                Action::AllowStateful,
+            )],
+            Action::Deny,
+        );
+        policy(vec![acl, vnet_layer()])
+    }
+
+    #[test]
+    fn stateful_allow_installs_the_exact_reverse_flow() {
+        let mut sp = slow(stateful_policy());
+        let syn = tcp_frame(GW_MAC, A_MAC, A_IP, REMOTE_IP, 40000, 80, tcp::flags::SYN);
+        let (k, v) = compile(&mut sp, Instant::ZERO, &syn, A_PORT);
+        let (fwd, rev) = forward(v);
+        let rev = rev.expect("stateful");
+        assert_eq!(fwd.key, k);
+        assert!(fwd.action.track_tcp && rev.action.track_tcp);
+        assert_eq!(fwd.action.xpose.ops(), &[Op::SetEthDst(REMOTE_MAC), encap_to_remote()]);
+        // The reply as it really arrives: tunnelled from the remote PA.
+        let reply_inner = tcp_frame(
+            A_MAC,
+            REMOTE_MAC,
+            REMOTE_IP,
+            A_IP,
+            80,
+            40000,
+            tcp::flags::SYN | tcp::flags::ACK,
+        );
+        let reply = vxlan(PA_REMOTE, PA_LOCAL, VNI, &reply_inner);
+        let rk = key_of(&reply, UL_PORT, Direction::In);
+        assert_eq!(rev.key, rk);
+        assert_eq!(rev.action.xpose.ops(), &[Op::PopOuter, Op::SetEthDst(A_MAC)]);
+        assert_eq!((rev.action.egress, rev.action.vport), (A_PORT, VPortId(1)));
+        let s = sp.stats();
+        assert_eq!((s.conns, s.half_open), (1, 1));
+        // The reply, compiled on a worker that lacks it, gets the reverse flow although the
+        // inbound ACL denies everything.
+        let (f2, r2) = forward(sp.compile(Instant::ZERO, &reply, &Stack::parse(&reply), &rk, 1));
+        assert_eq!(f2, rev);
+        assert_eq!(r2, Some(fwd));
+        assert_eq!(sp.stats().reverse_hits, 1);
+        assert_eq!(sp.stats().half_open, 1, "SYN-ACK: still half-open");
+        // A non-matching inbound packet (another source port) is denied by the inbound ACL.
+        let other_inner = tcp_frame(A_MAC, REMOTE_MAC, REMOTE_IP, A_IP, 81, 40000, tcp::flags::SYN);
+        let other = vxlan(PA_REMOTE, PA_LOCAL, VNI, &other_inner);
+        assert_eq!(
+            deny(compile(&mut sp, Instant::ZERO, &other, UL_PORT).1),
+            (DenyReason::Acl { layer: 0, rule: None }, true)
+        );
+    }
+
+    #[test]
+    fn dnat_backend_is_stable_per_flow_and_spread() {
+        let vip = v4(203, 0, 113, 10);
+        let backends = vec![
+            (IpAddr::from(A_IP), Some(8080)),
+            (v4(10, 0, 0, 3), Some(8080)),
+            (v4(10, 0, 0, 4), None),
+        ];
+        let nat = layer(
+            "nat",
+            LayerKind::Nat,
+            vec![rule(
+                1,
+                1,
+                Some(Direction::In),
+                vec![
+                    pred(F::IpDst, Matcher::Exact(Value::Ip(vip))),
+                    pred(F::L4Dst, Matcher::Exact(Value::Int(80))),
+                ],
+                Action::Dnat { backends: backends.clone() },
+            )],
+            Action::Pass,
+        );
+        let mut sp = slow(policy(vec![layer("acl", LayerKind::Acl, vec![], Action::Allow), nat]));
+        let mut seen = [0usize; 3];
+        for i in 0..64u16 {
+            let f = tcp_frame(
+                UL_MAC,
+                GW_MAC,
+                [198, 51, 100, 7],
+                o4(vip),
+                30000 + i,
+                80,
+                tcp::flags::SYN,
+            );
+            let k = key_of(&f, UL_PORT, Direction::In);
+            let h = k.hash_with(99);
+            let want = (h % 3) as usize;
+            seen[want] += 1;
+            let (fwd, rev) = forward(sp.compile(Instant::ZERO, &f, &Stack::parse(&f), &k, h));
+            let (ip, port) = backends[want];
+            let mut ops = vec![Op::SetEthDst(A_MAC), Op::SetIpDst(ip)];
+            if let Some(p) = port {
+                ops.push(Op::SetL4Dst(p));
+            }
+            assert_eq!(fwd.action.xpose.ops(), &ops[..]);
+            assert_eq!(fwd.action.egress, A_PORT);
+            // The reply from the DIP, as the VM sends it.
+            let rf = tcp_frame(
+                GW_MAC,
+                A_MAC,
+                o4(ip),
+                [198, 51, 100, 7],
+                port.unwrap_or(80),
+                30000 + i,
+                0x12,
+            );
+            let rev = rev.expect("dnat is stateful");
+            assert_eq!(rev.key, key_of(&rf, A_PORT, Direction::Out));
+            let mut rops = vec![Op::SetEthSrc(UL_MAC), Op::SetEthDst(GW_MAC), Op::SetIpSrc(vip)];
+            if port.is_some() {
+                rops.push(Op::SetL4Src(80));
+            }
+            assert_eq!(rev.action.xpose.ops(), &rops[..]);
+            assert_eq!(rev.action.egress, UL_PORT);
+            // Stable: the same flow compiled again (retransmitted SYN) gets the same backend.
+            let (again, _) = forward(sp.compile(Instant::ZERO, &f, &Stack::parse(&f), &k, h));
+            assert_eq!(again, fwd);
+        }
+        assert!(seen.iter().all(|&n| n > 5), "backends unevenly used: {seen:?}");
+        // A VIP port the rule does not cover finds no vPort.
+        let f = tcp_frame(UL_MAC, GW_MAC, [198, 51, 100, 7], o4(vip), 30000, 81, tcp::flags::SYN);
+        assert_eq!(deny(compile(&mut sp, Instant::ZERO, &f, UL_PORT).1).0, DenyReason::NoVPort);
+    }
+
+    fn snat_policy(lo: u16, hi: u16) -> Policy {
+        let nat = layer(
+            "nat",
+            LayerKind::Nat,
+            vec![rule(
+                1,
+                1,
+                Some(Direction::Out),
+                vec![],
+                Action::Snat { ip: v4(198, 51, 100, 1), ports: (lo, hi) },
+            )],
+            Action::Pass,
+        );
+        let route = layer(
+            "route",
+            LayerKind::Route,
+            vec![rule(
+                1,
+                1,
+                None,
+                vec![pred(F::IpDst, Matcher::Prefix(v4(0, 0, 0, 0), 0))],
+                Action::Route(RouteTarget::Uplink),
+            )],
+            Action::Pass,
+        );
+        policy(vec![layer("acl", LayerKind::Acl, vec![], Action::Allow), nat, route])
+    }
+
+    #[test]
+    fn snat_ports_are_unique_and_freed_on_close() {
+        let mut sp = slow(snat_policy(1024, 1026));
+        let mut keys = Vec::new();
+        for i in 0..3u16 {
+            let f = udp_frame(GW_MAC, A_MAC, A_IP, [8, 8, 8, 8], 5000 + i, 53);
+            let (k, v) = compile(&mut sp, Instant::ZERO, &f, A_PORT);
+            let (fwd, rev) = forward(v);
+            assert_eq!(
+                fwd.action.xpose.ops(),
+                &[
+                    Op::SetEthSrc(UL_MAC),
+                    Op::SetEthDst(GW_MAC),
+                    Op::SetIpSrc(v4(198, 51, 100, 1)),
+                    Op::SetL4Src(1024 + i),
+                ]
+            );
+            let rev = rev.expect("snat is stateful");
+            let reply = udp_frame(UL_MAC, GW_MAC, [8, 8, 8, 8], [198, 51, 100, 1], 53, 1024 + i);
+            assert_eq!(rev.key, key_of(&reply, UL_PORT, Direction::In));
+            assert_eq!(
+                rev.action.xpose.ops(),
+                &[Op::SetEthDst(A_MAC), Op::SetIpDst(IpAddr::from(A_IP)), Op::SetL4Dst(5000 + i)]
+            );
+            keys.push((k, rev.key));
+        }
+        assert_eq!(sp.stats().snat_in_use, 3);
+        let f = udp_frame(GW_MAC, A_MAC, A_IP, [8, 8, 8, 8], 6000, 53);
+        assert_eq!(
+            deny(compile(&mut sp, Instant::ZERO, &f, A_PORT).1),
+            (DenyReason::SnatExhausted, false)
+        );
+        // The reverse entry of the second flow ages out: the connection goes, its port is free.
+        let mut removals = Vec::new();
+        sp.on_evicted(&keys[1].1, &mut removals);
+        assert_eq!(removals, vec![keys[1].0]);
+        let s = sp.stats();
+        assert_eq!((s.snat_in_use, s.conns, s.closed), (2, 2, 1));
+        let (_, v) = compile(&mut sp, Instant::ZERO, &f, A_PORT);
+        let (fwd, _) = forward(v);
+        assert_eq!(fwd.action.xpose.ops().last(), Some(&Op::SetL4Src(1025)));
+    }
+
+    #[test]
+    fn route_longest_prefix_wins_and_targets_apply() {
+        let route = layer(
+            "route",
+            LayerKind::Route,
+            vec![
+                rule(
+                    1,
+                    1,
+                    None,
+                    vec![pred(F::IpDst, Matcher::Prefix(v4(10, 0, 0, 0), 8))],
+                    Action::Route(RouteTarget::Uplink),
+                ),
+                rule(
+                    2,
+                    100,
+                    None,
+                    vec![pred(F::IpDst, Matcher::Prefix(v4(10, 1, 0, 0), 16))],
+                    Action::Route(RouteTarget::Drop),
+                ),
+                rule(
+                    3,
+                    200,
+                    None,
+                    vec![pred(F::IpDst, Matcher::Prefix(v4(10, 1, 2, 0), 24))],
+                    Action::Route(RouteTarget::VPort(VPortId(2))),
+                ),
+                rule(
+                    4,
+                    1,
+                    None,
+                    vec![pred(F::IpDst, Matcher::Prefix(v4(10, 0, 0, 2), 32))],
+                    Action::Route(RouteTarget::Vnet),
+                ),
+            ],
+            Action::Pass,
+        );
+        let mut sp = slow(policy(vec![route, vnet_layer()]));
+        let go = |sp: &mut SlowPath, d: [u8; 4]| {
+            compile(sp, Instant::ZERO, &udp_frame(GW_MAC, A_MAC, A_IP, d, 1, 2), A_PORT).1
+        };
+        let (fwd, _) = forward(go(&mut sp, [10, 2, 0, 1]));
+        assert_eq!(fwd.action.xpose.ops(), &[Op::SetEthSrc(UL_MAC), Op::SetEthDst(GW_MAC)]);
+        assert_eq!(fwd.action.egress, UL_PORT);
+        assert_eq!(deny(go(&mut sp, [10, 1, 9, 9])), (DenyReason::RouteDrop, true));
+        let (fwd, _) = forward(go(&mut sp, [10, 1, 2, 3]));
+        assert_eq!(fwd.action.xpose.ops(), &[Op::SetEthDst(B_MAC)]);
+        assert_eq!((fwd.action.egress, fwd.action.vport), (B_PORT, VPortId(1)));
+        let (fwd, _) = forward(go(&mut sp, REMOTE_IP));
+        assert_eq!(fwd.action.xpose.ops(), &[Op::SetEthDst(REMOTE_MAC), encap_to_remote()]);
+        assert_eq!(deny(go(&mut sp, [11, 0, 0, 1])), (DenyReason::NoRoute, true));
+    }
+
+    #[test]
+    fn tcp_lifecycle_ends_in_removal_of_both_keys() {
+        let mut sp = slow(stateful_policy());
+        let t0 = Instant::from_secs(10);
+        let syn = tcp_frame(GW_MAC, A_MAC, A_IP, REMOTE_IP, 40000, 80, tcp::flags::SYN);
+        let (k, v) = compile(&mut sp, t0, &syn, A_PORT);
+        let rk = forward(v).1.expect("stateful").key;
+        assert_eq!(sp.stats().half_open, 1);
+        let mut rem = Vec::new();
+        use tcp::flags::{ACK, FIN, SYN};
+        sp.on_tcp(t0, &rk, SYN | ACK, &mut rem);
+        assert_eq!(sp.stats().half_open, 1);
+        sp.on_tcp(t0, &k, ACK, &mut rem);
+        assert_eq!(sp.stats().half_open, 0, "established");
+        sp.on_tcp(t0, &k, FIN | ACK, &mut rem);
+        assert_eq!(sp.poll_timeout(), None);
+        let t1 = t0 + Duration::from_millis(5);
+        sp.on_tcp(t1, &rk, FIN | ACK, &mut rem);
+        assert!(rem.is_empty());
+        assert_eq!(sp.stats().time_wait, 1);
+        let due = t1 + SlowPathConfig::default().time_wait;
+        assert_eq!(sp.poll_timeout(), Some(due));
+        sp.handle_timeout(Instant::from_nanos(due.as_nanos() - 1), &mut rem);
+        assert!(rem.is_empty());
+        sp.handle_timeout(due, &mut rem);
+        rem.sort_by_key(|k| k.port);
+        assert_eq!(rem, vec![rk, k]);
+        let s = sp.stats();
+        assert_eq!((s.conns, s.time_wait, s.half_open, s.closed, s.tcp_invalid), (0, 0, 0, 1, 0));
+        assert_eq!(sp.poll_timeout(), None);
+        // Spurious calls are no-ops.
+        sp.handle_timeout(due + Duration::from_secs(5), &mut rem);
+        assert_eq!(rem.len(), 2);
+    }
+
+    #[test]
+    fn reset_removes_at_once_and_rst_first_is_invalid() {
+        let mut sp = slow(stateful_policy());
+        let now = Instant::from_secs(1);
+        let syn = tcp_frame(GW_MAC, A_MAC, A_IP, REMOTE_IP, 40001, 80, tcp::flags::SYN);
+        let (k, v) = compile(&mut sp, now, &syn, A_PORT);
+        let rk = forward(v).1.expect("stateful").key;
+        let mut rem = Vec::new();
+        sp.on_tcp(now, &rk, tcp::flags::RST, &mut rem);
+        assert_eq!(sp.poll_timeout(), Some(now));
+        sp.handle_timeout(now, &mut rem);
+        assert_eq!(rem.len(), 2);
+        assert!(rem.contains(&k) && rem.contains(&rk));
+        assert_eq!(sp.stats().half_open, 0);
+        let rst = tcp_frame(GW_MAC, A_MAC, A_IP, REMOTE_IP, 40002, 80, tcp::flags::RST);
+        assert_eq!(deny(compile(&mut sp, now, &rst, A_PORT).1), (DenyReason::TcpInvalid, false));
+        // An invalid segment of a known connection is denied, not cached, and counted.
+        let (k, _) = compile(&mut sp, now, &syn, A_PORT);
+        sp.on_tcp(now, &k, tcp::flags::ACK, &mut rem);
+        let bad =
+            tcp_frame(GW_MAC, A_MAC, A_IP, REMOTE_IP, 40001, 80, tcp::flags::SYN | tcp::flags::FIN);
+        assert_eq!(deny(compile(&mut sp, now, &bad, A_PORT).1), (DenyReason::TcpInvalid, false));
+        assert_eq!(sp.stats().tcp_invalid, 2);
+    }
+
+    #[test]
+    fn half_open_cap_denies_new_syns_only() {
+        let cfg = SlowPathConfig { max_half_open: 2, ..SlowPathConfig::default() };
+        let mut sp = SlowPath::new(Arc::new(stateful_policy()), cfg);
+        for p in 0..2 {
+            let syn = tcp_frame(GW_MAC, A_MAC, A_IP, REMOTE_IP, 41000 + p, 80, tcp::flags::SYN);
+            forward(compile(&mut sp, Instant::ZERO, &syn, A_PORT).1);
+        }
+        let syn = tcp_frame(GW_MAC, A_MAC, A_IP, REMOTE_IP, 41002, 80, tcp::flags::SYN);
+        assert_eq!(
+            deny(compile(&mut sp, Instant::ZERO, &syn, A_PORT).1),
+            (DenyReason::HalfOpenCap, false)
+        );
+        // Mid-stream pick-up is not half-open and not capped.
+        let mid = tcp_frame(GW_MAC, A_MAC, A_IP, REMOTE_IP, 41003, 80, tcp::flags::ACK);
+        forward(compile(&mut sp, Instant::ZERO, &mid, A_PORT).1);
+        let s = sp.stats();
+        assert_eq!((s.half_open, s.half_open_rejected, s.conns), (2, 1, 3));
+        // The handshakes' last ACKs are never seen: after `half_open_timeout` the connections
+        // are presumed established (kept, no longer counted) and new SYNs pass again.
+        let due = Instant::ZERO + SlowPathConfig::default().half_open_timeout;
+        assert_eq!(sp.poll_timeout(), Some(due));
+        let mut rem = Vec::new();
+        sp.handle_timeout(due, &mut rem);
+        assert!(rem.is_empty());
+        let s = sp.stats();
+        assert_eq!((s.half_open, s.conns), (0, 3));
+        assert_eq!(sp.poll_timeout(), None);
+        forward(compile(&mut sp, due, &syn, A_PORT).1);
+        assert_eq!(sp.stats().half_open, 1);
+    }
+
+    #[test]
+    fn set_policy_removes_connections_the_new_acl_denies() {
+        let mut sp = slow(snat_policy(2000, 2999));
+        let f = udp_frame(GW_MAC, A_MAC, A_IP, [8, 8, 8, 8], 5000, 53);
+        let (k1, v) = compile(&mut sp, Instant::ZERO, &f, A_PORT);
+        let r1 = forward(v).1.expect("stateful").key;
+        let f = udp_frame(GW_MAC, A_MAC, A_IP, [8, 8, 8, 8], 5001, 443);
+        let (k2, v) = compile(&mut sp, Instant::ZERO, &f, A_PORT);
+        let (fwd2, rev2) = forward(v);
+        let mut next = snat_policy(2000, 2999);
+        next.vports[0].layers[0] = layer(
+            "acl",
+            LayerKind::Acl,
+            vec![rule(
+                5,
+                1,
+                None,
+                vec![pred(F::L4Dst, Matcher::Exact(Value::Int(53)))],
+                Action::Deny,
+            )],
+            Action::Allow,
+        );
+        let mut rem = Vec::new();
+        sp.set_policy(Arc::new(next), &mut rem);
+        rem.sort_by_key(|k| k.port);
+        assert_eq!(rem, vec![r1, k1]);
+        let s = sp.stats();
+        assert_eq!((s.conns, s.snat_in_use), (1, 1));
+        // The surviving connection keeps its binding and flows.
+        let (again, rev) = forward(compile(&mut sp, Instant::ZERO, &f, A_PORT).1);
+        assert_eq!((again, rev), (fwd2, rev2));
+        assert_eq!(k2, again_key(&f));
+        // And the denied flow is now denied by the new policy.
+        let f = udp_frame(GW_MAC, A_MAC, A_IP, [8, 8, 8, 8], 5000, 53);
+        assert_eq!(
+            deny(compile(&mut sp, Instant::ZERO, &f, A_PORT).1).0,
+            DenyReason::Acl { layer: 0, rule: Some(5) }
+        );
+    }
+
+    fn again_key(f: &[u8]) -> FlowKey {
+        key_of(f, A_PORT, Direction::Out)
+    }
+
+    #[test]
+    fn deny_reason_names_are_distinct() {
+        let all = [
+            DenyReason::NoVPort,
+            DenyReason::Acl { layer: 0, rule: None },
+            DenyReason::NoRoute,
+            DenyReason::RouteDrop,
+            DenyReason::NoMapping,
+            DenyReason::Spoofed,
+            DenyReason::HalfOpenCap,
+            DenyReason::SnatExhausted,
+            DenyReason::NotIp,
+            DenyReason::BadTransposition,
+            DenyReason::TcpInvalid,
+            DenyReason::ConnLimit,
+            DenyReason::UnsupportedTunnel,
+        ];
+        let names: std::collections::HashSet<_> = all.iter().map(|r| r.name()).collect();
+        assert_eq!(names.len(), all.len());
+    }
+
+    proptest! {
+        /// The port pool hands out each free port of the range once, in any order of
+        /// allocations and frees, and never a port outside the range.
+        #[test]
+        fn port_pool_matches_a_set(ops in proptest::collection::vec((any::<bool>(), 0u16..40), 1..300)) {
+            let (lo, hi) = (1000u16, 1031u16);
+            let mut pool = PortPool::new();
+            let mut model = std::collections::BTreeSet::new();
+            for (alloc, pick) in ops {
+                if alloc {
+                    match pool.peek(lo, hi) {
+                        Some(p) => {
+                            prop_assert!((lo..=hi).contains(&p));
+                            prop_assert!(model.insert(p), "port {} handed out twice", p);
+                            pool.mark(p);
+                        }
+                        None => prop_assert_eq!(model.len(), usize::from(hi - lo + 1)),
+                    }
+                } else {
+                    let p = lo + pick;
+                    pool.free(p);
+                    model.remove(&p);
+                }
+                prop_assert_eq!(pool.used as usize, model.len());
+            }
+        }
+
+        /// SNAT bindings of live connections are unique and counted, whatever the order of
+        /// new flows and evictions.
+        #[test]
+        fn snat_bindings_stay_unique(ops in proptest::collection::vec((any::<bool>(), 0u16..24), 1..120)) {
+            let mut sp = slow(snat_policy(3000, 3015));
+            let mut live: std::collections::HashMap<u16, (FlowKey, FlowKey, u16)> = Default::default();
+            for (open, sport) in ops {
+                let f = udp_frame(GW_MAC, A_MAC, A_IP, [8, 8, 8, 8], 7000 + sport, 53);
+                let k = key_of(&f, A_PORT, Direction::Out);
+                if open {
+                    match sp.compile(Instant::ZERO, &f, &Stack::parse(&f), &k, 0) {
+                        Verdict::Forward { forward, reverse: Some(rev) } => {
+                            let port = rev.key.dst_port;
+                            if let Some(old) = live.get(&sport) {
+                                prop_assert_eq!(old.2, port, "a live flow keeps its port");
+                            }
+                            live.insert(sport, (forward.key, rev.key, port));
+                        }
+                        Verdict::Deny { reason, .. } => {
+                            prop_assert_eq!(reason, DenyReason::SnatExhausted);
+                            prop_assert_eq!(live.len(), 16);
+                        }
+                        v => prop_assert!(false, "unexpected {:?}", v),
+                    }
+                } else if let Some((fk, _, _)) = live.remove(&sport) {
+                    let mut rem = Vec::new();
+                    sp.on_evicted(&fk, &mut rem);
+                    prop_assert_eq!(rem.len(), 1);
+                }
+                let ports: std::collections::HashSet<u16> = live.values().map(|v| v.2).collect();
+                prop_assert_eq!(ports.len(), live.len());
+                prop_assert_eq!(sp.stats().snat_in_use as usize, live.len());
+                prop_assert_eq!(sp.stats().conns as usize, live.len());
+            }
+        }
+    }
+}

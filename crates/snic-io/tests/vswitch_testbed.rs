@@ -1,0 +1,510 @@
+//! The vSwitch in the deterministic testbed (simulated clock, scripted ports): policy update
+//! under load, full flow table, exception-queue overflow, the TCP flow lifecycle, meter accuracy
+//! and ECN marking under incast. Everything is exact and reproducible: no real clock is read.
+//!
+//! Node: pipeline `parse -> vswitch`, port 0 = the VM (vPort 0), port 1 = the underlay wire.
+//! Frames carry a sequence number in their payload so the tests can check order and identity.
+
+use core::net::{IpAddr, Ipv4Addr};
+use etherparse::PacketBuilder;
+use snic_io::script::{ScriptHandle, ScriptPort};
+use snic_io::testbed::{NodeId, Testbed};
+use snic_pipeline::{DropReason, Pipeline};
+use snic_time::Instant;
+use snic_vswitch::config::PolicyEdit;
+use snic_vswitch::engine::{VSwitch, VSwitchConfig};
+use snic_vswitch::key::{Direction, VPortId};
+use snic_vswitch::policy::*;
+use snic_wire::stack::{Layer, Stack};
+use std::time::Duration;
+
+const VM_MAC: Mac = [2, 0, 0, 0, 0, 0x0a];
+const REMOTE_MAC: Mac = [2, 0, 0, 0, 0, 0x0b];
+const UL_MAC: Mac = [2, 0, 0, 0, 1, 1];
+const GW_MAC: Mac = [2, 0, 0, 0, 2, 2];
+const VM_IP: [u8; 4] = [10, 0, 0, 1];
+const PA: [u8; 4] = [192, 168, 100, 1];
+const REMOTE_PA: [u8; 4] = [192, 168, 100, 2];
+const OTHER_PA: [u8; 4] = [192, 168, 100, 3];
+
+fn ip(a: [u8; 4]) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::from(a))
+}
+
+fn rule(id: u32, dir: Option<Direction>, predicates: Vec<Predicate>, action: Action) -> Rule {
+    Rule { id, priority: 100, dir, predicates, action }
+}
+
+fn pred(field: Field, matcher: Matcher) -> Predicate {
+    Predicate { field, matcher }
+}
+
+/// One vPort (10.0.0.1 on port 0, VNI 42); remote CAs 10.0.0.2..=10.0.0.254 behind PA
+/// 192.168.100.2; stateful ACL; VXLAN out, decap in.
+fn policy() -> Policy {
+    let mappings = (2..=254u8)
+        .map(|h| Mapping { ca: ip([10, 0, 0, h]), pa: ip(REMOTE_PA), mac: REMOTE_MAC, vni: 42 })
+        .collect();
+    Policy {
+        underlay: Underlay {
+            port: 1,
+            ip: ip(PA),
+            mac: UL_MAC,
+            gateway_mac: GW_MAC,
+            vxlan_port: 4789,
+            ttl: 64,
+        },
+        vports: vec![VPortPolicy {
+            id: VPortId(0),
+            name: "vm-a".into(),
+            port: 0,
+            mac: VM_MAC,
+            ips: vec![ip(VM_IP)],
+            vni: 42,
+            meter: None,
+            layers: vec![
+                LayerPolicy {
+                    name: "acl".into(),
+                    kind: LayerKind::Acl,
+                    rules: vec![rule(1, Some(Direction::Out), vec![], Action::AllowStateful)],
+                    default: Action::Deny,
+                    mappings: vec![],
+                },
+                LayerPolicy {
+                    name: "route".into(),
+                    kind: LayerKind::Route,
+                    rules: vec![rule(
+                        1,
+                        None,
+                        vec![pred(Field::IpDst, Matcher::Prefix(ip([10, 0, 0, 0]), 8))],
+                        Action::Route(RouteTarget::Vnet),
+                    )],
+                    default: Action::Pass,
+                    mappings: vec![],
+                },
+                LayerPolicy {
+                    name: "vnet".into(),
+                    kind: LayerKind::Vnet,
+                    rules: vec![
+                        rule(
+                            1,
+                            Some(Direction::Out),
+                            vec![],
+                            Action::Encap { kind: TunnelKind::Vxlan, vni: 42 },
+                        ),
+                        rule(
+                            2,
+                            Some(Direction::In),
+                            vec![pred(Field::Vni, Matcher::Exact(Value::Int(42)))],
+                            Action::Decap,
+                        ),
+                    ],
+                    default: Action::Pass,
+                    mappings,
+                },
+                LayerPolicy {
+                    name: "meter".into(),
+                    kind: LayerKind::Meter,
+                    rules: vec![],
+                    default: Action::Pass,
+                    mappings: vec![],
+                },
+            ],
+        }],
+        meters: vec![],
+        queues: vec![],
+    }
+}
+
+struct Bed {
+    tb: Testbed,
+    node: NodeId,
+    vs: VSwitch,
+    vm: ScriptHandle,
+    wire: ScriptHandle,
+}
+
+fn bed(policy: Policy, cfg: VSwitchConfig) -> Bed {
+    let vs = VSwitch::new(policy, cfg).expect("valid policy");
+    let mut p = Pipeline::from_strs(&["parse"]).unwrap();
+    p.push(Box::new(vs.stage().unwrap()));
+    let (vm_port, vm) = ScriptPort::new("vm");
+    let (wire_port, wire) = ScriptPort::new("wire");
+    let mut tb = Testbed::new();
+    let node = tb.add_node("nic", p, vec![Box::new(vm_port), Box::new(wire_port)]);
+    Bed { tb, node, vs, vm, wire }
+}
+
+/// A UDP frame from the VM to `dst` whose payload is `seq` (8 bytes) padded to `len` bytes.
+fn vm_udp(dst: [u8; 4], sport: u16, seq: u64, len: usize) -> Vec<u8> {
+    let mut payload = seq.to_be_bytes().to_vec();
+    payload.resize(len.max(8), 0);
+    let b = PacketBuilder::ethernet2(VM_MAC, REMOTE_MAC).ipv4(VM_IP, dst, 64).udp(sport, 9000);
+    let mut f = Vec::with_capacity(b.size(payload.len()));
+    b.write(&mut f, &payload).unwrap();
+    f
+}
+
+/// A TCP frame `src -> dst` with `flags` set by `build`, payload `seq`.
+fn tcp_frame(
+    smac: Mac,
+    dmac: Mac,
+    src: [u8; 4],
+    dst: [u8; 4],
+    sport: u16,
+    dport: u16,
+    build: impl FnOnce(
+        etherparse::PacketBuilderStep<etherparse::TcpHeader>,
+    ) -> etherparse::PacketBuilderStep<etherparse::TcpHeader>,
+    seq: u64,
+) -> Vec<u8> {
+    let payload = seq.to_be_bytes();
+    let b = build(
+        PacketBuilder::ethernet2(smac, dmac).ipv4(src, dst, 64).tcp(sport, dport, 1000, 65535),
+    );
+    let mut f = Vec::with_capacity(b.size(payload.len()));
+    b.write(&mut f, &payload).unwrap();
+    f
+}
+
+/// Wrap `inner` (an Ethernet frame) in Ethernet/IPv4/UDP/VXLAN from `from_pa` to our PA.
+fn vxlan_in(from_pa: [u8; 4], vni: u32, sport: u16, inner: &[u8]) -> Vec<u8> {
+    let mut payload = vec![0x08, 0, 0, 0];
+    payload.extend_from_slice(&(vni << 8).to_be_bytes());
+    payload.extend_from_slice(inner);
+    let b = PacketBuilder::ethernet2(GW_MAC, UL_MAC).ipv4(from_pa, PA, 64).udp(sport, 4789);
+    let mut f = Vec::with_capacity(b.size(payload.len()));
+    b.write(&mut f, &payload).unwrap();
+    f
+}
+
+/// Set the ECN bits of the (outer) IPv4 header of an untagged frame and fix its checksum.
+fn set_ecn(f: &mut [u8], ecn: u8) {
+    f[15] = (f[15] & !3) | ecn;
+    f[24] = 0;
+    f[25] = 0;
+    let c = !snic_wire::checksum::data(&f[14..34]);
+    f[24..26].copy_from_slice(&c.to_be_bytes());
+}
+
+/// Outer IPv4 destination, VNI and inner UDP/TCP payload's first 8 bytes (the seq) of a VXLAN
+/// frame we sent on the wire.
+fn decode_wire(f: &[u8]) -> (Ipv4Addr, u32, u64) {
+    let st = Stack::parse(f);
+    assert!(st.is_ok(), "our frame must parse: {:?}", st.error);
+    assert_eq!(st.tunnel.map(|t| t.0), Some(Layer::Vxlan));
+    let o = usize::from(st.outer.l3.unwrap().1);
+    let dst = Ipv4Addr::new(f[o + 16], f[o + 17], f[o + 18], f[o + 19]);
+    (dst, st.vni.unwrap(), seq_of(f, &st))
+}
+
+fn seq_of(f: &[u8], st: &Stack) -> u64 {
+    let inner = st.innermost();
+    let (l4, off) = inner.l4.unwrap();
+    let hl = match l4 {
+        Layer::Udp => 8,
+        Layer::Tcp => usize::from(f[usize::from(off) + 12] >> 4) * 4,
+        other => panic!("unexpected {other:?}"),
+    };
+    let p = usize::from(off) + hl;
+    u64::from_be_bytes(f[p..p + 8].try_into().unwrap())
+}
+
+fn drops(b: &Bed, r: DropReason) -> u64 {
+    let c = b.tb.node(b.node).unwrap().counters();
+    c.stages.iter().map(|s| s.drops.get(r)).sum()
+}
+
+#[test]
+fn policy_update_under_load_loses_nothing_and_never_uses_a_stale_action() {
+    let mut b = bed(policy(), VSwitchConfig::default());
+    // 50 flows, one packet every microsecond each in turn, for 20 ms: 20,000 packets.
+    let n = 20_000u64;
+    for i in 0..n {
+        let flow = (i % 50) as u16;
+        b.vm.push(Instant::from_micros(i), vm_udp([10, 0, 0, 2], 1000 + flow, i, 64));
+    }
+    let t_change = Instant::from_micros(10_000);
+    b.tb.run_until(t_change).unwrap();
+    // Move the remote CA 10.0.0.2 to another host (PA .3): one transaction on the VNET layer.
+    let applied =
+        b.vs.apply(&[
+            PolicyEdit::RemoveMapping {
+                vport: VPortId(0),
+                layer: "vnet".into(),
+                ca: ip([10, 0, 0, 2]),
+            },
+            PolicyEdit::AddMapping {
+                vport: VPortId(0),
+                layer: "vnet".into(),
+                mapping: Mapping {
+                    ca: ip([10, 0, 0, 2]),
+                    pa: ip(OTHER_PA),
+                    mac: REMOTE_MAC,
+                    vni: 42,
+                },
+            },
+        ])
+        .unwrap();
+    assert_eq!(applied.vports, vec![VPortId(0)]);
+    b.tb.drive(1_000_000).unwrap();
+    let sent = b.wire.take_sent();
+    assert_eq!(sent.len() as u64, n, "zero packets lost across the policy change");
+    let mut seen = vec![false; n as usize];
+    let (mut old, mut new) = (0, 0);
+    for (_, f) in &sent {
+        let (dst, vni, seq) = decode_wire(f);
+        assert_eq!(vni, 42);
+        assert!(!seen[seq as usize], "packet {seq} delivered twice");
+        seen[seq as usize] = true;
+        // Packets that arrived after the change was acknowledged must use the new action;
+        // packets handled before it used the old one.
+        if Instant::from_micros(seq) > t_change {
+            assert_eq!(dst, Ipv4Addr::from(OTHER_PA), "packet {seq} handled by a stale action");
+            new += 1;
+        } else {
+            assert_eq!(dst, Ipv4Addr::from(REMOTE_PA), "packet {seq} before the change");
+            old += 1;
+        }
+    }
+    assert_eq!((old, new), (10_001, 9_999));
+    let st = b.vs.stats();
+    assert_eq!(st.fast.stale, 50, "each of the 50 cached flows was re-evaluated once");
+    assert!(st.fast.hits > 19_000, "{:?}", st.fast);
+}
+
+#[test]
+fn full_flow_table_evicts_instead_of_failing() {
+    let mut cfg = VSwitchConfig::default();
+    cfg.gft.capacity = 64;
+    let mut b = bed(policy(), cfg);
+    // 1,000 flows, two packets each (the second one after all first ones).
+    for round in 0..2u64 {
+        for f in 0..1000u64 {
+            let t = Instant::from_micros(round * 1000 + f);
+            b.vm.push(
+                t,
+                vm_udp(
+                    [10, 0, (f / 250) as u8, (f % 250) as u8 + 2],
+                    2000 + f as u16,
+                    round * 1000 + f,
+                    64,
+                ),
+            );
+        }
+    }
+    b.tb.drive(1_000_000).unwrap();
+    let sent = b.wire.take_sent();
+    // 10.0.1.x .. 10.0.3.x have no mapping: denied. 10.0.0.2..=10.0.0.251 are mapped.
+    let mapped = (0..1000u64).filter(|f| f / 250 == 0).count() as u64;
+    assert_eq!(sent.len() as u64, 2 * mapped);
+    let st = b.vs.stats();
+    assert!(st.flows <= 64, "table holds at most its capacity: {}", st.flows);
+    assert!(st.fast.evicted > 0, "{:?}", st.fast);
+    assert_eq!(drops(&b, DropReason::PolicyDeny), 2 * (1000 - mapped));
+}
+
+#[test]
+fn exception_overflow_is_counted_and_never_reorders_a_flow() {
+    let cfg = VSwitchConfig { exception_queue: 16, slow_budget: 4, ..VSwitchConfig::default() };
+    let mut b = bed(policy(), cfg);
+    // 40 new flows x 5 packets, interleaved, all at the same instant: one batch of 200 misses.
+    let mut seq = 0u64;
+    for k in 0..5u64 {
+        for f in 0..40u16 {
+            let _ = k;
+            b.vm.push(Instant::from_micros(1), vm_udp([10, 0, 0, 2], 3000 + f, seq, 64));
+            seq += 1;
+        }
+    }
+    b.tb.drive(100_000).unwrap();
+    let sent = b.wire.take_sent();
+    let over = drops(&b, DropReason::ExceptionOverflow);
+    assert!(over > 0, "the queue of 16 must overflow");
+    assert_eq!(sent.len() as u64 + over, 200, "every packet is delivered or counted");
+    assert_eq!(b.vs.stats().fast.exception_overflow, over);
+    // Per flow, sequence numbers leave in increasing order.
+    let mut last = [None::<u64>; 40];
+    for (_, f) in &sent {
+        let (_, _, s) = decode_wire(f);
+        let flow = (s % 40) as usize;
+        if let Some(prev) = last[flow] {
+            assert!(s > prev, "flow {flow}: {s} after {prev}");
+        }
+        last[flow] = Some(s);
+    }
+}
+
+#[test]
+fn tcp_flow_lifecycle_syn_data_fin_time_wait_removal() {
+    let mut b = bed(policy(), VSwitchConfig::default());
+    let t = |us| Instant::from_micros(us);
+    let rem = [10, 0, 0, 2];
+    let out = |f: fn(_) -> _, seq| tcp_frame(VM_MAC, REMOTE_MAC, VM_IP, rem, 40000, 80, f, seq);
+    let inn = |f: fn(_) -> _, seq| {
+        vxlan_in(
+            REMOTE_PA,
+            42,
+            50000,
+            &tcp_frame(REMOTE_MAC, VM_MAC, rem, VM_IP, 80, 40000, f, seq),
+        )
+    };
+    b.vm.push(t(10), out(|s| s.syn(), 1));
+    b.tb.run_until(t(20)).unwrap();
+    b.wire.push(t(30), inn(|s| s.syn().ack(1001), 2));
+    b.tb.run_until(t(40)).unwrap();
+    b.vm.push(t(50), out(|s| s.ack(1001), 3));
+    b.vm.push(t(60), out(|s| s.ack(1001), 4));
+    b.wire.push(t(70), inn(|s| s.ack(1001), 5));
+    b.tb.run_until(t(100)).unwrap();
+    let st = b.vs.stats();
+    assert_eq!(st.flows, 2, "forward and reverse flows cached");
+    assert_eq!(st.slow.half_open, 0, "the handshake completed: {:?}", st.slow);
+    assert_eq!(st.slow.conns, 1);
+    b.vm.push(t(200), out(|s| s.fin().ack(1001), 6));
+    b.wire.push(t(210), inn(|s| s.fin().ack(1001), 7));
+    b.vm.push(t(220), out(|s| s.ack(1001), 8));
+    b.tb.run_until(t(300)).unwrap();
+    let to_wire = b.wire.take_sent();
+    let to_vm = b.vm.take_sent();
+    assert_eq!(to_wire.len(), 5, "SYN, ACK, data, FIN, last ACK left for the wire");
+    assert_eq!(to_vm.len(), 3, "SYN-ACK, data, FIN reached the VM");
+    // The inbound frames reach the VM decapsulated, addressed to its MAC.
+    for (_, f) in &to_vm {
+        assert_eq!(&f[0..6], &VM_MAC);
+        let st = Stack::parse(f);
+        assert!(st.tunnel.is_none());
+    }
+    let st = b.vs.stats();
+    // SYN, SYN-ACK, the handshake's last ACK, FIN, FIN: copies to the slow path.
+    assert_eq!(st.fast.tcp_copies, 5, "{:?}", st.fast);
+    assert_eq!(st.flows, 2, "flows stay during time-wait");
+    // Time-wait (2 s by default) passes; a later packet of another flow drives the timers.
+    b.vm.push(t(2_500_000), vm_udp(rem, 1, 99, 64));
+    b.tb.drive(100_000).unwrap();
+    let st = b.vs.stats();
+    assert!(st.fast.removed >= 2, "both directions removed after time-wait: {:?}", st.fast);
+    let flows = b.vs.dump_flows(b.tb.now(), 100);
+    assert!(flows.iter().all(|f| !f.key.contains("proto=6")), "no TCP flow left: {flows:?}");
+}
+
+fn metered(spec: MeterSpec, per_flow: bool) -> Policy {
+    let mut p = policy();
+    p.meters.push(spec);
+    if per_flow {
+        let layer = p.vports[0].layers.iter_mut().find(|l| l.kind == LayerKind::Meter).unwrap();
+        layer.rules.push(rule(1, None, vec![], Action::Meter(MeterId(0))));
+    } else {
+        p.vports[0].meter = Some(MeterId(0));
+    }
+    p
+}
+
+/// Offer 1000-byte frames at twice `rate_bps` for one simulated second; return bytes through.
+fn offered_twice_the_rate(per_flow: bool, rate_bps: u64, burst: u64) -> (u64, u64) {
+    let spec = MeterSpec { name: "m".into(), rate_bps, burst_bytes: burst, exceed: Exceed::Drop };
+    let mut b = bed(metered(spec, per_flow), VSwitchConfig::default());
+    let frame_len = vm_udp([10, 0, 0, 2], 7, 0, 1000 - 42).len() as u64;
+    let pps = 2 * rate_bps / 8 / frame_len;
+    let gap = 1_000_000_000 / pps;
+    for i in 0..pps {
+        b.vm.push(Instant::from_nanos(i * gap), vm_udp([10, 0, 0, 2], 7, i, 1000 - 42));
+    }
+    b.tb.drive(10_000_000).unwrap();
+    // Bytes of the inner frames that passed (the meter counts the frame as it arrived).
+    let passed = b.wire.take_sent().len() as u64 * frame_len;
+    (passed, drops(&b, DropReason::Metered))
+}
+
+#[test]
+fn per_flow_and_per_vport_meters_are_accurate_to_two_percent() {
+    for per_flow in [true, false] {
+        for rate in [10_000_000u64, 100_000_000] {
+            let burst = 15_000;
+            let (passed, dropped) = offered_twice_the_rate(per_flow, rate, burst);
+            let expect = rate / 8 + burst;
+            let err = (passed as f64 - expect as f64).abs() / expect as f64;
+            assert!(
+                err < 0.02,
+                "per_flow={per_flow} rate={rate}: passed {passed} B, expected {expect} B ({:.2}%)",
+                err * 100.0
+            );
+            assert!(dropped > 0);
+        }
+    }
+}
+
+#[test]
+fn incast_marks_ecn_instead_of_dropping() {
+    let mut p = policy();
+    // Everything inbound is allowed (stateless) for this test.
+    p.vports[0].layers[0].rules.push(rule(2, Some(Direction::In), vec![], Action::Allow));
+    // The VM's egress (pipeline port 0) is shaped to 100 Mbit/s; ECN from 10 queued packets.
+    p.queues.push(QueueSpec { port: 0, rate_bps: 100_000_000, ecn_threshold: 10, limit: 1000 });
+    let mut b = bed(p, VSwitchConfig::default());
+    // Incast: 8 senders, each a burst of 50 frames of 1000 bytes at the same instant, half ECT(0).
+    let mut seq = 0u64;
+    for s in 0..8u8 {
+        for _ in 0..50 {
+            let inner = {
+                let mut payload = seq.to_be_bytes().to_vec();
+                payload.resize(1000 - 42, 0);
+                let bld = PacketBuilder::ethernet2(REMOTE_MAC, VM_MAC)
+                    .ipv4([10, 0, 0, 2 + s], VM_IP, 64)
+                    .udp(5000 + u16::from(s), 9000);
+                let mut f = Vec::new();
+                bld.write(&mut f, &payload).unwrap();
+                if s % 2 == 0 {
+                    set_ecn(&mut f, 0b10);
+                }
+                f
+            };
+            b.wire.push(
+                Instant::from_micros(5),
+                vxlan_in(REMOTE_PA, 42, 1000 + u16::from(s), &inner),
+            );
+            seq += 1;
+        }
+    }
+    b.tb.drive(1_000_000).unwrap();
+    let got = b.vm.take_sent();
+    assert_eq!(got.len(), 400, "below the limit nothing is dropped");
+    let mut marked = 0;
+    for (_, f) in &got {
+        let ecn = f[15] & 3;
+        let s = f[29] - 2; // source host byte
+        if s % 2 == 0 {
+            assert!(ecn == 0b10 || ecn == 0b11);
+            if ecn == 0b11 {
+                marked += 1;
+                // The checksum still verifies after marking.
+                assert_eq!(snic_wire::checksum::data(&f[14..34]), 0xffff);
+            }
+        } else {
+            assert_eq!(ecn, 0, "non-ECT packets are never marked");
+        }
+    }
+    assert!(marked > 100, "deep queue marks ECT packets: {marked}");
+    // The queue drains at 100 Mbit/s: 400 x 1000 B take 32 ms.
+    let first = got.first().unwrap().0;
+    let last = got.last().unwrap().0;
+    let secs = (last.as_nanos() - first.as_nanos()) as f64 / 1e9;
+    let bits = (got.len() - 1) as f64 * got[0].1.len() as f64 * 8.0;
+    let rate = bits / secs;
+    assert!((rate - 100e6).abs() / 100e6 < 0.02, "drain rate {rate:.0} bit/s");
+}
+
+#[test]
+fn denied_flow_is_cached_as_a_drop_and_counted() {
+    let mut b = bed(policy(), VSwitchConfig::default());
+    // No mapping for 10.0.9.9: VNET denies; the second packet hits the cached drop.
+    b.vm.push(Instant::from_micros(1), vm_udp([10, 0, 9, 9], 1, 1, 64));
+    b.vm.push(Instant::from_micros(2), vm_udp([10, 0, 9, 9], 1, 2, 64));
+    b.tb.drive(1000).unwrap();
+    assert_eq!(b.wire.sent_count(), 0);
+    assert_eq!(drops(&b, DropReason::PolicyDeny), 2);
+    let st = b.vs.stats();
+    assert_eq!(st.fast.drop_entries, 1);
+    assert_eq!(st.fast.hits, 1);
+    let _ = Duration::ZERO;
+}

@@ -1,0 +1,726 @@
+//! Real interop test of the vSwitch stage against the Linux kernel's own VXLAN device (root
+//! only; skipped with a message otherwise).
+//!
+//! As root, a missing tool (`ip`, `ping`, `iperf3`, `timeout`, `kill`, `ethtool`, `tshark`)
+//! fails the test when the `CI` environment variable is set (CI installs them); otherwise a
+//! missing required tool skips the test, and a missing `ethtool` or `tshark` skips only its step
+//! (turning TX offloads off, the underlay capture) with a note.
+//!
+//! Topology, made fresh for each run (names carry the pid; namespace addresses only) and torn
+//! down on every exit path (deleting the three namespaces deletes every link):
+//!
+//! ```text
+//!  netns vm-a:  eth0 10.0.0.1/24, MTU 1450, MAC 02:00:00:00:00:0a, TX offloads off,
+//!               default via 10.0.0.254 (static neighbour, for the NAT reply path)
+//!      ==(veth)== va<pid> in netns snic   (pipeline port 0: the VM side)
+//!  netns snic:  `snic run --stage parse --stage vswitch --policy tests/data/vswitch/interop.toml`
+//!               ub<pid>, MAC 02:00:00:00:01:01 (pipeline port 1: the underlay, PA 192.168.100.1)
+//!      ==(veth)== netns host-b: eth0 192.168.100.2/24, MAC 02:00:00:00:02:02,
+//!                 static neighbours 192.168.100.1 and the VIP 192.168.100.10 -> snic's MAC;
+//!                 vxlan42 (the kernel's VXLAN: VNI 42, remote 192.168.100.1, port 4789,
+//!                 MTU 1450, MAC 02:00:00:00:00:0b, TX offloads off) 10.0.0.2/24
+//! ```
+//!
+//! The test checks, each step bounded by `timeout(1)`: `ping` both ways through the tunnel (the
+//! ARP exchange crosses the tunnel too: snic answers nothing itself), with the underlay
+//! captured meanwhile and decoded by `tshark` (VXLAN, VNI 42, nothing malformed); a 5-second
+//! `iperf3` TCP run each way; the NAT case (host-b pings the VIP and moves TCP data to it, DNATed
+//! to vm-a, not tunnelled); the ACL deny case (a rule added at run time over the control socket
+//! makes `ping` fail and the `policy_deny` drop counter grow; removing it makes `ping` work
+//! again); and that `dump-flows` lists flows with packet counts. It prints a summary and the
+//! final counters. It asserts no throughput figure, only that data moved.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// The policy snic runs with.
+const POLICY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/vswitch/interop.toml");
+
+/// vm-a's customer address.
+const VM_A: &str = "10.0.0.1";
+/// host-b's customer address (on its kernel VXLAN device).
+const HOST_B_CA: &str = "10.0.0.2";
+/// host-b's provider (underlay) address.
+const HOST_B_PA: &str = "192.168.100.2";
+/// snic's provider address.
+const SNIC_PA: &str = "192.168.100.1";
+/// The virtual IP DNATed to vm-a.
+const VIP: &str = "192.168.100.10";
+/// snic's underlay MAC (`underlay.mac` of the policy).
+const SNIC_MAC: &str = "02:00:00:00:01:01";
+/// host-b's underlay MAC (`underlay.gateway_mac` of the policy).
+const HOST_B_MAC: &str = "02:00:00:00:02:02";
+/// The MAC of host-b's VXLAN device (the mapping's MAC in the policy).
+const HOST_B_VXLAN_MAC: &str = "02:00:00:00:00:0b";
+/// vm-a's MAC (the vPort's MAC in the policy).
+const VM_A_MAC: &str = "02:00:00:00:00:0a";
+/// The VNI of the tunnel.
+const VNI: u32 = 42;
+/// How long `snic run` may run in all (the test takes well under a minute).
+const SNIC_SECS: u32 = 85;
+
+/// Run `args` bounded by `timeout(1)`; returns (success, stdout, stderr).
+fn run<S: AsRef<str> + std::fmt::Debug>(secs: u32, args: &[S]) -> (bool, String, String) {
+    match Command::new("timeout")
+        .args(["-k", "2", &secs.to_string()])
+        .args(args.iter().map(|a| a.as_ref()))
+        .stdin(Stdio::null())
+        .output()
+    {
+        Ok(o) => (
+            o.status.success(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        ),
+        Err(e) => (false, String::new(), format!("could not start {args:?}: {e}")),
+    }
+}
+
+fn must<S: AsRef<str> + std::fmt::Debug>(secs: u32, args: &[S]) -> String {
+    let (ok, out, err) = run(secs, args);
+    assert!(ok, "command failed: {args:?}: {err}{out}");
+    out
+}
+
+/// Whether `tool` is an executable file in a `PATH` directory.
+fn have(tool: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|dir| {
+            std::fs::metadata(dir.join(tool))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+    })
+}
+
+/// Whether the effective user id is 0, from `/proc/self/status`.
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+        s.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|ids| ids.split_whitespace().nth(1))
+            == Some("0")
+    })
+}
+
+/// Write a line straight to stderr: libtest captures `eprintln!` of passing tests, and the
+/// summary and skip notes must show in a plain `cargo test`.
+fn note(msg: &str) {
+    let _ = writeln!(std::io::stderr(), "{msg}");
+}
+
+/// Stop a child: SIGTERM, up to `grace` for it to exit, then SIGKILL. Always reaped.
+fn stop(child: &mut Child, grace: Duration) {
+    if let Ok(Some(_)) = child.try_wait() {
+        return;
+    }
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let t0 = Instant::now();
+    while t0.elapsed() < grace {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// The three namespaces of the topology, by index.
+const VM: usize = 0;
+const SW: usize = 1;
+const HB: usize = 2;
+
+/// Everything one run creates: namespaces (and so every link), processes and log files. Drop
+/// removes all of it, whatever the exit path (assertion failure included).
+struct Guard {
+    ns: [String; 3],
+    /// snic's VM-side port (in the snic namespace).
+    va: String,
+    /// snic's underlay port (in the snic namespace).
+    ub: String,
+    children: Vec<Child>,
+    dir: PathBuf,
+    /// Whether TX offloads could be turned off (ethtool present).
+    offloads_off: bool,
+}
+
+impl Guard {
+    fn create(ethtool: bool) -> Guard {
+        let pid = std::process::id();
+        let dir = std::env::temp_dir().join(format!("snic-netns-vswitch-{pid}"));
+        let _ = std::fs::create_dir_all(&dir);
+        let mut g = Guard {
+            ns: [format!("snvm{pid}"), format!("snsw{pid}"), format!("snhb{pid}")],
+            va: format!("va{pid}"),
+            ub: format!("ub{pid}"),
+            children: Vec::new(),
+            dir,
+            offloads_off: false,
+        };
+        for i in [VM, SW, HB] {
+            must(10, &["ip", "netns", "add", &g.ns[i]]);
+            // IPv4 only: no IPv6 router solicitations or DAD probes in the counters.
+            for s in ["all", "default"] {
+                let key = format!("net.ipv6.conf.{s}.disable_ipv6=1");
+                g.must_in(i, &["sysctl", "-qw", &key]);
+            }
+            g.must_in(i, &["ip", "link", "set", "lo", "up"]);
+        }
+        let (vm, sw, hb) = (g.ns[VM].clone(), g.ns[SW].clone(), g.ns[HB].clone());
+        let (va, ub) = (g.va.clone(), g.ub.clone());
+        must(
+            10,
+            &[
+                "ip", "link", "add", &va, "netns", &sw, "type", "veth", "peer", "name", "eth0",
+                "netns", &vm,
+            ],
+        );
+        must(
+            10,
+            &[
+                "ip", "link", "add", &ub, "netns", &sw, "address", SNIC_MAC, "type", "veth",
+                "peer", "name", "eth0", "netns", &hb, "address", HOST_B_MAC,
+            ],
+        );
+        // vm-a.
+        g.must_in(VM, &["ip", "link", "set", "eth0", "address", VM_A_MAC, "mtu", "1450", "up"]);
+        g.must_in(VM, &["ip", "addr", "add", "10.0.0.1/24", "dev", "eth0"]);
+        g.must_in(VM, &["ip", "route", "add", "default", "via", "10.0.0.254"]);
+        g.must_in(
+            VM,
+            &[
+                "ip",
+                "neigh",
+                "replace",
+                "10.0.0.254",
+                "lladdr",
+                "02:00:00:00:00:fe",
+                "dev",
+                "eth0",
+                "nud",
+                "permanent",
+            ],
+        );
+        // snic's namespace: two bare ports, no addresses.
+        g.must_in(SW, &["ip", "link", "set", &va, "up"]);
+        g.must_in(SW, &["ip", "link", "set", &ub, "up"]);
+        // host-b: snic answers no ARP, so its PA and the VIP are static neighbours.
+        g.must_in(HB, &["ip", "link", "set", "eth0", "up"]);
+        g.must_in(HB, &["ip", "addr", "add", "192.168.100.2/24", "dev", "eth0"]);
+        for ip in [SNIC_PA, VIP] {
+            g.must_in(
+                HB,
+                &[
+                    "ip",
+                    "neigh",
+                    "replace",
+                    ip,
+                    "lladdr",
+                    SNIC_MAC,
+                    "dev",
+                    "eth0",
+                    "nud",
+                    "permanent",
+                ],
+            );
+        }
+        let vni = VNI.to_string();
+        g.must_in(
+            HB,
+            &[
+                "ip",
+                "link",
+                "add",
+                "vxlan42",
+                "address",
+                HOST_B_VXLAN_MAC,
+                "mtu",
+                "1450",
+                "type",
+                "vxlan",
+                "id",
+                &vni,
+                "local",
+                HOST_B_PA,
+                "remote",
+                SNIC_PA,
+                "dstport",
+                "4789",
+                "dev",
+                "eth0",
+            ],
+        );
+        g.must_in(HB, &["ip", "addr", "add", "10.0.0.2/24", "dev", "vxlan42"]);
+        g.must_in(HB, &["ip", "link", "set", "vxlan42", "up"]);
+        // TX checksum and segmentation offloads off, so snic sees MTU-sized packets with full
+        // checksums (it refuses to encapsulate GSO super-packets).
+        if ethtool {
+            for (i, dev) in [(VM, "eth0"), (HB, "eth0"), (HB, "vxlan42")] {
+                g.must_in(i, &["ethtool", "-K", dev, "tx", "off", "tso", "off", "gso", "off"]);
+            }
+            g.offloads_off = true;
+        }
+        g
+    }
+
+    /// `args` prefixed with `ip netns exec NS`.
+    fn in_ns(&self, i: usize, args: &[&str]) -> Vec<String> {
+        ["ip", "netns", "exec", self.ns[i].as_str()]
+            .iter()
+            .chain(args)
+            .map(|s| s.to_string())
+            .collect()
+    }
+
+    fn must_in(&self, i: usize, args: &[&str]) -> String {
+        must(10, &self.in_ns(i, args))
+    }
+
+    /// Start a long-running process bounded by `timeout`, output to log files; returns its index.
+    fn spawn<S: AsRef<str> + std::fmt::Debug>(
+        &mut self,
+        label: &str,
+        secs: u32,
+        args: &[S],
+    ) -> usize {
+        let out = File::create(self.dir.join(format!("{label}.out"))).expect("log file");
+        let err = File::create(self.dir.join(format!("{label}.err"))).expect("log file");
+        let child = Command::new("timeout")
+            .args(["-k", "2", &secs.to_string()])
+            .args(args.iter().map(|a| a.as_ref()))
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("could not start {args:?}: {e}"));
+        self.children.push(child);
+        self.children.len() - 1
+    }
+
+    fn log(&self, label: &str) -> String {
+        let read = |ext: &str| {
+            std::fs::read_to_string(self.dir.join(format!("{label}.{ext}"))).unwrap_or_default()
+        };
+        format!("--- {label} stdout ---\n{}--- {label} stderr ---\n{}", read("out"), read("err"))
+    }
+
+    /// Replace snic (stopped by then) by the kernel: a bridge of the VM-side port and a VXLAN
+    /// device (VNI 42, 192.168.100.1 -> 192.168.100.2) on the underlay port.
+    fn kernel_standin(&self) {
+        let (va, ub, vni) = (self.va.as_str(), self.ub.as_str(), VNI.to_string());
+        self.must_in(SW, &["ip", "link", "add", "br0", "type", "bridge"]);
+        self.must_in(SW, &["ip", "addr", "add", "192.168.100.1/24", "dev", ub]);
+        self.must_in(
+            SW,
+            &[
+                "ip", "link", "add", "vxlan42", "mtu", "1450", "type", "vxlan", "id", &vni,
+                "local", SNIC_PA, "remote", HOST_B_PA, "dstport", "4789", "dev", ub,
+            ],
+        );
+        for dev in ["vxlan42", va] {
+            self.must_in(SW, &["ip", "link", "set", dev, "master", "br0"]);
+        }
+        for dev in ["vxlan42", "br0"] {
+            self.must_in(SW, &["ip", "link", "set", dev, "up"]);
+        }
+    }
+
+    /// `ping -c 3` from namespace `i` to `dst`; returns (success, output).
+    fn ping(&self, i: usize, dst: &str) -> (bool, String) {
+        let (ok, out, err) =
+            run(10, &self.in_ns(i, &["ping", "-c", "3", "-i", "0.2", "-W", "1", dst]));
+        (ok, format!("{out}{err}"))
+    }
+
+    /// One iperf3 TCP test: server in namespace `si` bound to `bind`, client in `ci` connecting
+    /// to `target` for `secs` seconds with `extra` arguments (`-R`). Returns (bytes, bit/s)
+    /// received.
+    fn iperf(
+        &mut self,
+        label: &str,
+        si: usize,
+        bind: &str,
+        ci: usize,
+        target: &str,
+        secs: u32,
+        extra: &[&str],
+    ) -> (f64, f64) {
+        let server = self.in_ns(si, &["iperf3", "-s", "-1", "-B", bind]);
+        let sidx = self.spawn(&format!("iperf3-server-{label}"), secs + 15, &server);
+        let t = secs.to_string();
+        let mut args = vec!["iperf3", "-c", target, "-t", &t, "-J"];
+        args.extend_from_slice(extra);
+        let client = self.in_ns(ci, &args);
+        let mut result = (false, String::new(), String::new());
+        for _ in 0..20 {
+            // The server needs a moment to listen; retry only while it refuses connections.
+            thread::sleep(Duration::from_millis(250));
+            result = run(secs + 10, &client);
+            if result.0 || !result.1.contains("Connection refused") {
+                break;
+            }
+        }
+        let (ok, json, err) = result;
+        stop(&mut self.children[sidx], Duration::from_secs(2));
+        assert!(ok, "iperf3 {label} failed: {err}\n{json}\n{}", self.log("snic"));
+        let v: serde_json::Value = serde_json::from_str(&json).expect("iperf3 -J output is JSON");
+        let recv = &v["end"]["sum_received"];
+        let bytes = recv["bytes"].as_f64().unwrap_or(0.0);
+        let bps = recv["bits_per_second"].as_f64().unwrap_or(0.0);
+        assert!(bytes > 0.0, "iperf3 {label} moved no data: {json}");
+        note(&format!("iperf3 {label}: {bytes:.0} bytes, {:.3} Gbit/s", bps / 1e9));
+        (bytes, bps)
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            stop(c, Duration::from_secs(3));
+        }
+        for ns in &self.ns {
+            let _ = run(10, &["ip", "netns", "del", ns]);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Whether the test can run: false (after a note) when not root, or when root but a required
+/// tool is missing and `CI` is unset. Panics when root, `CI` is set and any tool is missing.
+fn can_run(required: &[&str], optional: &[&str]) -> bool {
+    if !is_root() {
+        note("skipping netns vswitch test: needs root");
+        return false;
+    }
+    let missing: Vec<&str> =
+        required.iter().chain(optional).copied().filter(|t| !have(t)).collect();
+    if missing.is_empty() {
+        return true;
+    }
+    assert!(std::env::var_os("CI").is_none(), "CI is set but these tools are missing: {missing:?}");
+    if required.iter().any(|t| missing.contains(t)) {
+        note(&format!("skipping netns vswitch test: missing tools {missing:?}"));
+        return false;
+    }
+    note(&format!(
+        "netns vswitch test: missing optional tools {missing:?}; their steps are skipped"
+    ));
+    true
+}
+
+/// How long `snic run` may take to open its ports and answer on its control socket.
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Fetch `snic stats` as JSON.
+fn stats(snic: &str, sock: &str) -> Result<serde_json::Value, String> {
+    let (ok, out, err) = run(5, &[snic, "stats", "--control", sock]);
+    if !ok {
+        return Err(err);
+    }
+    serde_json::from_str(out.trim()).map_err(|e| format!("snic stats is not JSON ({e}): {out}"))
+}
+
+/// Wait until the `snic run` child `si` answers `snic stats` with real counters for both ports.
+fn wait_ready(g: &mut Guard, si: usize, snic: &str, sock: &str) {
+    let t0 = Instant::now();
+    let mut last = String::new();
+    loop {
+        if let Ok(Some(status)) = g.children[si].try_wait() {
+            panic!("snic run exited early ({status}); last stats: {last}\n{}", g.log("snic"));
+        }
+        match stats(snic, sock) {
+            Ok(v) => {
+                let ports = v["ports"]
+                    .as_array()
+                    .map_or(0, |p| p.iter().filter(|p| p["rx_packets"].is_u64()).count());
+                if v.get("status").is_none() && ports == 2 {
+                    return;
+                }
+                last = v.to_string();
+            }
+            Err(e) => last = e,
+        }
+        assert!(
+            t0.elapsed() < READY_TIMEOUT,
+            "snic run not ready within {READY_TIMEOUT:?}; last stats: {last}\n{}",
+            g.log("snic")
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The `policy_deny` drop count of a `snic stats` document (0 when absent).
+fn policy_denies(v: &serde_json::Value) -> u64 {
+    v["drops"]["policy_deny"].as_u64().unwrap_or(0)
+}
+
+/// Not root-only: the policy file the interop test runs with is a valid policy of the shape the
+/// test's topology assumes.
+#[test]
+fn interop_policy_file_is_valid() {
+    use snic_vswitch::policy::{Action, LayerKind, TunnelKind};
+    let p = snic_vswitch::config::load_policy(std::path::Path::new(POLICY))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(p.underlay.port, 1);
+    assert_eq!(p.underlay.ip.to_string(), SNIC_PA);
+    assert_eq!(p.underlay.mac, [2, 0, 0, 0, 1, 1]);
+    assert_eq!(p.underlay.gateway_mac, [2, 0, 0, 0, 2, 2]);
+    assert_eq!(p.vports.len(), 1);
+    let v = &p.vports[0];
+    assert_eq!((v.port, v.vni, v.mac), (0, VNI, [2, 0, 0, 0, 0, 0x0a]));
+    assert_eq!(v.ips.iter().map(ToString::to_string).collect::<Vec<_>>(), [VM_A]);
+    let kinds: Vec<LayerKind> = v.layers.iter().map(|l| l.kind).collect();
+    assert_eq!(kinds, [LayerKind::Acl, LayerKind::Nat, LayerKind::Route, LayerKind::Vnet]);
+    let vnet = &v.layers[3];
+    assert_eq!(vnet.mappings.len(), 1);
+    assert_eq!(vnet.mappings[0].ca.to_string(), HOST_B_CA);
+    assert_eq!(vnet.mappings[0].pa.to_string(), HOST_B_PA);
+    assert_eq!(vnet.mappings[0].mac, [2, 0, 0, 0, 0, 0x0b]);
+    assert!(
+        vnet.rules.iter().any(|r| r.action == Action::Encap { kind: TunnelKind::Vxlan, vni: VNI })
+    );
+    assert!(vnet.rules.iter().any(|r| r.action == Action::Decap));
+    assert_eq!(v.layers[0].default, Action::Deny);
+    assert!(
+        v.layers[0]
+            .rules
+            .iter()
+            .any(|r| r.action == Action::AllowStateful && r.predicates.is_empty())
+    );
+    assert!(
+        matches!(&v.layers[1].rules[0].action, Action::Dnat { backends } if backends.len() == 1 && backends[0].0.to_string() == VM_A)
+    );
+}
+
+#[test]
+fn vswitch_interops_with_the_kernel_vxlan_device() {
+    if !can_run(&["ip", "ping", "iperf3", "timeout", "kill", "sysctl"], &["ethtool", "tshark"]) {
+        return;
+    }
+    let t_start = Instant::now();
+    let mut g = Guard::create(have("ethtool"));
+    if !g.offloads_off {
+        note("ethtool missing: TX offloads stay on (snic may see GSO super-packets)");
+    }
+    let snic = env!("CARGO_BIN_EXE_snic");
+    let sock = g.dir.join("ctl.sock");
+    let sock = sock.to_str().expect("temp dir path is UTF-8").to_string();
+    let (pa, pb) = (format!("afpacket:{}", g.va), format!("afpacket:{}", g.ub));
+    let dur = SNIC_SECS.to_string();
+    let cmd = g.in_ns(
+        SW,
+        &[
+            snic,
+            "run",
+            "--port",
+            &pa,
+            "--port",
+            &pb,
+            "--stage",
+            "parse",
+            "--stage",
+            "vswitch",
+            "--policy",
+            POLICY,
+            "--control",
+            &sock,
+            "--duration",
+            &dur,
+        ],
+    );
+    let si = g.spawn("snic", SNIC_SECS + 5, &cmd);
+    wait_ready(&mut g, si, snic, &sock);
+
+    // 1. ping both ways through the tunnel, with the underlay captured meanwhile.
+    let pcap = g.dir.join("underlay.pcap");
+    let pcap = pcap.to_str().expect("temp dir path is UTF-8").to_string();
+    let capture = have("tshark").then(|| {
+        let args =
+            g.in_ns(HB, &["tshark", "-n", "-q", "-i", "eth0", "-f", "udp port 4789", "-w", &pcap]);
+        let ci = g.spawn("tshark-capture", 20, &args);
+        // Wait until the capture is on (dumpcap says so on stderr), at most 5 s.
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(5)
+            && !g.log("tshark-capture").contains("Capturing on")
+        {
+            thread::sleep(Duration::from_millis(50));
+        }
+        ci
+    });
+    let (ok, out) = g.ping(VM, HOST_B_CA);
+    assert!(
+        ok,
+        "ping vm-a -> host-b ({HOST_B_CA}) through the tunnel failed:\n{out}\n{}",
+        g.log("snic")
+    );
+    let (ok, out) = g.ping(HB, VM_A);
+    assert!(
+        ok,
+        "ping host-b -> vm-a ({VM_A}) through the tunnel failed:\n{out}\n{}",
+        g.log("snic")
+    );
+    let mut vxlan_summary = String::from("skipped (no tshark)");
+    if let Some(ci) = capture {
+        thread::sleep(Duration::from_millis(300));
+        stop(&mut g.children[ci], Duration::from_secs(3));
+        vxlan_summary = check_capture(&g, &pcap);
+    }
+
+    // 2. iperf3 TCP, 5 s each way.
+    let (_, fwd) = g.iperf("vm-a->host-b", HB, HOST_B_CA, VM, HOST_B_CA, 5, &[]);
+    let (_, rev) = g.iperf("host-b->vm-a (-R)", HB, HOST_B_CA, VM, HOST_B_CA, 5, &["-R"]);
+
+    // 3. NAT: host-b's underlay address (not tunnelled) reaches the VIP, DNATed to vm-a.
+    let (ok, out) = g.ping(HB, VIP);
+    assert!(ok, "ping host-b -> VIP {VIP} (DNAT to {VM_A}) failed:\n{out}\n{}", g.log("snic"));
+    let (nat_bytes, _) = g.iperf("host-b->VIP", VM, VM_A, HB, VIP, 2, &[]);
+
+    // 4. ACL deny at run time: ICMP denied, counted, then allowed again.
+    let ctl = |cmd: &str, args: &[&str]| {
+        let mut v = vec![snic, "vswitch", cmd, "--control", &sock];
+        v.extend_from_slice(args);
+        run(10, &v)
+    };
+    let show_json = || {
+        let (ok, out, err) = ctl("show", &["--json"]);
+        assert!(ok, "snic vswitch show --json failed: {err}");
+        serde_json::from_str::<serde_json::Value>(out.trim())
+            .unwrap_or_else(|e| panic!("snic vswitch show --json is not JSON ({e}): {out}"))
+    };
+    let before = stats(snic, &sock).unwrap_or_else(|e| panic!("snic stats: {e}"));
+    let sw_before = show_json()["fast"]["denied"].as_u64().unwrap_or(0);
+    let deny =
+        ["--vport", "0", "--layer", "acl", "id=1", "priority=1", "ip.proto=1", "action=deny"];
+    let (ok, out, err) = ctl("add-rule", &deny);
+    assert!(ok, "snic vswitch add-rule failed:\n{out}{err}");
+    note(&format!("snic vswitch add-rule: {}", out.trim()));
+    let (ok, out) = g.ping(VM, HOST_B_CA);
+    assert!(
+        !ok && out.contains(" 0 received"),
+        "ping went through despite the ACL deny rule:\n{out}"
+    );
+    let after = stats(snic, &sock).unwrap_or_else(|e| panic!("snic stats: {e}"));
+    let denied = policy_denies(&after).saturating_sub(policy_denies(&before));
+    assert!(denied >= 3, "fewer than 3 policy_deny drops for 3 denied pings: {after}");
+    let sw_after = show_json()["fast"]["denied"].as_u64().unwrap_or(0);
+    assert!(
+        sw_after > sw_before,
+        "snic vswitch show counted no denial ({sw_before} -> {sw_after})"
+    );
+    let (ok, show, err) = ctl("show", &[]);
+    assert!(ok, "snic vswitch show failed: {err}");
+    let (ok, out, err) = ctl("remove-rule", &["--vport", "0", "--layer", "acl", "--id", "1"]);
+    assert!(ok, "snic vswitch remove-rule failed:\n{out}{err}");
+    note(&format!("snic vswitch remove-rule: {}", out.trim()));
+    let (ok, out) = g.ping(VM, HOST_B_CA);
+    assert!(
+        ok,
+        "ping vm-a -> host-b failed after the deny rule was removed:\n{out}\n{}",
+        g.log("snic")
+    );
+
+    // 5. dump-flows lists the flows with their packet counts: some flow of host-b's CA has
+    // served packets.
+    let (ok, flows, err) = ctl("dump-flows", &[]);
+    assert!(ok, "snic vswitch dump-flows failed: {err}");
+    let (ok, json, err) = ctl("dump-flows", &["--json"]);
+    assert!(ok, "snic vswitch dump-flows --json failed: {err}");
+    let served: u64 = json
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|f| f["key"].as_str().is_some_and(|k| k.contains(HOST_B_CA)))
+        .map(|f| f["packets"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(served > 0, "dump-flows lists no flow of {HOST_B_CA} with packets:\n{flows}");
+
+    // Final counters, then stop snic (it prints its own on exit).
+    let end = stats(snic, &sock).unwrap_or_else(|e| panic!("snic stats: {e}"));
+    stop(&mut g.children[si], Duration::from_secs(3));
+
+    // 6. For scale: the kernel in snic's place (a bridge of the VM-side veth and a VXLAN device
+    // on the underlay veth), same endpoints, same offload settings.
+    g.kernel_standin();
+    let (ok, out) = g.ping(VM, HOST_B_CA);
+    assert!(ok, "ping through the kernel stand-in failed:\n{out}");
+    let (_, kfwd) = g.iperf("kernel vm-a->host-b", HB, HOST_B_CA, VM, HOST_B_CA, 5, &[]);
+    let (_, krev) = g.iperf("kernel host-b->vm-a (-R)", HB, HOST_B_CA, VM, HOST_B_CA, 5, &["-R"]);
+
+    note(&format!("--- snic vswitch show (during the deny) ---\n{show}"));
+    note(&format!("--- snic vswitch dump-flows ---\n{flows}"));
+    note(&format!(
+        "--- snic stats (end) ---\n{}",
+        serde_json::to_string_pretty(&end).unwrap_or_default()
+    ));
+    note(&g.log("snic"));
+    let secs = t_start.elapsed().as_secs_f64();
+    note(&format!(
+        "summary ({secs:.1} s; TX offloads off: {}):\n\
+         \x20 ping vm-a -> host-b and host-b -> vm-a through VXLAN {VNI}: ok\n\
+         \x20 underlay capture: {vxlan_summary}\n\
+         \x20 iperf3 TCP through snic: vm-a -> host-b {:.3} Gbit/s, host-b -> vm-a {:.3} Gbit/s\n\
+         \x20 NAT: ping {VIP} ok, {nat_bytes:.0} TCP bytes to {VIP} (DNAT to {VM_A})\n\
+         \x20 ACL deny of ICMP: ping failed, {denied} policy_deny drops; ok again after removal\n\
+         \x20 dump-flows: {served} packets on flows of {HOST_B_CA}\n\
+         \x20 kernel bridge + VXLAN in snic's place: {:.3} / {:.3} Gbit/s \
+         (snic/kernel {:.3} / {:.3})",
+        g.offloads_off,
+        fwd / 1e9,
+        rev / 1e9,
+        kfwd / 1e9,
+        krev / 1e9,
+        fwd / kfwd.max(1.0),
+        rev / krev.max(1.0),
+    ));
+    drop(g);
+}
+
+/// Decode the underlay capture with tshark (checksums verified): it must hold VXLAN packets, all
+/// with VNI 42, none malformed and no IP, UDP, TCP or ICMP checksum (outer or inner) bad.
+/// Returns a one-line summary.
+fn check_capture(g: &Guard, pcap: &str) -> String {
+    let fields = [
+        "vxlan.vni",
+        "_ws.malformed",
+        "ip.checksum.status",
+        "udp.checksum.status",
+        "tcp.checksum.status",
+        "icmp.checksum.status",
+    ];
+    let mut args = vec!["tshark", "-n", "-r", pcap, "-T", "fields"];
+    for o in ["ip.check_checksum:TRUE", "udp.check_checksum:TRUE", "tcp.check_checksum:TRUE"] {
+        args.extend(["-o", o]);
+    }
+    for f in fields {
+        args.extend(["-e", f]);
+    }
+    let (ok, out, err) = run(20, &args);
+    assert!(ok, "tshark could not read the underlay capture: {err}\n{}", g.log("tshark-capture"));
+    let lines: Vec<&str> = out.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(
+        !lines.is_empty(),
+        "no VXLAN packet captured on host-b's underlay\n{}",
+        g.log("tshark-capture")
+    );
+    for l in &lines {
+        let cols: Vec<&str> = l.split('\t').collect();
+        let col = |i: usize| cols.get(i).copied().unwrap_or("");
+        assert_eq!(
+            col(0),
+            VNI.to_string(),
+            "a captured packet has VNI {:?}, not {VNI}:\n{out}",
+            col(0)
+        );
+        assert!(col(1).is_empty(), "tshark found a malformed packet:\n{out}");
+        for (i, name) in fields.iter().enumerate().skip(2) {
+            // Status 0 is "bad" (1 good, 2 unverified, 3 not present).
+            assert!(
+                !col(i).split(',').any(|s| s == "0"),
+                "tshark found a bad {name} in a captured packet:\n{out}"
+            );
+        }
+    }
+    format!("{} VXLAN packets, all VNI {VNI}, none malformed, no bad checksum", lines.len())
+}
