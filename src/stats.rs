@@ -503,6 +503,18 @@ mod tests {
     }
 
     #[test]
+    fn a_client_refuses_to_send_a_request_over_the_cap() {
+        let path = sock("cap");
+        let _server = echo_server(&path, Arc::new(AtomicU64::new(0)));
+        let big = Edit::Replace { policy: "#".repeat(MAX_REQUEST), file: None };
+        let e = request(&path, &Request::Apply { edits: vec![big] }).unwrap_err();
+        assert!(
+            e.to_string().ends_with("is larger than the control socket accepts (1048576 bytes)"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn an_error_answer_becomes_an_error_with_the_server_message() {
         let path = sock("errors");
         let _server = ControlServer::spawn(&path, |_| error_reply("no such layer \"x\"")).unwrap();

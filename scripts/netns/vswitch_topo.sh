@@ -18,7 +18,7 @@
 # Then, for example (policy: tests/data/vswitch/interop.toml):
 #   ip netns exec snvsw snic run --port afpacket:snvva --port afpacket:snvub \
 #       --stage parse --stage vswitch --policy tests/data/vswitch/interop.toml \
-#       --control /tmp/snv.sock --duration 60s
+#       --control /tmp/snv.sock --duration 60
 #   ip netns exec snvvm ping -c 3 10.0.0.2
 #   ip netns exec snvhb ping -c 3 192.168.100.10      # the VIP, DNATed to 10.0.0.1
 set -eu

@@ -376,13 +376,10 @@ impl Shape {
     }
 }
 
-/// Buckets longer than this are walked after all shapes with shorter ones.
-const LONG_BUCKET: usize = 8;
-
 /// The shapes of one direction.
 #[derive(Debug, Clone, Default)]
 struct Table {
-    /// Short-bucket shapes first, then by `best`.
+    /// In the order a lookup visits them (see [`Table::build`]).
     shapes: Vec<Shape>,
     entries: Vec<Entry>,
 }
@@ -398,7 +395,7 @@ struct ShapeId {
 type Buckets = HashMap<Key, Vec<Entry>>;
 
 impl Table {
-    fn build(groups: HashMap<ShapeId, Buckets>) -> Table {
+    fn build(groups: HashMap<ShapeId, Buckets>, lpm: bool) -> Table {
         let mut t = Table::default();
         for (id, buckets) in groups {
             let mut shape = Shape {
@@ -449,10 +446,15 @@ impl Table {
             }
             t.shapes.push(shape);
         }
-        // Shapes whose buckets are short (exact keys, few candidates) go first, best rule
-        // first; shapes with long buckets (many rules told apart only by checks, such as port
-        // ranges) go last, so that by then a good rule bounds how far their buckets are read.
-        t.shapes.sort_by_key(|s| (s.longest > LONG_BUCKET, s.best));
+        if lpm {
+            // Longest prefixes first: a hit there bounds (and usually skips) the rest.
+            t.shapes.sort_by_key(|s| s.best);
+        } else {
+            // Shapes whose buckets are short (exact keys, few candidates) go first; shapes with
+            // long buckets (many rules told apart only by checks, such as port ranges) go last,
+            // so that by then a good rule bounds how far their buckets are read.
+            t.shapes.sort_by_key(|s| (s.longest, s.best));
+        }
         t
     }
 }
@@ -515,10 +517,10 @@ fn plan(rule: &Rule) -> Option<Plan> {
         let Matcher::Set(vals) = &p.matcher else { continue };
         let mut alts: Vec<(Value, Part)> = Vec::new();
         for v in vals {
-            if let Some(part) = key_part(p.field, &Matcher::Exact(*v)) {
-                if !alts.iter().any(|(w, _)| w == v) {
-                    alts.push((*v, part));
-                }
+            if let Some(part) = key_part(p.field, &Matcher::Exact(*v))
+                && !alts.iter().any(|(w, _)| w == v)
+            {
+                alts.push((*v, part));
             }
         }
         if alts.is_empty() {
@@ -608,7 +610,11 @@ impl Classifier {
             }
         }
         let [out, inb] = groups;
-        Classifier { tables: [Table::build(out), Table::build(inb)], checks, len: rules.len() }
+        Classifier {
+            tables: [Table::build(out, lpm), Table::build(inb, lpm)],
+            checks,
+            len: rules.len(),
+        }
     }
 
     /// Index into `rules` (as given to build) of the winning rule, or None.
@@ -897,6 +903,35 @@ mod tests {
         let f = pkt(IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 9)), 6, 1);
         assert_eq!(both(&rules, true, &f, Direction::Out), Some(200));
         assert_eq!(both(&rules, true, &pkt(v4(9, 0, 0, 0), 6, 1), Direction::Out), Some(201));
+    }
+
+    #[test]
+    fn ipv6_keys_longer_than_the_inline_words() {
+        // Source and destination /128: four key words, one beyond the inline ones. Keys that
+        // differ only in that last word must not be confused.
+        let src = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1);
+        let dst = |i: u16| IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, i));
+        let rules: Vec<Rule> = (0..2000u16)
+            .map(|i| {
+                rule(
+                    u32::from(i),
+                    0,
+                    vec![
+                        pred(Field::IpSrc, Matcher::Prefix(IpAddr::V6(src), 128)),
+                        pred(Field::IpDst, Matcher::Exact(Value::Ip(dst(i)))),
+                    ],
+                )
+            })
+            .collect();
+        let c = Classifier::build(&rules, false);
+        assert_eq!(c.shapes(Direction::Out), 1);
+        let mut f = pkt(dst(0), 6, 1);
+        f.ip_src = Some(IpAddr::V6(src));
+        for i in (0..2000u16).chain(3000..9000) {
+            f.ip_dst = Some(dst(i));
+            let want = (i < 2000).then_some(usize::from(i));
+            assert_eq!(c.lookup(&f, Direction::In), want, "dst {i}");
+        }
     }
 
     #[test]

@@ -142,7 +142,7 @@ use crate::policy::{
 };
 use core::fmt;
 use core::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::ops::Range;
 use toml::Spanned;
@@ -267,7 +267,7 @@ enum Node {
     Float,
     Bool,
     Array(Vec<Spanned<Node>>),
-    Table(Vec<(Spanned<String>, Spanned<Node>)>),
+    Table(Vec<Entry>),
 }
 
 impl Node {
@@ -289,10 +289,7 @@ fn span_or(s: Option<Range<usize>>, fallback: &Range<usize>) -> Range<usize> {
 }
 
 /// Reads a whole document into a [`Node`] table.
-fn parse_doc(
-    cx: &Cx<'_>,
-    text: &str,
-) -> Result<Vec<(Spanned<String>, Spanned<Node>)>, ConfigError> {
+fn parse_doc(cx: &Cx<'_>, text: &str) -> Result<Vec<Entry>, ConfigError> {
     let doc = toml_edit::ImDocument::parse(text).map_err(|e| cx.syntax(&e))?;
     table_entries(cx, doc.as_table(), &(0..0))
 }
@@ -301,7 +298,7 @@ fn table_entries(
     cx: &Cx<'_>,
     t: &toml_edit::Table,
     fallback: &Range<usize>,
-) -> Result<Vec<(Spanned<String>, Spanned<Node>)>, ConfigError> {
+) -> Result<Vec<Entry>, ConfigError> {
     let mut out = Vec::with_capacity(t.len());
     for (k, item) in t.iter() {
         let v = item_node(cx, item, fallback)?;
@@ -369,7 +366,9 @@ fn value_node(
     Ok(Spanned::new(span, node))
 }
 
-type Entries = [(Spanned<String>, Spanned<Node>)];
+/// A key and its value.
+type Entry = (Spanned<String>, Spanned<Node>);
+type Entries = [Entry];
 
 /// Conversion context: the text (for line/column), the file name and the position of every
 /// field path met, so that errors found later by [`validate`] point at the right place.
@@ -1573,15 +1572,17 @@ fn validate_inner(p: &Policy) -> Result<(), Invalid> {
             ));
         }
     }
+    let mut ids = HashSet::with_capacity(p.vports.len());
+    let mut ports = HashMap::with_capacity(p.vports.len());
     for (vi, v) in p.vports.iter().enumerate() {
         let path = format!("vport[{vi}]");
-        if p.vports.iter().take(vi).any(|o| o.id == v.id) {
+        if !ids.insert(v.id) {
             return Err(inv(join(&path, "id"), format!("vport id {} is used twice", v.id.0)));
         }
-        if let Some(o) = p.vports.iter().take(vi).find(|o| o.port == v.port) {
+        if let Some(o) = ports.insert(v.port, v.id) {
             return Err(inv(
                 join(&path, "port"),
-                format!("port {} is already vport {}'s", v.port, o.id.0),
+                format!("port {} is already vport {}'s", v.port, o.0),
             ));
         }
         if v.port == u.port {
@@ -1627,8 +1628,9 @@ fn validate_layer(p: &Policy, l: &LayerPolicy, path: &str) -> Result<(), Invalid
             format!("mappings belong to vnet layers, not to a {} layer", l.kind.name()),
         ));
     }
-    for (ri, r) in l.rules.iter().enumerate() {
-        if l.rules.iter().take(ri).any(|o| o.id == r.id) {
+    let mut ids = HashSet::with_capacity(l.rules.len());
+    for r in &l.rules {
+        if !ids.insert(r.id) {
             return Err(inv(
                 join(&join(path, &rule_seg(r.id)), "id"),
                 format!("rule id {} is used twice in layer {}", r.id, l.name),
@@ -1638,9 +1640,10 @@ fn validate_layer(p: &Policy, l: &LayerPolicy, path: &str) -> Result<(), Invalid
     for r in &l.rules {
         validate_rule(Some(p), Some(l.kind), r, &join(path, &rule_seg(r.id)))?;
     }
+    let mut cas = HashSet::with_capacity(l.mappings.len());
     for (mi, m) in l.mappings.iter().enumerate() {
         let mpath = join(path, &format!("mapping[{mi}]"));
-        if l.mappings.iter().take(mi).any(|o| o.ca == m.ca) {
+        if !cas.insert(m.ca) {
             return Err(inv(
                 join(&mpath, "ca"),
                 format!("customer address {} is mapped twice", m.ca),

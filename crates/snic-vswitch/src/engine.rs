@@ -142,8 +142,11 @@ pub struct ShardStats {
     pub reverse_installs: u64,
     /// Denied flows cached as drop entries.
     pub drop_entries: u64,
-    /// Packets dropped by policy (first packets and cached drops).
+    /// Packets dropped by policy: first packets (by reason in `denied_by`) and packets that hit
+    /// a cached drop entry (`denied_cached`).
     pub denied: u64,
+    /// Packets dropped by a cached drop entry (their flow was denied earlier).
+    pub denied_cached: u64,
     /// Denials by reason (slow path).
     pub denied_by: std::collections::BTreeMap<&'static str, u64>,
     /// TCP SYN/FIN/RST copies sent to the slow path.
@@ -181,6 +184,7 @@ impl ShardStats {
         self.reverse_installs += o.reverse_installs;
         self.drop_entries += o.drop_entries;
         self.denied += o.denied;
+        self.denied_cached += o.denied_cached;
         for (k, v) in &o.denied_by {
             *self.denied_by.entry(k).or_default() += v;
         }
@@ -791,7 +795,7 @@ impl Shard {
     }
 
     /// Move `p` into the exception queue (buffer swap; no copy).
-    fn to_exception(&mut self, p: &mut PacketBuf, key: FlowKey, hash: u64) -> Fate {
+    fn enqueue_exception(&mut self, p: &mut PacketBuf, key: FlowKey, hash: u64) -> Fate {
         if self.exc.len() >= self.exc_cap {
             self.stats.exception_overflow += 1;
             return Fate::Drop(DropReason::ExceptionOverflow);
@@ -814,6 +818,7 @@ impl Shard {
         e.last_seen = now;
         if e.action == DROP_ACTION {
             self.stats.denied += 1;
+            self.stats.denied_cached += 1;
             return Fate::Drop(DropReason::PolicyDeny);
         }
         let Some(a) = self.actions.get(e.action) else {
@@ -914,18 +919,18 @@ impl Shard {
         let hash = self.hashes[i];
         if !self.pending.is_empty() && self.pending.contains_key(&key) {
             self.stats.queued_behind += 1;
-            return self.to_exception(p, key, hash);
+            return self.enqueue_exception(p, key, hash);
         }
         match self.ids[i] {
             None => {
                 self.stats.misses += 1;
-                self.to_exception(p, key, hash)
+                self.enqueue_exception(p, key, hash)
             }
             Some(id) => {
                 let e = self.gft.entry(id);
                 if shared.epoch(e.vport) != e.epoch {
                     self.stats.stale += 1;
-                    return self.to_exception(p, key, hash);
+                    return self.enqueue_exception(p, key, hash);
                 }
                 self.stats.hits += 1;
                 self.serve(now, p, id, hash)

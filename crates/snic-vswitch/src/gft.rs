@@ -25,10 +25,11 @@
 //! budget of slots at a time. Every displaced flow is handed back to the caller.
 //!
 //! Prefetching: `_mm_prefetch` still needs `unsafe` on this toolchain, which the crate denies,
-//! so [`Gft::lookup_batch`] works in stages instead: compute every bucket index and touch the
-//! buckets, then scan tags and touch the candidate entries, then compare keys. The touches are
-//! plain loads whose values are only needed at the end of a stage, so an out-of-order core keeps
-//! many misses in flight at once.
+//! so [`Gft::lookup_batch`] works in stages instead: compute every first-bucket index and touch
+//! those buckets, then scan tags and touch the candidate entries (or, for the roughly one flow
+//! in ten that sits in its second bucket, touch that bucket and scan it in a short extra pass),
+//! then compare keys. The touches are plain loads whose values are only needed at the end of a
+//! stage, so an out-of-order core keeps many misses in flight at once.
 //!
 //! This module is not concurrent (one table per worker shard, no locks), does not read the clock
 //! (callers pass `now`), and knows nothing of what an [`ActionId`] means.
@@ -71,7 +72,7 @@ const NONE: u32 = u32::MAX;
 const PENDING: u32 = u32::MAX - 1;
 
 /// Configuration of a [`Gft`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GftConfig {
     /// Most flows the table holds, `1..=MAX_CAPACITY`.
     pub capacity: usize,
@@ -313,7 +314,8 @@ impl Gft {
         if cfg.capacity == 0 || cfg.capacity > MAX_CAPACITY {
             return Err(GftError::BadCapacity { requested: cfg.capacity, max: MAX_CAPACITY });
         }
-        Self::with_buckets(cfg, buckets_for(cfg.capacity))
+        let n_buckets = buckets_for(cfg.capacity);
+        Self::with_buckets(cfg, n_buckets)
     }
 
     /// Build with an explicit bucket count (tests use tiny indexes to force collisions).
@@ -415,8 +417,9 @@ impl Gft {
         self.find(hash, key).map(|(_, _, i)| FlowId(i))
     }
 
-    /// Batch lookup: `hashes[i]`/`keys[i]` -> `out[i]`. Touches all buckets first, then the
-    /// candidate entries, then compares keys, so the cache misses of a batch overlap.
+    /// Batch lookup: `hashes[i]`/`keys[i]` -> `out[i]`. Touches all first buckets, then the
+    /// candidate entries (and the second buckets that are needed), then compares keys, so the
+    /// cache misses of a batch overlap. Same results as [`Gft::lookup`] on each key.
     ///
     /// Handles the first `min(hashes.len(), keys.len(), out.len())` items; the rest of `out` is
     /// left as it was.
@@ -904,6 +907,20 @@ impl Gft {
             + self.live.capacity() * core::mem::size_of::<u64>()
     }
 
+    /// The address and length in bytes of the table's two large reservations (slab, index),
+    /// for the I/O layer to back with huge pages (e.g. `madvise(MADV_HUGEPAGE)`) right after
+    /// [`Gft::new`]: at a million flows and more, lookups are bound by TLB misses on 4 KiB pages.
+    /// This module cannot make that call itself (it would need `unsafe`).
+    pub fn memory_regions(&self) -> [(usize, usize); 2] {
+        [
+            (self.slab.as_ptr() as usize, self.slab.capacity() * core::mem::size_of::<Slot>()),
+            (
+                self.buckets.as_ptr() as usize,
+                self.buckets.capacity() * core::mem::size_of::<Bucket>(),
+            ),
+        ]
+    }
+
     /// Test helper: check every structural invariant, panicking with what is wrong.
     #[cfg(test)]
     fn check_invariants(&self) {
@@ -1010,6 +1027,9 @@ mod tests {
             t.memory_bytes(),
             (1 << 20) * 192 + (1usize << 20).div_ceil(7) * 64 + (1 << 20) / 8
         );
+        let [(slab, slab_len), (index, index_len)] = t.memory_regions();
+        assert_eq!((slab % 64, index % 64), (0, 0), "cache-line aligned");
+        assert_eq!(slab_len + index_len + (1 << 20) / 8, t.memory_bytes());
     }
 
     #[test]
@@ -1189,6 +1209,39 @@ mod tests {
         }
         assert_eq!(out[200], Some(FlowId(12345)), "beyond the batch is untouched");
         t.prefetch(hashes[0]);
+    }
+
+    #[test]
+    fn tag_collisions_compare_full_keys() {
+        // Two keys whose 32-bit tags are equal (birthday search), in a one-bucket index so the
+        // tag matches in the bucket every lookup reads.
+        let mut t = Gft::with_buckets(cfg(16), 1).unwrap();
+        let mut seen = HashMap::new();
+        let (a, b) = (0u32..1_000_000)
+            .find_map(|n| {
+                let tag = tag_of(t.hash(&key(n)));
+                seen.insert(tag, n).map(|m| (m, n))
+            })
+            .expect("a 32-bit tag collision within a million keys");
+        ins(&mut t, entry(a, 1));
+        assert_eq!(look(&t, b), None);
+        let ks = [key(a), key(b)];
+        let hs = [t.hash(&ks[0]), t.hash(&ks[1])];
+        let mut out = [None; 2];
+        t.lookup_batch(&hs, &ks, &mut out);
+        assert_eq!(out, [look(&t, a), None]);
+        let (idb, d) = ins(&mut t, entry(b, 2));
+        assert_eq!(d, None);
+        t.lookup_batch(&hs, &ks, &mut out);
+        assert_eq!(out, [look(&t, a), Some(idb)]);
+        assert_eq!(t.entry(idb).key, key(b));
+        // Insert b first in a fresh table: the batch's first candidate for a is b's entry.
+        let mut t = Gft::with_buckets(cfg(16), 1).unwrap();
+        let (idb, _) = ins(&mut t, entry(b, 2));
+        let (ida, _) = ins(&mut t, entry(a, 1));
+        t.lookup_batch(&hs, &ks, &mut out);
+        assert_eq!(out, [Some(ida), Some(idb)]);
+        t.check_invariants();
     }
 
     #[test]

@@ -28,7 +28,8 @@
 //!   through the VNET without an `Encap` action, or without a mapping, is `NoMapping`. `Decap`
 //!   (inbound) checks the VNI and that the outer source is the provider address mapped to the
 //!   inner source (else `Spoofed`); an inbound tunnelled packet that no layer decapsulated is
-//!   `Spoofed` too. `Encap` inbound and `Decap` outbound are no-ops.
+//!   `Spoofed` too. `Encap` inbound, `Decap` outbound and `Decap` of a plain packet are
+//!   no-ops. A tunnelled packet from a VM is `UnsupportedTunnel`.
 //! - A route to another local vPort delivers there directly; that vPort's inbound layers are
 //!   not run (a simplification: the sender's policy decides).
 //!
@@ -63,7 +64,8 @@ use snic_wire::stack::{Layer, Stack};
 use crate::classifier::Classifier;
 use crate::key::{Direction, FlowKey, KeyFlags, VPortId, from_ip};
 use crate::policy::{
-    Action, Fields, LayerKind, Mac, Mapping, MeterId, Policy, RouteTarget, TunnelKind,
+    Action, Field, Fields, LayerKind, Mac, Mapping, Matcher, MeterId, Policy, RouteTarget,
+    TunnelKind, Value,
 };
 use crate::tcp::{self, TcpConn, TcpEvent};
 use crate::xpose::{Encap, Op, Transposition};
@@ -372,7 +374,10 @@ struct Compiled {
     by_vni_mac: HashMap<(u32, Mac), usize>,
     by_ip: HashMap<[u8; 16], usize>,
     by_id: HashMap<VPortId, usize>,
-    /// (vPort, layer, rule) of every DNAT rule that can apply inbound: VIP ownership.
+    /// (vPort, layer, rule) of the DNAT rules that can apply inbound (VIP ownership), by the
+    /// address of their exact `ip.dst` predicate ...
+    vip_by_ip: HashMap<[u8; 16], Vec<(usize, usize, usize)>>,
+    /// ... and those without one (checked one by one).
     vip_rules: Vec<(usize, usize, usize)>,
 }
 
@@ -395,7 +400,16 @@ impl Compiled {
                 }
                 for (ri, r) in l.rules.iter().enumerate() {
                     if matches!(r.action, Action::Dnat { .. }) && r.dir != Some(Direction::Out) {
-                        c.vip_rules.push((vi, li, ri));
+                        let vip = r.predicates.iter().find_map(|p| match p.matcher {
+                            Matcher::Exact(Value::Ip(ip)) if p.field == Field::IpDst => Some(ip),
+                            _ => None,
+                        });
+                        match vip {
+                            Some(ip) => {
+                                c.vip_by_ip.entry(from_ip(ip)).or_default().push((vi, li, ri))
+                            }
+                            None => c.vip_rules.push((vi, li, ri)),
+                        }
                     }
                 }
                 layers.push(CompiledLayer {
@@ -479,16 +493,21 @@ impl PortPool {
 }
 
 /// State of one connection: a stateful flow or a TCP flow.
+///
+/// It keeps what the flows are compiled from (the first packet and the NAT binding), not the
+/// flows: a re-compile (a cache miss on a known key) walks the policy again with the same
+/// binding and hash, which gives the same flows under the same policy, and the current ones
+/// after a change. That keeps a connection under 300 bytes.
 #[derive(Debug, Clone)]
 struct Conn {
     /// Distinguishes this connection from earlier ones in the same slot (timers).
     serial: u64,
+    /// The first packet; `origin.key` is the forward key.
     origin: Origin,
-    fwd_key: FlowKey,
+    /// The key of the replies.
     rev_key: FlowKey,
-    forward: UnifiedFlow,
-    /// The reverse flow, for stateful connections.
-    reverse: Option<UnifiedFlow>,
+    /// The replies are let through by this connection (else they meet their own policy).
+    stateful: bool,
     snat: Option<SnatBinding>,
     tcp: Option<TcpConn>,
     /// Removal scheduled (time-wait, reset).
@@ -511,6 +530,11 @@ enum TimerKind {
 }
 
 /// The VFP slow path: the policy, its precomputed classifiers, and the connection state.
+///
+/// Sans-IO and single-threaded: the caller passes the time and the packet, and applies the
+/// removals it is handed (keys whose cached flows must go). Connections live in a slab indexed
+/// by both of their keys; timers (time-wait, reset, half-open aging) in a min-heap whose stale
+/// entries are skipped.
 pub struct SlowPath {
     policy: Arc<Policy>,
     compiled: Compiled,
@@ -610,19 +634,19 @@ impl SlowPath {
             let keep = match self.walk(&conn.origin, conn.snat) {
                 Ok(plan) if plan.stateful || conn.tcp.is_some() => {
                     match self.build_flows(&conn.origin, &plan) {
-                        Ok((forward, reverse)) => {
+                        Ok((forward, rev_key, reverse)) => {
                             self.rebind_snat(conn.snat, plan.snat);
                             conn.snat = plan.snat;
-                            if reverse.key != conn.rev_key {
+                            if rev_key != conn.rev_key {
                                 removals.push(conn.rev_key);
                                 if self.by_key.get(&conn.rev_key) == Some(&(slot as u32)) {
                                     self.by_key.remove(&conn.rev_key);
                                 }
-                                conn.rev_key = reverse.key;
-                                self.by_key.insert(reverse.key, slot as u32);
+                                conn.rev_key = rev_key;
+                                self.by_key.insert(rev_key, slot as u32);
                             }
-                            conn.forward = forward;
-                            conn.reverse = plan.stateful.then_some(reverse);
+                            conn.stateful = reverse.is_some();
+                            drop(forward);
                             true
                         }
                         Err(_) => false,
@@ -670,7 +694,7 @@ impl SlowPath {
             Ok(p) => p,
             Err(r) => return self.deny(r),
         };
-        let (forward, reverse) = match self.build_flows(&origin, &plan) {
+        let (forward, rev_key, reverse) = match self.build_flows(&origin, &plan) {
             Ok(f) => f,
             Err(r) => return self.deny(r),
         };
@@ -697,12 +721,15 @@ impl SlowPath {
             // No TCP header (a non-first fragment): mid-stream.
             (true, None) => Some(TcpConn::new(now, Direction::Out, ACK)),
         };
-        if self.conns >= self.cfg.max_conns {
+        // Slots are named by u32 (timers, key index): the table can never outgrow that.
+        if self.conns >= self.cfg.max_conns
+            || (self.free_slots.is_empty() && u32::try_from(self.slots.len()).is_err())
+        {
             return self.deny(DenyReason::ConnLimit);
         }
         // A reply key held by another connection: that one is stale (its peer reused the
         // tuple); replace it.
-        if let Some(&other) = self.by_key.get(&reverse.key) {
+        if let Some(&other) = self.by_key.get(&rev_key) {
             let mut pending = core::mem::take(&mut self.pending);
             self.remove_conn(other, None, &mut pending);
             self.pending = pending;
@@ -718,10 +745,8 @@ impl SlowPath {
         let conn = Conn {
             serial,
             origin,
-            fwd_key: *key,
-            rev_key: reverse.key,
-            forward: forward.clone(),
-            reverse: plan.stateful.then(|| reverse.clone()),
+            rev_key,
+            stateful: reverse.is_some(),
             snat: plan.snat,
             tcp,
             expires: None,
@@ -736,11 +761,11 @@ impl SlowPath {
             }
             None => {
                 self.slots.push(Some(conn));
-                (self.slots.len() - 1) as u32
+                u32::try_from(self.slots.len() - 1).unwrap_or(u32::MAX)
             }
         };
         self.by_key.insert(*key, slot);
-        self.by_key.insert(reverse.key, slot);
+        self.by_key.insert(rev_key, slot);
         self.conns += 1;
         self.stats.opened += 1;
         if half_open {
@@ -748,11 +773,11 @@ impl SlowPath {
             self.timers.push(Reverse((half_open_until, slot, serial, TimerKind::HalfOpen)));
         }
         self.stats.compiled += 1;
-        Verdict::Forward { forward, reverse: plan.stateful.then_some(reverse) }
+        Verdict::Forward { forward, reverse }
     }
 
     /// `compile` of a key that belongs to a connection.
-    #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments, reason = "compile's arguments, passed through")]
     fn compile_known(
         &mut self,
         now: Instant,
@@ -768,7 +793,7 @@ impl SlowPath {
             self.by_key.remove(key);
             return self.deny(DenyReason::NoVPort);
         };
-        let is_fwd = conn.fwd_key == *key;
+        let is_fwd = conn.origin.key == *key;
         if let Some(f) = flags
             && conn.tcp.is_some()
         {
@@ -780,18 +805,23 @@ impl SlowPath {
         let Some(conn) = self.slots.get(slot as usize).and_then(Option::as_ref) else {
             return self.deny(DenyReason::TcpInvalid);
         };
-        if is_fwd {
-            self.stats.compiled += 1;
-            return Verdict::Forward {
-                forward: conn.forward.clone(),
-                reverse: conn.reverse.clone(),
+        if is_fwd || conn.stateful {
+            let (origin, snat) = (conn.origin, conn.snat);
+            let flows = self.walk(&origin, snat).and_then(|p| self.build_flows(&origin, &p));
+            return match flows {
+                Ok((forward, _, reverse)) if is_fwd => {
+                    self.stats.compiled += 1;
+                    Verdict::Forward { forward, reverse }
+                }
+                Ok((forward, _, Some(reverse))) => {
+                    self.stats.compiled += 1;
+                    self.stats.reverse_hits += 1;
+                    Verdict::Forward { forward: reverse, reverse: Some(forward) }
+                }
+                // `set_policy` re-walked every connection, so neither happens; deny safely.
+                Ok((_, _, None)) => self.deny(DenyReason::NoRoute),
+                Err(r) => self.deny(r),
             };
-        }
-        if let Some(rev) = &conn.reverse {
-            let v = Verdict::Forward { forward: rev.clone(), reverse: Some(conn.forward.clone()) };
-            self.stats.compiled += 1;
-            self.stats.reverse_hits += 1;
-            return v;
         }
         // The reply of a non-stateful TCP connection: its own direction's policy decides.
         let origin = Origin::new(frame, stack, key, flow_hash);
@@ -799,7 +829,7 @@ impl SlowPath {
         // known); an SNAT there would need a port binding nobody owns, so it is refused.
         let verdict = match self.walk(&origin, None) {
             Ok(plan) if plan.snat.is_some() => Err(DenyReason::SnatExhausted),
-            Ok(plan) => self.build_flows(&origin, &plan).map(|(forward, _)| forward),
+            Ok(plan) => self.build_flows(&origin, &plan).map(|(forward, ..)| forward),
             Err(r) => Err(r),
         };
         match verdict {
@@ -823,7 +853,7 @@ impl SlowPath {
             self.stats.tcp_untracked += 1;
             return;
         }
-        let dir = if conn.fwd_key == *key { Direction::Out } else { Direction::In };
+        let dir = if conn.origin.key == *key { Direction::Out } else { Direction::In };
         self.tcp_segment(now, slot, dir, flags);
         removals.append(&mut self.pending);
     }
@@ -964,7 +994,7 @@ impl SlowPath {
     /// `skip` is a key not to push (already gone from the cache).
     fn remove_conn(&mut self, slot: u32, skip: Option<&FlowKey>, removals: &mut Vec<FlowKey>) {
         let Some(conn) = self.slots.get_mut(slot as usize).and_then(Option::take) else { return };
-        for k in [conn.fwd_key, conn.rev_key] {
+        for k in [conn.origin.key, conn.rev_key] {
             if self.by_key.get(&k) == Some(&slot) {
                 self.by_key.remove(&k);
             }
@@ -1023,18 +1053,27 @@ impl SlowPath {
         if k.port != self.policy.underlay.port {
             return Err(DenyReason::NoVPort);
         }
+        // A DNAT rule that matches the packet owns it (a VIP); for tunnelled packets only the
+        // vPorts of the packet's VNI.
+        let vip = |vni: Option<u32>| {
+            let exact = c.vip_by_ip.get(&k.dst).map_or(&[][..], Vec::as_slice);
+            exact.iter().chain(&c.vip_rules).find_map(|&(vi, li, ri)| {
+                let v = self.policy.vports.get(vi)?;
+                if vni.is_some_and(|n| n != v.vni) {
+                    return None;
+                }
+                let rule = v.layers.get(li)?.rules.get(ri)?;
+                rule.matches(f, Direction::In).then_some(vi)
+            })
+        };
         let vi = if k.is_tunnel() {
             c.by_vni_ip
                 .get(&(k.vni, k.dst))
                 .or_else(|| c.by_vni_mac.get(&(k.vni, o.eth_dst)))
                 .copied()
+                .or_else(|| vip(Some(k.vni)))
         } else {
-            c.by_ip.get(&k.dst).copied().or_else(|| {
-                c.vip_rules.iter().find_map(|&(vi, li, ri)| {
-                    let rule = self.policy.vports.get(vi)?.layers.get(li)?.rules.get(ri)?;
-                    rule.matches(f, Direction::In).then_some(vi)
-                })
-            })
+            c.by_ip.get(&k.dst).copied().or_else(|| vip(None))
         };
         vi.map(|vi| (vi, Direction::In)).ok_or(DenyReason::NoVPort)
     }
@@ -1050,6 +1089,9 @@ impl SlowPath {
         let orig = Tuple { src: k.src_ip(), dst: k.dst_ip(), sport: k.src_port, dport: k.dst_port };
         let ports = has_ports(k.proto) && !k.is_arp();
         let entry = match dir {
+            // A VM's own tunnels: the key describes the inner frame, the ops would edit the
+            // outer one.
+            Direction::Out if k.is_tunnel() => return Err(DenyReason::UnsupportedTunnel),
             Direction::Out => Hop::VPort(vi),
             Direction::In => match (k.outer_src_ip(), o.tunnel) {
                 (None, _) => Hop::Uplink,
@@ -1099,9 +1141,9 @@ impl SlowPath {
                     }
                 }
                 Action::Decap => {
-                    if dir == Direction::In {
-                        let ok = k.is_tunnel()
-                            && k.vni == vport.vni
+                    // Plain packets (VIP traffic) have nothing to strip.
+                    if dir == Direction::In && k.is_tunnel() {
+                        let ok = k.vni == vport.vni
                             && cl
                                 .mappings
                                 .get(&(k.vni, k.src))
@@ -1195,8 +1237,13 @@ impl SlowPath {
         Ok(Plan { vport: vi, entry, exit, orig, fin, stateful, snat, meter })
     }
 
-    /// The forward flow (for `o.key`) and the reverse flow (the replies) of a plan.
-    fn build_flows(&self, o: &Origin, p: &Plan) -> Result<(UnifiedFlow, UnifiedFlow), DenyReason> {
+    /// The forward flow (for `o.key`) of a plan, the key of its replies, and for a stateful
+    /// plan the reverse flow (what the replies get).
+    fn build_flows(
+        &self,
+        o: &Origin,
+        p: &Plan,
+    ) -> Result<(UnifiedFlow, FlowKey, Option<UnifiedFlow>), DenyReason> {
         let vport = self.policy.vports.get(p.vport).ok_or(DenyReason::NoVPort)?;
         let k = &o.key;
         let track_tcp = k.proto == 6 && !k.is_arp();
@@ -1213,10 +1260,14 @@ impl SlowPath {
         let forward = UnifiedFlow { key: *k, action: action(fops, fegress) };
         // Reverse: the reply arrives at the exit hop addressed to fin, leaves by the entry hop.
         let swap = |t: Tuple| Tuple { src: t.dst, dst: t.src, sport: t.dport, dport: t.sport };
-        let (rops, regress) = self.ops(p.exit, swap(p.fin), swap(p.orig), p.entry)?;
         let rkey = self.arrival_key(p.exit, swap(p.fin), k);
-        let reverse = UnifiedFlow { key: rkey, action: action(rops, regress) };
-        Ok((forward, reverse))
+        let reverse = if p.stateful {
+            let (rops, regress) = self.ops(p.exit, swap(p.fin), swap(p.orig), p.entry)?;
+            Some(UnifiedFlow { key: rkey, action: action(rops, regress) })
+        } else {
+            None
+        };
+        Ok((forward, rkey, reverse))
     }
 
     /// The key of a packet with tuple `t` arriving by `hop` (protocol and ARP-ness from `like`).
@@ -1259,10 +1310,6 @@ impl SlowPath {
         to: Hop,
     ) -> Result<(Transposition, u16), DenyReason> {
         let u = &self.policy.underlay;
-        let mut ops = Vec::with_capacity(6);
-        if matches!(from, Hop::Tunnel { .. }) {
-            ops.push(Op::PopOuter);
-        }
         let (egress, eth_src, eth_dst, push) = match to {
             Hop::VPort(vi) => {
                 let v = self.policy.vports.get(vi).ok_or(DenyReason::NoVPort)?;
@@ -1283,6 +1330,20 @@ impl SlowPath {
             }
             Hop::Uplink => (u.port, Some(u.mac), u.gateway_mac, None),
         };
+        // Exactly sized: the vector becomes the transposition's boxed slice without a realloc.
+        let pop = matches!(from, Hop::Tunnel { .. });
+        let n = usize::from(pop)
+            + usize::from(eth_src.is_some())
+            + 1
+            + usize::from(a.src != b.src)
+            + usize::from(a.dst != b.dst)
+            + usize::from(a.sport != b.sport)
+            + usize::from(a.dport != b.dport)
+            + usize::from(push.is_some());
+        let mut ops = Vec::with_capacity(n);
+        if pop {
+            ops.push(Op::PopOuter);
+        }
         if let Some(m) = eth_src {
             ops.push(Op::SetEthSrc(m));
         }
@@ -1547,7 +1608,7 @@ mod tests {
 
     #[test]
     fn outbound_vxlan_encap_flow_has_exact_ops() {
-        let mut sp = slow(policy(vec![
+        let mut p = policy(vec![
             layer("acl", LayerKind::Acl, vec![], Action::Allow),
             vnet_layer(),
             layer(
@@ -1556,7 +1617,9 @@ mod tests {
                 vec![rule(1, 1, None, vec![], Action::Meter(MeterId(3)))],
                 Action::Pass,
             ),
-        ]));
+        ]);
+        p.vports[0].meter = Some(MeterId(9));
+        let mut sp = slow(p);
         assert_eq!(sp.role(A_PORT), Some(Direction::Out));
         assert_eq!(sp.role(UL_PORT), Some(Direction::In));
         assert_eq!(sp.role(9), None);
@@ -1569,6 +1632,7 @@ mod tests {
         assert_eq!(fwd.action.egress, UL_PORT);
         assert_eq!(fwd.action.vport, VPortId(1));
         assert_eq!(fwd.action.meter, Some(MeterId(3)));
+        assert_eq!(fwd.action.vport_meter, Some(MeterId(9)));
         assert!(!fwd.action.track_tcp);
         assert_eq!(sp.stats().conns, 0);
         // No mapping for the destination.
@@ -1632,6 +1696,55 @@ mod tests {
         assert_eq!(
             deny(compile(&mut sp, Instant::ZERO, &f, UL_PORT).1),
             (DenyReason::NoVPort, true)
+        );
+    }
+
+    /// `inner` in NVGRE (GRE key = VSID << 8 | flow id) from `os` to `od`.
+    fn nvgre(os: [u8; 4], od: [u8; 4], vsid: u32, inner: &[u8]) -> Vec<u8> {
+        let mut g = vec![0x20, 0x00, 0x65, 0x58];
+        g.extend_from_slice(&(vsid << 8 | 0x17).to_be_bytes());
+        g.extend_from_slice(inner);
+        eth(UL_MAC, GW_MAC, 0x0800, &ipv4(os, od, 47, &g))
+    }
+
+    #[test]
+    fn inbound_stateful_nvgre_reply_is_re_encapsulated() {
+        let acl = layer(
+            "acl",
+            LayerKind::Acl,
+            vec![rule(
+                3,
+                1,
+                Some(Direction::In),
+                vec![pred(F::L4Dst, Matcher::Exact(Value::Int(22)))],
+                Action::AllowStateful,
+            )],
+            Action::Deny,
+        );
+        let mut sp = slow(policy(vec![acl, vnet_layer()]));
+        let inner = tcp_frame(A_MAC, REMOTE_MAC, REMOTE_IP, A_IP, 50000, 22, tcp::flags::SYN);
+        let f = nvgre(PA_REMOTE, PA_LOCAL, VNI, &inner);
+        let (k, v) = compile(&mut sp, Instant::ZERO, &f, UL_PORT);
+        assert_eq!(k.vni(), Some(VNI));
+        let (fwd, rev) = forward(v);
+        assert_eq!(fwd.action.xpose.ops(), &[Op::PopOuter, Op::SetEthDst(A_MAC)]);
+        let rev = rev.expect("stateful");
+        let reply = tcp_frame(REMOTE_MAC, A_MAC, A_IP, REMOTE_IP, 22, 50000, 0x12);
+        assert_eq!(rev.key, key_of(&reply, A_PORT, Direction::Out));
+        let Op::PushEncap(e) = encap_to_remote() else { unreachable!() };
+        let back = Op::PushEncap(Encap { kind: TunnelKind::Nvgre, ..e });
+        assert_eq!(rev.action.xpose.ops(), &[Op::SetEthDst(REMOTE_MAC), back]);
+        assert_eq!(rev.action.egress, UL_PORT);
+        // The VM's own reply, compiled: the reverse flow, although its outbound ACL denies all.
+        let (f2, _) = forward(compile(&mut sp, Instant::ZERO, &reply, A_PORT).1);
+        assert_eq!(f2, rev);
+        // A VM sending its own VXLAN is refused.
+        let own = vxlan(A_IP, REMOTE_IP, 7, &udp_frame(A_MAC, REMOTE_MAC, A_IP, REMOTE_IP, 1, 2));
+        let mut own = own;
+        own[6..12].copy_from_slice(&A_MAC);
+        assert_eq!(
+            deny(compile(&mut sp, Instant::ZERO, &own, A_PORT).1),
+            (DenyReason::UnsupportedTunnel, true)
         );
     }
 
@@ -1773,7 +1886,12 @@ mod tests {
             )],
             Action::Pass,
         );
-        let mut sp = slow(policy(vec![layer("acl", LayerKind::Acl, vec![], Action::Allow), nat]));
+        // The VNET layer's decap rule matches plain VIP traffic too: nothing to strip.
+        let mut sp = slow(policy(vec![
+            layer("acl", LayerKind::Acl, vec![], Action::Allow),
+            nat,
+            vnet_layer(),
+        ]));
         let mut seen = [0usize; 3];
         for i in 0..64u16 {
             let f = tcp_frame(
@@ -1894,6 +2012,81 @@ mod tests {
         let (_, v) = compile(&mut sp, Instant::ZERO, &f, A_PORT);
         let (fwd, _) = forward(v);
         assert_eq!(fwd.action.xpose.ops().last(), Some(&Op::SetL4Src(1025)));
+    }
+
+    /// `f` after `x` (via the real transposition code).
+    fn apply(x: &Transposition, f: &[u8]) -> Vec<u8> {
+        let mut p = snic_pipeline::PacketBuf::from_frame(f);
+        p.meta.stack = Stack::parse(f);
+        x.apply(&mut p, 0x1234).expect("transposition applies");
+        p.data().to_vec()
+    }
+
+    /// The reply a peer sends back to frame `f`: MACs, IPv4 addresses and L4 ports swapped at
+    /// every level, except the outer UDP ports of a tunnel (the reply goes to UDP 4789 too).
+    /// Swapping keeps every checksum valid.
+    fn reply_to(f: &[u8]) -> Vec<u8> {
+        let mut r = f.to_vec();
+        let st = Stack::parse(f);
+        let mut swap = |a: usize, b: usize, n: usize| {
+            for i in 0..n {
+                r.swap(a + i, b + i);
+            }
+        };
+        let levels = [Some((st.outer, st.inner.is_some())), st.inner.map(|h| (h, false))];
+        for (h, tunnel) in levels.into_iter().flatten() {
+            if let Some(e) = h.eth {
+                swap(usize::from(e), usize::from(e) + 6, 6);
+            }
+            if let Some((Layer::Ipv4, o)) = h.l3 {
+                swap(usize::from(o) + 12, usize::from(o) + 16, 4);
+            }
+            if let Some((Layer::Udp | Layer::Tcp, o)) = h.l4
+                && !tunnel
+            {
+                swap(usize::from(o), usize::from(o) + 2, 2);
+            }
+        }
+        r
+    }
+
+    #[test]
+    fn applied_forward_and_reverse_flows_round_trip_through_snat_and_vxlan() {
+        let nat = layer(
+            "nat",
+            LayerKind::Nat,
+            vec![rule(
+                1,
+                1,
+                Some(Direction::Out),
+                vec![],
+                Action::Snat { ip: IpAddr::from([10, 0, 0, 100]), ports: (2000, 2010) },
+            )],
+            Action::Pass,
+        );
+        let mut sp = slow(policy(vec![
+            layer("acl", LayerKind::Acl, vec![], Action::Allow),
+            nat,
+            vnet_layer(),
+        ]));
+        let f = udp_frame(GW_MAC, A_MAC, A_IP, REMOTE_IP, 5000, 53);
+        let (k, v) = compile(&mut sp, Instant::ZERO, &f, A_PORT);
+        let (fwd, rev) = forward(v);
+        let rev = rev.expect("snat is stateful");
+        // What leaves: VXLAN to the remote PA, inner source translated.
+        let out = apply(&fwd.action.xpose, &f);
+        let wire = key_of(&out, UL_PORT, Direction::Out);
+        assert_eq!(wire.outer_dst_ip(), Some(IpAddr::from(PA_REMOTE)));
+        assert_eq!(wire.vni(), Some(VNI));
+        assert_eq!((wire.src_ip(), wire.src_port), (IpAddr::from([10, 0, 0, 100]), 2000));
+        // The peer's reply to exactly those bytes hits the reverse flow ...
+        let back = reply_to(&out);
+        assert_eq!(key_of(&back, UL_PORT, Direction::In), rev.key);
+        assert_eq!(rev.key, wire.mirror(UL_PORT));
+        // ... which delivers to the VM the reply of its own packet.
+        let delivered = apply(&rev.action.xpose, &back);
+        assert_eq!(key_of(&delivered, A_PORT, Direction::In), k.mirror(A_PORT));
+        assert_eq!(&delivered[..6], &A_MAC);
     }
 
     #[test]
@@ -2106,7 +2299,112 @@ mod tests {
         assert_eq!(names.len(), all.len());
     }
 
+    /// One vPort with every kind of layer: all traffic stateful; SNAT to the internet, DNAT
+    /// from a VIP, VXLAN inside 10/8.
+    fn full_policy() -> Policy {
+        let vip = v4(203, 0, 113, 10);
+        let nat = layer(
+            "nat",
+            LayerKind::Nat,
+            vec![
+                rule(
+                    1,
+                    1,
+                    Some(Direction::Out),
+                    vec![pred(F::IpDst, Matcher::Prefix(v4(10, 0, 0, 0), 8))],
+                    Action::Pass,
+                ),
+                rule(
+                    2,
+                    2,
+                    Some(Direction::Out),
+                    vec![],
+                    Action::Snat { ip: v4(198, 51, 100, 1), ports: (1024, 65535) },
+                ),
+                rule(
+                    3,
+                    1,
+                    Some(Direction::In),
+                    vec![pred(F::IpDst, Matcher::Exact(Value::Ip(vip)))],
+                    Action::Dnat { backends: vec![(IpAddr::from(A_IP), Some(8080))] },
+                ),
+            ],
+            Action::Pass,
+        );
+        let route = layer(
+            "route",
+            LayerKind::Route,
+            vec![
+                rule(
+                    1,
+                    1,
+                    None,
+                    vec![pred(F::IpDst, Matcher::Prefix(v4(10, 0, 0, 0), 8))],
+                    Action::Route(RouteTarget::Vnet),
+                ),
+                rule(
+                    2,
+                    1,
+                    None,
+                    vec![pred(F::IpDst, Matcher::Prefix(v4(0, 0, 0, 0), 0))],
+                    Action::Route(RouteTarget::Uplink),
+                ),
+            ],
+            Action::Pass,
+        );
+        policy(vec![
+            layer("acl", LayerKind::Acl, vec![], Action::AllowStateful),
+            nat,
+            route,
+            vnet_layer(),
+            layer("meter", LayerKind::Meter, vec![], Action::Pass),
+        ])
+    }
+
     proptest! {
+        /// For every kind of stateful flow, the real transpositions compose: the peer's reply to
+        /// the bytes the forward flow emits carries the reverse flow's key, and the reverse flow
+        /// turns it into the reply of the original packet, delivered where that came from.
+        #[test]
+        fn reverse_flow_undoes_forward_flow(
+            scenario in 0u8..3,
+            tcp in any::<bool>(),
+            sport in 1u16..,
+            dport in 1u16..,
+            public in (11u32..=99).prop_flat_map(|a| (Just(a), any::<u32>())),
+        ) {
+            let mut sp = slow(full_policy());
+            let l4 = |s: [u8; 4], d: [u8; 4], dm: Mac, sm: Mac| {
+                if tcp {
+                    tcp_frame(dm, sm, s, d, sport, dport, tcp::flags::SYN)
+                } else {
+                    udp_frame(dm, sm, s, d, sport, dport)
+                }
+            };
+            let public = (public.0 << 24 | public.1 & 0x00ff_ffff).to_be_bytes();
+            let (f, port, dir_back) = match scenario {
+                // VM to a remote VM (VXLAN).
+                0 => (l4(A_IP, REMOTE_IP, GW_MAC, A_MAC), A_PORT, Direction::In),
+                // VM to the internet (SNAT, uplink).
+                1 => (l4(A_IP, public, GW_MAC, A_MAC), A_PORT, Direction::In),
+                // Internet client to the VIP (DNAT).
+                _ => (l4(public, [203, 0, 113, 10], UL_MAC, GW_MAC), UL_PORT, Direction::Out),
+            };
+            let (k, v) = compile(&mut sp, Instant::ZERO, &f, port);
+            let (fwd, rev) = forward(v);
+            let rev = rev.expect("everything is stateful here");
+            prop_assert_eq!(fwd.action.track_tcp, tcp);
+            let out = apply(&fwd.action.xpose, &f);
+            let reply = reply_to(&out);
+            let arrive = rev.key.port;
+            prop_assert_eq!(key_of(&reply, arrive, rev.key.direction()), rev.key);
+            let back = apply(&rev.action.xpose, &reply);
+            prop_assert_eq!(rev.action.egress, port);
+            prop_assert_eq!(key_of(&back, port, dir_back), k.mirror(port));
+            prop_assert_eq!(sp.stats().conns, 1);
+        }
+
+
         /// The port pool hands out each free port of the range once, in any order of
         /// allocations and frees, and never a port outside the range.
         #[test]

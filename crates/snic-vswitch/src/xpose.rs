@@ -11,6 +11,14 @@
 //! L4 checksum is left to the device (`csum_partial`), and IPv4 first fragments. Decapsulation
 //! follows RFC 6040 normal mode for ECN; encapsulation copies the inner ECN to the outer header.
 //!
+//! Checksum offload: when `meta.offload.csum_partial` names the L4 checksum field, that field
+//! holds the non-complemented pseudo-header sum and the device sums the rest. Address rewrites
+//! then update it without the complement (`S' = S + ~m + m'`); port and echo-identifier
+//! rewrites leave it alone, since the device's sum covers them (as Linux's
+//! `inet_proto_csum_replace*` does for `CHECKSUM_PARTIAL`). An IPv6 VXLAN encapsulation of such
+//! a packet computes its outer UDP checksum as if the inner one were complete (local checksum
+//! offload, as Linux does for tunnels).
+//!
 //! This module does not parse frames (it uses the layer offsets of `pkt.meta.stack`), does not
 //! segment GSO super-packets, does not add VLAN tags to the outer frame of an encapsulation, and
 //! does not encapsulate in Geneve (it decapsulates it).
@@ -19,6 +27,7 @@ use crate::policy::{Mac, TunnelKind};
 use core::fmt;
 use core::net::IpAddr;
 use snic_pipeline::PacketBuf;
+use snic_wire::checksum;
 use snic_wire::stack::{Headers, Layer};
 
 /// One header operation.
@@ -89,7 +98,8 @@ pub enum XposeError {
     /// An IP op on a frame without an IP header.
     NoL3,
     /// A port/identifier op on a packet without TCP, UDP or ICMP echo; or an address rewrite on
-    /// a packet whose L4 header (and checksum) did not parse.
+    /// a packet whose L4 header (and checksum) did not parse: a truncated one, or an IPv6
+    /// fragment (IPv4 fragments are handled).
     NoL4,
     /// An IP address of one family for a packet of the other (or two such ops in one list).
     FamilyMismatch,
@@ -581,7 +591,7 @@ fn pop_outer(pkt: &mut PacketBuf, cur: &mut Cur) -> Result<()> {
     };
     let n = usize::from(inner.eth.ok_or(XposeError::NotTunnelled)?);
     let outer_l3 = Cur::from_headers(&st.outer, 0)?.l3;
-    let mut next = Cur::from_headers(&inner, 0)?;
+    let inner_l3 = Cur::from_headers(&inner, 0)?.l3;
     let d = pkt.data_mut();
     // Where the outer IP datagram ends: anything after it is Ethernet padding or a trailer.
     let end = match outer_l3 {
@@ -590,14 +600,14 @@ fn pop_outer(pkt: &mut PacketBuf, cur: &mut Cur) -> Result<()> {
         _ => None,
     };
     // RFC 6040 section 4.2, normal mode.
-    if let (Some(outer), Some(inner_ecn)) = (ecn_of(d, outer_l3)?, ecn_of(d, next.l3)?) {
+    if let (Some(outer), Some(inner_ecn)) = (ecn_of(d, outer_l3)?, ecn_of(d, inner_l3)?) {
         let out = match (inner_ecn, outer) {
             (0, 3) => return Err(XposeError::CeOnNotEct),
             (1 | 2, 3) => 3,
             (2, 1) => 1,
             (e, _) => e,
         };
-        if let (true, Some(l3)) = (out != inner_ecn, next.l3) {
+        if let (true, Some(l3)) = (out != inner_ecn, inner_l3) {
             set_ecn(d, l3, out)?;
         }
     }
@@ -607,8 +617,7 @@ fn pop_outer(pkt: &mut PacketBuf, cur: &mut Cur) -> Result<()> {
     {
         pkt.truncate(end - n);
     }
-    next = Cur::from_headers(&inner, n)?;
-    *cur = next;
+    *cur = Cur::from_headers(&inner, n)?;
     match pkt.meta.offload.csum_partial {
         Some((s, _)) if usize::from(s) < n => pkt.meta.offload.csum_partial = None,
         _ => shift_offload(pkt, -(n as isize))?,
@@ -669,15 +678,32 @@ fn set_mac(d: &mut [u8], cur: &Cur, at: usize, mac: &Mac) -> Result<()> {
     Ok(())
 }
 
-/// Where the L4 checksum covering the pseudo-header lives, and whether it is a UDP/IPv4
-/// checksum (for which 0 means "none").
+/// What kind of L4 checksum a field is: UDP's 0 means "none" (over IPv4) and a computed 0 is
+/// sent as 0xffff.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sum {
+    /// TCP, ICMP, ICMPv6.
+    Plain,
+    /// UDP over IPv4.
+    Udp4,
+    /// UDP over IPv6.
+    Udp6,
+}
+
+impl Sum {
+    fn udp(v4: bool) -> Sum {
+        if v4 { Sum::Udp4 } else { Sum::Udp6 }
+    }
+}
+
+/// Where the L4 checksum covering the pseudo-header lives, and its kind.
 #[inline(always)]
-fn l4_csum_at(d: &[u8], cur: &Cur) -> Result<Option<(usize, bool)>> {
+fn l4_csum_at(d: &[u8], cur: &Cur) -> Result<Option<(usize, Sum)>> {
     let v4 = matches!(cur.l3, Some((Layer::Ipv4, _)));
     match cur.l4 {
-        Some((Layer::Tcp, o)) => Ok(Some((o + 16, false))),
-        Some((Layer::Udp, o)) => Ok(Some((o + 6, v4))),
-        Some((Layer::Icmpv6, o)) => Ok(Some((o + 2, false))),
+        Some((Layer::Tcp, o)) => Ok(Some((o + 16, Sum::Plain))),
+        Some((Layer::Udp, o)) => Ok(Some((o + 6, Sum::udp(v4)))),
+        Some((Layer::Icmpv6, o)) => Ok(Some((o + 2, Sum::Plain))),
         Some(_) => Ok(None),
         None => match (cur.l3, cur.proto) {
             (Some((Layer::Ipv4, o)), Some(p @ (PROTO_TCP | PROTO_UDP))) => {
@@ -692,7 +718,7 @@ fn l4_csum_at(d: &[u8], cur: &Cur) -> Result<Option<(usize, bool)>> {
                 }
                 // First fragment: the L4 header follows the IP header.
                 let l4 = o + usize::from(byte(d, o)? & 0x0f) * 4;
-                Ok(Some(if p == PROTO_TCP { (l4 + 16, false) } else { (l4 + 6, true) }))
+                Ok(Some(if p == PROTO_TCP { (l4 + 16, Sum::Plain) } else { (l4 + 6, Sum::Udp4) }))
             }
             (Some((Layer::Ipv6, _)), Some(PROTO_TCP | PROTO_UDP | PROTO_ICMPV6)) => {
                 Err(XposeError::NoL4)
@@ -704,13 +730,13 @@ fn l4_csum_at(d: &[u8], cur: &Cur) -> Result<Option<(usize, bool)>> {
 
 /// Fix the L4 checksum at `at` for covered words summing `old` before and `new` after.
 #[inline(always)]
-fn fix_l4(d: &mut [u8], at: usize, udp4: bool, partial: bool, old: u16, new: u16) -> Result<()> {
+fn fix_l4(d: &mut [u8], at: usize, kind: Sum, partial: bool, old: u16, new: u16) -> Result<()> {
     let c = rd16(d, at)?;
-    if udp4 && c == 0 && !partial {
+    if kind == Sum::Udp4 && c == 0 && !partial {
         return Ok(());
     }
     let mut n = adjust(c, old, new, partial);
-    if udp4 && n == 0 && !partial {
+    if kind != Sum::Plain && n == 0 && !partial {
         n = 0xffff;
     }
     wr16(d, at, n)
@@ -721,9 +747,10 @@ fn set_ip(d: &mut [u8], cur: &Cur, addr: IpAddr, dst: bool, partial: Option<usiz
     let (old, new) = match (cur.l3, addr) {
         (Some((Layer::Ipv4, o)), IpAddr::V4(a)) => {
             let f = bytes_mut::<4>(d, o + if dst { 16 } else { 12 })?;
-            let old = sum_bytes(f);
+            let sum4 = |x: u32| fold(u64::from(x >> 16) + u64::from(x & 0xffff));
+            let old = sum4(u32::from_be_bytes(*f));
+            let new = sum4(a.to_bits());
             *f = a.octets();
-            let new = sum_bytes(f);
             let c = rd16(d, o + 10)?;
             wr16(d, o + 10, adjust(c, old, new, false))?;
             (old, new)
@@ -737,8 +764,8 @@ fn set_ip(d: &mut [u8], cur: &Cur, addr: IpAddr, dst: bool, partial: Option<usiz
         (Some((Layer::Ipv4 | Layer::Ipv6, _)), _) => return Err(XposeError::FamilyMismatch),
         _ => return Err(XposeError::NoL3),
     };
-    if let Some((at, udp4)) = l4_csum_at(d, cur)? {
-        fix_l4(d, at, udp4, partial == Some(at), old, new)?;
+    if let Some((at, kind)) = l4_csum_at(d, cur)? {
+        fix_l4(d, at, kind, partial == Some(at), old, new)?;
     }
     Ok(())
 }
@@ -746,16 +773,16 @@ fn set_ip(d: &mut [u8], cur: &Cur, addr: IpAddr, dst: bool, partial: Option<usiz
 #[inline(always)]
 fn set_port(d: &mut [u8], cur: &Cur, port: u16, dst: bool, partial: Option<usize>) -> Result<()> {
     let v4 = matches!(cur.l3, Some((Layer::Ipv4, _)));
-    let (field, csum, udp4) = match cur.l4 {
-        Some((Layer::Tcp, o)) => (o + usize::from(dst) * 2, o + 16, false),
-        Some((Layer::Udp, o)) => (o + usize::from(dst) * 2, o + 6, v4),
+    let (field, csum, kind) = match cur.l4 {
+        Some((Layer::Tcp, o)) => (o + usize::from(dst) * 2, o + 16, Sum::Plain),
+        Some((Layer::Udp, o)) => (o + usize::from(dst) * 2, o + 6, Sum::udp(v4)),
         Some((l @ (Layer::Icmpv4 | Layer::Icmpv6), o)) => {
             let echo =
                 matches!((l, byte(d, o)?), (Layer::Icmpv4, 0 | 8) | (Layer::Icmpv6, 128 | 129));
             if !echo {
                 return Err(XposeError::NoL4);
             }
-            (o + 4, o + 2, false)
+            (o + 4, o + 2, Sum::Plain)
         }
         _ => return Err(XposeError::NoL4),
     };
@@ -763,7 +790,7 @@ fn set_port(d: &mut [u8], cur: &Cur, port: u16, dst: bool, partial: Option<usize
     wr16(d, field, port)?;
     // A checksum the device completes sums the ports itself: only a stored one is adjusted.
     if partial != Some(csum) {
-        fix_l4(d, csum, udp4, false, old, port)?;
+        fix_l4(d, csum, kind, false, old, port)?;
     }
     Ok(())
 }
@@ -810,9 +837,21 @@ fn push_encap(pkt: &mut PacketBuf, cur: &Cur, t: &Template, hash: u32) -> Result
         }
         None => None,
     };
-    let inner_sum = if t.v6 && t.vxlan && partial.is_none() { sum_bytes(pkt.data()) } else { 0 };
+    let inner_sum =
+        if t.v6 && t.vxlan && partial.is_none() { checksum::data(pkt.data()) } else { 0 };
     let front = pkt.push_front(hl)?;
-    front.copy_from_slice(&t.bytes[..hl]);
+    // Fixed-size copies for the four template sizes (inlined moves instead of a memcpy call).
+    match front.len() {
+        70 => front.copy_from_slice(&t.bytes[..70]),
+        62 => front.copy_from_slice(&t.bytes[..62]),
+        50 => front.copy_from_slice(&t.bytes[..50]),
+        42 => front.copy_from_slice(&t.bytes[..42]),
+        n => {
+            if let Some(b) = t.bytes.get(..n) {
+                front.copy_from_slice(b);
+            }
+        }
+    }
     let l4 = if t.v6 { ETH_LEN + IP6_LEN } else { ETH_LEN + IP4_LEN };
     let body = l3_len - (l4 - ETH_LEN); // bytes after the IP header
     if t.v6 {
@@ -838,7 +877,7 @@ fn push_encap(pkt: &mut PacketBuf, cur: &Cur, t: &Template, hash: u32) -> Result
                     // Local checksum offload (LCO): once the device fills the inner checksum,
                     // the inner L4 segment sums to the complement of the pseudo-header sum the
                     // field holds now, so only the bytes before it need summing.
-                    let head = sum_bytes(pkt.data().get(hl..hl + start).unwrap_or(&[]));
+                    let head = checksum::data(pkt.data().get(hl..hl + start).unwrap_or(&[]));
                     let rest = if start % 2 == 1 { (!field).swap_bytes() } else { !field };
                     u64::from(head) + u64::from(rest)
                 }
@@ -1246,6 +1285,20 @@ mod tests {
     }
 
     #[test]
+    fn udp_checksum_that_becomes_zero_is_sent_as_ffff() {
+        for a in [ip4([10, 0, 0, 1], [10, 0, 0, 2]), Ip::new(v6(1), v6(2), 0)] {
+            let f = frame(Kind::Udp, &a, 1000, 2000, b"zero");
+            let at = if a.src.is_ipv6() { 14 + 40 + 6 } else { 14 + 20 + 6 };
+            let c = u16::from_be_bytes([f[at], f[at + 1]]);
+            // The destination port that makes the updated checksum come out as 0.
+            let port = (0..=u16::MAX).find(|&p| adjust(c, 2000, p, false) == 0).unwrap();
+            let out = run(vec![Op::SetL4Dst(port)], &f).unwrap();
+            assert_eq!(&out[at..at + 2], &[0xff, 0xff]);
+            verify(&out).unwrap();
+        }
+    }
+
+    #[test]
     fn dec_ttl_v4_v6_and_expiry() {
         let mut a = ip4([10, 0, 0, 1], [10, 0, 0, 2]);
         a.ttl = 2;
@@ -1464,6 +1517,54 @@ mod tests {
         }
         let t = Transposition::new(vec![Op::PopOuter, Op::SetEthDst(VM_B)]).unwrap();
         assert_eq!(t.growth(), None);
+    }
+
+    #[test]
+    fn pop_outer_of_geneve() {
+        let inner = frame(Kind::Tcp, &ip4([10, 0, 0, 1], [10, 0, 0, 2]), 1, 2, b"geneve");
+        let mut g = vec![0x00, 0x00, 0x65, 0x58];
+        g.extend_from_slice(&(77u32 << 8).to_be_bytes());
+        g.extend_from_slice(&inner);
+        let ip = Ip { df: true, ..ip4([10, 1, 1, 1], [10, 1, 1, 2]) };
+        let udp = l4(PROTO_UDP, &ip, 50000, 6081, false, &g);
+        let outer =
+            eth(GW, HOST, &[(0x8100, 10)], 0x0800, &Ip { proto: PROTO_UDP, ..ip }.emit(&udp));
+        let st = Stack::parse(&outer);
+        assert_eq!((st.tunnel.map(|t| t.0), st.vni), (Some(Layer::Geneve), Some(77)));
+        let out = run(vec![Op::PopOuter, Op::SetL4Dst(3)], &outer).unwrap();
+        assert_eq!(out, frame(Kind::Tcp, &ip4([10, 0, 0, 1], [10, 0, 0, 2]), 1, 3, b"geneve"));
+    }
+
+    #[test]
+    fn contradictory_stack_is_an_error() {
+        let f = frame(Kind::Tcp, &ip4([10, 0, 0, 1], [10, 0, 0, 2]), 1, 2, b"");
+        let mut p = pkt(&f);
+        p.meta.stack = Stack::default();
+        p.meta.stack.outer.eth = Some(0);
+        p.meta.stack.outer.vlans = 1;
+        p.meta.stack.outer.l3 = Some((Layer::Ipv4, 2));
+        let t = Transposition::new(vec![Op::PopVlan]).unwrap();
+        assert_eq!(t.apply(&mut p, 0), Err(XposeError::BadStack));
+        // A stack pointing past the end of the frame.
+        let mut p = pkt(&f);
+        p.truncate(20);
+        let t = Transposition::new(vec![Op::SetIpDst(v4([1, 2, 3, 4]))]).unwrap();
+        assert_eq!(t.apply(&mut p, 0), Err(XposeError::Truncated { need: 34, have: 20 }));
+    }
+
+    #[test]
+    fn ipv6_fragments_refuse_address_rewrites() {
+        // A first fragment: its UDP checksum covers the whole datagram, which we cannot see.
+        let udp = l4(PROTO_UDP, &Ip::new(v6(1), v6(2), 0), 1, 2, true, b"frag");
+        let mut payload = vec![PROTO_UDP, 0, 0x00, 0x01, 0, 0, 0, 9];
+        payload.extend_from_slice(&udp);
+        let ip = Ip::new(v6(1), v6(2), 44);
+        let f = eth(VM_B, VM_A, &[], 0x86dd, &ip.emit(&payload));
+        assert_eq!(Stack::parse(&f).outer.l4, None);
+        assert_eq!(run(vec![Op::SetIpDst(v6(3))], &f), Err(XposeError::NoL4));
+        // Ops that do not touch the L4 checksum still work.
+        let out = run(vec![Op::DecTtl, Op::SetEthDst(GW)], &f).unwrap();
+        assert_eq!(out[21], 63);
     }
 
     #[test]
@@ -1804,6 +1905,21 @@ mod tests {
         }
 
         #[test]
+        fn vlan_ops_move_the_cursor((f, ops) in arb_nat(), t1 in 1u16..4095, t2 in 1u16..4095) {
+            // Retagging around NAT equals NAT on the untagged frame, tagged afterwards.
+            let tagged = run(vec![Op::PushVlan(t1)], &f).unwrap();
+            let mut all = vec![Op::PopVlan];
+            all.extend(ops.iter().cloned());
+            all.push(Op::PushVlan(t2));
+            let got = run(all, &tagged).unwrap();
+            let mut plain = ops.clone();
+            plain.push(Op::PushVlan(t2));
+            prop_assert_eq!(&got, &run(plain, &f).unwrap());
+            prop_assert_eq!(verify(&got), Ok(()));
+            prop_assert_eq!(&got[12..16], &[0x81, 0x00, (t2 >> 8) as u8, t2 as u8]);
+        }
+
+        #[test]
         fn encap_then_pop_is_identity(
             (f, _) in arb_nat(),
             vxlan in any::<bool>(),
@@ -1862,6 +1978,22 @@ mod tests {
                 let mut q = pkt(&outer);
                 q.truncate(cut);
                 let _ = t.apply(&mut q, 1);
+            }
+            // Plain frames of every kind and family, truncated after parsing, then encapsulated.
+            let mut all = ops.clone();
+            all.push(Op::PushEncap(encap(TunnelKind::Vxlan, cut % 2 == 0, 1)));
+            for kind in [Kind::Tcp, Kind::Udp, Kind::Echo] {
+                for a in [ip4([1, 1, 1, 1], [2, 2, 2, 2]), Ip::new(v6(1), v6(2), 0)] {
+                    let f = frame(kind, &a, 1, 2, &bytes[..bytes.len().min(30)]);
+                    for t in [Transposition::new(ops.clone()), Transposition::new(all.clone())]
+                        .into_iter()
+                        .flatten()
+                    {
+                        let mut q = pkt(&f);
+                        q.truncate(cut);
+                        let _ = t.apply(&mut q, 1);
+                    }
+                }
             }
         }
     }
