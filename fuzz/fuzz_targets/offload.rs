@@ -118,7 +118,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let offload = Offload {
         csum_partial: (m[0] & 4 != 0).then(|| (le16(m, 5), le16(m, 7))),
-        gso: kind.map(|kind| Gso { kind, size: le16(m, 1), hdr_len: le16(m, 3) }),
+        gso: kind.map(|kind| Gso { kind, size: le16(m, 1), hdr_len: le16(m, 3), tunnel: None }),
     };
     let max = if m[0] & 8 != 0 { usize::from(m[9]) + 1 } else { MAX_BATCH };
 

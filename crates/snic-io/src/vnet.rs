@@ -167,7 +167,7 @@ impl VnetHdr {
         }
         Ok(Offload {
             csum_partial,
-            gso: Some(Gso { kind, size: self.gso_size, hdr_len: self.hdr_len }),
+            gso: Some(Gso { kind, size: self.gso_size, hdr_len: self.hdr_len, tunnel: None }),
         })
     }
 
@@ -229,7 +229,7 @@ mod tests {
             off,
             Offload {
                 csum_partial: Some((34, 16)),
-                gso: Some(Gso { kind: GsoKind::TcpV4, size: 1448, hdr_len: 66 }),
+                gso: Some(Gso { kind: GsoKind::TcpV4, size: 1448, hdr_len: 66, tunnel: None }),
             }
         );
     }
@@ -263,12 +263,18 @@ mod tests {
         // IPv6: csum_start 14 + 40 = 54 (0x36), offset 16; MSS 1428 = 0x0594.
         let b = [0x01, 0x04, 86, 0, 0x94, 0x05, 0x36, 0, 16, 0];
         let off = VnetHdr::parse(&b).unwrap().to_offload().unwrap();
-        assert_eq!(off.gso, Some(Gso { kind: GsoKind::TcpV6, size: 1428, hdr_len: 86 }));
+        assert_eq!(
+            off.gso,
+            Some(Gso { kind: GsoKind::TcpV6, size: 1428, hdr_len: 86, tunnel: None })
+        );
         assert_eq!(VnetHdr::from_offload(&off, &[]).to_bytes(), b);
         // UDP_L4 over IPv4: csum at 34, offset 6, hdr_len 42, 1200-byte datagrams (0x04b0).
         let b = [0x01, 0x05, 42, 0, 0xb0, 0x04, 34, 0, 6, 0];
         let off = VnetHdr::parse(&b).unwrap().to_offload().unwrap();
-        assert_eq!(off.gso, Some(Gso { kind: GsoKind::UdpL4, size: 1200, hdr_len: 42 }));
+        assert_eq!(
+            off.gso,
+            Some(Gso { kind: GsoKind::UdpL4, size: 1200, hdr_len: 42, tunnel: None })
+        );
         assert_eq!(off.csum_partial, Some((34, 6)));
         assert_eq!(VnetHdr::from_offload(&off, &[]).to_bytes(), b);
     }

@@ -111,18 +111,40 @@ fn send_one(
     io: &mut Counters,
     trace: &mut TraceRing,
 ) {
-    if !port.caps().gso && t.iter().any(|p| p.meta.offload != Offload::default()) {
-        send_offloaded(now, port, t, j, io, trace);
+    let soft = !port.caps().gso;
+    if t.iter().any(|p| needs_software(p, soft)) {
+        SEGMENTS.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut out) => send_offloaded(now, port, t, j, io, trace, soft, &mut out),
+            // Not re-entered in practice; a fresh batch rather than a panic if it ever is.
+            Err(_) => send_offloaded(now, port, t, j, io, trace, soft, &mut Batch::new(MAX_BATCH)),
+        });
     } else {
         send_direct(now, port, t, j, io, trace);
     }
 }
 
-/// The NIC's TSO/checksum offload done in software: the port cannot take super-packets or
-/// partial checksums (pcap, UDP tunnel, virtual link, null), so super-packets are cut into
-/// MTU-sized, fully checksummed segments and partial checksums are completed, in order. This is
-/// the rare path (a veth/TAP peer's super-packet bound for a non-offload port); it copies
-/// frames into a scratch batch, which the fast path never does.
+/// Whether `p` must go through [`send_offloaded`]: a tunnelled super-packet always (a
+/// virtio-net header cannot describe it, so no port takes it as such), any offload state when
+/// the port has no GSO capability (`soft`).
+fn needs_software(p: &PacketBuf, soft: bool) -> bool {
+    p.meta.offload.gso.is_some_and(|g| g.tunnel.is_some())
+        || (soft && p.meta.offload != Offload::default())
+}
+
+thread_local! {
+    /// Scratch batch of [`send_offloaded`], one per transmitting thread, so that segmenting
+    /// reuses its buffers instead of allocating them per call.
+    static SEGMENTS: std::cell::RefCell<Batch> = std::cell::RefCell::new(Batch::new(MAX_BATCH));
+}
+
+/// The NIC's TSO/checksum offload done in software. When the port cannot take super-packets
+/// or partial checksums (`soft`: pcap, UDP tunnel, virtual link, null), super-packets are cut
+/// into MTU-sized, fully checksummed segments and partial checksums are completed, in order.
+/// Tunnelled super-packets (VXLAN/NVGRE pushed by the vSwitch on a guest's TSO packet) are cut
+/// for every port ("tunnel TSO"); on a port with GSO capability the other packets keep their
+/// offload state. Packets that need no segmenting move into `out` by buffer swap (no copy);
+/// segments are written into `out`'s reused buffers.
+#[allow(clippy::too_many_arguments, reason = "the transmit helpers' shared arguments plus two")]
 fn send_offloaded(
     now: Instant,
     port: &mut Box<dyn Port>,
@@ -130,6 +152,8 @@ fn send_offloaded(
     j: usize,
     io: &mut Counters,
     trace: &mut TraceRing,
+    soft: bool,
+    out: &mut Batch,
 ) {
     let id = PortId(j as u16);
     let failed = |p: &PacketBuf, io: &mut Counters, trace: &mut TraceRing| {
@@ -139,11 +163,11 @@ fn send_offloaded(
             trace_tx(trace, p.meta.seq, what);
         }
     };
-    let mut out = Batch::new(MAX_BATCH);
+    out.clear();
     for p in t.packets_mut() {
-        if p.meta.offload.gso.is_some() {
+        if p.meta.offload.gso.is_some_and(|g| soft || g.tunnel.is_some()) {
             loop {
-                match offload::segment(p, &mut out) {
+                match offload::segment(p, out) {
                     Ok(segments) => {
                         if p.meta.trace {
                             let what = TraceWhat::Segmented { port: id, segments };
@@ -152,7 +176,7 @@ fn send_offloaded(
                         break;
                     }
                     Err(OffloadError::NoRoom { .. }) if !out.is_empty() => {
-                        send_direct(now, port, &mut out, j, io, trace);
+                        send_direct(now, port, out, j, io, trace);
                     }
                     Err(_) => {
                         failed(p, io, trace);
@@ -162,20 +186,21 @@ fn send_offloaded(
             }
             continue;
         }
-        if p.meta.offload.csum_partial.is_some() && offload::complete_checksum(p).is_err() {
-            failed(p, io, trace);
-            continue;
+        if soft {
+            if p.meta.offload.csum_partial.is_some() && offload::complete_checksum(p).is_err() {
+                failed(p, io, trace);
+                continue;
+            }
+            p.meta.offload = Offload::default();
         }
         if out.is_full() {
-            send_direct(now, port, &mut out, j, io, trace);
+            send_direct(now, port, out, j, io, trace);
         }
-        if let Some(c) = out.push_frame(p.data()) {
-            c.meta = p.meta.clone();
-            c.meta.offload = Offload::default();
-        }
+        // Not full now: the packet moves over (its slot in `t` gets a spare, dropped below).
+        out.push_swap(p);
     }
     if !out.is_empty() {
-        send_direct(now, port, &mut out, j, io, trace);
+        send_direct(now, port, out, j, io, trace);
     }
     t.clear();
 }
@@ -618,7 +643,8 @@ mod tests {
         let mut batch = Batch::new(4);
         let p = batch.push_frame(&frame).unwrap();
         p.meta.egress = Some(PortId(0));
-        p.meta.offload.gso = Some(Gso { kind: GsoKind::TcpV4, size: 1448, hdr_len: 54 });
+        p.meta.offload.gso =
+            Some(Gso { kind: GsoKind::TcpV4, size: 1448, hdr_len: 54, tunnel: None });
         p.meta.trace = true;
         p.meta.seq = 3;
         let mut trace = TraceRing::new(64);
@@ -651,6 +677,107 @@ mod tests {
         }
         assert_eq!(joined, payload);
         assert_eq!(io.port(PortId(0)).unwrap().tx_packets, rx.len() as u64);
+    }
+
+    /// A port with GSO capability that records what it was handed: each frame with its
+    /// offload state.
+    type Sent = std::sync::Arc<Mutex<Vec<(Vec<u8>, Offload)>>>;
+
+    #[derive(Debug)]
+    struct GsoSink(Sent);
+
+    impl Port for GsoSink {
+        fn name(&self) -> &str {
+            "gso-sink"
+        }
+        fn recv(&mut self, _: Instant, _: &mut Batch) -> io::Result<usize> {
+            Ok(0)
+        }
+        fn send(&mut self, _: Instant, b: &mut Batch) -> io::Result<usize> {
+            if let Ok(mut v) = self.0.lock() {
+                v.extend(b.iter().map(|p| (p.data().to_vec(), p.meta.offload)));
+            }
+            Ok(b.len())
+        }
+        fn caps(&self) -> crate::PortCaps {
+            crate::PortCaps { gso: true, max_frame: 1518 }
+        }
+    }
+
+    /// Tunnel TSO: a VXLAN-encapsulated super-packet is segmented in software even for a port
+    /// that takes super-packets (no virtio-net header can describe it), while a plain
+    /// super-packet and a partial checksum in the same batch pass to that port untouched, in
+    /// order.
+    #[test]
+    fn tunnelled_super_packets_are_segmented_even_for_gso_ports() {
+        use snic_pipeline::meta::{Gso, GsoKind, TunnelGso, TunnelGsoKind};
+        let payload: Vec<u8> = (0..5000u32).map(|i| (i % 253) as u8).collect();
+        let mut inner = Vec::new();
+        etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 0xa], [2, 0, 0, 0, 0, 0xb])
+            .ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+            .tcp(40000, 5201, 77, 64_000)
+            .ack(7)
+            .write(&mut inner, &payload)
+            .unwrap();
+        let mut vx = vec![0x08, 0, 0, 0, 0, 0, 42, 0];
+        vx.extend_from_slice(&inner);
+        let mut tunnelled = Vec::new();
+        etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 1, 1], [2, 0, 0, 0, 2, 2])
+            .ipv4([192, 168, 100, 1], [192, 168, 100, 2], 64)
+            .udp(0xc001, 4789)
+            .write(&mut tunnelled, &vx)
+            .unwrap();
+        tunnelled[40..42].copy_from_slice(&[0, 0]); // outer UDP/IPv4 checksum 0, as snic sends
+        let plain_gso = Gso { kind: GsoKind::TcpV4, size: 1398, hdr_len: 54, tunnel: None };
+        let tunnel = Some(TunnelGso { kind: TunnelGsoKind::Vxlan, outer_len: 50 });
+        let tun_gso = Gso { hdr_len: 104, tunnel, ..plain_gso };
+
+        let sent: Sent = Default::default();
+        let mut ports: Vec<Box<dyn Port>> = vec![Box::new(GsoSink(sent.clone()))];
+        let mut tx = vec![Batch::new(MAX_BATCH)];
+        let mut io = Counters::default();
+        let mut batch = Batch::new(4);
+        let partial = Offload { csum_partial: Some((34, 16)), gso: None };
+        let plain = Offload { csum_partial: Some((34, 16)), gso: Some(plain_gso) };
+        let tun = Offload { csum_partial: Some((84, 16)), gso: Some(tun_gso) };
+        for (f, off) in [(&inner, plain), (&tunnelled, tun), (&inner[..100].to_vec(), partial)] {
+            let p = batch.push_frame(f).unwrap();
+            p.meta.egress = Some(PortId(0));
+            p.meta.offload = off;
+        }
+        let mut trace = TraceRing::new(8);
+        transmit(Instant::ZERO, &mut batch, &mut ports, &mut tx, &mut io, &mut trace);
+        let sent = sent.lock().unwrap();
+        let nseg = 5000usize.div_ceil(1398);
+        assert_eq!(sent.len(), 2 + nseg);
+        assert_eq!(sent[0], (inner.clone(), plain));
+        assert_eq!(sent[1 + nseg], (inner[..100].to_vec(), partial));
+        let mut joined = Vec::new();
+        for (i, (f, off)) in sent[1..=nseg].iter().enumerate() {
+            assert_eq!(*off, Offload::default());
+            assert!(f.len() <= 1518, "segment {i} fits the port's frame size");
+            let outer = etherparse::SlicedPacket::from_ethernet(f).unwrap();
+            let Some(etherparse::NetSlice::Ipv4(ip)) = outer.net else { panic!("outer ipv4") };
+            let ip_hdr = ip.header().to_header();
+            assert_eq!(ip_hdr.header_checksum, ip_hdr.calc_header_checksum());
+            assert_eq!(usize::from(ip_hdr.total_len), f.len() - 14);
+            assert_eq!(ip_hdr.identification, i as u16);
+            let Some(etherparse::TransportSlice::Udp(udp)) = outer.transport else { panic!("udp") };
+            assert_eq!(usize::from(udp.length()), f.len() - 34);
+            assert_eq!(udp.checksum(), 0);
+            assert_eq!(&f[42..50], &[0x08, 0, 0, 0, 0, 0, 42, 0]);
+            let s = etherparse::SlicedPacket::from_ethernet(&f[50..]).unwrap();
+            let Some(etherparse::NetSlice::Ipv4(ip)) = s.net else { panic!("inner ipv4") };
+            let Some(etherparse::TransportSlice::Tcp(tcp)) = s.transport else { panic!("tcp") };
+            let ip_hdr = ip.header().to_header();
+            assert_eq!(ip_hdr.header_checksum, ip_hdr.calc_header_checksum());
+            let want = tcp.to_header().calc_checksum_ipv4(&ip_hdr, tcp.payload()).unwrap();
+            assert_eq!(tcp.checksum(), want, "inner TCP checksum of segment {i}");
+            assert_eq!(tcp.sequence_number(), 77 + 1398 * i as u32);
+            joined.extend_from_slice(tcp.payload());
+        }
+        assert_eq!(joined, payload);
+        assert_eq!(io.port(PortId(0)).unwrap().tx_packets, (2 + nseg) as u64);
     }
 
     fn stamped(b: &mut Batch, frames: &[(u8, Option<PortId>)], ingress: u16) {

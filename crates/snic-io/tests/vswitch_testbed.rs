@@ -146,6 +146,7 @@ fn vm_udp(dst: [u8; 4], sport: u16, seq: u64, len: usize) -> Vec<u8> {
 }
 
 /// A TCP frame `src -> dst` with `flags` set by `build`, payload `seq`.
+#[allow(clippy::too_many_arguments, reason = "a test helper spelling out every header field")]
 fn tcp_frame(
     smac: Mac,
     dmac: Mac,

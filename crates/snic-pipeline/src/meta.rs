@@ -99,19 +99,48 @@ pub struct Offload {
 /// Kind and size of a super-packet's segmentation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Gso {
+    /// What the (inner, when tunnelled) L4 segments are.
     pub kind: GsoKind,
     /// Payload bytes per segment (the MSS for TCP).
     pub size: u16,
-    /// Length of all headers up to the L4 payload, as the sender stated it.
+    /// Length of all headers up to the L4 payload, as the sender stated it (outer headers
+    /// included once a tunnel was pushed).
     pub hdr_len: u16,
+    /// Outer tunnel headers pushed in front of the super-packet (by the vSwitch's
+    /// encapsulation), `None` for a plain one. A tunnelled super-packet cannot be described by
+    /// a virtio-net header, so it is always segmented in software ("tunnel TSO").
+    pub tunnel: Option<TunnelGso>,
 }
 
 /// The segmentation kinds of virtio-net.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GsoKind {
+    /// TCP over IPv4 (`VIRTIO_NET_HDR_GSO_TCPV4`).
     TcpV4,
+    /// TCP over IPv6 (`VIRTIO_NET_HDR_GSO_TCPV6`).
     TcpV6,
+    /// UDP segmentation, each segment a datagram (`VIRTIO_NET_HDR_GSO_UDP_L4`).
     UdpL4,
+}
+
+/// The outer headers of a tunnelled super-packet: segmentation copies them in front of every
+/// inner segment and fixes their lengths and checksums per segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TunnelGso {
+    /// The encapsulation.
+    pub kind: TunnelGsoKind,
+    /// Bytes of outer headers (Ethernet, IP, UDP + VXLAN or GRE) before the inner Ethernet
+    /// header.
+    pub outer_len: u16,
+}
+
+/// Encapsulations a tunnelled super-packet may carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TunnelGsoKind {
+    /// VXLAN (RFC 7348): outer UDP, then an 8-byte VXLAN header.
+    Vxlan,
+    /// NVGRE (RFC 7637): an 8-byte GRE header with key, protocol 0x6558.
+    Nvgre,
 }
 
 /// What the pipeline knows about a packet. Stages fill it in as the packet moves.

@@ -5,12 +5,19 @@
 //! filed under its *shape*: which fields it constrains with an exact value or an IP prefix, and
 //! with which prefix length and address family. A shape holds a hash map from the masked field
 //! values to the rules of that shape, sorted best first. A lookup masks the packet's fields once
-//! per shape and probes one hash map per shape; shapes are visited best rule first and the walk
-//! stops as soon as no remaining shape can beat the rule already found. What cannot be hashed
-//! (ranges, large sets, a second predicate on an already keyed field) is checked on the few
+//! per shape and probes one hash table per shape. Shapes are visited in an order fixed at build
+//! time (in a route layer longest prefix first; elsewhere shapes with short buckets first, so
+//! that long buckets are read last, under the bound of a rule already found), and a shape or a
+//! bucket entry that cannot beat the rule already found is skipped. What cannot be hashed
+//! (ranges, large sets, a second predicate on an already keyed field) is checked on the
 //! candidates a probe returns, by the same semantics as [`Predicate::matches`]. Small sets are
 //! expanded into one exact entry per value. Rules that set `dir` are filed only in that
 //! direction's tables.
+//!
+//! Cost: one probe per shape at most (a shape is a distinct combination of constrained fields
+//! and prefix lengths, a few to a few tens in practice), plus the residual checks of the
+//! candidates read. Rules told apart only by ranges (many port ranges under one protocol) share
+//! a bucket and are read one by one; range-to-prefix expansion is not done.
 //!
 //! The answer is, by construction and by property test, the one [`linear_lookup`] gives: the
 //! matching rule with the lowest `(priority, id)` (then the lowest index in the slice), or in a
@@ -311,7 +318,7 @@ struct Shape {
     all: (usize, usize),
     /// The masked words of every bucket beyond the first [`INLINE`], `nwords - INLINE` each.
     keys: Vec<u64>,
-    /// Buckets, hashed by [`hash_words`] of their masked words.
+    /// Buckets, hashed by [`hash_word`] over their masked words in order.
     buckets: HashTable<Bucket>,
 }
 
@@ -1003,15 +1010,17 @@ mod tests {
     }
 
     fn any_rule() -> impl Strategy<Value = Rule> {
-        (0u32..6, 0u32..4, dir(), prop::collection::vec(predicate(), 0..4)).prop_map(
-            |(id, priority, dir, predicates)| Rule {
-                id,
-                priority,
-                dir,
-                predicates,
-                action: Action::Pass,
-            },
-        )
+        let predicates = prop_oneof![
+            1 => Just(Vec::new()),
+            12 => prop::collection::vec(predicate(), 1..4),
+        ];
+        (0u32..6, 0u32..4, dir(), predicates).prop_map(|(id, priority, dir, predicates)| Rule {
+            id,
+            priority,
+            dir,
+            predicates,
+            action: Action::Pass,
+        })
     }
 
     fn opt_ip() -> impl Strategy<Value = Option<IpAddr>> {
@@ -1088,6 +1097,31 @@ mod tests {
                 }
                 for lpm in [false, true] {
                     let c = Classifier::build(&rules, lpm);
+                    for d in [Direction::Out, Direction::In] {
+                        prop_assert_eq!(c.lookup(&f, d), linear_lookup(&rules, &f, d, lpm));
+                    }
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Larger rule sets: long buckets, many shapes, early cut-offs.
+        #[test]
+        fn agrees_on_large_rule_sets(
+            rules in prop::collection::vec(any_rule(), 100..300),
+            base in fields(),
+            picks in prop::collection::vec(any::<prop::sample::Index>(), 32..64),
+        ) {
+            let cs = [Classifier::build(&rules, false), Classifier::build(&rules, true)];
+            for pick in picks {
+                let mut f = base;
+                for p in &pick.get(&rules).predicates {
+                    aim(&mut f, p);
+                }
+                for (c, lpm) in cs.iter().zip([false, true]) {
                     for d in [Direction::Out, Direction::In] {
                         prop_assert_eq!(c.lookup(&f, d), linear_lookup(&rules, &f, d, lpm));
                     }

@@ -256,6 +256,46 @@ fn reduce(x: u32, n: u64) -> usize {
     ((u64::from(x) * n) >> 32) as usize
 }
 
+/// Eight bytes of an address, native order.
+#[inline(always)]
+fn word(a: &[u8; 16], hi: bool) -> u64 {
+    let mut x = [0u8; 8];
+    x.copy_from_slice(if hi { &a[8..] } else { &a[..8] });
+    u64::from_ne_bytes(x)
+}
+
+// Key equality as one OR of word differences, without a branch per field. Covers all 80
+// bytes; this size assertion and the `key_eq_is_equality` property keep it honest if the key
+// changes.
+const _: () = assert!(core::mem::size_of::<FlowKey>() == 80);
+
+/// Whether two keys are equal (same result as `==`).
+#[inline(always)]
+fn key_eq(a: &FlowKey, b: &FlowKey) -> bool {
+    let tail = |k: &FlowKey| {
+        (
+            u64::from(k.vni) | u64::from(k.src_port) << 32 | u64::from(k.dst_port) << 48,
+            u64::from(k.port)
+                | u64::from(k.proto) << 16
+                | u64::from(k.flags) << 24
+                | u64::from(k.reserved) << 32,
+        )
+    };
+    let (ta, ma) = tail(a);
+    let (tb, mb) = tail(b);
+    let d = (word(&a.src, false) ^ word(&b.src, false))
+        | (word(&a.src, true) ^ word(&b.src, true))
+        | (word(&a.dst, false) ^ word(&b.dst, false))
+        | (word(&a.dst, true) ^ word(&b.dst, true))
+        | (word(&a.outer_src, false) ^ word(&b.outer_src, false))
+        | (word(&a.outer_src, true) ^ word(&b.outer_src, true))
+        | (word(&a.outer_dst, false) ^ word(&b.outer_dst, false))
+        | (word(&a.outer_dst, true) ^ word(&b.outer_dst, true))
+        | (ta ^ tb)
+        | (ma ^ mb);
+    d == 0
+}
+
 /// Number of index buckets for a capacity.
 fn buckets_for(capacity: usize) -> usize {
     capacity.div_ceil(FLOWS_PER_BUCKET).max(1)
@@ -388,7 +428,7 @@ impl Gft {
         while m != 0 {
             let s = m.trailing_zeros() as usize;
             let i = bk.idx[s];
-            if self.slab[i as usize].e.key == *key {
+            if key_eq(&self.slab[i as usize].e.key, key) {
                 return Some((s, i));
             }
             m &= m - 1;
@@ -493,7 +533,7 @@ impl Gft {
             let c = cand[i];
             *o = if c == NONE {
                 None
-            } else if self.slab[c as usize].e.key == *k {
+            } else if key_eq(&self.slab[c as usize].e.key, k) {
                 Some(FlowId(c))
             } else {
                 self.lookup(*h, k)
@@ -1323,6 +1363,38 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        /// `key_eq` is `==`: keys that differ in any one field, or are equal.
+        #[test]
+        fn key_eq_is_equality(
+            a in any::<[u8; 16]>(), b in any::<[u8; 16]>(), vni in any::<u32>(),
+            sp in any::<u16>(), port in any::<u16>(), flags in any::<u8>(),
+            field in 0usize..12, byte in 0usize..16, bit in 0u8..8,
+        ) {
+            let k = FlowKey {
+                src: a, dst: b, outer_src: b, outer_dst: a, vni, src_port: sp, dst_port: !sp,
+                port, proto: flags ^ 0x5a, flags, reserved: vni.rotate_left(7),
+            };
+            prop_assert!(key_eq(&k, &k));
+            let mut o = k;
+            let m = 1u8 << bit;
+            match field {
+                0 => o.src[byte] ^= m,
+                1 => o.dst[byte] ^= m,
+                2 => o.outer_src[byte] ^= m,
+                3 => o.outer_dst[byte] ^= m,
+                4 => o.vni ^= u32::from(m) << (8 * (byte % 4)),
+                5 => o.src_port ^= u16::from(m) << (8 * (byte % 2)),
+                6 => o.dst_port ^= u16::from(m) << (8 * (byte % 2)),
+                7 => o.port ^= u16::from(m) << (8 * (byte % 2)),
+                8 => o.proto ^= m,
+                9 => o.flags ^= m,
+                10 => o.reserved ^= u32::from(m) << (8 * (byte % 4)),
+                _ => {}
+            }
+            prop_assert_eq!(key_eq(&k, &o), k == o);
+            prop_assert_eq!(key_eq(&o, &k), field == 11);
+        }
 
         /// The table behaves like a map from key to entry, where every displaced entry is
         /// handed back: the model applies the evictions the table reports.

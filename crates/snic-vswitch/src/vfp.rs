@@ -634,7 +634,7 @@ impl SlowPath {
             let keep = match self.walk(&conn.origin, conn.snat) {
                 Ok(plan) if plan.stateful || conn.tcp.is_some() => {
                     match self.build_flows(&conn.origin, &plan) {
-                        Ok((forward, rev_key, reverse)) => {
+                        Ok((_, rev_key, reverse)) => {
                             self.rebind_snat(conn.snat, plan.snat);
                             conn.snat = plan.snat;
                             if rev_key != conn.rev_key {
@@ -646,7 +646,6 @@ impl SlowPath {
                                 self.by_key.insert(rev_key, slot as u32);
                             }
                             conn.stateful = reverse.is_some();
-                            drop(forward);
                             true
                         }
                         Err(_) => false,
@@ -2272,6 +2271,35 @@ mod tests {
             deny(compile(&mut sp, Instant::ZERO, &f, A_PORT).1).0,
             DenyReason::Acl { layer: 0, rule: Some(5) }
         );
+    }
+
+    #[test]
+    fn set_policy_moves_a_connection_to_a_new_mapping() {
+        let mut sp = slow(stateful_policy());
+        let syn = tcp_frame(GW_MAC, A_MAC, A_IP, REMOTE_IP, 40000, 80, tcp::flags::SYN);
+        let (k, v) = compile(&mut sp, Instant::ZERO, &syn, A_PORT);
+        let old_rev = forward(v).1.expect("stateful").key;
+        // The remote VM moved to another host.
+        let mut next = stateful_policy();
+        next.vports[0].layers[1].mappings[0].pa = v4(192, 0, 2, 3);
+        let mut rem = Vec::new();
+        sp.set_policy(Arc::new(next), &mut rem);
+        assert_eq!(rem, vec![old_rev], "only the stale reply key goes");
+        assert_eq!(sp.stats().conns, 1);
+        // A miss on the forward key compiles against the new mapping, TCP state kept.
+        let (fwd, rev) = forward(sp.compile(Instant::ZERO, &syn, &Stack::parse(&syn), &k, 1));
+        let Some(Op::PushEncap(e)) = fwd.action.xpose.ops().last() else { panic!("no encap") };
+        assert_eq!(e.dst_ip, v4(192, 0, 2, 3));
+        let rev = rev.expect("stateful");
+        assert_eq!(rev.key.outer_src_ip(), Some(v4(192, 0, 2, 3)));
+        assert_eq!(sp.stats().half_open, 1);
+        // The new reply key reaches the connection; the old one does not.
+        let mut rem = Vec::new();
+        sp.on_tcp(Instant::ZERO, &rev.key, tcp::flags::RST, &mut rem);
+        sp.handle_timeout(Instant::ZERO, &mut rem);
+        assert_eq!(rem.len(), 2);
+        assert!(rem.contains(&k) && rem.contains(&rev.key));
+        assert_eq!(sp.stats().conns, 0);
     }
 
     fn again_key(f: &[u8]) -> FlowKey {

@@ -19,6 +19,14 @@
 //! a packet computes its outer UDP checksum as if the inner one were complete (local checksum
 //! offload, as Linux does for tunnels).
 //!
+//! GSO super-packets (`meta.offload.gso`, from a guest with TSO on) may be encapsulated: the
+//! push records the outer headers in `gso.tunnel` and moves `gso.hdr_len` and the checksum
+//! start past them; the outer lengths are those of the whole super-packet and the outer
+//! UDP/IPv6 checksum is left 0, since the I/O layer segments such a packet in software
+//! (`snic_pipeline::offload::segment`, "tunnel TSO") and fixes both per segment. A pop of a
+//! super-packet is allowed only for outer headers pushed that way (`gso.tunnel`): the kernel
+//! does not hand a GRO'd tunnel packet over with a plain virtio-net header.
+//!
 //! This module does not parse frames (it uses the layer offsets of `pkt.meta.stack`), does not
 //! segment GSO super-packets, does not add VLAN tags to the outer frame of an encapsulation, and
 //! does not encapsulate in Geneve (it decapsulates it).
@@ -27,6 +35,7 @@ use crate::policy::{Mac, TunnelKind};
 use core::fmt;
 use core::net::IpAddr;
 use snic_pipeline::PacketBuf;
+use snic_pipeline::meta::{TunnelGso, TunnelGsoKind};
 use snic_wire::checksum;
 use snic_wire::stack::{Headers, Layer};
 
@@ -112,7 +121,8 @@ pub enum XposeError {
         /// Bytes available.
         have: usize,
     },
-    /// A push or pop of a tunnel on a GSO super-packet.
+    /// A tunnel push on a GSO super-packet that already carries one (`gso.tunnel`), or a pop
+    /// of a super-packet whose outer headers were not pushed by an encapsulation here.
     SuperPacket,
     /// An invalid [`Encap`] (at [`Transposition::new`]).
     BadEncap(&'static str),
@@ -154,7 +164,9 @@ impl fmt::Display for XposeError {
             XposeError::NoRoom { need, have } => {
                 write!(f, "no headroom: need {need} bytes, have {have}")
             }
-            XposeError::SuperPacket => f.write_str("tunnel push/pop on a GSO super-packet"),
+            XposeError::SuperPacket => {
+                f.write_str("tunnel push on a tunnelled, or pop on a plain, GSO super-packet")
+            }
             XposeError::BadEncap(why) => write!(f, "bad encapsulation: {why}"),
             XposeError::BadProgram(why) => write!(f, "bad transposition: {why}"),
             XposeError::NoVlan => f.write_str("pop_vlan: frame has no VLAN tag"),
@@ -291,7 +303,7 @@ impl Template {
 pub struct Transposition {
     ops: Box<[Op]>,
     template: Option<Box<Template>>,
-    /// Some op pushes or pops a tunnel (refused on GSO super-packets).
+    /// Some op pushes or pops a tunnel (checked against a super-packet's `gso.tunnel`).
     tunnel_op: bool,
     growth: Option<isize>,
 }
@@ -415,13 +427,21 @@ impl Transposition {
     /// Never allocates and never panics; on error the packet may be partly rewritten (the
     /// engine drops it, counted). After success `pkt.meta.stack` still describes the OLD
     /// layout; `pkt.meta.offload` is updated (checksum start moved, GSO header length moved
-    /// by VLAN pushes and pops).
+    /// by VLAN and tunnel pushes and pops, `gso.tunnel` set by a push and cleared by a pop).
     pub fn apply(&self, pkt: &mut PacketBuf, flow_hash: u32) -> Result<()> {
         if self.ops.is_empty() {
             return Ok(());
         }
-        if self.tunnel_op && pkt.meta.offload.gso.is_some() {
-            return Err(XposeError::SuperPacket);
+        if self.tunnel_op
+            && let Some(g) = &pkt.meta.offload.gso
+        {
+            // Checked before anything is rewritten: a pop needs outer headers pushed here, a
+            // push needs a super-packet without a tunnel (once popped, if the list pops).
+            let pops = matches!(self.ops.first(), Some(Op::PopOuter));
+            let pushes = self.template.is_some();
+            if (pops && g.tunnel.is_none()) || (pushes && !pops && g.tunnel.is_some()) {
+                return Err(XposeError::SuperPacket);
+            }
         }
         let mut cur = Cur::from_headers(&pkt.meta.stack.outer, 0)?;
         // `new` put a pop first and a push last: the ops between them only touch the current
@@ -590,6 +610,12 @@ fn pop_outer(pkt: &mut PacketBuf, cur: &mut Cur) -> Result<()> {
         return Err(XposeError::NotTunnelled);
     };
     let n = usize::from(inner.eth.ok_or(XposeError::NotTunnelled)?);
+    // A super-packet: only outer headers pushed here (of exactly this length) come off.
+    if let Some(g) = pkt.meta.offload.gso
+        && g.tunnel.is_none_or(|t| usize::from(t.outer_len) != n)
+    {
+        return Err(XposeError::SuperPacket);
+    }
     let outer_l3 = Cur::from_headers(&st.outer, 0)?.l3;
     let inner_l3 = Cur::from_headers(&inner, 0)?.l3;
     let d = pkt.data_mut();
@@ -621,6 +647,11 @@ fn pop_outer(pkt: &mut PacketBuf, cur: &mut Cur) -> Result<()> {
     match pkt.meta.offload.csum_partial {
         Some((s, _)) if usize::from(s) < n => pkt.meta.offload.csum_partial = None,
         _ => shift_offload(pkt, -(n as isize))?,
+    }
+    if let Some(g) = &mut pkt.meta.offload.gso {
+        // `n` is the pushed `outer_len` (checked above), at most a template's length.
+        g.hdr_len = g.hdr_len.saturating_sub(n as u16);
+        g.tunnel = None;
     }
     Ok(())
 }
@@ -837,8 +868,10 @@ fn push_encap(pkt: &mut PacketBuf, cur: &Cur, t: &Template, hash: u32) -> Result
         }
         None => None,
     };
+    // A super-packet's outer UDP/IPv6 checksum is computed per segment (see the module doc).
+    let whole = pkt.meta.offload.gso.is_none();
     let inner_sum =
-        if t.v6 && t.vxlan && partial.is_none() { checksum::data(pkt.data()) } else { 0 };
+        if t.v6 && t.vxlan && partial.is_none() && whole { checksum::data(pkt.data()) } else { 0 };
     let front = pkt.push_front(hl)?;
     // Fixed-size copies for the four template sizes (inlined moves instead of a memcpy call).
     match front.len() {
@@ -869,7 +902,7 @@ fn push_encap(pkt: &mut PacketBuf, cur: &Cur, t: &Template, hash: u32) -> Result
         let sport = 0xc000 | (hash as u16 & 0x3fff);
         front[l4..l4 + 2].copy_from_slice(&sport.to_be_bytes());
         front[l4 + 4..l4 + 6].copy_from_slice(&(body as u16).to_be_bytes());
-        if t.v6 {
+        if t.v6 && whole {
             // UDP over IPv6 needs a checksum (Linux drops zero ones by default).
             let payload = match partial {
                 None => u64::from(inner_sum),
@@ -891,6 +924,12 @@ fn push_encap(pkt: &mut PacketBuf, cur: &Cur, t: &Template, hash: u32) -> Result
         }
     } else {
         front[l4 + 7] = hash as u8;
+    }
+    if let Some(g) = &mut pkt.meta.offload.gso {
+        // A template is at most 70 bytes.
+        g.hdr_len = g.hdr_len.checked_add(hl as u16).ok_or(XposeError::BadOffload)?;
+        let kind = if t.vxlan { TunnelGsoKind::Vxlan } else { TunnelGsoKind::Nvgre };
+        g.tunnel = Some(TunnelGso { kind, outer_len: hl as u16 });
     }
     shift_offload(pkt, hl as isize)
 }
@@ -1614,22 +1653,42 @@ mod tests {
         }
     }
 
+    fn gso(kind: snic_pipeline::meta::GsoKind, hdr_len: u16) -> snic_pipeline::meta::Gso {
+        snic_pipeline::meta::Gso { kind, size: 1000, hdr_len, tunnel: None }
+    }
+
     #[test]
     fn super_packets_and_headroom() {
+        use snic_pipeline::meta::{GsoKind, TunnelGso, TunnelGsoKind};
         let inner = frame(Kind::Tcp, &ip4([10, 0, 0, 1], [10, 0, 0, 2]), 1, 2, b"");
         let t =
             Transposition::new(vec![Op::PushEncap(encap(TunnelKind::Vxlan, false, 1))]).unwrap();
-        let mut p = pkt(&inner);
-        p.meta.offload.gso = Some(snic_pipeline::meta::Gso {
-            kind: snic_pipeline::meta::GsoKind::TcpV4,
-            size: 1448,
-            hdr_len: 54,
-        });
-        assert_eq!(t.apply(&mut p, 0), Err(XposeError::SuperPacket));
         // NAT and VLAN ops are fine on a super-packet; a VLAN push moves the header length.
+        let mut p = pkt(&inner);
+        p.meta.offload.gso = Some(gso(GsoKind::TcpV4, 54));
         let nat = Transposition::new(vec![Op::PushVlan(3), Op::SetL4Dst(5)]).unwrap();
         nat.apply(&mut p, 0).unwrap();
         assert_eq!(p.meta.offload.gso.unwrap().hdr_len, 58);
+        // A push on a super-packet that already carries a tunnel is refused, untouched.
+        let mut p = pkt(&inner);
+        let vx = Some(TunnelGso { kind: TunnelGsoKind::Vxlan, outer_len: 50 });
+        p.meta.offload.gso =
+            Some(snic_pipeline::meta::Gso { tunnel: vx, ..gso(GsoKind::TcpV4, 54) });
+        assert_eq!(t.apply(&mut p, 0), Err(XposeError::SuperPacket));
+        assert_eq!(p.data(), &inner[..]);
+        // A pop of a super-packet whose outer headers were not pushed here is refused.
+        let tunnelled =
+            run(vec![Op::PushEncap(encap(TunnelKind::Vxlan, false, 1))], &inner).unwrap();
+        let mut p = pkt(&tunnelled);
+        p.meta.offload.gso = Some(gso(GsoKind::TcpV4, 104));
+        let pop = Transposition::new(vec![Op::PopOuter]).unwrap();
+        assert_eq!(pop.apply(&mut p, 0), Err(XposeError::SuperPacket));
+        assert_eq!(p.data(), &tunnelled[..]);
+        // Nor one whose recorded outer length is not the packet's.
+        let nv = Some(TunnelGso { kind: TunnelGsoKind::Vxlan, outer_len: 70 });
+        p.meta.offload.gso =
+            Some(snic_pipeline::meta::Gso { tunnel: nv, ..gso(GsoKind::TcpV4, 124) });
+        assert_eq!(pop.apply(&mut p, 0), Err(XposeError::SuperPacket));
 
         let mut small = PacketBuf::with_room(16, 256);
         small.set_frame(&inner);
@@ -1645,6 +1704,93 @@ mod tests {
             small
         };
         assert_eq!(t.apply(&mut small, 0), Err(XposeError::NoRoom { need: 50, have: 16 }));
+    }
+
+    /// Tunnel TSO: encapsulating a guest's TCP super-packet (checksum partial) records the
+    /// tunnel in the GSO metadata and moves the header length and checksum start; software
+    /// segmentation then yields wire packets whose every checksum verifies and whose inner
+    /// frames are the plain segmentation of the original; popping the outer headers again
+    /// restores the original packet and metadata.
+    #[test]
+    fn super_packet_encap_records_the_tunnel_for_segmentation() {
+        use snic_pipeline::Batch;
+        use snic_pipeline::meta::{GsoKind, TunnelGso, TunnelGsoKind};
+        use snic_pipeline::offload::segment;
+        let data: Vec<u8> = (0..3000u32).map(|i| (i * 13 % 251) as u8).collect();
+        for (v6_inner, v6_outer, kind, hl) in [
+            (false, false, TunnelKind::Vxlan, 50u16),
+            (false, true, TunnelKind::Vxlan, 70),
+            (true, false, TunnelKind::Nvgre, 42),
+            (true, true, TunnelKind::Vxlan, 70),
+        ] {
+            let a =
+                if v6_inner { Ip::new(v6(1), v6(2), 0) } else { ip4([10, 0, 0, 1], [10, 0, 0, 2]) };
+            let plain = frame(Kind::Tcp, &a, 40000, 5201, &data);
+            let (f, (start, off)) = make_partial(&plain);
+            let st = Stack::parse(&f);
+            let l4 = st.outer.l4.unwrap().1;
+            let gkind = if v6_inner { GsoKind::TcpV6 } else { GsoKind::TcpV4 };
+            let g = snic_pipeline::meta::Gso {
+                kind: gkind,
+                size: 1000,
+                hdr_len: l4 + 20,
+                tunnel: None,
+            };
+            let mut p = pkt(&f);
+            p.meta.offload.gso = Some(g);
+            p.meta.offload.csum_partial = Some((start, off));
+            let x = Transposition::new(vec![Op::PushEncap(encap(kind, v6_outer, 42))]).unwrap();
+            x.apply(&mut p, 0x77).unwrap();
+            let tkind =
+                if kind == TunnelKind::Vxlan { TunnelGsoKind::Vxlan } else { TunnelGsoKind::Nvgre };
+            assert_eq!(
+                p.meta.offload.gso,
+                Some(snic_pipeline::meta::Gso {
+                    hdr_len: l4 + 20 + hl,
+                    tunnel: Some(TunnelGso { kind: tkind, outer_len: hl }),
+                    ..g
+                })
+            );
+            assert_eq!(p.meta.offload.csum_partial, Some((start + hl, off)));
+            // The outer headers are those of the whole super-packet: the inner frame intact
+            // behind them, the outer lengths covering all of it.
+            assert_eq!(&p.data()[usize::from(hl)..], &f[..]);
+            let outer = Stack::parse(p.data());
+            let (ol3, o) = outer.outer.l3.unwrap();
+            let o = usize::from(o);
+            let ip_len = if ol3 == Layer::Ipv4 {
+                usize::from(u16::from_be_bytes([p.data()[o + 2], p.data()[o + 3]]))
+            } else {
+                40 + usize::from(u16::from_be_bytes([p.data()[o + 4], p.data()[o + 5]]))
+            };
+            assert_eq!(o + ip_len, p.len());
+
+            let mut out = Batch::new(8);
+            assert_eq!(segment(&p, &mut out), Ok(3));
+            let mut joined = Vec::new();
+            for (i, s) in out.iter().enumerate() {
+                verify(s.data()).unwrap_or_else(|e| panic!("segment {i}: {e}"));
+                assert!(s.len() <= usize::from(hl) + plain.len() - data.len() + 1000);
+                // The inner frame of each segment is the plain frame's segment.
+                let back = run(vec![Op::PopOuter], s.data()).unwrap();
+                let st = Stack::parse(&back);
+                let t = usize::from(st.outer.l4.unwrap().1);
+                let seq = u32::from_be_bytes(back[t + 4..t + 8].try_into().unwrap());
+                assert_eq!(seq, 0x0102_0304 + 1000 * i as u32, "segment {i}");
+                // PSH only on the last.
+                assert_eq!(back[t + 13], if i == 2 { 0x18 } else { 0x10 });
+                joined.extend_from_slice(&back[t + 20..]);
+            }
+            assert_eq!(joined, data);
+
+            // Popping the pushed headers off the super-packet restores it and its metadata.
+            let mut q = pkt(p.data());
+            q.meta.offload = p.meta.offload;
+            Transposition::new(vec![Op::PopOuter]).unwrap().apply(&mut q, 0).unwrap();
+            assert_eq!(q.data(), &f[..]);
+            assert_eq!(q.meta.offload.gso, Some(g));
+            assert_eq!(q.meta.offload.csum_partial, Some((start, off)));
+        }
     }
 
     #[test]
