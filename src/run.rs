@@ -449,6 +449,7 @@ pub fn run(args: RunArgs) -> Result<()> {
             let _ = writeln!(err, "--- snic stats (SIGUSR1)\n{}", report_text(r, &classes));
         }
     };
+    let vswitch_final = runtime.vswitch().cloned();
     let result = runtime.run(&signals.stop, stats_flag, on_stats);
     done.store(true, Ordering::Relaxed);
     let report = result.context("run failed")?;
@@ -456,12 +457,20 @@ pub fn run(args: RunArgs) -> Result<()> {
     let stdout = io::stdout();
     let mut out = stdout.lock();
     if args.json {
-        writeln!(out, "{}", report_json(&report, &classes))?;
+        let mut doc = report_json(&report, &classes);
+        if let (Some(vs), Some(obj)) = (&vswitch_final, doc.as_object_mut()) {
+            obj.insert("vswitch".into(), crate::vswitch::show_json(vs));
+        }
+        writeln!(out, "{doc}")?;
     } else {
         if signals.stop_requested() {
             writeln!(out, "stopped (signal or --duration); final counters:")?;
         }
         write!(out, "{}", report_text(&report, &classes))?;
+        if let Some(vs) = &vswitch_final {
+            writeln!(out, "--- vswitch")?;
+            write!(out, "{}", crate::vswitch::show_text(&crate::vswitch::show_json(vs)))?;
+        }
     }
     out.flush()?;
     Ok(())

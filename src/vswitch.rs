@@ -337,6 +337,11 @@ pub fn show_text(v: &Value) -> String {
         f("expired"),
         n(v, &["evictions"])
     );
+    let by_total = |v: &Value| -> u64 {
+        v.pointer("/fast/denied_by")
+            .and_then(Value::as_object)
+            .map_or(0, |m| m.values().filter_map(Value::as_u64).sum())
+    };
     let by: Vec<String> = v
         .pointer("/fast/denied_by")
         .and_then(Value::as_object)
@@ -344,9 +349,11 @@ pub fn show_text(v: &Value) -> String {
         .unwrap_or_default();
     let _ = writeln!(
         s,
-        "denied: {}{}",
+        "denied: {} packets: {} first packets{}, {} by cached drop entries",
         f("denied"),
-        if by.is_empty() { String::new() } else { format!(" ({})", by.join(", ")) }
+        by_total(v),
+        if by.is_empty() { String::new() } else { format!(" ({})", by.join(", ")) },
+        f("denied_cached")
     );
     let _ = writeln!(s, "meters: drops {}, ECN marks {}", f("meter_drops"), f("meter_marks"));
     let _ = writeln!(
