@@ -436,12 +436,34 @@ pub fn segment(pkt: &PacketBuf, out: &mut Batch) -> Result<usize, OffloadError> 
                 let ulen = (len - o.lay.l4) as u16;
                 s[o.lay.l4 + 4..o.lay.l4 + 6].copy_from_slice(&ulen.to_be_bytes());
                 if outer_udp_sum {
-                    fix_l4_checksum(s, &o.lay, o.lay.l4 + 6, true);
+                    fix_outer_udp_checksum(s, &o.lay, &lay);
                 }
             }
         }
     }
     Ok(nseg)
+}
+
+/// Compute the outer UDP checksum of the tunnelled segment `s` (outer layout `o`, inner `inner`)
+/// once the inner L4 checksum is final, without summing the inner L4 segment again: with a
+/// valid checksum it sums to the complement of its pseudo-header sum (the identity behind
+/// local checksum offload, RFC 7348 implementations and Linux's LCO).
+fn fix_outer_udp_checksum(s: &mut [u8], o: &Layout, inner: &Layout) {
+    let at = o.l4 + 6;
+    s[at] = 0;
+    s[at + 1] = 0;
+    let len = s.len();
+    let mut inner_l4 = !pseudo_sum(s, inner, len - inner.l4);
+    if (inner.l4 - o.l4) % 2 == 1 {
+        // The inner L4 segment starts at an odd offset of the outer UDP datagram.
+        inner_l4 = inner_l4.swap_bytes();
+    }
+    let head = checksum::data(&s[o.l4..inner.l4]);
+    let mut c = !checksum::combine(&[pseudo_sum(s, o, len - o.l4), head, inner_l4]);
+    if c == 0 {
+        c = 0xffff;
+    }
+    s[at..at + 2].copy_from_slice(&c.to_be_bytes());
 }
 
 /// Set the IP length of the segment `s` (it ends where the IP packet of `lay` ends); for IPv4
@@ -1215,6 +1237,42 @@ mod tests {
                     let id = u16::from_be_bytes([seg.data()[18], seg.data()[19]]);
                     assert_eq!(id, OUTER_ID.wrapping_add(i as u16));
                 }
+            }
+            assert_eq!(joined, data);
+        }
+    }
+
+    #[test]
+    fn segments_tunnelled_udp_l4_super_packet() {
+        // UDP segmentation inside VXLAN over IPv6: every datagram's inner UDP checksum and the
+        // outer UDP checksum (derived from the inner one) verify from scratch. Odd sizes.
+        let data = payload(4001);
+        let mut udp = vec![0x30, 0x39, 0x12, 0x67, 0, 0, 0, 0];
+        udp.extend_from_slice(&data);
+        let inner = ipv4_frame(PROTO_UDP, &udp, 5);
+        for v6_outer in [true, false] {
+            let mut p = PacketBuf::from_frame(&encapsulate(&inner, v6_outer, true, 9));
+            let ol = outer_len(v6_outer, true);
+            let tunnel = Some(TunnelGso { kind: TunnelGsoKind::Vxlan, outer_len: ol });
+            p.meta.offload.gso =
+                Some(Gso { kind: GsoKind::UdpL4, size: 999, hdr_len: ol + 42, tunnel });
+            let mut out = Batch::new(8);
+            assert_eq!(segment(&p, &mut out), Ok(5));
+            let mut joined = Vec::new();
+            for seg in out.iter() {
+                let f = seg.data();
+                let u = usize::from(ol) - 16;
+                assert_eq!(usize::from(u16::from_be_bytes([f[u + 4], f[u + 5]])), f.len() - u);
+                if v6_outer {
+                    let lay = layout(f).unwrap();
+                    let s = sum_bytes(pseudo_sum(f, &lay, f.len() - u), &f[u..]);
+                    assert_eq!(fold(s), 0xffff, "outer UDP/IPv6 checksum");
+                }
+                let i = usize::from(ol);
+                let mut one = Batch::new(1);
+                one.push_frame(&f[i..]).unwrap();
+                let segs = check_segments(&one, false);
+                joined.extend_from_slice(&segs[0].1);
             }
             assert_eq!(joined, data);
         }

@@ -2230,6 +2230,28 @@ mod tests {
         let mut ops = dnat;
         ops.push(Op::PushEncap(encap(TunnelKind::Vxlan, true, 42)));
         out.push((go(ops, &partial, Some(c)), "vxlan"));
+        // Tunnel TSO: a TCP super-packet (checksum partial) encapsulated in VXLAN over IPv6 and
+        // in NVGRE over IPv4, then segmented in software: every segment a wire packet.
+        let data: Vec<u8> = (0..2500u32).map(|i| (i * 7) as u8).collect();
+        let big = frame(Kind::Tcp, &ip4([10, 0, 0, 1], [10, 0, 0, 2]), 40000, 5201, &data);
+        let (big, (start, off)) = make_partial(&big);
+        for (v6_outer, kind, label) in
+            [(true, TunnelKind::Vxlan, "vxlan"), (false, TunnelKind::Nvgre, "gre")]
+        {
+            let mut p = pkt(&big);
+            p.meta.offload.csum_partial = Some((start, off));
+            p.meta.offload.gso = Some(snic_pipeline::meta::Gso {
+                kind: snic_pipeline::meta::GsoKind::TcpV4,
+                size: 1000,
+                hdr_len: 54,
+                tunnel: None,
+            });
+            let t = Transposition::new(vec![Op::PushEncap(encap(kind, v6_outer, 42))]).unwrap();
+            t.apply(&mut p, 0x5eed_1234).unwrap();
+            let mut segs = snic_pipeline::Batch::new(4);
+            assert_eq!(snic_pipeline::offload::segment(&p, &mut segs), Ok(3));
+            out.extend(segs.iter().map(|s| (s.data().to_vec(), label)));
+        }
         out
     }
 
