@@ -24,6 +24,7 @@ pub mod script;
 pub mod udp;
 pub mod vlink;
 
+pub mod hugepage;
 pub mod poll;
 pub mod runtime;
 pub mod signal;

@@ -377,6 +377,13 @@ impl Runtime {
                     .map_err(RunError::Pipeline)?,
             );
         }
+        if let Some(vs) = &vswitch {
+            // Flow tables of a million flows and more are TLB-bound on 4 KiB pages.
+            match crate::hugepage::advise(&vs.table_regions()) {
+                Ok(_) => {}
+                Err(e) => eprintln!("snic: flow tables stay on small pages (madvise: {e})"),
+            }
+        }
         let clock = MonotonicClock::new();
         let engine = if cfg.workers == 1 {
             match pipelines.pop() {

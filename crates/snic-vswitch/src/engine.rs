@@ -614,6 +614,13 @@ impl VSwitch {
         st
     }
 
+    /// The large memory regions of every shard's flow table (address, length), for the I/O
+    /// layer to back with huge pages.
+    pub fn table_regions(&self) -> Vec<(usize, usize)> {
+        let cells: Vec<Arc<ShardCell>> = lock(&self.shared.shards).clone();
+        cells.iter().flat_map(|c| lock(&c.state).gft.memory_regions()).collect()
+    }
+
     /// Bytes reserved by the flow tables of all shards.
     pub fn table_memory(&self) -> usize {
         let cells: Vec<Arc<ShardCell>> = lock(&self.shared.shards).clone();

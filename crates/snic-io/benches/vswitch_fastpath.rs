@@ -1,4 +1,4 @@
-//! The vSwitch fast path, one core: batches of 256 packets (64-byte inner UDP frames from the
+//! The vSwitch fast path (`snic-vswitch` driven as `snic run` drives it), one core: batches of 256 packets (64-byte inner UDP frames from the
 //! VM) through the `vswitch` stage, every packet a GFT hit with a VXLAN encap transposition,
 //! with 1k, 100k, 1M and 10M flows cached. Beside it, in the same run and on the same batches:
 //! the simplest possible fast path, a `hashbrown::HashMap<FlowKey, [u8; 50]>` lookup plus a
@@ -86,6 +86,8 @@ fn bench(c: &mut Criterion) {
         cfg.age_budget = 0;
         let vs = VSwitch::new(policy.clone(), cfg).unwrap();
         let mut stage = vs.stage().unwrap();
+        // As `snic run` does: back the flow table with huge pages where the kernel allows.
+        let huge = snic_io::hugepage::advise(&vs.table_regions()).unwrap_or(0);
         let mut counters = StageCounters::new("vswitch");
         let mut ring = TraceRing::new(16);
         let mut batch = Batch::new(MAX_BATCH);
@@ -104,12 +106,13 @@ fn bench(c: &mut Criterion) {
         assert_eq!(st.flows as u64, n, "every flow cached");
         let mem = vs.table_memory();
         eprintln!(
-            "fastpath: {n} flows installed in {:.2?} ({:.0} setups/s); table memory {} MiB = {:.0} B/flow at capacity {}",
+            "fastpath: {n} flows installed in {:.2?} ({:.0} setups/s); table memory {} MiB = {:.0} B/flow at capacity {}, {} MiB advised for huge pages",
             t0.elapsed(),
             n as f64 / t0.elapsed().as_secs_f64(),
             mem >> 20,
             mem as f64 / st.capacity as f64,
-            st.capacity
+            st.capacity,
+            huge >> 20
         );
         let mut rng = ChaCha8Rng::seed_from_u64(n);
         let mut pick =
