@@ -17,71 +17,15 @@
 //! throughputs and their ratio. It asserts only that ping and both iperf3 runs succeeded and
 //! moved data; it makes no timing assertion.
 
+mod common;
+
+use common::netns::{have, is_root, must, run, stop};
 use std::fs::File;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
-
-/// Run `args` bounded by `timeout(1)`; returns (success, stdout, stderr).
-fn run<S: AsRef<str> + std::fmt::Debug>(secs: u32, args: &[S]) -> (bool, String, String) {
-    match Command::new("timeout")
-        .args(["-k", "2", &secs.to_string()])
-        .args(args.iter().map(|a| a.as_ref()))
-        .stdin(Stdio::null())
-        .output()
-    {
-        Ok(o) => (
-            o.status.success(),
-            String::from_utf8_lossy(&o.stdout).into_owned(),
-            String::from_utf8_lossy(&o.stderr).into_owned(),
-        ),
-        Err(e) => (false, String::new(), format!("could not start {args:?}: {e}")),
-    }
-}
-
-fn must<S: AsRef<str> + std::fmt::Debug>(secs: u32, args: &[S]) {
-    let (ok, _, err) = run(secs, args);
-    assert!(ok, "command failed: {args:?}: {err}");
-}
-
-/// Whether `tool` is an executable file in a `PATH` directory (not a shell builtin: `kill`
-/// must exist as a program for `Command` to run it).
-fn have(tool: &str) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::env::var_os("PATH").is_some_and(|path| {
-        std::env::split_paths(&path).any(|dir| {
-            std::fs::metadata(dir.join(tool))
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
-    })
-}
-
-/// Whether the effective user id is 0, from `/proc/self/status` (no tool needed).
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
-        s.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|ids| ids.split_whitespace().nth(1))
-            == Some("0")
-    })
-}
-
-/// Stop a child: SIGTERM, up to `grace` for it to exit, then SIGKILL. Always reaped.
-fn stop(child: &mut Child, grace: Duration) {
-    if let Ok(Some(_)) = child.try_wait() {
-        return;
-    }
-    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
-    let t0 = Instant::now();
-    while t0.elapsed() < grace {
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
-        }
-        thread::sleep(Duration::from_millis(50));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-}
 
 /// Everything one run creates: namespaces, links, the bridge, processes and log files. Drop
 /// removes all of it, whatever the exit path (assertion failure included).

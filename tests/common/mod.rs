@@ -6,6 +6,8 @@
 
 #![allow(dead_code, reason = "each test binary uses a different subset of these helpers")]
 
+pub mod netns;
+
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

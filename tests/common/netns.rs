@@ -1,0 +1,77 @@
+//! Helpers of the root-only network-namespace tests (`tests/netns.rs`,
+//! `tests/netns_vswitch.rs`): bounded commands, tool and root checks, stopping children.
+
+use std::io::Write;
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Run `args` bounded by `timeout(1)`; returns (success, stdout, stderr).
+pub fn run<S: AsRef<str> + std::fmt::Debug>(secs: u32, args: &[S]) -> (bool, String, String) {
+    match Command::new("timeout")
+        .args(["-k", "2", &secs.to_string()])
+        .args(args.iter().map(|a| a.as_ref()))
+        .stdin(Stdio::null())
+        .output()
+    {
+        Ok(o) => (
+            o.status.success(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        ),
+        Err(e) => (false, String::new(), format!("could not start {args:?}: {e}")),
+    }
+}
+
+pub fn must<S: AsRef<str> + std::fmt::Debug>(secs: u32, args: &[S]) -> String {
+    let (ok, out, err) = run(secs, args);
+    assert!(ok, "command failed: {args:?}: {err}{out}");
+    out
+}
+
+/// A command line split at whitespace (for commands without spaces in their arguments).
+pub fn words(cmd: &str) -> Vec<&str> {
+    cmd.split_whitespace().collect()
+}
+
+/// Whether `tool` is an executable file in a `PATH` directory.
+pub fn have(tool: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|dir| {
+            std::fs::metadata(dir.join(tool))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+    })
+}
+
+/// Whether the effective user id is 0, from `/proc/self/status`.
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+        s.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|ids| ids.split_whitespace().nth(1))
+            == Some("0")
+    })
+}
+
+/// Write a line straight to stderr: libtest captures `eprintln!` of passing tests, and the
+/// summary and skip notes must show in a plain `cargo test`.
+pub fn note(msg: &str) {
+    let _ = writeln!(std::io::stderr(), "{msg}");
+}
+
+/// Stop a child: SIGTERM, up to `grace` for it to exit, then SIGKILL. Always reaped.
+pub fn stop(child: &mut Child, grace: Duration) {
+    if let Ok(Some(_)) = child.try_wait() {
+        return;
+    }
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let t0 = Instant::now();
+    while t0.elapsed() < grace {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
