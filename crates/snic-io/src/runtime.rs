@@ -132,6 +132,9 @@ impl VSwitchSettings {
             None => snic_vswitch::config::default_policy(),
         };
         let mut cfg = VSwitchConfig::default();
+        // A secret hash seed per run, so a remote sender cannot aim collisions at one bucket
+        // (the engine's default seed is fixed, for reproducible tests).
+        cfg.gft.seed = rand::random();
         if let Some(n) = self.flows {
             cfg.gft.capacity = n;
         }
