@@ -368,11 +368,11 @@ impl Runtime {
         for k in 0..cfg.workers {
             let mut opener = open_tap(k);
             let mut factory = |spec: &StageSpec| match (spec, &vswitch) {
-                (StageSpec::VSwitch, Some(vs)) => Some(
-                    vs.stage()
-                        .map(|s| Box::new(s) as Box<dyn snic_pipeline::Stage>)
-                        .map_err(|e| BuildError::Stage { stage: "vswitch".into(), why: e.to_string() }),
-                ),
+                (StageSpec::VSwitch, Some(vs)) => {
+                    Some(vs.stage().map(|s| Box::new(s) as Box<dyn snic_pipeline::Stage>).map_err(
+                        |e| BuildError::Stage { stage: "vswitch".into(), why: e.to_string() },
+                    ))
+                }
                 _ => None,
             };
             pipelines.push(

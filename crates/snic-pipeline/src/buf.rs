@@ -173,6 +173,22 @@ impl PacketBuf {
         Ok(front)
     }
 
+    /// Prepend a copy of `hdr` (a new outer header) and return the prepended bytes, for the
+    /// caller to patch. Like [`PacketBuf::push_front`] but the headroom is not zeroed first,
+    /// since every byte is overwritten by the copy. Never copies the frame.
+    #[inline]
+    pub fn push_front_from(&mut self, hdr: &[u8]) -> Result<&mut [u8], NoRoom> {
+        let n = hdr.len();
+        if n > self.head {
+            return Err(NoRoom { need: n, have: self.head });
+        }
+        self.head -= n;
+        self.len += n;
+        let front = &mut self.buf[self.head..self.head + n];
+        front.copy_from_slice(hdr);
+        Ok(front)
+    }
+
     /// Strip `n` bytes from the front of the frame (decapsulation).
     pub fn pull_front(&mut self, n: usize) -> Result<(), NoRoom> {
         if n > self.len {
@@ -387,6 +403,26 @@ mod tests {
         assert_eq!(p.data(), b"payload");
         assert_eq!(p.push_front(10_000), Err(NoRoom { need: 10_000, have: DEFAULT_HEADROOM }));
         assert_eq!(p.data(), b"payload");
+    }
+
+    #[test]
+    fn push_front_from_copies_over_stale_headroom() {
+        let mut p = PacketBuf::from_frame(b"payload");
+        let before = p.data().as_ptr();
+        // Leave stale bytes in the headroom, then prepend over them.
+        p.push_front(6).unwrap().copy_from_slice(b"XXXXXX");
+        p.pull_front(6).unwrap();
+        let front = p.push_front_from(b"hdr:").unwrap();
+        assert_eq!(front, b"hdr:");
+        front[3] = b'=';
+        assert_eq!(p.data(), b"hdr=payload");
+        assert_eq!(p.data()[4..].as_ptr(), before);
+        let big = vec![1u8; DEFAULT_HEADROOM];
+        assert_eq!(
+            p.push_front_from(&big),
+            Err(NoRoom { need: DEFAULT_HEADROOM, have: DEFAULT_HEADROOM - 4 })
+        );
+        assert_eq!(p.data(), b"hdr=payload");
     }
 
     #[test]

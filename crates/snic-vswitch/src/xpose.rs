@@ -872,58 +872,67 @@ fn push_encap(pkt: &mut PacketBuf, cur: &Cur, t: &Template, hash: u32) -> Result
     let whole = pkt.meta.offload.gso.is_none();
     let inner_sum =
         if t.v6 && t.vxlan && partial.is_none() && whole { checksum::data(pkt.data()) } else { 0 };
-    let front = pkt.push_front(hl)?;
-    // Fixed-size copies for the four template sizes (inlined moves instead of a memcpy call).
-    match front.len() {
-        70 => front.copy_from_slice(&t.bytes[..70]),
-        62 => front.copy_from_slice(&t.bytes[..62]),
-        50 => front.copy_from_slice(&t.bytes[..50]),
-        42 => front.copy_from_slice(&t.bytes[..42]),
+    // Copied straight into the headroom (no zero fill first), with fixed-size copies for the
+    // four template sizes (inlined moves instead of a memcpy call).
+    let front = match hl {
+        70 => pkt.push_front_from(&t.bytes[..70])?,
+        62 => pkt.push_front_from(&t.bytes[..62])?,
+        50 => pkt.push_front_from(&t.bytes[..50])?,
+        42 => pkt.push_front_from(&t.bytes[..42])?,
         n => {
-            if let Some(b) = t.bytes.get(..n) {
-                front.copy_from_slice(b);
-            }
+            pkt.push_front_from(t.bytes.get(..n).ok_or(XposeError::BadEncap("template length"))?)?
         }
-    }
+    };
     let l4 = if t.v6 { ETH_LEN + IP6_LEN } else { ETH_LEN + IP4_LEN };
     let body = l3_len - (l4 - ETH_LEN); // bytes after the IP header
+    let sport = 0xc000 | (hash as u16 & 0x3fff);
+    // One length check per family: the patches below index fixed-size arrays.
+    const SHORT: XposeError = XposeError::BadEncap("template length");
     if t.v6 {
-        front[ETH_LEN + 1] = (ecn << 4) | ((hash >> 16) & 0x0f) as u8;
-        front[ETH_LEN + 2..ETH_LEN + 4].copy_from_slice(&(hash as u16).to_be_bytes());
-        front[ETH_LEN + 4..ETH_LEN + 6].copy_from_slice(&(body as u16).to_be_bytes());
-    } else {
-        let ip = &mut front[ETH_LEN..ETH_LEN + IP4_LEN];
-        ip[1] = ecn;
-        ip[2..4].copy_from_slice(&(l3_len as u16).to_be_bytes());
-        let c = !fold(u64::from(t.sum) + l3_len as u64 + u64::from(ecn));
-        ip[10..12].copy_from_slice(&c.to_be_bytes());
-    }
-    if t.vxlan {
-        let sport = 0xc000 | (hash as u16 & 0x3fff);
-        front[l4..l4 + 2].copy_from_slice(&sport.to_be_bytes());
-        front[l4 + 4..l4 + 6].copy_from_slice(&(body as u16).to_be_bytes());
-        if t.v6 && whole {
-            // UDP over IPv6 needs a checksum (Linux drops zero ones by default).
-            let payload = match partial {
-                None => u64::from(inner_sum),
-                Some((start, field)) => {
-                    // Local checksum offload (LCO): once the device fills the inner checksum,
-                    // the inner L4 segment sums to the complement of the pseudo-header sum the
-                    // field holds now, so only the bytes before it need summing.
-                    let head = checksum::data(pkt.data().get(hl..hl + start).unwrap_or(&[]));
-                    let rest = if start % 2 == 1 { (!field).swap_bytes() } else { !field };
-                    u64::from(head) + u64::from(rest)
-                }
-            };
-            let s = u64::from(t.sum) + 2 * body as u64 + u64::from(sport) + payload;
-            let c = match !fold(s) {
-                0 => 0xffff,
-                c => c,
-            };
-            wr16(pkt.data_mut(), l4 + 6, c)?;
+        const L4: usize = ETH_LEN + IP6_LEN;
+        let f: &mut [u8; L4 + 8] = front.first_chunk_mut().ok_or(SHORT)?;
+        f[ETH_LEN + 1] = (ecn << 4) | ((hash >> 16) & 0x0f) as u8;
+        f[ETH_LEN + 2..ETH_LEN + 4].copy_from_slice(&(hash as u16).to_be_bytes());
+        f[ETH_LEN + 4..ETH_LEN + 6].copy_from_slice(&(body as u16).to_be_bytes());
+        if t.vxlan {
+            f[L4..L4 + 2].copy_from_slice(&sport.to_be_bytes());
+            f[L4 + 4..L4 + 6].copy_from_slice(&(body as u16).to_be_bytes());
+        } else {
+            f[L4 + 7] = hash as u8;
         }
     } else {
-        front[l4 + 7] = hash as u8;
+        const L4: usize = ETH_LEN + IP4_LEN;
+        let f: &mut [u8; L4 + 8] = front.first_chunk_mut().ok_or(SHORT)?;
+        f[ETH_LEN + 1] = ecn;
+        f[ETH_LEN + 2..ETH_LEN + 4].copy_from_slice(&(l3_len as u16).to_be_bytes());
+        let c = !fold(u64::from(t.sum) + l3_len as u64 + u64::from(ecn));
+        f[ETH_LEN + 10..ETH_LEN + 12].copy_from_slice(&c.to_be_bytes());
+        if t.vxlan {
+            f[L4..L4 + 2].copy_from_slice(&sport.to_be_bytes());
+            f[L4 + 4..L4 + 6].copy_from_slice(&(body as u16).to_be_bytes());
+        } else {
+            f[L4 + 7] = hash as u8;
+        }
+    }
+    if t.vxlan && t.v6 && whole {
+        // UDP over IPv6 needs a checksum (Linux drops zero ones by default).
+        let payload = match partial {
+            None => u64::from(inner_sum),
+            Some((start, field)) => {
+                // Local checksum offload (LCO): once the device fills the inner checksum,
+                // the inner L4 segment sums to the complement of the pseudo-header sum the
+                // field holds now, so only the bytes before it need summing.
+                let head = checksum::data(pkt.data().get(hl..hl + start).unwrap_or(&[]));
+                let rest = if start % 2 == 1 { (!field).swap_bytes() } else { !field };
+                u64::from(head) + u64::from(rest)
+            }
+        };
+        let s = u64::from(t.sum) + 2 * body as u64 + u64::from(sport) + payload;
+        let c = match !fold(s) {
+            0 => 0xffff,
+            c => c,
+        };
+        wr16(pkt.data_mut(), l4 + 6, c)?;
     }
     if let Some(g) = &mut pkt.meta.offload.gso {
         // A template is at most 70 bytes.
