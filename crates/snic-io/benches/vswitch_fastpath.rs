@@ -56,6 +56,46 @@ fn fill(b: &mut Batch, ids: &[u64], stack: &Stack) {
     }
 }
 
+/// Resident memory of this process in bytes (`/proc/self/statm`, second field, 4 KiB pages).
+fn rss() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok()))
+        .map_or(0, |p| p * 4096)
+}
+
+/// Resident memory per flow after installing `n` flows of `policy` (stateless or stateful)
+/// through the slow path: flow table entries, reverse flows, connection records, actions.
+fn memory_per_flow(policy: &snic_vswitch::policy::Policy, n: u64, stack: &Stack) -> f64 {
+    let before = rss();
+    let mut cfg = VSwitchConfig::default();
+    cfg.gft.capacity = 2 * n as usize;
+    cfg.age_budget = 0;
+    let vs = VSwitch::new(policy.clone(), cfg).unwrap();
+    let mut stage = vs.stage().unwrap();
+    let mut counters = StageCounters::new("vswitch");
+    let mut ring = TraceRing::new(16);
+    let mut batch = Batch::new(MAX_BATCH);
+    let ids: Vec<u64> = (0..n).collect();
+    for chunk in ids.chunks(MAX_BATCH) {
+        fill(&mut batch, chunk, stack);
+        stage.process(
+            Instant::from_secs(1),
+            &mut batch,
+            &mut StageCtx::new(&mut counters, &mut ring),
+        );
+    }
+    let flows = vs.stats().flows as f64;
+    let grown = rss().saturating_sub(before) as f64;
+    eprintln!(
+        "memory: {n} connections -> {flows} cached flows, resident growth {:.0} MiB = {:.0} B per cached flow, {:.0} B per connection",
+        grown / 1048576.0,
+        grown / flows,
+        grown / n as f64
+    );
+    grown / flows
+}
+
 fn flow_sizes() -> Vec<u64> {
     std::env::var("SNIC_BENCH_FLOWS")
         .ok()
@@ -75,6 +115,13 @@ fn bench(c: &mut Criterion) {
                 r.action = Action::Allow;
             }
         }
+    }
+    // Memory actually touched per cached flow (1M flows; the table's capacity is 2M so both
+    // directions of stateful connections fit): stateless, then stateful (allow-stateful: a
+    // reverse flow and a connection record per connection).
+    if std::env::var_os("SNIC_BENCH_MEMORY").is_some() {
+        memory_per_flow(&policy, 1_000_000, &stack);
+        memory_per_flow(&default_policy(), 1_000_000, &stack);
     }
     let mut g = c.benchmark_group("fastpath");
     g.sample_size(10).warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3));
