@@ -756,17 +756,10 @@ impl Shard {
         }
         let action = self.actions.intern(flow.action);
         let entry = FlowEntry {
-            key: flow.key,
-            action,
-            vport,
             flags,
-            epoch,
-            created: now,
-            last_seen: now,
-            packets: 0,
-            bytes: 0,
             meter_tokens: tokens,
             meter_stamp: stamp,
+            ..FlowEntry::new(flow.key, action, vport, epoch, now)
         };
         let hash = self.gft.hash(&flow.key);
         let (id, displaced) = self.gft.insert(now, hash, entry);
@@ -782,17 +775,8 @@ impl Shard {
 
     fn install_drop(&mut self, now: Instant, shared: &Shared, key: FlowKey, vport: u16) {
         let entry = FlowEntry {
-            key,
-            action: DROP_ACTION,
-            vport,
             flags: entry_flags::DROP,
-            epoch: shared.epoch(vport),
-            created: now,
-            last_seen: now,
-            packets: 0,
-            bytes: 0,
-            meter_tokens: 0,
-            meter_stamp: now,
+            ..FlowEntry::new(key, DROP_ACTION, vport, shared.epoch(vport), now)
         };
         let hash = self.gft.hash(&key);
         let (_, displaced) = self.gft.insert(now, hash, entry);
