@@ -355,7 +355,13 @@ pub fn show_text(v: &Value) -> String {
         if by.is_empty() { String::new() } else { format!(" ({})", by.join(", ")) },
         f("denied_cached")
     );
-    let _ = writeln!(s, "meters: drops {}, ECN marks {}", f("meter_drops"), f("meter_marks"));
+    let _ = writeln!(
+        s,
+        "meters: drops {}, ECN marks {} ({} of them lost a race on a shared vPort bucket)",
+        f("meter_drops"),
+        f("meter_marks"),
+        f("meter_contended")
+    );
     let _ = writeln!(
         s,
         "tcp: copies {}, copy overflow {}; not flows {}, passthrough {}, transpose errors {}",

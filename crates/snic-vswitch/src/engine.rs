@@ -35,12 +35,16 @@
 //! control plane takes it only to dump flows and for the grace period). The slow path's mutex is
 //! taken once per batch that has exceptions, TCP copies or expired flows. Lock order: shard, then
 //! slow path; the control plane never holds the slow path while taking a shard.
+//!
+//! A vPort's meter is one [`SharedBucket`] for all shards (atomics, no lock: with N workers the
+//! vPort still gets its rate, not N times it); each shard holds the buckets by `Arc`, picked up
+//! with the policy. Per-flow meters keep their bucket in the flow entry (one shard per flow).
 
 use crate::config::{self, ConfigError, PolicyEdit};
 use crate::gft::{ActionId, FlowEntry, FlowId, Gft, GftConfig, GftError, GftStats};
 use crate::key::{self, Direction, FlowKey, VPortId};
 use crate::policy::{Exceed, MeterSpec, Policy};
-use crate::qos::{self, EgressQueue, Enqueued, MarkResult, QueueStats, TokenBucket};
+use crate::qos::{self, EgressQueue, Enqueued, MarkResult, QueueStats, SharedBucket};
 use crate::tcp;
 use crate::vfp::{FlowAction, SlowPath, SlowPathConfig, SlowPathStats, UnifiedFlow, Verdict};
 use crate::xpose::Transposition;
@@ -163,6 +167,10 @@ pub struct ShardStats {
     pub meter_drops: u64,
     /// Packets ECN-marked by a meter.
     pub meter_marks: u64,
+    /// Packets a shared per-vPort meter refused because it lost its compare-exchange to other
+    /// shards too many times in a row ([`qos::Take::Contended`]); they are also counted as
+    /// `meter_drops` or `meter_marks`, as for any packet above the rate.
+    pub meter_contended: u64,
     /// Packets whose transposition failed.
     pub transpose_errors: u64,
     /// Frames that are not flows (neither IP nor ARP).
@@ -195,6 +203,7 @@ impl ShardStats {
         self.evicted += o.evicted;
         self.meter_drops += o.meter_drops;
         self.meter_marks += o.meter_marks;
+        self.meter_contended += o.meter_contended;
         self.transpose_errors += o.transpose_errors;
         self.not_flow += o.not_flow;
         self.passthrough += o.passthrough;
@@ -373,7 +382,9 @@ pub struct Shard {
     queue_specs: Vec<crate::policy::QueueSpec>,
     draining: Vec<EgressQueue>,
     queue_of_port: Vec<Option<usize>>,
-    vport_meters: Vec<Option<TokenBucket>>,
+    /// Per-vPort meter buckets by vPort id: clones of [`Shared::vport_meters`], shared by
+    /// every shard.
+    vport_meters: Vec<Option<Arc<SharedBucket>>>,
     meters: Vec<MeterSpec>,
     roles: Vec<Option<Direction>>,
     generation: u64,
@@ -411,6 +422,10 @@ struct Shared {
     epochs: Box<[AtomicU32]>,
     generation: AtomicU64,
     shards: Mutex<Vec<Arc<ShardCell>>>,
+    /// The per-vPort meter buckets by vPort id, one for all shards (each shard keeps clones of
+    /// the `Arc`s, so the fast path takes no lock). Updated with the policy, under the slow
+    /// path's lock; a leaf lock (nothing is locked while holding it).
+    vport_meters: Mutex<Vec<Option<Arc<SharedBucket>>>>,
     cfg: VSwitchConfig,
 }
 
@@ -465,6 +480,8 @@ impl VSwitch {
             )));
         }
         let epochs = (0..=u16::MAX as usize).map(|_| AtomicU32::new(1)).collect();
+        let mut vport_meters = Vec::new();
+        sync_vport_meters(&mut vport_meters, &policy);
         let slow = SlowPath::new(Arc::new(policy), cfg.slow.clone());
         Ok(VSwitch {
             shared: Arc::new(Shared {
@@ -472,6 +489,7 @@ impl VSwitch {
                 epochs,
                 generation: AtomicU64::new(1),
                 shards: Mutex::new(Vec::new()),
+                vport_meters: Mutex::new(vport_meters),
                 cfg,
             }),
         })
@@ -552,6 +570,7 @@ impl VSwitch {
         let (generation, vports) = {
             let mut slow = lock(&self.shared.slow);
             let (next, changed) = config::apply_edits(slow.policy(), edits)?;
+            sync_vport_meters(&mut lock(&self.shared.vport_meters), &next);
             slow.set_policy(Arc::new(next), &mut removals);
             for v in &changed {
                 self.shared.epochs[usize::from(v.0)].fetch_add(1, Ordering::AcqRel);
@@ -633,6 +652,36 @@ impl VSwitch {
     }
 }
 
+/// Bring the per-vPort meter buckets in line with `policy`: a vPort whose meter is set keeps
+/// its bucket (and its level; new settings take effect in place, the level cut down to a
+/// smaller burst), one that gains a meter gets a full bucket, one that loses it drops it.
+fn sync_vport_meters(buckets: &mut Vec<Option<Arc<SharedBucket>>>, policy: &Policy) {
+    let max_id = policy.vports.iter().map(|v| usize::from(v.id.0)).max().map_or(0, |m| m + 1);
+    let mut next: Vec<Option<Arc<SharedBucket>>> = vec![None; max_id];
+    for v in &policy.vports {
+        let Some(m) = v.meter.and_then(|m| policy.meters.get(usize::from(m.0))) else {
+            continue;
+        };
+        let b = match buckets.get_mut(usize::from(v.id.0)).and_then(Option::take) {
+            Some(b) => {
+                if (b.rate_bps(), b.burst_bytes())
+                    != (m.rate_bps, m.burst_bytes.min(qos::MAX_BURST_BYTES))
+                {
+                    b.set(m.rate_bps, m.burst_bytes);
+                }
+                b
+            }
+            // Stamped at time zero: full, and still full at the first packet (the refill is
+            // capped at the burst), whatever the clock reads then.
+            None => Arc::new(SharedBucket::new(m.rate_bps, m.burst_bytes, Instant::ZERO)),
+        };
+        if let Some(slot) = next.get_mut(usize::from(v.id.0)) {
+            *slot = Some(b);
+        }
+    }
+    *buckets = next;
+}
+
 impl Shard {
     /// Pick up a new policy generation: roles, meters, queues.
     fn refresh(&mut self, shared: &Shared, now: Instant) {
@@ -641,7 +690,11 @@ impl Shard {
             return;
         }
         self.generation = g;
-        let policy = lock(&shared.slow).policy().clone();
+        // The policy and the meter buckets made for it, read together.
+        let (policy, meters) = {
+            let slow = lock(&shared.slow);
+            (slow.policy().clone(), lock(&shared.vport_meters).clone())
+        };
         self.roles.clear();
         let mut set_role = |port: u16, d: Direction| {
             let i = usize::from(port);
@@ -657,23 +710,8 @@ impl Shard {
         if self.meters != policy.meters {
             self.meters = policy.meters.clone();
         }
-        // vPort meters: keep a bucket's level when its settings did not change.
-        let max_id = policy.vports.iter().map(|v| usize::from(v.id.0)).max().map_or(0, |m| m + 1);
-        let mut vm: Vec<Option<TokenBucket>> = (0..max_id).map(|_| None).collect();
-        for v in &policy.vports {
-            if let Some(m) = v.meter.and_then(|m| self.meters.get(usize::from(m.0))) {
-                let old = self.vport_meters.get_mut(usize::from(v.id.0)).and_then(Option::take);
-                let b = match old {
-                    Some(mut b) => {
-                        b.set(m.rate_bps, m.burst_bytes);
-                        b
-                    }
-                    None => TokenBucket::new(m.rate_bps, m.burst_bytes, now),
-                };
-                vm[usize::from(v.id.0)] = Some(b);
-            }
-        }
-        self.vport_meters = vm;
+        // vPort meters: the shared buckets (kept across policy changes by the registry).
+        self.vport_meters.clone_from(&meters);
         // Egress queues: rebuilt when their specs change; a replaced queue that still holds
         // packets keeps draining (no new packets) until empty.
         if self.queue_specs != policy.queues {
@@ -843,15 +881,22 @@ impl Shard {
         }
         if let Some(m) = a.vport_meter
             && let Some(spec) = self.meters.get(usize::from(m.0))
-            && let Some(Some(b)) = self.vport_meters.get_mut(usize::from(a.vport.0))
-            && !b.conform(now, len)
+            && let Some(Some(b)) = self.vport_meters.get(usize::from(a.vport.0))
         {
-            match spec.exceed {
-                Exceed::Drop => {
-                    self.stats.meter_drops += 1;
-                    return Fate::Drop(DropReason::Metered);
+            // One bucket for all shards (lock-free); a take that keeps losing races to other
+            // shards is a counted non-conformance.
+            let took = b.take(now, len);
+            if took == qos::Take::Contended {
+                self.stats.meter_contended += 1;
+            }
+            if took != qos::Take::Conform {
+                match spec.exceed {
+                    Exceed::Drop => {
+                        self.stats.meter_drops += 1;
+                        return Fate::Drop(DropReason::Metered);
+                    }
+                    Exceed::Mark => mark = true,
                 }
-                Exceed::Mark => mark = true,
             }
         }
         if a.track_tcp
@@ -1329,5 +1374,98 @@ mod tests {
             assert_eq!(&d[14 + 16..14 + 20], &[192, 168, 100, dst]);
             assert_eq!(&d[46..49], &[0, 0, 42]);
         }
+    }
+
+    /// The vPort meter's bucket of shard `stage`, as the fast path sees it.
+    fn vport_bucket(stage: &VSwitchStage) -> Option<Arc<SharedBucket>> {
+        lock(&stage.cell.state).vport_meters.first().cloned().flatten()
+    }
+
+    /// Packets of the test batch that left encapsulated (on the underlay port).
+    fn encapped(b: &Batch) -> usize {
+        b.iter().filter(|p| p.meta.egress == Some(PortId(1))).count()
+    }
+
+    /// Two shards of one vSwitch meter a vPort from one bucket: what one shard takes, the other
+    /// cannot; the bucket (and its level) survives policy changes that keep the meter.
+    #[test]
+    fn vport_meter_is_one_bucket_for_all_shards_and_survives_policy_changes() {
+        use crate::policy::MeterId;
+        let spec = |name: &str, burst| MeterSpec {
+            name: name.into(),
+            rate_bps: 8_000,
+            burst_bytes: burst,
+            exceed: Exceed::Drop,
+        };
+        let metered = |m: Option<MeterSpec>| {
+            let mut p = default_policy();
+            if let Some(m) = m {
+                p.meters.push(m);
+                p.vports[0].meter = Some(MeterId(0));
+            }
+            p
+        };
+        let vs = VSwitch::new(metered(Some(spec("m", 1_000))), VSwitchConfig::default()).unwrap();
+        let mut s0 = vs.stage().unwrap();
+        let mut s1 = vs.stage().unwrap();
+        let b = vport_bucket(&s0).expect("vPort 0 is metered");
+        assert!(Arc::ptr_eq(&b, &vport_bucket(&s1).unwrap()), "one bucket for both shards");
+        assert_eq!(b.tokens_bytes(), 1_000);
+
+        let mut counters = StageCounters::new("vswitch");
+        let mut ring = TraceRing::new(16);
+        let mut batch = Batch::new(MAX_BATCH);
+        let n = 64;
+        let flows = (0..n).filter(|&i| kind(i) == Kind::Flow).count();
+        let t = Instant::from_secs(1);
+        // Shard 0 takes the whole burst: fifteen 64-byte frames (960 of 1000 bytes).
+        fill(&mut batch, n);
+        s0.process(t, &mut batch, &mut StageCtx::new(&mut counters, &mut ring));
+        assert_eq!(encapped(&batch), 15);
+        assert_eq!(b.tokens_bytes(), 40);
+        // Shard 1, at the same instant, finds the bucket as shard 0 left it.
+        fill(&mut batch, n);
+        s1.process(t, &mut batch, &mut StageCtx::new(&mut counters, &mut ring));
+        assert_eq!(encapped(&batch), 0);
+        assert_eq!(vs.stats().fast.meter_drops, (2 * flows - 15) as u64);
+        assert_eq!(vs.stats().fast.meter_contended, 0);
+        // 24 ms later (24 bytes at 8 kbit/s), shard 1 passes one more frame.
+        fill(&mut batch, n);
+        s1.process(
+            t + core::time::Duration::from_millis(24),
+            &mut batch,
+            &mut StageCtx::new(&mut counters, &mut ring),
+        );
+        assert_eq!(encapped(&batch), 1);
+        assert_eq!(b.tokens_bytes(), 0);
+
+        // Same rate and burst (only the name changed): the same bucket, its level kept.
+        let mut empty = Batch::new(1);
+        let later = t + core::time::Duration::from_millis(24);
+        vs.replace(metered(Some(spec("renamed", 1_000)))).unwrap();
+        for s in [&mut s0, &mut s1] {
+            s.process(later, &mut empty, &mut StageCtx::new(&mut counters, &mut ring));
+            assert!(Arc::ptr_eq(&b, &vport_bucket(s).unwrap()));
+        }
+        assert_eq!(b.tokens_bytes(), 0);
+        // Refilled to 1000 bytes, then a smaller burst: still the same bucket, settings changed
+        // in place, the level cut down to the new burst.
+        assert!(b.conform(later + core::time::Duration::from_secs(10), 100));
+        assert_eq!(b.tokens_bytes(), 900);
+        vs.replace(metered(Some(spec("renamed", 500)))).unwrap();
+        s0.process(later, &mut empty, &mut StageCtx::new(&mut counters, &mut ring));
+        assert!(Arc::ptr_eq(&b, &vport_bucket(&s0).unwrap()));
+        assert_eq!((b.burst_bytes(), b.tokens_bytes()), (500, 500));
+        // No meter: no bucket; a meter again: a new, full one, shared again.
+        vs.replace(metered(None)).unwrap();
+        s0.process(later, &mut empty, &mut StageCtx::new(&mut counters, &mut ring));
+        assert!(vport_bucket(&s0).is_none());
+        vs.replace(metered(Some(spec("m", 2_000)))).unwrap();
+        s0.process(later, &mut empty, &mut StageCtx::new(&mut counters, &mut ring));
+        s1.process(later, &mut empty, &mut StageCtx::new(&mut counters, &mut ring));
+        let c = vport_bucket(&s0).unwrap();
+        assert!(!Arc::ptr_eq(&b, &c));
+        assert!(Arc::ptr_eq(&c, &vport_bucket(&s1).unwrap()));
+        assert_eq!(c.tokens_bytes(), 2_000);
     }
 }
