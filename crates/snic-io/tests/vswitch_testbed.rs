@@ -578,3 +578,46 @@ fn per_vport_meter_is_shared_by_all_shards() {
         assert_eq!(st.fast.meter_contended, 0, "one thread: no lost races");
     }
 }
+
+/// Regression: a cached drop of an inbound flow that no vPort owned was tied to vPort 0's
+/// epoch, so adding the vPort that owns it (vPort 0 unchanged) left the drop in force. Cached
+/// drops now follow the policy generation: any change re-evaluates them.
+#[test]
+fn cached_drop_is_re_evaluated_after_any_policy_change() {
+    let mut b = bed(policy(), VSwitchConfig::default());
+    let unknown = [10, 0, 0, 77];
+    let inbound = |seq| {
+        let mut payload = u64::to_be_bytes(seq).to_vec();
+        payload.resize(32, 0);
+        let bld = PacketBuilder::ethernet2(REMOTE_MAC, [2, 0, 0, 0, 0, 0x77])
+            .ipv4([10, 0, 0, 2], unknown, 64)
+            .udp(7000, 9000);
+        let mut f = Vec::new();
+        bld.write(&mut f, &payload).unwrap();
+        vxlan_in(REMOTE_PA, 42, 1234, &f)
+    };
+    b.wire.push(Instant::from_micros(1), inbound(1));
+    b.wire.push(Instant::from_micros(2), inbound(2));
+    b.tb.run_until(Instant::from_micros(10)).unwrap();
+    assert_eq!(drops(&b, DropReason::PolicyDeny), 2, "no vPort owns 10.0.0.77");
+    assert_eq!(b.vs.stats().fast.drop_entries, 1);
+
+    // Add vPort 1, owning 10.0.0.77, on pipeline port 2 (this node has no port 2: only the
+    // verdict matters); vPort 0 does not change.
+    let mut p = policy();
+    let mut v1 = p.vports[0].clone();
+    v1.id = VPortId(1);
+    v1.name = "vm-b".into();
+    v1.port = 2;
+    v1.mac = [2, 0, 0, 0, 0, 0x77];
+    v1.ips = vec![ip(unknown)];
+    v1.layers[0].rules.push(rule(2, Some(Direction::In), vec![], Action::Allow));
+    p.vports.push(v1);
+    let applied = b.vs.replace(p).unwrap();
+    assert_eq!(applied.vports, vec![VPortId(1)]);
+    b.wire.push(Instant::from_micros(20), inbound(3));
+    b.tb.run_until(Instant::from_micros(30)).unwrap();
+    let st = b.vs.stats();
+    assert_eq!(st.fast.stale, 1, "the cached drop was re-evaluated: {:?}", st.fast);
+    assert_eq!(drops(&b, DropReason::PolicyDeny), 2, "and the packet is no longer denied");
+}

@@ -439,6 +439,23 @@ impl Shared {
         self.epochs[usize::from(vport)].load(Ordering::Acquire)
     }
 
+    /// The epoch a cached drop is compiled under: the policy generation (truncated). The slow
+    /// path does not say which vPort denied a flow (an inbound packet may match none), so any
+    /// policy change re-evaluates cached drops.
+    #[inline]
+    fn drop_epoch(&self) -> u32 {
+        self.generation.load(Ordering::Acquire) as u32
+    }
+
+    /// True when `e` was compiled under the policy in force: its vPort's epoch for a flow, the
+    /// generation for a cached drop.
+    #[inline]
+    fn is_current(&self, e: &FlowEntry) -> bool {
+        let now =
+            if e.flags & entry_flags::DROP != 0 { self.drop_epoch() } else { self.epoch(e.vport) };
+        now == e.epoch
+    }
+
     /// Ask every shard to uncache `keys` (at its next batch).
     fn broadcast(&self, keys: &[FlowKey], skip: Option<usize>) {
         if keys.is_empty() {
@@ -748,7 +765,7 @@ impl Shard {
             age_secs: now.saturating_duration_since(e.created).as_secs_f64(),
             used_secs: now.saturating_duration_since(e.last_seen).as_secs_f64(),
             epoch: e.epoch,
-            stale: shared.epoch(e.vport) != e.epoch,
+            stale: !shared.is_current(e),
         }
     }
 
@@ -799,25 +816,26 @@ impl Shard {
             meter_stamp: stamp,
             ..FlowEntry::new(flow.key, action, vport, epoch, now)
         };
-        let hash = self.gft.hash(&flow.key);
-        let (id, displaced) = self.gft.insert(now, hash, entry);
-        if let Some(old) = displaced {
-            self.actions.release(old.action);
-            if old.key != flow.key {
-                self.stats.evicted += 1;
-                self.evicted.push(old.key);
-            }
-        }
-        id
+        self.insert(now, entry)
     }
 
-    fn install_drop(&mut self, now: Instant, shared: &Shared, key: FlowKey, vport: u16) {
+    /// Cache a denied flow as a drop entry, current until the next policy change.
+    fn install_drop(&mut self, now: Instant, shared: &Shared, key: FlowKey) {
         let entry = FlowEntry {
             flags: entry_flags::DROP,
-            ..FlowEntry::new(key, DROP_ACTION, vport, shared.epoch(vport), now)
+            ..FlowEntry::new(key, DROP_ACTION, 0, shared.drop_epoch(), now)
         };
+        self.insert(now, entry);
+        self.stats.drop_entries += 1;
+    }
+
+    /// Insert `entry` into the flow table. What it displaced (an older entry of the same key,
+    /// or a victim evicted to make room) gives back its action; an evicted flow is remembered
+    /// for the slow path (its connection state).
+    fn insert(&mut self, now: Instant, entry: FlowEntry) -> FlowId {
+        let key = entry.key;
         let hash = self.gft.hash(&key);
-        let (_, displaced) = self.gft.insert(now, hash, entry);
+        let (id, displaced) = self.gft.insert(now, hash, entry);
         if let Some(old) = displaced {
             self.actions.release(old.action);
             if old.key != key {
@@ -825,7 +843,7 @@ impl Shard {
                 self.evicted.push(old.key);
             }
         }
-        self.stats.drop_entries += 1;
+        id
     }
 
     /// Move `p` into the exception queue (buffer swap; no copy).
@@ -968,8 +986,7 @@ impl Shard {
                 self.enqueue_exception(p, key, hash)
             }
             Some(id) => {
-                let e = self.gft.entry(id);
-                if shared.epoch(e.vport) != e.epoch {
+                if !shared.is_current(self.gft.entry(id)) {
                     self.stats.stale += 1;
                     return self.enqueue_exception(p, key, hash);
                 }
@@ -1107,10 +1124,10 @@ impl Shard {
                         self.pending.remove(&x.key);
                     }
                 }
-                let fresh = self.gft.lookup(x.hash, &x.key).filter(|id| {
-                    let e = self.gft.entry(*id);
-                    shared.epoch(e.vport) == e.epoch
-                });
+                let fresh = self
+                    .gft
+                    .lookup(x.hash, &x.key)
+                    .filter(|id| shared.is_current(self.gft.entry(*id)));
                 let id = match fresh {
                     Some(id) => {
                         self.stats.late_hits += 1;
@@ -1131,11 +1148,7 @@ impl Shard {
                                 self.stats.denied += 1;
                                 *self.stats.denied_by.entry(reason.name()).or_default() += 1;
                                 if cache {
-                                    let vport = slow
-                                        .policy()
-                                        .vport_on_port(x.key.port)
-                                        .map_or(0, |v| v.id.0);
-                                    self.install_drop(now, shared, x.key, vport);
+                                    self.install_drop(now, shared, x.key);
                                 }
                                 ctx.drop_packet(&x.pkt, DropReason::PolicyDeny);
                                 self.spare.push(x.pkt);
