@@ -505,6 +505,22 @@ impl Runtime {
         n
     }
 
+    /// An inline pipeline whose stages hold packets due at `now` (a shaper, an exception queue)
+    /// runs on an empty batch and what it releases is transmitted: `Some(released)`. `None`
+    /// when nothing was due (or the pipelines run on workers, which poll themselves).
+    fn release_held(&mut self, now: Instant) -> Option<usize> {
+        let Engine::Inline(p) = &mut self.engine else { return None };
+        if !p.wants_poll(now) {
+            return None;
+        }
+        self.rx.clear();
+        p.process(now, &mut self.rx);
+        let released = self.rx.len();
+        let trace = tx_ring(&mut self.tx_trace, 0);
+        transmit(now, &mut self.rx, &mut self.ports, &mut self.tx, &mut self.io, trace);
+        Some(released)
+    }
+
     fn in_flight(&self) -> usize {
         match &self.engine {
             // Packets a stage holds (a shaper, an exception queue) are still in flight: the
@@ -559,17 +575,7 @@ impl Runtime {
         let mut last_rx = started;
         while !stop.load(Ordering::Relaxed) {
             let now = self.clock.now();
-            let mut received = self.round(now);
-            if let Engine::Inline(p) = &mut self.engine
-                && p.wants_poll(now)
-            {
-                // Stages holding packets release them when due, even without input.
-                self.rx.clear();
-                p.process(now, &mut self.rx);
-                received += self.rx.len();
-                let trace = tx_ring(&mut self.tx_trace, 0);
-                transmit(now, &mut self.rx, &mut self.ports, &mut self.tx, &mut self.io, trace);
-            }
+            let received = self.round(now) + self.release_held(now).unwrap_or(0);
             let collected = self.collect(Duration::ZERO);
             if stats.swap(false, Ordering::Relaxed) {
                 on_stats(&self.snapshot(started));
@@ -600,15 +606,7 @@ impl Runtime {
         let deadline = self.clock.now() + Duration::from_secs(10);
         while self.in_flight() > 0 && self.clock.now() < deadline {
             self.collect(Duration::from_millis(50));
-            let now = self.clock.now();
-            if let Engine::Inline(p) = &mut self.engine
-                && p.wants_poll(now)
-            {
-                self.rx.clear();
-                p.process(now, &mut self.rx);
-                let trace = tx_ring(&mut self.tx_trace, 0);
-                transmit(now, &mut self.rx, &mut self.ports, &mut self.tx, &mut self.io, trace);
-            } else {
+            if self.release_held(self.clock.now()).is_none() {
                 std::thread::yield_now();
             }
         }

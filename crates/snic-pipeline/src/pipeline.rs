@@ -495,7 +495,7 @@ impl Pipeline {
     /// True when a stage holds packets or has a timer due at `now`: the driver should call
     /// [`Pipeline::process`] with an empty batch.
     pub fn wants_poll(&self, now: Instant) -> bool {
-        self.stages.iter().any(|s| s.poll_timeout().is_some_and(|t| t <= now))
+        self.poll_timeout().is_some_and(|t| t <= now)
     }
 
     /// Count a packet the I/O layer transmitted on `port`.
