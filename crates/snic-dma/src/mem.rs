@@ -1,0 +1,628 @@
+//! One address space for the engines: host memory and device memory, each mapped as regions.
+//!
+//! An address is a `u64`. Device addresses carry [`DEVICE_ADDR_PREFIX`] in their top four bits
+//! (RecoNIC likewise routes an access to device or host memory by a fixed high address window);
+//! everything else is a host address. [`HostAddr`] and [`DevAddr`] keep the two apart in the
+//! code; [`DevAddr::offset`] is the offset in device memory. A region's bytes come from a
+//! [`Backing`]: a `Vec` here, a shared-memory mapping in the I/O layer.
+//!
+//! Every access is checked: the whole `[addr, addr + len)` must lie inside one mapped region,
+//! otherwise a typed [`MemError`] is returned and nothing is read or written.
+
+use std::fmt;
+
+use crate::alloc::{AllocError, AllocStats, Allocator};
+
+/// Top four bits of every device address.
+pub const DEVICE_ADDR_PREFIX: u64 = 0xD000_0000_0000_0000;
+/// Mask that selects the prefix bits.
+pub const DEVICE_ADDR_MASK: u64 = 0xF000_0000_0000_0000;
+/// Largest device-memory offset + 1 (the bits below the prefix).
+pub const DEVICE_SPACE: u64 = !DEVICE_ADDR_MASK + 1;
+
+/// Whether `addr` lies in device memory (carries [`DEVICE_ADDR_PREFIX`]).
+pub const fn is_device_address(addr: u64) -> bool {
+    addr & DEVICE_ADDR_MASK == DEVICE_ADDR_PREFIX
+}
+
+/// An address in host memory (never carries the device prefix).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct HostAddr(u64);
+
+impl HostAddr {
+    /// `None` when `raw` carries the device prefix.
+    pub const fn new(raw: u64) -> Option<HostAddr> {
+        if is_device_address(raw) { None } else { Some(HostAddr(raw)) }
+    }
+    /// The address as the engines see it.
+    pub const fn raw(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Debug for HostAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "host:{:#x}", self.0)
+    }
+}
+
+/// An address in device memory, kept as its offset from the start of device space.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct DevAddr(u64);
+
+impl DevAddr {
+    /// The device address at `offset`; `None` when the offset does not fit below the prefix.
+    pub const fn from_offset(offset: u64) -> Option<DevAddr> {
+        if offset < DEVICE_SPACE { Some(DevAddr(offset)) } else { None }
+    }
+    /// `None` unless `raw` carries the device prefix.
+    pub const fn from_raw(raw: u64) -> Option<DevAddr> {
+        if is_device_address(raw) { Some(DevAddr(raw & !DEVICE_ADDR_MASK)) } else { None }
+    }
+    /// Offset in device memory.
+    pub const fn offset(self) -> u64 {
+        self.0
+    }
+    /// The address as the engines see it (prefix | offset).
+    pub const fn raw(self) -> u64 {
+        DEVICE_ADDR_PREFIX | self.0
+    }
+}
+
+impl fmt::Debug for DevAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "dev:{:#x}", self.0)
+    }
+}
+
+/// An engine address, classified.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Addr {
+    /// Host memory.
+    Host(HostAddr),
+    /// Device memory.
+    Device(DevAddr),
+}
+
+impl Addr {
+    /// Classify a raw address by its prefix.
+    pub const fn from_raw(raw: u64) -> Addr {
+        if is_device_address(raw) {
+            Addr::Device(DevAddr(raw & !DEVICE_ADDR_MASK))
+        } else {
+            Addr::Host(HostAddr(raw))
+        }
+    }
+    /// The raw address.
+    pub const fn raw(self) -> u64 {
+        match self {
+            Addr::Host(h) => h.raw(),
+            Addr::Device(d) => d.raw(),
+        }
+    }
+}
+
+/// What a region's memory is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MemKind {
+    /// Host memory (buffers of a host process).
+    Host,
+    /// Small, fast device memory (on-chip: BRAM/URAM on an FPGA NIC).
+    OnChip,
+    /// Large device memory (on-board DRAM).
+    OnBoard,
+}
+
+impl MemKind {
+    /// Whether regions of this kind live in device space.
+    pub const fn is_device(self) -> bool {
+        !matches!(self, MemKind::Host)
+    }
+    /// Lower-case name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            MemKind::Host => "host",
+            MemKind::OnChip => "on-chip",
+            MemKind::OnBoard => "on-board",
+        }
+    }
+}
+
+/// The bytes behind a region.
+pub trait Backing: Send + fmt::Debug {
+    /// The region's bytes.
+    fn bytes(&self) -> &[u8];
+    /// The region's bytes, writable.
+    fn bytes_mut(&mut self) -> &mut [u8];
+}
+
+impl Backing for Vec<u8> {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        self
+    }
+}
+
+impl Backing for Box<[u8]> {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        self
+    }
+}
+
+/// Handle of a mapped region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RegionId(pub u32);
+
+/// A typed memory error. No access that returns one has touched memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemError {
+    /// No region is mapped at `addr`.
+    Unmapped {
+        /// The address.
+        addr: u64,
+    },
+    /// `[addr, addr + len)` runs past the end of the region that holds `addr` (or overflows).
+    OutOfBounds {
+        /// Start of the access.
+        addr: u64,
+        /// Its length.
+        len: u64,
+    },
+    /// An access that must be aligned (atomics: 8 bytes) is not.
+    Misaligned {
+        /// The address.
+        addr: u64,
+        /// The alignment needed.
+        align: u64,
+    },
+    /// A new mapping overlaps a mapped region or leaves its address class.
+    Overlap {
+        /// Base of the new mapping.
+        base: u64,
+        /// Its length.
+        len: u64,
+    },
+    /// A zero-length region.
+    Empty,
+    /// No region with this id.
+    UnknownRegion {
+        /// The id.
+        id: u32,
+    },
+    /// No device region of this kind has room.
+    NoDeviceMemory {
+        /// The kind asked for.
+        kind: MemKind,
+        /// Bytes asked for.
+        size: u64,
+    },
+    /// An allocator error.
+    Alloc(AllocError),
+    /// Device space is exhausted (no room for another region).
+    DeviceSpaceFull,
+}
+
+impl fmt::Display for MemError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            MemError::Unmapped { addr } => write!(f, "address {addr:#x} is not mapped"),
+            MemError::OutOfBounds { addr, len } => {
+                write!(f, "access of {len} bytes at {addr:#x} leaves its region")
+            }
+            MemError::Misaligned { addr, align } => {
+                write!(f, "address {addr:#x} is not {align}-byte aligned")
+            }
+            MemError::Overlap { base, len } => {
+                write!(f, "mapping of {len} bytes at {base:#x} overlaps a region or its class")
+            }
+            MemError::Empty => write!(f, "zero-length region"),
+            MemError::UnknownRegion { id } => write!(f, "no region {id}"),
+            MemError::NoDeviceMemory { kind, size } => {
+                write!(f, "no {} device region has {size} free bytes", kind.name())
+            }
+            MemError::Alloc(e) => write!(f, "{e}"),
+            MemError::DeviceSpaceFull => write!(f, "device address space is full"),
+        }
+    }
+}
+
+impl std::error::Error for MemError {}
+
+impl From<AllocError> for MemError {
+    fn from(e: AllocError) -> Self {
+        MemError::Alloc(e)
+    }
+}
+
+/// A mapped region, as [`AddressSpace::regions`] reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegionInfo {
+    /// Handle.
+    pub id: RegionId,
+    /// First address (raw).
+    pub base: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// Host, on-chip or on-board.
+    pub kind: MemKind,
+    /// Allocator figures, for device regions.
+    pub alloc: Option<AllocStats>,
+}
+
+#[derive(Debug)]
+struct Region {
+    id: RegionId,
+    base: u64,
+    len: u64,
+    kind: MemKind,
+    backing: Box<dyn Backing>,
+    alloc: Option<Allocator>,
+}
+
+/// Alignment of device regions in device space (each new region starts on this boundary).
+const REGION_ALIGN: u64 = 2 << 20;
+
+/// The engines' address space: mapped host and device regions, ordered by base address.
+#[derive(Debug, Default)]
+pub struct AddressSpace {
+    regions: Vec<Region>,
+    next_id: u32,
+    next_dev: u64,
+    /// Index of the region the last lookup hit (most accesses repeat a region).
+    last: std::cell::Cell<usize>,
+}
+
+impl AddressSpace {
+    /// An empty address space.
+    pub fn new() -> AddressSpace {
+        AddressSpace::default()
+    }
+
+    fn insert(
+        &mut self,
+        base: u64,
+        kind: MemKind,
+        backing: Box<dyn Backing>,
+        alloc: bool,
+    ) -> Result<RegionId, MemError> {
+        let len = backing.bytes().len() as u64;
+        if len == 0 {
+            return Err(MemError::Empty);
+        }
+        let end = base.checked_add(len).ok_or(MemError::Overlap { base, len })?;
+        // Both ends in the same address class.
+        if is_device_address(base) != kind.is_device()
+            || is_device_address(end - 1) != kind.is_device()
+        {
+            return Err(MemError::Overlap { base, len });
+        }
+        let at = self.regions.partition_point(|r| r.base < base);
+        if at > 0 {
+            let p = &self.regions[at - 1];
+            if p.base + p.len > base {
+                return Err(MemError::Overlap { base, len });
+            }
+        }
+        if let Some(n) = self.regions.get(at) {
+            if n.base < end {
+                return Err(MemError::Overlap { base, len });
+            }
+        }
+        let id = RegionId(self.next_id);
+        self.next_id += 1;
+        let alloc = alloc.then(|| Allocator::new(len));
+        self.regions.insert(at, Region { id, base, len, kind, backing, alloc });
+        self.last.set(0);
+        Ok(id)
+    }
+
+    /// Map host memory at `base` (for example a host process's buffer, at its virtual address).
+    pub fn map_host(
+        &mut self,
+        base: HostAddr,
+        backing: Box<dyn Backing>,
+    ) -> Result<RegionId, MemError> {
+        self.insert(base.raw(), MemKind::Host, backing, false)
+    }
+
+    /// Map host memory at `base` and manage it with an allocator (a pool the engine carves
+    /// queues and buffers from with [`Self::alloc`]).
+    pub fn map_host_pool(
+        &mut self,
+        base: HostAddr,
+        backing: Box<dyn Backing>,
+    ) -> Result<RegionId, MemError> {
+        self.insert(base.raw(), MemKind::Host, backing, true)
+    }
+
+    /// Add a device region of `kind` (on-chip or on-board) backed by `backing`, at the next free
+    /// place in device space. Its memory is managed by an allocator ([`Self::alloc`]).
+    pub fn map_device(
+        &mut self,
+        kind: MemKind,
+        backing: Box<dyn Backing>,
+    ) -> Result<(RegionId, DevAddr), MemError> {
+        if !kind.is_device() {
+            return Err(MemError::Overlap { base: 0, len: backing.bytes().len() as u64 });
+        }
+        let len = backing.bytes().len() as u64;
+        let off = self.next_dev;
+        let end =
+            off.checked_add(len).filter(|&e| e <= DEVICE_SPACE).ok_or(MemError::DeviceSpaceFull)?;
+        let at = DevAddr::from_offset(off).ok_or(MemError::DeviceSpaceFull)?;
+        let id = self.insert(at.raw(), kind, backing, true)?;
+        self.next_dev = end.div_ceil(REGION_ALIGN).saturating_mul(REGION_ALIGN);
+        Ok((id, at))
+    }
+
+    /// Add a zero-filled device region of `size` bytes (a `Vec` backing).
+    pub fn add_device_region(
+        &mut self,
+        kind: MemKind,
+        size: u64,
+    ) -> Result<(RegionId, DevAddr), MemError> {
+        let size = usize::try_from(size).map_err(|_| MemError::DeviceSpaceFull)?;
+        self.map_device(kind, Box::new(vec![0u8; size]))
+    }
+
+    /// Unmap a region; returns its backing.
+    pub fn unmap(&mut self, id: RegionId) -> Result<Box<dyn Backing>, MemError> {
+        let i = self
+            .regions
+            .iter()
+            .position(|r| r.id == id)
+            .ok_or(MemError::UnknownRegion { id: id.0 })?;
+        self.last.set(0);
+        Ok(self.regions.remove(i).backing)
+    }
+
+    /// The mapped regions, by base address.
+    pub fn regions(&self) -> impl Iterator<Item = RegionInfo> + '_ {
+        self.regions.iter().map(|r| RegionInfo {
+            id: r.id,
+            base: r.base,
+            len: r.len,
+            kind: r.kind,
+            alloc: r.alloc.as_ref().map(Allocator::stats),
+        })
+    }
+
+    fn find(&self, addr: u64) -> Option<usize> {
+        let l = self.last.get();
+        if let Some(r) = self.regions.get(l) {
+            if addr >= r.base && addr - r.base < r.len {
+                return Some(l);
+            }
+        }
+        let at = self.regions.partition_point(|r| r.base <= addr);
+        if at == 0 {
+            return None;
+        }
+        let r = &self.regions[at - 1];
+        if addr - r.base < r.len {
+            self.last.set(at - 1);
+            Some(at - 1)
+        } else {
+            None
+        }
+    }
+
+    /// The region holding `addr`.
+    pub fn region_of(&self, addr: u64) -> Option<RegionInfo> {
+        let i = self.find(addr)?;
+        self.regions().nth(i)
+    }
+
+    /// Kind of the memory at `addr`.
+    pub fn kind_of(&self, addr: u64) -> Option<MemKind> {
+        self.find(addr).map(|i| self.regions[i].kind)
+    }
+
+    /// Check that `[addr, addr + len)` lies inside one region; returns (region index, offset).
+    fn locate(&self, addr: u64, len: u64) -> Result<(usize, usize), MemError> {
+        let i = self.find(addr).ok_or(MemError::Unmapped { addr })?;
+        let r = &self.regions[i];
+        let off = addr - r.base;
+        match off.checked_add(len) {
+            Some(end) if end <= r.len => Ok((i, off as usize)),
+            _ => Err(MemError::OutOfBounds { addr, len }),
+        }
+    }
+
+    /// Whether `[addr, addr + len)` lies inside one region.
+    pub fn check(&self, addr: u64, len: u64) -> Result<(), MemError> {
+        self.locate(addr, len).map(|_| ())
+    }
+
+    /// The bytes `[addr, addr + len)`.
+    pub fn slice(&self, addr: u64, len: usize) -> Result<&[u8], MemError> {
+        let (i, off) = self.locate(addr, len as u64)?;
+        Ok(&self.regions[i].backing.bytes()[off..off + len])
+    }
+
+    /// The bytes `[addr, addr + len)`, writable.
+    pub fn slice_mut(&mut self, addr: u64, len: usize) -> Result<&mut [u8], MemError> {
+        let (i, off) = self.locate(addr, len as u64)?;
+        Ok(&mut self.regions[i].backing.bytes_mut()[off..off + len])
+    }
+
+    /// Copy `buf.len()` bytes at `addr` into `buf`.
+    pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
+        buf.copy_from_slice(self.slice(addr, buf.len())?);
+        Ok(())
+    }
+
+    /// Copy `data` to `addr`.
+    pub fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), MemError> {
+        self.slice_mut(addr, data.len())?.copy_from_slice(data);
+        Ok(())
+    }
+
+    /// Set `len` bytes at `addr` to `byte`.
+    pub fn fill(&mut self, addr: u64, len: usize, byte: u8) -> Result<(), MemError> {
+        self.slice_mut(addr, len)?.fill(byte);
+        Ok(())
+    }
+
+    /// Copy `len` bytes from `src` to `dst` (both checked before anything moves; the ranges
+    /// may be in different regions, and may overlap within one).
+    pub fn copy(&mut self, src: u64, dst: u64, len: usize) -> Result<(), MemError> {
+        let (si, so) = self.locate(src, len as u64)?;
+        let (di, doff) = self.locate(dst, len as u64)?;
+        if si == di {
+            self.regions[si].backing.bytes_mut().copy_within(so..so + len, doff);
+        } else {
+            let (a, b) = if si < di {
+                let (lo, hi) = self.regions.split_at_mut(di);
+                (&lo[si], &mut hi[0])
+            } else {
+                let (lo, hi) = self.regions.split_at_mut(si);
+                (&hi[0], &mut lo[di])
+            };
+            b.backing.bytes_mut()[doff..doff + len]
+                .copy_from_slice(&a.backing.bytes()[so..so + len]);
+        }
+        Ok(())
+    }
+
+    /// Read a little-endian `u64` (the in-memory form of an RDMA atomic's target).
+    pub fn read_u64(&self, addr: u64) -> Result<u64, MemError> {
+        let mut b = [0u8; 8];
+        self.read(addr, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    /// Write a little-endian `u64`.
+    pub fn write_u64(&mut self, addr: u64, v: u64) -> Result<(), MemError> {
+        self.write(addr, &v.to_le_bytes())
+    }
+
+    fn aligned8(addr: u64) -> Result<(), MemError> {
+        if addr % 8 == 0 { Ok(()) } else { Err(MemError::Misaligned { addr, align: 8 }) }
+    }
+
+    /// 8-byte compare-and-swap: if the value at `addr` equals `compare` it becomes `swap`.
+    /// Returns the original value. `addr` must be 8-byte aligned.
+    pub fn compare_swap(&mut self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemError> {
+        Self::aligned8(addr)?;
+        let orig = self.read_u64(addr)?;
+        if orig == compare {
+            self.write_u64(addr, swap)?;
+        }
+        Ok(orig)
+    }
+
+    /// 8-byte fetch-and-add (wrapping). Returns the original value. `addr` must be 8-byte aligned.
+    pub fn fetch_add(&mut self, addr: u64, add: u64) -> Result<u64, MemError> {
+        Self::aligned8(addr)?;
+        let orig = self.read_u64(addr)?;
+        self.write_u64(addr, orig.wrapping_add(add))?;
+        Ok(orig)
+    }
+
+    /// Allocate `size` bytes aligned to `align` in a region of `kind` that has an allocator
+    /// (device regions; host pools). Regions are tried in address order. Returns the raw address.
+    pub fn alloc(&mut self, kind: MemKind, size: u64, align: u64) -> Result<u64, MemError> {
+        let mut last_err = None;
+        for r in self.regions.iter_mut().filter(|r| r.kind == kind) {
+            if let Some(a) = r.alloc.as_mut() {
+                match a.alloc(size, align) {
+                    Ok(off) => return Ok(r.base + off),
+                    Err(e @ (AllocError::ZeroSize | AllocError::BadAlign { .. })) => {
+                        return Err(e.into());
+                    }
+                    Err(e) => last_err = Some(e),
+                }
+            }
+        }
+        match last_err {
+            Some(_) | None => Err(MemError::NoDeviceMemory { kind, size }),
+        }
+    }
+
+    /// Free an allocation made by [`Self::alloc`], given its start address.
+    pub fn free(&mut self, addr: u64) -> Result<u64, MemError> {
+        let i = self.find(addr).ok_or(MemError::Unmapped { addr })?;
+        let r = &mut self.regions[i];
+        let a =
+            r.alloc.as_mut().ok_or(MemError::Alloc(AllocError::NotAllocated { offset: addr }))?;
+        a.free(addr - r.base)
+            .map_err(|_| MemError::Alloc(AllocError::NotAllocated { offset: addr }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_and_typed_addresses() {
+        let d = DevAddr::from_offset(0x1000).unwrap();
+        assert!(is_device_address(d.raw()));
+        assert_eq!(DevAddr::from_raw(d.raw()), Some(d));
+        assert_eq!(HostAddr::new(d.raw()), None);
+        assert_eq!(Addr::from_raw(0x7fff_0000), Addr::Host(HostAddr::new(0x7fff_0000).unwrap()));
+        assert_eq!(Addr::from_raw(d.raw()), Addr::Device(d));
+        assert_eq!(DevAddr::from_offset(DEVICE_SPACE), None);
+    }
+
+    #[test]
+    fn bounds_checked_access() {
+        let mut m = AddressSpace::new();
+        let h = HostAddr::new(0x10_000).unwrap();
+        m.map_host(h, Box::new(vec![0u8; 4096])).unwrap();
+        let (_, d) = m.add_device_region(MemKind::OnChip, 1024).unwrap();
+        m.write(h.raw() + 10, b"hello").unwrap();
+        let mut b = [0u8; 5];
+        m.read(h.raw() + 10, &mut b).unwrap();
+        assert_eq!(&b, b"hello");
+        assert_eq!(
+            m.write(h.raw() + 4094, b"abc"),
+            Err(MemError::OutOfBounds { addr: h.raw() + 4094, len: 3 })
+        );
+        assert_eq!(m.read(h.raw() - 1, &mut b), Err(MemError::Unmapped { addr: h.raw() - 1 }));
+        assert_eq!(m.write(u64::MAX - 1, b"abc"), Err(MemError::Unmapped { addr: u64::MAX - 1 }));
+        // Copy host -> device and back.
+        m.copy(h.raw() + 10, d.raw() + 100, 5).unwrap();
+        assert_eq!(m.slice(d.raw() + 100, 5).unwrap(), b"hello");
+        assert_eq!(m.kind_of(d.raw()), Some(MemKind::OnChip));
+        // Overlapping host mapping is refused.
+        assert!(matches!(
+            m.map_host(HostAddr::new(0x10_800).unwrap(), Box::new(vec![0u8; 16])),
+            Err(MemError::Overlap { .. })
+        ));
+    }
+
+    #[test]
+    fn atomics() {
+        let mut m = AddressSpace::new();
+        m.map_host(HostAddr::new(0x1000).unwrap(), Box::new(vec![0u8; 64])).unwrap();
+        assert_eq!(m.fetch_add(0x1008, 5), Ok(0));
+        assert_eq!(m.fetch_add(0x1008, 5), Ok(5));
+        assert_eq!(m.compare_swap(0x1008, 10, 99), Ok(10));
+        assert_eq!(m.compare_swap(0x1008, 10, 7), Ok(99));
+        assert_eq!(m.read_u64(0x1008), Ok(99));
+        assert_eq!(m.fetch_add(0x1004, 1), Err(MemError::Misaligned { addr: 0x1004, align: 8 }));
+    }
+
+    #[test]
+    fn device_alloc() {
+        let mut m = AddressSpace::new();
+        m.add_device_region(MemKind::OnChip, 4096).unwrap();
+        m.add_device_region(MemKind::OnBoard, 1 << 20).unwrap();
+        let a = m.alloc(MemKind::OnChip, 1000, 64).unwrap();
+        assert!(is_device_address(a));
+        assert_eq!(m.kind_of(a), Some(MemKind::OnChip));
+        assert!(matches!(m.alloc(MemKind::OnChip, 4000, 1), Err(MemError::NoDeviceMemory { .. })));
+        let b = m.alloc(MemKind::OnBoard, 4000, 4096).unwrap();
+        assert_eq!(m.kind_of(b), Some(MemKind::OnBoard));
+        m.free(a).unwrap();
+        assert!(m.free(a).is_err());
+        m.alloc(MemKind::OnChip, 4000, 1).unwrap();
+    }
+}

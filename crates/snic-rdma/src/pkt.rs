@@ -1,0 +1,317 @@
+//! Building and reading whole RoCEv2 packets: IP (v4 or v6) + UDP (destination port 4791) +
+//! BTH + extension headers + payload + pad + ICRC. The engine emits and takes packets from the
+//! IP header on; Ethernet framing belongs to the port, and a UDP-socket transport strips and
+//! rebuilds the IP and UDP headers (see `snic-io`'s RoCE transport).
+//!
+//! IPv4 headers are written with identification 0 and DF set (what Linux writes for an
+//! unconnected UDP socket with path-MTU discovery on), so the ICRC computed here is also right
+//! for packets a kernel socket sends on our behalf.
+
+use std::net::IpAddr;
+
+use snic_wire::ipv4::{self, IpProtocol};
+use snic_wire::roce::{self, ICRC_LEN, RocePacket, RoceRepr, bth, icrc};
+use snic_wire::{ipv6, udp};
+
+/// ECN codepoint ECT(0).
+pub const ECN_ECT0: u8 = 0b10;
+/// ECN codepoint CE.
+pub const ECN_CE: u8 = 0b11;
+
+/// Addresses and marks of the packets of one QP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Path {
+    /// Local address (the source GID).
+    pub src: IpAddr,
+    /// Remote address (the destination GID).
+    pub dst: IpAddr,
+    /// UDP source port ([`sport_for`]).
+    pub sport: u16,
+    /// UDP destination port (4791 on a real network).
+    pub dport: u16,
+    /// DSCP (6 bits).
+    pub dscp: u8,
+    /// ECN codepoint to send with (ECT(0) so switches may mark CE instead of dropping).
+    pub ecn: u8,
+}
+
+/// The UDP source port of a QP pair: a hash of both QP numbers folded into 0xC000..=0xFFFF
+/// (the dynamic range, as RoCEv2 Annex A17.2.1 suggests for entropy across ECMP paths).
+pub const fn sport_for(local_qpn: u32, remote_qpn: u32) -> u16 {
+    let mut h = (local_qpn as u64) << 32 | remote_qpn as u64;
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    0xC000 | (h as u16 & 0x3FFF)
+}
+
+/// Bytes of the IP and UDP headers in front of the BTH.
+pub const fn l3l4_len(v6: bool) -> usize {
+    (if v6 { ipv6::HEADER_LEN } else { ipv4::HEADER_LEN }) + udp::HEADER_LEN
+}
+
+/// Why a packet could not be built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BuildError {
+    /// The buffer is too short for the packet.
+    BufferTooSmall {
+        /// Bytes needed.
+        need: usize,
+    },
+    /// The headers did not emit (an opcode / header mismatch: a bug).
+    Wire(snic_wire::Error),
+    /// The payload could not be gathered from memory.
+    Payload,
+    /// Source and destination are of different IP versions.
+    MixedFamilies,
+}
+
+impl From<snic_wire::Error> for BuildError {
+    fn from(e: snic_wire::Error) -> Self {
+        BuildError::Wire(e)
+    }
+}
+
+/// Total bytes of a packet with these headers and `payload_len` bytes of payload.
+pub fn packet_len(path: &Path, roce: &RoceRepr, payload_len: usize) -> Option<usize> {
+    Some(l3l4_len(path.src.is_ipv6()) + roce.buffer_len(payload_len)?)
+}
+
+/// Build one packet into `buf` and return its length. `fill` writes exactly `payload_len`
+/// payload bytes into the slice it is given (gathered from memory, usually); an `Err` from it
+/// aborts the build with [`BuildError::Payload`].
+pub fn build<E>(
+    buf: &mut [u8],
+    path: &Path,
+    roce: &RoceRepr,
+    payload_len: usize,
+    fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+) -> Result<usize, BuildError> {
+    let v6 = match (path.src, path.dst) {
+        (IpAddr::V4(_), IpAddr::V4(_)) => false,
+        (IpAddr::V6(_), IpAddr::V6(_)) => true,
+        _ => return Err(BuildError::MixedFamilies),
+    };
+    let hl = l3l4_len(v6);
+    let roce_len =
+        roce.buffer_len(payload_len).ok_or(snic_wire::Error::BadOpcode { got: roce.bth.opcode })?;
+    let total = hl + roce_len;
+    if buf.len() < total {
+        return Err(BuildError::BufferTooSmall { need: total });
+    }
+    let pkt = &mut buf[..total];
+    // RoCE headers: emit with an empty payload, then place the payload and pad by hand so the
+    // payload is gathered straight from memory into the packet (one copy).
+    let r = &mut pkt[hl..];
+    let info = roce.bth.info().ok_or(snic_wire::Error::BadOpcode { got: roce.bth.opcode })?;
+    let hdr = bth::HEADER_LEN + info.ext_len();
+    if info.fixed_payload_len().is_some() {
+        // Only RC ATOMIC WRITE has a fixed payload; the engine does not send it.
+        return Err(BuildError::Wire(snic_wire::Error::BadOpcode { got: roce.bth.opcode }));
+    }
+    roce.emit(&mut r[..hdr + ICRC_LEN], &[])?;
+    fill(&mut r[hdr..hdr + payload_len]).map_err(|_| BuildError::Payload)?;
+    let pad = roce::packet::pad_for(payload_len);
+    r[hdr + payload_len..hdr + payload_len + pad].fill(0);
+    bth::Header::new_unchecked(&mut r[..bth::HEADER_LEN]).set_pad_count(pad as u8);
+    // IP and UDP.
+    let udp_len = udp::HEADER_LEN + roce_len;
+    match (path.src, path.dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            let mut ip = ipv4::Repr::new(s, d, IpProtocol::UDP, udp_len);
+            ip.dscp = path.dscp & 0x3f;
+            ip.ecn = path.ecn & 3;
+            let mut p = ipv4::Packet::new_unchecked(&mut pkt[..]);
+            ip.emit(&mut p);
+            p.fill_checksum();
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            let ip = ipv6::Repr {
+                src_addr: s,
+                dst_addr: d,
+                next_header: IpProtocol::UDP,
+                payload_len: udp_len,
+                hop_limit: 64,
+                traffic_class: (path.dscp << 2) | (path.ecn & 3),
+                flow_label: 0,
+            };
+            ip.emit(&mut ipv6::Packet::new_unchecked(&mut pkt[..]));
+        }
+        _ => return Err(BuildError::MixedFamilies),
+    }
+    let ipl = hl - udp::HEADER_LEN;
+    let u = udp::Repr { src_port: path.sport, dst_port: path.dport, payload_len: roce_len };
+    let mut up = udp::Packet::new_unchecked(&mut pkt[ipl..]);
+    u.emit(&mut up);
+    if v6 {
+        // IPv6 forbids a zero UDP checksum; the ICRC masks the field, so fill it first.
+        up.fill_checksum(&path.src, &path.dst);
+    }
+    icrc::fill(pkt)?;
+    Ok(total)
+}
+
+/// A received RoCEv2 packet, checked (IP, UDP port, ICRC) and walked.
+#[derive(Debug, Clone, Copy)]
+pub struct RxPkt<'a> {
+    /// Source address.
+    pub src: IpAddr,
+    /// Destination address.
+    pub dst: IpAddr,
+    /// UDP source port.
+    pub sport: u16,
+    /// The IP header carried ECN CE.
+    pub ce: bool,
+    /// The RoCE headers and payload.
+    pub roce: RocePacket<'a>,
+}
+
+impl RxPkt<'_> {
+    /// The BTH.
+    pub fn bth(&self) -> &bth::Repr {
+        self.roce.bth()
+    }
+    /// The payload (after the extension headers, before the pad).
+    pub fn payload(&self) -> &[u8] {
+        self.roce.payload()
+    }
+}
+
+/// Why a received packet was dropped (each has a counter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RxError {
+    /// Not IPv4/IPv6 + UDP, or truncated / inconsistent lengths, or fragmented.
+    Malformed,
+    /// UDP destination port is not the RoCEv2 port.
+    NotRoce,
+    /// The ICRC does not match.
+    BadIcrc,
+    /// BTH / extension headers do not parse.
+    BadHeaders,
+}
+
+/// Check and walk one packet that starts at its IP header. `dport` is the UDP port RoCE
+/// listens on (4791).
+pub fn parse(ip: &[u8], dport: u16) -> Result<RxPkt<'_>, RxError> {
+    let first = *ip.first().ok_or(RxError::Malformed)?;
+    let (src, dst, ecn, l4) = match first >> 4 {
+        4 => {
+            let p = ipv4::Packet::new_checked(ip).map_err(|_| RxError::Malformed)?;
+            if p.protocol() != IpProtocol::UDP {
+                return Err(RxError::Malformed);
+            }
+            let (hl, tl) = (p.header_len(), usize::from(p.total_len()));
+            if tl > ip.len() || tl < hl {
+                return Err(RxError::Malformed);
+            }
+            (IpAddr::V4(p.src_addr()), IpAddr::V4(p.dst_addr()), p.ecn(), &ip[hl..tl])
+        }
+        6 => {
+            let p = ipv6::Packet::new_checked(ip).map_err(|_| RxError::Malformed)?;
+            if p.next_header() != IpProtocol::UDP {
+                return Err(RxError::Malformed);
+            }
+            let end = ipv6::HEADER_LEN + usize::from(p.payload_len());
+            if end > ip.len() {
+                return Err(RxError::Malformed);
+            }
+            (
+                IpAddr::V6(p.src_addr()),
+                IpAddr::V6(p.dst_addr()),
+                p.ecn(),
+                &ip[ipv6::HEADER_LEN..end],
+            )
+        }
+        _ => return Err(RxError::Malformed),
+    };
+    let u = udp::Packet::new_checked(l4).map_err(|_| RxError::Malformed)?;
+    let ul = usize::from(u.len());
+    if ul < udp::HEADER_LEN || ul > l4.len() {
+        return Err(RxError::Malformed);
+    }
+    if u.dst_port() != dport {
+        return Err(RxError::NotRoce);
+    }
+    let sport = u.src_port();
+    match icrc::verify(ip) {
+        Ok(()) => {}
+        Err(snic_wire::Error::BadIcrc { .. }) => return Err(RxError::BadIcrc),
+        Err(_) => return Err(RxError::Malformed),
+    }
+    let roce = RocePacket::parse(&l4[udp::HEADER_LEN..ul]).map_err(|_| RxError::BadHeaders)?;
+    Ok(RxPkt { src, dst, sport, ce: ecn == ECN_CE, roce })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use snic_wire::roce::ext::RethRepr;
+    use snic_wire::roce::opcode;
+
+    fn path(v6: bool) -> Path {
+        let (src, dst) = if v6 {
+            ("fd00::1".parse().unwrap(), "fd00::2".parse().unwrap())
+        } else {
+            ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap())
+        };
+        Path {
+            src,
+            dst,
+            sport: sport_for(0x11, 0x22),
+            dport: roce::UDP_PORT,
+            dscp: 26,
+            ecn: ECN_ECT0,
+        }
+    }
+
+    #[test]
+    fn build_then_parse_v4_v6() {
+        for v6 in [false, true] {
+            let p = path(v6);
+            let mut r = RoceRepr::new(bth::Repr {
+                opcode: opcode::RC_RDMA_WRITE_ONLY,
+                solicited: false,
+                mig_req: false,
+                pad_count: 0,
+                pkey: bth::PKEY_DEFAULT,
+                fecn: false,
+                becn: false,
+                dest_qp: 0x22,
+                ack_req: true,
+                psn: 0xff_fffe,
+            });
+            r.reth = Some(RethRepr { va: 0x1000, rkey: 0xabcd, dma_len: 5 });
+            let mut buf = [0u8; 256];
+            let n = build(&mut buf, &p, &r, 5, |b: &mut [u8]| -> Result<(), ()> {
+                b.copy_from_slice(b"hello");
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(n, packet_len(&p, &r, 5).unwrap());
+            let rx = parse(&buf[..n], roce::UDP_PORT).unwrap();
+            assert_eq!(rx.payload(), b"hello");
+            assert_eq!(rx.bth().psn, 0xff_fffe);
+            assert_eq!(rx.bth().pad_count, 3);
+            assert_eq!(rx.sport, p.sport);
+            assert!(!rx.ce);
+            // One flipped payload bit: ICRC error.
+            let mut bad = buf;
+            bad[n - 8] ^= 1;
+            assert_eq!(parse(&bad[..n], roce::UDP_PORT).unwrap_err(), RxError::BadIcrc);
+            // Wrong port.
+            assert_eq!(parse(&buf[..n], 4792).unwrap_err(), RxError::NotRoce);
+            // Truncations never panic.
+            for cut in 0..n {
+                assert!(parse(&buf[..cut], roce::UDP_PORT).is_err());
+            }
+        }
+    }
+
+    #[test]
+    fn sport_in_dynamic_range() {
+        for q in 0..1000 {
+            assert!(sport_for(q, q * 7 + 1) >= 0xC000);
+        }
+        assert_ne!(sport_for(1, 2), sport_for(2, 1));
+    }
+}

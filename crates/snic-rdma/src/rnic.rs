@@ -1,0 +1,781 @@
+//! [`Rnic`]: one RDMA NIC. Verbs on one side; packets, time and timers on the other.
+
+use std::collections::VecDeque;
+use std::net::{IpAddr, Ipv4Addr};
+
+use snic_dma::{AddressSpace, HostAddr, MemKind};
+use snic_time::Instant;
+use snic_wire::roce::opcode;
+
+use crate::mr::{MrFault, MrTable};
+use crate::pkt::{self, RxError};
+use crate::qp::{self, Qp, Ring};
+use crate::req::{self, ReqState};
+use crate::resp::{self, RespState};
+use crate::stats::RdmaStats;
+use crate::verbs::*;
+use crate::wqe;
+
+/// Configuration of one NIC.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RnicConfig {
+    /// This NIC's address (its GID, as an IP address).
+    pub local_ip: IpAddr,
+    /// UDP port RoCE listens on and sends to (4791).
+    pub udp_port: u16,
+    /// Bytes of host memory the NIC manages as a pool (queues and buffers of `alloc_host`).
+    /// Zero-filled lazily by the OS.
+    pub host_pool: u64,
+    /// Address of the host pool in the engine address space.
+    pub host_pool_base: u64,
+    /// Bytes of on-chip device memory.
+    pub on_chip: u64,
+    /// Bytes of on-board device memory.
+    pub on_board: u64,
+    /// DSCP of every packet.
+    pub dscp: u8,
+    /// Send ECT(0) (ECN-capable) packets, so the network can mark CE.
+    pub ecn: bool,
+    /// Requester: set AckReq at least every this many packets of a long message (the last
+    /// packet of every message always asks for an ACK).
+    pub ack_req_every: u32,
+    /// Congestion control (DCQCN-style).
+    pub cc: crate::cc::CcConfig,
+    /// Most QPs.
+    pub max_qps: u32,
+    /// Most request packets in flight (sent, not acknowledged) per QP.
+    pub max_inflight: u32,
+}
+
+impl Default for RnicConfig {
+    fn default() -> Self {
+        RnicConfig {
+            local_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            udp_port: snic_wire::roce::UDP_PORT,
+            host_pool: 64 << 20,
+            host_pool_base: 0x10_0000_0000,
+            on_chip: 4 << 20,
+            on_board: 256 << 20,
+            dscp: 26,
+            ecn: true,
+            ack_req_every: 16,
+            cc: crate::cc::CcConfig::default(),
+            max_qps: 1024,
+            max_inflight: 1024,
+        }
+    }
+}
+
+/// A completion queue.
+#[derive(Debug)]
+pub struct Cq {
+    /// Most CQEs held.
+    pub depth: usize,
+    /// CQEs not yet polled.
+    pub q: VecDeque<Cqe>,
+    /// A CQE was lost to overflow.
+    pub overflowed: bool,
+}
+
+/// A shared receive queue.
+#[derive(Debug)]
+pub struct Srq {
+    /// The ring of receive WQEs.
+    pub ring: Ring,
+    /// Owning PD.
+    pub pd: Pd,
+}
+
+/// Everything of a NIC except its QPs, so a QP and the rest can be borrowed together.
+#[derive(Debug)]
+pub struct Core {
+    /// Configuration.
+    pub cfg: RnicConfig,
+    /// Host and device memory.
+    pub mem: AddressSpace,
+    /// Memory regions.
+    pub mrs: MrTable,
+    /// Live PDs (by index).
+    pub pds: Vec<bool>,
+    /// Completion queues.
+    pub cqs: Vec<Option<Cq>>,
+    /// Shared receive queues.
+    pub srqs: Vec<Option<Srq>>,
+    /// Counters.
+    pub stats: RdmaStats,
+}
+
+impl Core {
+    /// Append a CQE. On a full CQ the CQE is lost, the CQ is marked overflowed and `false`
+    /// returned (the caller moves the QP to the error state).
+    pub fn push_cqe(&mut self, cq: CqId, cqe: Cqe) -> bool {
+        let Some(Some(c)) = self.cqs.get_mut(cq.0 as usize) else {
+            self.stats.cq_overflows += 1;
+            return false;
+        };
+        if c.q.len() >= c.depth {
+            c.overflowed = true;
+            self.stats.cq_overflows += 1;
+            return false;
+        }
+        self.stats.cqes += 1;
+        if cqe.status != WcStatus::Success {
+            self.stats.cqe_errors += 1;
+        }
+        c.q.push_back(cqe);
+        true
+    }
+
+    /// Check every SGE of `sgl` against its MR (`write`: the NIC writes there).
+    pub fn check_sgl(&self, pd: Pd, sgl: &SgList, write: bool) -> Result<(), MrFault> {
+        for s in sgl.as_slice() {
+            if s.len == 0 {
+                continue;
+            }
+            self.mrs.check_local(s.lkey, pd, s.addr, u64::from(s.len), write)?;
+        }
+        Ok(())
+    }
+
+    /// Copy `out.len()` bytes of the message described by `sgl`, starting `offset` bytes into
+    /// it, into `out` (gather). MR checks are done again here.
+    pub fn gather(
+        &self,
+        pd: Pd,
+        sgl: &SgList,
+        mut offset: u64,
+        mut out: &mut [u8],
+    ) -> Result<(), MrFault> {
+        for s in sgl.as_slice() {
+            if out.is_empty() {
+                break;
+            }
+            let len = u64::from(s.len);
+            if offset >= len {
+                offset -= len;
+                continue;
+            }
+            let n = ((len - offset) as usize).min(out.len());
+            let addr = s.addr + offset;
+            self.mrs.check_local(s.lkey, pd, addr, n as u64, false)?;
+            let src = self.mem.slice(addr, n).map_err(|_| MrFault::Bounds)?;
+            let (head, tail) = out.split_at_mut(n);
+            head.copy_from_slice(src);
+            out = tail;
+            offset = 0;
+        }
+        if out.is_empty() { Ok(()) } else { Err(MrFault::Bounds) }
+    }
+
+    /// Write `data` into the buffers of `sgl`, starting `offset` bytes into them (scatter).
+    /// Needs LOCAL_WRITE on every MR touched. Fails (having written nothing) when `data` does
+    /// not fit.
+    pub fn scatter(
+        &mut self,
+        pd: Pd,
+        sgl: &SgList,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), MrFault> {
+        if offset.saturating_add(data.len() as u64) > sgl.total_len() {
+            return Err(MrFault::Bounds);
+        }
+        // Check first, then write: a failure leaves memory untouched.
+        let mut off = offset;
+        let mut left = data.len() as u64;
+        for s in sgl.as_slice() {
+            if left == 0 {
+                break;
+            }
+            let len = u64::from(s.len);
+            if off >= len {
+                off -= len;
+                continue;
+            }
+            let n = (len - off).min(left);
+            self.mrs.check_local(s.lkey, pd, s.addr + off, n, true)?;
+            self.mem.check(s.addr + off, n).map_err(|_| MrFault::Bounds)?;
+            left -= n;
+            off = 0;
+        }
+        let mut off = offset;
+        let mut rest = data;
+        for s in sgl.as_slice() {
+            if rest.is_empty() {
+                break;
+            }
+            let len = u64::from(s.len);
+            if off >= len {
+                off -= len;
+                continue;
+            }
+            let n = ((len - off) as usize).min(rest.len());
+            let (head, tail) = rest.split_at(n);
+            self.mem.write(s.addr + off, head).map_err(|_| MrFault::Bounds)?;
+            rest = tail;
+            off = 0;
+        }
+        Ok(())
+    }
+}
+
+/// First QP number handed out (QPNs 0 and 1 are special in IB).
+pub const QPN_BASE: u32 = 0x11;
+
+/// One RDMA NIC.
+#[derive(Debug)]
+pub struct Rnic {
+    core: Core,
+    qps: Vec<Option<Qp>>,
+    free_qps: Vec<u32>,
+    /// Round-robin start for transmit.
+    rr: usize,
+}
+
+impl Rnic {
+    /// A NIC with its host pool and device memory regions mapped.
+    pub fn new(cfg: RnicConfig) -> Result<Rnic, VerbsError> {
+        let mut mem = AddressSpace::new();
+        if cfg.host_pool > 0 {
+            let base = HostAddr::new(cfg.host_pool_base)
+                .ok_or(VerbsError::InvalidAttr("host_pool_base"))?;
+            let size =
+                usize::try_from(cfg.host_pool).map_err(|_| VerbsError::InvalidAttr("host_pool"))?;
+            mem.map_host_pool(base, Box::new(vec![0u8; size]))?;
+        }
+        if cfg.on_chip > 0 {
+            mem.add_device_region(MemKind::OnChip, cfg.on_chip)?;
+        }
+        if cfg.on_board > 0 {
+            mem.add_device_region(MemKind::OnBoard, cfg.on_board)?;
+        }
+        Ok(Rnic {
+            core: Core {
+                cfg,
+                mem,
+                mrs: MrTable::default(),
+                pds: Vec::new(),
+                cqs: Vec::new(),
+                srqs: Vec::new(),
+                stats: RdmaStats::default(),
+            },
+            qps: Vec::new(),
+            free_qps: Vec::new(),
+            rr: 0,
+        })
+    }
+
+    /// Configuration.
+    pub fn config(&self) -> &RnicConfig {
+        &self.core.cfg
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &RdmaStats {
+        &self.core.stats
+    }
+
+    /// The engine's memory (read results, fill buffers).
+    pub fn mem(&self) -> &snic_dma::AddressSpace {
+        &self.core.mem
+    }
+
+    /// The engine's memory, writable (map host buffers, fill buffers).
+    pub fn mem_mut(&mut self) -> &mut snic_dma::AddressSpace {
+        &mut self.core.mem
+    }
+
+    /// Allocate a buffer of `size` bytes in `kind` memory (the host pool, on-chip or on-board),
+    /// aligned to `align`. Returns its engine address.
+    pub fn alloc_buf(&mut self, kind: MemKind, size: u64, align: u64) -> Result<u64, VerbsError> {
+        Ok(self.core.mem.alloc(kind, size, align)?)
+    }
+
+    /// Free a buffer of [`Self::alloc_buf`].
+    pub fn free_buf(&mut self, addr: u64) -> Result<(), VerbsError> {
+        self.core.mem.free(addr)?;
+        Ok(())
+    }
+
+    // ----- PD / MR -----
+
+    /// Allocate a protection domain.
+    pub fn alloc_pd(&mut self) -> Pd {
+        if let Some(i) = self.core.pds.iter().position(|live| !live) {
+            self.core.pds[i] = true;
+            return Pd(i as u32);
+        }
+        self.core.pds.push(true);
+        Pd(self.core.pds.len() as u32 - 1)
+    }
+
+    fn pd_live(&self, pd: Pd) -> Result<(), VerbsError> {
+        if self.core.pds.get(pd.0 as usize).copied().unwrap_or(false) {
+            Ok(())
+        } else {
+            Err(VerbsError::NoSuchPd(pd.0))
+        }
+    }
+
+    /// Free a PD. `InUse` while MRs or QPs belong to it.
+    pub fn dealloc_pd(&mut self, pd: Pd) -> Result<(), VerbsError> {
+        self.pd_live(pd)?;
+        let qp_uses = self.qps.iter().flatten().any(|q| q.init.pd == pd);
+        let srq_uses = self.core.srqs.iter().flatten().any(|s| s.pd == pd);
+        if self.core.mrs.pd_in_use(pd) || qp_uses || srq_uses {
+            return Err(VerbsError::InUse);
+        }
+        self.core.pds[pd.0 as usize] = false;
+        Ok(())
+    }
+
+    /// Register `[addr, addr + len)` (mapped engine memory) with `access`.
+    pub fn reg_mr(
+        &mut self,
+        pd: Pd,
+        addr: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<MrInfo, VerbsError> {
+        self.pd_live(pd)?;
+        if access.contains(Access::REMOTE_WRITE) || access.contains(Access::REMOTE_ATOMIC) {
+            // IBTA 10.6.3.1: remote write/atomic access needs local write.
+            if !access.contains(Access::LOCAL_WRITE) {
+                return Err(VerbsError::InvalidAttr("REMOTE_WRITE/REMOTE_ATOMIC need LOCAL_WRITE"));
+            }
+        }
+        if len > 0 {
+            self.core.mem.check(addr, len)?;
+        }
+        self.core.mrs.reg(pd, addr, len, access).ok_or(VerbsError::Exhausted("MRs"))
+    }
+
+    /// Deregister an MR by its lkey.
+    pub fn dereg_mr(&mut self, lkey: u32) -> Result<MrInfo, VerbsError> {
+        self.core.mrs.dereg(lkey).ok_or(VerbsError::NoSuchMr(lkey))
+    }
+
+    /// Make an MR invalidated by a SEND with invalidate usable again.
+    pub fn revalidate_mr(&mut self, lkey: u32) -> Result<(), VerbsError> {
+        self.core.mrs.revalidate(lkey).map_err(|_| VerbsError::NoSuchMr(lkey))
+    }
+
+    // ----- CQ / SRQ -----
+
+    /// Create a CQ holding up to `depth` CQEs.
+    pub fn create_cq(&mut self, depth: usize) -> CqId {
+        let cq = Cq {
+            depth: depth.max(1),
+            q: VecDeque::with_capacity(depth.clamp(1, 1 << 16)),
+            overflowed: false,
+        };
+        if let Some(i) = self.core.cqs.iter().position(Option::is_none) {
+            self.core.cqs[i] = Some(cq);
+            return CqId(i as u32);
+        }
+        self.core.cqs.push(Some(cq));
+        CqId(self.core.cqs.len() as u32 - 1)
+    }
+
+    /// Destroy a CQ. `InUse` while a QP uses it.
+    pub fn destroy_cq(&mut self, cq: CqId) -> Result<(), VerbsError> {
+        if !matches!(self.core.cqs.get(cq.0 as usize), Some(Some(_))) {
+            return Err(VerbsError::NoSuchCq(cq.0));
+        }
+        if self.qps.iter().flatten().any(|q| q.init.send_cq == cq || q.init.recv_cq == cq) {
+            return Err(VerbsError::InUse);
+        }
+        self.core.cqs[cq.0 as usize] = None;
+        Ok(())
+    }
+
+    /// Move up to `out.len()` CQEs of `cq` into `out`; returns how many.
+    pub fn poll_cq(&mut self, cq: CqId, out: &mut [Cqe]) -> Result<usize, VerbsError> {
+        let c = self
+            .core
+            .cqs
+            .get_mut(cq.0 as usize)
+            .and_then(Option::as_mut)
+            .ok_or(VerbsError::NoSuchCq(cq.0))?;
+        let n = out.len().min(c.q.len());
+        for (slot, cqe) in out.iter_mut().zip(c.q.drain(..n)) {
+            *slot = cqe;
+        }
+        Ok(n)
+    }
+
+    /// CQEs waiting in `cq`.
+    pub fn cq_len(&self, cq: CqId) -> usize {
+        self.core.cqs.get(cq.0 as usize).and_then(Option::as_ref).map_or(0, |c| c.q.len())
+    }
+
+    /// Whether `cq` lost a CQE to overflow.
+    pub fn cq_overflowed(&self, cq: CqId) -> bool {
+        self.core.cqs.get(cq.0 as usize).and_then(Option::as_ref).is_some_and(|c| c.overflowed)
+    }
+
+    /// Create an SRQ of `depth` receive WQEs (rounded up to a power of two) in `placement` memory.
+    pub fn create_srq(
+        &mut self,
+        pd: Pd,
+        depth: u32,
+        placement: MemKind,
+    ) -> Result<SrqId, VerbsError> {
+        self.pd_live(pd)?;
+        let depth =
+            depth.max(1).checked_next_power_of_two().ok_or(VerbsError::InvalidAttr("depth"))?;
+        let base = self.core.mem.alloc(placement, u64::from(depth) * wqe::RQ_SLOT as u64, 64)?;
+        let srq = Srq { ring: Ring::new(base, depth, wqe::RQ_SLOT), pd };
+        if let Some(i) = self.core.srqs.iter().position(Option::is_none) {
+            self.core.srqs[i] = Some(srq);
+            return Ok(SrqId(i as u32));
+        }
+        self.core.srqs.push(Some(srq));
+        Ok(SrqId(self.core.srqs.len() as u32 - 1))
+    }
+
+    /// Post receive WQEs to an SRQ (one doorbell).
+    pub fn post_srq_recv(&mut self, srq: SrqId, wrs: &[RecvWr]) -> Result<(), VerbsError> {
+        let core = &mut self.core;
+        let s = core
+            .srqs
+            .get_mut(srq.0 as usize)
+            .and_then(Option::as_mut)
+            .ok_or(VerbsError::NoSuchSrq(srq.0))?;
+        if (s.ring.room() as usize) < wrs.len() {
+            return Err(VerbsError::QueueFull);
+        }
+        let mut ring = s.ring;
+        for wr in wrs {
+            let slot = core.mem.slice_mut(ring.slot_addr(ring.pidx), wqe::RQ_SLOT)?;
+            wqe::encode_recv(wr, slot);
+            ring.pidx = ring.pidx.wrapping_add(1);
+        }
+        // Doorbell: publish the new producer index once.
+        if let Some(Some(s)) = core.srqs.get_mut(srq.0 as usize) {
+            s.ring.pidx = ring.pidx;
+        }
+        Ok(())
+    }
+
+    // ----- QP -----
+
+    /// Create an RC QP in RESET. Its SQ and RQ rings are allocated in `init.placement` memory.
+    pub fn create_qp(&mut self, init: QpInit) -> Result<u32, VerbsError> {
+        self.pd_live(init.pd)?;
+        for cq in [init.send_cq, init.recv_cq] {
+            if !matches!(self.core.cqs.get(cq.0 as usize), Some(Some(_))) {
+                return Err(VerbsError::NoSuchCq(cq.0));
+            }
+        }
+        if let Some(s) = init.srq {
+            if !matches!(self.core.srqs.get(s.0 as usize), Some(Some(_))) {
+                return Err(VerbsError::NoSuchSrq(s.0));
+            }
+        }
+        let live = self.qps.iter().flatten().count();
+        if live >= self.core.cfg.max_qps as usize {
+            return Err(VerbsError::Exhausted("QPs"));
+        }
+        let sq_depth = init
+            .max_send_wr
+            .max(1)
+            .checked_next_power_of_two()
+            .ok_or(VerbsError::InvalidAttr("max_send_wr"))?;
+        let sq_base =
+            self.core.mem.alloc(init.placement, u64::from(sq_depth) * wqe::SQ_SLOT as u64, 64)?;
+        let rq = if init.srq.is_none() {
+            let d = init
+                .max_recv_wr
+                .max(1)
+                .checked_next_power_of_two()
+                .ok_or(VerbsError::InvalidAttr("max_recv_wr"))?;
+            match self.core.mem.alloc(init.placement, u64::from(d) * wqe::RQ_SLOT as u64, 64) {
+                Ok(b) => Some(Ring::new(b, d, wqe::RQ_SLOT)),
+                Err(e) => {
+                    let _ = self.core.mem.free(sq_base);
+                    return Err(e.into());
+                }
+            }
+        } else {
+            None
+        };
+        let idx = match self.free_qps.pop() {
+            Some(i) => i as usize,
+            None => {
+                self.qps.push(None);
+                self.qps.len() - 1
+            }
+        };
+        let qpn = QPN_BASE + idx as u32;
+        self.qps[idx] = Some(Qp {
+            qpn,
+            init,
+            attr: QpAttr::default(),
+            sq: Ring::new(sq_base, sq_depth, wqe::SQ_SLOT),
+            rq,
+            path: None,
+            req: ReqState::default(),
+            resp: RespState::default(),
+        });
+        Ok(qpn)
+    }
+
+    fn qp_index(&self, qpn: u32) -> Option<usize> {
+        let i = qpn.checked_sub(QPN_BASE)? as usize;
+        self.qps.get(i)?.as_ref().map(|_| i)
+    }
+
+    fn qp_mut(&mut self, qpn: u32) -> Result<(&mut Core, &mut Qp), VerbsError> {
+        let i = self.qp_index(qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        let qp = self.qps[i].as_mut().ok_or(VerbsError::NoSuchQp(qpn))?;
+        Ok((&mut self.core, qp))
+    }
+
+    /// Destroy a QP; its rings are freed. Outstanding WQEs are dropped without completions.
+    pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), VerbsError> {
+        let i = self.qp_index(qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        if let Some(qp) = self.qps[i].take() {
+            let _ = self.core.mem.free(qp.sq.base);
+            if let Some(rq) = qp.rq {
+                let _ = self.core.mem.free(rq.base);
+            }
+        }
+        self.free_qps.push(i as u32);
+        Ok(())
+    }
+
+    /// Change a QP's state and attributes (`ibv_modify_qp`). `now` starts timers.
+    pub fn modify_qp(
+        &mut self,
+        qpn: u32,
+        attr: &QpAttr,
+        mask: AttrMask,
+        now: Instant,
+    ) -> Result<(), VerbsError> {
+        let (core, qp) = self.qp_mut(qpn)?;
+        qp::modify(core, qp, attr, mask, now)
+    }
+
+    /// A QP's current attributes (state included).
+    pub fn query_qp(&self, qpn: u32) -> Result<QpAttr, VerbsError> {
+        let i = self.qp_index(qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        Ok(self.qps[i].as_ref().map(|q| q.attr).unwrap_or_default())
+    }
+
+    /// The QP's SQ and RQ ring addresses (for placement checks and tools).
+    pub fn qp_rings(&self, qpn: u32) -> Result<(u64, Option<u64>), VerbsError> {
+        let i = self.qp_index(qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        let q = self.qps[i].as_ref().ok_or(VerbsError::NoSuchQp(qpn))?;
+        Ok((q.sq.base, q.rq.map(|r| r.base)))
+    }
+
+    /// Post one send WQE and ring the doorbell.
+    pub fn post_send(&mut self, qpn: u32, wr: &SendWr, now: Instant) -> Result<(), VerbsError> {
+        self.post_send_batch(qpn, std::slice::from_ref(wr), now)
+    }
+
+    /// Post a batch of send WQEs with one doorbell (RecoNIC's batch mode): all are written to
+    /// the SQ ring, then the producer index moves once. All or nothing: a bad WR or a full ring
+    /// posts none.
+    pub fn post_send_batch(
+        &mut self,
+        qpn: u32,
+        wrs: &[SendWr],
+        now: Instant,
+    ) -> Result<(), VerbsError> {
+        let (core, qp) = self.qp_mut(qpn)?;
+        match qp.attr.state {
+            QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err => {}
+            s => return Err(VerbsError::BadState(s)),
+        }
+        if (qp.sq.room() as usize) < wrs.len() {
+            return Err(VerbsError::QueueFull);
+        }
+        for wr in wrs {
+            validate_send(wr)?;
+        }
+        let mut pidx = qp.sq.pidx;
+        for wr in wrs {
+            let slot = core.mem.slice_mut(qp.sq.slot_addr(pidx), wqe::SQ_SLOT)?;
+            wqe::encode_send(wr, slot);
+            pidx = pidx.wrapping_add(1);
+        }
+        qp.sq.pidx = pidx; // the doorbell
+        if qp.attr.state == QpState::Err {
+            req::flush(core, qp, now);
+        }
+        Ok(())
+    }
+
+    /// Post one receive WQE.
+    pub fn post_recv(&mut self, qpn: u32, wr: &RecvWr, now: Instant) -> Result<(), VerbsError> {
+        self.post_recv_batch(qpn, std::slice::from_ref(wr), now)
+    }
+
+    /// Post a batch of receive WQEs with one doorbell.
+    pub fn post_recv_batch(
+        &mut self,
+        qpn: u32,
+        wrs: &[RecvWr],
+        now: Instant,
+    ) -> Result<(), VerbsError> {
+        let (core, qp) = self.qp_mut(qpn)?;
+        if qp.attr.state == QpState::Reset {
+            return Err(VerbsError::BadState(QpState::Reset));
+        }
+        let Some(rq) = qp.rq.as_mut() else {
+            return Err(VerbsError::InvalidWr("the QP uses an SRQ: post to the SRQ"));
+        };
+        if (rq.room() as usize) < wrs.len() {
+            return Err(VerbsError::QueueFull);
+        }
+        let mut pidx = rq.pidx;
+        for wr in wrs {
+            let slot = core.mem.slice_mut(rq.slot_addr(pidx), wqe::RQ_SLOT)?;
+            wqe::encode_recv(wr, slot);
+            pidx = pidx.wrapping_add(1);
+        }
+        rq.pidx = pidx;
+        if qp.attr.state == QpState::Err {
+            resp::flush(core, qp, now);
+        }
+        Ok(())
+    }
+
+    // ----- packets and time -----
+
+    /// Take one packet (from its IP header on). Bad packets are counted drops.
+    pub fn handle_packet(&mut self, now: Instant, ip: &[u8]) {
+        self.core.stats.rx_packets += 1;
+        self.core.stats.rx_bytes += ip.len() as u64;
+        let p = match pkt::parse(ip, self.core.cfg.udp_port) {
+            Ok(p) => p,
+            Err(e) => {
+                let s = &mut self.core.stats;
+                match e {
+                    RxError::Malformed => s.rx_malformed += 1,
+                    RxError::NotRoce => s.rx_not_roce += 1,
+                    RxError::BadIcrc => s.rx_bad_icrc += 1,
+                    RxError::BadHeaders => s.rx_bad_headers += 1,
+                }
+                return;
+            }
+        };
+        let bth = *p.bth();
+        let Some(i) = self.qp_index(bth.dest_qp) else {
+            self.core.stats.rx_unknown_qp += 1;
+            return;
+        };
+        let Some(qp) = self.qps[i].as_mut() else {
+            self.core.stats.rx_unknown_qp += 1;
+            return;
+        };
+        let core = &mut self.core;
+        if qp.path.is_none_or(|path| path.dst != p.src) {
+            core.stats.rx_wrong_peer += 1;
+            return;
+        }
+        if p.ce {
+            core.stats.ecn_ce_rcvd += 1;
+        }
+        if bth.opcode == opcode::CNP {
+            core.stats.cnps_rcvd += 1;
+            if matches!(qp.attr.state, QpState::Rts | QpState::Sqd | QpState::Sqe) {
+                req::on_cnp(core, qp, now);
+            }
+            return;
+        }
+        if p.roce.info().transport() != 0 {
+            // Not RC (UC, UD, ...): not served here.
+            core.stats.rx_bad_opcode += 1;
+            return;
+        }
+        if p.roce.info().is_request() {
+            match qp.attr.state {
+                QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe => {
+                    resp::on_request(core, qp, now, &p)
+                }
+                _ => core.stats.rx_bad_state += 1,
+            }
+        } else {
+            match qp.attr.state {
+                QpState::Rts | QpState::Sqd | QpState::Sqe => req::on_response(core, qp, now, &p),
+                _ => core.stats.rx_bad_state += 1,
+            }
+        }
+    }
+
+    /// Write the next packet to send into `buf` (from its IP header on) and return its length;
+    /// `None` when nothing is ready now. Responses (ACKs, READ responses, CNPs) go before new
+    /// requests; QPs take turns.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        let n = self.qps.len();
+        for k in 0..n {
+            let i = (self.rr + k) % n;
+            let Some(qp) = self.qps[i].as_mut() else { continue };
+            let core = &mut self.core;
+            let got = resp::poll_transmit(core, qp, now, buf)
+                .or_else(|| req::poll_transmit(core, qp, now, buf));
+            if let Some(len) = got {
+                self.core.stats.tx_packets += 1;
+                self.core.stats.tx_bytes += len as u64;
+                // Stay on this QP while it has packets: keeps a message's packets together
+                // (GSO batches) while other QPs still get their turn next call.
+                self.rr = i;
+                return Some(len);
+            }
+        }
+        self.rr = self.rr.wrapping_add(1);
+        None
+    }
+
+    /// The earliest deadline of any timer (retransmission, RNR wait, pacing, ACK coalescing).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.qps
+            .iter()
+            .flatten()
+            .filter_map(|q| {
+                [req::poll_timeout(q), resp::poll_timeout(q)].into_iter().flatten().min()
+            })
+            .min()
+    }
+
+    /// Run the timers that are due at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for qp in self.qps.iter_mut().flatten() {
+            if req::poll_timeout(qp).is_some_and(|t| t <= now) {
+                req::handle_timeout(&mut self.core, qp, now);
+            }
+            if resp::poll_timeout(qp).is_some_and(|t| t <= now) {
+                resp::handle_timeout(&mut self.core, qp, now);
+            }
+        }
+    }
+
+    /// QP numbers in use.
+    pub fn qpns(&self) -> impl Iterator<Item = u32> + '_ {
+        self.qps.iter().flatten().map(|q| q.qpn)
+    }
+
+    /// Whether the QP has sent everything it was asked to and all of it is acknowledged.
+    pub fn sq_idle(&self, qpn: u32) -> bool {
+        self.qp_index(qpn).and_then(|i| self.qps[i].as_ref()).is_some_and(|q| q.sq.is_empty())
+    }
+}
+
+/// Checks a WR before it is posted (the ones a post can reject at once).
+fn validate_send(wr: &SendWr) -> Result<(), VerbsError> {
+    if wr.sgl.total_len() > u64::from(u32::MAX >> 1) {
+        return Err(VerbsError::InvalidWr("message longer than 2^31 bytes"));
+    }
+    match wr.op {
+        WrOp::CmpSwap { .. } | WrOp::FetchAdd { .. } => {
+            if wr.sgl.total_len() != 8 {
+                return Err(VerbsError::InvalidWr("atomic needs one 8-byte local buffer"));
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
