@@ -129,12 +129,12 @@ impl Allocator {
         self.used_bytes -= size;
         let mut start = offset;
         let mut len = size;
-        if let Some((&poff, &plen)) = self.free.range(..offset).next_back() {
-            if poff + plen == offset {
-                self.free.remove(&poff);
-                start = poff;
-                len += plen;
-            }
+        if let Some((&poff, &plen)) = self.free.range(..offset).next_back()
+            && poff + plen == offset
+        {
+            self.free.remove(&poff);
+            start = poff;
+            len += plen;
         }
         if let Some(&nlen) = self.free.get(&(offset + size)) {
             self.free.remove(&(offset + size));

@@ -308,10 +308,10 @@ impl AddressSpace {
                 return Err(MemError::Overlap { base, len });
             }
         }
-        if let Some(n) = self.regions.get(at) {
-            if n.base < end {
-                return Err(MemError::Overlap { base, len });
-            }
+        if let Some(n) = self.regions.get(at)
+            && n.base < end
+        {
+            return Err(MemError::Overlap { base, len });
         }
         let id = RegionId(self.next_id);
         self.next_id += 1;
@@ -394,10 +394,11 @@ impl AddressSpace {
 
     fn find(&self, addr: u64) -> Option<usize> {
         let l = self.last.get();
-        if let Some(r) = self.regions.get(l) {
-            if addr >= r.base && addr - r.base < r.len {
-                return Some(l);
-            }
+        if let Some(r) = self.regions.get(l)
+            && addr >= r.base
+            && addr - r.base < r.len
+        {
+            return Some(l);
         }
         let at = self.regions.partition_point(|r| r.base <= addr);
         if at == 0 {
@@ -503,7 +504,7 @@ impl AddressSpace {
     }
 
     fn aligned8(addr: u64) -> Result<(), MemError> {
-        if addr % 8 == 0 { Ok(()) } else { Err(MemError::Misaligned { addr, align: 8 }) }
+        if addr.is_multiple_of(8) { Ok(()) } else { Err(MemError::Misaligned { addr, align: 8 }) }
     }
 
     /// 8-byte compare-and-swap: if the value at `addr` equals `compare` it becomes `swap`.

@@ -32,5 +32,8 @@ pub mod testbed;
 pub mod worker;
 
 pub mod afpacket;
+pub mod rdma_cm;
+pub mod roce;
+pub mod udp_blast;
 pub mod tap;
 pub mod vnet;

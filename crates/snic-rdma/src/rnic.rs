@@ -468,10 +468,10 @@ impl Rnic {
                 return Err(VerbsError::NoSuchCq(cq.0));
             }
         }
-        if let Some(s) = init.srq {
-            if !matches!(self.core.srqs.get(s.0 as usize), Some(Some(_))) {
-                return Err(VerbsError::NoSuchSrq(s.0));
-            }
+        if let Some(s) = init.srq
+            && !matches!(self.core.srqs.get(s.0 as usize), Some(Some(_)))
+        {
+            return Err(VerbsError::NoSuchSrq(s.0));
         }
         let live = self.qps.iter().flatten().count();
         if live >= self.core.cfg.max_qps as usize {
@@ -769,13 +769,8 @@ fn validate_send(wr: &SendWr) -> Result<(), VerbsError> {
     if wr.sgl.total_len() > u64::from(u32::MAX >> 1) {
         return Err(VerbsError::InvalidWr("message longer than 2^31 bytes"));
     }
-    match wr.op {
-        WrOp::CmpSwap { .. } | WrOp::FetchAdd { .. } => {
-            if wr.sgl.total_len() != 8 {
-                return Err(VerbsError::InvalidWr("atomic needs one 8-byte local buffer"));
-            }
-        }
-        _ => {}
+    if wr.op.is_atomic() && wr.sgl.total_len() != 8 {
+        return Err(VerbsError::InvalidWr("atomic needs one 8-byte local buffer"));
     }
     Ok(())
 }
