@@ -45,6 +45,10 @@ pub const fn sport_for(local_qpn: u32, remote_qpn: u32) -> u16 {
     0xC000 | (h as u16 & 0x3FFF)
 }
 
+/// A buffer this long holds any packet the engine builds (IPv6 + UDP + BTH + the longest
+/// extension headers + a 4096-byte payload + ICRC).
+pub const MAX_PACKET_LEN: usize = 4096 + 160;
+
 /// Bytes of the IP and UDP headers in front of the BTH.
 pub const fn l3l4_len(v6: bool) -> usize {
     (if v6 { ipv6::HEADER_LEN } else { ipv4::HEADER_LEN }) + udp::HEADER_LEN
@@ -105,9 +109,17 @@ pub fn build<E>(
     let r = &mut pkt[hl..];
     let info = roce.bth.info().ok_or(snic_wire::Error::BadOpcode { got: roce.bth.opcode })?;
     let hdr = bth::HEADER_LEN + info.ext_len();
-    if info.fixed_payload_len().is_some() {
-        // Only RC ATOMIC WRITE has a fixed payload; the engine does not send it.
-        return Err(BuildError::Wire(snic_wire::Error::BadOpcode { got: roce.bth.opcode }));
+    match info.fixed_payload_len() {
+        None => {}
+        // Opcodes without payload (ACK, atomic ACK, READ request, atomics, CNP).
+        Some(0) if payload_len == 0 => {}
+        Some(0) => {
+            return Err(BuildError::Wire(snic_wire::Error::BadTotalLen { got: payload_len }));
+        }
+        // Only RC ATOMIC WRITE has a fixed non-empty payload; the engine does not send it.
+        Some(_) => {
+            return Err(BuildError::Wire(snic_wire::Error::BadOpcode { got: roce.bth.opcode }));
+        }
     }
     roce.emit(&mut r[..hdr + ICRC_LEN], &[])?;
     fill(&mut r[hdr..hdr + payload_len]).map_err(|_| BuildError::Payload)?;
@@ -143,11 +155,12 @@ pub fn build<E>(
     let u = udp::Repr { src_port: path.sport, dst_port: path.dport, payload_len: roce_len };
     let mut up = udp::Packet::new_unchecked(&mut pkt[ipl..]);
     u.emit(&mut up);
-    if v6 {
-        // IPv6 forbids a zero UDP checksum; the ICRC masks the field, so fill it first.
-        up.fill_checksum(&path.src, &path.dst);
-    }
+    // The ICRC masks the UDP checksum, so the ICRC goes first and the checksum (IPv6 forbids
+    // a zero one) then covers the finished datagram, ICRC included.
     icrc::fill(pkt)?;
+    if v6 {
+        udp::Packet::new_unchecked(&mut pkt[ipl..]).fill_checksum(&path.src, &path.dst);
+    }
     Ok(total)
 }
 
