@@ -13,11 +13,14 @@
 //!   validates a policy file offline.
 //! - `testbed`: two NIC nodes joined by an impaired virtual link, driven on the simulated clock;
 //!   prints counters, link statistics, simulated time and the packet accounting (reproducible).
+//! - `rdma`: perftest-style RDMA benchmarks (WRITE, READ, SEND, atomics; bandwidth or latency)
+//!   between two snic processes over RoCEv2 on UDP, plus the raw UDP ceiling (`blast`).
 //!
 //! `anyhow` is used here only; the libraries return their own typed errors.
 
 mod capture;
 mod decode;
+mod rdma;
 mod report;
 mod run;
 mod stats;
@@ -50,6 +53,8 @@ enum Command {
     Stats(stats::StatsArgs),
     /// Run two NIC nodes joined by an impaired virtual link on the simulated clock (deterministic).
     Testbed(testbed::TestbedArgs),
+    /// RDMA benchmarks between two snic processes over RoCEv2/UDP, as perftest's ib_*_bw / ib_*_lat.
+    Rdma(rdma::RdmaArgs),
     /// Control the vSwitch of a running `snic run --stage vswitch --control PATH`; check policies.
     #[command(name = "vswitch")]
     VSwitch(vswitch::VSwitchArgs),
@@ -96,6 +101,7 @@ fn main() -> Result<()> {
         Command::Stats(args) => stats::run(args),
         Command::Testbed(args) => testbed::run(args),
         Command::VSwitch(args) => vswitch::run(args),
+        Command::Rdma(args) => rdma::run(args),
     }
 }
 

@@ -1,0 +1,1650 @@
+//! `snic rdma`: perftest-style RDMA benchmarks between two snic processes over RoCEv2 on UDP.
+//!
+//! `snic rdma write|read|send|atomic --server` on one side, `... --client ADDR` on the other, as
+//! `ib_write_bw` / `ib_read_lat` / ... do. The two processes meet on a TCP socket (perftest's
+//! port 18515 by default): the client tells the server what to run (operation, sizes, iterations,
+//! buffer layout), both exchange their QP information ([`snic_io::rdma_cm`]), connect their QPs
+//! and then drive their [`Rnic`] over a [`RoceTransport`] on the real monotonic clock. The client
+//! is the active side in bandwidth mode (the server's responder serves it); in latency mode
+//! WRITE and SEND ping-pong between the two. After every size the client reports its figures to
+//! the server and the side that received the data checks it: `data verified: OK`, or exit code 1.
+//!
+//! `blast` runs the raw UDP ceiling ([`snic_io::udp_blast`]) with the same sizes and batching and
+//! prints the same table, so scripts can compare the engine with the socket layer side by side.
+//!
+//! Output follows perftest's header and column formats; `--json` prints one JSON object per
+//! size instead. Nothing here waits forever: every wait is bounded by `--timeout` of inactivity.
+
+use anyhow::{Context, Result, anyhow, bail, ensure};
+use serde_json::json;
+use snic_dma::MemKind;
+use snic_rdma::{
+    Access, CqId, Cqe, MrInfo, Mtu, QpInit, RecvWr, Remote, Rnic, RnicConfig, SendWr, SgList, Sge,
+    WcStatus, WrOp,
+};
+use snic_time::{Clock, MonotonicClock};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+use snic_io::rdma_cm::{self, QpInfo};
+use snic_io::roce::{RoceTransport, TransportOpts};
+use snic_io::udp_blast::{BlastReceiver, BlastReport, BlastTarget, blast_send};
+
+/// perftest's default TCP port.
+pub const DEFAULT_TCP_PORT: u16 = 18515;
+/// Largest message of `--sweep` (perftest `-a`: 2 bytes .. 8 MiB; the issue asks for 1 MiB).
+const SWEEP_MAX: u32 = 1 << 20;
+/// Buffer bytes the rotating slots of one side may use (per side, per direction).
+const SLOT_BUDGET: u64 = 16 << 20;
+/// perftest's result separator line.
+const RESULT_LINE: &str =
+    "---------------------------------------------------------------------------------------";
+/// perftest's bandwidth header (MB/sec).
+const RESULT_FMT: &str =
+    " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]";
+/// perftest's bandwidth header with `--report_gbits`.
+const RESULT_FMT_G: &str =
+    " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]";
+/// perftest's latency header.
+const RESULT_FMT_LAT: &str = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] ";
+/// First word of the client's hello: "snicrdma".
+const MAGIC: u64 = u64::from_be_bytes(*b"snicrdma");
+/// Version of the control protocol below; both sides must agree.
+const PROTO_VERSION: u64 = 1;
+
+/// The benchmark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RdmaOp {
+    /// RDMA WRITE (ib_write_bw / ib_write_lat).
+    Write,
+    /// RDMA READ (ib_read_bw / ib_read_lat).
+    Read,
+    /// SEND / RECV (ib_send_bw / ib_send_lat).
+    Send,
+    /// 8-byte FETCH_ADD, or CMP_SWAP with `--cmp-swap` (ib_atomic_bw / ib_atomic_lat).
+    Atomic,
+    /// Raw UDP with the same sizes and batching: the socket layer's ceiling.
+    Blast,
+}
+
+impl RdmaOp {
+    fn code(self) -> u64 {
+        match self {
+            RdmaOp::Write => 1,
+            RdmaOp::Read => 2,
+            RdmaOp::Send => 3,
+            RdmaOp::Atomic => 4,
+            RdmaOp::Blast => 5,
+        }
+    }
+    fn name(self) -> &'static str {
+        match self {
+            RdmaOp::Write => "write",
+            RdmaOp::Read => "read",
+            RdmaOp::Send => "send",
+            RdmaOp::Atomic => "atomic",
+            RdmaOp::Blast => "blast",
+        }
+    }
+}
+
+/// Where buffers and QP rings live (perftest's `--mem` spelling).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum MemArg {
+    /// The NIC's host memory pool.
+    #[value(name = "host_mem")]
+    HostMem,
+    /// Device on-board memory (addresses carry the device prefix).
+    #[value(name = "dev_mem")]
+    DevMem,
+}
+
+impl MemArg {
+    fn kind(self) -> MemKind {
+        match self {
+            MemArg::HostMem => MemKind::Host,
+            MemArg::DevMem => MemKind::OnBoard,
+        }
+    }
+}
+
+/// Arguments of `snic rdma`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RdmaArgs {
+    /// The benchmark: write, read, send, atomic, or blast (raw UDP ceiling).
+    #[arg(value_enum)]
+    pub op: RdmaOp,
+    /// Wait for a client on the TCP port.
+    #[arg(long, conflicts_with = "client", required_unless_present = "client")]
+    pub server: bool,
+    /// Connect to the server at ADDR (IP address or host name).
+    #[arg(long, value_name = "ADDR")]
+    pub client: Option<String>,
+    /// TCP port of the connection setup (perftest's default).
+    #[arg(short = 'p', long = "tcp-port", value_name = "PORT", default_value_t = DEFAULT_TCP_PORT)]
+    pub tcp_port: u16,
+    /// UDP port RoCE uses on both sides.
+    #[arg(long, value_name = "PORT", default_value_t = snic_wire::roce::UDP_PORT)]
+    pub port: u16,
+    /// This side's RoCE address (default: 127.0.0.2 for a client of a loopback server, else the
+    /// control connection's local address).
+    #[arg(long = "local-ip", value_name = "IP")]
+    pub local_ip: Option<IpAddr>,
+    /// Message size in bytes (default 65536 for bandwidth, 2 for latency; atomics are 8).
+    #[arg(short = 's', long, value_name = "BYTES", conflicts_with = "sweep",
+          value_parser = clap::value_parser!(u32).range(1..=(1 << 24)))]
+    pub size: Option<u32>,
+    /// Every power of two from 2 bytes to 1 MiB (perftest -a).
+    #[arg(long)]
+    pub sweep: bool,
+    /// Iterations per size.
+    #[arg(short = 'n', long, value_name = "N", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub iters: u64,
+    /// Work requests posted per doorbell (post_send_batch).
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub batch: u32,
+    /// Most outstanding work requests.
+    #[arg(short = 't', long = "tx-depth", value_name = "N", default_value_t = 128,
+          value_parser = clap::value_parser!(u32).range(1..=8192))]
+    pub tx_depth: u32,
+    /// Path MTU: 256, 512, 1024, 2048 or 4096.
+    #[arg(long, value_name = "BYTES", default_value_t = 4096, value_parser = parse_mtu)]
+    pub mtu: u32,
+    /// Memory of buffers and QP rings.
+    #[arg(short = 'l', long = "mem", value_enum, default_value = "host_mem")]
+    pub mem: MemArg,
+    /// Latency mode (ib_*_lat) instead of bandwidth.
+    #[arg(long)]
+    pub lat: bool,
+    /// Bandwidth in Gb/sec instead of MB/sec.
+    #[arg(long = "report-gbits")]
+    pub report_gbits: bool,
+    /// One JSON object per size instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Check the transferred data (the default).
+    #[arg(long, overrides_with = "no_verify")]
+    pub verify: bool,
+    /// Do not check the transferred data.
+    #[arg(long = "no-verify", overrides_with = "verify")]
+    pub no_verify: bool,
+    /// Atomic benchmark with CMP_SWAP (a chain of expected values) instead of FETCH_ADD.
+    #[arg(long = "cmp-swap")]
+    pub cmp_swap: bool,
+    /// Use IPv6 (listen on `::`, prefer IPv6 addresses of ADDR).
+    #[arg(long)]
+    pub ipv6: bool,
+    /// Do not use UDP segmentation offload.
+    #[arg(long = "no-gso")]
+    pub no_gso: bool,
+    /// Give up with an error after this many seconds without progress.
+    #[arg(long, value_name = "SECS", default_value_t = 30.0, value_parser = parse_secs)]
+    pub timeout: f64,
+}
+
+fn parse_mtu(s: &str) -> Result<u32, String> {
+    let n: u32 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
+    Mtu::from_bytes(n).map(|_| n).ok_or_else(|| "must be 256, 512, 1024, 2048 or 4096".into())
+}
+
+fn parse_secs(s: &str) -> Result<f64, String> {
+    let t: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
+    if t > 0.0 && t <= 86_400.0 { Ok(t) } else { Err("must be in (0, 86400]".into()) }
+}
+
+/// What the client asks the server to run; the server's own size flags are ignored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Plan {
+    op: RdmaOp,
+    lat: bool,
+    cmp_swap: bool,
+    verify: bool,
+    /// Largest message of the run.
+    max_size: u32,
+    /// Rotating buffer slots per direction.
+    slots: u32,
+    /// Bytes between slots (`max_size` rounded up to 64).
+    stride: u64,
+}
+
+impl Plan {
+    fn new(a: &RdmaArgs) -> Plan {
+        let max_size = sizes(a).into_iter().max().unwrap_or(8);
+        let stride = u64::from(max_size).next_multiple_of(64);
+        let slots = if a.lat {
+            1
+        } else {
+            u32::try_from((SLOT_BUDGET / stride).clamp(1, u64::from(a.tx_depth))).unwrap_or(1)
+        };
+        Plan {
+            op: a.op,
+            lat: a.lat,
+            cmp_swap: a.cmp_swap,
+            verify: !a.no_verify,
+            max_size,
+            slots,
+            stride,
+        }
+    }
+    fn encode(&self) -> [u64; 8] {
+        let flags =
+            u64::from(self.lat) | u64::from(self.cmp_swap) << 1 | u64::from(self.verify) << 2;
+        [
+            MAGIC,
+            PROTO_VERSION,
+            self.op.code(),
+            flags,
+            u64::from(self.max_size),
+            u64::from(self.slots),
+            self.stride,
+            0,
+        ]
+    }
+    fn decode(w: &[u64; 8]) -> Result<Plan> {
+        ensure!(w[0] == MAGIC, "the peer on the TCP port is not `snic rdma`");
+        ensure!(
+            w[1] == PROTO_VERSION,
+            "control protocol version {} (this is {PROTO_VERSION})",
+            w[1]
+        );
+        let op = [RdmaOp::Write, RdmaOp::Read, RdmaOp::Send, RdmaOp::Atomic, RdmaOp::Blast]
+            .into_iter()
+            .find(|o| o.code() == w[2])
+            .ok_or_else(|| anyhow!("unknown operation code {}", w[2]))?;
+        let max_size = u32::try_from(w[4]).ok().filter(|&s| s > 0 && s <= 1 << 24);
+        let max_size = max_size.ok_or_else(|| anyhow!("bad message size {}", w[4]))?;
+        let slots = u32::try_from(w[5]).ok().filter(|&s| (1..=8192).contains(&s));
+        let slots = slots.ok_or_else(|| anyhow!("bad slot count {}", w[5]))?;
+        ensure!(w[6] >= u64::from(max_size) && w[6] <= 1 << 25, "bad slot stride {}", w[6]);
+        ensure!(u64::from(slots) * w[6] <= 2 * SLOT_BUDGET, "buffer too large");
+        Ok(Plan {
+            op,
+            lat: w[3] & 1 != 0,
+            cmp_swap: w[3] & 2 != 0,
+            verify: w[3] & 4 != 0,
+            max_size,
+            slots,
+            stride: w[6],
+        })
+    }
+    /// Buffer slots this side needs: WRITE latency writes from slot 1 into the peer's slot 0.
+    fn buf_slots(&self) -> u32 {
+        if self.lat && matches!(self.op, RdmaOp::Write | RdmaOp::Send) { 2 } else { self.slots }
+    }
+}
+
+/// The message sizes of a run.
+fn sizes(a: &RdmaArgs) -> Vec<u32> {
+    if a.op == RdmaOp::Atomic {
+        return vec![8];
+    }
+    if a.sweep {
+        return (1..=SWEEP_MAX.trailing_zeros()).map(|k| 1u32 << k).collect();
+    }
+    vec![a.size.unwrap_or(if a.lat { 2 } else { 65536 })]
+}
+
+/// Run `snic rdma`.
+pub fn run(args: RdmaArgs) -> Result<()> {
+    let timeout = Duration::from_secs_f64(args.timeout);
+    if args.server { server(&args, timeout) } else { client(&args, timeout) }
+}
+
+// ----- control connection -----
+
+/// The TCP control connection: length-prefixed frames of little-endian `u64` words. Blocking
+/// reads and writes are bounded by the timeout; during a benchmark the socket is polled without
+/// blocking so the engine keeps running.
+#[derive(Debug)]
+struct Ctrl {
+    s: TcpStream,
+    inbuf: Vec<u8>,
+    timeout: Duration,
+    nonblocking: bool,
+}
+
+impl Ctrl {
+    fn new(s: TcpStream, timeout: Duration) -> Result<Ctrl> {
+        s.set_nodelay(true)?;
+        s.set_read_timeout(Some(timeout))?;
+        s.set_write_timeout(Some(timeout))?;
+        Ok(Ctrl { s, inbuf: Vec::new(), timeout, nonblocking: false })
+    }
+
+    fn send(&mut self, words: &[u64]) -> Result<()> {
+        let mut b = Vec::with_capacity(8 * (words.len() + 1));
+        b.extend_from_slice(&(words.len() as u64).to_le_bytes());
+        for w in words {
+            b.extend_from_slice(&w.to_le_bytes());
+        }
+        let deadline = std::time::Instant::now() + self.timeout;
+        let mut rest = &b[..];
+        while !rest.is_empty() {
+            match self.s.write(rest) {
+                Ok(0) => bail!("the peer closed the control connection"),
+                Ok(n) => rest = &rest[n..],
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
+                    ensure!(std::time::Instant::now() < deadline, "control connection stalled");
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+                Err(e) => return Err(e).context("control connection"),
+            }
+        }
+        Ok(())
+    }
+
+    /// One frame, if a whole one has arrived; never blocks.
+    fn try_recv(&mut self) -> Result<Option<Vec<u64>>> {
+        if let Some(m) = self.take_frame()? {
+            return Ok(Some(m));
+        }
+        if !self.nonblocking {
+            // From here on the socket stays non-blocking: one read per look, no mode switches.
+            self.s.set_nonblocking(true)?;
+            self.nonblocking = true;
+        }
+        let mut tmp = [0u8; 4096];
+        let r = loop {
+            match self.s.read(&mut tmp) {
+                Ok(0) => break Err(anyhow!("the peer closed the control connection")),
+                Ok(n) => {
+                    self.inbuf.extend_from_slice(&tmp[..n]);
+                    if n < tmp.len() {
+                        break Ok(());
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break Ok(()),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => break Err(anyhow!(e).context("control connection")),
+            }
+        };
+        r?;
+        self.take_frame()
+    }
+
+    fn take_frame(&mut self) -> Result<Option<Vec<u64>>> {
+        let Some(head) = self.inbuf.get(..8) else { return Ok(None) };
+        let n = u64::from_le_bytes(head.try_into()?);
+        ensure!(n <= 4096, "bad control frame ({n} words)");
+        let total = 8 + 8 * n as usize;
+        if self.inbuf.len() < total {
+            return Ok(None);
+        }
+        let words = self.inbuf[8..total]
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+            .collect();
+        self.inbuf.drain(..total);
+        Ok(Some(words))
+    }
+
+    /// One frame read with exact reads: nothing after it is consumed, so the QP exchange that
+    /// follows the hello finds its bytes on the stream.
+    fn recv_exact(&mut self) -> Result<Vec<u64>> {
+        ensure!(
+            self.inbuf.is_empty() && !self.nonblocking,
+            "control bytes buffered before the QP exchange"
+        );
+        let mut head = [0u8; 8];
+        self.s.read_exact(&mut head).map_err(|e| match e.kind() {
+            ErrorKind::UnexpectedEof => {
+                anyhow!("the client closed the connection before its hello")
+            }
+            _ => anyhow!(e).context("waiting for the client's hello"),
+        })?;
+        let n = u64::from_le_bytes(head);
+        ensure!(n <= 64, "bad hello ({n} words): not a `snic rdma` client");
+        let mut body = vec![0u8; 8 * n as usize];
+        self.s.read_exact(&mut body).context("waiting for the client's hello")?;
+        Ok(body
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+            .collect())
+    }
+
+    /// One frame, waiting at most the timeout (the engine is not driven meanwhile).
+    fn recv(&mut self) -> Result<Vec<u64>> {
+        let deadline = std::time::Instant::now() + self.timeout;
+        loop {
+            if let Some(m) = self.try_recv()? {
+                return Ok(m);
+            }
+            if std::time::Instant::now() >= deadline {
+                bail!("timed out after {:?} waiting for the peer", self.timeout);
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+}
+
+/// Control message tags (first word of a frame after the hello).
+mod tag {
+    /// Client: run one size: `[RUN, size, iters]`.
+    pub const RUN: u64 = 1;
+    /// Server: ready for the size.
+    pub const READY: u64 = 2;
+    /// A side finished its part of the size: `[DONE]`.
+    pub const DONE: u64 = 3;
+    /// Client: the figures of the size, `[RESULT, f64 bits...]`.
+    pub const RESULT: u64 = 4;
+    /// Server: verification outcome `[VERDICT, ok, first bad offset]`.
+    pub const VERDICT: u64 = 5;
+    /// Client: no more sizes.
+    pub const END: u64 = 6;
+}
+
+fn expect_tag(m: &[u64], t: u64) -> Result<()> {
+    match m.first() {
+        Some(&x) if x == t => Ok(()),
+        Some(&x) => bail!("protocol error: expected message {t}, got {x}"),
+        None => bail!("protocol error: empty message"),
+    }
+}
+
+// ----- connection setup -----
+
+fn resolve(host: &str, port: u16, ipv6: bool) -> Result<SocketAddr> {
+    let all: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .with_context(|| format!("cannot resolve {host:?}"))?
+        .collect();
+    all.iter()
+        .find(|a| a.is_ipv6() == ipv6)
+        .or_else(|| all.first())
+        .copied()
+        .ok_or_else(|| anyhow!("{host:?} has no address"))
+}
+
+fn connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream> {
+    let deadline = std::time::Instant::now() + timeout;
+    let mut last = None;
+    while std::time::Instant::now() < deadline {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match TcpStream::connect_timeout(&addr, left.max(Duration::from_millis(1))) {
+            Ok(s) => return Ok(s),
+            Err(e) => last = Some(e),
+        }
+        // perftest gives up at once; retrying lets a script start both sides together.
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let why = last.map_or_else(|| "timed out".to_string(), |e| e.to_string());
+    bail!("could not connect to the server at {addr} within {timeout:?}: {why}")
+}
+
+fn accept(port: u16, ipv6: bool, timeout: Duration) -> Result<TcpStream> {
+    let any: IpAddr =
+        if ipv6 { IpAddr::V6(Ipv6Addr::UNSPECIFIED) } else { IpAddr::V4(Ipv4Addr::UNSPECIFIED) };
+    let l =
+        TcpListener::bind((any, port)).with_context(|| format!("cannot listen on TCP {port}"))?;
+    l.set_nonblocking(true)?;
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        match l.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false)?;
+                return Ok(s);
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                ensure!(
+                    std::time::Instant::now() < deadline,
+                    "no client connected to TCP port {port} within {timeout:?}"
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => return Err(e).context("accept"),
+        }
+    }
+}
+
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// One side of a benchmark: the NIC, its transport, one QP and its buffer.
+#[derive(Debug)]
+struct Side {
+    rnic: Rnic,
+    tx: RoceTransport,
+    clock: MonotonicClock,
+    ctrl: Ctrl,
+    qpn: u32,
+    scq: CqId,
+    rcq: CqId,
+    mr: MrInfo,
+    remote: QpInfo,
+    plan: Plan,
+    /// The last time anything moved (a completion, a message, the awaited memory change).
+    last_progress: std::time::Instant,
+    timeout: Duration,
+    cqes: Vec<Cqe>,
+    /// Send completions polled so far (all sizes).
+    sends_done: u64,
+}
+
+fn setup(ctrl: Ctrl, plan: Plan, a: &RdmaArgs, local_ip: IpAddr) -> Result<Side> {
+    let kind = a.mem.kind();
+    let buf_len = u64::from(plan.buf_slots()) * plan.stride;
+    let rings = 8 << 20;
+    let mut cfg = RnicConfig { local_ip, udp_port: a.port, ..RnicConfig::default() };
+    match kind {
+        MemKind::Host => cfg.host_pool = buf_len + rings,
+        _ => {
+            cfg.host_pool = rings;
+            cfg.on_board = cfg.on_board.max(buf_len + rings);
+        }
+    }
+    let mut rnic = Rnic::new(cfg).map_err(|e| anyhow!("RDMA NIC: {e}"))?;
+    let addr = rnic.alloc_buf(kind, buf_len, 4096).map_err(|e| anyhow!("buffer: {e}"))?;
+    let pd = rnic.alloc_pd();
+    let mr = rnic.reg_mr(pd, addr, buf_len, Access::ALL).map_err(|e| anyhow!("reg_mr: {e}"))?;
+    let depth = a.tx_depth.max(plan.slots);
+    let scq = rnic.create_cq(depth as usize * 2 + 64);
+    let rcq = rnic.create_cq(depth as usize * 2 + 64);
+    let init = QpInit {
+        pd,
+        send_cq: scq,
+        recv_cq: rcq,
+        srq: None,
+        max_send_wr: depth,
+        max_recv_wr: depth,
+        placement: kind,
+        sq_sig_all: false,
+    };
+    let qpn = rnic.create_qp(init).map_err(|e| anyhow!("create_qp: {e}"))?;
+    let psn = initial_psn(qpn);
+    let local = QpInfo {
+        qpn,
+        psn,
+        gid: local_ip,
+        udp_port: a.port,
+        rkey: mr.rkey,
+        addr: mr.addr,
+        len: mr.len,
+        mtu: a.mtu,
+    };
+    let mut ctrl = ctrl;
+    let remote = rdma_cm::exchange(&mut ctrl.s, &local).context("QP exchange")?;
+    ensure!(
+        remote.gid.is_ipv4() == local_ip.is_ipv4(),
+        "address families differ: local {local_ip}, remote {}",
+        remote.gid
+    );
+    ensure!(
+        remote.udp_port == a.port,
+        "the peer uses UDP port {} (here {})",
+        remote.udp_port,
+        a.port
+    );
+    let clock = MonotonicClock::new();
+    rdma_cm::connect_qp_mtu(&mut rnic, qpn, &remote, psn, a.mtu, clock.now())
+        .map_err(|e| anyhow!("connect QP: {e}"))?;
+    let opts = TransportOpts { gso: !a.no_gso, gro: !a.no_gso, ..TransportOpts::default() };
+    let bind = SocketAddr::new(local_ip, a.port);
+    let tx = RoceTransport::bind(bind, opts)
+        .with_context(|| format!("cannot bind RoCE UDP socket {bind}"))?;
+    tracing::debug!(?local, ?remote, "QP connected");
+    Ok(Side {
+        rnic,
+        tx,
+        clock,
+        ctrl,
+        qpn,
+        scq,
+        rcq,
+        mr,
+        remote,
+        plan,
+        last_progress: std::time::Instant::now(),
+        timeout: Duration::from_secs_f64(a.timeout),
+        cqes: vec![BLANK_CQE; 64],
+        sends_done: 0,
+    })
+}
+
+/// A PSN that differs between runs (perftest draws it at random) but needs no RNG here.
+fn initial_psn(qpn: u32) -> u32 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    (t ^ qpn.rotate_left(11)) & snic_rdma::psn::MASK
+}
+
+/// Filler of the CQE buffer `poll_cq` writes into.
+const BLANK_CQE: Cqe = Cqe {
+    wr_id: 0,
+    status: WcStatus::Success,
+    opcode: snic_rdma::WcOpcode::Send,
+    byte_len: 0,
+    qpn: 0,
+    src_qp: 0,
+    imm: None,
+    invalidated_rkey: None,
+};
+
+impl Side {
+    fn slot_addr(&self, slot: u64) -> u64 {
+        self.mr.addr + (slot % u64::from(self.plan.buf_slots())) * self.plan.stride
+    }
+    fn remote_slot(&self, slot: u64) -> u64 {
+        self.remote.addr + (slot % u64::from(self.plan.buf_slots())) * self.plan.stride
+    }
+    fn sge(&self, slot: u64, len: u32) -> SgList {
+        SgList::one(Sge { addr: self.slot_addr(slot), len, lkey: self.mr.lkey })
+    }
+    fn remote(&self, slot: u64) -> Remote {
+        Remote { addr: self.remote_slot(slot), rkey: self.remote.rkey }
+    }
+
+    /// Move packets both ways and run due timers; true when anything happened.
+    fn progress(&mut self) -> Result<bool> {
+        let now = self.clock.now();
+        let got = self.tx.recv(&mut self.rnic, now).context("RoCE receive")?;
+        let now = self.clock.now();
+        if self.rnic.poll_timeout().is_some_and(|t| t <= now) {
+            self.rnic.handle_timeout(now);
+        }
+        let sent = self.tx.send(&mut self.rnic, now).context("RoCE send")?;
+        Ok(got + sent > 0)
+    }
+
+    /// Nothing to do: block until a packet may have arrived or a timer is due (at most 1 ms,
+    /// so the control socket and memory conditions are looked at regularly).
+    fn idle(&mut self) -> Result<()> {
+        let now = self.clock.now();
+        let mut d = Duration::from_millis(1);
+        if let Some(t) = self.rnic.poll_timeout() {
+            d = d.min(t - now);
+        }
+        if !d.is_zero() {
+            self.tx.wait(Some(d)).context("RoCE wait")?;
+        }
+        self.check_stall()
+    }
+
+    fn touch(&mut self) {
+        self.last_progress = std::time::Instant::now();
+    }
+
+    fn check_stall(&self) -> Result<()> {
+        if self.last_progress.elapsed() > self.timeout {
+            bail!(
+                "no progress for {:?} (is the peer running? engine stats: {:?})",
+                self.timeout,
+                self.rnic.stats()
+            );
+        }
+        Ok(())
+    }
+
+    /// Poll `cq`; every CQE must be a success.
+    fn poll(&mut self, cq: CqId) -> Result<usize> {
+        let n = self.rnic.poll_cq(cq, &mut self.cqes).map_err(|e| anyhow!("poll_cq: {e}"))?;
+        for c in &self.cqes[..n] {
+            if c.status != WcStatus::Success {
+                bail!(
+                    "completion error: {} ({:?}, wr_id {}, QP {:#x})",
+                    c.status.name(),
+                    c.opcode,
+                    c.wr_id,
+                    c.qpn
+                );
+            }
+        }
+        if n > 0 {
+            self.touch();
+        }
+        if cq == self.scq {
+            self.sends_done += n as u64;
+        }
+        Ok(n)
+    }
+
+    /// Drive the engine until a control message arrives.
+    fn drive_until_msg(&mut self) -> Result<Vec<u64>> {
+        let mut busy = false;
+        let mut rounds = 0u32;
+        loop {
+            // While packets flow the control socket is looked at only every 64 rounds: a
+            // message is never urgent, a read per round would cost a syscall per batch.
+            rounds = rounds.wrapping_add(1);
+            if !busy || rounds % 64 == 0 {
+                if let Some(m) = self.ctrl.try_recv()? {
+                    self.touch();
+                    return Ok(m);
+                }
+            }
+            busy = self.progress()?;
+            // Send completions of the passive side are not waited for; drain them so the CQ
+            // never overflows.
+            let _ = self.poll(self.scq)?;
+            if !busy {
+                self.idle()?;
+            }
+        }
+    }
+
+    /// Both sides say DONE and keep driving until the peer's DONE: the last ACKs still flow.
+    fn finish(&mut self) -> Result<()> {
+        self.ctrl.send(&[tag::DONE])?;
+        let m = self.drive_until_msg()?;
+        expect_tag(&m, tag::DONE)
+    }
+
+    fn mem_write(&mut self, addr: u64, data: &[u8]) -> Result<()> {
+        self.rnic.mem_mut().write(addr, data).map_err(|e| anyhow!("buffer write: {e}"))
+    }
+
+    fn mem_read(&self, addr: u64, len: usize) -> Result<&[u8]> {
+        self.rnic.mem().slice(addr, len).map_err(|e| anyhow!("buffer read: {e}"))
+    }
+}
+
+// ----- data patterns -----
+
+/// Body byte `j` of a message in buffer slot `slot` (fixed per slot, so filling is done once
+/// per size).
+fn body_byte(slot: u64, j: usize) -> u8 {
+    let j = j as u64;
+    (j.wrapping_mul(0x45) ^ (j >> 8).wrapping_mul(0x9d) ^ slot.wrapping_mul(0x3b) ^ 0x5a) as u8
+}
+
+/// The first 8 bytes of iteration `i`'s message: a tag that changes every iteration.
+fn header(i: u64, size: u32) -> [u8; 8] {
+    (i.wrapping_add(1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ u64::from(size)).to_le_bytes()
+}
+
+/// The whole message of iteration `i` from slot `slot`.
+fn message(i: u64, slot: u64, size: u32) -> Vec<u8> {
+    let mut m: Vec<u8> = (0..size as usize).map(|j| body_byte(slot, j)).collect();
+    let h = header(i, size);
+    let n = m.len().min(8);
+    m[..n].copy_from_slice(&h[..n]);
+    m
+}
+
+/// The marker a latency ping-pong waits for in the last byte of the message (never 0, the
+/// value of a cleared buffer, and never the previous iteration's).
+fn marker(i: u64) -> u8 {
+    (i % 255) as u8 + 1
+}
+
+/// First offset where `got` differs from iteration `i`'s message whose slot body is `body`
+/// (`message(_, slot, size)`): the header is compared apart, so no message is built.
+fn check_message(got: &[u8], i: u64, body: &[u8]) -> Option<usize> {
+    let h = header(i, body.len() as u32);
+    let n = got.len().min(8);
+    if let Some(o) = first_diff(&got[..n], &h[..n.min(body.len())]) {
+        return Some(o);
+    }
+    first_diff(&got[n..], body.get(n..).unwrap_or_default()).map(|o| o + n)
+}
+
+fn first_diff(a: &[u8], b: &[u8]) -> Option<usize> {
+    a.iter()
+        .zip(b)
+        .position(|(x, y)| x != y)
+        .or((a.len() != b.len()).then_some(a.len().min(b.len())))
+}
+
+// ----- figures -----
+
+/// Figures of one bandwidth run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Bw {
+    peak: f64,
+    avg: f64,
+    mpps: f64,
+}
+
+/// Bandwidth from post and completion times (seconds since the first post): average over the
+/// whole run, peak over windows of `window` consecutive completions.
+fn bw_figures(size: u32, first_post: f64, done: &[f64], window: usize, gbits: bool) -> Bw {
+    let unit = |bytes: f64, secs: f64| {
+        if gbits { bytes * 8.0 / 1e9 / secs } else { bytes / f64::from(1u32 << 20) / secs }
+    };
+    let n = done.len();
+    let Some(&last) = done.last() else { return Bw { peak: 0.0, avg: 0.0, mpps: 0.0 } };
+    let total = (last - first_post).max(1e-9);
+    let bytes = f64::from(size) * n as f64;
+    let avg = unit(bytes, total);
+    let w = window.clamp(1, n);
+    let mut peak: f64 = 0.0;
+    let mut start = first_post;
+    for chunk in done.chunks(w) {
+        let end = chunk[chunk.len() - 1];
+        let dt = end - start;
+        if chunk.len() == w && dt > 0.0 {
+            peak = peak.max(unit(f64::from(size) * w as f64, dt));
+        }
+        start = end;
+    }
+    Bw { peak: peak.max(avg), avg, mpps: n as f64 / total / 1e6 }
+}
+
+fn bw_row(size: u32, iters: u64, b: &Bw) -> String {
+    format!(
+        " {size:<7}    {iters:<10}       {:<7.2}            {:<7.2}\t\t   {:<7.6}",
+        b.peak, b.avg, b.mpps
+    )
+}
+
+/// Figures of one latency run, in microseconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Lat {
+    min: f64,
+    max: f64,
+    typical: f64,
+    avg: f64,
+    stdev: f64,
+    p99: f64,
+    p999: f64,
+}
+
+fn lat_figures(samples_us: &[f64]) -> Lat {
+    let mut s = samples_us.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len().max(1);
+    let get =
+        |q: f64| s.get(((q * n as f64).ceil() as usize).clamp(1, n) - 1).copied().unwrap_or(0.0);
+    let avg = s.iter().sum::<f64>() / n as f64;
+    let var = s.iter().map(|x| (x - avg) * (x - avg)).sum::<f64>() / n as f64;
+    Lat {
+        min: s.first().copied().unwrap_or(0.0),
+        max: s.last().copied().unwrap_or(0.0),
+        typical: s.get(s.len() / 2).copied().unwrap_or(0.0),
+        avg,
+        stdev: var.sqrt(),
+        p99: get(0.99),
+        p999: get(0.999),
+    }
+}
+
+fn lat_row(size: u32, iters: u64, l: &Lat) -> String {
+    format!(
+        " {size:<7} {iters}          {:<7.2}        {:<7.2}      {:<7.2}  \t       {:<7.2}     \t{:<7.2}\t\t{:<7.2} \t\t{:<7.2}",
+        l.min, l.max, l.typical, l.avg, l.stdev, l.p99, l.p999
+    )
+}
+
+/// What one size produced, as sent from the client to the server.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Figures {
+    Bw(Bw),
+    Lat(Lat),
+}
+
+impl Figures {
+    fn encode(&self) -> Vec<u64> {
+        let v: Vec<f64> = match self {
+            Figures::Bw(b) => vec![b.peak, b.avg, b.mpps],
+            Figures::Lat(l) => vec![l.min, l.max, l.typical, l.avg, l.stdev, l.p99, l.p999],
+        };
+        v.into_iter().map(f64::to_bits).collect()
+    }
+    fn decode(w: &[u64]) -> Result<Figures> {
+        let f: Vec<f64> = w.iter().map(|&x| f64::from_bits(x)).collect();
+        match f[..] {
+            [peak, avg, mpps] => Ok(Figures::Bw(Bw { peak, avg, mpps })),
+            [min, max, typical, avg, stdev, p99, p999] => {
+                Ok(Figures::Lat(Lat { min, max, typical, avg, stdev, p99, p999 }))
+            }
+            _ => bail!("protocol error: {} figures", f.len()),
+        }
+    }
+}
+
+/// Prints the table (or JSON) on either side.
+#[derive(Debug)]
+struct Report {
+    json: bool,
+    gbits: bool,
+    op: RdmaOp,
+    started: bool,
+}
+
+impl Report {
+    fn row(&mut self, size: u32, iters: u64, f: &Figures, extra: serde_json::Value) {
+        if self.json {
+            let mut v = match f {
+                Figures::Bw(b) => json!({
+                    "op": self.op.name(), "mode": "bw", "bytes": size, "iterations": iters,
+                    "bw_peak": b.peak, "bw_avg": b.avg,
+                    "bw_unit": if self.gbits { "Gb/sec" } else { "MB/sec" },
+                    "msg_rate_mpps": b.mpps,
+                }),
+                Figures::Lat(l) => json!({
+                    "op": self.op.name(), "mode": "lat", "bytes": size, "iterations": iters,
+                    "t_min_us": l.min, "t_max_us": l.max, "t_typical_us": l.typical,
+                    "t_avg_us": l.avg, "t_stdev_us": l.stdev, "p99_us": l.p99, "p999_us": l.p999,
+                }),
+            };
+            if let (Some(o), serde_json::Value::Object(e)) = (v.as_object_mut(), extra) {
+                o.extend(e);
+            }
+            println!("{v}");
+            return;
+        }
+        if !self.started {
+            self.started = true;
+            println!("{RESULT_LINE}");
+            match f {
+                Figures::Bw(_) => {
+                    println!("{}", if self.gbits { RESULT_FMT_G } else { RESULT_FMT })
+                }
+                Figures::Lat(_) => println!("{RESULT_FMT_LAT}"),
+            }
+        }
+        match f {
+            Figures::Bw(b) => println!("{}", bw_row(size, iters, b)),
+            Figures::Lat(l) => println!("{}", lat_row(size, iters, l)),
+        }
+    }
+
+    fn end(&self, verified: Option<bool>) {
+        if !self.json && self.started {
+            println!("{RESULT_LINE}");
+        }
+        if verified == Some(true) {
+            // JSON mode keeps stdout for JSON lines only.
+            if self.json {
+                eprintln!("data verified: OK");
+            } else {
+                println!("data verified: OK");
+            }
+        }
+    }
+}
+
+// ----- client -----
+
+fn client(a: &RdmaArgs, timeout: Duration) -> Result<()> {
+    let host = a.client.as_deref().ok_or_else(|| anyhow!("--client ADDR or --server"))?;
+    let server = resolve(host, a.tcp_port, a.ipv6)?;
+    let stream = connect(server, timeout)?;
+    let local_ip = match a.local_ip {
+        Some(ip) => ip,
+        None if server.ip().is_loopback() && server.is_ipv4() => {
+            // Both processes bind the RoCE UDP port: a second loopback address keeps them apart.
+            IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2))
+        }
+        None => canonical(stream.local_addr()?.ip()),
+    };
+    ensure!(
+        canonical(local_ip) != canonical(server.ip()) || a.local_ip.is_some(),
+        "this client's RoCE address would be the server's ({local_ip}): both bind UDP port {} \
+         there; give the client another address with --local-ip",
+        a.port
+    );
+    let mut ctrl = Ctrl::new(stream, timeout)?;
+    let plan = Plan::new(a);
+    ctrl.send(&plan.encode())?;
+    if a.op == RdmaOp::Blast {
+        return blast_client(ctrl, a, local_ip, server.ip());
+    }
+    let mut side = setup(ctrl, plan, a, local_ip)?;
+    let mut rep = Report { json: a.json, gbits: a.report_gbits, op: a.op, started: false };
+    let mut all_ok = true;
+    for size in sizes(a) {
+        side.ctrl.send(&[tag::RUN, u64::from(size), a.iters])?;
+        let m = side.ctrl.recv()?;
+        expect_tag(&m, tag::READY)?;
+        side.touch();
+        let (figs, local_ok) = client_round(&mut side, a, size)?;
+        side.finish()?;
+        let mut msg = vec![tag::RESULT];
+        msg.extend(figs.encode());
+        side.ctrl.send(&msg)?;
+        let v = side.ctrl.recv()?;
+        expect_tag(&v, tag::VERDICT)?;
+        let remote_ok = v.get(1) == Some(&1);
+        let ok = local_ok.unwrap_or(true) && remote_ok;
+        let extra = json!({
+            "verified": plan.verify.then_some(ok),
+            "engine": side.rnic.stats(),
+            "transport": side.tx.stats(),
+        });
+        rep.row(size, a.iters, &figs, extra);
+        if plan.verify && !ok {
+            all_ok = false;
+            let whose = if remote_ok { "client" } else { "server" };
+            let at = if remote_ok { None } else { v.get(2).copied() };
+            eprintln!("data verification FAILED at {size} bytes ({whose} side, offset {at:?})");
+        }
+    }
+    side.ctrl.send(&[tag::END])?;
+    rep.end(plan.verify.then_some(all_ok));
+    ensure!(all_ok, "data verification failed");
+    Ok(())
+}
+
+/// One size at the client. Returns the figures and the client's own verification (READ and
+/// atomics check at the client; `None` when nothing is checked here).
+fn client_round(s: &mut Side, a: &RdmaArgs, size: u32) -> Result<(Figures, Option<bool>)> {
+    let slots = u64::from(s.plan.slots);
+    // Fresh slot bodies each size; READ destinations cleared so stale data cannot pass.
+    for slot in 0..u64::from(s.plan.buf_slots()) {
+        let addr = s.slot_addr(slot);
+        let m = if s.plan.op == RdmaOp::Read {
+            vec![0u8; size as usize]
+        } else {
+            message(0, slot, size)
+        };
+        s.mem_write(addr, &m)?;
+    }
+    if s.plan.lat {
+        return client_lat(s, a, size);
+    }
+    let depth = u64::from(a.tx_depth.min(s.plan.slots)).max(1);
+    let batch = u64::from(a.batch).min(depth);
+    let iters = a.iters;
+    let mut done = Vec::with_capacity(iters as usize);
+    let mut wrs: Vec<SendWr> = Vec::with_capacity(batch as usize);
+    let (mut posted, mut completed) = (0u64, 0u64);
+    let mut local_ok = true;
+    let checks = s.plan.verify;
+    let t0 = s.clock.now();
+    let secs = |t: snic_time::Instant| (t - t0).as_secs_f64();
+    while completed < iters {
+        while posted < iters && posted - completed + batch.min(iters - posted) <= depth {
+            let n = batch.min(iters - posted);
+            wrs.clear();
+            for i in posted..posted + n {
+                let slot = i % slots;
+                let op = match s.plan.op {
+                    RdmaOp::Write => WrOp::Write { remote: s.remote(slot) },
+                    RdmaOp::Read => WrOp::Read { remote: s.remote(slot) },
+                    RdmaOp::Send => WrOp::Send,
+                    _ => atomic_op(s, i),
+                };
+                if matches!(s.plan.op, RdmaOp::Write | RdmaOp::Send) {
+                    let h = header(i, size);
+                    let addr = s.slot_addr(slot);
+                    s.mem_write(addr, &h[..h.len().min(size as usize)])?;
+                }
+                let len = if s.plan.op == RdmaOp::Atomic { 8 } else { size };
+                wrs.push(SendWr::new(i, op, s.sge(slot, len)));
+            }
+            let now = s.clock.now();
+            s.rnic.post_send_batch(s.qpn, &wrs, now).map_err(|e| anyhow!("post_send: {e}"))?;
+            posted += n;
+        }
+        let busy = s.progress()?;
+        let n = s.poll(s.scq)?;
+        if n > 0 {
+            let t = secs(s.clock.now());
+            for k in 0..n {
+                let c = s.cqes[k];
+                ensure!(
+                    c.wr_id == completed,
+                    "completion out of order: {} for {completed}",
+                    c.wr_id
+                );
+                if s.plan.op == RdmaOp::Atomic && checks {
+                    // The original value is the chain's position: every atomic ran once, in order.
+                    let got = u64::from_le_bytes(
+                        s.mem_read(s.slot_addr(completed % slots), 8)?.try_into()?,
+                    );
+                    if got != completed {
+                        local_ok = false;
+                    }
+                }
+                completed += 1;
+                done.push(t);
+            }
+        } else if !busy {
+            s.idle()?;
+        }
+    }
+    if s.plan.op == RdmaOp::Read && checks {
+        for slot in 0..slots.min(iters) {
+            let want = message(slot, slot, size);
+            if s.mem_read(s.slot_addr(slot), size as usize)? != &want[..] {
+                local_ok = false;
+            }
+        }
+    }
+    let bw = bw_figures(size, 0.0, &done, depth as usize, a.report_gbits);
+    let own = matches!(s.plan.op, RdmaOp::Read | RdmaOp::Atomic) && checks;
+    Ok((Figures::Bw(bw), own.then_some(local_ok)))
+}
+
+fn atomic_op(s: &Side, i: u64) -> WrOp {
+    let remote = Remote { addr: s.remote.addr, rkey: s.remote.rkey };
+    if s.plan.cmp_swap {
+        WrOp::CmpSwap { remote, compare: i, swap: i + 1 }
+    } else {
+        WrOp::FetchAdd { remote, add: 1 }
+    }
+}
+
+fn client_lat(s: &mut Side, a: &RdmaArgs, size: u32) -> Result<(Figures, Option<bool>)> {
+    let iters = a.iters;
+    let mut samples = Vec::with_capacity(iters as usize);
+    let mut local_ok = true;
+    let checks = s.plan.verify;
+    let last = u64::from(size.max(1)) - 1;
+    if s.plan.op == RdmaOp::Send {
+        post_recv(s, 0, size)?;
+    }
+    let base = s.sends_done;
+    for i in 0..iters {
+        let t0 = s.clock.now();
+        match s.plan.op {
+            RdmaOp::Write | RdmaOp::Send => {
+                // Slot 1 is the source, slot 0 receives the peer's pong.
+                let m = lat_message(i, size);
+                let src = s.slot_addr(1);
+                s.mem_write(src, &m)?;
+                let op = if s.plan.op == RdmaOp::Write {
+                    WrOp::Write { remote: s.remote(0) }
+                } else {
+                    WrOp::Send
+                };
+                let wr = SendWr::new(i, op, s.sge(1, size));
+                s.rnic.post_send(s.qpn, &wr, t0).map_err(|e| anyhow!("post_send: {e}"))?;
+                if s.plan.op == RdmaOp::Write {
+                    let at = s.slot_addr(0) + last;
+                    wait_marker(s, at, i)?;
+                } else {
+                    wait_recv(s, size)?;
+                    post_recv(s, 0, size)?;
+                }
+            }
+            _ => {
+                let op = match s.plan.op {
+                    RdmaOp::Read => WrOp::Read { remote: s.remote(0) },
+                    _ => atomic_op(s, i),
+                };
+                let len = if s.plan.op == RdmaOp::Atomic { 8 } else { size };
+                let wr = SendWr::new(i, op, s.sge(0, len));
+                s.rnic.post_send(s.qpn, &wr, t0).map_err(|e| anyhow!("post_send: {e}"))?;
+                let mut got = 0;
+                drive_until(s, |s| {
+                    got += s.poll(s.scq)?;
+                    Ok(got > 0)
+                })?;
+                if s.plan.op == RdmaOp::Atomic && checks {
+                    let v = u64::from_le_bytes(s.mem_read(s.slot_addr(0), 8)?.try_into()?);
+                    local_ok &= v == i;
+                }
+            }
+        }
+        let dt = (s.clock.now() - t0).as_secs_f64() * 1e6;
+        // Ping-pongs measure a round trip; perftest reports half of it.
+        samples.push(if matches!(s.plan.op, RdmaOp::Write | RdmaOp::Send) { dt / 2.0 } else { dt });
+    }
+    // Every ping must complete (be acknowledged) before the round ends.
+    let want = base + iters;
+    drive_until(s, |s| {
+        s.poll(s.scq)?;
+        Ok(s.sends_done >= want)
+    })?;
+    if checks {
+        match s.plan.op {
+            RdmaOp::Write | RdmaOp::Send => {
+                let want = lat_message(iters - 1, size);
+                local_ok &= s.mem_read(s.slot_addr(0), size as usize)? == &want[..];
+            }
+            RdmaOp::Read => {
+                let want = message(0, 0, size);
+                local_ok &= s.mem_read(s.slot_addr(0), size as usize)? == &want[..];
+            }
+            _ => {}
+        }
+    }
+    Ok((Figures::Lat(lat_figures(&samples)), checks.then_some(local_ok)))
+}
+
+/// The message of ping-pong iteration `i` (both directions): header, body, marker last.
+fn lat_message(i: u64, size: u32) -> Vec<u8> {
+    let mut m = message(i, 0, size);
+    if let Some(b) = m.last_mut() {
+        *b = marker(i);
+    }
+    m
+}
+
+fn post_recv(s: &mut Side, slot: u64, size: u32) -> Result<()> {
+    let wr = RecvWr { wr_id: slot, sgl: s.sge(slot, size) };
+    let now = s.clock.now();
+    s.rnic.post_recv(s.qpn, &wr, now).map_err(|e| anyhow!("post_recv: {e}"))
+}
+
+/// Drive until one receive completion of `size` bytes; returns it.
+fn wait_recv(s: &mut Side, size: u32) -> Result<Cqe> {
+    let mut got = None;
+    drive_until(s, |s| {
+        let n = s.poll(s.rcq)?;
+        if n > 0 {
+            ensure!(n == 1, "more receive completions than RECVs posted");
+            got = Some(s.cqes[0]);
+        }
+        let _ = s.poll(s.scq)?;
+        Ok(got.is_some())
+    })?;
+    let c = got.ok_or_else(|| anyhow!("no receive completion"))?;
+    ensure!(c.byte_len == size, "received {} bytes, expected {size}", c.byte_len);
+    Ok(c)
+}
+
+/// Drive until the last byte of the ping-pong buffer shows iteration `i`'s marker (the WRITE
+/// has landed: its packets are placed in order). Send completions are drained meanwhile so the
+/// CQ never overflows.
+fn wait_marker(s: &mut Side, at: u64, i: u64) -> Result<()> {
+    drive_until(s, |s| {
+        s.poll(s.scq)?;
+        Ok(s.mem_read(at, 1)?[0] == marker(i))
+    })
+}
+
+/// Drive the engine until `done` holds (looked at after every round of I/O).
+fn drive_until(s: &mut Side, mut done: impl FnMut(&mut Side) -> Result<bool>) -> Result<()> {
+    loop {
+        if done(s)? {
+            s.touch();
+            return Ok(());
+        }
+        if !s.progress()? {
+            if done(s)? {
+                s.touch();
+                return Ok(());
+            }
+            s.idle()?;
+        }
+    }
+}
+
+// ----- server -----
+
+fn server(a: &RdmaArgs, timeout: Duration) -> Result<()> {
+    let stream = accept(a.tcp_port, a.ipv6, timeout)?;
+    let local_ip = match a.local_ip {
+        Some(ip) => ip,
+        None => canonical(stream.local_addr()?.ip()),
+    };
+    let mut ctrl = Ctrl::new(stream, timeout)?;
+    let hello = ctrl.recv_exact()?;
+    let words: [u64; 8] =
+        hello.as_slice().try_into().map_err(|_| anyhow!("protocol error: bad hello"))?;
+    let plan = Plan::decode(&words)?;
+    ensure!(
+        plan.op == a.op,
+        "the client runs `{}`, this server `{}`: start both with the same operation",
+        plan.op.name(),
+        a.op.name()
+    );
+    ensure!(plan.lat == a.lat, "the client and the server disagree on --lat");
+    if plan.op == RdmaOp::Blast {
+        return blast_server(ctrl, a, local_ip);
+    }
+    let mut side = setup(ctrl, plan, a, local_ip)?;
+    let mut rep = Report { json: a.json, gbits: a.report_gbits, op: a.op, started: false };
+    let mut all_ok = true;
+    if plan.op == RdmaOp::Send && !plan.lat {
+        // One RECV per slot, reposted as each completes.
+        for slot in 0..u64::from(plan.slots) {
+            post_recv(&mut side, slot, plan.max_size)?;
+        }
+    }
+    loop {
+        let m = side.drive_until_msg()?;
+        match m.first() {
+            Some(&tag::END) => break,
+            Some(&tag::RUN) if m.len() == 3 => {}
+            _ => bail!("protocol error: unexpected message {m:?}"),
+        }
+        let size = u32::try_from(m[1]).ok().filter(|&s| s > 0 && s <= plan.max_size);
+        let size = size.ok_or_else(|| anyhow!("protocol error: size {}", m[1]))?;
+        let iters = m[2];
+        ensure!(iters > 0, "protocol error: zero iterations");
+        let bad_at = server_round(&mut side, size, iters)?;
+        let m = side.ctrl.recv()?;
+        expect_tag(&m, tag::RESULT)?;
+        let figs = Figures::decode(&m[1..])?;
+        let ok = bad_at.is_none();
+        side.ctrl.send(&[tag::VERDICT, u64::from(ok), bad_at.unwrap_or(0)])?;
+        let extra = json!({
+            "verified": plan.verify.then_some(ok),
+            "engine": side.rnic.stats(),
+            "transport": side.tx.stats(),
+        });
+        rep.row(size, iters, &figs, extra);
+        if plan.verify && !ok {
+            all_ok = false;
+            eprintln!("data verification FAILED at {size} bytes (offset {bad_at:?})");
+        }
+    }
+    rep.end(plan.verify.then_some(all_ok));
+    ensure!(all_ok, "data verification failed");
+    Ok(())
+}
+
+/// One size at the server. Returns the first bad offset found by verification, if any.
+fn server_round(s: &mut Side, size: u32, iters: u64) -> Result<Option<u64>> {
+    let plan = s.plan;
+    let slots = u64::from(plan.slots);
+    for slot in 0..u64::from(plan.buf_slots()) {
+        let addr = s.slot_addr(slot);
+        let m = match plan.op {
+            // READ sources: slot s holds message(s, s).
+            RdmaOp::Read if !plan.lat => message(slot, slot, size),
+            RdmaOp::Read => message(0, 0, size),
+            _ => vec![0u8; size as usize],
+        };
+        s.mem_write(addr, &m)?;
+    }
+    if plan.op == RdmaOp::Atomic {
+        s.mem_write(s.mr.addr, &0u64.to_le_bytes())?;
+    }
+    s.ctrl.send(&[tag::READY])?;
+    s.touch();
+    let mut bad: Option<u64> = None;
+    if plan.lat && matches!(plan.op, RdmaOp::Write | RdmaOp::Send) {
+        // The ping-pong ends with both sides' DONE.
+        server_pong(s, size, iters)?;
+    } else if plan.op == RdmaOp::Send {
+        // Check every message as it lands, then give its slot back.
+        let mut k = 0u64;
+        let mut got: Vec<Cqe> = Vec::new();
+        // Slot bodies computed once per size: checking must keep up with the wire, or the
+        // socket overflows and the sender retransmits.
+        let bodies: Vec<Vec<u8>> = if plan.verify {
+            (0..slots).map(|slot| message(0, slot, size)).collect()
+        } else {
+            Vec::new()
+        };
+        drive_until(s, |s| {
+            let n = s.poll(s.rcq)?;
+            got.clear();
+            got.extend_from_slice(&s.cqes[..n]);
+            for c in &got {
+                ensure!(c.byte_len == size, "received {} bytes, expected {size}", c.byte_len);
+                if plan.verify && bad.is_none() {
+                    let mem = s.mem_read(s.slot_addr(c.wr_id), size as usize)?;
+                    bad = check_message(mem, k, &bodies[(k % slots) as usize])
+                        .map(|o| k * u64::from(size) + o as u64);
+                }
+                post_recv(s, c.wr_id, plan.max_size)?;
+                k += 1;
+            }
+            let _ = s.poll(s.scq)?;
+            Ok(k >= iters)
+        })?;
+        let m = s.drive_until_msg()?;
+        expect_tag(&m, tag::DONE)?;
+        s.ctrl.send(&[tag::DONE])?;
+        return Ok(bad);
+    } else {
+        // The client drives; serve until it is done.
+        let m = s.drive_until_msg()?;
+        expect_tag(&m, tag::DONE)?;
+        s.ctrl.send(&[tag::DONE])?;
+    }
+    if !plan.verify {
+        return Ok(None);
+    }
+    match plan.op {
+        RdmaOp::Write if !plan.lat => {
+            for slot in 0..slots.min(iters) {
+                let last = slot + slots * ((iters - 1 - slot) / slots);
+                let want = message(last, slot, size);
+                let got = s.mem_read(s.slot_addr(slot), size as usize)?;
+                if let Some(o) = first_diff(got, &want) {
+                    bad = Some(slot * plan.stride + o as u64);
+                    break;
+                }
+            }
+        }
+        RdmaOp::Write | RdmaOp::Send => {
+            let want = lat_message(iters - 1, size);
+            let got = s.mem_read(s.slot_addr(0), size as usize)?;
+            bad = first_diff(got, &want).map(|o| o as u64);
+        }
+        RdmaOp::Atomic => {
+            let v = u64::from_le_bytes(s.mem_read(s.mr.addr, 8)?.try_into()?);
+            if v != iters {
+                eprintln!("atomic counter is {v}, expected {iters}");
+                bad = Some(0);
+            }
+        }
+        _ => {}
+    }
+    Ok(bad)
+}
+
+/// The server's half of a WRITE or SEND ping-pong: wait for ping `i`, answer with pong `i`.
+fn server_pong(s: &mut Side, size: u32, iters: u64) -> Result<()> {
+    let last = u64::from(size.max(1)) - 1;
+    let send = s.plan.op == RdmaOp::Send;
+    if send {
+        post_recv(s, 0, size)?;
+    }
+    let base = s.sends_done;
+    for i in 0..iters {
+        if send {
+            wait_recv(s, size)?;
+            post_recv(s, 0, size)?;
+        } else {
+            let at = s.slot_addr(0) + last;
+            wait_marker(s, at, i)?;
+        }
+        let m = lat_message(i, size);
+        let src = s.slot_addr(1);
+        s.mem_write(src, &m)?;
+        let op = if send { WrOp::Send } else { WrOp::Write { remote: s.remote(0) } };
+        let wr = SendWr::new(i, op, s.sge(1, size));
+        let now = s.clock.now();
+        s.rnic.post_send(s.qpn, &wr, now).map_err(|e| anyhow!("post_send: {e}"))?;
+        let _ = s.poll(s.scq)?;
+    }
+    let want = base + iters;
+    drive_until(s, |s| {
+        s.poll(s.scq)?;
+        Ok(s.sends_done >= want)
+    })?;
+    s.finish()
+}
+
+// ----- blast -----
+
+/// Datagrams of one message and the UDP payload of each, as the engine would send it: BTH (12)
+/// + up to one MTU of payload + ICRC (4); the first packet's RETH is left out.
+fn blast_shape(size: u32, mtu: u32) -> (u64, usize) {
+    let per = u64::from(size.div_ceil(mtu).max(1));
+    (per, 16 + size.min(mtu) as usize)
+}
+
+fn blast_client(mut ctrl: Ctrl, a: &RdmaArgs, local_ip: IpAddr, server: IpAddr) -> Result<()> {
+    let mut rep = Report { json: a.json, gbits: a.report_gbits, op: a.op, started: false };
+    // The RoCE transport's sendmmsg batch, so both sides of the comparison batch alike.
+    let batch = TransportOpts::default().batch;
+    let dst = SocketAddr::new(server, a.port);
+    for size in sizes(a) {
+        let (per, dgram) = blast_shape(size, a.mtu);
+        let count = per.saturating_mul(a.iters);
+        ctrl.send(&[tag::RUN, u64::from(size), a.iters])?;
+        expect_tag(&ctrl.recv()?, tag::READY)?;
+        let sent = blast_send(SocketAddr::new(local_ip, 0), dst, dgram, count, batch, !a.no_gso)
+            .with_context(|| format!("UDP blast to {dst}"))?;
+        ctrl.send(&[tag::DONE, sent.datagrams, sent.elapsed_ns])?;
+        let m = ctrl.recv()?;
+        expect_tag(&m, tag::VERDICT)?;
+        let got = BlastReport {
+            datagrams: m.get(1).copied().unwrap_or(0),
+            bytes: m.get(2).copied().unwrap_or(0),
+            elapsed_ns: sent.elapsed_ns,
+        };
+        let figs = Figures::Bw(blast_figures(size, per, &got, a.report_gbits));
+        let mut msg = vec![tag::RESULT];
+        msg.extend(figs.encode());
+        ctrl.send(&msg)?;
+        let extra = json!({ "sent": sent, "received": got, "lost": count - got.datagrams.min(count),
+                            "datagram_bytes": dgram, "gso": !a.no_gso });
+        rep.row(size, a.iters, &figs, extra);
+    }
+    ctrl.send(&[tag::END])?;
+    rep.end(None);
+    Ok(())
+}
+
+/// Message-equivalent figures of a blast: whole messages delivered over the sender's time.
+fn blast_figures(size: u32, per: u64, got: &BlastReport, gbits: bool) -> Bw {
+    let secs = (got.elapsed_ns as f64 / 1e9).max(1e-9);
+    let msgs = (got.datagrams / per.max(1)) as f64;
+    let bytes = msgs * f64::from(size);
+    let avg = if gbits { bytes * 8.0 / 1e9 / secs } else { bytes / f64::from(1u32 << 20) / secs };
+    // One measurement window only: the peak is the average.
+    Bw { peak: avg, avg, mpps: msgs / secs / 1e6 }
+}
+
+fn blast_server(mut ctrl: Ctrl, a: &RdmaArgs, local_ip: IpAddr) -> Result<()> {
+    let bind = SocketAddr::new(local_ip, a.port);
+    let mut rx = BlastReceiver::bind(bind, !a.no_gso).with_context(|| format!("bind {bind}"))?;
+    let mut rep = Report { json: a.json, gbits: a.report_gbits, op: a.op, started: false };
+    loop {
+        let m = ctrl.recv()?;
+        match m.first() {
+            Some(&tag::END) => break,
+            Some(&tag::RUN) if m.len() == 3 => {}
+            _ => bail!("protocol error: unexpected message {m:?}"),
+        }
+        let size = u32::try_from(m[1]).map_err(|_| anyhow!("protocol error: size"))?;
+        let iters = m[2];
+        let (per, _) = blast_shape(size, a.mtu);
+        let count = per.saturating_mul(iters);
+        ctrl.send(&[tag::READY])?;
+        let mut got = BlastReport::default();
+        let mut sender_done = false;
+        let started = std::time::Instant::now();
+        while got.datagrams < count {
+            let left = count - got.datagrams;
+            // Short slices so the control socket is looked at: the sender's DONE ends the wait
+            // for datagrams the kernel dropped.
+            let wait =
+                if sender_done { Duration::from_millis(200) } else { Duration::from_millis(10) };
+            let r = rx.run(BlastTarget::Datagrams(left), wait).context("UDP blast receive")?;
+            got.datagrams += r.datagrams;
+            got.bytes += r.bytes;
+            if sender_done && r.datagrams == 0 {
+                break;
+            }
+            if !sender_done {
+                if let Some(m) = ctrl.try_recv()? {
+                    expect_tag(&m, tag::DONE)?;
+                    sender_done = true;
+                } else if started.elapsed() > ctrl.timeout {
+                    bail!("the blast did not end within {:?}", ctrl.timeout);
+                }
+            }
+        }
+        if !sender_done {
+            expect_tag(&ctrl.recv()?, tag::DONE)?;
+        }
+        ctrl.send(&[tag::VERDICT, got.datagrams, got.bytes])?;
+        let m = ctrl.recv()?;
+        expect_tag(&m, tag::RESULT)?;
+        let figs = Figures::decode(&m[1..])?;
+        let extra = json!({ "received": got, "lost": count - got.datagrams.min(count) });
+        rep.row(size, iters, &figs, extra);
+    }
+    rep.end(None);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bw_row_matches_perftest_columns() {
+        let b = Bw { peak: 1234.5, avg: 1000.25, mpps: 0.016004 };
+        assert_eq!(
+            bw_row(65536, 1000, &b),
+            " 65536      1000             1234.50            1000.25\t\t   0.016004"
+        );
+    }
+
+    #[test]
+    fn bw_figures_average_and_peak() {
+        // 4 completions of 1 MiB at 1, 2, 3, 3.5 s: 4 MiB in 3.5 s on average; the best
+        // two-completion window is 2 MiB in 1.5 s.
+        let done = [1.0, 2.0, 3.0, 3.5];
+        let b = bw_figures(1 << 20, 0.0, &done, 2, false);
+        assert!((b.avg - 4.0 / 3.5).abs() < 1e-9, "{b:?}");
+        assert!((b.peak - 2.0 / 1.5).abs() < 1e-9, "{b:?}");
+        let g = bw_figures(1 << 20, 0.0, &done, 2, true);
+        assert!((g.avg - 4.0 * 8.0 * 1048576.0 / 1e9 / 3.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn latency_percentiles() {
+        let s: Vec<f64> = (1..=1000).map(f64::from).collect();
+        let l = lat_figures(&s);
+        assert_eq!((l.min, l.max, l.p99, l.p999), (1.0, 1000.0, 990.0, 999.0));
+        assert_eq!(l.typical, 501.0);
+        assert!((l.avg - 500.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn plan_round_trips_and_rejects_garbage() {
+        let p = Plan {
+            op: RdmaOp::Send,
+            lat: false,
+            cmp_swap: true,
+            verify: true,
+            max_size: 65536,
+            slots: 128,
+            stride: 65536,
+        };
+        assert_eq!(Plan::decode(&p.encode()).unwrap(), p);
+        let mut w = p.encode();
+        w[0] = 7;
+        assert!(Plan::decode(&w).is_err());
+        let mut w = p.encode();
+        w[6] = 1;
+        assert!(Plan::decode(&w).is_err());
+    }
+
+    #[test]
+    fn messages_differ_per_iteration_and_markers_cycle() {
+        assert_ne!(message(1, 0, 64), message(2, 0, 64));
+        assert_eq!(message(1, 3, 64)[8..], message(9, 3, 64)[8..]);
+        assert_eq!(message(5, 0, 2).len(), 2);
+        assert_ne!(marker(0), marker(1));
+        assert!((0..1000).all(|i| marker(i) != 0 && marker(i) != marker(i + 1)));
+        assert_eq!(first_diff(b"abc", b"abd"), Some(2));
+        let body = message(0, 3, 64);
+        assert_eq!(check_message(&message(7, 3, 64), 7, &body), None);
+        assert_eq!(check_message(&message(8, 3, 64), 7, &body), Some(0));
+        let mut bad = message(7, 3, 64);
+        bad[40] ^= 1;
+        assert_eq!(check_message(&bad, 7, &body), Some(40));
+        assert_eq!(check_message(&message(7, 0, 4), 7, &message(0, 0, 4)), None);
+        assert_eq!(first_diff(b"abc", b"abc"), None);
+    }
+
+    #[test]
+    fn sweep_sizes_are_perftest_powers_of_two() {
+        use clap::Parser;
+        #[derive(Debug, clap::Parser)]
+        struct T {
+            #[command(flatten)]
+            a: RdmaArgs,
+        }
+        let t = T::try_parse_from(["t", "write", "--server", "--sweep"]).unwrap();
+        let s = sizes(&t.a);
+        assert_eq!((s[0], *s.last().unwrap(), s.len()), (2, 1 << 20, 20));
+        let t = T::try_parse_from(["t", "atomic", "--client", "h", "-s", "4096"]).unwrap();
+        assert_eq!(sizes(&t.a), vec![8]);
+        assert!(T::try_parse_from(["t", "write", "--mtu", "1500", "--server"]).is_err());
+        assert!(T::try_parse_from(["t", "write"]).is_err());
+        let t = T::try_parse_from(["t", "read", "--server", "--lat", "-l", "dev_mem"]).unwrap();
+        assert_eq!((sizes(&t.a), t.a.mem), (vec![2], MemArg::DevMem));
+    }
+}
