@@ -136,3 +136,51 @@ put("control_input", "crash-pipeline-trace-capacity-overflow",
     b"stages = []\ntrace_capacity = 9223372036854775807\n")
 put("control_input", "crash-pipeline-mac-capacity-overflow",
     b'stages = ["l2fwd:learn"]\nmac_capacity = 9223372036854775807\n')
+
+# --- rdma_packets: byte 0 = mode, then records (see fuzz_targets/rdma_packets.rs) ---
+# Wrapped records carry the RoCE part without ICRC; the target adds IP/UDP, the destination QP
+# and the ICRC. PSNs start at 0 (mode bit 1 clear).
+
+
+def bth(opcode, psn, ack_req=1, pad=0, qpn=0x11):
+    return struct.pack("!BBHI", opcode, pad << 4, 0xFFFF, qpn) + struct.pack("!I", (ack_req << 31) | psn)
+
+
+def wrapped(to_b, roce, ce=False):
+    ctl = 1 | (4 if to_b else 0) | (16 if ce else 0)
+    return bytes([ctl, len(roce)]) + roce
+
+
+def aeth(syndrome, msn):
+    return struct.pack("!I", (syndrome << 24) | msn)
+
+
+PUMP = bytes([2 | (8 << 2)])
+reth = struct.pack("!QII", 0x10_0000_0400, 3, 16)  # B's first MR: rkey 3
+seeds = {
+    # Only pump: the engine's own traffic (every WQE kind) between A and B.
+    "pump": bytes([0]) + PUMP + bytes([3 | (10 << 2), 200]) + PUMP,
+    "pump_v6_wrap": bytes([3]) + PUMP + PUMP,
+    # Requests into B: WRITE ONLY, SEND ONLY, READ request, FetchAdd.
+    "req_to_b": bytes([0])
+    + wrapped(True, bth(0x0A, 0) + reth + b"x" * 16)
+    + wrapped(True, bth(0x04, 0) + b"hello!!!")
+    + wrapped(True, bth(0x0C, 1) + reth)
+    + wrapped(True, bth(0x14, 2) + struct.pack("!QIQQ", 0x10_0000_0400, 3, 1, 0), ce=True)
+    + PUMP,
+    # Responses into A before and after its requests left: ACK, NAKs, read response, atomic ACK.
+    "resp_to_a": bytes([0])
+    + bytes([2])
+    + wrapped(False, bth(0x11, 0) + aeth(0x1F, 1))
+    + wrapped(False, bth(0x11, 1) + aeth(0x60, 1))
+    + wrapped(False, bth(0x11, 2) + aeth(0x21, 1))
+    + wrapped(False, bth(0x11, 3) + aeth(0x62, 1))
+    + wrapped(False, bth(0x10, 5) + aeth(0x1F, 2) + b"r" * 12)
+    + wrapped(False, bth(0x12, 7) + aeth(0x1F, 3) + struct.pack("!Q", 42))
+    + PUMP,
+    # Raw garbage and a CNP, raw mode.
+    "raw_cnp": bytes([4]) + bytes.fromhex("4500003c00004000401100000a0000020a000001c00012b700280000")
+    + bth(0x81, 0, 0) + bytes(16) + bytes(4),
+}
+for name, data in seeds.items():
+    put("rdma_packets", name, data)

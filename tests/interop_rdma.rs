@@ -1,0 +1,834 @@
+//! Interop of the RDMA engine's packets: two `snic_rdma::Rnic`s exchange, in memory, a workload
+//! that makes the engine send every opcode it has (SEND first/middle/last/only, with immediate,
+//! with invalidate; WRITE first/middle/last/only, with immediate; READ request and responses
+//! first/middle/last/only; CMP_SWAP, FETCH_ADD; ACK, atomic ACK; NAKs for a PSN sequence error
+//! (one dropped packet), RNR (a SEND without a RECV) and a remote access error (a bad rkey on a
+//! second QP); a CNP (one packet marked CE)), once over IPv4 and once over IPv6. Every packet
+//! goes to a pcap (link type RAW: records start at the IP header), which two dissectors nobody
+//! here wrote then read:
+//! - scapy (`tests/interop_rdma.py`): every packet is IP/UDP 4791/BTH and its ICRC trailer is the
+//!   one scapy's RoCE layer computes;
+//! - tshark: no malformed packet, no expert error (IP and UDP checksums checked), every BTH
+//!   decoded with the opcode scapy saw and an RC opcode name (Wireshark 4.0 has no name for the
+//!   RoCEv2 CNP, opcode 0x81: it says "Unknown (129)" without an error, which is accepted for
+//!   CNPs only).
+//!
+//! The workload also checks that the operations did what they should (CQE statuses, data moved),
+//! so a packet mix that only looks right cannot pass.
+//!
+//! Missing python3/scapy or tshark: skipped with a message, a failure when `CI` is set.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+use snic_dma::MemKind;
+use snic_rdma::{
+    Access, AttrMask, CqId, Cqe, MrInfo, Mtu, Pd, QpAttr, QpInit, QpState, RecvWr, Remote, Rnic,
+    RnicConfig, SendWr, SgList, Sge, WcOpcode, WcStatus, WrOp,
+};
+use snic_time::Instant;
+use snic_wire::roce::opcode as op;
+
+const TEST: &str = "interop_rdma";
+
+/// Bytes of each NIC's data buffer (one MR).
+const BUF: u64 = 256 << 10;
+/// A message that takes three packets at the path MTU (first, middle, last).
+const LONG: u32 = 2 * 1024 + 500;
+/// A message that takes one packet.
+const SHORT: u32 = 100;
+
+/// One NIC of the pair with its PD, CQs, data buffer and MR.
+struct Nic {
+    rnic: Rnic,
+    ip: IpAddr,
+    pd: Pd,
+    scq: CqId,
+    rcq: CqId,
+    buf: u64,
+    mr: MrInfo,
+    /// Every CQE polled so far, send and receive CQs together.
+    cqes: Vec<Cqe>,
+}
+
+impl Nic {
+    fn new(ip: IpAddr, seed: u8) -> Nic {
+        let cfg = RnicConfig {
+            local_ip: ip,
+            host_pool: 4 << 20,
+            on_chip: 64 << 10,
+            on_board: 1 << 20,
+            ..RnicConfig::default()
+        };
+        let mut rnic = Rnic::new(cfg).expect("rnic");
+        let pd = rnic.alloc_pd();
+        let scq = rnic.create_cq(256);
+        let rcq = rnic.create_cq(256);
+        let buf = rnic.alloc_buf(MemKind::Host, BUF, 4096).expect("buffer");
+        let pattern: Vec<u8> =
+            (0..BUF).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect();
+        rnic.mem_mut().write(buf, &pattern).expect("fill buffer");
+        let mr = rnic.reg_mr(pd, buf, BUF, Access::ALL).expect("mr");
+        Nic { rnic, ip, pd, scq, rcq, buf, mr, cqes: Vec::new() }
+    }
+
+    fn sge(&self, off: u64, len: u32) -> SgList {
+        SgList::one(Sge { addr: self.buf + off, len, lkey: self.mr.lkey })
+    }
+
+    fn remote(&self, off: u64) -> Remote {
+        Remote { addr: self.buf + off, rkey: self.mr.rkey }
+    }
+
+    fn read(&self, off: u64, len: usize) -> Vec<u8> {
+        self.rnic.mem().slice(self.buf + off, len).expect("read buffer").to_vec()
+    }
+
+    fn create_qp(&mut self) -> u32 {
+        self.rnic
+            .create_qp(QpInit {
+                pd: self.pd,
+                send_cq: self.scq,
+                recv_cq: self.rcq,
+                srq: None,
+                max_send_wr: 64,
+                max_recv_wr: 64,
+                placement: MemKind::Host,
+                sq_sig_all: false,
+            })
+            .expect("create qp")
+    }
+
+    fn poll(&mut self) {
+        let mut out = [Cqe {
+            wr_id: 0,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Send,
+            byte_len: 0,
+            qpn: 0,
+            src_qp: 0,
+            imm: None,
+            invalidated_rkey: None,
+        }; 32];
+        for cq in [self.scq, self.rcq] {
+            loop {
+                let n = self.rnic.poll_cq(cq, &mut out).expect("poll cq");
+                self.cqes.extend_from_slice(&out[..n]);
+                if n == 0 {
+                    break;
+                }
+            }
+        }
+    }
+
+    fn cqe(&self, wr_id: u64) -> Option<&Cqe> {
+        self.cqes.iter().find(|c| c.wr_id == wr_id)
+    }
+}
+
+/// Connect `qa` of `a` with `qb` of `b` (RESET -> INIT -> RTR -> RTS on both sides).
+fn connect(a: &mut Nic, qa: u32, b: &mut Nic, qb: u32, psn_ab: u32, psn_ba: u32, now: Instant) {
+    let (ipa, ipb) = (a.ip, b.ip);
+    for (n, q, peer, peer_q, rq_psn, sq_psn) in
+        [(&mut *a, qa, ipb, qb, psn_ba, psn_ab), (&mut *b, qb, ipa, qa, psn_ab, psn_ba)]
+    {
+        let init = QpAttr { state: QpState::Init, access: Access::ALL, ..QpAttr::default() };
+        n.rnic.modify_qp(q, &init, AttrMask::STATE | AttrMask::ACCESS, now).expect("init");
+        let rtr = QpAttr {
+            state: QpState::Rtr,
+            path_mtu: Mtu::M1024,
+            dest_qpn: peer_q,
+            rq_psn,
+            remote: Some(peer),
+            max_dest_rd_atomic: 16,
+            // 10 us: the RNR phase does not wait long.
+            min_rnr_timer: 1,
+            ..init
+        };
+        let mask = AttrMask::STATE
+            | AttrMask::AV
+            | AttrMask::PATH_MTU
+            | AttrMask::DEST_QPN
+            | AttrMask::RQ_PSN
+            | AttrMask::MAX_DEST_RD_ATOMIC
+            | AttrMask::MIN_RNR_TIMER;
+        n.rnic.modify_qp(q, &rtr, mask, now).expect("rtr");
+        let rts = QpAttr {
+            state: QpState::Rts,
+            sq_psn,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            max_rd_atomic: 16,
+            ..rtr
+        };
+        let mask = AttrMask::STATE
+            | AttrMask::SQ_PSN
+            | AttrMask::TIMEOUT
+            | AttrMask::RETRY_CNT
+            | AttrMask::RNR_RETRY
+            | AttrMask::MAX_RD_ATOMIC;
+        n.rnic.modify_qp(q, &rts, mask, now).expect("rts");
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dir {
+    AtoB,
+    BtoA,
+}
+
+/// What to do with a packet in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    Deliver,
+    /// Lost on the link (it is still captured: it was sent).
+    Drop,
+}
+
+/// The two NICs, a virtual clock and the capture.
+struct Bed {
+    a: Nic,
+    b: Nic,
+    now: Instant,
+    capture: Vec<Vec<u8>>,
+}
+
+impl Bed {
+    /// Move packets both ways (through `tamper`) and run timers until `done` holds and nothing
+    /// is left to send.
+    fn pump(
+        &mut self,
+        what: &str,
+        mut tamper: impl FnMut(Dir, &mut Vec<u8>) -> Fate,
+        done: impl Fn(&Bed) -> bool,
+    ) {
+        let mut buf = vec![0u8; snic_rdma::pkt::MAX_PACKET_LEN];
+        for _ in 0..200_000 {
+            let mut moved = false;
+            for dir in [Dir::AtoB, Dir::BtoA] {
+                let (src, dst) = match dir {
+                    Dir::AtoB => (&mut self.a, &mut self.b),
+                    Dir::BtoA => (&mut self.b, &mut self.a),
+                };
+                while let Some(n) = src.rnic.poll_transmit(self.now, &mut buf) {
+                    let mut p = buf[..n].to_vec();
+                    let fate = tamper(dir, &mut p);
+                    if fate == Fate::Deliver {
+                        dst.rnic.handle_packet(self.now, &p);
+                    }
+                    self.capture.push(p);
+                    moved = true;
+                }
+            }
+            self.a.poll();
+            self.b.poll();
+            if !moved && done(self) {
+                return;
+            }
+            // Time moves on in small steps while packets flow (pacing), and jumps to the next
+            // deadline when nothing does.
+            self.now += Duration::from_nanos(200);
+            if !moved {
+                let next = [self.a.rnic.poll_timeout(), self.b.rnic.poll_timeout()]
+                    .into_iter()
+                    .flatten()
+                    .min()
+                    .unwrap_or_else(|| panic!("{what}: stuck with no packet and no timer"));
+                if next > self.now {
+                    self.now = next;
+                }
+                self.a.rnic.handle_timeout(self.now);
+                self.b.rnic.handle_timeout(self.now);
+            }
+        }
+        panic!(
+            "{what}: not done after 200000 rounds; A stats {:?}, B stats {:?}",
+            self.a.rnic.stats(),
+            self.b.rnic.stats()
+        );
+    }
+}
+
+/// Set ECN CE on an IPv4 or IPv6 packet (fixing the IPv4 header checksum; the ICRC masks it).
+fn mark_ce(p: &mut [u8]) {
+    if p[0] >> 4 == 4 {
+        p[1] |= 0b11;
+        let hl = usize::from(p[0] & 0x0f) * 4;
+        p[10] = 0;
+        p[11] = 0;
+        let mut sum: u32 =
+            p[..hl].chunks(2).map(|c| u32::from(u16::from_be_bytes([c[0], c[1]]))).sum();
+        while sum >> 16 != 0 {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        p[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    } else {
+        // Traffic class is bits 4..12 of the first word: ECN is bits 4..6 of byte 1.
+        p[1] |= 0b11 << 4;
+    }
+}
+
+fn bth_opcode(p: &[u8]) -> u8 {
+    let at = if p[0] >> 4 == 4 { usize::from(p[0] & 0x0f) * 4 } else { 40 } + 8;
+    p[at]
+}
+
+/// Run the workload and return the captured packets.
+fn workload(v6: bool) -> Vec<Vec<u8>> {
+    let (ipa, ipb): (IpAddr, IpAddr) = if v6 {
+        ("fd00::a".parse().unwrap(), "fd00::b".parse().unwrap())
+    } else {
+        ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap())
+    };
+    let mut a = Nic::new(ipa, 1);
+    let mut b = Nic::new(ipb, 101);
+    let now = Instant::from_millis(1);
+    let (qa, qb) = (a.create_qp(), b.create_qp());
+    // PSNs just before the 24-bit wrap, so the workload crosses it.
+    connect(&mut a, qa, &mut b, qb, 0xff_fff0, 0x12_3456, now);
+    let (qa2, qb2) = (a.create_qp(), b.create_qp());
+    connect(&mut a, qa2, &mut b, qb2, 100, 200, now);
+
+    // Two small MRs at B for the SENDs with invalidate to invalidate.
+    let inv: Vec<MrInfo> = (0..2)
+        .map(|i| b.rnic.reg_mr(b.pd, b.buf + 200_000 + i * 64, 64, Access::ALL).expect("inv mr"))
+        .collect();
+    let mut bed = Bed { a, b, now, capture: Vec::new() };
+
+    // --- Every operation, once long (3 packets) and once short (1 packet). ---
+    // B's receive buffers: 8 KiB apart from offset 64 KiB.
+    let recv_off = |i: u64| 65_536 + i * 8192;
+    let recvs: Vec<RecvWr> =
+        (0..8).map(|i| RecvWr { wr_id: 1000 + i, sgl: bed.b.sge(recv_off(i), 8192) }).collect();
+    bed.b.rnic.post_recv_batch(qb, &recvs, bed.now).expect("post recvs");
+    let a_src = |i: u64| i * 4096; // A's sources, 4 KiB apart
+    let w_dst = |i: u64| 160_000 + i * 4096; // B's WRITE targets
+    let r_src = |i: u64| 180_000 + i * 4096; // B's READ sources
+    let r_dst = |i: u64| 100_000 + i * 4096; // A's READ destinations
+    let atomic_off = 220_000u64; // B's atomic word (8-aligned)
+    bed.b.rnic.mem_mut().write_u64(bed.b.buf + atomic_off, 40).unwrap();
+    let sz = |i: u64| if i % 2 == 0 { LONG } else { SHORT };
+    let mut wrs = Vec::new();
+    let mut push = |op: WrOp, sgl: SgList| {
+        let id = wrs.len() as u64 + 1;
+        wrs.push(SendWr::new(id, op, sgl));
+    };
+    for i in 0..2u64 {
+        let s = bed.a.sge(a_src(i), sz(i));
+        push(WrOp::Send, s);
+    }
+    for i in 2..4u64 {
+        let s = bed.a.sge(a_src(i), sz(i));
+        push(WrOp::SendImm { imm: 0xabcd_0000 + i as u32 }, s);
+    }
+    for i in 4..6u64 {
+        let s = bed.a.sge(a_src(i), sz(i));
+        push(WrOp::SendInv { rkey: inv[i as usize - 4].rkey }, s);
+    }
+    for i in 6..8u64 {
+        let s = bed.a.sge(a_src(i), sz(i));
+        push(WrOp::Write { remote: bed.b.remote(w_dst(i - 6)) }, s);
+    }
+    for i in 8..10u64 {
+        let s = bed.a.sge(a_src(i), sz(i));
+        push(WrOp::WriteImm { remote: bed.b.remote(w_dst(i - 6)), imm: 0x1234_0000 + i as u32 }, s);
+    }
+    for i in 10..12u64 {
+        let s = bed.a.sge(r_dst(i - 10), sz(i));
+        push(WrOp::Read { remote: bed.b.remote(r_src(i - 10)) }, s);
+    }
+    let at1 = bed.a.sge(120_000, 8);
+    push(WrOp::CmpSwap { remote: bed.b.remote(atomic_off), compare: 40, swap: 1000 }, at1);
+    let at2 = bed.a.sge(120_008, 8);
+    push(WrOp::FetchAdd { remote: bed.b.remote(atomic_off), add: 5 }, at2);
+    let n_ops = wrs.len() as u64;
+    bed.a.rnic.post_send_batch(qa, &wrs, bed.now).expect("post sends");
+    bed.pump(
+        "every operation",
+        |_, _| Fate::Deliver,
+        |bed| {
+            (1..=n_ops).all(|id| bed.a.cqe(id).is_some())
+                && (1000..1008).all(|id| bed.b.cqe(id).is_some())
+        },
+    );
+    for id in 1..=n_ops {
+        assert_eq!(bed.a.cqe(id).unwrap().status, WcStatus::Success, "send WR {id}");
+    }
+    for i in 0..8u64 {
+        let c = bed.b.cqe(1000 + i).unwrap();
+        assert_eq!(c.status, WcStatus::Success, "recv {i}: {c:?}");
+    }
+    // RECVs are consumed in order: SEND x2, SEND_IMM x2, SEND_INV x2, WRITE_IMM x2.
+    for (k, i) in [0u64, 1, 2, 3, 4, 5].into_iter().enumerate() {
+        let c = bed.b.cqe(1000 + k as u64).unwrap();
+        assert_eq!(c.byte_len, sz(i), "recv {k} length");
+        assert_eq!(c.opcode, WcOpcode::Recv);
+        let want_imm = (2..4).contains(&i).then_some(0xabcd_0000 + i as u32);
+        assert_eq!(c.imm, want_imm, "recv {k} imm");
+        let want_inv = (4..6).contains(&i).then(|| inv[i as usize - 4].rkey);
+        assert_eq!(c.invalidated_rkey, want_inv, "recv {k} invalidated rkey");
+        assert_eq!(
+            bed.b.read(recv_off(k as u64), sz(i) as usize),
+            bed.a.read(a_src(i), sz(i) as usize),
+            "recv {k} data"
+        );
+    }
+    for (k, i) in [8u64, 9].into_iter().enumerate() {
+        let c = bed.b.cqe(1006 + k as u64).unwrap();
+        assert_eq!(c.opcode, WcOpcode::RecvRdmaWithImm);
+        assert_eq!(c.imm, Some(0x1234_0000 + i as u32));
+    }
+    for i in 6..10u64 {
+        assert_eq!(
+            bed.b.read(w_dst(i - 6), sz(i) as usize),
+            bed.a.read(a_src(i), sz(i) as usize),
+            "WRITE {i} data"
+        );
+    }
+    for i in 10..12u64 {
+        assert_eq!(
+            bed.a.read(r_dst(i - 10), sz(i) as usize),
+            bed.b.read(r_src(i - 10), sz(i) as usize),
+            "READ {i} data"
+        );
+    }
+    let word = |n: &Nic, off: u64| n.rnic.mem().read_u64(n.buf + off).unwrap();
+    assert_eq!(word(&bed.a, 120_000), 40, "CMP_SWAP returns the old value");
+    assert_eq!(word(&bed.a, 120_008), 1000, "FETCH_ADD returns the swapped value");
+    assert_eq!(word(&bed.b, atomic_off), 1005, "atomics applied once each");
+
+    // --- PSN sequence error: the first packet of a 3-packet WRITE is lost. ---
+    bed.a
+        .rnic
+        .post_send(
+            qa,
+            &SendWr::new(
+                50,
+                WrOp::Write { remote: bed.b.remote(w_dst(5)) },
+                bed.a.sge(a_src(12), LONG),
+            ),
+            bed.now,
+        )
+        .unwrap();
+    let mut dropped = false;
+    bed.pump(
+        "sequence NAK",
+        |dir, p| {
+            if !dropped && dir == Dir::AtoB && bth_opcode(p) == op::RC_RDMA_WRITE_FIRST {
+                dropped = true;
+                return Fate::Drop;
+            }
+            Fate::Deliver
+        },
+        |bed| bed.a.cqe(50).is_some(),
+    );
+    assert_eq!(bed.a.cqe(50).unwrap().status, WcStatus::Success);
+    assert!(bed.b.rnic.stats().seq_naks_sent >= 1, "{:?}", bed.b.rnic.stats());
+    assert_eq!(bed.b.read(w_dst(5), LONG as usize), bed.a.read(a_src(12), LONG as usize));
+
+    // --- RNR: a SEND with no RECV posted, then the RECV. ---
+    bed.a
+        .rnic
+        .post_send(qa, &SendWr::new(60, WrOp::Send, bed.a.sge(a_src(13), SHORT)), bed.now)
+        .unwrap();
+    bed.pump("RNR NAK", |_, _| Fate::Deliver, |bed| bed.a.rnic.stats().rnr_naks_rcvd >= 1);
+    let wr = RecvWr { wr_id: 1060, sgl: bed.b.sge(recv_off(7) + 4096, 4096) };
+    bed.b.rnic.post_recv(qb, &wr, bed.now).unwrap();
+    bed.pump(
+        "RNR retry",
+        |_, _| Fate::Deliver,
+        |bed| bed.a.cqe(60).is_some() && bed.b.cqe(1060).is_some(),
+    );
+    assert_eq!(bed.a.cqe(60).unwrap().status, WcStatus::Success);
+    assert_eq!(bed.b.cqe(1060).unwrap().byte_len, SHORT);
+
+    // --- ECN CE on one packet: B answers with a CNP. ---
+    bed.a
+        .rnic
+        .post_send(
+            qa,
+            &SendWr::new(
+                70,
+                WrOp::Write { remote: bed.b.remote(w_dst(6)) },
+                bed.a.sge(a_src(14), SHORT),
+            ),
+            bed.now,
+        )
+        .unwrap();
+    let mut marked = false;
+    bed.pump(
+        "CNP",
+        |dir, p| {
+            if !marked && dir == Dir::AtoB {
+                marked = true;
+                mark_ce(p);
+            }
+            Fate::Deliver
+        },
+        |bed| bed.a.cqe(70).is_some() && bed.a.rnic.stats().cnps_rcvd >= 1,
+    );
+    assert_eq!(bed.a.cqe(70).unwrap().status, WcStatus::Success);
+    assert!(bed.b.rnic.stats().cnps_sent >= 1);
+
+    // --- Remote access error: a WRITE with a bad rkey on the second QP. ---
+    let bad = Remote { addr: bed.b.buf, rkey: bed.b.mr.rkey ^ 0x100 };
+    bed.a
+        .rnic
+        .post_send(qa2, &SendWr::new(80, WrOp::Write { remote: bad }, bed.a.sge(0, SHORT)), bed.now)
+        .unwrap();
+    bed.pump("remote access NAK", |_, _| Fate::Deliver, |bed| bed.a.cqe(80).is_some());
+    let c = bed.a.cqe(80).unwrap();
+    assert_eq!((c.status, c.qpn), (WcStatus::RemAccessErr, qa2));
+    assert!(bed.b.rnic.stats().rem_access_naks_sent >= 1);
+    let _ = qb2;
+
+    bed.capture
+}
+
+/// Write packets that start at their IP header to a pcap of link type RAW.
+fn write_raw_pcap(path: &Path, packets: &[Vec<u8>]) {
+    use pcap_file::DataLink;
+    use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
+    let file = std::fs::File::create(path).expect("create pcap");
+    let header = PcapHeader { datalink: DataLink::RAW, ..PcapHeader::default() };
+    let mut w = PcapWriter::with_header(file, header).expect("pcap writer");
+    for (i, p) in packets.iter().enumerate() {
+        let ts = Duration::from_micros(1_700_000_000_000_000 + i as u64);
+        let len = u32::try_from(p.len()).expect("packet fits u32");
+        w.write_packet(&PcapPacket::new(ts, len, p)).expect("write packet");
+    }
+}
+
+/// Opcodes the workload must produce (CNP included).
+const EXPECTED: &[u8] = &[
+    op::RC_SEND_FIRST,
+    op::RC_SEND_MIDDLE,
+    op::RC_SEND_LAST,
+    op::RC_SEND_LAST_WITH_IMMEDIATE,
+    op::RC_SEND_ONLY,
+    op::RC_SEND_ONLY_WITH_IMMEDIATE,
+    op::RC_SEND_LAST_WITH_INVALIDATE,
+    op::RC_SEND_ONLY_WITH_INVALIDATE,
+    op::RC_RDMA_WRITE_FIRST,
+    op::RC_RDMA_WRITE_MIDDLE,
+    op::RC_RDMA_WRITE_LAST,
+    op::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+    op::RC_RDMA_WRITE_ONLY,
+    op::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+    op::RC_RDMA_READ_REQUEST,
+    op::RC_RDMA_READ_RESPONSE_FIRST,
+    op::RC_RDMA_READ_RESPONSE_MIDDLE,
+    op::RC_RDMA_READ_RESPONSE_LAST,
+    op::RC_RDMA_READ_RESPONSE_ONLY,
+    op::RC_ACKNOWLEDGE,
+    op::RC_ATOMIC_ACKNOWLEDGE,
+    op::RC_COMPARE_SWAP,
+    op::RC_FETCH_ADD,
+    op::CNP,
+];
+
+/// scapy: every packet dissects as IP/UDP 4791/BTH with the ICRC scapy computes; returns the
+/// per-packet opcodes scapy saw.
+fn check_scapy(dir: &Path, pcap: &Path, n: usize) -> Vec<u8> {
+    let json = dir.join("scapy.json");
+    common::run_ok(
+        Command::new("python3")
+            .arg(common::root().join("tests/interop_rdma.py"))
+            .arg(pcap)
+            .arg(&json),
+    );
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("read json"))
+        .expect("json parses");
+    let packets = v["packets"].as_array().expect("packets");
+    assert_eq!(packets.len(), n, "scapy read another number of packets");
+    let mut problems = Vec::new();
+    let mut opcodes = Vec::new();
+    let mut syndromes = BTreeSet::new();
+    for p in packets {
+        for pr in p["problems"].as_array().expect("problems") {
+            problems.push(format!("packet {}: {}", p["index"], pr.as_str().unwrap_or("?")));
+        }
+        if p["icrc_ok"] != Value::Bool(true) {
+            problems.push(format!("packet {}: ICRC not confirmed by scapy", p["index"]));
+        }
+        opcodes.push(p["opcode"].as_u64().map_or(0xff, |o| o as u8));
+        if let Some(s) = p["syndrome"].as_u64() {
+            syndromes.insert((p["opcode"].as_u64().unwrap_or(0) as u8, s as u8));
+        }
+    }
+    assert!(problems.is_empty(), "{} problem(s):\n{}", problems.len(), problems.join("\n"));
+    let counts: BTreeMap<u8, usize> = opcodes.iter().fold(BTreeMap::new(), |mut m, o| {
+        *m.entry(*o).or_default() += 1;
+        m
+    });
+    let named: Vec<String> = counts.iter().map(|(o, n)| format!("{} x{n}", op::name(*o))).collect();
+    eprintln!("{} packets: {}", opcodes.len(), named.join(", "));
+    for o in EXPECTED {
+        assert!(counts.contains_key(o), "no {} packet in the capture: {counts:?}", op::name(*o));
+    }
+    let acks: Vec<u8> =
+        syndromes.iter().filter(|(o, _)| *o == op::RC_ACKNOWLEDGE).map(|(_, s)| *s).collect();
+    assert!(acks.iter().any(|s| s >> 5 == 0), "no positive ACK: {acks:x?}");
+    assert!(acks.contains(&0x60), "no PSN sequence error NAK: {acks:x?}");
+    assert!(acks.iter().any(|s| s >> 5 == 1), "no RNR NAK: {acks:x?}");
+    assert!(acks.contains(&0x62), "no remote access error NAK: {acks:x?}");
+    opcodes
+}
+
+/// The protocols tshark tries as heuristics on InfiniBand payloads (RPC-over-RDMA, SMB Direct,
+/// NVMe-oF, ...): they guess an upper protocol from the payload bytes and call our test data
+/// malformed when it looks like theirs, which says nothing about RoCE. They are disabled
+/// (`--disable-protocol`: the heuristics' own short names differ between tshark versions), all
+/// but `ethertype`, which the IP layers need.
+fn payload_heuristics() -> Vec<String> {
+    let out = common::run_ok(Command::new("tshark").args(["-G", "heuristic-decodes"]));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            let wanted = f.len() == 3 && f[0] == "infiniband.payload" && f[1] != "ethertype";
+            wanted.then(|| f[1].to_owned())
+        })
+        .collect()
+}
+
+fn check_tshark(pcap: &Path, scapy_opcodes: &[u8]) {
+    let mut base = vec![
+        "-n".to_owned(),
+        "-r".to_owned(),
+        pcap.display().to_string(),
+        "-o".to_owned(),
+        "ip.check_checksum:TRUE".to_owned(),
+        "-o".to_owned(),
+        "udp.check_checksum:TRUE".to_owned(),
+    ];
+    for h in payload_heuristics() {
+        base.push("--disable-protocol".to_owned());
+        base.push(h);
+    }
+    let out = common::run_ok(Command::new("tshark").args(&base).args([
+        "-T",
+        "fields",
+        "-e",
+        "frame.number",
+        "-e",
+        "infiniband.bth.opcode",
+        "-e",
+        "_ws.malformed",
+        "-e",
+        "_ws.expert.severity",
+        "-e",
+        "_ws.expert.message",
+        "-E",
+        "separator=|",
+        "-E",
+        "occurrence=a",
+    ]));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), scapy_opcodes.len(), "tshark read another number of packets");
+    // Expert severity "error" (PI_ERROR).
+    const ERROR: u64 = 0x0080_0000;
+    let mut problems = Vec::new();
+    for (line, want) in lines.iter().zip(scapy_opcodes) {
+        let f: Vec<&str> = line.split('|').collect();
+        assert_eq!(f.len(), 5, "tshark line {line:?}");
+        let opc = f[1].parse::<u8>().ok();
+        if opc != Some(*want) {
+            problems.push(format!("frame {}: tshark opcode {:?}, scapy {want}", f[0], f[1]));
+        }
+        if !f[2].is_empty() {
+            problems.push(format!("frame {}: malformed: {}", f[0], f[2]));
+        }
+        let errors = f[3].split(',').filter_map(|s| s.parse::<u64>().ok()).any(|s| s >= ERROR);
+        if errors {
+            problems.push(format!("frame {}: expert error: {}", f[0], f[4]));
+        }
+    }
+    assert!(problems.is_empty(), "{} problem(s):\n{}", problems.len(), problems.join("\n"));
+
+    // Opcode names from the full decode: every RC packet has an RC name; only CNPs are unknown.
+    let out = common::run_ok(Command::new("tshark").args(&base).arg("-V"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let names: Vec<&str> =
+        text.lines().filter_map(|l| l.trim_start().strip_prefix("Opcode: ")).collect();
+    assert_eq!(names.len(), scapy_opcodes.len(), "one BTH opcode line per packet");
+    for (name, o) in names.iter().zip(scapy_opcodes) {
+        let ok = if *o == op::CNP {
+            *name == "Unknown (129)" || name.contains("CNP") || name.contains("Congestion")
+        } else {
+            name.starts_with("Reliable Connection (RC) - ") && name.ends_with(&format!("({o})"))
+        };
+        assert!(ok, "opcode {o:#x} ({}) decoded as {name:?}", op::name(*o));
+    }
+}
+
+fn run(v6: bool) {
+    let name = if v6 { "interop-rdma-v6" } else { "interop-rdma-v4" };
+    let packets = workload(v6);
+    assert!(packets.iter().all(|p| (p[0] >> 4 == 6) == v6), "IP version of the capture");
+    let scapy = common::have_scapy(TEST);
+    let tshark = common::have_tshark(TEST);
+    if !scapy && !tshark {
+        return;
+    }
+    let dir = common::temp_dir(name);
+    let pcap = dir.join("rdma.pcap");
+    write_raw_pcap(&pcap, &packets);
+    let opcodes = if scapy {
+        check_scapy(&dir, &pcap, packets.len())
+    } else {
+        packets.iter().map(|p| bth_opcode(p)).collect()
+    };
+    if tshark {
+        check_tshark(&pcap, &opcodes);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// One packet of every opcode in `EXPECTED` (plus NAK syndromes, a CE mark) built with
+/// `pkt::build` alone, without the requester and responder: checks the packet layer on its
+/// own, and that the checks above would see what they look for.
+fn built_packets(v6: bool) -> Vec<Vec<u8>> {
+    use snic_rdma::pkt::{self, Path};
+    use snic_wire::roce::ext::{
+        AethRepr, AtomicAckEthRepr, AtomicEthRepr, IethRepr, ImmDtRepr, NakCode, RethRepr, Syndrome,
+    };
+    use snic_wire::roce::opcode::ExtHeader;
+    use snic_wire::roce::{RoceRepr, bth};
+    let (src, dst): (IpAddr, IpAddr) = if v6 {
+        ("fd00::a".parse().unwrap(), "fd00::b".parse().unwrap())
+    } else {
+        ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap())
+    };
+    let path = Path {
+        src,
+        dst,
+        sport: pkt::sport_for(0x11, 0x12),
+        dport: snic_wire::roce::UDP_PORT,
+        dscp: 26,
+        ecn: pkt::ECN_ECT0,
+    };
+    let syndromes = [
+        Syndrome::Ack { credits: 31 },
+        Syndrome::Nak(NakCode::PsnSequenceError),
+        Syndrome::RnrNak { timer: 1 },
+        Syndrome::Nak(NakCode::RemoteAccessError),
+    ];
+    let mut jobs: Vec<(u8, Option<Syndrome>, u8)> =
+        EXPECTED.iter().map(|&o| (o, None, pkt::ECN_ECT0)).collect();
+    jobs.extend(syndromes.iter().map(|&s| (op::RC_ACKNOWLEDGE, Some(s), pkt::ECN_ECT0)));
+    jobs.push((op::RC_RDMA_WRITE_ONLY, None, pkt::ECN_CE));
+    let mut out = Vec::new();
+    for (i, (code, syn, ecn)) in jobs.into_iter().enumerate() {
+        let info = op::lookup(code).expect("opcode in the table");
+        let has = |e: ExtHeader| info.ext.contains(&e);
+        let mut r = RoceRepr::new(bth::Repr {
+            opcode: code,
+            solicited: false,
+            mig_req: false,
+            pad_count: 0,
+            pkey: bth::PKEY_DEFAULT,
+            fecn: false,
+            becn: false,
+            dest_qp: 0x12,
+            ack_req: true,
+            psn: (0xff_fffe + i as u32) & 0xff_ffff,
+        });
+        r.reth = has(ExtHeader::Reth).then_some(RethRepr {
+            va: 0x10_0000_1000,
+            rkey: 0x1234,
+            dma_len: 3000,
+        });
+        r.aeth = has(ExtHeader::Aeth)
+            .then_some(AethRepr { syndrome: syn.unwrap_or(Syndrome::Ack { credits: 31 }), msn: 7 });
+        r.atomic_eth = has(ExtHeader::AtomicEth).then_some(AtomicEthRepr {
+            va: 0x10_0000_2000,
+            rkey: 0x1234,
+            swap_add: 5,
+            compare: 40,
+        });
+        r.atomic_ack_eth =
+            has(ExtHeader::AtomicAckEth).then_some(AtomicAckEthRepr { orig_data: 40 });
+        r.imm_dt = has(ExtHeader::ImmDt).then_some(ImmDtRepr { imm: 0xabcd });
+        r.ieth = has(ExtHeader::Ieth).then_some(IethRepr { rkey: 0x4321 });
+        let len = if info.payload { 1 + i * 37 % 1024 } else { 0 };
+        let mut buf = vec![0u8; pkt::MAX_PACKET_LEN];
+        let p = Path { ecn, ..path };
+        let n = pkt::build(&mut buf, &p, &r, len, |b: &mut [u8]| -> Result<(), ()> {
+            for (k, x) in b.iter_mut().enumerate() {
+                *x = (k as u8).wrapping_mul(31).wrapping_add(i as u8);
+            }
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("build {}: {e:?}", op::name(code)));
+        buf.truncate(n);
+        out.push(buf);
+    }
+    out
+}
+
+fn run_built(v6: bool) {
+    let packets = built_packets(v6);
+    let scapy = common::have_scapy(TEST);
+    let tshark = common::have_tshark(TEST);
+    let dir = common::temp_dir(if v6 { "interop-rdma-built-v6" } else { "interop-rdma-built-v4" });
+    let pcap = dir.join("built.pcap");
+    write_raw_pcap(&pcap, &packets);
+    let opcodes = if scapy {
+        let o = check_scapy(&dir, &pcap, packets.len());
+        // A negative control: scapy must flag a flipped payload bit.
+        let mut bad = packets.clone();
+        let last = bad.last_mut().unwrap();
+        let at = last.len() - 6;
+        last[at] ^= 0x10;
+        let bad_pcap = dir.join("bad.pcap");
+        write_raw_pcap(&bad_pcap, &bad);
+        let json = dir.join("bad.json");
+        common::run_ok(
+            Command::new("python3")
+                .arg(common::root().join("tests/interop_rdma.py"))
+                .arg(&bad_pcap)
+                .arg(&json),
+        );
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let verdicts: Vec<&Value> =
+            v["packets"].as_array().unwrap().iter().map(|p| &p["icrc_ok"]).collect();
+        assert_eq!(verdicts.last(), Some(&&Value::Bool(false)), "scapy missed a bad ICRC");
+        assert!(verdicts[..verdicts.len() - 1].iter().all(|v| **v == Value::Bool(true)));
+        o
+    } else {
+        packets.iter().map(|p| bth_opcode(p)).collect()
+    };
+    if tshark {
+        check_tshark(&pcap, &opcodes);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn pkt_build_of_every_opcode_passes_scapy_and_tshark_ipv4() {
+    run_built(false);
+}
+
+#[test]
+fn pkt_build_of_every_opcode_passes_scapy_and_tshark_ipv6() {
+    run_built(true);
+}
+
+#[test]
+fn every_engine_opcode_passes_scapy_and_tshark_ipv4() {
+    run(false);
+}
+
+#[test]
+fn every_engine_opcode_passes_scapy_and_tshark_ipv6() {
+    run(true);
+}
