@@ -135,6 +135,10 @@ pub(crate) fn modify(
     if !mask.contains(need) {
         return Err(VerbsError::InvalidAttr(missing_name(AttrMask(need.0 & !mask.0))));
     }
+    let extra = AttrMask(mask.0 & !(need.0 | optional(from, to).0 | AttrMask::STATE.0));
+    if extra.0 != 0 {
+        return Err(VerbsError::InvalidAttr(not_allowed_name(extra)));
+    }
     // Range checks on what is given.
     if mask.contains(AttrMask::RETRY_CNT) && attr.retry_cnt > 7 {
         return Err(VerbsError::InvalidAttr("retry_cnt"));
@@ -167,7 +171,9 @@ pub(crate) fn modify(
         match attr.remote {
             Some(r) if r.is_ipv4() == core.cfg.local_ip.is_ipv4() => {}
             Some(_) => {
-                return Err(VerbsError::InvalidAttr("remote: IP family differs from the local GID"));
+                return Err(VerbsError::InvalidAttr(
+                    "remote: IP family differs from the local GID",
+                ));
             }
             None => return Err(VerbsError::InvalidAttr("remote")),
         }
@@ -220,6 +226,45 @@ pub(crate) fn modify(
         _ => {}
     }
     Ok(())
+}
+
+/// Attributes a transition may also change (IBTA 11.2.4.2, `ibv_modify_qp`'s table for RC).
+/// Path attributes (address, MTU, PSNs, remote QPN) are set once, on the way to RTR/RTS: the
+/// requester's segmentation and the responder's ePSN depend on them mid-message.
+fn optional(from: QpState, to: QpState) -> AttrMask {
+    use QpState::*;
+    match (from, to) {
+        (Reset, Init) | (Init, Init) | (Init, Rtr) => AttrMask::ACCESS,
+        (Rtr, Rts) | (Rts, Rts) | (Sqe, Rts) => AttrMask::ACCESS | AttrMask::MIN_RNR_TIMER,
+        (Sqd, Sqd) | (Sqd, Rts) => {
+            AttrMask::ACCESS
+                | AttrMask::MIN_RNR_TIMER
+                | AttrMask::TIMEOUT
+                | AttrMask::RETRY_CNT
+                | AttrMask::RNR_RETRY
+                | AttrMask::MAX_RD_ATOMIC
+                | AttrMask::MAX_DEST_RD_ATOMIC
+        }
+        _ => AttrMask(0),
+    }
+}
+
+fn not_allowed_name(m: AttrMask) -> &'static str {
+    let names = [
+        (AttrMask::ACCESS, "access is not allowed in this transition"),
+        (AttrMask::AV, "remote (address vector) is not allowed in this transition"),
+        (AttrMask::PATH_MTU, "path_mtu is not allowed in this transition"),
+        (AttrMask::DEST_QPN, "dest_qpn is not allowed in this transition"),
+        (AttrMask::RQ_PSN, "rq_psn is not allowed in this transition"),
+        (AttrMask::SQ_PSN, "sq_psn is not allowed in this transition"),
+        (AttrMask::TIMEOUT, "timeout is not allowed in this transition"),
+        (AttrMask::RETRY_CNT, "retry_cnt is not allowed in this transition"),
+        (AttrMask::RNR_RETRY, "rnr_retry is not allowed in this transition"),
+        (AttrMask::MIN_RNR_TIMER, "min_rnr_timer is not allowed in this transition"),
+        (AttrMask::MAX_RD_ATOMIC, "max_rd_atomic is not allowed in this transition"),
+        (AttrMask::MAX_DEST_RD_ATOMIC, "max_dest_rd_atomic is not allowed in this transition"),
+    ];
+    names.iter().find(|(b, _)| m.contains(*b)).map_or("attribute not allowed", |x| x.1)
 }
 
 fn missing_name(m: AttrMask) -> &'static str {

@@ -141,20 +141,44 @@ impl RespState {
         !self.out.is_empty() || self.cnp_pending
     }
 
-    fn queue_ack(&mut self, psn: u32) {
+    /// Queue an ACK. Returns `false` when the queue is full and the ACK was dropped (the
+    /// requester's timer recovers; the caller counts it).
+    fn queue_ack(&mut self, psn: u32) -> bool {
         let msn = self.msn;
         if let Some(Out::Ack { psn: p, msn: m }) = self.out.back_mut() {
             // Coalesce: a later ACK acknowledges everything the earlier one did.
             if !psn::before(psn, *p) {
                 (*p, *m) = (psn, msn);
             }
-            return;
+            return true;
+        }
+        if self.out.len() >= MAX_OUT {
+            return false;
         }
         self.out.push_back(Out::Ack { psn, msn });
+        true
     }
 
-    fn queue_nak(&mut self, psn: u32, syndrome: Syndrome) {
+    /// Queue a NAK. Recoverable NAKs (RNR, PSN sequence error) repeating the last queued one
+    /// merge into it, and are dropped when the queue is full (returns `false`): remote input
+    /// must not grow the queue without bound. Fatal NAKs are always queued; each moves the QP
+    /// to the error state, so there are few.
+    fn queue_nak(&mut self, psn: u32, syndrome: Syndrome) -> bool {
+        let recoverable =
+            matches!(syndrome, Syndrome::RnrNak { .. } | Syndrome::Nak(NakCode::PsnSequenceError));
+        if recoverable {
+            if let Some(Out::Nak { psn: p, syndrome: s, .. }) = self.out.back()
+                && *p == psn
+                && *s == syndrome
+            {
+                return true;
+            }
+            if self.out.len() >= MAX_OUT {
+                return false;
+            }
+        }
         self.out.push_back(Out::Nak { psn, syndrome, msn: self.msn });
+        true
     }
 
     /// Forget queued responses to requests after `p` (READ responses, atomic ACKs, ACKs).
@@ -276,7 +300,9 @@ pub fn on_request(core: &mut Core, qp: &mut Qp, now: Instant, pkt: &RxPkt<'_>) {
         } else {
             qp.resp.seq_nak_sent = true;
             let e = qp.resp.epsn;
-            qp.resp.queue_nak(e, Syndrome::Nak(NakCode::PsnSequenceError));
+            if !qp.resp.queue_nak(e, Syndrome::Nak(NakCode::PsnSequenceError)) {
+                core.stats.resp_busy_drops += 1;
+            }
         }
         return;
     }
@@ -298,7 +324,9 @@ fn fail(core: &mut Core, qp: &mut Qp, now: Instant, psn: u32, f: Fail) {
     let (syndrome, status) = match f {
         Fail::Rnr => {
             let timer = qp.attr.min_rnr_timer & 0x1f;
-            qp.resp.queue_nak(psn, Syndrome::RnrNak { timer });
+            if !qp.resp.queue_nak(psn, Syndrome::RnrNak { timer }) {
+                core.stats.resp_busy_drops += 1;
+            }
             return;
         }
         Fail::Busy => {
@@ -315,7 +343,9 @@ fn fail(core: &mut Core, qp: &mut Qp, now: Instant, psn: u32, f: Fail) {
         core.push_cqe(qp.init.recv_cq, cqe);
     }
     if let Some(code) = syndrome {
-        qp.resp.queue_nak(psn, Syndrome::Nak(code));
+        if !qp.resp.queue_nak(psn, Syndrome::Nak(code)) {
+            core.stats.resp_busy_drops += 1;
+        }
     }
     qp::enter_error(core, qp, now);
 }
@@ -376,7 +406,9 @@ fn execute(core: &mut Core, qp: &mut Qp, pkt: &RxPkt<'_>) -> Result<(), Fail> {
     }
     qp.resp.epsn = psn::add(bth.psn, 1);
     if bth.ack_req {
-        qp.resp.queue_ack(bth.psn);
+        if !qp.resp.queue_ack(bth.psn) {
+            core.stats.resp_busy_drops += 1;
+        }
     }
     Ok(())
 }
@@ -561,7 +593,9 @@ fn duplicate(core: &mut Core, qp: &mut Qp, pkt: &RxPkt<'_>) {
         Some(Kind::Send | Kind::Write) => {
             // Always answered, AckReq or not: the requester may have lost our ACK.
             let prev = psn::add(qp.resp.epsn, psn::MASK);
-            qp.resp.queue_ack(prev);
+            if !qp.resp.queue_ack(prev) {
+                core.stats.resp_busy_drops += 1;
+            }
         }
         Some(Kind::Read) => replay_read(core, qp, pkt),
         Some(Kind::Atomic) => {

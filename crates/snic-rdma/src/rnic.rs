@@ -230,7 +230,12 @@ pub struct Rnic {
     free_qps: Vec<u32>,
     /// Round-robin start for transmit.
     rr: usize,
+    /// Packets the QP at `rr` sent in a row.
+    burst: u32,
 }
+
+/// Most packets one QP sends in a row while other QPs have packets waiting.
+pub const TX_BURST: u32 = 16;
 
 impl Rnic {
     /// A NIC with its host pool and device memory regions mapped.
@@ -262,6 +267,7 @@ impl Rnic {
             qps: Vec::new(),
             free_qps: Vec::new(),
             rr: 0,
+            burst: 0,
         })
     }
 
@@ -720,13 +726,24 @@ impl Rnic {
             if let Some(len) = got {
                 self.core.stats.tx_packets += 1;
                 self.core.stats.tx_bytes += len as u64;
-                // Stay on this QP while it has packets: keeps a message's packets together
-                // (GSO batches) while other QPs still get their turn next call.
-                self.rr = i;
+                // A QP keeps the turn for up to TX_BURST packets (runs of equal-sized packets
+                // of one QP become one GSO send), then the next QP's turn comes.
+                if i == self.rr && k == 0 {
+                    self.burst += 1;
+                } else {
+                    self.burst = 1;
+                }
+                if self.burst >= TX_BURST {
+                    self.rr = (i + 1) % n;
+                    self.burst = 0;
+                } else {
+                    self.rr = i;
+                }
                 return Some(len);
             }
         }
-        self.rr = self.rr.wrapping_add(1);
+        self.rr = self.rr.wrapping_add(1) % n.max(1);
+        self.burst = 0;
         None
     }
 

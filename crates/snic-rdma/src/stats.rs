@@ -73,8 +73,8 @@ pub struct RdmaStats {
     pub read_resp_sent: u64,
     /// Responder: out-of-sequence requests dropped silently (a NAK was already sent).
     pub out_of_seq_dropped: u64,
-    /// Responder: new READ/atomic requests dropped because too many responses were queued
-    /// (the requester retransmits them).
+    /// Responder: new READ/atomic requests dropped, or ACKs / recoverable NAKs not queued,
+    /// because the QP's response queue was full (the requester's timer recovers).
     pub resp_busy_drops: u64,
 
     /// Congestion: packets received with ECN CE.
