@@ -1072,6 +1072,10 @@ fn client_round(s: &mut Side, a: &RdmaArgs, size: u32) -> Result<(Figures, Optio
             }
             let now = s.clock.now();
             s.rnic.post_send_batch(s.qpn, &wrs, now).map_err(|e| anyhow!("post_send: {e}"))?;
+            // The doorbell: the NIC fetches the new WQEs and transmits what it can now (one
+            // transport pass, i.e. one sendmmsg). With `--batch N` this happens once per N
+            // WQEs, as RecoNIC's batch mode rings one doorbell per batch.
+            s.tx.send(&mut s.rnic, now).context("RoCE send")?;
             posted += n;
         }
         let busy = s.progress()?;

@@ -34,6 +34,6 @@ pub mod worker;
 pub mod afpacket;
 pub mod rdma_cm;
 pub mod roce;
-pub mod udp_blast;
 pub mod tap;
+pub mod udp_blast;
 pub mod vnet;

@@ -34,6 +34,7 @@ use std::time::Duration;
 use serde::Serialize;
 use snic_rdma::Rnic;
 use snic_rdma::pkt::MAX_PACKET_LEN;
+use snic_rdma::verbs::MAX_SGE;
 use snic_time::{Clock, Instant};
 use snic_wire::ipv4::{self, IpProtocol};
 use snic_wire::{ipv6, udp};
@@ -119,8 +120,8 @@ struct TxSock {
     tos: Option<u8>,
 }
 
-/// One engine packet waiting to be sent: its UDP payload sits in transmit slot `i` at
-/// `off..off + len`.
+/// One engine packet waiting to be sent: its UDP payload (`len` bytes) starts in transmit
+/// slot `i` at `off`; all of it is there unless `sg` says the rest is in engine memory.
 #[derive(Debug, Clone, Copy)]
 struct TxMeta {
     sock: usize,
@@ -128,7 +129,34 @@ struct TxMeta {
     tos: u8,
     off: usize,
     len: usize,
+    sg: Option<SgTail>,
 }
+
+/// The part of a scatter-gather packet that is not in its transmit slot: the slot holds
+/// `in_slot` bytes (the RoCE headers), then come the payload ranges of engine memory and the
+/// trailer (pad and ICRC).
+#[derive(Debug, Clone, Copy)]
+struct SgTail {
+    in_slot: usize,
+    ranges: [(u64, u32); MAX_SGE],
+    nranges: usize,
+    trailer: [u8; 8],
+    trailer_len: usize,
+}
+
+impl TxMeta {
+    /// Bytes of the packet in its transmit slot.
+    fn in_slot(&self) -> usize {
+        self.sg.map_or(self.len, |g| g.in_slot)
+    }
+}
+
+/// Most iovecs of one packet: headers, one per SGE, trailer.
+const MAX_IOV_PER_PKT: usize = MAX_SGE + 2;
+
+/// Stands in for payload memory that went away while its packet waited (it then leaves with a
+/// wrong ICRC and is dropped by the peer, which gets it again by retransmission).
+static ZEROS: [u8; MAX_PACKET_LEN] = [0; MAX_PACKET_LEN];
 
 /// RoCEv2 carried by kernel UDP sockets (see the module doc).
 #[derive(Debug)]
@@ -223,8 +251,63 @@ impl RoceTransport {
 
     /// Take up to a batch of packets from the engine (`rnic.poll_transmit`) and send them.
     /// Returns the datagrams handed to the kernel by this call.
+    ///
+    /// Payloads are not copied: the engine writes only the headers into the transmit slot and
+    /// each datagram goes out as iovecs [headers, payload ranges of engine memory, pad + ICRC].
     pub fn send(&mut self, rnic: &mut Rnic, now: Instant) -> io::Result<usize> {
-        self.send_from(|buf| rnic.poll_transmit(now, buf))
+        while self.pend.len() < self.opts.batch {
+            let i = self.pend.len();
+            let slot = &mut self.tx_buf[i * TX_SLOT..(i + 1) * TX_SLOT];
+            let Some(sg) = rnic.poll_transmit_sg(now, slot) else { break };
+            match self.take_sg_packet(i, &sg, rnic.mem()) {
+                Some(m) => self.pend.push(m),
+                None => self.stats.tx_malformed += 1,
+            }
+        }
+        if self.pend.is_empty() {
+            return Ok(0);
+        }
+        self.flush(Some(rnic.mem()))
+    }
+
+    /// [`Self::take_packet`] for a packet the engine built for a scatter-gather send: its
+    /// headers are in slot `i`. Packets without payload, and those whose source port must be
+    /// rewritten (the ICRC changes), are completed in the slot; the others keep their payload
+    /// in engine memory.
+    fn take_sg_packet(
+        &mut self,
+        i: usize,
+        sg: &snic_rdma::pkt::TxSg,
+        mem: &snic_dma::AddressSpace,
+    ) -> Option<TxMeta> {
+        let base = i * TX_SLOT;
+        if sg.len > TX_SLOT || sg.hdr_len > sg.len {
+            return None;
+        }
+        let h = out_headers(&self.tx_buf[base..base + sg.len])?;
+        let fallback = self.sock_for(h.sport) == 0 && h.sport != self.local.port();
+        if sg.payload().is_empty() || fallback {
+            sg.assemble(mem, &mut self.tx_buf[base..base + sg.len])?;
+            return self.take_packet(i, sg.len);
+        }
+        if h.dst.is_ipv4() != self.local.is_ipv4() || sg.hdr_len < h.off {
+            return None;
+        }
+        // Check now that the ranges are memory (they are read again at the send).
+        if sg.payload().iter().any(|&(a, l)| mem.slice(a, l as usize).is_err()) {
+            return None;
+        }
+        let m = self.take_packet_parsed(i, h)?;
+        Some(TxMeta {
+            sg: Some(SgTail {
+                in_slot: sg.hdr_len - h.off,
+                ranges: sg.ranges,
+                nranges: sg.npayload,
+                trailer: sg.trailer,
+                trailer_len: sg.trailer_len,
+            }),
+            ..m
+        })
     }
 
     /// [`Self::send`] with any packet source: `next` writes one whole IP packet into the
@@ -246,13 +329,20 @@ impl RoceTransport {
         if self.pend.is_empty() {
             return Ok(0);
         }
-        self.flush()
+        self.flush(None)
     }
 
     /// Read the headers of the packet in slot `i` and find (or open) its socket.
     fn take_packet(&mut self, i: usize, n: usize) -> Option<TxMeta> {
         let base = i * TX_SLOT;
         let h = out_headers(&self.tx_buf[base..base + n])?;
+        self.take_packet_parsed(i, h)
+    }
+
+    /// [`Self::take_packet`] with the headers read.
+    fn take_packet_parsed(&mut self, i: usize, h: OutHeaders) -> Option<TxMeta> {
+        let base = i * TX_SLOT;
+        let n = h.off + h.len;
         if h.dst.is_ipv4() != self.local.is_ipv4() {
             return None;
         }
@@ -271,6 +361,7 @@ impl RoceTransport {
             tos: h.tos,
             off: base + h.off,
             len: h.len,
+            sg: None,
         })
     }
 
@@ -317,7 +408,8 @@ impl RoceTransport {
     /// Send the queued packets: groups of one socket and TOS, each group one `sendmmsg` of
     /// GSO runs (or single datagrams). Leaves what the kernel did not take at the front of the
     /// queue.
-    fn flush(&mut self) -> io::Result<usize> {
+    /// `mem` is the engine memory the scatter-gather packets' payloads are in.
+    fn flush(&mut self, mem: Option<&snic_dma::AddressSpace>) -> io::Result<usize> {
         let mut done = 0;
         let mut sent = 0;
         let mut hard_err = None;
@@ -332,7 +424,7 @@ impl RoceTransport {
             self.set_tos(sock, tos);
             let nruns = plan_runs(&self.pend[done..end], self.gso_on, &mut runs);
             let fd = self.socks[sock].sock.as_raw_fd();
-            let r = send_runs(fd, &self.tx_buf, &self.pend[done..end], &runs[..nruns]);
+            let r = send_runs(fd, &self.tx_buf, mem, &self.pend[done..end], &runs[..nruns]);
             match r {
                 Ok(n) => {
                     for run in &runs[..n] {
@@ -385,7 +477,7 @@ impl RoceTransport {
             let in_slot = m.off % TX_SLOT;
             let src = (done + k) * TX_SLOT + in_slot;
             let dst = k * TX_SLOT + in_slot;
-            self.tx_buf.copy_within(src..src + m.len, dst);
+            self.tx_buf.copy_within(src..src + m.in_slot(), dst);
             self.pend[k] = TxMeta { off: dst, ..m };
         }
         self.pend.truncate(rest);
@@ -622,21 +714,63 @@ fn plan_runs(pkts: &[TxMeta], gso: bool, runs: &mut [Run]) -> usize {
     n
 }
 
-/// One `sendmmsg` of `runs` over `pkts` (payloads in `buf`). Returns the runs the kernel took.
-fn send_runs(fd: RawFd, buf: &[u8], pkts: &[TxMeta], runs: &[Run]) -> io::Result<usize> {
-    let mut iovs = [empty_iovec(); MAX_BATCH];
+/// One `sendmmsg` of `runs` over `pkts` (their slot bytes in `buf`, scatter-gather payloads in
+/// `mem`). Returns the runs the kernel took.
+fn send_runs(
+    fd: RawFd,
+    buf: &[u8],
+    mem: Option<&snic_dma::AddressSpace>,
+    pkts: &[TxMeta],
+    runs: &[Run],
+) -> io::Result<usize> {
+    let mut iovs = [empty_iovec(); MAX_BATCH * MAX_IOV_PER_PKT];
+    // Where each packet's iovecs start.
+    let mut first = [0usize; MAX_BATCH + 1];
     let n = pkts.len().min(MAX_BATCH);
-    for (iov, p) in iovs.iter_mut().zip(&pkts[..n]) {
-        let d = &buf[p.off..p.off + p.len];
-        // sendmmsg only reads through iov_base; the C API wants *mut.
-        *iov = libc::iovec { iov_base: d.as_ptr() as *mut libc::c_void, iov_len: d.len() };
+    let mut k = 0;
+    // sendmmsg only reads through iov_base; the C API wants *mut.
+    let iov =
+        |d: &[u8]| libc::iovec { iov_base: d.as_ptr() as *mut libc::c_void, iov_len: d.len() };
+    for (i, p) in pkts[..n].iter().enumerate() {
+        first[i] = k;
+        iovs[k] = iov(&buf[p.off..p.off + p.in_slot()]);
+        k += 1;
+        if let Some(g) = &p.sg {
+            for &(a, l) in &g.ranges[..g.nranges] {
+                let l = l as usize;
+                let d =
+                    mem.and_then(|m| m.slice(a, l).ok()).unwrap_or(&ZEROS[..l.min(ZEROS.len())]);
+                iovs[k] = iov(d);
+                k += 1;
+            }
+            iovs[k] = iov(&g.trailer[..g.trailer_len]);
+            k += 1;
+        }
     }
+    first[n] = k;
     let mut names = [empty_sockaddr(); MAX_BATCH];
     let mut lens = [0 as libc::socklen_t; MAX_BATCH];
-    for (k, r) in runs.iter().enumerate() {
-        lens[k] = to_sockaddr(&pkts[r.start].dst, &mut names[k]);
+    let mut msgs = [Msg::default(); MAX_BATCH];
+    for (j, r) in runs.iter().enumerate() {
+        lens[j] = to_sockaddr(&pkts[r.start].dst, &mut names[j]);
+        let end = (r.start + r.count).min(n);
+        msgs[j] = Msg {
+            start: first[r.start.min(n)],
+            count: first[end] - first[r.start.min(n)],
+            gso_seg: (r.count > 1).then_some(r.seg),
+        };
     }
-    sendmmsg_runs(fd, &mut iovs[..n], &mut names[..runs.len()], &lens[..runs.len()], runs)
+    let nr = runs.len().min(MAX_BATCH);
+    sendmmsg_msgs(fd, &mut iovs[..k], &mut names[..nr], &lens[..nr], &msgs[..nr])
+}
+
+/// One message of [`sendmmsg_msgs`]: iovecs `start..start + count`, with a `UDP_SEGMENT`
+/// control message of `gso_seg` when set.
+#[derive(Debug, Clone, Copy, Default)]
+struct Msg {
+    start: usize,
+    count: usize,
+    gso_seg: Option<usize>,
 }
 
 /// The `sendmmsg` call: message `k` sends `iovs[runs[k].start..][..runs[k].count]` to
@@ -647,6 +781,22 @@ pub(crate) fn sendmmsg_runs(
     names: &mut [libc::sockaddr_storage],
     name_lens: &[libc::socklen_t],
     runs: &[Run],
+) -> io::Result<usize> {
+    let mut msgs = [Msg::default(); MAX_BATCH];
+    for (m, r) in msgs.iter_mut().zip(runs) {
+        *m = Msg { start: r.start, count: r.count, gso_seg: (r.count > 1).then_some(r.seg) };
+    }
+    let nr = runs.len().min(MAX_BATCH);
+    sendmmsg_msgs(fd, iovs, names, name_lens, &msgs[..nr])
+}
+
+/// The `sendmmsg` call over messages of any number of iovecs each.
+fn sendmmsg_msgs(
+    fd: RawFd,
+    iovs: &mut [libc::iovec],
+    names: &mut [libc::sockaddr_storage],
+    name_lens: &[libc::socklen_t],
+    runs: &[Msg],
 ) -> io::Result<usize> {
     let nr = runs.len().min(MAX_BATCH).min(names.len()).min(name_lens.len());
     if nr == 0 {
@@ -664,7 +814,7 @@ pub(crate) fn sendmmsg_runs(
         h.msg_namelen = name_lens[k];
         h.msg_iov = &mut iovs[r.start];
         h.msg_iovlen = r.count as _;
-        if r.count > 1 {
+        if let Some(seg) = r.gso_seg {
             h.msg_control = cmsgs[k].as_mut_ptr().cast();
             // SAFETY: CMSG_SPACE is pure arithmetic on its argument.
             h.msg_controllen = unsafe { libc::CMSG_SPACE(2) } as _;
@@ -676,7 +826,7 @@ pub(crate) fn sendmmsg_runs(
                 (*c).cmsg_level = libc::SOL_UDP;
                 (*c).cmsg_type = libc::UDP_SEGMENT;
                 (*c).cmsg_len = libc::CMSG_LEN(2) as _;
-                let seg = u16::try_from(r.seg).unwrap_or(u16::MAX);
+                let seg = u16::try_from(seg).unwrap_or(u16::MAX);
                 core::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg);
             }
         }
@@ -947,7 +1097,7 @@ mod tests {
     use super::*;
 
     fn meta(dst: &str, len: usize) -> TxMeta {
-        TxMeta { sock: 0, dst: dst.parse().unwrap(), tos: 0, off: 0, len }
+        TxMeta { sock: 0, dst: dst.parse().unwrap(), tos: 0, off: 0, len, sg: None }
     }
 
     #[test]
@@ -1055,13 +1205,13 @@ mod tests {
         for i in 0..3usize {
             let off = i * TX_SLOT + 28;
             t.tx_buf[off..off + 10 + i].fill(b'a' + i as u8);
-            t.pend.push(TxMeta { sock: 0, dst, tos: 0, off, len: 10 + i });
+            t.pend.push(TxMeta { sock: 0, dst, tos: 0, off, len: 10 + i, sg: None });
         }
         // As if the kernel took only the first packet.
         t.compact(1);
         assert_eq!(t.pend.len(), 2);
         assert_eq!(t.pend[0].off, 28);
-        assert_eq!(t.flush().unwrap(), 2);
+        assert_eq!(t.flush(None).unwrap(), 2);
         assert_eq!(t.tx_pending(), 0);
         let mut buf = [0u8; 64];
         for (i, c) in [(1usize, b'b'), (2, b'c')] {

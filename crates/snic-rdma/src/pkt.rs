@@ -9,9 +9,12 @@
 
 use std::net::IpAddr;
 
+use snic_dma::AddressSpace;
 use snic_wire::ipv4::{self, IpProtocol};
 use snic_wire::roce::{self, ICRC_LEN, RocePacket, RoceRepr, bth, icrc};
 use snic_wire::{ipv6, udp};
+
+use crate::verbs::MAX_SGE;
 
 /// ECN codepoint ECT(0).
 pub const ECN_ECT0: u8 = 0b10;
@@ -81,16 +84,28 @@ pub fn packet_len(path: &Path, roce: &RoceRepr, payload_len: usize) -> Option<us
     Some(l3l4_len(path.src.is_ipv6()) + roce.buffer_len(payload_len)?)
 }
 
-/// Build one packet into `buf` and return its length. `fill` writes exactly `payload_len`
-/// payload bytes into the slice it is given (gathered from memory, usually); an `Err` from it
-/// aborts the build with [`BuildError::Payload`].
-pub fn build<E>(
+/// Where [`emit_headers`] put things.
+#[derive(Debug, Clone, Copy)]
+struct Emitted {
+    v6: bool,
+    /// Bytes of IP + UDP.
+    hl: usize,
+    /// Bytes of BTH + extension headers.
+    hdr: usize,
+    /// Whole packet length.
+    total: usize,
+    /// Pad bytes after the payload.
+    pad: usize,
+}
+
+/// Write the IP, UDP, BTH and extension headers of a packet with `payload_len` payload bytes
+/// into `buf` (which must hold the whole packet); the UDP checksum is left zero.
+fn emit_headers(
     buf: &mut [u8],
     path: &Path,
     roce: &RoceRepr,
     payload_len: usize,
-    fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
-) -> Result<usize, BuildError> {
+) -> Result<Emitted, BuildError> {
     let v6 = match (path.src, path.dst) {
         (IpAddr::V4(_), IpAddr::V4(_)) => false,
         (IpAddr::V6(_), IpAddr::V6(_)) => true,
@@ -105,7 +120,7 @@ pub fn build<E>(
     }
     let pkt = &mut buf[..total];
     // RoCE headers: emit with an empty payload, then place the payload and pad by hand so the
-    // payload is gathered straight from memory into the packet (one copy).
+    // payload is gathered straight from memory into the packet (one copy) or not at all.
     let r = &mut pkt[hl..];
     let info = roce.bth.info().ok_or(snic_wire::Error::BadOpcode { got: roce.bth.opcode })?;
     let hdr = bth::HEADER_LEN + info.ext_len();
@@ -122,9 +137,7 @@ pub fn build<E>(
         }
     }
     roce.emit(&mut r[..hdr + ICRC_LEN], &[])?;
-    fill(&mut r[hdr..hdr + payload_len]).map_err(|_| BuildError::Payload)?;
     let pad = roce::packet::pad_for(payload_len);
-    r[hdr + payload_len..hdr + payload_len + pad].fill(0);
     bth::Header::new_unchecked(&mut r[..bth::HEADER_LEN]).set_pad_count(pad as u8);
     // IP and UDP.
     let udp_len = udp::HEADER_LEN + roce_len;
@@ -155,13 +168,120 @@ pub fn build<E>(
     let u = udp::Repr { src_port: path.sport, dst_port: path.dport, payload_len: roce_len };
     let mut up = udp::Packet::new_unchecked(&mut pkt[ipl..]);
     u.emit(&mut up);
+    Ok(Emitted { v6, hl, hdr, total, pad })
+}
+
+/// Build one packet into `buf` and return its length. `fill` writes exactly `payload_len`
+/// payload bytes into the slice it is given (gathered from memory, usually); an `Err` from it
+/// aborts the build with [`BuildError::Payload`].
+pub fn build<E>(
+    buf: &mut [u8],
+    path: &Path,
+    roce: &RoceRepr,
+    payload_len: usize,
+    fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+) -> Result<usize, BuildError> {
+    let e = emit_headers(buf, path, roce, payload_len)?;
+    let (total, pad) = (e.total, e.pad);
+    let pkt = &mut buf[..total];
+    let r = &mut pkt[e.hl..];
+    let hdr = e.hdr;
+    fill(&mut r[hdr..hdr + payload_len]).map_err(|_| BuildError::Payload)?;
+    r[hdr + payload_len..hdr + payload_len + pad].fill(0);
     // The ICRC masks the UDP checksum, so the ICRC goes first and the checksum (IPv6 forbids
     // a zero one) then covers the finished datagram, ICRC included.
     icrc::fill(pkt)?;
-    if v6 {
+    if e.v6 {
+        let ipl = e.hl - udp::HEADER_LEN;
         udp::Packet::new_unchecked(&mut pkt[ipl..]).fill_checksum(&path.src, &path.dst);
     }
     Ok(total)
+}
+
+/// A packet built for a scatter-gather send: its headers (IP through the extension headers)
+/// lie at the start of the buffer given to [`build_sg`], its payload is `payload()` (ranges of
+/// engine memory, in order), then come `trailer()` (pad and ICRC).
+///
+/// For IPv6 the UDP checksum in the headers is left zero: a kernel socket computes its own,
+/// and [`TxSg::assemble`] fills it in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxSg {
+    /// Header bytes at the start of the buffer.
+    pub hdr_len: usize,
+    /// Whole packet length (headers + payload + trailer).
+    pub len: usize,
+    /// Payload ranges (engine address, length); the first `npayload` are used.
+    pub ranges: [(u64, u32); MAX_SGE],
+    /// Ranges in use.
+    pub npayload: usize,
+    /// Pad bytes then the ICRC; the first `trailer_len` are used.
+    pub trailer: [u8; 8],
+    /// Trailer bytes in use.
+    pub trailer_len: usize,
+}
+
+impl TxSg {
+    /// The payload ranges (engine address, length).
+    pub fn payload(&self) -> &[(u64, u32)] {
+        &self.ranges[..self.npayload]
+    }
+
+    /// The pad and ICRC bytes that end the packet.
+    pub fn trailer(&self) -> &[u8] {
+        &self.trailer[..self.trailer_len]
+    }
+
+    /// Copy the payload (from `mem`) and the trailer behind the headers in `buf`, making the
+    /// whole packet there (with its IPv6 UDP checksum). Returns its length; `None` when `buf`
+    /// is too short or a range is not readable memory.
+    pub fn assemble(&self, mem: &AddressSpace, buf: &mut [u8]) -> Option<usize> {
+        let pkt = buf.get_mut(..self.len)?;
+        let mut at = self.hdr_len;
+        for &(addr, len) in self.payload() {
+            let src = mem.slice(addr, len as usize).ok()?;
+            pkt.get_mut(at..at + src.len())?.copy_from_slice(src);
+            at += src.len();
+        }
+        pkt.get_mut(at..at + self.trailer_len)?.copy_from_slice(self.trailer());
+        if at + self.trailer_len != self.len {
+            return None;
+        }
+        if pkt.first()? >> 4 == 6 {
+            let ip = ipv6::Packet::new_unchecked(&pkt[..]);
+            let (s, d) = (IpAddr::V6(ip.src_addr()), IpAddr::V6(ip.dst_addr()));
+            udp::Packet::new_unchecked(&mut pkt[ipv6::HEADER_LEN..]).fill_checksum(&s, &d);
+        }
+        Some(self.len)
+    }
+}
+
+/// Build the headers of one packet into `buf` (which must have room for the whole packet, so
+/// that [`TxSg::assemble`] can complete it there) for a scatter-gather send. `feed` hashes the
+/// `payload_len` payload bytes, in order, into the ICRC and records where they are in the
+/// returned [`TxSg`]'s ranges (setting `npayload`); an `Err` from it aborts the build with
+/// [`BuildError::Payload`].
+pub fn build_sg<E>(
+    buf: &mut [u8],
+    path: &Path,
+    roce: &RoceRepr,
+    payload_len: usize,
+    feed: impl FnOnce(&mut icrc::Hasher, &mut TxSg) -> Result<(), E>,
+) -> Result<TxSg, BuildError> {
+    let e = emit_headers(buf, path, roce, payload_len)?;
+    let hdr_len = e.hl + e.hdr;
+    let mut h = icrc::Hasher::new(&buf[..hdr_len])?;
+    let mut sg = TxSg {
+        hdr_len,
+        len: e.total,
+        ranges: [(0, 0); MAX_SGE],
+        npayload: 0,
+        trailer: [0; 8],
+        trailer_len: e.pad + ICRC_LEN,
+    };
+    feed(&mut h, &mut sg).map_err(|_| BuildError::Payload)?;
+    h.update(&[0; 3][..e.pad]);
+    sg.trailer[e.pad..e.pad + ICRC_LEN].copy_from_slice(&h.finish().to_le_bytes());
+    Ok(sg)
 }
 
 /// A received RoCEv2 packet, checked (IP, UDP port, ICRC) and walked.
@@ -316,6 +436,62 @@ mod tests {
             // Truncations never panic.
             for cut in 0..n {
                 assert!(parse(&buf[..cut], roce::UDP_PORT).is_err());
+            }
+        }
+    }
+
+    #[test]
+    fn build_sg_matches_build() {
+        let mut mem = AddressSpace::new();
+        let base = 0x1_0000u64;
+        let host = snic_dma::HostAddr::new(base).unwrap();
+        mem.map_host(host, Box::new(vec![0u8; 4096])).unwrap();
+        let data: Vec<u8> = (0..300u32).map(|i| (i * 7) as u8).collect();
+        mem.slice_mut(base, 300).unwrap().copy_from_slice(&data);
+        for v6 in [false, true] {
+            for len in [0usize, 1, 5, 299] {
+                let p = path(v6);
+                let op = if len == 0 { opcode::RC_RDMA_WRITE_ONLY } else { opcode::RC_SEND_ONLY };
+                let mut r = RoceRepr::new(bth::Repr {
+                    opcode: op,
+                    solicited: false,
+                    mig_req: false,
+                    pad_count: 0,
+                    pkey: bth::PKEY_DEFAULT,
+                    fecn: false,
+                    becn: false,
+                    dest_qp: 0x22,
+                    ack_req: true,
+                    psn: 7,
+                });
+                if op == opcode::RC_RDMA_WRITE_ONLY {
+                    r.reth = Some(RethRepr { va: 0x1000, rkey: 0xabcd, dma_len: len as u32 });
+                }
+                let mut want = [0u8; 512];
+                let n = build(&mut want, &p, &r, len, |b: &mut [u8]| -> Result<(), ()> {
+                    b.copy_from_slice(&data[..len]);
+                    Ok(())
+                })
+                .unwrap();
+                let mut got = [0u8; 512];
+                let sg = build_sg(&mut got, &p, &r, len, |h, sg| -> Result<(), ()> {
+                    // Two pieces, to check the ranges are walked in order.
+                    let cut = len / 2;
+                    for (a, l) in [(base, cut), (base + cut as u64, len - cut)] {
+                        if l > 0 {
+                            h.update(mem.slice(a, l).unwrap());
+                            sg.ranges[sg.npayload] = (a, l as u32);
+                            sg.npayload += 1;
+                        }
+                    }
+                    Ok(())
+                })
+                .unwrap();
+                assert_eq!(sg.len, n);
+                assert_eq!(&sg.trailer()[sg.trailer_len - 4..], &want[n - 4..n]);
+                assert_eq!(sg.assemble(&mem, &mut got), Some(n));
+                assert_eq!(&got[..n], &want[..n], "v6 {v6} len {len}");
+                assert_eq!(sg.assemble(&mem, &mut got[..n - 1]), None);
             }
         }
     }

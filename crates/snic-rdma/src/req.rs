@@ -460,7 +460,12 @@ fn plan(qp: &Qp, w: &Wqe, off: u32, ack_every: u32, since_ackreq: u32) -> PktPla
 
 /// Build the next request packet of this QP into `buf` (new or retransmitted), if one may
 /// leave now.
-pub fn poll_transmit(core: &mut Core, qp: &mut Qp, now: Instant, buf: &mut [u8]) -> Option<usize> {
+pub fn poll_transmit(
+    core: &mut Core,
+    qp: &mut Qp,
+    now: Instant,
+    buf: &mut [u8],
+) -> Option<pkt::TxSg> {
     if qp.req.rnr_until.is_some_and(|t| t <= now) {
         qp.req.rnr_until = None;
     }
@@ -542,11 +547,11 @@ pub fn poll_transmit(core: &mut Core, qp: &mut Qp, now: Instant, buf: &mut [u8])
     let w = &qp.req.wqes[i];
     let pl = plan(qp, w, off, core.cfg.ack_req_every, since);
     let (pd, sgl) = (qp.init.pd, w.wr.sgl);
-    let built = pkt::build(buf, &path, &pl.roce, pl.payload_len, |b: &mut [u8]| {
-        core.gather(pd, &sgl, pl.payload_off, b)
+    let built = pkt::build_sg(buf, &path, &pl.roce, pl.payload_len, |h, sg| {
+        core.gather_sg(pd, &sgl, pl.payload_off, pl.payload_len, h, sg)
     });
-    let len = match built {
-        Ok(n) => n,
+    let sg = match built {
+        Ok(sg) => sg,
         Err(e) => {
             let status = match e {
                 pkt::BuildError::Payload => WcStatus::LocProtErr,
@@ -571,7 +576,7 @@ pub fn poll_transmit(core: &mut Core, qp: &mut Qp, now: Instant, buf: &mut [u8])
     }
     rs.since_ackreq = if pl.roce.bth.ack_req { 0 } else { rs.since_ackreq + 1 };
     rs.paced_blocked = false;
-    rs.cc.on_send(&core.cfg.cc, now, len);
+    rs.cc.on_send(&core.cfg.cc, now, sg.len);
     if rs.rto.is_none() {
         rs.rto = crate::ack_timeout(qp.attr.timeout).map(|t| now + t);
     }
@@ -580,7 +585,7 @@ pub fn poll_transmit(core: &mut Core, qp: &mut Qp, now: Instant, buf: &mut [u8])
     } else {
         rs.cur_off += 1;
     }
-    Some(len)
+    Some(sg)
 }
 
 /// A response arrived for this QP: ACK, NAK, RNR NAK, READ response or atomic ACK.

@@ -17,10 +17,10 @@ use std::collections::VecDeque;
 
 use snic_time::Instant;
 use snic_wire::roce::ext::{AethRepr, AtomicAckEthRepr, NakCode, Syndrome};
-use snic_wire::roce::{RoceRepr, bth, cnp, opcode};
+use snic_wire::roce::{RoceRepr, bth, cnp, icrc, opcode};
 
 use crate::mr::MrFault;
-use crate::pkt::{self, BuildError, Path, RxPkt};
+use crate::pkt::{self, BuildError, Path, RxPkt, TxSg};
 use crate::psn;
 use crate::qp::{self, Qp};
 use crate::rnic::Core;
@@ -342,10 +342,10 @@ fn fail(core: &mut Core, qp: &mut Qp, now: Instant, psn: u32, f: Fail) {
         let cqe = recv_cqe(qp, &wqe, status, op, 0);
         core.push_cqe(qp.init.recv_cq, cqe);
     }
-    if let Some(code) = syndrome {
-        if !qp.resp.queue_nak(psn, Syndrome::Nak(code)) {
-            core.stats.resp_busy_drops += 1;
-        }
+    if let Some(code) = syndrome
+        && !qp.resp.queue_nak(psn, Syndrome::Nak(code))
+    {
+        core.stats.resp_busy_drops += 1;
     }
     qp::enter_error(core, qp, now);
 }
@@ -405,10 +405,8 @@ fn execute(core: &mut Core, qp: &mut Qp, pkt: &RxPkt<'_>) -> Result<(), Fail> {
         Kind::Atomic => return do_atomic(core, qp, pkt),
     }
     qp.resp.epsn = psn::add(bth.psn, 1);
-    if bth.ack_req {
-        if !qp.resp.queue_ack(bth.psn) {
-            core.stats.resp_busy_drops += 1;
-        }
+    if bth.ack_req && !qp.resp.queue_ack(bth.psn) {
+        core.stats.resp_busy_drops += 1;
     }
     Ok(())
 }
@@ -687,12 +685,12 @@ fn resp_bth(qp: &Qp, opcode: u8, psn: u32) -> bth::Repr {
     }
 }
 
-fn no_payload(_: &mut [u8]) -> Result<(), ()> {
+fn no_payload(_: &mut icrc::Hasher, _: &mut TxSg) -> Result<(), ()> {
     Ok(())
 }
 
 /// Build the next response packet (ACK, NAK, READ response, atomic ACK, CNP) into `buf`.
-pub fn poll_transmit(core: &mut Core, qp: &mut Qp, now: Instant, buf: &mut [u8]) -> Option<usize> {
+pub fn poll_transmit(core: &mut Core, qp: &mut Qp, now: Instant, buf: &mut [u8]) -> Option<TxSg> {
     let path = qp.path?;
     let err = qp.attr.state == QpState::Err;
     while let Some(&o) = qp.resp.out.front() {
@@ -724,7 +722,7 @@ pub fn poll_transmit(core: &mut Core, qp: &mut Qp, now: Instant, buf: &mut [u8])
     if qp.resp.cnp_pending && !err {
         qp.resp.cnp_pending = false;
         let c = cnp::Repr { dest_qp: qp.attr.dest_qpn, pkey: bth::PKEY_DEFAULT };
-        let n = pkt::build(buf, &path, &RoceRepr::new(c.bth()), 0, no_payload).ok()?;
+        let n = pkt::build_sg(buf, &path, &RoceRepr::new(c.bth()), 0, no_payload).ok()?;
         core.stats.cnps_sent += 1;
         return Some(n);
     }
@@ -738,7 +736,7 @@ fn emit(
     path: &Path,
     o: Out,
     buf: &mut [u8],
-) -> Result<usize, BuildError> {
+) -> Result<TxSg, BuildError> {
     let ack = |msn| AethRepr { syndrome: Syndrome::Ack { credits: ACK_CREDITS }, msn };
     match o {
         Out::Ack { psn, msn } | Out::Nak { psn, msn, .. } => {
@@ -748,7 +746,7 @@ fn emit(
             };
             let mut r = RoceRepr::new(resp_bth(qp, opcode::RC_ACKNOWLEDGE, psn));
             r.aeth = Some(AethRepr { syndrome, msn });
-            let n = pkt::build(buf, path, &r, 0, no_payload)?;
+            let n = pkt::build_sg(buf, path, &r, 0, no_payload)?;
             qp.resp.out.pop_front();
             let s = &mut core.stats;
             match syndrome {
@@ -767,7 +765,7 @@ fn emit(
             let mut r = RoceRepr::new(resp_bth(qp, opcode::RC_ATOMIC_ACKNOWLEDGE, psn));
             r.aeth = Some(ack(msn));
             r.atomic_ack_eth = Some(AtomicAckEthRepr { orig_data: orig });
-            let n = pkt::build(buf, path, &r, 0, no_payload)?;
+            let n = pkt::build_sg(buf, path, &r, 0, no_payload)?;
             qp.resp.out.pop_front();
             Ok(n)
         }
@@ -787,14 +785,16 @@ fn emit(
                 r.aeth = Some(ack(ro.msn));
             }
             let (mem, mrs, pd) = (&core.mem, &core.mrs, qp.init.pd);
-            let n = pkt::build(buf, path, &r, len as usize, |b: &mut [u8]| {
-                if b.is_empty() {
+            let n = pkt::build_sg(buf, path, &r, len as usize, |h, sg| {
+                if len == 0 {
                     return Ok(());
                 }
                 // The MR may have been deregistered since the request was checked.
                 mrs.check_remote(ro.rkey, pd, ro.va, u64::from(len), Access::REMOTE_READ)
                     .map_err(|_| ())?;
-                b.copy_from_slice(mem.slice(ro.va, b.len()).map_err(|_| ())?);
+                h.update(mem.slice(ro.va, len as usize).map_err(|_| ())?);
+                sg.ranges[0] = (ro.va, len);
+                sg.npayload = 1;
                 Ok::<(), ()>(())
             })?;
             core.stats.read_resp_sent += 1;

@@ -167,6 +167,40 @@ impl Core {
         if out.is_empty() { Ok(()) } else { Err(MrFault::Bounds) }
     }
 
+    /// [`Self::gather`] without the copy: check the same rights and bounds, hash the `len`
+    /// bytes `offset` bytes into `sgl` into `h` and record where they lie in `sg`'s ranges
+    /// (for a scatter-gather send).
+    pub fn gather_sg(
+        &self,
+        pd: Pd,
+        sgl: &SgList,
+        mut offset: u64,
+        mut len: usize,
+        h: &mut snic_wire::roce::icrc::Hasher,
+        sg: &mut crate::pkt::TxSg,
+    ) -> Result<(), MrFault> {
+        for s in sgl.as_slice() {
+            if len == 0 {
+                break;
+            }
+            let sl = u64::from(s.len);
+            if offset >= sl {
+                offset -= sl;
+                continue;
+            }
+            let n = ((sl - offset) as usize).min(len);
+            let addr = s.addr + offset;
+            self.mrs.check_local(s.lkey, pd, addr, n as u64, false)?;
+            h.update(self.mem.slice(addr, n).map_err(|_| MrFault::Bounds)?);
+            let slot = sg.ranges.get_mut(sg.npayload).ok_or(MrFault::Bounds)?;
+            *slot = (addr, n as u32);
+            sg.npayload += 1;
+            len -= n;
+            offset = 0;
+        }
+        if len == 0 { Ok(()) } else { Err(MrFault::Bounds) }
+    }
+
     /// Write `data` into the buffers of `sgl`, starting `offset` bytes into them (scatter).
     /// Needs LOCAL_WRITE on every MR touched. Fails (having written nothing) when `data` does
     /// not fit.
@@ -716,6 +750,18 @@ impl Rnic {
     /// `None` when nothing is ready now. Responses (ACKs, READ responses, CNPs) go before new
     /// requests; QPs take turns.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        let sg = self.poll_transmit_sg(now, buf)?;
+        // The ranges were readable when the packet was built, just now.
+        sg.assemble(&self.core.mem, buf)
+    }
+
+    /// [`Self::poll_transmit`] for a scatter-gather send: only the headers go into `buf` (which
+    /// must still have room for the whole packet); the payload is left in engine memory
+    /// ([`TxSg::payload`](crate::pkt::TxSg::payload), read it through [`Self::mem`]) and the
+    /// pad and ICRC come in the returned descriptor. The ranges stay valid while the memory is
+    /// not unmapped; their bytes are the ones the ICRC covers until the application writes
+    /// them.
+    pub fn poll_transmit_sg(&mut self, now: Instant, buf: &mut [u8]) -> Option<crate::pkt::TxSg> {
         let n = self.qps.len();
         for k in 0..n {
             let i = (self.rr + k) % n;
@@ -723,9 +769,9 @@ impl Rnic {
             let core = &mut self.core;
             let got = resp::poll_transmit(core, qp, now, buf)
                 .or_else(|| req::poll_transmit(core, qp, now, buf));
-            if let Some(len) = got {
+            if let Some(sg) = got {
                 self.core.stats.tx_packets += 1;
-                self.core.stats.tx_bytes += len as u64;
+                self.core.stats.tx_bytes += sg.len as u64;
                 // A QP keeps the turn for up to TX_BURST packets (runs of equal-sized packets
                 // of one QP become one GSO send), then the next QP's turn comes.
                 if i == self.rr && k == 0 {
@@ -739,7 +785,7 @@ impl Rnic {
                 } else {
                     self.rr = i;
                 }
-                return Some(len);
+                return Some(sg);
             }
         }
         self.rr = self.rr.wrapping_add(1) % n.max(1);

@@ -105,9 +105,18 @@ fn crc_of(ip: &[u8], l: &Layout) -> u32 {
     let mut buf = [0xffu8; SCRATCH_LEN];
     let m = &mut buf[..LRH_LEN + copied];
     m[LRH_LEN..].copy_from_slice(&ip[..copied]);
-    let ip_m = &mut m[LRH_LEN..];
+    mask_headers(&mut m[LRH_LEN..], l.v4, l.ip_len);
+
+    let mut h = crc32fast::Hasher::new();
+    h.update(m);
+    h.update(&ip[copied..covered]);
+    h.finalize()
+}
+
+/// Set the variant fields of the IP, UDP and BTH headers at the start of `ip_m` to 1s.
+fn mask_headers(ip_m: &mut [u8], v4: bool, ip_len: usize) {
     // IPv4 options (rare on RoCE) are hashed as they are.
-    if l.v4 {
+    if v4 {
         ip_m[1] = 0xff; // TOS (DSCP, ECN)
         ip_m[8] = 0xff; // TTL
         ip_m[10] = 0xff; // header checksum
@@ -119,15 +128,75 @@ fn crc_of(ip: &[u8], l: &Layout) -> u32 {
         ip_m[3] = 0xff;
         ip_m[7] = 0xff; // hop limit
     }
-    let udp_at = l.ip_len;
+    let udp_at = ip_len;
     ip_m[udp_at + 6] = 0xff; // UDP checksum
     ip_m[udp_at + 7] = 0xff;
     ip_m[udp_at + udp::HEADER_LEN + bth::CONGESTION_BYTE] = 0xff; // FECN, BECN, reserved
+}
 
-    let mut h = crc32fast::Hasher::new();
-    h.update(m);
-    h.update(&ip[copied..covered]);
-    h.finalize()
+/// An ICRC computed piece by piece, for a packet that is not in one buffer (headers in one
+/// place, payload in others: a scatter-gather send). Start it with the headers, feed the rest
+/// of the hashed bytes (extension headers not in the start buffer, payload, pad) in order, then
+/// [`Hasher::finish`]. Gives what [`compute`] gives for the assembled packet.
+#[derive(Debug, Clone)]
+pub struct Hasher(crc32fast::Hasher);
+
+impl Hasher {
+    /// Start with `hdr`: the packet from its IP header on, at least through the BTH (its IP
+    /// and UDP length fields already counting what will follow). All of `hdr` is hashed, so it
+    /// must end before the ICRC.
+    ///
+    /// Errors: `Truncated` when `hdr` ends before the BTH does; `BadVersion`, `BadHeaderLen`,
+    /// `BadValue` as [`compute`]. Lengths are not checked against the bytes fed later.
+    pub fn new(hdr: &[u8]) -> Result<Self> {
+        let first = *hdr.first().ok_or(Error::Truncated { need: 1, got: 0 })?;
+        let (v4, ip_len) = match first >> 4 {
+            4 => {
+                Error::need(ipv4::HEADER_LEN, hdr.len())?;
+                let ihl = usize::from(first & 0x0f) * 4;
+                if ihl < ipv4::HEADER_LEN {
+                    return Err(Error::BadHeaderLen { got: ihl });
+                }
+                if hdr[9] != IpProtocol::UDP.0 {
+                    return Err(Error::BadValue { field: "ip.protocol" });
+                }
+                if u16::from_be_bytes([hdr[6], hdr[7]]) & IPV4_FRAGMENT_BITS != 0 {
+                    return Err(Error::BadValue { field: "ip.fragment" });
+                }
+                (true, ihl)
+            }
+            6 => {
+                Error::need(ipv6::HEADER_LEN, hdr.len())?;
+                if hdr[6] != IpProtocol::UDP.0 {
+                    return Err(Error::BadValue { field: "ipv6.next_header" });
+                }
+                (false, ipv6::HEADER_LEN)
+            }
+            v => return Err(Error::BadVersion { got: v }),
+        };
+        let masked_len = ip_len + udp::HEADER_LEN + bth::HEADER_LEN;
+        Error::need(masked_len, hdr.len())?;
+        // Copy as much of `hdr` as fits (always the masked headers) and hash the rest in place.
+        let copied = hdr.len().min(SCRATCH_LEN - LRH_LEN);
+        let mut buf = [0xffu8; SCRATCH_LEN];
+        let m = &mut buf[..LRH_LEN + copied];
+        m[LRH_LEN..].copy_from_slice(&hdr[..copied]);
+        mask_headers(&mut m[LRH_LEN..], v4, ip_len);
+        let mut h = crc32fast::Hasher::new();
+        h.update(m);
+        h.update(&hdr[copied..]);
+        Ok(Hasher(h))
+    }
+
+    /// Hash the next bytes of the packet (unmasked: everything after the BTH is hashed as is).
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    /// The ICRC (the trailer holds `crc.to_le_bytes()`).
+    pub fn finish(self) -> u32 {
+        self.0.finalize()
+    }
 }
 
 /// Compute the ICRC of a RoCEv2 packet given the bytes from its IP header to (at least) the end
@@ -284,6 +353,15 @@ mod tests {
             h.update(&[0xff; 8]);
             h.update(&m[..n - 4]);
             assert_eq!(compute(p), Ok(h.finalize()), "v6 {v6} payload {payload}");
+            // Piecewise: headers (with some payload) from one slice, the rest in two pieces.
+            for cut in [ip_len + 20, ip_len + 23, n - 4] {
+                let mut ph = Hasher::new(&p[..cut]).unwrap();
+                let mid = cut + (n - 4 - cut) / 2;
+                ph.update(&p[cut..mid]);
+                ph.update(&p[mid..n - 4]);
+                assert_eq!(Ok(ph.finish()), compute(p), "v6 {v6} payload {payload} cut {cut}");
+            }
+            assert!(Hasher::new(&p[..ip_len + 19]).is_err());
         }
     }
 }
