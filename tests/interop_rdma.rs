@@ -29,8 +29,8 @@ use std::time::Duration;
 use serde_json::Value;
 use snic_dma::MemKind;
 use snic_rdma::{
-    Access, AttrMask, CqId, Cqe, MrInfo, Mtu, Pd, QpAttr, QpInit, QpState, RecvWr, Remote, Rnic,
-    RnicConfig, SendWr, SgList, Sge, WcOpcode, WcStatus, WrOp,
+    Access, CqId, Cqe, MrInfo, Mtu, Pd, QpAttr, QpInit, RecvWr, Remote, Rnic, RnicConfig, SendWr,
+    SgList, Sge, WcOpcode, WcStatus, WrOp,
 };
 use snic_time::Instant;
 use snic_wire::roce::opcode as op;
@@ -138,10 +138,8 @@ fn connect(a: &mut Nic, qa: u32, b: &mut Nic, qb: u32, psn_ab: u32, psn_ba: u32,
     for (n, q, peer, peer_q, rq_psn, sq_psn) in
         [(&mut *a, qa, ipb, qb, psn_ba, psn_ab), (&mut *b, qb, ipa, qa, psn_ab, psn_ba)]
     {
-        let init = QpAttr { state: QpState::Init, access: Access::ALL, ..QpAttr::default() };
-        n.rnic.modify_qp(q, &init, AttrMask::STATE | AttrMask::ACCESS, now).expect("init");
-        let rtr = QpAttr {
-            state: QpState::Rtr,
+        let attr = QpAttr {
+            access: Access::ALL,
             path_mtu: Mtu::M1024,
             dest_qpn: peer_q,
             rq_psn,
@@ -149,32 +147,14 @@ fn connect(a: &mut Nic, qa: u32, b: &mut Nic, qb: u32, psn_ab: u32, psn_ba: u32,
             max_dest_rd_atomic: 16,
             // 10 us: the RNR phase does not wait long.
             min_rnr_timer: 1,
-            ..init
-        };
-        let mask = AttrMask::STATE
-            | AttrMask::AV
-            | AttrMask::PATH_MTU
-            | AttrMask::DEST_QPN
-            | AttrMask::RQ_PSN
-            | AttrMask::MAX_DEST_RD_ATOMIC
-            | AttrMask::MIN_RNR_TIMER;
-        n.rnic.modify_qp(q, &rtr, mask, now).expect("rtr");
-        let rts = QpAttr {
-            state: QpState::Rts,
             sq_psn,
             timeout: 14,
             retry_cnt: 7,
             rnr_retry: 7,
             max_rd_atomic: 16,
-            ..rtr
+            ..QpAttr::default()
         };
-        let mask = AttrMask::STATE
-            | AttrMask::SQ_PSN
-            | AttrMask::TIMEOUT
-            | AttrMask::RETRY_CNT
-            | AttrMask::RNR_RETRY
-            | AttrMask::MAX_RD_ATOMIC;
-        n.rnic.modify_qp(q, &rts, mask, now).expect("rts");
+        n.rnic.connect_rc(q, &attr, now).expect("connect");
     }
 }
 

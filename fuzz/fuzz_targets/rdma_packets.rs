@@ -31,8 +31,8 @@ use std::net::IpAddr;
 use libfuzzer_sys::fuzz_target;
 use snic_dma::MemKind;
 use snic_rdma::{
-    Access, AttrMask, MrInfo, Mtu, QpAttr, QpInit, QpState, RecvWr, Remote, Rnic, RnicConfig,
-    SendWr, SgList, Sge, WrOp,
+    Access, MrInfo, Mtu, QpAttr, QpInit, RecvWr, Remote, Rnic, RnicConfig, SendWr, SgList, Sge,
+    WrOp,
 };
 use snic_time::Instant;
 use snic_wire::roce::icrc;
@@ -96,42 +96,22 @@ impl Nic {
     }
 
     fn connect(&mut self, peer: IpAddr, peer_qpn: u32, rq_psn: u32, sq_psn: u32, now: Instant) {
-        let init = QpAttr { state: QpState::Init, access: Access::ALL, ..QpAttr::default() };
-        let _ = self.rnic.modify_qp(self.qpn, &init, AttrMask::STATE | AttrMask::ACCESS, now);
-        let rtr = QpAttr {
-            state: QpState::Rtr,
+        let attr = QpAttr {
+            access: Access::ALL,
             path_mtu: Mtu::M256,
             dest_qpn: peer_qpn,
             rq_psn,
             remote: Some(peer),
             max_dest_rd_atomic: 4,
             min_rnr_timer: 1,
-            ..init
-        };
-        let m = AttrMask::STATE
-            | AttrMask::AV
-            | AttrMask::PATH_MTU
-            | AttrMask::DEST_QPN
-            | AttrMask::RQ_PSN
-            | AttrMask::MAX_DEST_RD_ATOMIC
-            | AttrMask::MIN_RNR_TIMER;
-        self.rnic.modify_qp(self.qpn, &rtr, m, now).expect("rtr");
-        let rts = QpAttr {
-            state: QpState::Rts,
             sq_psn,
             timeout: 8,
             retry_cnt: 3,
             rnr_retry: 3,
             max_rd_atomic: 4,
-            ..rtr
+            ..QpAttr::default()
         };
-        let m = AttrMask::STATE
-            | AttrMask::SQ_PSN
-            | AttrMask::TIMEOUT
-            | AttrMask::RETRY_CNT
-            | AttrMask::RNR_RETRY
-            | AttrMask::MAX_RD_ATOMIC;
-        self.rnic.modify_qp(self.qpn, &rts, m, now).expect("rts");
+        self.rnic.connect_rc(self.qpn, &attr, now).expect("connect");
     }
 
     fn sge(&self, off: u64, len: u32) -> SgList {

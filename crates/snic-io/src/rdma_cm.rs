@@ -9,7 +9,7 @@ use std::net::{IpAddr, TcpStream};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use snic_rdma::{Access, AttrMask, Mtu, QpAttr, QpState, Rnic, VerbsError};
+use snic_rdma::{Access, Mtu, QpAttr, Rnic, VerbsError};
 use snic_time::Instant;
 
 /// What one side tells the other about its QP and buffer.
@@ -162,36 +162,14 @@ pub fn connect_qp_mtu(
     if remote.udp_port != rnic.config().udp_port {
         return Err(VerbsError::InvalidAttr("udp_port: both sides must use the same RoCE port"));
     }
-    let init = QpAttr {
-        state: QpState::Init,
+    let attr = QpAttr {
         access: Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
-        ..QpAttr::default()
-    };
-    rnic.modify_qp(qpn, &init, AttrMask::STATE | AttrMask::ACCESS, now)?;
-    let rtr = QpAttr {
-        state: QpState::Rtr,
         path_mtu: mtu,
         dest_qpn: remote.qpn,
         rq_psn: remote.psn,
         remote: Some(remote.gid),
         max_dest_rd_atomic: 16,
         min_rnr_timer: 12,
-        ..QpAttr::default()
-    };
-    rnic.modify_qp(
-        qpn,
-        &rtr,
-        AttrMask::STATE
-            | AttrMask::AV
-            | AttrMask::PATH_MTU
-            | AttrMask::DEST_QPN
-            | AttrMask::RQ_PSN
-            | AttrMask::MAX_DEST_RD_ATOMIC
-            | AttrMask::MIN_RNR_TIMER,
-        now,
-    )?;
-    let rts = QpAttr {
-        state: QpState::Rts,
         sq_psn: my_psn,
         timeout: 14,
         retry_cnt: 7,
@@ -199,17 +177,7 @@ pub fn connect_qp_mtu(
         max_rd_atomic: 16,
         ..QpAttr::default()
     };
-    rnic.modify_qp(
-        qpn,
-        &rts,
-        AttrMask::STATE
-            | AttrMask::SQ_PSN
-            | AttrMask::TIMEOUT
-            | AttrMask::RETRY_CNT
-            | AttrMask::RNR_RETRY
-            | AttrMask::MAX_RD_ATOMIC,
-        now,
-    )
+    rnic.connect_rc(qpn, &attr, now)
 }
 
 #[cfg(test)]
@@ -326,7 +294,7 @@ mod tests {
         remote.mtu = 2048;
         connect_qp_mtu(&mut r, qpn, &remote, 0x42, 4096, Instant::ZERO).unwrap();
         let a = r.query_qp(qpn).unwrap();
-        assert_eq!(a.state, QpState::Rts);
+        assert_eq!(a.state, snic_rdma::QpState::Rts);
         assert_eq!(a.path_mtu, Mtu::M2048);
         assert_eq!(a.dest_qpn, 0x33);
         assert_eq!(a.rq_psn, remote.psn);

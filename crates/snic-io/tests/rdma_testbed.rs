@@ -391,29 +391,14 @@ fn connect(p: &mut Pair, side: [Side; 2], o: &QpOpts) -> [u32; 2] {
     }
     let now = p.now;
     for i in 0..2 {
-        let n = &mut p.nic[i];
-        let init = QpAttr { state: QpState::Init, access: o.access[i], ..QpAttr::default() };
-        n.modify_qp(qpn[i], &init, AttrMask::STATE | AttrMask::ACCESS, now).unwrap();
-        let rtr = QpAttr {
-            state: QpState::Rtr,
+        let attr = QpAttr {
+            access: o.access[i],
             path_mtu: o.mtu,
             dest_qpn: qpn[1 - i],
             rq_psn: o.psn[1 - i],
             remote: Some(ip(p.nic[1 - i].config().local_ip.is_ipv6(), (2 - i) as u8)),
             min_rnr_timer: o.min_rnr_timer,
             max_dest_rd_atomic: 16,
-            ..QpAttr::default()
-        };
-        let m = AttrMask::STATE
-            | AttrMask::AV
-            | AttrMask::PATH_MTU
-            | AttrMask::DEST_QPN
-            | AttrMask::RQ_PSN
-            | AttrMask::MAX_DEST_RD_ATOMIC
-            | AttrMask::MIN_RNR_TIMER;
-        p.nic[i].modify_qp(qpn[i], &rtr, m, now).unwrap();
-        let rts = QpAttr {
-            state: QpState::Rts,
             sq_psn: o.psn[i],
             timeout: o.timeout,
             retry_cnt: o.retry_cnt,
@@ -421,13 +406,7 @@ fn connect(p: &mut Pair, side: [Side; 2], o: &QpOpts) -> [u32; 2] {
             max_rd_atomic: 16,
             ..QpAttr::default()
         };
-        let m = AttrMask::STATE
-            | AttrMask::SQ_PSN
-            | AttrMask::TIMEOUT
-            | AttrMask::RETRY_CNT
-            | AttrMask::RNR_RETRY
-            | AttrMask::MAX_RD_ATOMIC;
-        p.nic[i].modify_qp(qpn[i], &rts, m, now).unwrap();
+        p.nic[i].connect_rc(qpn[i], &attr, now).unwrap();
     }
     qpn
 }

@@ -19,8 +19,8 @@ use std::time::Duration;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use snic_dma::MemKind;
 use snic_rdma::{
-    Access, AttrMask, CqId, Cqe, MrInfo, Mtu, QpAttr, QpInit, QpState, Remote, Rnic, RnicConfig,
-    SendWr, SgList, Sge, WcOpcode, WcStatus, WrOp,
+    Access, CqId, Cqe, MrInfo, Mtu, QpAttr, QpInit, Remote, Rnic, RnicConfig, SendWr, SgList, Sge,
+    WcOpcode, WcStatus, WrOp,
 };
 use snic_time::Instant;
 
@@ -74,32 +74,16 @@ fn side(ip: IpAddr) -> Side {
 }
 
 fn bring_up(s: &mut Side, peer: IpAddr, peer_qpn: u32, now: Instant) {
-    let init = QpAttr { state: QpState::Init, access: Access::ALL, ..QpAttr::default() };
-    s.rnic.modify_qp(s.qpn, &init, AttrMask::STATE | AttrMask::ACCESS, now).expect("init");
-    let rtr = QpAttr {
-        state: QpState::Rtr,
+    let attr = QpAttr {
+        access: Access::ALL,
         path_mtu: Mtu::M4096,
         dest_qpn: peer_qpn,
         rq_psn: 0,
+        sq_psn: 0,
         remote: Some(peer),
-        ..init
+        ..QpAttr::default()
     };
-    let mask = AttrMask::STATE
-        | AttrMask::AV
-        | AttrMask::PATH_MTU
-        | AttrMask::DEST_QPN
-        | AttrMask::RQ_PSN
-        | AttrMask::MAX_DEST_RD_ATOMIC
-        | AttrMask::MIN_RNR_TIMER;
-    s.rnic.modify_qp(s.qpn, &rtr, mask, now).expect("rtr");
-    let rts = QpAttr { state: QpState::Rts, sq_psn: 0, ..rtr };
-    let mask = AttrMask::STATE
-        | AttrMask::SQ_PSN
-        | AttrMask::TIMEOUT
-        | AttrMask::RETRY_CNT
-        | AttrMask::RNR_RETRY
-        | AttrMask::MAX_RD_ATOMIC;
-    s.rnic.modify_qp(s.qpn, &rts, mask, now).expect("rts");
+    s.rnic.connect_rc(s.qpn, &attr, now).expect("connect");
 }
 
 impl Pair {

@@ -95,7 +95,7 @@ fn allowed(from: QpState, to: QpState) -> bool {
 }
 
 /// Attributes a transition requires (IBTA 11.2.4.2 / `ibv_modify_qp` for RC).
-fn required(from: QpState, to: QpState) -> AttrMask {
+pub(crate) fn required(from: QpState, to: QpState) -> AttrMask {
     use QpState::*;
     match (from, to) {
         (Init, Rtr) => {

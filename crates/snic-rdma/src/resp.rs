@@ -1549,9 +1549,7 @@ mod tests {
     }
 
     fn connect(e: &mut End, peer_ip: &str, peer_qpn: u32) {
-        let t = Instant::ZERO;
-        let mut a = QpAttr {
-            state: QpState::Init,
+        let a = QpAttr {
             access: Access::ALL,
             path_mtu: Mtu::M1024,
             dest_qpn: peer_qpn,
@@ -1560,24 +1558,7 @@ mod tests {
             sq_psn: 0x00ff_fff0,
             ..QpAttr::default()
         };
-        e.nic.modify_qp(e.qpn, &a, AttrMask::STATE | AttrMask::ACCESS, t).unwrap();
-        a.state = QpState::Rtr;
-        let rtr = AttrMask::STATE
-            | AttrMask::AV
-            | AttrMask::PATH_MTU
-            | AttrMask::DEST_QPN
-            | AttrMask::RQ_PSN
-            | AttrMask::MAX_DEST_RD_ATOMIC
-            | AttrMask::MIN_RNR_TIMER;
-        e.nic.modify_qp(e.qpn, &a, rtr, t).unwrap();
-        a.state = QpState::Rts;
-        let rts = AttrMask::STATE
-            | AttrMask::SQ_PSN
-            | AttrMask::TIMEOUT
-            | AttrMask::RETRY_CNT
-            | AttrMask::RNR_RETRY
-            | AttrMask::MAX_RD_ATOMIC;
-        e.nic.modify_qp(e.qpn, &a, rts, t).unwrap();
+        e.nic.connect_rc(e.qpn, &a, Instant::ZERO).unwrap();
     }
 
     /// Moves packets both ways until neither NIC has anything to send.

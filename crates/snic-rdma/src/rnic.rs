@@ -585,6 +585,24 @@ impl Rnic {
         Ok(())
     }
 
+    /// Bring a QP in RESET to RTS in the three steps the state machine requires, taking every
+    /// attribute from `attr` (its `state` is ignored): INIT with `access`; RTR with the address
+    /// vector, path MTU, remote QPN, `rq_psn`, `max_dest_rd_atomic` and `min_rnr_timer`; RTS
+    /// with `sq_psn`, `timeout`, `retry_cnt`, `rnr_retry` and `max_rd_atomic`. The first
+    /// refused step's error is returned (the QP stays in the state reached).
+    pub fn connect_rc(&mut self, qpn: u32, attr: &QpAttr, now: Instant) -> Result<(), VerbsError> {
+        use QpState::{Init, Rtr, Rts};
+        let steps = [
+            (Init, AttrMask::STATE | AttrMask::ACCESS),
+            (Rtr, AttrMask::STATE | qp::required(Init, Rtr)),
+            (Rts, AttrMask::STATE | qp::required(Rtr, Rts)),
+        ];
+        for (state, mask) in steps {
+            self.modify_qp(qpn, &QpAttr { state, ..*attr }, mask, now)?;
+        }
+        Ok(())
+    }
+
     /// Change a QP's state and attributes (`ibv_modify_qp`). `now` starts timers.
     pub fn modify_qp(
         &mut self,

@@ -53,31 +53,12 @@ fn side(host: u8) -> Side {
 }
 
 fn connect(e: &mut Side, peer: (u32, IpAddr), sq_psn: u32, rq_psn: u32, mut attr: QpAttr) {
-    let t = Instant::ZERO;
     attr.access = Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
     attr.dest_qpn = peer.0;
     attr.remote = Some(peer.1);
     attr.sq_psn = sq_psn;
     attr.rq_psn = rq_psn;
-    attr.state = QpState::Init;
-    e.nic.modify_qp(e.qpn, &attr, AttrMask::STATE | AttrMask::ACCESS, t).unwrap();
-    attr.state = QpState::Rtr;
-    let rtr = AttrMask::STATE
-        | AttrMask::AV
-        | AttrMask::PATH_MTU
-        | AttrMask::DEST_QPN
-        | AttrMask::RQ_PSN
-        | AttrMask::MAX_DEST_RD_ATOMIC
-        | AttrMask::MIN_RNR_TIMER;
-    e.nic.modify_qp(e.qpn, &attr, rtr, t).unwrap();
-    attr.state = QpState::Rts;
-    let rts = AttrMask::STATE
-        | AttrMask::SQ_PSN
-        | AttrMask::TIMEOUT
-        | AttrMask::RETRY_CNT
-        | AttrMask::RNR_RETRY
-        | AttrMask::MAX_RD_ATOMIC;
-    e.nic.modify_qp(e.qpn, &attr, rts, t).unwrap();
+    e.nic.connect_rc(e.qpn, &attr, Instant::ZERO).unwrap();
 }
 
 fn pair(sq_psn: u32, attr: QpAttr) -> (Side, Side) {
