@@ -264,6 +264,18 @@ struct Region {
     alloc: Option<Allocator>,
 }
 
+impl Region {
+    fn info(&self) -> RegionInfo {
+        RegionInfo {
+            id: self.id,
+            base: self.base,
+            len: self.len,
+            kind: self.kind,
+            alloc: self.alloc.as_ref().map(Allocator::stats),
+        }
+    }
+}
+
 /// Alignment of device regions in device space (each new region starts on this boundary).
 const REGION_ALIGN: u64 = 2 << 20;
 
@@ -383,13 +395,7 @@ impl AddressSpace {
 
     /// The mapped regions, by base address.
     pub fn regions(&self) -> impl Iterator<Item = RegionInfo> + '_ {
-        self.regions.iter().map(|r| RegionInfo {
-            id: r.id,
-            base: r.base,
-            len: r.len,
-            kind: r.kind,
-            alloc: r.alloc.as_ref().map(Allocator::stats),
-        })
+        self.regions.iter().map(Region::info)
     }
 
     fn find(&self, addr: u64) -> Option<usize> {
@@ -415,8 +421,7 @@ impl AddressSpace {
 
     /// The region holding `addr`.
     pub fn region_of(&self, addr: u64) -> Option<RegionInfo> {
-        let i = self.find(addr)?;
-        self.regions().nth(i)
+        self.find(addr).map(|i| self.regions[i].info())
     }
 
     /// Kind of the memory at `addr`.
