@@ -97,9 +97,25 @@ impl MrTable {
         self.slots.iter().flatten().any(|m| m.info.pd == pd)
     }
 
-    fn range_ok(info: &MrInfo, addr: u64, len: u64) -> bool {
-        addr >= info.addr
-            && addr.checked_add(len).is_some_and(|e| e <= info.addr.saturating_add(info.len))
+    /// The checks every access makes, in IBTA order: live and valid MR, same PD, range inside
+    /// it, access flags `need` (`Access::NONE` needs nothing).
+    fn check(m: Option<&Mr>, pd: Pd, addr: u64, len: u64, need: Access) -> Result<(), MrFault> {
+        let m = m.ok_or(MrFault::BadKey)?;
+        if !m.valid {
+            return Err(MrFault::Invalidated);
+        }
+        if m.info.pd != pd {
+            return Err(MrFault::WrongPd);
+        }
+        let inside = addr >= m.info.addr
+            && addr.checked_add(len).is_some_and(|e| e <= m.info.addr.saturating_add(m.info.len));
+        if !inside {
+            return Err(MrFault::Bounds);
+        }
+        if !m.info.access.contains(need) {
+            return Err(MrFault::Access);
+        }
+        Ok(())
     }
 
     /// Check a local access through `lkey` (`write`: the NIC writes there, which needs
@@ -112,20 +128,9 @@ impl MrTable {
         len: u64,
         write: bool,
     ) -> Result<(), MrFault> {
-        let m = self.slot(lkey).filter(|m| m.info.lkey == lkey).ok_or(MrFault::BadKey)?;
-        if !m.valid {
-            return Err(MrFault::Invalidated);
-        }
-        if m.info.pd != pd {
-            return Err(MrFault::WrongPd);
-        }
-        if !Self::range_ok(&m.info, addr, len) {
-            return Err(MrFault::Bounds);
-        }
-        if write && !m.info.access.contains(Access::LOCAL_WRITE) {
-            return Err(MrFault::Access);
-        }
-        Ok(())
+        let m = self.slot(lkey).filter(|m| m.info.lkey == lkey);
+        let need = if write { Access::LOCAL_WRITE } else { Access::NONE };
+        Self::check(m, pd, addr, len, need)
     }
 
     /// Check a remote access through `rkey` needing `need` (REMOTE_WRITE / READ / ATOMIC).
@@ -137,20 +142,7 @@ impl MrTable {
         len: u64,
         need: Access,
     ) -> Result<(), MrFault> {
-        let m = self.slot(rkey).filter(|m| m.info.rkey == rkey).ok_or(MrFault::BadKey)?;
-        if !m.valid {
-            return Err(MrFault::Invalidated);
-        }
-        if m.info.pd != pd {
-            return Err(MrFault::WrongPd);
-        }
-        if !Self::range_ok(&m.info, addr, len) {
-            return Err(MrFault::Bounds);
-        }
-        if !m.info.access.contains(need) {
-            return Err(MrFault::Access);
-        }
-        Ok(())
+        Self::check(self.slot(rkey).filter(|m| m.info.rkey == rkey), pd, addr, len, need)
     }
 
     /// Invalidate the MR with `rkey` (SEND with invalidate). It must belong to `pd`.
