@@ -5,14 +5,25 @@
 //!   as RecoNIC routes by address), and every access is bounds-checked against a region.
 //! - [`alloc`]: the device-memory allocator (first fit over an ordered free list, alignment,
 //!   coalescing on free), used for on-chip and on-board regions.
+//! - [`desc`]: the descriptor and completion-entry formats hosts and the engine share.
+//! - [`engine`]: the queue-based DMA engine (QDMA-like queues with H2C, C2H and completion
+//!   rings; XDMA-like channels), sans-IO: doorbells in, bytes moved, completions and events out.
 //!
-//! This crate is sans-IO: it opens no files and spawns no threads. Shared-memory backings
+//! This crate is sans-IO: it opens no files, spawns no threads and reads no clock. Shared-memory backings
 //! (memfd, fd passing) plug in through the [`mem::Backing`] trait from the I/O layer.
 
 pub mod alloc;
+pub mod desc;
+pub mod engine;
 pub mod mem;
 
 pub use mem::{
+    NIC_OWNER, RegionInfo,
     AddressSpace, Backing, DEVICE_ADDR_MASK, DEVICE_ADDR_PREFIX, DevAddr, HostAddr, MemError,
     MemKind, RegionId, is_device_address,
+};
+pub use desc::{Completion, Descriptor, Dir, Status};
+pub use engine::{
+    ChannelConfig, ChannelKey, DmaEngine, DmaError, DmaStats, Event, Mode, Notify, QueueConfig,
+    QueueIndices, QueueState,
 };

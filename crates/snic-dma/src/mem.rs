@@ -129,11 +129,44 @@ impl MemKind {
 }
 
 /// The bytes behind a region.
-pub trait Backing: Send + fmt::Debug {
+///
+/// A backing that another process (or another engine's thread) may touch at the same time
+/// (a shared-memory mapping) overrides the ranged and atomic methods, so that an access only
+/// ever borrows the bytes it moves, and so that ring indices and completion colour bits are
+/// published with release/acquire ordering.
+pub trait Backing: Send + Sync + fmt::Debug {
     /// The region's bytes.
     fn bytes(&self) -> &[u8];
     /// The region's bytes, writable.
     fn bytes_mut(&mut self) -> &mut [u8];
+    /// Length in bytes.
+    fn len(&self) -> usize {
+        self.bytes().len()
+    }
+    /// Whether the backing is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// `[off, off + len)`; the caller has checked the bounds.
+    fn range(&self, off: usize, len: usize) -> &[u8] {
+        &self.bytes()[off..off + len]
+    }
+    /// `[off, off + len)`, writable; the caller has checked the bounds.
+    fn range_mut(&mut self, off: usize, len: usize) -> &mut [u8] {
+        &mut self.bytes_mut()[off..off + len]
+    }
+    /// Load the little-endian `u32` at `off` (4-byte aligned, in bounds) with acquire ordering.
+    fn load_u32_acquire(&self, off: usize) -> u32 {
+        let v = u32::from_le_bytes(self.range(off, 4).try_into().expect("4 bytes"));
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+        v
+    }
+    /// Store the little-endian `u32` at `off` (4-byte aligned, in bounds) with release
+    /// ordering: every earlier write to the backing is visible before it.
+    fn store_u32_release(&mut self, off: usize, v: u32) {
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+        self.range_mut(off, 4).copy_from_slice(&v.to_le_bytes());
+    }
 }
 
 impl Backing for Vec<u8> {
@@ -205,6 +238,13 @@ pub enum MemError {
     Alloc(AllocError),
     /// Device space is exhausted (no room for another region).
     DeviceSpaceFull,
+    /// Host memory that belongs to another client.
+    NotOwner {
+        /// The address.
+        addr: u64,
+        /// The client that tried to reach it.
+        owner: u32,
+    },
 }
 
 impl fmt::Display for MemError {
@@ -227,6 +267,9 @@ impl fmt::Display for MemError {
             }
             MemError::Alloc(e) => write!(f, "{e}"),
             MemError::DeviceSpaceFull => write!(f, "device address space is full"),
+            MemError::NotOwner { addr, owner } => {
+                write!(f, "host address {addr:#x} is not registered by client {owner}")
+            }
         }
     }
 }
@@ -252,7 +295,13 @@ pub struct RegionInfo {
     pub kind: MemKind,
     /// Allocator figures, for device regions.
     pub alloc: Option<AllocStats>,
+    /// Who the region belongs to: [`NIC_OWNER`] for device memory and the NIC's own pools, a
+    /// host client's id for memory that client registered.
+    pub owner: u32,
 }
+
+/// Owner tag of regions that belong to the NIC itself (device memory, engine pools).
+pub const NIC_OWNER: u32 = 0;
 
 #[derive(Debug)]
 struct Region {
@@ -262,6 +311,7 @@ struct Region {
     kind: MemKind,
     backing: Box<dyn Backing>,
     alloc: Option<Allocator>,
+    owner: u32,
 }
 
 impl Region {
@@ -272,6 +322,7 @@ impl Region {
             len: self.len,
             kind: self.kind,
             alloc: self.alloc.as_ref().map(Allocator::stats),
+            owner: self.owner,
         }
     }
 }
@@ -301,8 +352,9 @@ impl AddressSpace {
         kind: MemKind,
         backing: Box<dyn Backing>,
         alloc: bool,
+        owner: u32,
     ) -> Result<RegionId, MemError> {
-        let len = backing.bytes().len() as u64;
+        let len = backing.len() as u64;
         if len == 0 {
             return Err(MemError::Empty);
         }
@@ -328,7 +380,7 @@ impl AddressSpace {
         let id = RegionId(self.next_id);
         self.next_id += 1;
         let alloc = alloc.then(|| Allocator::new(len));
-        self.regions.insert(at, Region { id, base, len, kind, backing, alloc });
+        self.regions.insert(at, Region { id, base, len, kind, backing, alloc, owner });
         self.last.set(0);
         Ok(id)
     }
@@ -339,7 +391,7 @@ impl AddressSpace {
         base: HostAddr,
         backing: Box<dyn Backing>,
     ) -> Result<RegionId, MemError> {
-        self.insert(base.raw(), MemKind::Host, backing, false)
+        self.insert(base.raw(), MemKind::Host, backing, false, NIC_OWNER)
     }
 
     /// Map host memory at `base` and manage it with an allocator (a pool the engine carves
@@ -349,7 +401,7 @@ impl AddressSpace {
         base: HostAddr,
         backing: Box<dyn Backing>,
     ) -> Result<RegionId, MemError> {
-        self.insert(base.raw(), MemKind::Host, backing, true)
+        self.insert(base.raw(), MemKind::Host, backing, true, NIC_OWNER)
     }
 
     /// Add a device region of `kind` (on-chip or on-board) backed by `backing`, at the next free
@@ -360,16 +412,88 @@ impl AddressSpace {
         backing: Box<dyn Backing>,
     ) -> Result<(RegionId, DevAddr), MemError> {
         if !kind.is_device() {
-            return Err(MemError::Overlap { base: 0, len: backing.bytes().len() as u64 });
+            return Err(MemError::Overlap { base: 0, len: backing.len() as u64 });
         }
-        let len = backing.bytes().len() as u64;
+        let len = backing.len() as u64;
         let off = self.next_dev;
         let end =
             off.checked_add(len).filter(|&e| e <= DEVICE_SPACE).ok_or(MemError::DeviceSpaceFull)?;
         let at = DevAddr::from_offset(off).ok_or(MemError::DeviceSpaceFull)?;
-        let id = self.insert(at.raw(), kind, backing, true)?;
+        let id = self.insert(at.raw(), kind, backing, true, NIC_OWNER)?;
         self.next_dev = end.div_ceil(REGION_ALIGN).saturating_mul(REGION_ALIGN);
         Ok((id, at))
+    }
+
+    /// Map host memory at `base` on behalf of host client `owner` (a registered buffer). The
+    /// DMA engine only lets a client's queues touch host regions that client owns.
+    pub fn map_host_owned(
+        &mut self,
+        base: HostAddr,
+        backing: Box<dyn Backing>,
+        owner: u32,
+    ) -> Result<RegionId, MemError> {
+        self.insert(base.raw(), MemKind::Host, backing, false, owner)
+    }
+
+    /// Map a device region of `kind` at a chosen device address (a second view of device
+    /// memory another address space already maps there, for an engine on another thread).
+    /// With `alloc` the region gets its own allocator; mirrors leave allocation to the
+    /// address space that owns the memory.
+    pub fn map_device_at(
+        &mut self,
+        kind: MemKind,
+        at: DevAddr,
+        backing: Box<dyn Backing>,
+        alloc: bool,
+    ) -> Result<RegionId, MemError> {
+        if !kind.is_device() {
+            return Err(MemError::Overlap { base: at.raw(), len: backing.len() as u64 });
+        }
+        let len = backing.len() as u64;
+        let end = at
+            .offset()
+            .checked_add(len)
+            .filter(|&e| e <= DEVICE_SPACE)
+            .ok_or(MemError::DeviceSpaceFull)?;
+        let id = self.insert(at.raw(), kind, backing, alloc, NIC_OWNER)?;
+        self.next_dev = self.next_dev.max(end.div_ceil(REGION_ALIGN).saturating_mul(REGION_ALIGN));
+        Ok(id)
+    }
+
+    /// Owner of the region holding `addr`.
+    pub fn owner_of(&self, addr: u64) -> Option<u32> {
+        self.find(addr).map(|i| self.regions[i].owner)
+    }
+
+    /// Check that `[addr, addr + len)` lies inside one region and that the region is device
+    /// memory or host memory owned by `owner`.
+    pub fn check_owned(&self, addr: u64, len: u64, owner: u32) -> Result<(), MemError> {
+        let (i, _) = self.locate(addr, len)?;
+        let r = &self.regions[i];
+        if r.kind.is_device() || r.owner == owner {
+            Ok(())
+        } else {
+            Err(MemError::NotOwner { addr, owner })
+        }
+    }
+
+    /// Load the `u32` at `addr` (4-byte aligned) with acquire ordering.
+    pub fn load_u32_acquire(&self, addr: u64) -> Result<u32, MemError> {
+        if !addr.is_multiple_of(4) {
+            return Err(MemError::Misaligned { addr, align: 4 });
+        }
+        let (i, off) = self.locate(addr, 4)?;
+        Ok(self.regions[i].backing.load_u32_acquire(off))
+    }
+
+    /// Store the `u32` at `addr` (4-byte aligned) with release ordering.
+    pub fn store_u32_release(&mut self, addr: u64, v: u32) -> Result<(), MemError> {
+        if !addr.is_multiple_of(4) {
+            return Err(MemError::Misaligned { addr, align: 4 });
+        }
+        let (i, off) = self.locate(addr, 4)?;
+        self.regions[i].backing.store_u32_release(off, v);
+        Ok(())
     }
 
     /// Add a zero-filled device region of `size` bytes (a `Vec` backing).
@@ -448,13 +572,13 @@ impl AddressSpace {
     /// The bytes `[addr, addr + len)`.
     pub fn slice(&self, addr: u64, len: usize) -> Result<&[u8], MemError> {
         let (i, off) = self.locate(addr, len as u64)?;
-        Ok(&self.regions[i].backing.bytes()[off..off + len])
+        Ok(self.regions[i].backing.range(off, len))
     }
 
     /// The bytes `[addr, addr + len)`, writable.
     pub fn slice_mut(&mut self, addr: u64, len: usize) -> Result<&mut [u8], MemError> {
         let (i, off) = self.locate(addr, len as u64)?;
-        Ok(&mut self.regions[i].backing.bytes_mut()[off..off + len])
+        Ok(self.regions[i].backing.range_mut(off, len))
     }
 
     /// Copy `buf.len()` bytes at `addr` into `buf`.
@@ -481,7 +605,9 @@ impl AddressSpace {
         let (si, so) = self.locate(src, len as u64)?;
         let (di, doff) = self.locate(dst, len as u64)?;
         if si == di {
-            self.regions[si].backing.bytes_mut().copy_within(so..so + len, doff);
+            let lo = so.min(doff);
+            let span = so.max(doff) - lo + len;
+            self.regions[si].backing.range_mut(lo, span).copy_within(so - lo..so - lo + len, doff - lo);
         } else {
             let (a, b) = if si < di {
                 let (lo, hi) = self.regions.split_at_mut(di);
@@ -490,8 +616,7 @@ impl AddressSpace {
                 let (lo, hi) = self.regions.split_at_mut(si);
                 (&hi[0], &mut lo[di])
             };
-            b.backing.bytes_mut()[doff..doff + len]
-                .copy_from_slice(&a.backing.bytes()[so..so + len]);
+            b.backing.range_mut(doff, len).copy_from_slice(a.backing.range(so, len));
         }
         Ok(())
     }
@@ -548,6 +673,32 @@ impl AddressSpace {
         }
         match last_err {
             Some(_) | None => Err(MemError::NoDeviceMemory { kind, size }),
+        }
+    }
+
+    /// Give the region holding `addr` an allocator, if it has none yet, so that
+    /// [`Self::alloc_in`] can carve from it (a host buffer a client hands over for QP rings).
+    pub fn make_pool(&mut self, addr: u64) -> Result<RegionId, MemError> {
+        let i = self.find(addr).ok_or(MemError::Unmapped { addr })?;
+        let r = &mut self.regions[i];
+        if r.alloc.is_none() {
+            r.alloc = Some(Allocator::new(r.len));
+        }
+        Ok(r.id)
+    }
+
+    /// Allocate `size` bytes aligned to `align` from the region holding `pool` (which must have
+    /// an allocator: a device region, a host pool, or a region given one by
+    /// [`Self::make_pool`]). Returns the raw address.
+    pub fn alloc_in(&mut self, pool: u64, size: u64, align: u64) -> Result<u64, MemError> {
+        let i = self.find(pool).ok_or(MemError::Unmapped { addr: pool })?;
+        let r = &mut self.regions[i];
+        let kind = r.kind;
+        let a = r.alloc.as_mut().ok_or(MemError::NoDeviceMemory { kind, size })?;
+        match a.alloc(size, align) {
+            Ok(off) => Ok(r.base + off),
+            Err(e @ (AllocError::ZeroSize | AllocError::BadAlign { .. })) => Err(e.into()),
+            Err(_) => Err(MemError::NoDeviceMemory { kind, size }),
         }
     }
 
@@ -630,5 +781,38 @@ mod tests {
         m.free(a).unwrap();
         assert!(m.free(a).is_err());
         m.alloc(MemKind::OnChip, 4000, 1).unwrap();
+    }
+
+    #[test]
+    fn owners_and_pools() {
+        let mut m = AddressSpace::new();
+        m.map_host_owned(HostAddr::new(0x1_0000).unwrap(), Box::new(vec![0u8; 8192]), 7).unwrap();
+        m.map_host_owned(HostAddr::new(0x10_0000).unwrap(), Box::new(vec![0u8; 4096]), 8).unwrap();
+        let (_, d) = m.add_device_region(MemKind::OnBoard, 4096).unwrap();
+        assert_eq!(m.owner_of(0x1_0000), Some(7));
+        assert_eq!(m.check_owned(0x1_0000, 8192, 7), Ok(()));
+        assert_eq!(
+            m.check_owned(0x10_0000, 16, 7),
+            Err(MemError::NotOwner { addr: 0x10_0000, owner: 7 })
+        );
+        // Device memory is reachable by every client.
+        assert_eq!(m.check_owned(d.raw(), 4096, 7), Ok(()));
+        assert!(matches!(m.check_owned(0x1_0000, 8193, 7), Err(MemError::OutOfBounds { .. })));
+        // A registered buffer becomes a pool; allocations stay inside it.
+        assert!(m.alloc_in(0x1_0000, 64, 64).is_err());
+        m.make_pool(0x1_0100).unwrap();
+        let a = m.alloc_in(0x1_0100, 4096, 4096).unwrap();
+        assert!((0x1_0000..0x1_0000 + 8192).contains(&a));
+        assert!(m.alloc_in(0x1_0000, 8192, 1).is_err());
+        m.free(a).unwrap();
+        // Release/acquire words.
+        m.store_u32_release(0x1_0004, 0xdead_beef).unwrap();
+        assert_eq!(m.load_u32_acquire(0x1_0004), Ok(0xdead_beef));
+        assert!(matches!(m.load_u32_acquire(0x1_0002), Err(MemError::Misaligned { .. })));
+        // A mirror of device memory at the same address.
+        let mut mirror = AddressSpace::new();
+        mirror.map_device_at(MemKind::OnBoard, d, Box::new(vec![0u8; 4096]), false).unwrap();
+        assert_eq!(mirror.kind_of(d.raw()), Some(MemKind::OnBoard));
+        assert!(mirror.alloc(MemKind::OnBoard, 64, 1).is_err());
     }
 }

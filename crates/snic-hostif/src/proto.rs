@@ -1,0 +1,387 @@
+//! Setup messages between a host process and snic.
+//!
+//! Transport: a `SOCK_SEQPACKET` Unix socket ([`crate::shm::SeqPacket`]). Every message is one
+//! packet holding one JSON document ([`Request`] from the host, [`Response`] from snic), with
+//! file descriptors attached by `SCM_RIGHTS` where the message says so. One request, one
+//! response, in order. Only setup travels here; the data path is shared memory and doorbells.
+//!
+//! When the host's socket closes (the process exits or dies), snic reclaims everything the
+//! client had: queues, channels, registrations, device allocations.
+
+use serde::{Deserialize, Serialize};
+
+/// Largest message, bytes.
+pub const MAX_MESSAGE: usize = 64 * 1024;
+/// Most file descriptors one message carries.
+pub const MAX_FDS: usize = 8;
+
+/// Device memory kinds, as named in messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DevKind {
+    /// Small, fast device memory.
+    OnChip,
+    /// Large device memory.
+    OnBoard,
+}
+
+impl DevKind {
+    /// The memory model's kind.
+    pub const fn mem_kind(self) -> snic_dma::MemKind {
+        match self {
+            DevKind::OnChip => snic_dma::MemKind::OnChip,
+            DevKind::OnBoard => snic_dma::MemKind::OnBoard,
+        }
+    }
+    /// Lower-case name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            DevKind::OnChip => "on-chip",
+            DevKind::OnBoard => "on-board",
+        }
+    }
+}
+
+/// Queue mode, as named in messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum QueueMode {
+    /// Memory-mapped.
+    Mm,
+    /// Streaming.
+    St,
+}
+
+/// Direction, as named in messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DirName {
+    /// Host to card.
+    H2c,
+    /// Card to host.
+    C2h,
+}
+
+impl DirName {
+    /// The engine's direction.
+    pub const fn dir(self) -> snic_dma::Dir {
+        match self {
+            DirName::H2c => snic_dma::Dir::H2c,
+            DirName::C2h => snic_dma::Dir::C2h,
+        }
+    }
+}
+
+/// A request from a host process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    /// First message. Response: [`Response::Welcome`] with fds `[bar, nic_page, kick_0 ..
+    /// kick_{workers-1}]`.
+    Hello {
+        /// Free-form client name (for stats and logs).
+        name: String,
+        /// Protocol version the client speaks ([`crate::abi::VERSION_VALUE`]).
+        version: u32,
+    },
+    /// Register host memory: one fd attached (a memfd the host mapped shared), `len` bytes from
+    /// offset 0. Response: [`Response::Registered`] with the IOVA descriptors use for it.
+    RegisterHost {
+        /// Bytes (at most the fd's size).
+        len: u64,
+    },
+    /// Drop a registration (by the IOVA it got). Response: `Ok`.
+    UnregisterHost {
+        /// The registration's IOVA.
+        iova: u64,
+    },
+    /// Allocate device memory. Response: [`Response::Allocated`].
+    AllocDevice {
+        /// On-chip or on-board.
+        kind: DevKind,
+        /// Bytes.
+        size: u64,
+        /// Alignment (power of two).
+        align: u64,
+    },
+    /// Free device memory allocated by this client. Response: `Ok`.
+    FreeDevice {
+        /// The address [`Response::Allocated`] gave.
+        addr: u64,
+    },
+    /// Add a queue (the engine picks the qid). With `interrupt`, one eventfd is attached and
+    /// snic signals it when completions are written. Response: [`Response::Queue`].
+    AddQueue {
+        /// Memory-mapped or streaming.
+        mode: QueueMode,
+        /// Descriptors per ring (power of two).
+        ring_size: u32,
+        /// Completion entries (power of two).
+        cmpt_size: u32,
+        /// IOVA of the H2C ring.
+        h2c_ring: u64,
+        /// IOVA of the C2H ring.
+        c2h_ring: u64,
+        /// IOVA of the completion ring.
+        cmpt_ring: u64,
+        /// Alignment rule for descriptors (power of two).
+        align: u32,
+        /// Interrupt (eventfd attached) or polled completion.
+        interrupt: bool,
+        /// Streaming: deliver H2C packets to this queue's C2H ring (None: to itself).
+        stream_to: Option<u16>,
+    },
+    /// Start a queue. Response: `Ok`.
+    StartQueue {
+        /// Queue.
+        qid: u16,
+    },
+    /// Stop a queue. Response: `Ok`.
+    StopQueue {
+        /// Queue.
+        qid: u16,
+    },
+    /// Delete a queue. Response: `Ok`.
+    DeleteQueue {
+        /// Queue.
+        qid: u16,
+    },
+    /// Configure (and enable) channel `index` of `dir`. With `interrupt`, one eventfd is
+    /// attached. Response: [`Response::Channel`].
+    SetChannel {
+        /// Direction.
+        dir: DirName,
+        /// 0 .. 4.
+        index: u8,
+        /// Alignment rule.
+        align: u32,
+        /// Interrupt (eventfd attached) or polled.
+        interrupt: bool,
+    },
+    /// Attach an eventfd that snic signals when it writes the kernel status FIFO while
+    /// [`crate::abi::KIRQ`] is 1. One eventfd attached. Response: `Ok`.
+    KernelIrq,
+    /// snic's counters. Response: [`Response::Stats`].
+    Stats,
+    /// RDMA hooks (see [`RdmaRequest`]).
+    Rdma(RdmaRequest),
+}
+
+/// RDMA requests: QPs and memory regions of snic's RDMA engine, placed in this client's host
+/// memory or in device memory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "rdma", rename_all = "snake_case")]
+pub enum RdmaRequest {
+    /// Register an MR over `[addr, addr + len)` (a host IOVA of this client or a device
+    /// address). Response: [`Response::Mr`].
+    RegMr {
+        /// Start address.
+        addr: u64,
+        /// Length.
+        len: u64,
+        /// Access bits as `snic_rdma::verbs::access` (LOCAL_WRITE, REMOTE_READ, ...).
+        access: u32,
+    },
+    /// Create an RC QP whose SQ/RQ rings are placed in `placement`. Response: [`Response::Qp`].
+    CreateQp {
+        /// "host" (rings allocated in a host buffer of this client: `host_ring` IOVA), or
+        /// "on-chip" / "on-board".
+        placement: String,
+        /// For host placement: IOVA of a registered buffer big enough for both rings.
+        host_ring: Option<u64>,
+        /// SQ depth.
+        sq_depth: u32,
+        /// RQ depth.
+        rq_depth: u32,
+    },
+    /// Connect a QP to a peer QP (RESET -> RTS). Response: `Ok`.
+    Connect {
+        /// Local QP.
+        qpn: u32,
+        /// Remote QP.
+        remote_qpn: u32,
+        /// Remote IP (a QP on this same snic when it is this snic's address).
+        remote_ip: String,
+        /// Path MTU.
+        mtu: u32,
+    },
+    /// Post a work request. Response: `Ok`.
+    PostSend {
+        /// QP.
+        qpn: u32,
+        /// "write", "read" or "send".
+        opcode: String,
+        /// Local address and lkey.
+        local_addr: u64,
+        /// lkey of the local MR.
+        lkey: u32,
+        /// Length.
+        len: u32,
+        /// Remote address (write/read).
+        remote_addr: u64,
+        /// rkey (write/read).
+        rkey: u32,
+        /// Caller's id, echoed in the completion.
+        wr_id: u64,
+    },
+    /// Post a receive buffer. Response: `Ok`.
+    PostRecv {
+        /// QP.
+        qpn: u32,
+        /// Address.
+        addr: u64,
+        /// lkey.
+        lkey: u32,
+        /// Length.
+        len: u32,
+        /// Caller's id.
+        wr_id: u64,
+    },
+    /// Poll the QP's CQ. Response: [`Response::Cqes`].
+    PollCq {
+        /// QP whose CQ to poll.
+        qpn: u32,
+        /// At most this many.
+        max: u32,
+    },
+}
+
+/// A response from snic.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "r", rename_all = "snake_case")]
+pub enum Response {
+    /// Done.
+    Ok,
+    /// Refused; nothing changed.
+    Error {
+        /// Stable machine-readable code (for example "bad_request", "no_memory", "no_queue").
+        code: String,
+        /// Human-readable reason.
+        message: String,
+    },
+    /// Answer to `Hello`.
+    Welcome {
+        /// This client's id.
+        client: u32,
+        /// Protocol version.
+        version: u32,
+        /// Worker threads (one kick eventfd each).
+        workers: u32,
+        /// Queue ids.
+        max_queues: u32,
+        /// Channels per direction.
+        channels_per_dir: u32,
+        /// Device memory regions.
+        device: Vec<DeviceRegion>,
+        /// Whether device memory got huge pages.
+        huge_pages: bool,
+    },
+    /// Answer to `RegisterHost`.
+    Registered {
+        /// IOVA of the first byte.
+        iova: u64,
+    },
+    /// Answer to `AllocDevice`.
+    Allocated {
+        /// Device address (carries the device prefix).
+        addr: u64,
+    },
+    /// Answer to `AddQueue`.
+    Queue {
+        /// The queue id.
+        qid: u16,
+        /// The worker serving it (whose kick eventfd to use).
+        worker: u32,
+    },
+    /// Answer to `SetChannel`.
+    Channel {
+        /// The worker serving it.
+        worker: u32,
+    },
+    /// Answer to `Stats`.
+    Stats {
+        /// The counters document.
+        stats: serde_json::Value,
+    },
+    /// Answer to `Rdma(RegMr)`.
+    Mr {
+        /// lkey.
+        lkey: u32,
+        /// rkey.
+        rkey: u32,
+    },
+    /// Answer to `Rdma(CreateQp)`.
+    Qp {
+        /// QP number.
+        qpn: u32,
+        /// Where the SQ ring landed.
+        sq_addr: u64,
+        /// Where the RQ ring landed.
+        rq_addr: u64,
+    },
+    /// Answer to `Rdma(PollCq)`.
+    Cqes {
+        /// Completions: (wr_id, status name, byte_len).
+        cqes: Vec<(u64, String, u32)>,
+    },
+}
+
+/// A device memory region, as `Welcome` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceRegion {
+    /// On-chip or on-board.
+    pub kind: DevKind,
+    /// First device address.
+    pub base: u64,
+    /// Bytes.
+    pub size: u64,
+}
+
+impl Request {
+    /// Encode as one message.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("requests always serialize")
+    }
+    /// Decode one message.
+    pub fn from_bytes(b: &[u8]) -> Result<Request, serde_json::Error> {
+        serde_json::from_slice(b)
+    }
+}
+
+impl Response {
+    /// Encode as one message.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("responses always serialize")
+    }
+    /// Decode one message.
+    pub fn from_bytes(b: &[u8]) -> Result<Response, serde_json::Error> {
+        serde_json::from_slice(b)
+    }
+    /// An error response.
+    pub fn error(code: &str, message: impl Into<String>) -> Response {
+        Response::Error { code: code.to_string(), message: message.into() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        let reqs = [
+            Request::Hello { name: "t".into(), version: 1 },
+            Request::AllocDevice { kind: DevKind::OnChip, size: 4096, align: 64 },
+            Request::Rdma(RdmaRequest::PollCq { qpn: 5, max: 4 }),
+        ];
+        for r in reqs {
+            assert_eq!(Request::from_bytes(&r.to_bytes()).unwrap(), r);
+        }
+        let j = String::from_utf8(
+            Request::AllocDevice { kind: DevKind::OnBoard, size: 1, align: 1 }.to_bytes(),
+        )
+        .unwrap();
+        assert!(j.contains(r#""op":"alloc_device""#) && j.contains(r#""kind":"on-board""#), "{j}");
+        assert!(Request::from_bytes(b"{\"op\":\"nope\"}").is_err());
+    }
+}
