@@ -1,0 +1,59 @@
+//! The snic side of the host interface: the setup-socket server, its worker threads and the
+//! lookaside kernels they serve.
+//!
+//! A host process connects to the setup socket ([`snic_hostif::proto`]), says hello and gets
+//! its register space (BAR), the NIC page and one kick eventfd per worker. It registers host
+//! memory (memfds, mapped here and placed at IOVAs in the client's window `client << 40`),
+//! allocates device memory, and adds queues and channels. From then on the data path is
+//! shared memory: descriptor rings in its registered memory, doorbells in its BAR, completions
+//! and write-backs from the workers, eventfds for interrupts and kicks.
+//!
+//! - [`server`]: [`Server::start`], the control thread (one request, one response), device
+//!   memory (one memfd per kind: a master address space allocates, every worker mirrors it),
+//!   registrations, and reclaiming everything a client had when its socket closes.
+//! - `worker`: a [`snic_dma::DmaEngine`] per thread, doorbell scanning, write-backs,
+//!   interrupts, the kernel FIFOs (worker 0), sleeping and kicks.
+//!
+//! Conventions the host library relies on (beyond [`snic_hostif::abi`]):
+//! - `StartQueue` clears the queue's register slot: after the response every index is 0.
+//! - `SetChannel` clears the channel's block and sets `CH_CONTROL` to 1 when an eventfd was
+//!   attached (0 otherwise); the host's `CH_RUN_SEQ` counts from 0.
+//! - A streaming queue's `stream_to` must name a streaming queue of the same client; the new
+//!   queue's id is chosen on that queue's worker, so delivery is one engine step. A queue
+//!   another queue streams to cannot be deleted before it.
+//! - A kernel-FIFO producer index more than `KFIFO_DEPTH` ahead is ignored (counted in
+//!   `DOORBELLS_IGNORED`) until the host writes another value.
+
+pub mod server;
+mod sys;
+mod worker;
+
+pub use server::{Server, ServerConfig, ServerHandle};
+
+use std::path::PathBuf;
+
+/// The default setup-socket path: `$XDG_RUNTIME_DIR/snic.sock` when that is set, else
+/// `/tmp/snic-$UID.sock`.
+pub fn default_socket_path() -> PathBuf {
+    if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d).join("snic.sock");
+    }
+    use std::os::unix::fs::MetadataExt;
+    let uid = std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(0);
+    PathBuf::from(format!("/tmp/snic-{uid}.sock"))
+}
+
+#[cfg(test)]
+mod tests {
+    use snic_compute::{ids, status};
+    use snic_hostif::abi::kernel;
+
+    #[test]
+    fn kernel_numbers_agree_with_the_abi() {
+        assert_eq!((ids::COPY, ids::SUM), (kernel::COPY, kernel::SUM));
+        assert_eq!(
+            (status::OK, status::UNKNOWN_KERNEL, status::BAD_ADDRESS, status::BAD_LENGTH),
+            (kernel::OK, kernel::UNKNOWN_KERNEL, kernel::BAD_ADDRESS, kernel::BAD_LENGTH)
+        );
+    }
+}

@@ -1,0 +1,598 @@
+//! A host-interface worker thread: one [`DmaEngine`] over its own mirror of the address space,
+//! the queues and channels [`abi::queue_worker`] / [`abi::channel_worker`] give it, and (worker
+//! 0) every client's lookaside-kernel FIFO.
+//!
+//! The loop: take control commands (each acknowledged, so the control thread's response means
+//! "done"); read the doorbell registers of its queues and channels from the owners' BARs and
+//! hand changes to the engine; let the engine work; write back indices, queue states and
+//! channel results; signal eventfds; serve the kernel FIFOs. When idle for `spin` it raises its
+//! sleeping flag in the NIC page and waits on its kick eventfd (at most 10 ms at a time).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{Ordering, fence};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use snic_compute::{KernelCmd, Kernels};
+use snic_dma::engine::QueueIndices;
+use snic_dma::{
+    AddressSpace, ChannelConfig, ChannelKey, Dir, DmaEngine, DmaError, DmaStats, Event, HostAddr,
+    QueueConfig, QueueState,
+};
+use snic_hostif::abi;
+use snic_hostif::shm::{EventFd, Mapping, SharedBacking};
+
+/// Descriptors one [`DmaEngine::poll`] call may process.
+const POLL_BUDGET: usize = 256;
+/// Kernel commands served per client per loop turn (so one client cannot starve the others).
+const KERNEL_BUDGET: u32 = 16;
+/// Longest a sleeping worker waits before it looks at its doorbells again.
+const SLEEP_MAX: Duration = Duration::from_millis(10);
+
+/// What the control thread asks of a worker.
+#[derive(Debug)]
+pub(crate) enum Op {
+    /// Map a client's registered host memory at `iova`.
+    MapHost { owner: u32, iova: u64, backing: SharedBacking },
+    /// Unmap the host region at `iova`.
+    UnmapHost { iova: u64 },
+    /// Add a queue (state "added"); its BAR slot is cleared.
+    AddQueue { qid: u16, cfg: QueueConfig, bar: Arc<Mapping>, irq: Option<Arc<EventFd>> },
+    /// Start a queue: indices and its BAR slot back to 0.
+    StartQueue { qid: u16 },
+    /// Stop a queue (outstanding descriptors flushed).
+    StopQueue { qid: u16 },
+    /// Delete a queue.
+    DeleteQueue { qid: u16 },
+    /// Configure (or reconfigure) a channel; `block` is its register block in `bar`.
+    SetChannel {
+        key: ChannelKey,
+        cfg: ChannelConfig,
+        bar: Arc<Mapping>,
+        block: usize,
+        irq: Option<Arc<EventFd>>,
+    },
+    /// Remove a channel.
+    RemoveChannel { key: ChannelKey },
+    /// Serve this client's kernel FIFOs (worker 0).
+    AddKernelClient { client: u32, bar: Arc<Mapping> },
+    /// Attach the client's kernel-status eventfd (worker 0).
+    SetKernelIrq { client: u32, irq: Arc<EventFd> },
+    /// Stop serving the client's kernel FIFOs (worker 0).
+    RemoveKernelClient { client: u32 },
+    /// Counters.
+    Stats,
+    /// Leave the loop.
+    Shutdown,
+}
+
+/// A worker's answer.
+#[derive(Debug)]
+pub(crate) enum Ack {
+    /// Done.
+    Done,
+    /// Refused: (stable code, reason).
+    Failed(&'static str, String),
+    /// Counters.
+    Stats(Box<WorkerStats>),
+}
+
+/// One command and where to acknowledge it.
+#[derive(Debug)]
+pub(crate) struct Cmd {
+    pub op: Op,
+    pub reply: mpsc::Sender<Ack>,
+}
+
+/// A worker's counters.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct WorkerStats {
+    pub engine: DmaStats,
+    pub kernels_run: u64,
+    pub kernel_errors: u64,
+    pub kernel_fifo_ignored: u64,
+    pub sleeps: u64,
+    pub queues: usize,
+    pub channels: usize,
+}
+
+/// The refusal code and text for an engine error.
+pub(crate) fn dma_error(e: &DmaError) -> Ack {
+    let code = match e {
+        DmaError::BadQid(_) | DmaError::NoQueue(_) => "no_queue",
+        DmaError::QidInUse(_) | DmaError::ChannelInUse(_) | DmaError::ChannelBusy(_) => "busy",
+        DmaError::NoChannel(_) => "no_channel",
+        DmaError::BadConfig(_) => "bad_request",
+        DmaError::RingMemory(_) => "bad_address",
+        DmaError::BadState(_) => "bad_state",
+    };
+    Ack::Failed(code, e.to_string())
+}
+
+#[derive(Debug)]
+struct QueueSlot {
+    bar: Arc<Mapping>,
+    slot: usize,
+    irq: Option<Arc<EventFd>>,
+    /// Last values read from the host registers: H2C PIDX, C2H PIDX, CMPT CIDX.
+    seen: [u32; 3],
+    /// Last values written to the NIC registers: H2C CIDX, C2H CIDX, CMPT PIDX, state.
+    wrote: [u32; 4],
+}
+
+#[derive(Debug)]
+struct ChanSlot {
+    bar: Arc<Mapping>,
+    block: usize,
+    irq: Option<Arc<EventFd>>,
+    /// Last CH_RUN_SEQ value acted on.
+    seen_seq: u32,
+    /// The run in flight, by its sequence number.
+    running: Option<u32>,
+}
+
+#[derive(Debug)]
+struct KernelClient {
+    client: u32,
+    bar: Arc<Mapping>,
+    irq: Option<Arc<EventFd>>,
+    /// Commands taken (NIC's copy of KCTL_CIDX).
+    cidx: u32,
+    /// Statuses written (NIC's copy of KSTS_PIDX).
+    sts_pidx: u32,
+    /// A producer value that claimed more than the FIFO holds (already counted).
+    bad_pidx: Option<u32>,
+}
+
+/// The register value of a queue state.
+fn state_value(s: Option<QueueState>) -> u32 {
+    match s {
+        Some(QueueState::Added) | None => abi::QSTATE_ADDED,
+        Some(QueueState::Running) => abi::QSTATE_RUNNING,
+        Some(QueueState::Stopped) => abi::QSTATE_STOPPED,
+        Some(QueueState::Error(st)) => abi::QSTATE_ERROR | st as u32,
+    }
+}
+
+fn clear_words(bar: &Mapping, at: usize, bytes: usize) {
+    for off in (at..at + bytes).step_by(4) {
+        bar.store_u32(off, 0);
+    }
+}
+
+fn add_ignored(bar: &Mapping, n: u64) {
+    if n > 0
+        && let Some(a) = bar.atomic_u32(abi::DOORBELLS_IGNORED)
+    {
+        a.fetch_add(n as u32, Ordering::Release);
+    }
+}
+
+fn signal(irq: Option<&Arc<EventFd>>) {
+    if let Some(e) = irq {
+        // A full eventfd counter (never in practice) only loses a wake-up the host already has.
+        let _ = e.signal();
+    }
+}
+
+/// One worker thread's state.
+#[derive(Debug)]
+pub(crate) struct Worker {
+    id: u32,
+    engine: DmaEngine,
+    rx: mpsc::Receiver<Cmd>,
+    kick: Arc<EventFd>,
+    nic: Arc<Mapping>,
+    spin: Duration,
+    queues: BTreeMap<u16, QueueSlot>,
+    chans: BTreeMap<ChannelKey, ChanSlot>,
+    kclients: Vec<KernelClient>,
+    kernels: Kernels,
+    kernel_fifo_ignored: u64,
+    sleeps: u64,
+    stop: bool,
+}
+
+impl Worker {
+    /// A worker over `mem` (its mirror of device memory, no host regions yet).
+    pub(crate) fn new(
+        id: u32,
+        mem: AddressSpace,
+        rx: mpsc::Receiver<Cmd>,
+        kick: Arc<EventFd>,
+        nic: Arc<Mapping>,
+        spin: Duration,
+    ) -> Worker {
+        Worker {
+            id,
+            engine: DmaEngine::new(mem),
+            rx,
+            kick,
+            nic,
+            spin,
+            queues: BTreeMap::new(),
+            chans: BTreeMap::new(),
+            kclients: Vec::new(),
+            kernels: Kernels::with_builtins(),
+            kernel_fifo_ignored: 0,
+            sleeps: 0,
+            stop: false,
+        }
+    }
+
+    /// Run until [`Op::Shutdown`] (or until the control thread is gone).
+    pub(crate) fn run(mut self) {
+        let flag = abi::worker_sleeping(self.id);
+        let mut idle_since = Instant::now();
+        while !self.stop {
+            if self.turn() {
+                idle_since = Instant::now();
+                continue;
+            }
+            if idle_since.elapsed() < self.spin {
+                std::hint::spin_loop();
+                continue;
+            }
+            // Going to sleep: raise the flag, then look once more (a host that stored its
+            // doorbell before our fence either is seen now or sees the flag and kicks).
+            self.nic.store_u32(flag, 1);
+            fence(Ordering::SeqCst);
+            if self.turn() {
+                self.nic.store_u32(flag, 0);
+                idle_since = Instant::now();
+                continue;
+            }
+            self.sleeps += 1;
+            if self.kick.wait(Some(SLEEP_MAX)).is_err() {
+                // The kick eventfd failing means something is badly wrong; do not spin hot.
+                std::thread::sleep(SLEEP_MAX);
+            }
+            self.nic.store_u32(flag, 0);
+        }
+        self.nic.store_u32(flag, 0);
+    }
+
+    /// One pass over everything; true when anything happened.
+    fn turn(&mut self) -> bool {
+        let mut work = self.drain_commands();
+        if self.stop {
+            return true;
+        }
+        work |= self.scan_doorbells();
+        work |= self.engine.poll(POLL_BUDGET) > 0;
+        work |= self.handle_events();
+        work |= self.write_back();
+        if self.id == 0 {
+            work |= self.serve_kernels();
+        }
+        work
+    }
+
+    fn drain_commands(&mut self) -> bool {
+        let mut any = false;
+        loop {
+            match self.rx.try_recv() {
+                Ok(cmd) => {
+                    any = true;
+                    let ack = self.command(cmd.op);
+                    // The control thread may have given up waiting (it never does today).
+                    let _ = cmd.reply.send(ack);
+                    if self.stop {
+                        return true;
+                    }
+                }
+                Err(mpsc::TryRecvError::Empty) => return any,
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    self.stop = true;
+                    return true;
+                }
+            }
+        }
+    }
+
+    fn command(&mut self, op: Op) -> Ack {
+        match op {
+            Op::MapHost { owner, iova, backing } => {
+                let Some(base) = HostAddr::new(iova) else {
+                    return Ack::Failed("bad_address", format!("{iova:#x} is not a host address"));
+                };
+                match self.engine.mem.map_host_owned(base, Box::new(backing), owner) {
+                    Ok(_) => Ack::Done,
+                    Err(e) => Ack::Failed("bad_address", e.to_string()),
+                }
+            }
+            Op::UnmapHost { iova } => {
+                let Some(r) = self.engine.mem.region_of(iova).filter(|r| r.base == iova) else {
+                    return Ack::Failed("no_region", format!("no region at {iova:#x}"));
+                };
+                match self.engine.mem.unmap(r.id) {
+                    Ok(_) => Ack::Done,
+                    Err(e) => Ack::Failed("no_region", e.to_string()),
+                }
+            }
+            Op::AddQueue { qid, cfg, bar, irq } => {
+                let slot = abi::queue_slot(qid);
+                if let Err(e) = self.engine.add_queue(qid, cfg) {
+                    return dma_error(&e);
+                }
+                clear_words(&bar, slot, abi::QUEUE_STRIDE);
+                let wrote = [0, 0, 0, abi::QSTATE_ADDED];
+                self.queues.insert(qid, QueueSlot { bar, slot, irq, seen: [0; 3], wrote });
+                Ack::Done
+            }
+            Op::StartQueue { qid } => {
+                if let Err(e) = self.engine.start_queue(qid) {
+                    return dma_error(&e);
+                }
+                if let Some(q) = self.queues.get_mut(&qid) {
+                    clear_words(&q.bar, q.slot, abi::QUEUE_STRIDE);
+                    q.bar.store_u32(q.slot + abi::Q_STATE, abi::QSTATE_RUNNING);
+                    q.seen = [0; 3];
+                    q.wrote = [0, 0, 0, abi::QSTATE_RUNNING];
+                }
+                Ack::Done
+            }
+            Op::StopQueue { qid } => match self.engine.stop_queue(qid) {
+                Ok(()) => {
+                    self.handle_events();
+                    self.write_back();
+                    Ack::Done
+                }
+                Err(e) => dma_error(&e),
+            },
+            Op::DeleteQueue { qid } => match self.engine.delete_queue(qid) {
+                Ok(_) => {
+                    self.handle_events();
+                    self.write_back();
+                    if let Some(q) = self.queues.remove(&qid) {
+                        clear_words(&q.bar, q.slot, abi::QUEUE_STRIDE);
+                    }
+                    Ack::Done
+                }
+                Err(e) => dma_error(&e),
+            },
+            Op::SetChannel { key, cfg, bar, block, irq } => {
+                if self.chans.remove(&key).is_some() {
+                    // Reconfiguring: an unfinished run is abandoned.
+                    let _ = self.engine.remove_channel(key);
+                }
+                if let Err(e) = self.engine.add_channel(key, cfg) {
+                    return dma_error(&e);
+                }
+                clear_words(&bar, block, abi::CHANNEL_STRIDE);
+                bar.store_u32(block + abi::CH_CONTROL, u32::from(irq.is_some()));
+                self.chans.insert(key, ChanSlot { bar, block, irq, seen_seq: 0, running: None });
+                Ack::Done
+            }
+            Op::RemoveChannel { key } => {
+                self.chans.remove(&key);
+                match self.engine.remove_channel(key) {
+                    Ok(_) => Ack::Done,
+                    Err(e) => dma_error(&e),
+                }
+            }
+            Op::AddKernelClient { client, bar } => {
+                self.kclients.retain(|k| k.client != client);
+                for off in [abi::KCTL_PIDX, abi::KCTL_CIDX, abi::KSTS_PIDX, abi::KSTS_CIDX] {
+                    bar.store_u32(off, 0);
+                }
+                self.kclients.push(KernelClient {
+                    client,
+                    bar,
+                    irq: None,
+                    cidx: 0,
+                    sts_pidx: 0,
+                    bad_pidx: None,
+                });
+                Ack::Done
+            }
+            Op::SetKernelIrq { client, irq } => {
+                match self.kclients.iter_mut().find(|k| k.client == client) {
+                    Some(k) => {
+                        k.irq = Some(irq);
+                        Ack::Done
+                    }
+                    None => Ack::Failed("no_client", format!("client {client} has no kernel FIFO")),
+                }
+            }
+            Op::RemoveKernelClient { client } => {
+                self.kclients.retain(|k| k.client != client);
+                Ack::Done
+            }
+            Op::Stats => Ack::Stats(Box::new(WorkerStats {
+                engine: self.engine.stats().clone(),
+                kernels_run: self.kernels.runs(),
+                kernel_errors: self.kernels.errors(),
+                kernel_fifo_ignored: self.kernel_fifo_ignored,
+                sleeps: self.sleeps,
+                queues: self.queues.len(),
+                channels: self.chans.len(),
+            })),
+            Op::Shutdown => {
+                self.stop = true;
+                Ack::Done
+            }
+        }
+    }
+
+    /// Read every queue's and channel's host registers; hand changes to the engine.
+    fn scan_doorbells(&mut self) -> bool {
+        let mut any = false;
+        for (&qid, q) in self.queues.iter_mut() {
+            let regs = [abi::Q_H2C_PIDX, abi::Q_C2H_PIDX, abi::Q_CMPT_CIDX];
+            for (i, reg) in regs.into_iter().enumerate() {
+                let v = q.bar.load_u32(q.slot + reg);
+                if v == q.seen[i] {
+                    continue;
+                }
+                q.seen[i] = v;
+                any = true;
+                let before = self.engine.stats().doorbells_ignored;
+                match i {
+                    0 => self.engine.doorbell(qid, Dir::H2c, v),
+                    1 => self.engine.doorbell(qid, Dir::C2h, v),
+                    _ => self.engine.cmpt_doorbell(qid, v),
+                }
+                add_ignored(&q.bar, self.engine.stats().doorbells_ignored - before);
+            }
+        }
+        for (&key, c) in self.chans.iter_mut() {
+            if c.running.is_some() {
+                continue;
+            }
+            let seq = c.bar.load_u32(c.block + abi::CH_RUN_SEQ);
+            if seq == c.seen_seq {
+                continue;
+            }
+            c.seen_seq = seq;
+            any = true;
+            let lo = c.bar.load_u32(c.block + abi::CH_DESC_LO);
+            let hi = c.bar.load_u32(c.block + abi::CH_DESC_HI);
+            match self.engine.channel_run(key, u64::from(hi) << 32 | u64::from(lo)) {
+                Ok(()) => c.running = Some(seq),
+                Err(_) => add_ignored(&c.bar, 1),
+            }
+        }
+        any
+    }
+
+    /// Act on the engine's events: interrupts and channel results.
+    fn handle_events(&mut self) -> bool {
+        let mut any = false;
+        while let Some(ev) = self.engine.poll_event() {
+            any = true;
+            match ev {
+                Event::Completed { qid, interrupt, .. } => {
+                    if interrupt && let Some(q) = self.queues.get_mut(&qid) {
+                        write_queue(
+                            q,
+                            self.engine.queue_indices(qid),
+                            self.engine.queue_state(qid),
+                        );
+                        signal(q.irq.as_ref());
+                    }
+                }
+                Event::QueueError { qid, .. } => {
+                    if let Some(q) = self.queues.get_mut(&qid) {
+                        write_queue(
+                            q,
+                            self.engine.queue_indices(qid),
+                            self.engine.queue_state(qid),
+                        );
+                        signal(q.irq.as_ref());
+                    }
+                }
+                Event::ChannelDone { key, descs, bytes, status, fault_desc, interrupt } => {
+                    let Some(c) = self.chans.get_mut(&key) else { continue };
+                    let Some(seq) = c.running.take() else { continue };
+                    let (b, r) = (&c.bar, c.block);
+                    b.store_u32(r + abi::CH_STATUS, status as u32);
+                    b.store_u32(r + abi::CH_DESCS, descs);
+                    b.store_u32(r + abi::CH_BYTES_LO, bytes as u32);
+                    b.store_u32(r + abi::CH_BYTES_HI, (bytes >> 32) as u32);
+                    b.store_u32(r + abi::CH_FAULT_LO, fault_desc as u32);
+                    b.store_u32(r + abi::CH_FAULT_HI, (fault_desc >> 32) as u32);
+                    b.store_u32(r + abi::CH_DONE_SEQ, seq);
+                    if interrupt && b.load_u32(r + abi::CH_CONTROL) & 1 != 0 {
+                        signal(c.irq.as_ref());
+                    }
+                }
+            }
+        }
+        any
+    }
+
+    /// Write back the indices and state of every queue that changed.
+    fn write_back(&mut self) -> bool {
+        let mut any = false;
+        for (&qid, q) in self.queues.iter_mut() {
+            any |= write_queue(q, self.engine.queue_indices(qid), self.engine.queue_state(qid));
+        }
+        any
+    }
+
+    /// Serve the kernel FIFOs of every client.
+    fn serve_kernels(&mut self) -> bool {
+        let mut any = false;
+        for k in self.kclients.iter_mut() {
+            let pidx = k.bar.load_u32(abi::KCTL_PIDX);
+            let pending = pidx.wrapping_sub(k.cidx);
+            if pending == 0 {
+                continue;
+            }
+            if pending > abi::KFIFO_DEPTH {
+                // The host claims more commands than the FIFO holds: ignore this producer
+                // value (counted once) until the host writes another.
+                if k.bad_pidx != Some(pidx) {
+                    k.bad_pidx = Some(pidx);
+                    self.kernel_fifo_ignored += 1;
+                    add_ignored(&k.bar, 1);
+                }
+                continue;
+            }
+            k.bad_pidx = None;
+            let mut done = 0;
+            let mut raised = false;
+            while k.cidx != pidx && done < KERNEL_BUDGET {
+                let consumed = k.bar.load_u32(abi::KSTS_CIDX);
+                if k.sts_pidx.wrapping_sub(consumed) >= abi::KFIFO_DEPTH {
+                    break; // status FIFO full: wait for the host
+                }
+                let at = abi::KCTL_FIFO + (k.cidx % abi::KFIFO_DEPTH) as usize * abi::KCMD_SIZE;
+                let mut raw = [0u8; abi::KCMD_SIZE];
+                if k.bar.read(at, &mut raw).is_none() {
+                    break;
+                }
+                let u32_at =
+                    |o: usize| u32::from_le_bytes([raw[o], raw[o + 1], raw[o + 2], raw[o + 3]]);
+                let u64_at = |o: usize| u64::from(u32_at(o)) | u64::from(u32_at(o + 4)) << 32;
+                let cmd = KernelCmd {
+                    kernel: u32_at(0),
+                    tag: u32_at(4),
+                    src: u64_at(8),
+                    dst: u64_at(16),
+                    len: u64_at(24),
+                };
+                let st = self.kernels.run(&mut self.engine.mem, k.client, &cmd);
+                let mut out = [0u8; abi::KSTS_SIZE];
+                out[0..4].copy_from_slice(&st.tag.to_le_bytes());
+                out[4..8].copy_from_slice(&st.status.to_le_bytes());
+                out[8..16].copy_from_slice(&st.result.to_le_bytes());
+                let sat =
+                    abi::KSTS_FIFO + (k.sts_pidx % abi::KFIFO_DEPTH) as usize * abi::KSTS_SIZE;
+                let _ = k.bar.write(sat, &out);
+                k.sts_pidx = k.sts_pidx.wrapping_add(1);
+                k.cidx = k.cidx.wrapping_add(1);
+                k.bar.store_u32(abi::KSTS_PIDX, k.sts_pidx);
+                k.bar.store_u32(abi::KCTL_CIDX, k.cidx);
+                done += 1;
+                raised = true;
+            }
+            if raised {
+                any = true;
+                if k.bar.load_u32(abi::KIRQ) == 1 {
+                    signal(k.irq.as_ref());
+                }
+            }
+        }
+        any
+    }
+}
+
+/// Write a queue's changed NIC registers (indices first, state last); true when any changed.
+fn write_queue(q: &mut QueueSlot, idx: Option<QueueIndices>, state: Option<QueueState>) -> bool {
+    let Some(idx) = idx else { return false };
+    let now = [idx.h2c_cidx, idx.c2h_cidx, idx.cmpt_pidx, state_value(state)];
+    if now == q.wrote {
+        return false;
+    }
+    let regs = [abi::Q_H2C_CIDX, abi::Q_C2H_CIDX, abi::Q_CMPT_PIDX, abi::Q_STATE];
+    for i in 0..4 {
+        if now[i] != q.wrote[i] {
+            q.bar.store_u32(q.slot + regs[i], now[i]);
+        }
+    }
+    q.wrote = now;
+    true
+}
