@@ -450,6 +450,10 @@ fn bad_requests_get_error_responses() {
     let (_small, fd) = Mapping::memfd("small", 4096, false).unwrap();
     assert_eq!(err(Request::RegisterHost { len: 1 << 20 }, &[fd.as_fd()]), "bad_fd");
     assert_eq!(err(Request::RegisterHost { len: 0 }, &[fd.as_fd()]), "bad_request");
+    // A plain file could be truncated under snic's mapping (SIGBUS): refused.
+    let file = tempfile::tempfile().unwrap();
+    file.set_len(8192).unwrap();
+    assert_eq!(err(Request::RegisterHost { len: 8192 }, &[file.as_fd()]), "bad_fd");
     assert_eq!(err(Request::UnregisterHost { iova: iova + 4096 }, &[]), "no_region");
     let mut q = queue_req(QueueMode::Mm, iova, false);
     if let Request::AddQueue { ring_size, .. } = &mut q {

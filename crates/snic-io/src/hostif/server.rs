@@ -566,6 +566,15 @@ impl Control {
         let fd = fds.pop().ok_or_else(gone)?;
         let map = Mapping::map_fd(fd.as_fd(), ulen)
             .map_err(|e| Response::error("bad_fd", format!("cannot map the fd: {e}")))?;
+        // A file the client could still shrink would turn snic's accesses into SIGBUS: only
+        // memory sealed against shrinking (a memfd with F_SEAL_SHRINK, as snic-host makes) is
+        // accepted.
+        if !map.shrink_sealed() {
+            return Err(Response::error(
+                "bad_fd",
+                "host memory must be a memfd sealed against shrinking (F_SEAL_SHRINK)",
+            ));
+        }
         let iova = c.next_iova;
         let backing = SharedBacking { map: Arc::new(map), off: 0, len: ulen };
         let base = HostAddr::new(iova).ok_or_else(gone)?;

@@ -419,9 +419,15 @@ impl Worker {
     /// Read every queue's and channel's host registers; hand changes to the engine.
     fn scan_doorbells(&mut self) -> bool {
         let mut any = false;
-        for (&qid, q) in self.queues.iter_mut() {
-            let regs = [abi::Q_H2C_PIDX, abi::Q_C2H_PIDX, abi::Q_CMPT_CIDX];
-            for (i, reg) in regs.into_iter().enumerate() {
+        // Every queue's H2C doorbell is read before any C2H doorbell. A host that posts
+        // receive buffers on queue A and then sends on queue B (which streams into A) wrote
+        // A's C2H doorbell before B's H2C doorbell (release stores, in program order): having
+        // seen B's new H2C value (acquire), a later read of A's C2H doorbell sees A's new value
+        // too, so the looped-back packet finds its buffers. Reading queue by queue could see
+        // B's send but miss A's buffers and drop the packet.
+        let regs = [abi::Q_H2C_PIDX, abi::Q_C2H_PIDX, abi::Q_CMPT_CIDX];
+        for (i, reg) in regs.into_iter().enumerate() {
+            for (&qid, q) in self.queues.iter_mut() {
                 let v = q.bar.load_u32(q.slot + reg);
                 if v == q.seen[i] {
                     continue;

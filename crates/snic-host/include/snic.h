@@ -1,0 +1,145 @@
+/*
+ * snic.h: C interface of snic's host library (libsnic_host.so, crate snic-host).
+ *
+ * A host process connects to a running snic (`snic serve --socket PATH`) with snic_open and
+ * gets a device handle. Through it: registered host memory (snic_alloc_host), device memory
+ * (snic_alloc_dev, snic_write_dev, snic_read_dev), the client's registers (snic_reg_read,
+ * snic_reg_write), lookaside kernels (snic_kernel_run) and DMA queues (snic_queue_*).
+ *
+ * Return codes: 0 (or a count) on success, a negative SNIC_E_* code on failure; then
+ * snic_last_error() gives a message. Handles are opaque. A device handle may be used from
+ * several threads; a queue handle by one thread at a time. Buffers and queues stay valid
+ * after snic_close of their device (the connection closes when the last one is freed).
+ */
+#ifndef SNIC_H
+#define SNIC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Error codes. */
+#define SNIC_E_IO (-1)        /* a system call failed */
+#define SNIC_E_REFUSED (-2)   /* snic refused the request (nothing changed) */
+#define SNIC_E_PROTOCOL (-3)  /* snic answered something unexpected */
+#define SNIC_E_RANGE (-4)     /* an argument is out of range */
+#define SNIC_E_RING_FULL (-5) /* no free ring slot */
+#define SNIC_E_TIMEOUT (-6)   /* nothing happened in time */
+#define SNIC_E_DMA (-7)       /* a DMA transfer completed with an error status */
+#define SNIC_E_INVAL (-22)    /* bad argument (null pointer, bad enum value) */
+
+/* Device memory kinds (snic_alloc_dev). */
+#define SNIC_MEM_ON_CHIP 0
+#define SNIC_MEM_ON_BOARD 1
+
+/* Queue modes (snic_queue_open). */
+#define SNIC_QUEUE_MM 0 /* memory-mapped */
+#define SNIC_QUEUE_ST 1 /* streaming */
+
+/* Directions (snic_queue_post, snic_queue_doorbell; snic_completion.dir). */
+#define SNIC_H2C 0
+#define SNIC_C2H 1
+#define SNIC_DIR_QUEUE 2 /* completion of a queue-level error */
+
+/* Descriptor flags (snic_queue_post). */
+#define SNIC_DESC_SOP 0x1
+#define SNIC_DESC_EOP 0x2 /* a completion is written for a transfer ending with EOP */
+#define SNIC_DESC_SOP_EOP 0x3
+
+/* Lookaside kernels (snic_kernel_run) and their status codes. */
+#define SNIC_KERNEL_COPY 0 /* copy len bytes src -> dst; result = len */
+#define SNIC_KERNEL_SUM 1  /* sum of the len/4 little-endian u32 at src; result = the sum */
+#define SNIC_KSTATUS_OK 0
+#define SNIC_KSTATUS_UNKNOWN_KERNEL 1
+#define SNIC_KSTATUS_BAD_ADDRESS 2
+#define SNIC_KSTATUS_BAD_LENGTH 3
+
+/* Registers (byte offsets in the client's register space). */
+#define SNIC_REG_ID 0x0000      /* reads 0x534E4943 ("SNIC") */
+#define SNIC_REG_VERSION 0x0004
+#define SNIC_REG_SCRATCH 0x0008 /* free read/write register */
+#define SNIC_REG_CLIENT 0x000C
+#define SNIC_ID_VALUE 0x534E4943u
+
+/* Opaque handles. */
+typedef struct snic_dev snic_dev;
+typedef struct snic_buf snic_buf;
+typedef struct snic_queue snic_queue;
+
+/* One completion entry. */
+typedef struct snic_completion {
+    uint32_t len;   /* bytes moved */
+    uint32_t index; /* ring counter after the transfer */
+    uint8_t status; /* 0 = OK, else the DMA error code */
+    uint8_t dir;    /* SNIC_H2C, SNIC_C2H or SNIC_DIR_QUEUE */
+    uint16_t qid;   /* queue id */
+    uint32_t flags; /* completion word: bit 0 colour, bit 1 SOP, bit 2 EOP */
+} snic_completion;
+
+/* Message of the last failure on this thread ("" if none); valid until the next failure. */
+const char *snic_last_error(void);
+
+/* Connect to snic's socket at `path` as `name`; *out gets the device handle. */
+int snic_open(const char *path, const char *name, snic_dev **out);
+/* Close a device handle (NULL is ignored). */
+void snic_close(snic_dev *dev);
+/* This client's id (negative on error). */
+int64_t snic_client_id(const snic_dev *dev);
+
+/* Allocate and register `size` bytes of host memory; *out gets the buffer handle. */
+int snic_alloc_host(const snic_dev *dev, size_t size, snic_buf **out);
+/* The buffer's memory (the process may read and write it directly). */
+void *snic_buf_ptr(const snic_buf *buf);
+/* The buffer's IOVA: the address descriptors and kernels use for its first byte. */
+uint64_t snic_buf_iova(const snic_buf *buf);
+/* The buffer's length in bytes. */
+size_t snic_buf_len(const snic_buf *buf);
+/* Unregister and unmap a buffer (NULL is ignored). No DMA may still use it. */
+void snic_free_host(snic_buf *buf);
+
+/* Allocate device memory (kind SNIC_MEM_*; align a power of two); *addr gets its address. */
+int snic_alloc_dev(const snic_dev *dev, int kind, uint64_t size, uint64_t align, uint64_t *addr);
+/* Free device memory. */
+int snic_free_dev(const snic_dev *dev, uint64_t addr);
+/* Copy `len` bytes to device memory at `addr` (DMA through a bounce buffer). */
+int snic_write_dev(const snic_dev *dev, uint64_t addr, const void *data, size_t len);
+/* Copy `len` bytes of device memory at `addr` to `data` (DMA through a bounce buffer). */
+int snic_read_dev(const snic_dev *dev, uint64_t addr, void *data, size_t len);
+
+/* Read the 32-bit register at byte offset `off` (4-aligned). */
+int snic_reg_read(const snic_dev *dev, uint32_t off, uint32_t *v);
+/* Write the 32-bit register at byte offset `off` (4-aligned). */
+int snic_reg_write(const snic_dev *dev, uint32_t off, uint32_t v);
+
+/* Run a lookaside kernel (SNIC_KERNEL_*) and wait up to timeout_ms for its status.
+ * *status gets SNIC_KSTATUS_*, *result the kernel's result; either pointer may be NULL. */
+int snic_kernel_run(const snic_dev *dev, uint32_t kernel, uint64_t src, uint64_t dst,
+                    uint64_t len, uint32_t timeout_ms, uint32_t *status, uint64_t *result);
+
+/* Open a DMA queue (mode SNIC_QUEUE_*, ring_size a power of two, completion ring twice that;
+ * interrupt != 0: snic_queue_wait sleeps instead of busy-polling); *out gets the handle. */
+int snic_queue_open(const snic_dev *dev, int mode, uint32_t ring_size, int interrupt,
+                    snic_queue **out);
+/* Delete a queue and free its rings (NULL is ignored). */
+void snic_queue_close(snic_queue *q);
+/* The queue id (negative on error). */
+int snic_queue_id(const snic_queue *q);
+/* Write a descriptor into the next slot of ring `dir` (no doorbell yet). src/dst are IOVAs or
+ * device addresses; flags SNIC_DESC_*. SNIC_E_RING_FULL when no slot is free. */
+int snic_queue_post(snic_queue *q, int dir, uint64_t src, uint64_t dst, uint32_t len,
+                    uint32_t flags);
+/* Publish the descriptors posted on ring `dir`. */
+int snic_queue_doorbell(snic_queue *q, int dir);
+/* Take up to `max` completions without waiting; returns how many (0 if none) or < 0. */
+int snic_queue_poll(snic_queue *q, snic_completion *out, uint32_t max);
+/* Wait up to timeout_ms for completions; returns how many (>= 1) or < 0 (SNIC_E_TIMEOUT). */
+int snic_queue_wait(snic_queue *q, snic_completion *out, uint32_t max, uint32_t timeout_ms);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SNIC_H */

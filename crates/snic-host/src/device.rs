@@ -1,0 +1,586 @@
+//! The connection to snic: setup requests, the BAR, registered host memory, device memory,
+//! registers and the lookaside-kernel FIFOs.
+
+use std::collections::VecDeque;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::Path;
+use std::sync::atomic::{Ordering, fence};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use snic_dma::desc::{DIR_QUEUE, Descriptor, Dir};
+use snic_dma::{Completion, Status};
+use snic_hostif::abi;
+use snic_hostif::proto::{DevKind, DeviceRegion, MAX_MESSAGE, Request, Response};
+use snic_hostif::shm::{EventFd, Mapping, SeqPacket};
+
+use crate::error::{HostError, Result};
+use crate::queue::{Channel, Queue, QueueOpts};
+
+/// How long a setup request may wait for its answer.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Size of the bounce buffer [`Device::write_device`] and [`Device::read_device`] use (and the
+/// largest chunk of one transfer).
+const BOUNCE: usize = 1 << 20;
+/// How long one bounce transfer may take.
+const BOUNCE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Lock a mutex, going on with the data when another thread panicked while holding it (the
+/// data are indices that stay consistent between statements).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Host-side state of the kernel FIFOs.
+#[derive(Debug, Default)]
+struct KernelState {
+    /// Commands written (shadow of KCTL_PIDX).
+    ctl_pidx: u32,
+    /// Statuses read (shadow of KSTS_CIDX).
+    sts_cidx: u32,
+    /// Statuses read by [`Device::kernel_run`] for other tags, for [`Device::kernel_poll`].
+    stash: VecDeque<KernelStatus>,
+}
+
+/// What every handle of one connection shares.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    sock: Mutex<SeqPacket>,
+    /// The client's register space.
+    pub(crate) bar: Mapping,
+    /// The NIC page (worker sleeping flags).
+    nic: Mapping,
+    /// One kick eventfd per worker.
+    kicks: Vec<EventFd>,
+    client: u32,
+    workers: u32,
+    regions: Vec<DeviceRegion>,
+    huge: bool,
+    kernel: Mutex<KernelState>,
+}
+
+impl Inner {
+    /// Send one request (with `fds`) and read its answer. A [`Response::Error`] becomes
+    /// [`HostError::Refused`].
+    pub(crate) fn request(
+        &self,
+        req: &Request,
+        fds: &[BorrowedFd<'_>],
+    ) -> Result<(Response, Vec<OwnedFd>)> {
+        let sock = lock(&self.sock);
+        sock.send(&req.to_bytes(), fds)?;
+        let mut buf = vec![0u8; MAX_MESSAGE];
+        let (n, got) = match sock.recv(&mut buf) {
+            Ok(r) => r,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(HostError::Timeout);
+            }
+            Err(e) => return Err(HostError::Io(e)),
+        };
+        drop(sock);
+        if n == 0 {
+            return Err(HostError::Protocol("snic closed the connection".into()));
+        }
+        let resp = Response::from_bytes(&buf[..n])
+            .map_err(|e| HostError::Protocol(format!("undecodable response: {e}")))?;
+        match resp {
+            Response::Error { code, message } => Err(HostError::Refused { code, message }),
+            r => Ok((r, got)),
+        }
+    }
+
+    /// A request whose answer must be `Ok`.
+    pub(crate) fn request_ok(&self, req: &Request, fds: &[BorrowedFd<'_>]) -> Result<()> {
+        match self.request(req, fds)?.0 {
+            Response::Ok => Ok(()),
+            r => Err(unexpected(&r)),
+        }
+    }
+
+    /// The kick rule, after a store to a host register that worker `w` watches: make the store
+    /// globally visible before reading the worker's sleeping flag, and kick it if it sleeps.
+    /// (The worker sets its flag, fences, then re-scans the registers before it blocks, so
+    /// either it sees the store or this sees the flag.)
+    pub(crate) fn kick(&self, w: u32) {
+        fence(Ordering::SeqCst);
+        if self.nic.load_u32(abi::worker_sleeping(w)) != 0
+            && let Some(k) = self.kicks.get(w as usize)
+        {
+            // A failed kick only delays the worker until its next wake-up; nothing to undo.
+            let _ = k.signal();
+        }
+    }
+
+    /// The kick rule for a register no single worker is known to watch: kick every sleeper.
+    fn kick_all(&self) {
+        for w in 0..self.workers {
+            self.kick(w);
+        }
+    }
+
+    pub(crate) fn workers(&self) -> u32 {
+        self.workers
+    }
+
+    pub(crate) fn alloc_host(self: &Arc<Inner>, size: usize) -> Result<HostBuf> {
+        if size == 0 {
+            return Err(HostError::OutOfRange("host buffer size 0".into()));
+        }
+        let (map, fd) = Mapping::memfd("snic-host", size, false)?;
+        let resp = self.request(&Request::RegisterHost { len: size as u64 }, &[fd.as_fd()])?.0;
+        let Response::Registered { iova } = resp else { return Err(unexpected(&resp)) };
+        Ok(HostBuf { inner: Arc::clone(self), map, iova, len: size })
+    }
+}
+
+/// A response that is not the one the request calls for.
+pub(crate) fn unexpected(r: &Response) -> HostError {
+    HostError::Protocol(format!("unexpected response {r:?}"))
+}
+
+/// The bounce queue and buffer of [`Device::write_device`] / [`Device::read_device`].
+#[derive(Debug)]
+struct Bounce {
+    queue: Queue,
+    buf: HostBuf,
+}
+
+/// A connection to snic. `Send + Sync`: setup requests are serialized on the socket; the
+/// queues and channels it opens are separate handles.
+#[derive(Debug)]
+pub struct Device {
+    inner: Arc<Inner>,
+    bounce: Mutex<Option<Bounce>>,
+}
+
+/// A command for a lookaside kernel (the control FIFO entry).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct KernelCmd {
+    /// Kernel id ([`snic_hostif::abi::kernel`]).
+    pub kernel: u32,
+    /// Caller's tag, echoed in the status.
+    pub tag: u32,
+    /// Source address (host IOVA or device address).
+    pub src: u64,
+    /// Destination address.
+    pub dst: u64,
+    /// Bytes.
+    pub len: u64,
+}
+
+/// A lookaside kernel's status (the status FIFO entry).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct KernelStatus {
+    /// The command's tag.
+    pub tag: u32,
+    /// [`snic_hostif::abi::kernel`] status code (0 = OK).
+    pub status: u32,
+    /// Kernel result (SUM: the sum; COPY: bytes copied).
+    pub result: u64,
+}
+
+impl Device {
+    /// Connect to snic's socket at `path` as `name`: say hello, map the BAR and the NIC page,
+    /// keep the workers' kick eventfds.
+    pub fn connect(path: &Path, name: &str) -> Result<Device> {
+        let sock = SeqPacket::connect(path)?;
+        sock.set_read_timeout(Some(REQUEST_TIMEOUT))?;
+        let hello = Request::Hello { name: name.to_string(), version: abi::VERSION_VALUE };
+        sock.send(&hello.to_bytes(), &[])?;
+        let mut buf = vec![0u8; MAX_MESSAGE];
+        let (n, fds) = sock.recv(&mut buf)?;
+        if n == 0 {
+            return Err(HostError::Protocol("snic closed the connection during hello".into()));
+        }
+        let resp = Response::from_bytes(&buf[..n])
+            .map_err(|e| HostError::Protocol(format!("undecodable welcome: {e}")))?;
+        let (client, workers, device, huge_pages) = match resp {
+            Response::Welcome { client, version, workers, device, huge_pages, .. } => {
+                if version != abi::VERSION_VALUE {
+                    return Err(HostError::Protocol(format!(
+                        "snic speaks version {version}, this library {}",
+                        abi::VERSION_VALUE
+                    )));
+                }
+                (client, workers, device, huge_pages)
+            }
+            Response::Error { code, message } => return Err(HostError::Refused { code, message }),
+            r => return Err(unexpected(&r)),
+        };
+        if workers == 0 || workers > abi::MAX_WORKERS {
+            return Err(HostError::Protocol(format!("welcome says {workers} workers")));
+        }
+        if fds.len() != 2 + workers as usize {
+            return Err(HostError::Protocol(format!(
+                "welcome carried {} fds, expected {}",
+                fds.len(),
+                2 + workers
+            )));
+        }
+        let mut fds = fds.into_iter();
+        let (Some(bar_fd), Some(nic_fd)) = (fds.next(), fds.next()) else {
+            return Err(HostError::Protocol("welcome without BAR fds".into()));
+        };
+        let bar = Mapping::map_fd(bar_fd.as_fd(), abi::BAR_SIZE)?;
+        let nic = Mapping::map_fd(nic_fd.as_fd(), abi::NIC_PAGE_SIZE)?;
+        let kicks = fds.map(EventFd::from_fd).collect();
+        if bar.load_u32(abi::ID) != abi::ID_VALUE {
+            return Err(HostError::Protocol(format!(
+                "BAR ID register is {:#x}, expected {:#x}",
+                bar.load_u32(abi::ID),
+                abi::ID_VALUE
+            )));
+        }
+        let k = KernelState {
+            ctl_pidx: bar.load_u32(abi::KCTL_PIDX),
+            sts_cidx: bar.load_u32(abi::KSTS_CIDX),
+            stash: VecDeque::new(),
+        };
+        let inner = Inner {
+            sock: Mutex::new(sock),
+            bar,
+            nic,
+            kicks,
+            client,
+            workers,
+            regions: device,
+            huge: huge_pages,
+            kernel: Mutex::new(k),
+        };
+        Ok(Device { inner: Arc::new(inner), bounce: Mutex::new(None) })
+    }
+
+    /// This client's id.
+    pub fn client_id(&self) -> u32 {
+        self.inner.client
+    }
+    /// snic's worker threads.
+    pub fn workers(&self) -> u32 {
+        self.inner.workers
+    }
+    /// Device memory regions.
+    pub fn device_regions(&self) -> Vec<DeviceRegion> {
+        self.inner.regions.clone()
+    }
+    /// Whether snic's device memory is on huge pages.
+    pub fn huge_pages(&self) -> bool {
+        self.inner.huge
+    }
+
+    // ----- memory -----
+
+    /// Allocate `size` bytes of host memory (a shared memfd mapping) and register it; the
+    /// buffer's [`HostBuf::iova`] is what descriptors use.
+    pub fn alloc_host(&self, size: usize) -> Result<HostBuf> {
+        self.inner.alloc_host(size)
+    }
+
+    /// Allocate device memory; returns its device address.
+    pub fn alloc_device(&self, kind: DevKind, size: u64, align: u64) -> Result<u64> {
+        let resp = self.inner.request(&Request::AllocDevice { kind, size, align }, &[])?.0;
+        match resp {
+            Response::Allocated { addr } => Ok(addr),
+            r => Err(unexpected(&r)),
+        }
+    }
+
+    /// Free device memory this client allocated.
+    pub fn free_device(&self, addr: u64) -> Result<()> {
+        self.inner.request_ok(&Request::FreeDevice { addr }, &[])
+    }
+
+    /// The bounce queue and buffer, created on first use.
+    fn bounce(&self) -> Result<MutexGuard<'_, Option<Bounce>>> {
+        let mut g = lock(&self.bounce);
+        if g.is_none() {
+            let buf = self.alloc_host(BOUNCE)?;
+            let queue =
+                self.open_queue(QueueOpts { ring_size: 4, cmpt_size: 8, ..Default::default() })?;
+            *g = Some(Bounce { queue, buf });
+        }
+        Ok(g)
+    }
+
+    /// One bounce transfer of `len` bytes between the bounce buffer and `dev_addr`.
+    fn bounce_dma(b: &mut Bounce, dir: Dir, dev_addr: u64, len: usize) -> Result<()> {
+        let d = match dir {
+            Dir::H2c => Descriptor::new(b.buf.iova(), dev_addr, len as u32),
+            Dir::C2h => Descriptor::new(dev_addr, b.buf.iova(), len as u32),
+        };
+        b.queue.post(dir, &d)?;
+        b.queue.doorbell(dir);
+        let mut c = [Completion::decode(&[0; 16])];
+        let c = match b.queue.wait(&mut c, BOUNCE_TIMEOUT) {
+            Ok(1) => c[0],
+            r => {
+                // Nothing came back: flush the queue (stop, start) so the next call starts
+                // clean, not behind an outstanding descriptor.
+                let _ = b.queue.stop();
+                let _ = b.queue.start();
+                r?;
+                return Err(HostError::Timeout);
+            }
+        };
+        match Status::from_code(c.status) {
+            Some(Status::Ok) if c.dir == dir.code() && c.len as usize == len => Ok(()),
+            Some(Status::Ok) => Err(HostError::Protocol(format!("unexpected completion {c:?}"))),
+            Some(s) => {
+                if c.dir == DIR_QUEUE {
+                    // The queue is in error: restart it so the next call starts clean.
+                    let _ = b.queue.stop();
+                    let _ = b.queue.start();
+                }
+                Err(HostError::Dma(s))
+            }
+            None => Err(HostError::Protocol(format!("completion status {}", c.status))),
+        }
+    }
+
+    /// Copy `data` to device memory at `dev_addr` (H2C DMA through a bounce buffer, in chunks
+    /// of 1 MiB).
+    pub fn write_device(&self, dev_addr: u64, data: &[u8]) -> Result<()> {
+        let mut g = self.bounce()?;
+        let b = g.as_mut().ok_or_else(|| HostError::Protocol("no bounce queue".into()))?;
+        for (i, chunk) in data.chunks(BOUNCE).enumerate() {
+            b.buf.write(0, chunk)?;
+            let addr = dev_addr
+                .checked_add((i * BOUNCE) as u64)
+                .ok_or_else(|| HostError::OutOfRange("device address overflows".into()))?;
+            Self::bounce_dma(b, Dir::H2c, addr, chunk.len())?;
+        }
+        Ok(())
+    }
+
+    /// Copy device memory at `dev_addr` into `buf` (C2H DMA through a bounce buffer).
+    pub fn read_device(&self, dev_addr: u64, buf: &mut [u8]) -> Result<()> {
+        let mut g = self.bounce()?;
+        let b = g.as_mut().ok_or_else(|| HostError::Protocol("no bounce queue".into()))?;
+        for (i, chunk) in buf.chunks_mut(BOUNCE).enumerate() {
+            let addr = dev_addr
+                .checked_add((i * BOUNCE) as u64)
+                .ok_or_else(|| HostError::OutOfRange("device address overflows".into()))?;
+            Self::bounce_dma(b, Dir::C2h, addr, chunk.len())?;
+            b.buf.read(0, chunk)?;
+        }
+        Ok(())
+    }
+
+    // ----- control -----
+
+    fn check_reg(off: u32) -> Result<usize> {
+        let o = off as usize;
+        if !o.is_multiple_of(4) || o >= abi::BAR_SIZE {
+            return Err(HostError::OutOfRange(format!(
+                "register offset {off:#x} (must be 4-aligned and below {:#x})",
+                abi::BAR_SIZE
+            )));
+        }
+        Ok(o)
+    }
+
+    /// Read the 32-bit register at `off` (acquire).
+    pub fn reg_read(&self, off: u32) -> Result<u32> {
+        Ok(self.inner.bar.load_u32(Self::check_reg(off)?))
+    }
+
+    /// Write the 32-bit register at `off` (release), then apply the kick rule for every
+    /// worker (any of them may watch it).
+    pub fn reg_write(&self, off: u32, v: u32) -> Result<()> {
+        self.inner.bar.store_u32(Self::check_reg(off)?, v);
+        self.inner.kick_all();
+        Ok(())
+    }
+
+    /// Push a command on the kernel control FIFO ([`HostError::RingFull`] when it is full).
+    pub fn kernel_submit(&self, cmd: KernelCmd) -> Result<()> {
+        let bar = &self.inner.bar;
+        let mut k = lock(&self.inner.kernel);
+        let taken = bar.load_u32(abi::KCTL_CIDX);
+        if k.ctl_pidx.wrapping_sub(taken) >= abi::KFIFO_DEPTH {
+            return Err(HostError::RingFull);
+        }
+        let mut e = [0u8; abi::KCMD_SIZE];
+        e[0..4].copy_from_slice(&cmd.kernel.to_le_bytes());
+        e[4..8].copy_from_slice(&cmd.tag.to_le_bytes());
+        e[8..16].copy_from_slice(&cmd.src.to_le_bytes());
+        e[16..24].copy_from_slice(&cmd.dst.to_le_bytes());
+        e[24..32].copy_from_slice(&cmd.len.to_le_bytes());
+        let slot = (k.ctl_pidx % abi::KFIFO_DEPTH) as usize;
+        bar.write(abi::KCTL_FIFO + slot * abi::KCMD_SIZE, &e)
+            .ok_or_else(|| HostError::OutOfRange("control FIFO slot".into()))?;
+        k.ctl_pidx = k.ctl_pidx.wrapping_add(1);
+        bar.store_u32(abi::KCTL_PIDX, k.ctl_pidx);
+        drop(k);
+        self.inner.kick_all();
+        Ok(())
+    }
+
+    /// Read one entry of the status FIFO, if snic wrote one (no stash).
+    fn kernel_take(&self, k: &mut KernelState) -> Option<KernelStatus> {
+        let bar = &self.inner.bar;
+        if bar.load_u32(abi::KSTS_PIDX) == k.sts_cidx {
+            return None;
+        }
+        let slot = (k.sts_cidx % abi::KFIFO_DEPTH) as usize;
+        let mut e = [0u8; abi::KSTS_SIZE];
+        bar.read(abi::KSTS_FIFO + slot * abi::KSTS_SIZE, &mut e)?;
+        k.sts_cidx = k.sts_cidx.wrapping_add(1);
+        bar.store_u32(abi::KSTS_CIDX, k.sts_cidx);
+        let u32_at = |o: usize| u32::from_le_bytes([e[o], e[o + 1], e[o + 2], e[o + 3]]);
+        let result = u64::from(u32_at(8)) | (u64::from(u32_at(12)) << 32);
+        Some(KernelStatus { tag: u32_at(0), status: u32_at(4), result })
+    }
+
+    /// The next kernel status, if any (statuses [`Device::kernel_run`] set aside first).
+    pub fn kernel_poll(&self) -> Option<KernelStatus> {
+        let mut k = lock(&self.inner.kernel);
+        if let Some(s) = k.stash.pop_front() {
+            return Some(s);
+        }
+        let s = self.kernel_take(&mut k);
+        drop(k);
+        if s.is_some() {
+            // snic may be waiting for room in the status FIFO.
+            self.inner.kick_all();
+        }
+        s
+    }
+
+    /// Run one kernel command: push it, wait (busy-polling) for the status with its tag.
+    /// Statuses of other tags are kept for [`Device::kernel_poll`].
+    pub fn kernel_run(&self, cmd: KernelCmd, timeout: Duration) -> Result<KernelStatus> {
+        let start = Instant::now();
+        loop {
+            match self.kernel_submit(cmd) {
+                Err(HostError::RingFull) if start.elapsed() < timeout => std::thread::yield_now(),
+                r => break r?,
+            }
+        }
+        let mut spins = 0u32;
+        loop {
+            {
+                let mut k = lock(&self.inner.kernel);
+                if let Some(i) = k.stash.iter().position(|s| s.tag == cmd.tag)
+                    && let Some(s) = k.stash.remove(i)
+                {
+                    return Ok(s);
+                }
+                let mut took = false;
+                while let Some(s) = self.kernel_take(&mut k) {
+                    took = true;
+                    if s.tag == cmd.tag {
+                        drop(k);
+                        self.inner.kick_all();
+                        return Ok(s);
+                    }
+                    k.stash.push_back(s);
+                }
+                drop(k);
+                if took {
+                    self.inner.kick_all();
+                }
+            }
+            if start.elapsed() >= timeout {
+                return Err(HostError::Timeout);
+            }
+            spin_pause(&mut spins);
+        }
+    }
+
+    // ----- DMA -----
+
+    /// Open a queue: its rings go in a new registered host buffer; snic adds and starts it.
+    pub fn open_queue(&self, opts: QueueOpts) -> Result<Queue> {
+        Queue::open(&self.inner, opts)
+    }
+
+    /// Configure channel `index` of `dir` (polled, or with an interrupt eventfd).
+    pub fn channel(&self, dir: Dir, index: u8, interrupt: bool) -> Result<Channel> {
+        Channel::open(&self.inner, dir, index, interrupt)
+    }
+
+    /// snic's counters document.
+    pub fn stats(&self) -> Result<serde_json::Value> {
+        match self.inner.request(&Request::Stats, &[])?.0 {
+            Response::Stats { stats } => Ok(stats),
+            r => Err(unexpected(&r)),
+        }
+    }
+
+    /// Send a raw setup request (with `fds` attached) and return snic's answer and the fds
+    /// it carried. An error answer is [`HostError::Refused`].
+    pub fn request(
+        &self,
+        req: &Request,
+        fds: &[BorrowedFd<'_>],
+    ) -> Result<(Response, Vec<OwnedFd>)> {
+        self.inner.request(req, fds)
+    }
+}
+
+/// One step of a busy-wait: spin a little, then yield the CPU now and then (snic's workers
+/// may share it).
+pub(crate) fn spin_pause(spins: &mut u32) {
+    *spins = spins.wrapping_add(1);
+    if spins.is_multiple_of(64) {
+        std::thread::yield_now();
+    } else {
+        std::hint::spin_loop();
+    }
+}
+
+/// Host memory registered with snic: a shared memfd mapping and the IOVA snic gave it.
+/// Dropping it unregisters it (best effort).
+#[derive(Debug)]
+pub struct HostBuf {
+    inner: Arc<Inner>,
+    map: Mapping,
+    iova: u64,
+    len: usize,
+}
+
+impl HostBuf {
+    /// The address descriptors use for the first byte.
+    pub fn iova(&self) -> u64 {
+        self.iova
+    }
+    /// Bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Whether the buffer is empty (never: buffers have at least one byte).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// First byte, for code that reads and writes the buffer itself (snic may access the
+    /// memory concurrently while DMA is outstanding).
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.map.as_ptr()
+    }
+    /// Copy `data` to offset `off`.
+    pub fn write(&self, off: usize, data: &[u8]) -> Result<()> {
+        self.map.write(off, data).ok_or_else(|| self.range(off, data.len()))
+    }
+    /// Copy `buf.len()` bytes at `off` into `buf`.
+    pub fn read(&self, off: usize, buf: &mut [u8]) -> Result<()> {
+        self.map.read(off, buf).ok_or_else(|| self.range(off, buf.len()))
+    }
+    fn range(&self, off: usize, len: usize) -> HostError {
+        HostError::OutOfRange(format!("{len} bytes at {off} in a buffer of {}", self.len))
+    }
+    /// The mapping (for acquire loads of completion words).
+    pub(crate) fn map(&self) -> &Mapping {
+        &self.map
+    }
+}
+
+impl Drop for HostBuf {
+    fn drop(&mut self) {
+        let _ = self.inner.request_ok(&Request::UnregisterHost { iova: self.iova }, &[]);
+    }
+}

@@ -1,0 +1,706 @@
+//! The C ABI of the host library (declared in `include/snic.h`).
+//!
+//! Handles are opaque pointers to boxed Rust objects. Every function checks its pointers for
+//! null, catches panics (none crosses into C), and returns 0 (or a count) on success and a
+//! negative [`SNIC_E_IO`] ... code on failure, with a message for [`snic_last_error`].
+#![allow(
+    unsafe_code,
+    reason = "C ABI: raw pointers from C callers; each unsafe block has a SAFETY comment"
+)]
+
+use std::cell::RefCell;
+use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::Path;
+use std::time::Duration;
+
+use snic_dma::Completion;
+use snic_dma::desc::{Descriptor, Dir};
+
+use crate::device::{Device, HostBuf, KernelCmd};
+use crate::error::HostError;
+use crate::queue::{Queue, QueueOpts};
+use snic_hostif::proto::{DevKind, QueueMode};
+
+/// Error code: a system call failed.
+pub const SNIC_E_IO: c_int = -1;
+/// Error code: snic refused the request.
+pub const SNIC_E_REFUSED: c_int = -2;
+/// Error code: protocol error.
+pub const SNIC_E_PROTOCOL: c_int = -3;
+/// Error code: an argument is out of range.
+pub const SNIC_E_RANGE: c_int = -4;
+/// Error code: ring full.
+pub const SNIC_E_RING_FULL: c_int = -5;
+/// Error code: timed out.
+pub const SNIC_E_TIMEOUT: c_int = -6;
+/// Error code: a DMA transfer completed with an error status.
+pub const SNIC_E_DMA: c_int = -7;
+/// Error code: bad argument (null pointer, bad enum value).
+pub const SNIC_E_INVAL: c_int = -22;
+
+/// Opaque device handle (`snic_dev` in C).
+#[derive(Debug)]
+pub struct SnicDev(Device);
+/// Opaque host-buffer handle (`snic_buf` in C).
+#[derive(Debug)]
+pub struct SnicBuf(HostBuf);
+/// Opaque queue handle (`snic_queue` in C).
+#[derive(Debug)]
+pub struct SnicQueue(Queue);
+
+/// A completion entry as C sees it (`snic_completion`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SnicCompletion {
+    /// Bytes moved.
+    pub len: u32,
+    /// Ring counter after the transfer.
+    pub index: u32,
+    /// Status code (0 = OK).
+    pub status: u8,
+    /// 0 = H2C, 1 = C2H, 2 = queue-level error.
+    pub dir: u8,
+    /// Queue id.
+    pub qid: u16,
+    /// Completion word bits (colour, SOP, EOP).
+    pub flags: u32,
+}
+
+impl From<Completion> for SnicCompletion {
+    fn from(c: Completion) -> SnicCompletion {
+        SnicCompletion {
+            len: c.len,
+            index: c.index,
+            status: c.status,
+            dir: c.dir,
+            qid: c.qid,
+            flags: c.word,
+        }
+    }
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn set_error(msg: &str) {
+    let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
+    LAST_ERROR.with(|e| *e.borrow_mut() = c);
+}
+
+/// An error for C: its code and message.
+struct Fail(c_int, String);
+
+impl From<HostError> for Fail {
+    fn from(e: HostError) -> Fail {
+        let code = match &e {
+            HostError::Io(_) => SNIC_E_IO,
+            HostError::Refused { .. } => SNIC_E_REFUSED,
+            HostError::Protocol(_) => SNIC_E_PROTOCOL,
+            HostError::OutOfRange(_) => SNIC_E_RANGE,
+            HostError::RingFull => SNIC_E_RING_FULL,
+            HostError::Timeout => SNIC_E_TIMEOUT,
+            HostError::Dma(_) => SNIC_E_DMA,
+        };
+        Fail(code, e.to_string())
+    }
+}
+
+fn inval(what: &str) -> Fail {
+    Fail(SNIC_E_INVAL, format!("bad argument: {what}"))
+}
+
+/// Run `f`, turning errors and panics into a negative code (and the message).
+fn guard(f: impl FnOnce() -> Result<c_int, Fail>) -> c_int {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(v)) => v,
+        Ok(Err(Fail(code, msg))) => {
+            set_error(&msg);
+            code
+        }
+        Err(_) => {
+            set_error("internal error (panic) in the snic host library");
+            SNIC_E_PROTOCOL
+        }
+    }
+}
+
+fn dir_of(d: c_int) -> Result<Dir, Fail> {
+    match d {
+        0 => Ok(Dir::H2c),
+        1 => Ok(Dir::C2h),
+        _ => Err(inval("dir must be 0 (h2c) or 1 (c2h)")),
+    }
+}
+
+fn ms(t: u32) -> Duration {
+    Duration::from_millis(u64::from(t))
+}
+
+/// Message of the last error on this thread ("" when none). Valid until the next failing
+/// call on this thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn snic_last_error() -> *const c_char {
+    LAST_ERROR.with(|e| e.borrow().as_ptr())
+}
+
+/// Connect to snic at socket `path` as `name`; on success `*out` is the device handle.
+///
+/// # Safety
+/// `path` and `name` must be NUL-terminated strings; `out` must be writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn snic_open(
+    path: *const c_char,
+    name: *const c_char,
+    out: *mut *mut SnicDev,
+) -> c_int {
+    guard(|| {
+        if path.is_null() || name.is_null() || out.is_null() {
+            return Err(inval("null pointer"));
+        }
+        // SAFETY: non-null, and the caller promises NUL-terminated strings.
+        let (p, n) = unsafe { (CStr::from_ptr(path), CStr::from_ptr(name)) };
+        let p = p.to_str().map_err(|_| inval("path is not UTF-8"))?;
+        let n = n.to_string_lossy();
+        let dev = Device::connect(Path::new(p), &n)?;
+        // SAFETY: `out` is non-null and the caller promises it is writable.
+        unsafe { *out = Box::into_raw(Box::new(SnicDev(dev))) };
+        Ok(0)
+    })
+}
+
+/// Close a device handle (null is ignored). Buffers and queues keep the connection open
+/// until they are freed too.
+///
+/// # Safety
+/// `dev` must be null or a handle from [`snic_open`] not closed before.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn snic_close(dev: *mut SnicDev) {
+    if dev.is_null() {
+        return;
+    }
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: the caller gives back a pointer from Box::into_raw, once.
+        drop(unsafe { Box::from_raw(dev) });
+    }));
+}
+
+/// Borrow a handle.
+///
+/// # Safety
+/// `p` must be null or a live handle of type `T` not used mutably elsewhere meanwhile.
+unsafe fn borrow<'a, T>(p: *const T) -> Result<&'a T, Fail> {
+    // SAFETY: the caller's promise.
+    unsafe { p.as_ref() }.ok_or_else(|| inval("null handle"))
+}
+
+/// Borrow a handle mutably.
+///
+/// # Safety
+/// `p` must be null or a live handle of type `T` not used elsewhere meanwhile.
+unsafe fn borrow_mut<'a, T>(p: *mut T) -> Result<&'a mut T, Fail> {
+    // SAFETY: the caller's promise.
+    unsafe { p.as_mut() }.ok_or_else(|| inval("null handle"))
+}
+
+/// This client's id (negative on a null handle).
+///
+/// # Safety
+/// `dev` must be null or a live device handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn snic_client_id(dev: *const SnicDev) -> i64 {
+    // SAFETY: the caller's promise about `dev`.
+    match unsafe { borrow(dev) } {
+        Ok(d) => i64::from(d.0.client_id()),
+        Err(Fail(c, m)) => {
+            set_error(&m);
+            i64::from(c)
+        }
+    }
+}
+
+/// Allocate and register `size` bytes of host memory; `*out` is the buffer handle.
+///
+/// # Safety
+/// `dev` a live device handle, `out` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn snic_alloc_host(
+    dev: *const SnicDev,
+    size: usize,
+    out: *mut *mut SnicBuf,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's promise about `dev`.
+        let d = unsafe { borrow(dev) }?;
+        if out.is_null() {
+            return Err(inval("null out"));
+        }
+        let b = d.0.alloc_host(size)?;
+        // SAFETY: non-null, writable by the caller's promise.
+        unsafe { *out = Box::into_raw(Box::new(SnicBuf(b))) };
+        Ok(0)
+    })
+}
+
+/// First byte of a host buffer (null for a null handle).
+///
+/// # Safety
+/// `buf` must be null or a live buffer handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn snic_buf_ptr(buf: *const SnicBuf) -> *mut c_void {
+    // SAFETY: the caller's promise about `buf`.
+    match unsafe { buf.as_ref() } {
+        Some(b) => b.0.as_ptr().cast(),
+        None => std::ptr::null_mut(),
+    }
+}
+
+/// IOVA of a host buffer (0 for a null handle).
+///
+/// # Safety
+/// `buf` must be null or a live buffer handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn snic_buf_iova(buf: *const SnicBuf) -> u64 {
+    // SAFETY: the caller's promise about `buf`.
+    unsafe { buf.as_ref() }.map_or(0, |b| b.0.iova())
+}
+
+/// Length of a host buffer (0 for a null handle).
+///
+/// # Safety
+/// `buf` must be null or a live buffer handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn snic_buf_len(buf: *const SnicBuf) -> usize {
+    // SAFETY: the caller's promise about `buf`.
+    unsafe { buf.as_ref() }.map_or(0, |b| b.0.len())
+}
+
+/// Unregister and unmap a host buffer (null is ignored).
+///
+/// # Safety
+/// `buf` must be null or a buffer handle not freed before; no DMA may still use it.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn snic_free_host(buf: *mut SnicBuf) {
+    if buf.is_null() {
+        return;
+    }
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: a pointer from Box::into_raw, given back once.
+        drop(unsafe { Box::from_raw(buf) });
+    }));
+}
+
+/// Allocate device memory (`kind` 0 on-chip, 1 on-board); `*addr` is its device address.
+///
+/// # Safety
+/// `dev` a live device handle, `addr` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn snic_alloc_dev(
+    dev: *const SnicDev,
+    kind: c_int,
+    size: u64,
+    align: u64,
+    addr: *mut u64,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's promise about `dev`.
+        let d = unsafe { borrow(dev) }?;
+        let kind = match kind {
+            0 => DevKind::OnChip,
+            1 => DevKind::OnBoard,
+            _ => return Err(inval("kind must be 0 (on-chip) or 1 (on-board)")),
+        };
+        if addr.is_null() {
+            return Err(inval("null addr"));
+        }
+        let a = d.0.alloc_device(kind, size, align)?;
+        // SAFETY: non-null and writable by the caller's promise.
+        unsafe { *addr = a };
+        Ok(0)
+    })
+}
+
+/// Free device memory.
+///
+/// # Safety
+/// `dev` a live device handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn snic_free_dev(dev: *const SnicDev, addr: u64) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's promise about `dev`.
+        let d = unsafe { borrow(dev) }?;
+        d.0.free_device(addr)?;
+        Ok(0)
+    })
+}
+
+/// Copy `len` bytes from `data` to device memory at `addr` (DMA).
+///
+/// # Safety
+/// `dev` a live device handle; `data` readable for `len` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn snic_write_dev(
+    dev: *const SnicDev,
+    addr: u64,
+    data: *const c_void,
+    len: usize,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's promise about `dev`.
+        let d = unsafe { borrow(dev) }?;
+        if len == 0 {
+            return Ok(0);
+        }
+        if data.is_null() {
+            return Err(inval("null data"));
+        }
+        // SAFETY: non-null and readable for `len` bytes by the caller's promise.
+        let s = unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len) };
+        d.0.write_device(addr, s)?;
+        Ok(0)
+    })
+}
+
+/// Copy `len` bytes of device memory at `addr` into `data` (DMA).
+///
+/// # Safety
+/// `dev` a live device handle; `data` writable for `len` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn snic_read_dev(
+    dev: *const SnicDev,
+    addr: u64,
+    data: *mut c_void,
+    len: usize,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's promise about `dev`.
+        let d = unsafe { borrow(dev) }?;
+        if len == 0 {
+            return Ok(0);
+        }
+        if data.is_null() {
+            return Err(inval("null data"));
+        }
+        // SAFETY: non-null and writable for `len` bytes by the caller's promise.
+        let s = unsafe { std::slice::from_raw_parts_mut(data.cast::<u8>(), len) };
+        d.0.read_device(addr, s)?;
+        Ok(0)
+    })
+}
+
+/// Read the register at `off` into `*v`.
+///
+/// # Safety
+/// `dev` a live device handle, `v` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn snic_reg_read(dev: *const SnicDev, off: u32, v: *mut u32) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's promise about `dev`.
+        let d = unsafe { borrow(dev) }?;
+        if v.is_null() {
+            return Err(inval("null v"));
+        }
+        let x = d.0.reg_read(off)?;
+        // SAFETY: non-null and writable by the caller's promise.
+        unsafe { *v = x };
+        Ok(0)
+    })
+}
+
+/// Write `v` to the register at `off`.
+///
+/// # Safety
+/// `dev` a live device handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn snic_reg_write(dev: *const SnicDev, off: u32, v: u32) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's promise about `dev`.
+        let d = unsafe { borrow(dev) }?;
+        d.0.reg_write(off, v)?;
+        Ok(0)
+    })
+}
+
+/// Run lookaside kernel `kernel` and wait up to `timeout_ms`; `*status` and `*result` get the
+/// kernel's status code and result (either may be null).
+///
+/// # Safety
+/// `dev` a live device handle; `status`, `result` null or writable.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments, reason = "mirrors the C signature")]
+pub unsafe extern "C" fn snic_kernel_run(
+    dev: *const SnicDev,
+    kernel: u32,
+    src: u64,
+    dst: u64,
+    len: u64,
+    timeout_ms: u32,
+    status: *mut u32,
+    result: *mut u64,
+) -> c_int {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static TAG: AtomicU32 = AtomicU32::new(0x4300_0000);
+    guard(|| {
+        // SAFETY: the caller's promise about `dev`.
+        let d = unsafe { borrow(dev) }?;
+        let tag = TAG.fetch_add(1, Ordering::Relaxed);
+        let s = d.0.kernel_run(KernelCmd { kernel, tag, src, dst, len }, ms(timeout_ms))?;
+        // SAFETY: each is null or writable by the caller's promise.
+        unsafe {
+            if !status.is_null() {
+                *status = s.status;
+            }
+            if !result.is_null() {
+                *result = s.result;
+            }
+        }
+        Ok(0)
+    })
+}
+
+/// Open a queue (`mode` 0 memory-mapped, 1 streaming; completion ring twice `ring_size`);
+/// `*out` is the queue handle.
+///
+/// # Safety
+/// `dev` a live device handle, `out` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn snic_queue_open(
+    dev: *const SnicDev,
+    mode: c_int,
+    ring_size: u32,
+    interrupt: c_int,
+    out: *mut *mut SnicQueue,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's promise about `dev`.
+        let d = unsafe { borrow(dev) }?;
+        let mode = match mode {
+            0 => QueueMode::Mm,
+            1 => QueueMode::St,
+            _ => return Err(inval("mode must be 0 (mm) or 1 (st)")),
+        };
+        if out.is_null() {
+            return Err(inval("null out"));
+        }
+        let opts = QueueOpts {
+            mode,
+            ring_size,
+            cmpt_size: ring_size.saturating_mul(2),
+            interrupt: interrupt != 0,
+            ..QueueOpts::default()
+        };
+        let q = d.0.open_queue(opts)?;
+        // SAFETY: non-null and writable by the caller's promise.
+        unsafe { *out = Box::into_raw(Box::new(SnicQueue(q))) };
+        Ok(0)
+    })
+}
+
+/// Delete a queue and free its rings (null is ignored).
+///
+/// # Safety
+/// `q` null or a queue handle not closed before.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn snic_queue_close(q: *mut SnicQueue) {
+    if q.is_null() {
+        return;
+    }
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: a pointer from Box::into_raw, given back once.
+        drop(unsafe { Box::from_raw(q) });
+    }));
+}
+
+/// The queue id (negative on a null handle).
+///
+/// # Safety
+/// `q` null or a live queue handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn snic_queue_id(q: *const SnicQueue) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's promise about `q`.
+        let q = unsafe { borrow(q) }?;
+        Ok(c_int::from(q.0.qid()))
+    })
+}
+
+/// Write a descriptor into the next slot of ring `dir` (0 H2C, 1 C2H); no doorbell.
+/// `flags`: descriptor flags (`SNIC_DESC_SOP | SNIC_DESC_EOP` for one whole transfer).
+///
+/// # Safety
+/// `q` a live queue handle, not used by another thread meanwhile.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn snic_queue_post(
+    q: *mut SnicQueue,
+    dir: c_int,
+    src: u64,
+    dst: u64,
+    len: u32,
+    flags: u32,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's promise about `q`.
+        let q = unsafe { borrow_mut(q) }?;
+        let dir = dir_of(dir)?;
+        let flags = u16::try_from(flags).map_err(|_| inval("flags above 16 bits"))?;
+        q.0.post(dir, &Descriptor { src, dst, len, flags, next: 0 })?;
+        Ok(0)
+    })
+}
+
+/// Ring the doorbell of ring `dir`.
+///
+/// # Safety
+/// `q` a live queue handle, not used by another thread meanwhile.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn snic_queue_doorbell(q: *mut SnicQueue, dir: c_int) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's promise about `q`.
+        let q = unsafe { borrow_mut(q) }?;
+        q.0.doorbell(dir_of(dir)?);
+        Ok(0)
+    })
+}
+
+/// Take up to `max` completions into `out` without waiting; returns how many.
+///
+/// # Safety
+/// `q` a live queue handle, not used by another thread meanwhile; `out` writable for `max`
+/// entries.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn snic_queue_poll(
+    q: *mut SnicQueue,
+    out: *mut SnicCompletion,
+    max: u32,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's promise about `q`.
+        let q = unsafe { borrow_mut(q) }?;
+        // SAFETY: the caller's promise about `out`.
+        let out = unsafe { out_slice(out, max) }?;
+        let n = poll_into(&mut q.0, out);
+        Ok(n as c_int)
+    })
+}
+
+/// Wait up to `timeout_ms` for completions; returns how many (at least 1) or an error
+/// (`SNIC_E_TIMEOUT`).
+///
+/// # Safety
+/// As [`snic_queue_poll`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn snic_queue_wait(
+    q: *mut SnicQueue,
+    out: *mut SnicCompletion,
+    max: u32,
+    timeout_ms: u32,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's promise about `q`.
+        let q = unsafe { borrow_mut(q) }?;
+        // SAFETY: the caller's promise about `out`.
+        let out = unsafe { out_slice(out, max) }?;
+        if out.is_empty() {
+            return Ok(0);
+        }
+        // Wait for the first entries, then take whatever else is there.
+        let mut first = [Completion::decode(&[0; 16])];
+        q.0.wait(&mut first, ms(timeout_ms))?;
+        out[0] = first[0].into();
+        let n = 1 + poll_into(&mut q.0, &mut out[1..]);
+        Ok(n as c_int)
+    })
+}
+
+/// Poll `q` into the C array `out` (through a small stack buffer); returns the count.
+fn poll_into(q: &mut Queue, out: &mut [SnicCompletion]) -> usize {
+    let mut tmp = [Completion::decode(&[0; 16]); 32];
+    let mut n = 0;
+    while n < out.len() {
+        let want = (out.len() - n).min(tmp.len());
+        let got = q.poll(&mut tmp[..want]);
+        for (o, c) in out[n..].iter_mut().zip(&tmp[..got]) {
+            *o = (*c).into();
+        }
+        n += got;
+        if got < want {
+            break;
+        }
+    }
+    n
+}
+
+/// The completion array of a poll or wait (at most `i32::MAX` entries, so counts fit).
+///
+/// # Safety
+/// `out` null or writable for `max` entries.
+unsafe fn out_slice<'a>(
+    out: *mut SnicCompletion,
+    max: u32,
+) -> Result<&'a mut [SnicCompletion], Fail> {
+    if max == 0 {
+        return Ok(&mut []);
+    }
+    if out.is_null() {
+        return Err(inval("null out"));
+    }
+    let n = (max as usize).min(i32::MAX as usize);
+    // SAFETY: non-null, writable for `max` >= `n` entries by the caller's promise.
+    Ok(unsafe { std::slice::from_raw_parts_mut(out, n) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn last() -> String {
+        // SAFETY: snic_last_error returns a valid NUL-terminated string of this thread.
+        unsafe { CStr::from_ptr(snic_last_error()) }.to_string_lossy().into_owned()
+    }
+
+    #[test]
+    fn null_and_bad_arguments_are_refused() {
+        let mut dev: *mut SnicDev = std::ptr::null_mut();
+        let name = c"t";
+        // SAFETY: null pointers are what is being tested; `dev` is a valid out pointer.
+        unsafe {
+            assert_eq!(snic_open(std::ptr::null(), name.as_ptr(), &mut dev), SNIC_E_INVAL);
+            assert!(last().contains("null"), "{}", last());
+            let mut v = 0u32;
+            assert_eq!(snic_reg_read(std::ptr::null(), 0, &mut v), SNIC_E_INVAL);
+            assert_eq!(snic_queue_post(std::ptr::null_mut(), 0, 0, 0, 1, 3), SNIC_E_INVAL);
+            assert_eq!(
+                snic_queue_poll(std::ptr::null_mut(), std::ptr::null_mut(), 4),
+                SNIC_E_INVAL
+            );
+            assert_eq!(snic_buf_iova(std::ptr::null()), 0);
+            assert_eq!(snic_buf_len(std::ptr::null()), 0);
+            assert!(snic_buf_ptr(std::ptr::null()).is_null());
+            assert!(snic_client_id(std::ptr::null()) < 0);
+            snic_close(std::ptr::null_mut());
+            snic_free_host(std::ptr::null_mut());
+            snic_queue_close(std::ptr::null_mut());
+        }
+        assert!(dev.is_null());
+    }
+
+    #[test]
+    fn connect_failure_is_an_io_error_with_a_message() {
+        let mut dev: *mut SnicDev = std::ptr::null_mut();
+        let path = c"/nonexistent/snic-host-test.sock";
+        // SAFETY: valid strings and out pointer.
+        let r = unsafe { snic_open(path.as_ptr(), c"t".as_ptr(), &mut dev) };
+        assert_eq!(r, SNIC_E_IO);
+        assert!(dev.is_null());
+        assert!(!last().is_empty());
+    }
+
+    #[test]
+    fn completion_layout() {
+        assert_eq!(std::mem::size_of::<SnicCompletion>(), 16);
+        let c = Completion { len: 5, index: 6, status: 7, dir: 1, qid: 9, word: 5 };
+        let s = SnicCompletion::from(c);
+        assert_eq!((s.len, s.index, s.status, s.dir, s.qid, s.flags), (5, 6, 7, 1, 9, 5));
+    }
+}
