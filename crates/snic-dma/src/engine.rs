@@ -21,7 +21,12 @@
 //! - Streaming mode ([`Mode::St`]): H2C slots from SOP to EOP form one packet, which goes to
 //!   the queue named by [`QueueConfig::stream_to`] (loopback) or out through
 //!   [`DmaEngine::poll_stream`]. C2H slots are buffers; [`DmaEngine::push_stream`] writes a
-//!   packet into as many as it needs and writes one completion.
+//!   packet into as many consecutive ones as it needs and writes one completion. A bad buffer
+//!   that stands in the way is consumed, together with the good buffers before it that are
+//!   too small for the packet, with one error completion (len 0), and the packet goes to the
+//!   buffers behind it. A queue that streams to itself leaves room for the H2C completion of
+//!   a packet while delivering it; when the delivery needs more entries than are free, the
+//!   H2C slot waits (like a full completion ring) and no completion is ever dropped.
 //!
 //! Checks: every descriptor of a transfer is validated (magic, flags, length, alignment, both
 //! ranges mapped, in bounds, owned by the queue's owner, memory kinds that match the direction,
@@ -230,7 +235,8 @@ impl std::error::Error for DmaError {}
 pub enum StreamDrop {
     /// No such queue, or not a running streaming queue.
     NoQueue,
-    /// The posted C2H buffers cannot hold the packet (nothing was consumed).
+    /// The posted C2H buffers cannot hold the packet (no buffer was written; bad buffers met
+    /// on the way were consumed with error completions, see [`DmaEngine::push_stream`]).
     NoBuffer,
     /// The completion ring is full.
     CmptFull,
@@ -448,6 +454,8 @@ fn walk_chain_inner(
 struct OpenPacket {
     open: bool,
     buf: Vec<u8>,
+    /// Descriptors gathered into `buf` (counted as completed only when the packet is sent).
+    descs: u64,
 }
 
 #[derive(Debug)]
@@ -481,7 +489,8 @@ impl Queue {
         self.cmpt_room_for(1)
     }
     fn cmpt_room_for(&self, n: u32) -> bool {
-        self.idx.cmpt_pidx.wrapping_sub(self.idx.cmpt_cidx) <= self.cfg.cmpt_size - n
+        let used = self.idx.cmpt_pidx.wrapping_sub(self.idx.cmpt_cidx);
+        self.cfg.cmpt_size.checked_sub(n).is_some_and(|free_needed| used <= free_needed)
     }
     fn slot_addr(&self, dir: Dir, counter: u32) -> u64 {
         let base = match dir {
@@ -685,6 +694,7 @@ impl DmaEngine {
         q.c2h_turn = false;
         q.pkt.open = false;
         q.pkt.buf.clear();
+        q.pkt.descs = 0;
         Ok(())
     }
 
@@ -722,6 +732,7 @@ impl DmaEngine {
         }
         self.recycle(std::mem::take(&mut q.pkt.buf));
         q.pkt.open = false;
+        q.pkt.descs = 0;
         q.state = QueueState::Stopped;
         q.stalled = false;
         q.tx_blocked = false;
@@ -854,11 +865,15 @@ impl DmaEngine {
         self.events.pop_front()
     }
 
-    /// Deliver a packet to streaming queue `qid`'s C2H ring.
+    /// Deliver a packet to streaming queue `qid`'s C2H ring: it fills consecutive posted
+    /// buffers from the ring's head and gets one completion. A bad buffer met before the
+    /// packet fits is consumed with the good (too small) buffers before it, under one error
+    /// completion with len 0 whose index is the new consumer index; the packet is then tried
+    /// on the buffers behind it. The drop reasons are in [`StreamDrop`].
     pub fn push_stream(&mut self, qid: u16, pkt: &[u8]) -> Result<(), StreamDrop> {
         let r = match self.take_queue(qid) {
             Some(mut q) => {
-                let r = self.push_into(qid, &mut q, pkt);
+                let r = self.push_into(qid, &mut q, pkt, 0);
                 self.put_queue(qid, q);
                 r
             }
@@ -1208,6 +1223,10 @@ impl DmaEngine {
         if eop && target.is_none() && self.stream_out.len() >= MAX_STREAM_OUT {
             return Slot::Blocked;
         }
+        // Saved so a self-loopback packet whose delivery must wait for completion entries can
+        // un-gather this slot and retry it whole.
+        let was_open = q.pkt.open;
+        let before = q.pkt.buf.len();
         if !q.pkt.open {
             q.pkt.open = true;
             if q.pkt.buf.capacity() == 0 {
@@ -1220,41 +1239,53 @@ impl DmaEngine {
                 Err(_) => break,
             }
         }
-        q.idx.h2c_cidx = next;
-        self.stats.descs += u64::from(info.descs);
-        if eop {
-            let pkt = std::mem::take(&mut q.pkt.buf);
-            q.pkt.open = false;
-            let len = pkt.len() as u32;
-            self.stats.h2c_bytes += pkt.len() as u64;
-            self.stats.stream_tx += 1;
-            match target {
-                None => self.stream_out.push_back((qid, pkt)),
-                Some(t) => {
-                    let r = if t == qid {
-                        self.push_into(qid, q, &pkt)
-                    } else {
-                        match self.take_queue(t) {
-                            Some(mut tq) => {
-                                let r = self.push_into(t, &mut tq, &pkt);
-                                self.put_queue(t, tq);
-                                r
-                            }
-                            None => Err(StreamDrop::NoQueue),
-                        }
-                    };
-                    self.count_push(r);
-                    self.recycle(pkt);
+        if !eop {
+            q.idx.h2c_cidx = next;
+            q.pkt.descs += u64::from(info.descs);
+            return Slot::Done(info.descs as usize);
+        }
+        let pkt = std::mem::take(&mut q.pkt.buf);
+        let len = pkt.len() as u32;
+        match target {
+            None => self.stream_out.push_back((qid, pkt)),
+            Some(t) if t == qid => {
+                // Keep one entry free for this slot's own completion below.
+                let r = self.push_into(qid, q, &pkt, 1);
+                if r == Err(StreamDrop::CmptFull) {
+                    // Delivery needs completion entries the host has not freed yet (bad
+                    // buffers at the head may have used some): keep the slot un-consumed and
+                    // retry it once the host rings the completion doorbell.
+                    q.pkt.buf = pkt;
+                    q.pkt.buf.truncate(before);
+                    q.pkt.open = was_open;
+                    return Slot::Stall;
                 }
+                self.count_push(r);
+                self.recycle(pkt);
             }
-            // Room was checked before the packet moved; a delivery to this same queue may
-            // have used it.
-            let sop_eop = cmpt_word::SOP | cmpt_word::EOP;
-            if !q.cmpt_room() {
-                self.stats.flushed_silent += 1;
-            } else if !self.write_cmpt(qid, q, Dir::H2c.code(), Status::Ok, next, len, sop_eop) {
-                return Slot::Failed;
+            Some(t) => {
+                let r = match self.take_queue(t) {
+                    Some(mut tq) => {
+                        let r = self.push_into(t, &mut tq, &pkt, 0);
+                        self.put_queue(t, tq);
+                        r
+                    }
+                    None => Err(StreamDrop::NoQueue),
+                };
+                self.count_push(r);
+                self.recycle(pkt);
             }
+        }
+        q.pkt.open = false;
+        q.idx.h2c_cidx = next;
+        self.stats.descs += std::mem::take(&mut q.pkt.descs) + u64::from(info.descs);
+        self.stats.h2c_bytes += u64::from(len);
+        self.stats.stream_tx += 1;
+        // Room for this entry was checked before the packet moved, and a delivery to this
+        // same queue leaves one entry free, so the entry is always written.
+        let sop_eop = cmpt_word::SOP | cmpt_word::EOP;
+        if !self.write_cmpt(qid, q, Dir::H2c.code(), Status::Ok, next, len, sop_eop) {
+            return Slot::Failed;
         }
         Slot::Done(info.descs as usize)
     }
@@ -1262,6 +1293,7 @@ impl DmaEngine {
     fn drop_open(&mut self, q: &mut Queue) {
         q.pkt.open = false;
         q.pkt.buf.clear();
+        q.pkt.descs = 0;
     }
 
     fn count_push(&mut self, r: Result<(), StreamDrop>) {
@@ -1272,10 +1304,28 @@ impl DmaEngine {
     }
 
     /// Write `pkt` into the posted C2H buffers of streaming queue `qid` (taken out of the
-    /// table). Bad buffers at the head of the ring are consumed with error completions; the
-    /// packet then needs enough capacity in the good buffers that follow, up to the next bad
-    /// one.
-    fn push_into(&mut self, qid: u16, q: &mut Queue, pkt: &[u8]) -> Result<(), StreamDrop> {
+    /// table), leaving at least `reserve` completion entries free (a queue that streams to
+    /// itself keeps one for the H2C side of the packet).
+    ///
+    /// A packet fills consecutive buffers from the head of the ring, in ring order, like a
+    /// NIC's C2H descriptor prefetch. When the buffers from the head up to a bad one cannot
+    /// hold the packet, the bad buffer and the good ones before it are consumed together with
+    /// ONE error completion (the bad buffer's status, len 0, index = the new consumer index,
+    /// so the host gets the good buffers back empty and can post them again), and the packet
+    /// is tried again from the next slot. Nothing of the packet is written to the skipped
+    /// buffers: a packet is either delivered whole or not at all. Good buffers that do hold
+    /// the packet are never given up for a bad one behind them.
+    ///
+    /// Errors: `NoBuffer` when the good buffers posted (up to the ring's producer index)
+    /// cannot hold the packet, nothing consumed beyond the bad-buffer skips described above;
+    /// `CmptFull` when an entry (error or packet completion) does not fit next to `reserve`.
+    fn push_into(
+        &mut self,
+        qid: u16,
+        q: &mut Queue,
+        pkt: &[u8],
+        reserve: u32,
+    ) -> Result<(), StreamDrop> {
         if q.state != QueueState::Running || q.cfg.mode != Mode::St {
             return Err(StreamDrop::NoQueue);
         }
@@ -1284,7 +1334,7 @@ impl DmaEngine {
         }
         let rules = self.rules(q, Dir::C2h, false, true);
         let mark = self.scratch.len();
-        let r = self.push_inner(qid, q, pkt, &rules, mark);
+        let r = self.push_inner(qid, q, pkt, &rules, mark, reserve.saturating_add(1));
         self.scratch.truncate(mark);
         r
     }
@@ -1296,47 +1346,45 @@ impl DmaEngine {
         pkt: &[u8],
         rules: &ChainRules,
         mark: usize,
+        room: u32,
     ) -> Result<(), StreamDrop> {
         let need = pkt.len() as u64;
-        // Consume bad buffers at the head.
-        loop {
-            if q.idx.c2h_cidx == q.idx.c2h_pidx {
-                return Err(StreamDrop::NoBuffer);
-            }
-            let at = q.slot_addr(Dir::C2h, q.idx.c2h_cidx);
-            match walk_chain(&self.mem, at, rules, &mut self.scratch) {
-                Ok(_) => {
-                    self.scratch.truncate(mark);
-                    break;
-                }
-                Err(f) => {
-                    if !q.cmpt_room() {
-                        return Err(StreamDrop::CmptFull);
-                    }
-                    let next = q.idx.c2h_cidx.wrapping_add(1);
-                    q.idx.c2h_cidx = next;
-                    if !self.write_cmpt(qid, q, Dir::C2h.code(), f.status, next, 0, 0) {
-                        return Err(StreamDrop::NoQueue);
+        // Each pass either delivers, gives up, or consumes at least one (bad) slot, so the
+        // loop ends within ring_size passes.
+        let slots = loop {
+            self.scratch.truncate(mark);
+            let mut cap: u64 = 0;
+            let mut slots: u32 = 0;
+            let mut bad = None;
+            while cap < need && q.idx.c2h_cidx.wrapping_add(slots) != q.idx.c2h_pidx {
+                let at = q.slot_addr(Dir::C2h, q.idx.c2h_cidx.wrapping_add(slots));
+                slots += 1;
+                match walk_chain(&self.mem, at, rules, &mut self.scratch) {
+                    Ok(info) => cap += info.bytes,
+                    Err(f) => {
+                        bad = Some(f.status);
+                        break;
                     }
                 }
             }
-        }
-        // Gather enough good buffers.
-        let mut cap: u64 = 0;
-        let mut slots: u32 = 0;
-        let mut i = q.idx.c2h_cidx;
-        while cap < need && i != q.idx.c2h_pidx {
-            match walk_chain(&self.mem, q.slot_addr(Dir::C2h, i), rules, &mut self.scratch) {
-                Ok(info) => cap += info.bytes,
-                Err(_) => break,
+            let Some(status) = bad else {
+                if cap < need {
+                    return Err(StreamDrop::NoBuffer);
+                }
+                break slots;
+            };
+            // The buffers up to the bad one cannot hold the packet: give them back with the
+            // bad one's error and retry behind it.
+            if !q.cmpt_room_for(room) {
+                return Err(StreamDrop::CmptFull);
             }
-            slots += 1;
-            i = i.wrapping_add(1);
-        }
-        if cap < need {
-            return Err(StreamDrop::NoBuffer);
-        }
-        if !q.cmpt_room() {
+            let next = q.idx.c2h_cidx.wrapping_add(slots);
+            q.idx.c2h_cidx = next;
+            if !self.write_cmpt(qid, q, Dir::C2h.code(), status, next, 0, 0) {
+                return Err(StreamDrop::NoQueue);
+            }
+        };
+        if !q.cmpt_room_for(room) {
             return Err(StreamDrop::CmptFull);
         }
         let mut off = 0usize;
@@ -1421,5 +1469,159 @@ impl DmaEngine {
             interrupt,
         });
         work
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mem::{HostAddr, MemKind};
+
+    const HOST: u64 = 0x100_0000;
+    const OTHER: u64 = 0x1000_0000;
+    const BUF: u64 = HOST + 0x10_0000;
+
+    fn engine() -> DmaEngine {
+        let mut m = AddressSpace::new();
+        m.map_host_owned(HostAddr::new(HOST).unwrap(), Box::new(vec![0u8; 2 << 20]), 1).unwrap();
+        m.map_host_owned(HostAddr::new(OTHER).unwrap(), Box::new(vec![0xEE; 4096]), 2).unwrap();
+        m.add_device_region(MemKind::OnBoard, 1 << 20).unwrap();
+        DmaEngine::new(m)
+    }
+
+    fn st_queue(e: &mut DmaEngine, qid: u16, cmpt: u32, stream_to: Option<u16>) {
+        let base = HOST + u64::from(qid) * 0x1_0000;
+        let cfg = QueueConfig {
+            owner: 1,
+            mode: Mode::St,
+            ring_size: 8,
+            cmpt_size: cmpt,
+            h2c_ring: base,
+            c2h_ring: base + 0x4000,
+            cmpt_ring: base + 0x8000,
+            align: 1,
+            notify: Notify::Poll,
+            stream_to,
+        };
+        e.add_queue(qid, cfg).unwrap();
+        e.start_queue(qid).unwrap();
+    }
+
+    fn post(e: &mut DmaEngine, qid: u16, dir: Dir, i: u32, d: Descriptor) {
+        let a = e.queue(qid).unwrap().slot_addr(dir, i);
+        e.mem.write(a, &d.encode()).unwrap();
+    }
+
+    fn cmpt(e: &DmaEngine, qid: u16, i: u32) -> Completion {
+        let c = e.queue_config(qid).unwrap();
+        let a = c.cmpt_ring + u64::from(i & (c.cmpt_size - 1)) * CMPT_SIZE as u64;
+        let mut b = [0u8; CMPT_SIZE];
+        e.mem.read(a, &mut b).unwrap();
+        Completion::decode(&b)
+    }
+
+    /// Head buffer good but too small, then a bad one: both are given back under one error
+    /// completion (index past the bad one, len 0, nothing written to the good one) and the
+    /// packet lands whole in the buffers behind.
+    #[test]
+    fn bad_buffer_behind_a_too_small_head_is_skipped_with_the_head() {
+        let mut e = engine();
+        st_queue(&mut e, 2, 8, None);
+        post(&mut e, 2, Dir::C2h, 0, Descriptor::new(0, BUF, 64));
+        post(&mut e, 2, Dir::C2h, 1, Descriptor::new(0, OTHER, 64));
+        post(&mut e, 2, Dir::C2h, 2, Descriptor::new(0, BUF + 0x100, 64));
+        post(&mut e, 2, Dir::C2h, 3, Descriptor::new(0, BUF + 0x200, 64));
+        e.doorbell(2, Dir::C2h, 4);
+        // A packet that fits the head never touches the bad buffer.
+        e.push_stream(2, &[1; 10]).unwrap();
+        assert_eq!((cmpt(&e, 2, 0).status(), cmpt(&e, 2, 0).index), (Some(Status::Ok), 1));
+        // Slot 1 is now the bad head: consumed alone.
+        post(&mut e, 2, Dir::C2h, 4, Descriptor::new(0, BUF + 0x300, 16));
+        post(&mut e, 2, Dir::C2h, 5, Descriptor::new(0, OTHER, 16));
+        post(&mut e, 2, Dir::C2h, 6, Descriptor::new(0, BUF + 0x400, 64));
+        e.doorbell(2, Dir::C2h, 7);
+        e.push_stream(2, &[2; 100]).unwrap();
+        let c = cmpt(&e, 2, 1);
+        assert_eq!((c.status(), c.index, c.len), (Some(Status::NotOwner), 2, 0));
+        let c = cmpt(&e, 2, 2);
+        assert_eq!((c.status(), c.index, c.len), (Some(Status::Ok), 4, 100));
+        assert_eq!(e.mem.slice(BUF + 0x100, 64).unwrap(), &[2; 64]);
+        assert_eq!(e.mem.slice(BUF + 0x200, 36).unwrap(), &[2; 36]);
+        // Now 16-byte good slot 4, bad slot 5, good slot 6: a 40-byte packet skips 4 and 5
+        // with one entry and goes to 6; slot 4's buffer stays untouched.
+        e.push_stream(2, &[3; 40]).unwrap();
+        let c = cmpt(&e, 2, 3);
+        assert_eq!((c.status(), c.index, c.len), (Some(Status::NotOwner), 6, 0));
+        let c = cmpt(&e, 2, 4);
+        assert_eq!((c.status(), c.index, c.len), (Some(Status::Ok), 7, 40));
+        assert_eq!(e.mem.slice(BUF + 0x300, 16).unwrap(), &[0; 16]);
+        assert_eq!(e.mem.slice(BUF + 0x400, 40).unwrap(), &[3; 40]);
+        assert_eq!(e.mem.slice(OTHER, 4096).unwrap(), &[0xEE; 4096][..]);
+        assert_eq!(e.stats().stream_rx, 3);
+        assert_eq!(e.stats().errors[Status::NotOwner as usize], 2);
+    }
+
+    /// A queue streaming to itself with a 2-entry completion ring and three bad buffers at the
+    /// head: the H2C slot waits through several completion doorbells, then the packet is
+    /// delivered and its H2C completion written; nothing is silently flushed.
+    #[test]
+    fn self_loopback_waits_through_many_bad_buffers() {
+        let mut e = engine();
+        st_queue(&mut e, 1, 2, Some(1));
+        for i in 0..3 {
+            post(&mut e, 1, Dir::C2h, i, Descriptor::new(0, OTHER, 64));
+        }
+        post(&mut e, 1, Dir::C2h, 3, Descriptor::new(0, BUF + 0x1000, 64));
+        e.doorbell(1, Dir::C2h, 4);
+        e.mem.write(BUF, &[5; 24]).unwrap();
+        post(
+            &mut e,
+            1,
+            Dir::H2c,
+            0,
+            Descriptor { flags: flags::SOP, ..Descriptor::new(BUF, 0, 8) },
+        );
+        let eop = Descriptor { flags: flags::EOP, ..Descriptor::new(BUF + 8, 0, 16) };
+        post(&mut e, 1, Dir::H2c, 1, eop);
+        e.doorbell(1, Dir::H2c, 2);
+        let mut seen = Vec::new();
+        let mut cidx = 0u32;
+        for _ in 0..10 {
+            while e.poll(16) > 0 {}
+            let pidx = e.queue_indices(1).unwrap().cmpt_pidx;
+            while cidx != pidx {
+                seen.push(cmpt(&e, 1, cidx));
+                cidx += 1;
+            }
+            e.cmpt_doorbell(1, cidx);
+        }
+        let st: Vec<_> = seen.iter().map(|c| (c.dir, c.status(), c.index, c.len)).collect();
+        let bad = Some(Status::NotOwner);
+        assert_eq!(
+            st,
+            vec![
+                (1, bad, 1, 0),
+                (1, bad, 2, 0),
+                (1, bad, 3, 0),
+                (1, Some(Status::Ok), 4, 24),
+                (0, Some(Status::Ok), 2, 24),
+            ]
+        );
+        assert_eq!(e.mem.slice(BUF + 0x1000, 24).unwrap(), &[5; 24]);
+        assert_eq!(e.stats().flushed_silent, 0);
+        // Two H2C descriptors (sent once, despite the retries) and one C2H buffer.
+        assert_eq!(e.stats().descs, 3);
+        assert_eq!((e.stats().stream_tx, e.stats().stream_rx, e.stats().h2c_bytes), (1, 1, 24));
+        assert!(e.stats().cmpt_full_stalls >= 1);
+    }
+
+    #[test]
+    fn room_check_never_underflows() {
+        let mut e = engine();
+        st_queue(&mut e, 0, 2, None);
+        let q = e.queue(0).unwrap();
+        assert!(q.cmpt_room_for(2));
+        assert!(!q.cmpt_room_for(3));
+        assert!(!q.cmpt_room_for(u32::MAX));
     }
 }

@@ -169,6 +169,10 @@ pub enum Request {
 
 /// RDMA requests: QPs and memory regions of snic's RDMA engine, placed in this client's host
 /// memory or in device memory.
+///
+/// In this first cut verbs are posted through the setup socket (the control path): snic writes
+/// the WQE into the QP's ring (wherever it was placed) and the engine fetches it from there.
+/// Every `qpn` and `lkey` must be this client's; snic refuses others' with an error.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "rdma", rename_all = "snake_case")]
 pub enum RdmaRequest {
@@ -243,6 +247,16 @@ pub enum RdmaRequest {
         qpn: u32,
         /// At most this many.
         max: u32,
+    },
+    /// Destroy a QP (and its CQ); its rings are freed. Response: `Ok`.
+    DestroyQp {
+        /// QP.
+        qpn: u32,
+    },
+    /// Deregister an MR. Response: `Ok`.
+    DeregMr {
+        /// The MR's lkey.
+        lkey: u32,
     },
 }
 
@@ -321,9 +335,28 @@ pub enum Response {
     },
     /// Answer to `Rdma(PollCq)`.
     Cqes {
-        /// Completions: (wr_id, status name, byte_len).
-        cqes: Vec<(u64, String, u32)>,
+        /// Completions, oldest first.
+        cqes: Vec<RdmaCqe>,
     },
+}
+
+/// One RDMA completion, as [`Response::Cqes`] carries it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RdmaCqe {
+    /// The work request's `wr_id`.
+    pub wr_id: u64,
+    /// Status code, numbered as verbs' `ibv_wc_status` (0 = success, 4 local protection
+    /// error, 5 flushed, 10 remote access error, 12 retry exceeded, ...).
+    pub status: u32,
+    /// Status in words.
+    pub status_name: String,
+    /// Opcode, numbered as verbs' `ibv_wc_opcode` (0 send, 1 write, 2 read, 3 compare-swap,
+    /// 4 fetch-add, 128 receive, 129 receive of a write with immediate).
+    pub opcode: u32,
+    /// Bytes (receives: bytes received; reads: bytes read).
+    pub byte_len: u32,
+    /// Immediate data, when the message carried some.
+    pub imm: Option<u32>,
 }
 
 /// A device memory region, as `Welcome` lists it.

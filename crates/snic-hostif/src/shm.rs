@@ -111,6 +111,32 @@ fn has_shrink_seal(fd: BorrowedFd<'_>) -> bool {
     seals != -1 && seals & libc::F_SEAL_SHRINK != 0
 }
 
+/// `f_type` of a hugetlbfs file system (linux/magic.h).
+const HUGETLBFS_MAGIC: u32 = 0x9584_58f6;
+
+/// The huge page size of `fd`'s file when it lives on hugetlbfs (a `MFD_HUGETLB` memfd or a
+/// file under a hugetlbfs mount), `None` for any other file. Asked with `fstatfs`: the file
+/// system type is the only reliable sign (a large `st_blksize` is not: ordinary file systems
+/// may report one). hugetlbfs reports its page size as `f_bsize`.
+fn hugetlb_page_size(fd: BorrowedFd<'_>) -> io::Result<Option<usize>> {
+    // SAFETY: `statfs` is a plain C struct for which all-zero bytes are a valid value.
+    let mut sfs: libc::statfs = unsafe { zeroed() };
+    // SAFETY: `sfs` is a valid, writable `statfs` that outlives the call.
+    cvt(unsafe { libc::fstatfs(fd.as_raw_fd(), &mut sfs) })?;
+    // `f_type` is a signed word of platform-dependent width; the magic is its low 32 bits.
+    #[allow(clippy::unnecessary_cast, reason = "f_type's type differs between targets")]
+    let magic = (sfs.f_type as u64 & 0xffff_ffff) as u32;
+    if magic != HUGETLBFS_MAGIC {
+        return Ok(None);
+    }
+    let page = usize::try_from(sfs.f_bsize).unwrap_or(0);
+    // A page size the kernel would not report means we cannot round correctly: refuse.
+    if !page.is_power_of_two() || page < 4096 {
+        return Err(io::Error::other("hugetlbfs reports an odd page size"));
+    }
+    Ok(Some(page))
+}
+
 /// Create a memfd of `len` bytes, sealed against shrinking and growing.
 fn memfd_sized(name: &CString, len: usize, flags: libc::c_uint) -> io::Result<OwnedFd> {
     let size = libc::off_t::try_from(len)
@@ -193,14 +219,13 @@ impl Mapping {
         if size < len as u64 {
             return Err(einval("fd is smaller than the mapping asked for"));
         }
-        // hugetlbfs reports its page size as the block size; such mappings are unmapped in
-        // whole huge pages.
-        let blk = usize::try_from(st.st_blksize).unwrap_or(0);
-        let huge = blk >= HUGE_PAGE && blk.is_power_of_two();
-        let map_len = if huge {
-            len.checked_next_multiple_of(blk).ok_or_else(|| einval("length too large"))?
-        } else {
-            len
+        // A hugetlbfs mapping is unmapped in whole huge pages; anything else is unmapped with
+        // the length it was mapped with (the kernel rounds that to base pages itself).
+        let page = hugetlb_page_size(fd)?;
+        let huge = page.is_some();
+        let map_len = match page {
+            Some(p) => len.checked_next_multiple_of(p).ok_or_else(|| einval("length too large"))?,
+            None => len,
         };
         let ptr = mmap_shared(fd, len)?;
         Ok(Mapping { ptr, len, huge, map_len, sealed: has_shrink_seal(fd) })
@@ -874,6 +899,40 @@ mod tests {
         send_unchecked(&a, b"max", &[p2.fd().as_raw_fd(); MAX_FDS]);
         let (n, fds) = b.recv(&mut buf).unwrap();
         assert_eq!((&buf[..n], fds.len()), (&b"max"[..], MAX_FDS));
+    }
+
+    #[test]
+    fn only_hugetlbfs_files_count_as_huge() {
+        // An ordinary memfd (tmpfs) and a file in the temporary directory: never huge, whatever
+        // their block size.
+        let (m, fd) = Mapping::memfd("snic-not-huge", 4096, false).unwrap();
+        assert_eq!(hugetlb_page_size(fd.as_fd()).unwrap(), None);
+        assert_eq!(Mapping::map_fd(fd.as_fd(), 4096).unwrap().map_len, 4096);
+        drop(m);
+        let path = std::env::temp_dir().join(format!("snic-shm-test-{}", std::process::id()));
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .unwrap();
+        std::fs::remove_file(&path).unwrap();
+        f.set_len(8192).unwrap();
+        assert_eq!(hugetlb_page_size(f.as_fd()).unwrap(), None);
+        let m = Mapping::map_fd(f.as_fd(), 100).unwrap();
+        assert!(!m.huge());
+        assert_eq!(m.map_len, 100);
+        // A MFD_HUGETLB memfd is on hugetlbfs (creating one needs no reserved huge pages;
+        // mapping it would). Kernels without hugetlbfs refuse to create it: nothing to check.
+        let name = CString::new("snic-huge-probe").unwrap();
+        // SAFETY: `name` is a valid NUL-terminated string that outlives the call.
+        let raw =
+            unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_HUGETLB) };
+        if raw >= 0 {
+            let hfd = owned(raw);
+            let page = hugetlb_page_size(hfd.as_fd()).unwrap().expect("hugetlbfs memfd");
+            assert!(page >= HUGE_PAGE && page.is_power_of_two(), "page {page}");
+        }
     }
 
     #[test]
