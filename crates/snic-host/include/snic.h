@@ -138,6 +138,79 @@ int snic_queue_poll(snic_queue *q, snic_completion *out, uint32_t max);
 /* Wait up to timeout_ms for completions; returns how many (>= 1) or < 0 (SNIC_E_TIMEOUT). */
 int snic_queue_wait(snic_queue *q, snic_completion *out, uint32_t max, uint32_t timeout_ms);
 
+/* ----- RDMA API hooks (needs `snic serve --rdma ADDR`; otherwise SNIC_E_REFUSED) -----
+ * One RC QP = send ring + receive ring + one CQ, placed in a registered host buffer or in
+ * device memory. In this first cut verbs travel over the setup socket (one round trip each);
+ * the WQEs still live in the placed rings and snic's RDMA engine fetches them from there. */
+
+/* MR access bits (snic_rdma_reg_mr); remote write/atomic need local write. */
+#define SNIC_RDMA_ACCESS_LOCAL_WRITE 0x1
+#define SNIC_RDMA_ACCESS_REMOTE_WRITE 0x2
+#define SNIC_RDMA_ACCESS_REMOTE_READ 0x4
+#define SNIC_RDMA_ACCESS_REMOTE_ATOMIC 0x8
+
+/* QP ring placement (snic_rdma_create_qp). */
+#define SNIC_RDMA_PLACE_HOST 0     /* in ring_buf (the whole buffer becomes a ring pool) */
+#define SNIC_RDMA_PLACE_ON_CHIP 1
+#define SNIC_RDMA_PLACE_ON_BOARD 2
+
+/* Work request opcodes (snic_rdma_post). */
+#define SNIC_RDMA_WRITE 0
+#define SNIC_RDMA_READ 1
+#define SNIC_RDMA_SEND 2
+
+/* Completion status (snic_rdma_cqe.status, numbered as ibv_wc_status) and opcodes. */
+#define SNIC_WC_SUCCESS 0
+#define SNIC_WC_OP_SEND 0
+#define SNIC_WC_OP_RDMA_WRITE 1
+#define SNIC_WC_OP_RDMA_READ 2
+#define SNIC_WC_OP_RECV 128
+
+/* A QP: its number and where its rings landed (host IOVA or device address). */
+typedef struct snic_rdma_qp {
+    uint32_t qpn;
+    uint32_t reserved;
+    uint64_t sq_addr;
+    uint64_t rq_addr;
+} snic_rdma_qp;
+
+/* One RDMA completion. */
+typedef struct snic_rdma_cqe {
+    uint64_t wr_id;
+    uint32_t status;   /* SNIC_WC_SUCCESS or an ibv_wc_status error number */
+    uint32_t opcode;   /* SNIC_WC_OP_* */
+    uint32_t byte_len;
+    uint32_t imm;      /* immediate data, 0 when none */
+} snic_rdma_cqe;
+
+/* Register `len` bytes at `addr` (this client's host IOVA or device address) as an MR;
+ * *lkey / *rkey get its keys (either pointer may be NULL). */
+int snic_rdma_reg_mr(const snic_dev *dev, uint64_t addr, uint64_t len, uint32_t access,
+                     uint32_t *lkey, uint32_t *rkey);
+/* Deregister an MR. */
+int snic_rdma_dereg_mr(const snic_dev *dev, uint32_t lkey);
+/* Create an RC QP with `depth` send and receive WRs, rings in `placement` (SNIC_RDMA_PLACE_*;
+ * ring_buf is used for SNIC_RDMA_PLACE_HOST only). */
+int snic_rdma_create_qp(const snic_dev *dev, int placement, const snic_buf *ring_buf,
+                        uint32_t depth, snic_rdma_qp *out);
+/* Destroy a QP. */
+int snic_rdma_destroy_qp(const snic_dev *dev, uint32_t qpn);
+/* Connect QP `qpn` to `remote_qpn` on the snic at `remote_ip` (PSNs start at 0 both ways). */
+int snic_rdma_connect(const snic_dev *dev, uint32_t qpn, uint32_t remote_qpn,
+                      const char *remote_ip, uint32_t mtu);
+/* Post a WRITE / READ (remote_addr, rkey) or SEND of `len` bytes at local_addr (MR lkey). */
+int snic_rdma_post(const snic_dev *dev, uint32_t qpn, int opcode, uint64_t wr_id,
+                   uint64_t local_addr, uint32_t lkey, uint32_t len, uint64_t remote_addr,
+                   uint32_t rkey);
+/* Post a receive buffer. */
+int snic_rdma_post_recv(const snic_dev *dev, uint32_t qpn, uint64_t wr_id, uint64_t addr,
+                        uint32_t lkey, uint32_t len);
+/* Take up to `max` completions of the QP's CQ; returns how many (0 if none) or < 0. */
+int snic_rdma_poll(const snic_dev *dev, uint32_t qpn, snic_rdma_cqe *out, uint32_t max);
+/* Wait up to timeout_ms for completions; returns how many (>= 1) or < 0 (SNIC_E_TIMEOUT). */
+int snic_rdma_wait(const snic_dev *dev, uint32_t qpn, snic_rdma_cqe *out, uint32_t max,
+                   uint32_t timeout_ms);
+
 #ifdef __cplusplus
 }
 #endif

@@ -650,6 +650,317 @@ unsafe fn out_slice<'a>(
     Ok(unsafe { std::slice::from_raw_parts_mut(out, n) })
 }
 
+// ----- RDMA API hooks (crate::rdma): appended block -----
+
+use crate::rdma::{Placement, RdmaCqe, RdmaOp, RdmaSge};
+
+/// QP placement (`snic_rdma_create_qp`): rings in a registered host buffer.
+pub const SNIC_RDMA_PLACE_HOST: c_int = 0;
+/// QP placement: rings in on-chip device memory.
+pub const SNIC_RDMA_PLACE_ON_CHIP: c_int = 1;
+/// QP placement: rings in on-board device memory.
+pub const SNIC_RDMA_PLACE_ON_BOARD: c_int = 2;
+/// Opcode of `snic_rdma_post`: RDMA WRITE.
+pub const SNIC_RDMA_WRITE: c_int = 0;
+/// Opcode of `snic_rdma_post`: RDMA READ.
+pub const SNIC_RDMA_READ: c_int = 1;
+/// Opcode of `snic_rdma_post`: SEND.
+pub const SNIC_RDMA_SEND: c_int = 2;
+
+/// A QP as C sees it (`snic_rdma_qp`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SnicRdmaQp {
+    /// QP number.
+    pub qpn: u32,
+    /// Zero.
+    pub reserved: u32,
+    /// Where the send ring landed (host IOVA or device address).
+    pub sq_addr: u64,
+    /// Where the receive ring landed.
+    pub rq_addr: u64,
+}
+
+/// An RDMA completion as C sees it (`snic_rdma_cqe`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SnicRdmaCqe {
+    /// The work request's id.
+    pub wr_id: u64,
+    /// `ibv_wc_status` number (0 = success).
+    pub status: u32,
+    /// `ibv_wc_opcode` number (0 send, 1 write, 2 read, 128 receive).
+    pub opcode: u32,
+    /// Bytes.
+    pub byte_len: u32,
+    /// Immediate data (0 when none).
+    pub imm: u32,
+}
+
+impl From<&RdmaCqe> for SnicRdmaCqe {
+    fn from(c: &RdmaCqe) -> SnicRdmaCqe {
+        SnicRdmaCqe {
+            wr_id: c.wr_id,
+            status: c.status,
+            opcode: c.opcode,
+            byte_len: c.byte_len,
+            imm: c.imm.unwrap_or(0),
+        }
+    }
+}
+
+/// Register `len` bytes at `addr` (host IOVA or device address of this client) as an MR with
+/// `access` (SNIC_RDMA_ACCESS_* bits); `*lkey` / `*rkey` get the keys (either may be null).
+///
+/// # Safety
+/// `dev` a live device handle; `lkey` and `rkey` null or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn snic_rdma_reg_mr(
+    dev: *const SnicDev,
+    addr: u64,
+    len: u64,
+    access: u32,
+    lkey: *mut u32,
+    rkey: *mut u32,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's promise about `dev`.
+        let d = unsafe { borrow(dev) }?;
+        let (l, r) = d.0.rdma_reg_mr(addr, len, access)?;
+        // SAFETY: each pointer is null (skipped) or writable by the caller's promise.
+        unsafe {
+            if let Some(p) = lkey.as_mut() {
+                *p = l;
+            }
+            if let Some(p) = rkey.as_mut() {
+                *p = r;
+            }
+        }
+        Ok(0)
+    })
+}
+
+/// Deregister the MR with `lkey`.
+///
+/// # Safety
+/// `dev` a live device handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn snic_rdma_dereg_mr(dev: *const SnicDev, lkey: u32) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's promise about `dev`.
+        let d = unsafe { borrow(dev) }?;
+        d.0.rdma_dereg_mr(lkey)?;
+        Ok(0)
+    })
+}
+
+/// Create an RC QP (`depth` send and receive WRs) with its rings in `placement`
+/// (SNIC_RDMA_PLACE_*; for HOST, `ring_buf` is the registered buffer the rings are carved
+/// from, otherwise it is ignored). `*out` gets the QP number and ring addresses.
+///
+/// # Safety
+/// `dev` a live device handle; `ring_buf` null or a live buffer handle; `out` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn snic_rdma_create_qp(
+    dev: *const SnicDev,
+    placement: c_int,
+    ring_buf: *const SnicBuf,
+    depth: u32,
+    out: *mut SnicRdmaQp,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's promise about `dev`.
+        let d = unsafe { borrow(dev) }?;
+        if out.is_null() {
+            return Err(inval("null out"));
+        }
+        let place = match placement {
+            SNIC_RDMA_PLACE_HOST => {
+                // SAFETY: the caller's promise about `ring_buf`.
+                Placement::Host(&unsafe { borrow(ring_buf) }?.0)
+            }
+            SNIC_RDMA_PLACE_ON_CHIP => Placement::OnChip,
+            SNIC_RDMA_PLACE_ON_BOARD => Placement::OnBoard,
+            _ => return Err(inval("placement must be SNIC_RDMA_PLACE_*")),
+        };
+        let q = d.0.rdma_create_qp(place, depth)?;
+        let v = SnicRdmaQp { qpn: q.qpn, reserved: 0, sq_addr: q.sq_addr, rq_addr: q.rq_addr };
+        // SAFETY: non-null, writable by the caller's promise.
+        unsafe { *out = v };
+        Ok(0)
+    })
+}
+
+/// Destroy a QP.
+///
+/// # Safety
+/// `dev` a live device handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn snic_rdma_destroy_qp(dev: *const SnicDev, qpn: u32) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's promise about `dev`.
+        let d = unsafe { borrow(dev) }?;
+        d.0.rdma_destroy_qp(qpn)?;
+        Ok(0)
+    })
+}
+
+/// Connect QP `qpn` to QP `remote_qpn` of the snic at `remote_ip` (a NUL-terminated IPv4 or
+/// IPv6 address) with path MTU `mtu` (256 ..= 4096).
+///
+/// # Safety
+/// `dev` a live device handle; `remote_ip` a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn snic_rdma_connect(
+    dev: *const SnicDev,
+    qpn: u32,
+    remote_qpn: u32,
+    remote_ip: *const c_char,
+    mtu: u32,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's promise about `dev`.
+        let d = unsafe { borrow(dev) }?;
+        if remote_ip.is_null() {
+            return Err(inval("null remote_ip"));
+        }
+        // SAFETY: non-null, NUL-terminated by the caller's promise.
+        let s = unsafe { CStr::from_ptr(remote_ip) };
+        let ip = s
+            .to_str()
+            .ok()
+            .and_then(|t| t.parse().ok())
+            .ok_or_else(|| inval("remote_ip is not an IP address"))?;
+        d.0.rdma_connect(qpn, remote_qpn, ip, mtu)?;
+        Ok(0)
+    })
+}
+
+/// Post a send work request on `qpn`: `opcode` SNIC_RDMA_WRITE / READ (to or from
+/// `remote_addr` under `rkey`) or SEND (remote fields ignored), local buffer `len` bytes at
+/// `local_addr` in the MR `lkey`; the completion carries `wr_id`.
+///
+/// # Safety
+/// `dev` a live device handle.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments, reason = "one flat C call per work request")]
+pub unsafe extern "C" fn snic_rdma_post(
+    dev: *const SnicDev,
+    qpn: u32,
+    opcode: c_int,
+    wr_id: u64,
+    local_addr: u64,
+    lkey: u32,
+    len: u32,
+    remote_addr: u64,
+    rkey: u32,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's promise about `dev`.
+        let d = unsafe { borrow(dev) }?;
+        let op = match opcode {
+            SNIC_RDMA_WRITE => RdmaOp::Write { remote_addr, rkey },
+            SNIC_RDMA_READ => RdmaOp::Read { remote_addr, rkey },
+            SNIC_RDMA_SEND => RdmaOp::Send,
+            _ => return Err(inval("opcode must be SNIC_RDMA_WRITE, _READ or _SEND")),
+        };
+        d.0.rdma_post(qpn, wr_id, op, RdmaSge { addr: local_addr, lkey, len })?;
+        Ok(0)
+    })
+}
+
+/// Post a receive buffer (`len` bytes at `addr` in the MR `lkey`) on `qpn`.
+///
+/// # Safety
+/// `dev` a live device handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn snic_rdma_post_recv(
+    dev: *const SnicDev,
+    qpn: u32,
+    wr_id: u64,
+    addr: u64,
+    lkey: u32,
+    len: u32,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's promise about `dev`.
+        let d = unsafe { borrow(dev) }?;
+        d.0.rdma_post_recv(qpn, wr_id, RdmaSge { addr, lkey, len })?;
+        Ok(0)
+    })
+}
+
+/// Copy `cqes` into the C array `out` (room for `max`); returns the count.
+///
+/// # Safety
+/// `out` writable for `max` entries when `max > 0`.
+unsafe fn rdma_out(cqes: &[RdmaCqe], out: *mut SnicRdmaCqe, max: u32) -> Result<c_int, Fail> {
+    let n = cqes.len().min(max as usize);
+    if n == 0 {
+        return Ok(0);
+    }
+    if out.is_null() {
+        return Err(inval("null out"));
+    }
+    // SAFETY: non-null, writable for `max` >= `n` entries by the caller's promise.
+    let o = unsafe { std::slice::from_raw_parts_mut(out, n) };
+    for (slot, c) in o.iter_mut().zip(cqes) {
+        *slot = c.into();
+    }
+    Ok(n as c_int)
+}
+
+/// Take up to `max` completions of `qpn`'s CQ without waiting; returns how many.
+///
+/// # Safety
+/// `dev` a live device handle; `out` writable for `max` entries.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn snic_rdma_poll(
+    dev: *const SnicDev,
+    qpn: u32,
+    out: *mut SnicRdmaCqe,
+    max: u32,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's promise about `dev`.
+        let d = unsafe { borrow(dev) }?;
+        if max == 0 {
+            return Ok(0);
+        }
+        if out.is_null() {
+            return Err(inval("null out"));
+        }
+        let cqes = d.0.rdma_poll_cq(qpn, max.min(i32::MAX as u32))?;
+        // SAFETY: the caller's promise about `out`.
+        unsafe { rdma_out(&cqes, out, max) }
+    })
+}
+
+/// Wait up to `timeout_ms` for completions of `qpn` (polling snic with short sleeps); returns
+/// how many (>= 1) or SNIC_E_TIMEOUT.
+///
+/// # Safety
+/// As [`snic_rdma_poll`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn snic_rdma_wait(
+    dev: *const SnicDev,
+    qpn: u32,
+    out: *mut SnicRdmaCqe,
+    max: u32,
+    timeout_ms: u32,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's promise about `dev`.
+        let d = unsafe { borrow(dev) }?;
+        if max == 0 || out.is_null() {
+            return Err(inval("out must hold at least one entry"));
+        }
+        let cqes = d.0.rdma_wait_cq(qpn, max.min(i32::MAX as u32), ms(timeout_ms))?;
+        // SAFETY: the caller's promise about `out`.
+        unsafe { rdma_out(&cqes, out, max) }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,6 +21,7 @@ fn start(dir: &Path, workers: u32, spin_us: u64) -> ServerHandle {
         workers,
         huge: false,
         spin_us,
+        rdma: None,
     };
     Server::start(cfg).expect("server starts")
 }
@@ -471,7 +472,7 @@ fn bad_requests_get_error_responses() {
     assert_eq!(err(set, &[]), "bad_request");
     assert_eq!(err(Request::KernelIrq, &[]), "bad_request");
     let rdma = Request::Rdma(RdmaRequest::PollCq { qpn: 1, max: 1 });
-    assert_eq!(err(rdma, &[]), "unsupported");
+    assert_eq!(err(rdma, &[]), "rdma_disabled");
 
     // A second client cannot free, or put rings in, the first one's memory.
     let d = Client::connect(&path);

@@ -502,7 +502,26 @@ impl Rnic {
 
     /// Create an RC QP in RESET. Its SQ and RQ rings are allocated in `init.placement` memory.
     pub fn create_qp(&mut self, init: QpInit) -> Result<u32, VerbsError> {
+        self.create_qp_in(init, None)
+    }
+
+    /// [`Self::create_qp`] with the rings carved from a chosen pool: with `Some(pool)` both
+    /// rings are allocated ([`AddressSpace::alloc_in`](snic_dma::AddressSpace::alloc_in)) from
+    /// the region holding address `pool` (a device region, a host pool, or a host buffer given
+    /// an allocator with `make_pool`), whose kind must be `init.placement`; with `None` they
+    /// come from any region of `init.placement` memory.
+    pub fn create_qp_in(&mut self, init: QpInit, pool: Option<u64>) -> Result<u32, VerbsError> {
         self.pd_live(init.pd)?;
+        if let Some(p) = pool
+            && self.core.mem.kind_of(p) != Some(init.placement)
+        {
+            return Err(VerbsError::InvalidAttr("placement: the pool is not memory of that kind"));
+        }
+        let place = init.placement;
+        let alloc = |mem: &mut AddressSpace, size: u64| match pool {
+            Some(p) => mem.alloc_in(p, size, 64),
+            None => mem.alloc(place, size, 64),
+        };
         for cq in [init.send_cq, init.recv_cq] {
             if !matches!(self.core.cqs.get(cq.0 as usize), Some(Some(_))) {
                 return Err(VerbsError::NoSuchCq(cq.0));
@@ -522,15 +541,14 @@ impl Rnic {
             .max(1)
             .checked_next_power_of_two()
             .ok_or(VerbsError::InvalidAttr("max_send_wr"))?;
-        let sq_base =
-            self.core.mem.alloc(init.placement, u64::from(sq_depth) * wqe::SQ_SLOT as u64, 64)?;
+        let sq_base = alloc(&mut self.core.mem, u64::from(sq_depth) * wqe::SQ_SLOT as u64)?;
         let rq = if init.srq.is_none() {
             let d = init
                 .max_recv_wr
                 .max(1)
                 .checked_next_power_of_two()
                 .ok_or(VerbsError::InvalidAttr("max_recv_wr"))?;
-            match self.core.mem.alloc(init.placement, u64::from(d) * wqe::RQ_SLOT as u64, 64) {
+            match alloc(&mut self.core.mem, u64::from(d) * wqe::RQ_SLOT as u64) {
                 Ok(b) => Some(Ring::new(b, d, wqe::RQ_SLOT)),
                 Err(e) => {
                     let _ = self.core.mem.free(sq_base);
@@ -854,4 +872,52 @@ fn validate_send(wr: &SendWr) -> Result<(), VerbsError> {
         return Err(VerbsError::InvalidWr("atomic needs one 8-byte local buffer"));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn init(rnic: &mut Rnic, placement: MemKind) -> QpInit {
+        let pd = rnic.alloc_pd();
+        let cq = rnic.create_cq(16);
+        QpInit {
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            srq: None,
+            max_send_wr: 8,
+            max_recv_wr: 8,
+            placement,
+            sq_sig_all: false,
+        }
+    }
+
+    #[test]
+    fn create_qp_in_carves_rings_from_the_named_pool() {
+        let cfg =
+            RnicConfig { host_pool: 0, on_chip: 64 << 10, on_board: 1 << 20, ..Default::default() };
+        let mut rnic = Rnic::new(cfg).unwrap();
+        // A host buffer (no allocator yet) becomes the pool.
+        let buf = HostAddr::new(0x4000_0000).unwrap();
+        rnic.mem_mut().map_host_owned(buf, Box::new(vec![0u8; 1 << 16]), 3).unwrap();
+        let i = init(&mut rnic, MemKind::Host);
+        assert!(rnic.create_qp_in(i, Some(buf.raw())).is_err(), "no allocator yet");
+        rnic.mem_mut().make_pool(buf.raw()).unwrap();
+        let qpn = rnic.create_qp_in(i, Some(buf.raw())).unwrap();
+        let (sq, rq) = rnic.qp_rings(qpn).unwrap();
+        let inside = |a: u64| (buf.raw()..buf.raw() + (1 << 16)).contains(&a);
+        assert!(inside(sq) && rq.is_some_and(inside), "{sq:#x} {rq:?}");
+        // The placement must be the pool's kind.
+        let dev = init(&mut rnic, MemKind::OnChip);
+        assert!(matches!(rnic.create_qp_in(dev, Some(buf.raw())), Err(VerbsError::InvalidAttr(_))));
+        // Without a pool: any region of the placement's kind.
+        let q2 = rnic.create_qp_in(dev, None).unwrap();
+        let (sq2, _) = rnic.qp_rings(q2).unwrap();
+        assert_eq!(rnic.mem().kind_of(sq2), Some(MemKind::OnChip));
+        // Destroying the QP gives the pool its room back.
+        rnic.destroy_qp(qpn).unwrap();
+        let used = rnic.mem().region_of(buf.raw()).and_then(|r| r.alloc).map(|a| a.used);
+        assert_eq!(used, Some(0));
+    }
 }

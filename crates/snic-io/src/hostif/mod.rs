@@ -11,6 +11,9 @@
 //! - [`server`]: [`Server::start`], the control thread (one request, one response), device
 //!   memory (one memfd per kind: a master address space allocates, every worker mirrors it),
 //!   registrations, and reclaiming everything a client had when its socket closes.
+//! - `rdma` (with `ServerConfig::rdma`): one RDMA engine for all clients, QPs whose rings sit
+//!   in the client's host memory or in device memory, MRs, verbs posted over the socket, and
+//!   an RDMA thread driving RoCEv2 over UDP.
 //! - `worker`: a [`snic_dma::DmaEngine`] per thread, doorbell scanning, write-backs,
 //!   interrupts, the kernel FIFOs (worker 0), sleeping and kicks.
 //!
@@ -24,6 +27,7 @@
 //! - A kernel-FIFO producer index more than `KFIFO_DEPTH` ahead is ignored (counted in
 //!   `DOORBELLS_IGNORED`) until the host writes another value.
 
+mod rdma;
 pub mod server;
 mod sys;
 mod worker;

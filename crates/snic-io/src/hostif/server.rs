@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
+use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -23,6 +24,7 @@ use snic_hostif::proto::{
 };
 use snic_hostif::shm::{EventFd, Mapping, SeqListener, SeqPacket, SharedBacking};
 
+use super::rdma::{self, Master, RdmaHost};
 use super::sys;
 use super::worker::{Ack, Cmd, Op, Worker, WorkerStats};
 
@@ -41,6 +43,9 @@ pub struct ServerConfig {
     pub huge: bool,
     /// Microseconds a worker spins without work before it sleeps.
     pub spin_us: u64,
+    /// Serve RDMA (QPs and MRs for clients, RoCEv2 over UDP) on this address; its port is the
+    /// RoCE port. `None`: RDMA requests are refused with `rdma_disabled`.
+    pub rdma: Option<SocketAddr>,
 }
 
 impl Default for ServerConfig {
@@ -52,6 +57,7 @@ impl Default for ServerConfig {
             workers: 2,
             huge: true,
             spin_us: 200,
+            rdma: None,
         }
     }
 }
@@ -105,6 +111,14 @@ impl Server {
             device.push(DeviceRegion { kind, base: at.raw(), size });
             next = (next + size).div_ceil(2 << 20) * (2 << 20);
         }
+        // With RDMA the engine's address space becomes the master (see `rdma`).
+        let (rdma, master) = match cfg.rdma {
+            Some(addr) => {
+                let (host, master) = RdmaHost::start(addr, master)?;
+                (Some(host), master)
+            }
+            None => (None, Master::own(master)),
+        };
         let (nic, nic_fd) = Mapping::memfd("snic-nic-page", abi::NIC_PAGE_SIZE, false)?;
         let nic = Arc::new(nic);
         let listener = SeqListener::bind(&cfg.socket)?;
@@ -137,6 +151,7 @@ impl Server {
             wake: wake.clone(),
             rx,
             master,
+            rdma,
             workers,
             nic_fd,
             device,
@@ -271,7 +286,10 @@ struct Control {
     listener: SeqListener,
     wake: Arc<EventFd>,
     rx: mpsc::Receiver<HandleMsg>,
-    master: AddressSpace,
+    /// The address space that allocates device memory and maps registrations (the RDMA
+    /// engine's when RDMA is on).
+    master: Master,
+    rdma: Option<RdmaHost>,
     workers: Vec<WorkerHandle>,
     nic_fd: OwnedFd,
     device: Vec<DeviceRegion>,
@@ -579,6 +597,7 @@ impl Control {
         let backing = SharedBacking { map: Arc::new(map), off: 0, len: ulen };
         let base = HostAddr::new(iova).ok_or_else(gone)?;
         self.master
+            .lock()
             .map_host_owned(base, Box::new(backing.clone()), id)
             .map_err(|e| Response::error("bad_address", e.to_string()))?;
         for i in 0..self.workers.len() {
@@ -588,8 +607,9 @@ impl Control {
                 for w in &self.workers[..i] {
                     let _ = w.call(Op::UnmapHost { iova });
                 }
-                if let Some(r) = self.master.region_of(iova) {
-                    let _ = self.master.unmap(r.id);
+                let mut m = self.master.lock();
+                if let Some(r) = m.region_of(iova) {
+                    let _ = m.unmap(r.id);
                 }
                 return Err(e);
             }
@@ -601,6 +621,8 @@ impl Control {
     }
 
     fn unregister_host(&mut self, id: u32, iova: u64) -> Result<(), Response> {
+        let len = self.clients.get(&id).and_then(|c| c.regions.get(&iova).copied());
+        self.rdma_busy(id, iova, len)?;
         let c = self.clients.get_mut(&id).ok_or_else(gone)?;
         if c.regions.remove(&iova).is_none() {
             return Err(Response::error("no_region", format!("no registration at {iova:#x}")));
@@ -608,8 +630,9 @@ impl Control {
         for w in &self.workers {
             let _ = w.call(Op::UnmapHost { iova });
         }
-        if let Some(r) = self.master.region_of(iova).filter(|r| r.base == iova) {
-            let _ = self.master.unmap(r.id);
+        let mut m = self.master.lock();
+        if let Some(r) = m.region_of(iova).filter(|r| r.base == iova) {
+            let _ = m.unmap(r.id);
         }
         Ok(())
     }
@@ -627,7 +650,8 @@ impl Control {
                 format!("size {size} must be non-zero and align {align} a power of two"),
             ));
         }
-        let addr = self.master.alloc(kind.mem_kind(), size, align).map_err(|e| {
+        let mut master = self.master.lock();
+        let addr = master.alloc(kind.mem_kind(), size, align).map_err(|e| {
             let code = match e {
                 snic_dma::MemError::Alloc(_) => "bad_request",
                 _ => "no_memory",
@@ -636,13 +660,16 @@ impl Control {
         })?;
         // Fresh memory must not show what an earlier client left there.
         if let Ok(n) = usize::try_from(size) {
-            let _ = self.master.fill(addr, n, 0);
+            let _ = master.fill(addr, n, 0);
         }
+        drop(master);
         self.clients.get_mut(&id).ok_or_else(gone)?.device.insert(addr, size);
         Ok(Response::Allocated { addr })
     }
 
     fn free_device(&mut self, id: u32, addr: u64) -> Result<Response, Response> {
+        let size = self.clients.get(&id).and_then(|c| c.device.get(&addr).copied());
+        self.rdma_busy(id, addr, size)?;
         let c = self.clients.get_mut(&id).ok_or_else(gone)?;
         if c.device.remove(&addr).is_none() {
             return Err(Response::error(
@@ -650,7 +677,7 @@ impl Control {
                 format!("{addr:#x} is not a device allocation of this client"),
             ));
         }
-        self.master.free(addr).map_err(|e| Response::error("internal", e.to_string()))?;
+        self.master.lock().free(addr).map_err(|e| Response::error("internal", e.to_string()))?;
         Ok(Response::Ok)
     }
 
@@ -766,9 +793,21 @@ impl Control {
         Ok(Response::Channel { worker })
     }
 
-    /// RDMA requests (not served yet; the hook where the RDMA engine plugs in).
-    fn rdma(&mut self, _id: u32, _req: RdmaRequest) -> Response {
-        Response::error("unsupported", "RDMA over the host interface is not available yet")
+    /// RDMA requests: served by [`RdmaHost`] (`rdma_disabled` without `--rdma`).
+    fn rdma(&mut self, id: u32, req: RdmaRequest) -> Response {
+        let (Some(r), Some(c)) = (self.rdma.as_mut(), self.clients.get(&id)) else {
+            return rdma::disabled();
+        };
+        r.request(id, &c.device, req)
+    }
+
+    /// A `busy` error when an RDMA MR or QP ring of client `id` lies in the `len` bytes at
+    /// `base` (a registration or device allocation about to go; `None`: no such thing).
+    fn rdma_busy(&self, id: u32, base: u64, len: Option<u64>) -> Result<(), Response> {
+        match (self.rdma.as_ref(), len) {
+            (Some(r), Some(len)) => r.busy(id, base, len).map_or(Ok(()), Err),
+            _ => Ok(()),
+        }
     }
 
     /// Reclaim everything client `id` had; other clients are untouched.
@@ -776,6 +815,10 @@ impl Control {
         let Some(c) = self.clients.remove(&id) else { return };
         if c.bar.is_none() {
             return;
+        }
+        // RDMA objects first: their rings and MRs lie in the memory reclaimed below.
+        if let Some(r) = self.rdma.as_mut() {
+            r.disconnect(id);
         }
         // Queues that stream to another queue go first (so no delivery finds a reused qid).
         let mut qids: Vec<(u16, QueueInfo)> = c.queues.iter().map(|(&q, &i)| (q, i)).collect();
@@ -796,13 +839,14 @@ impl Control {
             for w in &self.workers {
                 let _ = w.call(Op::UnmapHost { iova });
             }
-            if let Some(r) = self.master.region_of(iova).filter(|r| r.base == iova) {
-                let _ = self.master.unmap(r.id);
+            let mut m = self.master.lock();
+            if let Some(r) = m.region_of(iova).filter(|r| r.base == iova) {
+                let _ = m.unmap(r.id);
             }
             self.reclaim.regions += 1;
         }
         for (&addr, &size) in &c.device {
-            if self.master.free(addr).is_ok() {
+            if self.master.lock().free(addr).is_ok() {
                 self.reclaim.device_bytes += size;
             }
         }
@@ -824,7 +868,7 @@ impl Control {
             }
         }
         let mut device = serde_json::Map::new();
-        for r in self.master.regions() {
+        for r in self.master.lock().regions() {
             if let (Some(a), kind @ (MemKind::OnChip | MemKind::OnBoard)) = (r.alloc, r.kind) {
                 device.insert(
                     kind.name().into(),
@@ -906,6 +950,7 @@ impl Control {
             "channels_reclaimed": self.reclaim.channels,
             "regions_reclaimed": self.reclaim.regions,
             "device_bytes_freed": self.reclaim.device_bytes,
+            "rdma": self.rdma.as_ref().map_or_else(|| json!({ "enabled": false }), RdmaHost::stats),
         })
     }
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 /// Wait until one of `fds` is readable (or hung up, or in error) or `timeout` passes. Returns one
 /// flag per descriptor. An interrupted wait returns all `false`.
-pub(crate) fn poll_ready(fds: &[BorrowedFd<'_>], timeout: Duration) -> io::Result<Vec<bool>> {
+pub(crate) fn poll_ready<F: AsRawFd>(fds: &[F], timeout: Duration) -> io::Result<Vec<bool>> {
     let mut pfds: Vec<libc::pollfd> = fds
         .iter()
         .map(|fd| libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 })

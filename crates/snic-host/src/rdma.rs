@@ -1,0 +1,288 @@
+//! RDMA API hooks: memory regions and RC queue pairs of snic's RDMA engine, with each QP's
+//! rings placed where the application asks: in one of its registered host buffers, in
+//! on-chip or in on-board device memory.
+//!
+//! snic must run with `--rdma ADDR` (otherwise every call here fails with
+//! [`HostError::Refused`] code `rdma_disabled`). Peers are QPs on other snics at the same RoCE
+//! port, or QPs on this snic (`remote_ip` = this snic's RDMA address).
+//!
+//! Honest scope of this first cut: the verbs (post, poll) travel over the setup socket, so
+//! every call is one request/response round trip on the control path. The WQEs still live in
+//! the placed rings (host or device memory, see [`RdmaQp::sq_addr`]) and the engine fetches
+//! them from there; data moves between MRs and the network without the socket.
+//!
+//! ```no_run
+//! # fn main() -> snic_host::Result<()> {
+//! use snic_host::{Device, Placement, RdmaSge, rdma_access};
+//! let dev = Device::connect(std::path::Path::new("/tmp/snic.sock"), "app")?;
+//! let data = dev.alloc_host(1 << 16)?;
+//! let rings = dev.alloc_host(1 << 16)?;
+//! let (lkey, _) = dev.rdma_reg_mr(data.iova(), 1 << 16, rdma_access::LOCAL_WRITE)?;
+//! let a = dev.rdma_create_qp(Placement::Host(&rings), 64)?;
+//! let b = dev.rdma_create_qp(Placement::OnChip, 64)?;
+//! let ip = "127.0.0.1".parse().expect("an address");
+//! dev.rdma_connect(a.qpn, b.qpn, ip, 4096)?;
+//! dev.rdma_connect(b.qpn, a.qpn, ip, 4096)?;
+//! dev.rdma_post_recv(b.qpn, 1, RdmaSge { addr: data.iova() + 4096, lkey, len: 64 })?;
+//! dev.rdma_post_send(a.qpn, 2, RdmaSge { addr: data.iova(), lkey, len: 64 })?;
+//! let done = dev.rdma_wait_cq(a.qpn, 1, std::time::Duration::from_secs(5))?;
+//! assert_eq!(done[0].status, snic_host::WC_SUCCESS);
+//! # Ok(()) }
+//! ```
+
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use snic_hostif::proto::{RdmaRequest, Request, Response};
+
+use crate::device::{Device, HostBuf, unexpected};
+use crate::error::{HostError, Result};
+
+pub use snic_hostif::proto::RdmaCqe;
+
+/// MR access bits ([`Device::rdma_reg_mr`]); remote write or atomic needs local write too.
+pub mod rdma_access {
+    /// The NIC may write the MR for local operations (receives, READ results).
+    pub const LOCAL_WRITE: u32 = 1;
+    /// Peers may WRITE into the MR.
+    pub const REMOTE_WRITE: u32 = 2;
+    /// Peers may READ the MR.
+    pub const REMOTE_READ: u32 = 4;
+    /// Peers may run atomics on the MR.
+    pub const REMOTE_ATOMIC: u32 = 8;
+    /// All of the above.
+    pub const ALL: u32 = 15;
+}
+
+/// [`RdmaCqe::status`] of a successful completion (the other values are numbered as verbs'
+/// `ibv_wc_status`).
+pub const WC_SUCCESS: u32 = 0;
+/// [`RdmaCqe::opcode`] of a completed SEND.
+pub const WC_SEND: u32 = 0;
+/// [`RdmaCqe::opcode`] of a completed RDMA WRITE.
+pub const WC_RDMA_WRITE: u32 = 1;
+/// [`RdmaCqe::opcode`] of a completed RDMA READ.
+pub const WC_RDMA_READ: u32 = 2;
+/// [`RdmaCqe::opcode`] of a completed receive.
+pub const WC_RECV: u32 = 128;
+
+/// How long [`Device::rdma_wait_cq`] sleeps between polls.
+const WAIT_STEP: Duration = Duration::from_micros(200);
+
+/// Where a QP's send and receive rings go.
+#[derive(Debug, Clone, Copy)]
+pub enum Placement<'a> {
+    /// In this registered host buffer: snic makes the whole buffer a ring pool and carves the
+    /// rings from it (keep no data of your own in it while the QP lives).
+    Host(&'a HostBuf),
+    /// In on-chip device memory.
+    OnChip,
+    /// In on-board device memory.
+    OnBoard,
+}
+
+impl Placement<'_> {
+    /// The protocol's name of the placement.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Placement::Host(_) => "host",
+            Placement::OnChip => "on-chip",
+            Placement::OnBoard => "on-board",
+        }
+    }
+}
+
+/// A QP snic created ([`Device::rdma_create_qp`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RdmaQp {
+    /// QP number (what the peer connects to).
+    pub qpn: u32,
+    /// Where the send ring landed (a host IOVA or a device address).
+    pub sq_addr: u64,
+    /// Where the receive ring landed.
+    pub rq_addr: u64,
+}
+
+/// One local buffer of a work request: `len` bytes at `addr` (host IOVA or device address)
+/// inside the MR whose lkey is `lkey`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RdmaSge {
+    /// First byte.
+    pub addr: u64,
+    /// lkey of the MR holding it.
+    pub lkey: u32,
+    /// Bytes.
+    pub len: u32,
+}
+
+/// The operation of a send work request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RdmaOp {
+    /// RDMA WRITE of the local buffer to `remote_addr` under `rkey`.
+    Write {
+        /// Remote address.
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+    },
+    /// RDMA READ from `remote_addr` under `rkey` into the local buffer.
+    Read {
+        /// Remote address.
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+    },
+    /// SEND of the local buffer (consumes a receive posted on the peer QP).
+    Send,
+}
+
+impl Device {
+    fn rdma_call(&self, r: RdmaRequest) -> Result<Response> {
+        Ok(self.request(&Request::Rdma(r), &[])?.0)
+    }
+
+    fn rdma_ok(&self, r: RdmaRequest) -> Result<()> {
+        match self.rdma_call(r)? {
+            Response::Ok => Ok(()),
+            r => Err(unexpected(&r)),
+        }
+    }
+
+    /// Register `len` bytes at `addr` (in one of this client's host buffers, by IOVA, or in
+    /// one of its device allocations) as an MR with `access` ([`rdma_access`] bits). Returns
+    /// `(lkey, rkey)`.
+    pub fn rdma_reg_mr(&self, addr: u64, len: u64, access: u32) -> Result<(u32, u32)> {
+        match self.rdma_call(RdmaRequest::RegMr { addr, len, access })? {
+            Response::Mr { lkey, rkey } => Ok((lkey, rkey)),
+            r => Err(unexpected(&r)),
+        }
+    }
+
+    /// Deregister an MR.
+    pub fn rdma_dereg_mr(&self, lkey: u32) -> Result<()> {
+        self.rdma_ok(RdmaRequest::DeregMr { lkey })
+    }
+
+    /// Create an RC QP with room for `depth` send and `depth` receive WRs (rounded up to a
+    /// power of two), its rings in `placement`. It starts in RESET: connect it with
+    /// [`Self::rdma_connect`].
+    pub fn rdma_create_qp(&self, placement: Placement<'_>, depth: u32) -> Result<RdmaQp> {
+        let host_ring = match placement {
+            Placement::Host(b) => Some(b.iova()),
+            _ => None,
+        };
+        let req = RdmaRequest::CreateQp {
+            placement: placement.name().to_string(),
+            host_ring,
+            sq_depth: depth,
+            rq_depth: depth,
+        };
+        match self.rdma_call(req)? {
+            Response::Qp { qpn, sq_addr, rq_addr } => Ok(RdmaQp { qpn, sq_addr, rq_addr }),
+            r => Err(unexpected(&r)),
+        }
+    }
+
+    /// Destroy a QP (its rings are freed; outstanding WRs are dropped).
+    pub fn rdma_destroy_qp(&self, qpn: u32) -> Result<()> {
+        self.rdma_ok(RdmaRequest::DestroyQp { qpn })
+    }
+
+    /// Connect QP `qpn` to QP `remote_qpn` of the snic at `remote_ip` (RESET -> INIT -> RTR ->
+    /// RTS; both sides start at PSN 0) with path MTU `mtu` (256 ..= 4096, a power of two).
+    /// The peer must connect its QP back to this one.
+    pub fn rdma_connect(
+        &self,
+        qpn: u32,
+        remote_qpn: u32,
+        remote_ip: IpAddr,
+        mtu: u32,
+    ) -> Result<()> {
+        let remote_ip = remote_ip.to_string();
+        self.rdma_ok(RdmaRequest::Connect { qpn, remote_qpn, remote_ip, mtu })
+    }
+
+    /// Post one send work request on `qpn`; its completion carries `wr_id`.
+    pub fn rdma_post(&self, qpn: u32, wr_id: u64, op: RdmaOp, local: RdmaSge) -> Result<()> {
+        let (opcode, remote_addr, rkey) = match op {
+            RdmaOp::Write { remote_addr, rkey } => ("write", remote_addr, rkey),
+            RdmaOp::Read { remote_addr, rkey } => ("read", remote_addr, rkey),
+            RdmaOp::Send => ("send", 0, 0),
+        };
+        self.rdma_ok(RdmaRequest::PostSend {
+            qpn,
+            opcode: opcode.to_string(),
+            local_addr: local.addr,
+            lkey: local.lkey,
+            len: local.len,
+            remote_addr,
+            rkey,
+            wr_id,
+        })
+    }
+
+    /// Post an RDMA WRITE of `local` to `remote_addr` (under `rkey`).
+    pub fn rdma_post_write(
+        &self,
+        qpn: u32,
+        wr_id: u64,
+        local: RdmaSge,
+        remote_addr: u64,
+        rkey: u32,
+    ) -> Result<()> {
+        self.rdma_post(qpn, wr_id, RdmaOp::Write { remote_addr, rkey }, local)
+    }
+
+    /// Post an RDMA READ of `remote_addr` (under `rkey`) into `local`.
+    pub fn rdma_post_read(
+        &self,
+        qpn: u32,
+        wr_id: u64,
+        local: RdmaSge,
+        remote_addr: u64,
+        rkey: u32,
+    ) -> Result<()> {
+        self.rdma_post(qpn, wr_id, RdmaOp::Read { remote_addr, rkey }, local)
+    }
+
+    /// Post a SEND of `local`.
+    pub fn rdma_post_send(&self, qpn: u32, wr_id: u64, local: RdmaSge) -> Result<()> {
+        self.rdma_post(qpn, wr_id, RdmaOp::Send, local)
+    }
+
+    /// Post a receive buffer on `qpn`.
+    pub fn rdma_post_recv(&self, qpn: u32, wr_id: u64, local: RdmaSge) -> Result<()> {
+        self.rdma_ok(RdmaRequest::PostRecv {
+            qpn,
+            addr: local.addr,
+            lkey: local.lkey,
+            len: local.len,
+            wr_id,
+        })
+    }
+
+    /// Take up to `max` completions of `qpn`'s CQ (sends and receives share it) without
+    /// waiting.
+    pub fn rdma_poll_cq(&self, qpn: u32, max: u32) -> Result<Vec<RdmaCqe>> {
+        match self.rdma_call(RdmaRequest::PollCq { qpn, max })? {
+            Response::Cqes { cqes } => Ok(cqes),
+            r => Err(unexpected(&r)),
+        }
+    }
+
+    /// Poll `qpn`'s CQ (sleeping briefly between polls) until at least one completion comes
+    /// or `timeout` passes ([`HostError::Timeout`]); returns up to `max`.
+    pub fn rdma_wait_cq(&self, qpn: u32, max: u32, timeout: Duration) -> Result<Vec<RdmaCqe>> {
+        let start = Instant::now();
+        loop {
+            let got = self.rdma_poll_cq(qpn, max.max(1))?;
+            if !got.is_empty() {
+                return Ok(got);
+            }
+            if start.elapsed() >= timeout {
+                return Err(HostError::Timeout);
+            }
+            std::thread::sleep(WAIT_STEP);
+        }
+    }
+}

@@ -1,0 +1,716 @@
+//! RDMA hooks of the host interface: QPs and memory regions of snic's RDMA engine for host
+//! clients, with QP rings placed in the client's host memory or in device memory.
+//!
+//! One [`Rnic`] serves the whole snic (`snic serve --rdma ADDR`). Its packets travel over a
+//! [`RoceTransport`] bound to `ADDR` (the RoCE port is `ADDR`'s port), driven by one RDMA
+//! thread: lock the engine, receive, run due timers, send, unlock; when nothing moved it waits
+//! on the transport's socket and a wake eventfd (signalled after every post) until the next
+//! timer is due.
+//!
+//! Memory: only one allocator may hand out device memory, so with RDMA on **the engine's
+//! address space is the server's master address space**: [`Master`] is then the
+//! `Mutex<Rnic>` the control thread and the RDMA thread share, and every master operation of
+//! the control thread (device allocations, host registrations, unmaps) locks it. Host
+//! registrations are therefore mapped in the engine's space with their owner (`client`), and
+//! device allocations and device-placed QP rings come from the same allocators. Without RDMA
+//! the master is a plain address space behind an uncontended mutex.
+//!
+//! Per client: one PD (created on first use), one CQ per QP (send and receive CQ the same).
+//! Checks: an MR must lie in one of the client's host registrations or device allocations; a
+//! host-placed QP's `host_ring` must lie in one of its registrations (that whole registration
+//! becomes a ring pool the rings are carved from); every `qpn` and `lkey` a request names must
+//! be the client's. The engine itself keeps clients apart by PD (a WQE can only use MRs of its
+//! QP's PD). A registration or device allocation an MR or a QP ring lies in cannot be dropped
+//! (`busy`). When the client goes, its QPs, CQs, MRs and PD go first.
+//!
+//! This first cut posts verbs through the setup socket (the control path); the WQEs still
+//! live in the placed rings and the engine fetches them from there.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::ops::{Deref, DerefMut};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use snic_dma::{AddressSpace, MemKind, is_device_address};
+use snic_hostif::proto::{RdmaCqe, RdmaRequest, Response};
+use snic_hostif::shm::EventFd;
+use snic_rdma::{
+    Access, CqId, Cqe, MrInfo, Mtu, Pd, QpAttr, QpInit, RecvWr, Remote, Rnic, RnicConfig, SendWr,
+    SgList, Sge, VerbsError, WcOpcode, WcStatus, WrOp,
+};
+use snic_time::{Clock, MonotonicClock};
+
+use super::sys;
+use crate::roce::{RoceTransport, TransportOpts};
+
+/// Longest the RDMA thread sleeps when idle (it also wakes on packets, posts and shutdown).
+const IDLE_WAIT: Duration = Duration::from_millis(50);
+/// Largest SQ or RQ depth a client may ask for.
+const MAX_DEPTH: u32 = 4096;
+/// Most QPs one client may hold.
+const MAX_QPS_PER_CLIENT: usize = 256;
+/// Most MRs one client may hold.
+const MAX_MRS_PER_CLIENT: usize = 4096;
+/// Most CQEs one `PollCq` returns (keeps the answer well inside one message).
+const MAX_POLL: u32 = 256;
+
+/// Lock a mutex, going on with the data if a thread panicked while holding it.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The server's master address space (the one that allocates device memory): its own, or the
+/// RDMA engine's when RDMA is on (see the module doc).
+#[derive(Debug)]
+pub(crate) struct Master(MasterKind);
+
+#[derive(Debug)]
+enum MasterKind {
+    Own(Mutex<AddressSpace>),
+    Rnic(Arc<Shared>),
+}
+
+/// A locked [`Master`]: derefs to the address space.
+pub(crate) enum MasterGuard<'a> {
+    Own(MutexGuard<'a, AddressSpace>),
+    Rnic(MutexGuard<'a, Rnic>),
+}
+
+impl Master {
+    /// A master that is just `mem` (no RDMA).
+    pub(crate) fn own(mem: AddressSpace) -> Master {
+        Master(MasterKind::Own(Mutex::new(mem)))
+    }
+
+    /// Lock it. Hold the guard for one statement or a short block: the RDMA thread waits.
+    pub(crate) fn lock(&self) -> MasterGuard<'_> {
+        match &self.0 {
+            MasterKind::Own(m) => MasterGuard::Own(lock(m)),
+            MasterKind::Rnic(s) => MasterGuard::Rnic(lock(&s.rnic)),
+        }
+    }
+}
+
+impl Deref for MasterGuard<'_> {
+    type Target = AddressSpace;
+    fn deref(&self) -> &AddressSpace {
+        match self {
+            MasterGuard::Own(g) => g,
+            MasterGuard::Rnic(g) => g.mem(),
+        }
+    }
+}
+
+impl DerefMut for MasterGuard<'_> {
+    fn deref_mut(&mut self) -> &mut AddressSpace {
+        match self {
+            MasterGuard::Own(g) => g,
+            MasterGuard::Rnic(g) => g.mem_mut(),
+        }
+    }
+}
+
+/// What the control thread and the RDMA thread share.
+#[derive(Debug)]
+struct Shared {
+    rnic: Mutex<Rnic>,
+    clock: MonotonicClock,
+    /// Signalled after posts and on shutdown.
+    wake: EventFd,
+    stop: AtomicBool,
+    transport_errors: AtomicU64,
+}
+
+impl Shared {
+    fn kick(&self) {
+        // A failed signal only delays the RDMA thread until its next timeout.
+        let _ = self.wake.signal();
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct QpEntry {
+    cq: CqId,
+    sq: u64,
+    rq: Option<u64>,
+    sq_len: u64,
+    rq_len: u64,
+}
+
+#[derive(Debug)]
+struct RdmaClient {
+    pd: Pd,
+    mrs: BTreeMap<u32, MrInfo>,
+    qps: BTreeMap<u32, QpEntry>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Reclaimed {
+    clients: u64,
+    qps: u64,
+    mrs: u64,
+}
+
+/// The RDMA side of the server: the engine, its thread, and each client's RDMA objects.
+#[derive(Debug)]
+pub(crate) struct RdmaHost {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    thread: Option<JoinHandle<()>>,
+    clients: BTreeMap<u32, RdmaClient>,
+    reclaimed: Reclaimed,
+}
+
+/// The answer to every RDMA request when the server runs without `--rdma`.
+pub(crate) fn disabled() -> Response {
+    Response::error("rdma_disabled", "RDMA is off (start snic serve with --rdma ADDR)")
+}
+
+fn verbs_error(what: &str, e: VerbsError) -> Response {
+    let code = match e {
+        VerbsError::QueueFull => "ring_full",
+        VerbsError::BadState(_) | VerbsError::InvalidTransition { .. } => "bad_state",
+        VerbsError::Exhausted(_) => "no_memory",
+        VerbsError::Mem(snic_dma::MemError::NoDeviceMemory { .. }) => "no_memory",
+        VerbsError::Mem(_) => "bad_address",
+        _ => "bad_request",
+    };
+    Response::error(code, format!("{what}: {e}"))
+}
+
+/// `ibv_wc_status` number of a completion status.
+fn status_code(s: WcStatus) -> u32 {
+    match s {
+        WcStatus::Success => 0,
+        WcStatus::LocLenErr => 1,
+        WcStatus::LocQpOpErr => 2,
+        WcStatus::LocProtErr => 4,
+        WcStatus::WrFlushErr => 5,
+        WcStatus::BadRespErr => 7,
+        WcStatus::LocAccessErr => 8,
+        WcStatus::RemInvReqErr => 9,
+        WcStatus::RemAccessErr => 10,
+        WcStatus::RemOpErr => 11,
+        WcStatus::RetryExcErr => 12,
+        WcStatus::RnrRetryExcErr => 13,
+        WcStatus::FatalErr => 19,
+    }
+}
+
+/// `ibv_wc_opcode` number of a completion opcode.
+fn opcode_code(o: WcOpcode) -> u32 {
+    match o {
+        WcOpcode::Send => 0,
+        WcOpcode::RdmaWrite => 1,
+        WcOpcode::RdmaRead => 2,
+        WcOpcode::CompSwap => 3,
+        WcOpcode::FetchAdd => 4,
+        WcOpcode::Recv => 128,
+        WcOpcode::RecvRdmaWithImm => 129,
+    }
+}
+
+fn cqe_out(c: &Cqe) -> RdmaCqe {
+    RdmaCqe {
+        wr_id: c.wr_id,
+        status: status_code(c.status),
+        status_name: c.status.name().to_string(),
+        opcode: opcode_code(c.opcode),
+        byte_len: c.byte_len,
+        imm: c.imm,
+    }
+}
+
+fn overlaps(a: u64, alen: u64, b: u64, blen: u64) -> bool {
+    a < b.saturating_add(blen) && b < a.saturating_add(alen)
+}
+
+impl RdmaHost {
+    /// Bind the transport on `addr`, make `mem` (the master address space, device memory
+    /// already mapped with allocators) the engine's memory, start the RDMA thread. Returns the
+    /// host and the [`Master`] the control thread uses from now on.
+    pub(crate) fn start(addr: SocketAddr, mem: AddressSpace) -> io::Result<(RdmaHost, Master)> {
+        let transport = RoceTransport::bind(addr, TransportOpts::default())?;
+        let cfg = RnicConfig {
+            local_ip: addr.ip(),
+            udp_port: addr.port(),
+            host_pool: 0,
+            on_chip: 0,
+            on_board: 0,
+            ..RnicConfig::default()
+        };
+        let mut rnic = Rnic::new(cfg).map_err(|e| io::Error::other(e.to_string()))?;
+        // The engine starts with an empty address space: the master takes its place.
+        let mut mem = mem;
+        std::mem::swap(rnic.mem_mut(), &mut mem);
+        let shared = Arc::new(Shared {
+            rnic: Mutex::new(rnic),
+            clock: MonotonicClock::new(),
+            wake: EventFd::new()?,
+            stop: AtomicBool::new(false),
+            transport_errors: AtomicU64::new(0),
+        });
+        let s = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("snic-hostif-rdma".into())
+            .spawn(move || run(&s, transport))?;
+        let host = RdmaHost {
+            shared: shared.clone(),
+            addr,
+            thread: Some(thread),
+            clients: BTreeMap::new(),
+            reclaimed: Reclaimed::default(),
+        };
+        Ok((host, Master(MasterKind::Rnic(shared))))
+    }
+
+    /// Answer one RDMA request of `client`, whose device allocations (address -> bytes) are
+    /// `device`.
+    pub(crate) fn request(
+        &mut self,
+        client: u32,
+        device: &BTreeMap<u64, u64>,
+        req: RdmaRequest,
+    ) -> Response {
+        let r = match req {
+            RdmaRequest::RegMr { addr, len, access } => {
+                self.reg_mr(client, device, addr, len, access)
+            }
+            RdmaRequest::DeregMr { lkey } => self.dereg_mr(client, lkey),
+            RdmaRequest::CreateQp { placement, host_ring, sq_depth, rq_depth } => {
+                self.create_qp(client, &placement, host_ring, sq_depth, rq_depth)
+            }
+            RdmaRequest::DestroyQp { qpn } => self.destroy_qp(client, qpn),
+            RdmaRequest::Connect { qpn, remote_qpn, remote_ip, mtu } => {
+                self.connect(client, qpn, remote_qpn, &remote_ip, mtu)
+            }
+            RdmaRequest::PostSend {
+                qpn,
+                opcode,
+                local_addr,
+                lkey,
+                len,
+                remote_addr,
+                rkey,
+                wr_id,
+            } => {
+                let remote = Remote { addr: remote_addr, rkey };
+                let op = match opcode.as_str() {
+                    "write" => Ok(WrOp::Write { remote }),
+                    "read" => Ok(WrOp::Read { remote }),
+                    "send" => Ok(WrOp::Send),
+                    o => Err(Response::error(
+                        "bad_request",
+                        format!("opcode {o:?} (expected write, read or send)"),
+                    )),
+                };
+                op.and_then(|op| self.post_send(client, qpn, op, local_addr, lkey, len, wr_id))
+            }
+            RdmaRequest::PostRecv { qpn, addr, lkey, len, wr_id } => {
+                self.post_recv(client, qpn, addr, lkey, len, wr_id)
+            }
+            RdmaRequest::PollCq { qpn, max } => self.poll_cq(client, qpn, max),
+        };
+        r.unwrap_or_else(|e| e)
+    }
+
+    fn owned_qp(&self, client: u32, qpn: u32) -> Result<QpEntry, Response> {
+        self.clients
+            .get(&client)
+            .and_then(|c| c.qps.get(&qpn).copied())
+            .ok_or_else(|| Response::error("no_qp", format!("QP {qpn:#x} is not yours")))
+    }
+
+    /// `lkey` must name an MR of this client.
+    fn owned_key(&self, client: u32, lkey: u32) -> Result<(), Response> {
+        if self.clients.get(&client).is_some_and(|c| c.mrs.contains_key(&lkey)) {
+            Ok(())
+        } else {
+            Err(Response::error("bad_key", format!("lkey {lkey:#x} is not yours")))
+        }
+    }
+
+    /// The client's RDMA state, with its PD created on first use.
+    fn client_mut(&mut self, client: u32, rnic: &mut Rnic) -> &mut RdmaClient {
+        self.clients.entry(client).or_insert_with(|| RdmaClient {
+            pd: rnic.alloc_pd(),
+            mrs: BTreeMap::new(),
+            qps: BTreeMap::new(),
+        })
+    }
+
+    fn reg_mr(
+        &mut self,
+        client: u32,
+        device: &BTreeMap<u64, u64>,
+        addr: u64,
+        len: u64,
+        access: u32,
+    ) -> Result<Response, Response> {
+        let access =
+            u8::try_from(access).ok().filter(|&a| a <= Access::ALL.0).map(Access).ok_or_else(
+                || Response::error("bad_request", format!("access bits {access:#x}")),
+            )?;
+        if len == 0 || addr.checked_add(len).is_none() {
+            return Err(Response::error("bad_request", format!("MR length {len} at {addr:#x}")));
+        }
+        let shared = self.shared.clone();
+        let mut rnic = lock(&shared.rnic);
+        if is_device_address(addr) {
+            let mine = device
+                .range(..=addr)
+                .next_back()
+                .is_some_and(|(&base, &size)| addr - base < size && len <= size - (addr - base));
+            if !mine {
+                return Err(Response::error(
+                    "bad_address",
+                    format!("{len} bytes at {addr:#x} are not in one of your device allocations"),
+                ));
+            }
+        } else {
+            let host_mine = rnic
+                .mem()
+                .region_of(addr)
+                .is_some_and(|r| r.kind == MemKind::Host && r.owner == client);
+            if !host_mine || rnic.mem().check_owned(addr, len, client).is_err() {
+                return Err(Response::error(
+                    "bad_address",
+                    format!("{len} bytes at {addr:#x} are not in one of your registrations"),
+                ));
+            }
+        }
+        let c = self.client_mut(client, &mut rnic);
+        if c.mrs.len() >= MAX_MRS_PER_CLIENT {
+            return Err(Response::error("no_memory", "too many MRs"));
+        }
+        let pd = c.pd;
+        let mr = rnic.reg_mr(pd, addr, len, access).map_err(|e| verbs_error("reg_mr", e))?;
+        c.mrs.insert(mr.lkey, mr);
+        Ok(Response::Mr { lkey: mr.lkey, rkey: mr.rkey })
+    }
+
+    fn dereg_mr(&mut self, client: u32, lkey: u32) -> Result<Response, Response> {
+        self.owned_key(client, lkey)?;
+        let mut rnic = lock(&self.shared.rnic);
+        rnic.dereg_mr(lkey).map_err(|e| verbs_error("dereg_mr", e))?;
+        if let Some(c) = self.clients.get_mut(&client) {
+            c.mrs.remove(&lkey);
+        }
+        Ok(Response::Ok)
+    }
+
+    fn create_qp(
+        &mut self,
+        client: u32,
+        placement: &str,
+        host_ring: Option<u64>,
+        sq_depth: u32,
+        rq_depth: u32,
+    ) -> Result<Response, Response> {
+        for (what, d) in [("sq_depth", sq_depth), ("rq_depth", rq_depth)] {
+            if d == 0 || d > MAX_DEPTH {
+                return Err(Response::error(
+                    "bad_request",
+                    format!("{what} {d} must be 1 ..= {MAX_DEPTH}"),
+                ));
+            }
+        }
+        let shared = self.shared.clone();
+        let mut rnic = lock(&shared.rnic);
+        let (kind, pool) = match (placement, host_ring) {
+            ("host", Some(ring)) => {
+                let mine = rnic
+                    .mem()
+                    .region_of(ring)
+                    .is_some_and(|r| r.kind == MemKind::Host && r.owner == client);
+                if !mine {
+                    return Err(Response::error(
+                        "bad_address",
+                        format!("host_ring {ring:#x} is not in one of your registrations"),
+                    ));
+                }
+                rnic.mem_mut()
+                    .make_pool(ring)
+                    .map_err(|e| Response::error("bad_address", e.to_string()))?;
+                (MemKind::Host, Some(ring))
+            }
+            ("host", None) => {
+                return Err(Response::error("bad_request", "host placement needs host_ring"));
+            }
+            ("on-chip", None) => (MemKind::OnChip, None),
+            ("on-board", None) => (MemKind::OnBoard, None),
+            ("on-chip" | "on-board", Some(_)) => {
+                return Err(Response::error("bad_request", "host_ring is for host placement"));
+            }
+            (p, _) => {
+                return Err(Response::error(
+                    "bad_request",
+                    format!("placement {p:?} (expected host, on-chip or on-board)"),
+                ));
+            }
+        };
+        let c = self.client_mut(client, &mut rnic);
+        if c.qps.len() >= MAX_QPS_PER_CLIENT {
+            return Err(Response::error("no_qp", "too many QPs"));
+        }
+        let pd = c.pd;
+        let cq = rnic.create_cq((sq_depth + rq_depth) as usize);
+        let init = QpInit {
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            srq: None,
+            max_send_wr: sq_depth,
+            max_recv_wr: rq_depth,
+            placement: kind,
+            sq_sig_all: false,
+        };
+        let qpn = match rnic.create_qp_in(init, pool) {
+            Ok(q) => q,
+            Err(e) => {
+                let _ = rnic.destroy_cq(cq);
+                return Err(verbs_error("create_qp", e));
+            }
+        };
+        let (sq, rq) = rnic.qp_rings(qpn).map_err(|e| verbs_error("create_qp", e))?;
+        let entry = QpEntry {
+            cq,
+            sq,
+            rq,
+            sq_len: u64::from(sq_depth.next_power_of_two()) * snic_rdma::wqe::SQ_SLOT as u64,
+            rq_len: u64::from(rq_depth.next_power_of_two()) * snic_rdma::wqe::RQ_SLOT as u64,
+        };
+        c.qps.insert(qpn, entry);
+        Ok(Response::Qp { qpn, sq_addr: sq, rq_addr: rq.unwrap_or(0) })
+    }
+
+    fn destroy_qp(&mut self, client: u32, qpn: u32) -> Result<Response, Response> {
+        let q = self.owned_qp(client, qpn)?;
+        let mut rnic = lock(&self.shared.rnic);
+        rnic.destroy_qp(qpn).map_err(|e| verbs_error("destroy_qp", e))?;
+        let _ = rnic.destroy_cq(q.cq);
+        if let Some(c) = self.clients.get_mut(&client) {
+            c.qps.remove(&qpn);
+        }
+        Ok(Response::Ok)
+    }
+
+    fn connect(
+        &mut self,
+        client: u32,
+        qpn: u32,
+        remote_qpn: u32,
+        remote_ip: &str,
+        mtu: u32,
+    ) -> Result<Response, Response> {
+        self.owned_qp(client, qpn)?;
+        let ip: IpAddr = remote_ip
+            .parse()
+            .map_err(|_| Response::error("bad_request", format!("remote_ip {remote_ip:?}")))?;
+        if ip.is_ipv4() != self.addr.is_ipv4() || ip.is_unspecified() {
+            return Err(Response::error(
+                "bad_request",
+                format!("remote_ip {ip} does not fit this snic's RDMA address {}", self.addr),
+            ));
+        }
+        let path_mtu = Mtu::from_bytes(mtu).ok_or_else(|| {
+            Response::error("bad_request", format!("mtu {mtu} (256, 512, 1024, 2048 or 4096)"))
+        })?;
+        let attr = QpAttr {
+            access: Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
+            path_mtu,
+            dest_qpn: remote_qpn,
+            rq_psn: 0,
+            sq_psn: 0,
+            remote: Some(ip),
+            ..QpAttr::default()
+        };
+        let mut rnic = lock(&self.shared.rnic);
+        let now = self.shared.clock.now();
+        rnic.connect_rc(qpn, &attr, now).map_err(|e| verbs_error("connect", e))?;
+        drop(rnic);
+        self.shared.kick();
+        Ok(Response::Ok)
+    }
+
+    fn sgl(&self, client: u32, addr: u64, lkey: u32, len: u32) -> Result<SgList, Response> {
+        if len == 0 {
+            return Ok(SgList::empty());
+        }
+        self.owned_key(client, lkey)?;
+        Ok(SgList::one(Sge { addr, len, lkey }))
+    }
+
+    #[allow(clippy::too_many_arguments, reason = "the fields of one PostSend request")]
+    fn post_send(
+        &mut self,
+        client: u32,
+        qpn: u32,
+        op: WrOp,
+        addr: u64,
+        lkey: u32,
+        len: u32,
+        wr_id: u64,
+    ) -> Result<Response, Response> {
+        self.owned_qp(client, qpn)?;
+        let sgl = self.sgl(client, addr, lkey, len)?;
+        let wr = SendWr::new(wr_id, op, sgl);
+        let mut rnic = lock(&self.shared.rnic);
+        let now = self.shared.clock.now();
+        rnic.post_send(qpn, &wr, now).map_err(|e| verbs_error("post_send", e))?;
+        drop(rnic);
+        self.shared.kick();
+        Ok(Response::Ok)
+    }
+
+    fn post_recv(
+        &mut self,
+        client: u32,
+        qpn: u32,
+        addr: u64,
+        lkey: u32,
+        len: u32,
+        wr_id: u64,
+    ) -> Result<Response, Response> {
+        self.owned_qp(client, qpn)?;
+        let sgl = self.sgl(client, addr, lkey, len)?;
+        let mut rnic = lock(&self.shared.rnic);
+        let now = self.shared.clock.now();
+        rnic.post_recv(qpn, &RecvWr { wr_id, sgl }, now)
+            .map_err(|e| verbs_error("post_recv", e))?;
+        drop(rnic);
+        self.shared.kick();
+        Ok(Response::Ok)
+    }
+
+    fn poll_cq(&mut self, client: u32, qpn: u32, max: u32) -> Result<Response, Response> {
+        let q = self.owned_qp(client, qpn)?;
+        let n = max.min(MAX_POLL) as usize;
+        let blank = Cqe {
+            wr_id: 0,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Send,
+            byte_len: 0,
+            qpn: 0,
+            src_qp: 0,
+            imm: None,
+            invalidated_rkey: None,
+        };
+        let mut out = vec![blank; n];
+        let got = lock(&self.shared.rnic)
+            .poll_cq(q.cq, &mut out)
+            .map_err(|e| verbs_error("poll_cq", e))?;
+        Ok(Response::Cqes { cqes: out[..got].iter().map(cqe_out).collect() })
+    }
+
+    /// `Some(busy error)` when an MR or a QP ring of `client` lies in `[base, base + len)` (a
+    /// registration or device allocation about to be dropped).
+    pub(crate) fn busy(&self, client: u32, base: u64, len: u64) -> Option<Response> {
+        let c = self.clients.get(&client)?;
+        if let Some(m) = c.mrs.values().find(|m| overlaps(m.addr, m.len, base, len)) {
+            return Some(Response::error(
+                "busy",
+                format!("MR {:#x} lies in {base:#x}; deregister it first", m.lkey),
+            ));
+        }
+        let ring_in = |q: &QpEntry| {
+            overlaps(q.sq, q.sq_len, base, len)
+                || q.rq.is_some_and(|rq| overlaps(rq, q.rq_len, base, len))
+        };
+        if let Some((qpn, _)) = c.qps.iter().find(|(_, q)| ring_in(q)) {
+            return Some(Response::error(
+                "busy",
+                format!("QP {qpn:#x} has its rings in {base:#x}; destroy it first"),
+            ));
+        }
+        None
+    }
+
+    /// Reclaim every RDMA object of `client`: QPs (their rings freed), CQs, MRs, the PD.
+    pub(crate) fn disconnect(&mut self, client: u32) {
+        let Some(c) = self.clients.remove(&client) else { return };
+        let mut rnic = lock(&self.shared.rnic);
+        for (&qpn, q) in &c.qps {
+            let _ = rnic.destroy_qp(qpn);
+            let _ = rnic.destroy_cq(q.cq);
+            self.reclaimed.qps += 1;
+        }
+        for &lkey in c.mrs.keys() {
+            let _ = rnic.dereg_mr(lkey);
+            self.reclaimed.mrs += 1;
+        }
+        let _ = rnic.dealloc_pd(c.pd);
+        self.reclaimed.clients += 1;
+    }
+
+    /// The `rdma` part of the counters document.
+    pub(crate) fn stats(&self) -> Value {
+        let rnic = lock(&self.shared.rnic);
+        let s = rnic.stats();
+        json!({
+            "enabled": true,
+            "addr": self.addr.to_string(),
+            "qps": self.clients.values().map(|c| c.qps.len()).sum::<usize>(),
+            "mrs": self.clients.values().map(|c| c.mrs.len()).sum::<usize>(),
+            "clients": self.clients.len(),
+            "qps_reclaimed": self.reclaimed.qps,
+            "mrs_reclaimed": self.reclaimed.mrs,
+            "clients_reclaimed": self.reclaimed.clients,
+            "transport_errors": self.shared.transport_errors.load(Ordering::Relaxed),
+            "engine": serde_json::to_value(s).unwrap_or(Value::Null),
+        })
+    }
+}
+
+impl Drop for RdmaHost {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        self.shared.kick();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The RDMA thread (see the module doc).
+fn run(shared: &Shared, mut tr: RoceTransport) {
+    let fds = [tr.rx_fd(), shared.wake.fd().as_raw_fd()];
+    let count_err = |r: io::Result<usize>| {
+        r.unwrap_or_else(|_| {
+            shared.transport_errors.fetch_add(1, Ordering::Relaxed);
+            0
+        })
+    };
+    while !shared.stop.load(Ordering::Acquire) {
+        let (moved, next) = {
+            let mut rnic = lock(&shared.rnic);
+            let now = shared.clock.now();
+            let got = count_err(tr.recv(&mut rnic, now));
+            if rnic.poll_timeout().is_some_and(|t| t <= now) {
+                rnic.handle_timeout(now);
+            }
+            let sent = count_err(tr.send(&mut rnic, now));
+            let next = rnic.poll_timeout().map(|t| t.saturating_duration_since(now));
+            (got + sent > 0, next)
+        };
+        if moved {
+            continue;
+        }
+        let wait = if tr.tx_pending() > 0 {
+            Duration::ZERO
+        } else {
+            next.map_or(IDLE_WAIT, |d| d.min(IDLE_WAIT))
+        };
+        if let Ok(ready) = sys::poll_ready(&fds, wait)
+            && ready.get(1).copied().unwrap_or(false)
+        {
+            let _ = shared.wake.take();
+        }
+    }
+}
