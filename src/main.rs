@@ -15,14 +15,21 @@
 //!   prints counters, link statistics, simulated time and the packet accounting (reproducible).
 //! - `rdma`: perftest-style RDMA benchmarks (WRITE, READ, SEND, atomics; bandwidth or latency)
 //!   between two snic processes over RoCEv2 on UDP, plus the raw UDP ceiling (`blast`).
+//! - `dma`: DMA transfers between this process and snic's device memory through the host
+//!   library (as Xilinx's dma_to_device / dma_from_device), `dma sweep` (bandwidth vs size,
+//!   table/JSON/plots) and `dma bench` (DMA vs memcpy, batching, completion latency).
+//! - `serve`: the host-interface server: host processes connect to its setup socket and move
+//!   data with shared-memory DMA queues and channels; lookaside kernels; until SIGINT/SIGTERM.
 //!
 //! `anyhow` is used here only; the libraries return their own typed errors.
 
 mod capture;
 mod decode;
+mod dma;
 mod rdma;
 mod report;
 mod run;
+mod serve;
 mod stats;
 mod testbed;
 mod vswitch;
@@ -58,6 +65,11 @@ enum Command {
     /// Control the vSwitch of a running `snic run --stage vswitch --control PATH`; check policies.
     #[command(name = "vswitch")]
     VSwitch(vswitch::VSwitchArgs),
+    /// Serve host processes: setup socket, shared-memory DMA queues/channels, lookaside kernels.
+    Serve(serve::ServeArgs),
+    /// DMA transfers to/from snic device memory (as Xilinx dma_to_device/dma_from_device),
+    /// bandwidth sweeps with plots, and the host-interface benchmark.
+    Dma(dma::DmaArgs),
 }
 
 /// Arguments of `snic decode`.
@@ -102,6 +114,8 @@ fn main() -> Result<()> {
         Command::Testbed(args) => testbed::run(args),
         Command::VSwitch(args) => vswitch::run(args),
         Command::Rdma(args) => rdma::run(args),
+        Command::Serve(args) => serve::run(args),
+        Command::Dma(args) => dma::run(args),
     }
 }
 
