@@ -279,14 +279,19 @@ fn bench_reports_all_three_sections() {
         assert!(r["ratio"].as_f64().unwrap() > 0.0);
     }
     let ops = v["ops_64b"].as_array().expect("ops");
-    assert_eq!(ops.len(), 2);
+    assert_eq!(ops.len(), 3);
     assert_eq!(ops[0]["mode"], "single");
-    assert_eq!(ops[1]["mode"], "batch64");
+    assert_eq!(ops[1]["mode"], "pipelined");
+    assert_eq!(ops[2]["mode"], "batch64");
     let n = ops[0]["ops"].as_u64().unwrap();
-    assert_eq!(ops[0]["doorbells"].as_u64(), Some(n));
-    assert_eq!(ops[0]["completions"].as_u64(), Some(n));
-    assert_eq!(ops[1]["doorbells"].as_u64().unwrap() * 64, n);
-    assert_eq!(ops[1]["completions"].as_u64().unwrap() * 64, n);
+    for o in &ops[..2] {
+        assert_eq!(o["ops"].as_u64(), Some(n));
+        assert_eq!(o["doorbells"].as_u64(), Some(n));
+        assert_eq!(o["completions"].as_u64(), Some(n));
+    }
+    assert_eq!(ops[2]["doorbells"].as_u64().unwrap() * 64, n);
+    assert_eq!(ops[2]["completions"].as_u64().unwrap() * 64, n);
+    assert!(v["ops_ratio_pipelined"].as_f64().unwrap() > 0.0);
     assert!(v["ops_ratio"].as_f64().unwrap() > 0.0);
     let lat = v["latency_64b"].as_array().expect("latency");
     assert_eq!(lat.len(), 2);

@@ -153,3 +153,56 @@ fn host_library_against_snic_serve() {
     assert_eq!(q.wait(&mut cs, T).unwrap(), 1);
     assert_ne!(cs[0].status, 0, "another client's host memory must not be readable");
 }
+
+/// Device bytes in use, from the stats document.
+fn device_used(dev: &Device) -> u64 {
+    let st = dev.stats().unwrap();
+    let d = &st["device"];
+    ["on-chip", "on-board"].iter().map(|k| d[*k]["used"].as_u64().expect("device used")).sum()
+}
+
+#[test]
+fn a_killed_host_process_is_reclaimed_and_others_keep_working() {
+    let s = Serve::start("kill");
+    let dev = connect(&s.socket(), "survivor");
+    let used_before = device_used(&dev);
+    // Another host process: `snic dma` moving data in a long loop through its own queue,
+    // registrations and device buffer. Kill it (SIGKILL: no chance to clean up) mid-run.
+    let mut victim = Command::new(env!("CARGO_BIN_EXE_snic"))
+        .args(["dma", "--queue", "-s", "64K", "-c", "100000000", "-d"])
+        .arg(s.socket())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn snic dma");
+    // Wait until the victim holds device memory (it is mid-run).
+    let start = Instant::now();
+    while device_used(&dev) == used_before {
+        assert!(start.elapsed() < T, "the victim never allocated device memory");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    victim.kill().expect("SIGKILL");
+    let _ = victim.wait();
+    let start = Instant::now();
+    loop {
+        let st = dev.stats().unwrap();
+        if st["clients_reclaimed"].as_u64() == Some(1) {
+            assert!(st["queues_reclaimed"].as_u64().unwrap() >= 1, "{st}");
+            assert!(st["regions_reclaimed"].as_u64().unwrap() >= 1, "{st}");
+            assert!(st["device_bytes_freed"].as_u64().unwrap() >= 64 << 10, "{st}");
+            break;
+        }
+        assert!(start.elapsed() < T, "the killed client was not reclaimed: {st}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(device_used(&dev), used_before, "the killed client's device memory is free");
+    // The survivor is unaffected: a full round trip still works.
+    let data: Vec<u8> = (0..1u32 << 16).map(|i| (i * 7) as u8).collect();
+    let d = dev.alloc_device(DevKind::OnBoard, data.len() as u64, 4096).unwrap();
+    dev.write_device(d, &data).unwrap();
+    let mut back = vec![0u8; data.len()];
+    dev.read_device(d, &mut back).unwrap();
+    assert!(back == data);
+}

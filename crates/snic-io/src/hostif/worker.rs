@@ -27,6 +27,9 @@ use snic_hostif::shm::{EventFd, Mapping, SharedBacking};
 const POLL_BUDGET: usize = 256;
 /// Kernel commands served per client per loop turn (so one client cannot starve the others).
 const KERNEL_BUDGET: u32 = 16;
+/// An idle, spinning worker yields its core once per this many empty turns.
+const IDLE_YIELD_EVERY: u32 = 8;
+
 /// Longest a sleeping worker waits before it looks at its doorbells again.
 const SLEEP_MAX: Duration = Duration::from_millis(10);
 
@@ -225,13 +228,23 @@ impl Worker {
     pub(crate) fn run(mut self) {
         let flag = abi::worker_sleeping(self.id);
         let mut idle_since = Instant::now();
+        let mut idle_turns = 0u32;
         while !self.stop {
             if self.turn() {
                 idle_since = Instant::now();
+                idle_turns = 0;
                 continue;
             }
             if idle_since.elapsed() < self.spin {
-                std::hint::spin_loop();
+                // Spin, but hand the core over now and then: with more spinning threads than
+                // cores (a host polling its completions, several workers), a worker that only
+                // spins would keep a busy peer off the CPU for a whole scheduler slice.
+                idle_turns = idle_turns.wrapping_add(1);
+                if idle_turns.is_multiple_of(IDLE_YIELD_EVERY) {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
                 continue;
             }
             // Going to sleep: raise the flag, then look once more (a host that stored its
