@@ -7,12 +7,15 @@
 //!   reported as bytes/s.
 //! - `mm_h2c_descs/64`: the same at 64 B reported as descriptors/s (the per-descriptor cost:
 //!   validation, copy, completion).
+//! - `mm_h2c_batch64/64`: 64 B descriptors, each its own ring slot, with EOP only on every
+//!   64th (one completion per 64, as a host batching doorbells posts them), as descriptors/s.
 //!
 //! `cargo bench -p snic-dma --bench engine` (add `-- --quick` for a short check).
 
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use snic_dma::desc::flags;
 use snic_dma::{
     AddressSpace, Descriptor, Dir, DmaEngine, HostAddr, MemKind, Mode, Notify, QueueConfig,
 };
@@ -22,8 +25,9 @@ const RING: u32 = 1024;
 const BUF: u64 = HOST + 0x10_0000;
 
 /// An engine with queue 0 started, a host region (rings + a 1 MiB buffer) and a 2 MiB device
-/// region; the H2C ring holds `RING` descriptors of `size` bytes.
-fn setup(size: u32) -> (DmaEngine, u32) {
+/// region; the H2C ring holds `RING` descriptors of `size` bytes, with EOP on every
+/// `eop_every`-th.
+fn setup(size: u32, eop_every: u32) -> (DmaEngine, u32) {
     let mut m = AddressSpace::new();
     m.map_host_owned(HostAddr::new(HOST).unwrap(), Box::new(vec![7u8; 0x20_0000]), 1).unwrap();
     let (_, dev) = m.add_device_region(MemKind::OnBoard, 2 << 20).unwrap();
@@ -45,7 +49,14 @@ fn setup(size: u32) -> (DmaEngine, u32) {
     let per = (1u64 << 20) / u64::from(size);
     for i in 0..RING {
         let off = (u64::from(i) % per) * u64::from(size);
-        let d = Descriptor::new(BUF + off, dev.raw() + off, size);
+        let mut d = Descriptor::new(BUF + off, dev.raw() + off, size);
+        d.flags = 0;
+        if i % eop_every == 0 {
+            d.flags |= flags::SOP;
+        }
+        if (i + 1) % eop_every == 0 {
+            d.flags |= flags::EOP;
+        }
         e.mem.write(HOST + u64::from(i) * 32, &d.encode()).unwrap();
     }
     let batch = if size >= 1 << 20 { 16 } else { 256 };
@@ -66,7 +77,7 @@ fn round(e: &mut DmaEngine, batch: u32) {
 fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("mm_h2c_bytes");
     for size in [64u32, 4096, 1 << 20] {
-        let (mut e, batch) = setup(size);
+        let (mut e, batch) = setup(size, 1);
         g.throughput(Throughput::Bytes(u64::from(size) * u64::from(batch)));
         g.bench_with_input(BenchmarkId::from_parameter(size), &size, |b, _| {
             b.iter(|| round(&mut e, batch))
@@ -75,12 +86,21 @@ fn bench(c: &mut Criterion) {
     }
     g.finish();
     let mut g = c.benchmark_group("mm_h2c_descs");
-    let (mut e, batch) = setup(64);
+    let (mut e, batch) = setup(64, 1);
     g.throughput(Throughput::Elements(u64::from(batch)));
     g.bench_with_input(BenchmarkId::from_parameter(64), &64, |b, _| {
         b.iter(|| round(&mut e, batch))
     });
     assert_eq!(e.stats().errors.iter().sum::<u64>(), 0);
+    g.finish();
+    let mut g = c.benchmark_group("mm_h2c_batch64");
+    let (mut e, batch) = setup(64, 64);
+    g.throughput(Throughput::Elements(u64::from(batch)));
+    g.bench_with_input(BenchmarkId::from_parameter(64), &64, |b, _| {
+        b.iter(|| round(&mut e, batch))
+    });
+    assert_eq!(e.stats().errors.iter().sum::<u64>(), 0);
+    assert_eq!(e.stats().descs, e.stats().completions * 64);
     g.finish();
 }
 

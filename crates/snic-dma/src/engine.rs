@@ -50,7 +50,7 @@ use crate::desc::{
     CMPT_SIZE, Completion, DESC_SIZE, DIR_QUEUE, DescError, Descriptor, Dir, MAX_CHAIN,
     MAX_DESC_LEN, Status, cmpt_word, flags,
 };
-use crate::mem::{AddressSpace, MemError, is_device_address};
+use crate::mem::{AddressSpace, MemError, Span, is_device_address};
 
 /// Most queues an engine serves (QDMA's 2048).
 pub const MAX_QUEUES: u16 = 2048;
@@ -296,6 +296,37 @@ struct Seg {
     src: u64,
     dst: u64,
     len: u32,
+    /// `src` as validated (when the walk checked it): the copy needs no second lookup.
+    src_span: Option<Span>,
+    /// `dst` as validated.
+    dst_span: Option<Span>,
+}
+
+impl Seg {
+    /// Copy the segment, through its validated spans when it has both.
+    fn copy(&self, mem: &mut AddressSpace) -> Result<(), MemError> {
+        match (&self.src_span, &self.dst_span) {
+            (Some(a), Some(b)) => mem.copy_span(a, b, self.len as usize),
+            _ => mem.copy(self.src, self.dst, self.len as usize),
+        }
+    }
+    /// The source bytes.
+    fn src_bytes<'m>(&self, mem: &'m AddressSpace) -> Result<&'m [u8], MemError> {
+        match &self.src_span {
+            Some(a) => mem.span_bytes(a, self.len as usize),
+            None => mem.slice(self.src, self.len as usize),
+        }
+    }
+    /// Write `data` (at most `len` bytes) to the destination.
+    fn write_dst(&self, mem: &mut AddressSpace, data: &[u8]) -> Result<(), MemError> {
+        if data.len() > self.len as usize {
+            return Err(MemError::OutOfBounds { addr: self.dst, len: data.len() as u64 });
+        }
+        match &self.dst_span {
+            Some(b) => mem.write_span(b, data),
+            None => mem.write(self.dst, data),
+        }
+    }
 }
 
 /// What a chain walk found.
@@ -341,28 +372,28 @@ fn mem_status(e: MemError) -> Status {
 }
 
 /// Check one side of a descriptor: mapped, in bounds, owned, and in the memory kind the
-/// direction wants (`device` = must be device memory).
+/// direction wants (`device` = must be device memory). Returns the validated range, so the
+/// copy does not look it up again.
 fn check_side(
     mem: &AddressSpace,
     addr: u64,
     len: u32,
     owner: u32,
     device: bool,
-) -> Result<(), Status> {
-    mem.check_owned(addr, u64::from(len), owner).map_err(mem_status)?;
+) -> Result<Span, Status> {
+    let span = mem.resolve(addr, u64::from(len), owner).map_err(mem_status)?;
     if is_device_address(addr) != device {
         return Err(Status::WrongDirection);
     }
-    Ok(())
+    Ok(span)
 }
 
-/// Read and decode the descriptor at `addr` (which must be readable and owned).
+/// Read and decode the descriptor at `addr` (which must be readable and owned): one lookup,
+/// one copy of its bytes into a private buffer, which is all that is decoded.
 fn read_desc(mem: &AddressSpace, addr: u64, owner: u32) -> Result<Descriptor, Status> {
-    if mem.check_owned(addr, DESC_SIZE as u64, owner).is_err() {
-        return Err(Status::BadDescAddr);
-    }
+    let span = mem.resolve(addr, DESC_SIZE as u64, owner).map_err(|_| Status::BadDescAddr)?;
     let mut raw = [0u8; DESC_SIZE];
-    mem.read(addr, &mut raw).map_err(|_| Status::BadDescAddr)?;
+    raw.copy_from_slice(mem.span_bytes(&span, DESC_SIZE).map_err(|_| Status::BadDescAddr)?);
     Descriptor::decode(&raw).map_err(|e| match e {
         DescError::BadMagic(_) => Status::BadMagic,
         DescError::BadFlags(_) => Status::BadFlags,
@@ -392,6 +423,9 @@ fn walk_chain_inner(
     out: &mut Vec<Seg>,
 ) -> Result<ChainInfo, ChainFault> {
     let align = u64::from(rules.align.max(1));
+    // Queue and channel configs only admit powers of two: a mask, not a division, per check.
+    let pow2 = align.is_power_of_two();
+    let misaligned = |v: u64| if pow2 { v & (align - 1) != 0 } else { !v.is_multiple_of(align) };
     let (src_dev, dst_dev) = match rules.dir {
         Dir::H2c => (false, true),
         Dir::C2h => (true, false),
@@ -413,19 +447,23 @@ fn walk_chain_inner(
             return Err(fault(Status::BadLength));
         }
         let len = u64::from(d.len);
-        if (rules.use_src && d.src % align != 0)
-            || (rules.use_dst && d.dst % align != 0)
-            || len % align != 0
+        if (rules.use_src && misaligned(d.src))
+            || (rules.use_dst && misaligned(d.dst))
+            || misaligned(len)
         {
             return Err(fault(Status::Misaligned));
         }
-        if rules.use_src {
-            check_side(mem, d.src, d.len, rules.owner, src_dev).map_err(fault)?;
-        }
-        if rules.use_dst {
-            check_side(mem, d.dst, d.len, rules.owner, dst_dev).map_err(fault)?;
-        }
-        out.push(Seg { src: d.src, dst: d.dst, len: d.len });
+        let src_span = if rules.use_src {
+            Some(check_side(mem, d.src, d.len, rules.owner, src_dev).map_err(fault)?)
+        } else {
+            None
+        };
+        let dst_span = if rules.use_dst {
+            Some(check_side(mem, d.dst, d.len, rules.owner, dst_dev).map_err(fault)?)
+        } else {
+            None
+        };
+        out.push(Seg { src: d.src, dst: d.dst, len: d.len, src_span, dst_span });
         if info.descs == 0 {
             info.first_flags = d.flags;
         }
@@ -1025,9 +1063,14 @@ impl DmaEngine {
         let c = Completion { len, index, status: status as u8, dir, qid, word };
         let addr = q.cfg.cmpt_ring + u64::from(pidx & (size - 1)) * CMPT_SIZE as u64;
         let bytes = c.encode();
-        let ok = self.mem.check_owned(addr, CMPT_SIZE as u64, q.cfg.owner).is_ok()
-            && self.mem.write(addr, &bytes[..12]).is_ok()
-            && self.mem.store_u32_release(addr + 12, word).is_ok();
+        // One lookup for the entry; the word goes last, with release ordering.
+        let ok = match self.mem.resolve(addr, CMPT_SIZE as u64, q.cfg.owner) {
+            Ok(span) => {
+                self.mem.write_span(&span, &bytes[..12]).is_ok()
+                    && self.mem.store_u32_release_span(&span, 12, word).is_ok()
+            }
+            Err(_) => false,
+        };
         if !ok {
             if matches!(q.state, QueueState::Running) {
                 q.state = QueueState::Error(Status::BadDescAddr);
@@ -1129,7 +1172,7 @@ impl DmaEngine {
                 let mut status = Status::Ok;
                 for s in &self.scratch {
                     // Validated above; a failure here would mean the map changed under us.
-                    if let Err(e) = self.mem.copy(s.src, s.dst, s.len as usize) {
+                    if let Err(e) = s.copy(&mut self.mem) {
                         status = mem_status(e);
                         break;
                     }
@@ -1234,7 +1277,7 @@ impl DmaEngine {
             }
         }
         for s in &self.scratch {
-            match self.mem.slice(s.src, s.len as usize) {
+            match s.src_bytes(&self.mem) {
                 Ok(b) => q.pkt.buf.extend_from_slice(b),
                 Err(_) => break,
             }
@@ -1395,7 +1438,7 @@ impl DmaEngine {
             }
             let s = self.scratch[k];
             let n = (s.len as usize).min(pkt.len() - off);
-            if self.mem.write(s.dst, &pkt[off..off + n]).is_err() {
+            if s.write_dst(&mut self.mem, &pkt[off..off + n]).is_err() {
                 break;
             }
             off += n;
@@ -1435,7 +1478,7 @@ impl DmaEngine {
                 let mut descs = 0u32;
                 let mut status = Status::Ok;
                 for s in &self.scratch {
-                    if let Err(e) = self.mem.copy(s.src, s.dst, s.len as usize) {
+                    if let Err(e) = s.copy(&mut self.mem) {
                         status = mem_status(e);
                         break;
                     }

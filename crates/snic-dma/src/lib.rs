@@ -17,13 +17,12 @@ pub mod desc;
 pub mod engine;
 pub mod mem;
 
-pub use mem::{
-    NIC_OWNER, RegionInfo,
-    AddressSpace, Backing, DEVICE_ADDR_MASK, DEVICE_ADDR_PREFIX, DevAddr, HostAddr, MemError,
-    MemKind, RegionId, is_device_address,
-};
 pub use desc::{Completion, Descriptor, Dir, Status};
 pub use engine::{
     ChannelConfig, ChannelKey, DmaEngine, DmaError, DmaStats, Event, Mode, Notify, QueueConfig,
     QueueIndices, QueueState,
+};
+pub use mem::{
+    AddressSpace, Backing, DEVICE_ADDR_MASK, DEVICE_ADDR_PREFIX, DevAddr, HostAddr, MemError,
+    MemKind, NIC_OWNER, RegionId, RegionInfo, is_device_address,
 };

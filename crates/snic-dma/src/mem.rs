@@ -336,8 +336,51 @@ pub struct AddressSpace {
     regions: Vec<Region>,
     next_id: u32,
     next_dev: u64,
-    /// Index of the region the last lookup hit (most accesses repeat a region).
-    last: std::cell::Cell<usize>,
+    /// Indices of the regions the last two lookups hit, most recent first (an engine
+    /// alternates between a host and a device region, so one entry would thrash).
+    last: [std::cell::Cell<usize>; 2],
+    /// Bumped by every change of the region list, so a [`Span`] resolved before a map or
+    /// unmap is never used after it.
+    generation: u64,
+}
+
+/// A range `[addr, addr + len)` that [`AddressSpace::resolve`] found inside one region (and
+/// reachable by the owner it was resolved for): the region's index, the offset in it, the
+/// length and the region's kind. Accesses through a span ([`AddressSpace::copy_span`],
+/// [`AddressSpace::span_bytes`], ...) skip the region lookup. A span is tied to the map it
+/// was resolved in: after any map or unmap it is stale and every access through it fails with
+/// [`MemError::Unmapped`] (nothing is read or written).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    index: u32,
+    offset: usize,
+    len: usize,
+    generation: u64,
+    addr: u64,
+    kind: MemKind,
+}
+
+impl Span {
+    /// The first address.
+    pub const fn addr(&self) -> u64 {
+        self.addr
+    }
+    /// Length in bytes.
+    pub const fn len(&self) -> usize {
+        self.len
+    }
+    /// Whether the span is empty.
+    pub const fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// Kind of the memory it lies in.
+    pub const fn kind(&self) -> MemKind {
+        self.kind
+    }
+    /// Offset of the span in its region.
+    pub const fn offset(&self) -> usize {
+        self.offset
+    }
 }
 
 impl AddressSpace {
@@ -381,7 +424,7 @@ impl AddressSpace {
         self.next_id += 1;
         let alloc = alloc.then(|| Allocator::new(len));
         self.regions.insert(at, Region { id, base, len, kind, backing, alloc, owner });
-        self.last.set(0);
+        self.forget();
         Ok(id)
     }
 
@@ -477,6 +520,78 @@ impl AddressSpace {
         }
     }
 
+    /// Like [`Self::check_owned`] (same errors, in the same order), and on success the
+    /// [`Span`] of `[addr, addr + len)`, through which the range can then be read, written and
+    /// copied without another lookup.
+    pub fn resolve(&self, addr: u64, len: u64, owner: u32) -> Result<Span, MemError> {
+        let (i, off) = self.locate(addr, len)?;
+        let r = &self.regions[i];
+        if !(r.kind.is_device() || r.owner == owner) {
+            return Err(MemError::NotOwner { addr, owner });
+        }
+        Ok(Span {
+            index: i as u32,
+            offset: off,
+            // `locate` checked `off + len <= r.len`, and the backing's length is a usize.
+            len: len as usize,
+            generation: self.generation,
+            addr,
+            kind: r.kind,
+        })
+    }
+
+    /// The region index and offset of `span`, if it is not stale and `len` fits in it.
+    fn span_at(&self, span: &Span, len: usize) -> Result<(usize, usize), MemError> {
+        if span.generation != self.generation {
+            return Err(MemError::Unmapped { addr: span.addr });
+        }
+        if len > span.len {
+            return Err(MemError::OutOfBounds { addr: span.addr, len: len as u64 });
+        }
+        Ok((span.index as usize, span.offset))
+    }
+
+    /// The first `len` bytes of `span` (at most its length).
+    pub fn span_bytes(&self, span: &Span, len: usize) -> Result<&[u8], MemError> {
+        let (i, off) = self.span_at(span, len)?;
+        Ok(self.regions[i].backing.range(off, len))
+    }
+
+    /// Copy `data` to the start of `span` (`data` no longer than the span).
+    pub fn write_span(&mut self, span: &Span, data: &[u8]) -> Result<(), MemError> {
+        let (i, off) = self.span_at(span, data.len())?;
+        self.regions[i].backing.range_mut(off, data.len()).copy_from_slice(data);
+        Ok(())
+    }
+
+    /// Store the `u32` at byte `at` of `span` with release ordering (`at` 4-byte aligned in
+    /// the address space, `at + 4` inside the span).
+    pub fn store_u32_release_span(
+        &mut self,
+        span: &Span,
+        at: usize,
+        v: u32,
+    ) -> Result<(), MemError> {
+        let addr = span.addr.wrapping_add(at as u64);
+        if !addr.is_multiple_of(4) {
+            return Err(MemError::Misaligned { addr, align: 4 });
+        }
+        let end = at.checked_add(4).ok_or(MemError::OutOfBounds { addr, len: 4 })?;
+        let (i, off) = self.span_at(span, end)?;
+        self.regions[i].backing.store_u32_release(off + at, v);
+        Ok(())
+    }
+
+    /// Copy the first `len` bytes of `src` to the start of `dst` without looking either up
+    /// again (both must be current spans at least `len` long; they may overlap within one
+    /// region). Like [`Self::copy`], nothing moves on error.
+    pub fn copy_span(&mut self, src: &Span, dst: &Span, len: usize) -> Result<(), MemError> {
+        let (si, so) = self.span_at(src, len)?;
+        let (di, doff) = self.span_at(dst, len)?;
+        self.copy_located(si, so, di, doff, len);
+        Ok(())
+    }
+
     /// Load the `u32` at `addr` (4-byte aligned) with acquire ordering.
     pub fn load_u32_acquire(&self, addr: u64) -> Result<u32, MemError> {
         if !addr.is_multiple_of(4) {
@@ -513,7 +628,7 @@ impl AddressSpace {
             .iter()
             .position(|r| r.id == id)
             .ok_or(MemError::UnknownRegion { id: id.0 })?;
-        self.last.set(0);
+        self.forget();
         Ok(self.regions.remove(i).backing)
     }
 
@@ -522,13 +637,27 @@ impl AddressSpace {
         self.regions.iter().map(Region::info)
     }
 
+    /// The region list changed: drop the lookup cache, outdate every span.
+    fn forget(&mut self) {
+        self.last[0].set(0);
+        self.last[1].set(0);
+        self.generation = self.generation.wrapping_add(1);
+    }
+
+    fn hit(&self, i: usize, addr: u64) -> bool {
+        self.regions.get(i).is_some_and(|r| addr >= r.base && addr - r.base < r.len)
+    }
+
     fn find(&self, addr: u64) -> Option<usize> {
-        let l = self.last.get();
-        if let Some(r) = self.regions.get(l)
-            && addr >= r.base
-            && addr - r.base < r.len
-        {
-            return Some(l);
+        let l0 = self.last[0].get();
+        if self.hit(l0, addr) {
+            return Some(l0);
+        }
+        let l1 = self.last[1].get();
+        if self.hit(l1, addr) {
+            self.last[1].set(l0);
+            self.last[0].set(l1);
+            return Some(l1);
         }
         let at = self.regions.partition_point(|r| r.base <= addr);
         if at == 0 {
@@ -536,7 +665,8 @@ impl AddressSpace {
         }
         let r = &self.regions[at - 1];
         if addr - r.base < r.len {
-            self.last.set(at - 1);
+            self.last[1].set(l0);
+            self.last[0].set(at - 1);
             Some(at - 1)
         } else {
             None
@@ -604,10 +734,19 @@ impl AddressSpace {
     pub fn copy(&mut self, src: u64, dst: u64, len: usize) -> Result<(), MemError> {
         let (si, so) = self.locate(src, len as u64)?;
         let (di, doff) = self.locate(dst, len as u64)?;
+        self.copy_located(si, so, di, doff, len);
+        Ok(())
+    }
+
+    /// Copy `len` bytes from region `si` at `so` to region `di` at `doff` (both checked).
+    fn copy_located(&mut self, si: usize, so: usize, di: usize, doff: usize, len: usize) {
         if si == di {
             let lo = so.min(doff);
             let span = so.max(doff) - lo + len;
-            self.regions[si].backing.range_mut(lo, span).copy_within(so - lo..so - lo + len, doff - lo);
+            self.regions[si]
+                .backing
+                .range_mut(lo, span)
+                .copy_within(so - lo..so - lo + len, doff - lo);
         } else {
             let (a, b) = if si < di {
                 let (lo, hi) = self.regions.split_at_mut(di);
@@ -618,7 +757,6 @@ impl AddressSpace {
             };
             b.backing.range_mut(doff, len).copy_from_slice(a.backing.range(so, len));
         }
-        Ok(())
     }
 
     /// Read a little-endian `u64` (the in-memory form of an RDMA atomic's target).
@@ -814,5 +952,69 @@ mod tests {
         mirror.map_device_at(MemKind::OnBoard, d, Box::new(vec![0u8; 4096]), false).unwrap();
         assert_eq!(mirror.kind_of(d.raw()), Some(MemKind::OnBoard));
         assert!(mirror.alloc(MemKind::OnBoard, 64, 1).is_err());
+    }
+
+    #[test]
+    fn spans_resolve_once_and_go_stale_on_remap() {
+        let mut m = AddressSpace::new();
+        m.map_host_owned(HostAddr::new(0x1_0000).unwrap(), Box::new(vec![3u8; 4096]), 7).unwrap();
+        let other = m
+            .map_host_owned(HostAddr::new(0x10_0000).unwrap(), Box::new(vec![0u8; 64]), 8)
+            .unwrap();
+        let (_, d) = m.add_device_region(MemKind::OnChip, 1024).unwrap();
+        // Same errors as check_owned.
+        for (addr, len) in [(0x1_0000, 4097), (0x1_0000 - 1, 1), (0x10_0000, 8), (d.raw(), 2000)] {
+            assert_eq!(m.resolve(addr, len, 7).err(), m.check_owned(addr, len, 7).err());
+        }
+        let src = m.resolve(0x1_0010, 32, 7).unwrap();
+        assert_eq!(
+            (src.addr(), src.len(), src.kind(), src.offset()),
+            (0x1_0010, 32, MemKind::Host, 16)
+        );
+        let dst = m.resolve(d.raw() + 64, 32, 7).unwrap();
+        assert_eq!(dst.kind(), MemKind::OnChip);
+        m.copy_span(&src, &dst, 32).unwrap();
+        assert_eq!(m.slice(d.raw() + 64, 32).unwrap(), &[3u8; 32]);
+        assert_eq!(m.slice(d.raw() + 96, 1).unwrap(), &[0]);
+        // Longer than the span: refused, nothing moves.
+        assert!(matches!(m.copy_span(&src, &dst, 33), Err(MemError::OutOfBounds { .. })));
+        assert_eq!(m.slice(d.raw() + 96, 1).unwrap(), &[0]);
+        m.write_span(&dst, b"abcd").unwrap();
+        assert_eq!(m.span_bytes(&dst, 4).unwrap(), b"abcd");
+        m.store_u32_release_span(&dst, 4, 0x0102_0304).unwrap();
+        assert_eq!(m.load_u32_acquire(d.raw() + 68), Ok(0x0102_0304));
+        assert!(matches!(m.store_u32_release_span(&dst, 2, 1), Err(MemError::Misaligned { .. })));
+        assert!(matches!(m.store_u32_release_span(&dst, 32, 1), Err(MemError::OutOfBounds { .. })));
+        // Unmapping anything (even another region) outdates every span.
+        m.unmap(other).unwrap();
+        let before = m.slice(d.raw(), 1024).unwrap().to_vec();
+        assert_eq!(m.copy_span(&src, &dst, 32), Err(MemError::Unmapped { addr: 0x1_0010 }));
+        assert!(m.write_span(&dst, b"zz").is_err());
+        assert!(m.span_bytes(&src, 1).is_err());
+        assert_eq!(m.slice(d.raw(), 1024).unwrap(), &before[..]);
+        // Fresh spans work again; a map outdates them too.
+        let src = m.resolve(0x1_0000, 8, 7).unwrap();
+        assert!(m.span_bytes(&src, 8).is_ok());
+        m.map_host(HostAddr::new(0x2_0000).unwrap(), Box::new(vec![0u8; 8])).unwrap();
+        assert!(m.span_bytes(&src, 8).is_err());
+    }
+
+    #[test]
+    fn lookups_alternating_over_three_regions_stay_correct() {
+        let mut m = AddressSpace::new();
+        m.map_host(HostAddr::new(0x1000).unwrap(), Box::new(vec![1u8; 64])).unwrap();
+        m.map_host(HostAddr::new(0x2000).unwrap(), Box::new(vec![2u8; 64])).unwrap();
+        let (_, d) = m.add_device_region(MemKind::OnBoard, 64).unwrap();
+        m.fill(d.raw(), 64, 9).unwrap();
+        for i in 0..12u64 {
+            let (addr, want) = match i % 3 {
+                0 => (0x1000 + i, 1),
+                1 => (0x2000 + i, 2),
+                _ => (d.raw() + i, 9),
+            };
+            assert_eq!(m.slice(addr, 1).unwrap(), &[want]);
+            // Just past each region is unmapped, whatever the cache holds.
+            assert!(m.slice(addr - i + 64, 1).is_err());
+        }
     }
 }
