@@ -2,7 +2,7 @@
 
 use snic_dma::AddressSpace;
 
-/// Kernel ids (the same numbers as `snic_hostif::abi::kernel`; a test there checks it).
+/// Kernel ids (`snic_hostif::abi::kernel` re-exports them for the FIFO layout).
 pub mod ids {
     /// Copy `len` bytes from `src` to `dst`; result = len.
     pub const COPY: u32 = 0;
@@ -10,7 +10,7 @@ pub mod ids {
     pub const SUM: u32 = 1;
 }
 
-/// Status codes of a kernel run (the same numbers as `snic_hostif::abi::kernel`).
+/// Status codes of a kernel run (re-exported by `snic_hostif::abi::kernel`).
 pub mod status {
     /// Done.
     pub const OK: u32 = 0;

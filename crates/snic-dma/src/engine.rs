@@ -278,6 +278,53 @@ pub struct DmaStats {
     pub flushed_silent: u64,
 }
 
+impl DmaStats {
+    /// Add `o`'s counters to these (to sum the engines of several worker threads).
+    pub fn add(&mut self, o: &DmaStats) {
+        let DmaStats {
+            descs,
+            h2c_bytes,
+            c2h_bytes,
+            completions,
+            errors,
+            doorbells,
+            doorbells_ignored,
+            cmpt_full_stalls,
+            stream_rx,
+            stream_tx,
+            stream_drops,
+            channel_runs,
+            channel_errors,
+            flushed_silent,
+        } = o;
+        for (a, b) in [
+            (&mut self.descs, descs),
+            (&mut self.h2c_bytes, h2c_bytes),
+            (&mut self.c2h_bytes, c2h_bytes),
+            (&mut self.completions, completions),
+            (&mut self.doorbells, doorbells),
+            (&mut self.doorbells_ignored, doorbells_ignored),
+            (&mut self.cmpt_full_stalls, cmpt_full_stalls),
+            (&mut self.stream_rx, stream_rx),
+            (&mut self.stream_tx, stream_tx),
+            (&mut self.channel_runs, channel_runs),
+            (&mut self.flushed_silent, flushed_silent),
+        ] {
+            *a += b;
+        }
+        let arrays: [(&mut [u64], &[u64]); 3] = [
+            (&mut self.errors, errors),
+            (&mut self.stream_drops, stream_drops),
+            (&mut self.channel_errors, channel_errors),
+        ];
+        for (a, b) in arrays {
+            for (x, y) in a.iter_mut().zip(b) {
+                *x += y;
+            }
+        }
+    }
+}
+
 /// Largest streaming packet an H2C queue gathers (bigger ones are dropped with
 /// [`Status::BadLength`]).
 pub const MAX_STREAM_PKT: usize = 1 << 20;

@@ -870,3 +870,32 @@ proptest! {
         prop_assert!(s.completions >= s.errors.iter().sum::<u64>());
     }
 }
+
+#[test]
+fn stats_add_sums_every_counter() {
+    let mut a = snic_dma::DmaStats { descs: 1, channel_runs: 2, ..Default::default() };
+    a.errors[3] = 4;
+    a.stream_drops[1] = 5;
+    let mut b = snic_dma::DmaStats {
+        descs: 10,
+        h2c_bytes: 7,
+        c2h_bytes: 8,
+        completions: 9,
+        doorbells: 11,
+        doorbells_ignored: 12,
+        cmpt_full_stalls: 13,
+        stream_rx: 14,
+        stream_tx: 15,
+        channel_runs: 16,
+        flushed_silent: 17,
+        ..Default::default()
+    };
+    b.errors[3] = 40;
+    b.stream_drops[1] = 50;
+    b.channel_errors[9] = 60;
+    a.add(&b);
+    assert_eq!((a.descs, a.h2c_bytes, a.c2h_bytes, a.completions), (11, 7, 8, 9));
+    assert_eq!((a.doorbells, a.doorbells_ignored, a.cmpt_full_stalls), (11, 12, 13));
+    assert_eq!((a.stream_rx, a.stream_tx, a.channel_runs, a.flushed_silent), (14, 15, 18, 17));
+    assert_eq!((a.errors[3], a.stream_drops[1], a.channel_errors[9]), (44, 55, 60));
+}

@@ -158,31 +158,9 @@ pub struct Device {
     bounce: Mutex<Option<Bounce>>,
 }
 
-/// A command for a lookaside kernel (the control FIFO entry).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct KernelCmd {
-    /// Kernel id ([`snic_hostif::abi::kernel`]).
-    pub kernel: u32,
-    /// Caller's tag, echoed in the status.
-    pub tag: u32,
-    /// Source address (host IOVA or device address).
-    pub src: u64,
-    /// Destination address.
-    pub dst: u64,
-    /// Bytes.
-    pub len: u64,
-}
-
-/// A lookaside kernel's status (the status FIFO entry).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct KernelStatus {
-    /// The command's tag.
-    pub tag: u32,
-    /// [`snic_hostif::abi::kernel`] status code (0 = OK).
-    pub status: u32,
-    /// Kernel result (SUM: the sum; COPY: bytes copied).
-    pub result: u64,
-}
+/// A command for a lookaside kernel (the control FIFO entry) and its status (the status FIFO
+/// entry): snic-compute's types, the same on both sides of the FIFO.
+pub use snic_compute::{KernelCmd, KernelStatus};
 
 impl Device {
     /// Connect to snic's socket at `path` as `name`: say hello, map the BAR and the NIC page,

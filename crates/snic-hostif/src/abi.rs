@@ -66,20 +66,10 @@ pub const KCMD_SIZE: usize = 32;
 /// Bytes per status-FIFO entry: tag u32, status u32, result u64, reserved 16 bytes.
 pub const KSTS_SIZE: usize = 32;
 
-/// Lookaside kernel ids and status codes.
+/// Lookaside kernel ids and status codes: snic-compute's numbers, which the FIFO entries carry.
 pub mod kernel {
-    /// Copy `len` bytes from `src` to `dst` (any memory the client may use); result = len.
-    pub const COPY: u32 = 0;
-    /// Sum the `len / 4` little-endian u32 words at `src` (wrapping u64); result = the sum.
-    pub const SUM: u32 = 1;
-    /// Status: done.
-    pub const OK: u32 = 0;
-    /// Status: no such kernel.
-    pub const UNKNOWN_KERNEL: u32 = 1;
-    /// Status: an address is not memory the client may use (unmapped, out of bounds, not owned).
-    pub const BAD_ADDRESS: u32 = 2;
-    /// Status: bad length (zero, or not a multiple of 4 for SUM).
-    pub const BAD_LENGTH: u32 = 3;
+    pub use snic_compute::ids::{COPY, SUM};
+    pub use snic_compute::status::{BAD_ADDRESS, BAD_LENGTH, OK, UNKNOWN_KERNEL};
 }
 
 /// First channel register block.

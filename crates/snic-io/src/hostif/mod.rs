@@ -46,18 +46,3 @@ pub fn default_socket_path() -> PathBuf {
     let uid = std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(0);
     PathBuf::from(format!("/tmp/snic-{uid}.sock"))
 }
-
-#[cfg(test)]
-mod tests {
-    use snic_compute::{ids, status};
-    use snic_hostif::abi::kernel;
-
-    #[test]
-    fn kernel_numbers_agree_with_the_abi() {
-        assert_eq!((ids::COPY, ids::SUM), (kernel::COPY, kernel::SUM));
-        assert_eq!(
-            (status::OK, status::UNKNOWN_KERNEL, status::BAD_ADDRESS, status::BAD_LENGTH),
-            (kernel::OK, kernel::UNKNOWN_KERNEL, kernel::BAD_ADDRESS, kernel::BAD_LENGTH)
-        );
-    }
-}

@@ -987,27 +987,7 @@ fn channel_key(client: u32, dir: Dir, index: u8) -> ChannelKey {
 }
 
 fn add_stats(sum: &mut WorkerStats, s: &WorkerStats) {
-    let (a, b) = (&mut sum.engine, &s.engine);
-    a.descs += b.descs;
-    a.h2c_bytes += b.h2c_bytes;
-    a.c2h_bytes += b.c2h_bytes;
-    a.completions += b.completions;
-    for (x, y) in a.errors.iter_mut().zip(b.errors) {
-        *x += y;
-    }
-    a.doorbells += b.doorbells;
-    a.doorbells_ignored += b.doorbells_ignored;
-    a.cmpt_full_stalls += b.cmpt_full_stalls;
-    a.stream_rx += b.stream_rx;
-    a.stream_tx += b.stream_tx;
-    for (x, y) in a.stream_drops.iter_mut().zip(b.stream_drops) {
-        *x += y;
-    }
-    a.channel_runs += b.channel_runs;
-    for (x, y) in a.channel_errors.iter_mut().zip(b.channel_errors) {
-        *x += y;
-    }
-    a.flushed_silent += b.flushed_silent;
+    sum.engine.add(&s.engine);
     sum.kernels_run += s.kernels_run;
     sum.kernel_errors += s.kernel_errors;
     sum.kernel_fifo_ignored += s.kernel_fifo_ignored;
