@@ -536,27 +536,22 @@ impl Rnic {
         if live >= self.core.cfg.max_qps as usize {
             return Err(VerbsError::Exhausted("QPs"));
         }
-        let sq_depth = init
-            .max_send_wr
-            .max(1)
-            .checked_next_power_of_two()
-            .ok_or(VerbsError::InvalidAttr("max_send_wr"))?;
+        // Both depths are checked before anything is allocated, so a bad one leaks nothing.
+        let sq_depth = ring_depth(init.max_send_wr, "max_send_wr")?;
+        let rq_depth = match init.srq {
+            None => Some(ring_depth(init.max_recv_wr, "max_recv_wr")?),
+            Some(_) => None,
+        };
         let sq_base = alloc(&mut self.core.mem, u64::from(sq_depth) * wqe::SQ_SLOT as u64)?;
-        let rq = if init.srq.is_none() {
-            let d = init
-                .max_recv_wr
-                .max(1)
-                .checked_next_power_of_two()
-                .ok_or(VerbsError::InvalidAttr("max_recv_wr"))?;
-            match alloc(&mut self.core.mem, u64::from(d) * wqe::RQ_SLOT as u64) {
+        let rq = match rq_depth {
+            Some(d) => match alloc(&mut self.core.mem, u64::from(d) * wqe::RQ_SLOT as u64) {
                 Ok(b) => Some(Ring::new(b, d, wqe::RQ_SLOT)),
                 Err(e) => {
                     let _ = self.core.mem.free(sq_base);
                     return Err(e.into());
                 }
-            }
-        } else {
-            None
+            },
+            None => None,
         };
         let idx = match self.free_qps.pop() {
             Some(i) => i as usize,
@@ -863,6 +858,12 @@ impl Rnic {
     }
 }
 
+/// Ring depth for `n` work requests: `n` rounded up to a power of two (at least 1), or
+/// `InvalidAttr(what)` when that does not fit a `u32`.
+fn ring_depth(n: u32, what: &'static str) -> Result<u32, VerbsError> {
+    n.max(1).checked_next_power_of_two().ok_or(VerbsError::InvalidAttr(what))
+}
+
 /// Checks a WR before it is posted (the ones a post can reject at once).
 fn validate_send(wr: &SendWr) -> Result<(), VerbsError> {
     if wr.sgl.total_len() > u64::from(u32::MAX >> 1) {
@@ -891,6 +892,28 @@ mod tests {
             placement,
             sq_sig_all: false,
         }
+    }
+
+    #[test]
+    fn create_qp_with_a_bad_depth_allocates_nothing() {
+        let cfg =
+            RnicConfig { host_pool: 0, on_chip: 64 << 10, on_board: 1 << 20, ..Default::default() };
+        let mut rnic = Rnic::new(cfg).unwrap();
+        let stats = |r: &Rnic| r.mem().regions().map(|g| g.alloc).collect::<Vec<_>>();
+        let before = stats(&rnic);
+        let mut i = init(&mut rnic, MemKind::OnChip);
+        // A valid SQ depth, an RQ depth that does not fit: refused before the SQ ring exists.
+        i.max_recv_wr = u32::MAX;
+        assert!(matches!(rnic.create_qp(i), Err(VerbsError::InvalidAttr("max_recv_wr"))));
+        assert_eq!(stats(&rnic), before);
+        i.max_recv_wr = 8;
+        i.max_send_wr = u32::MAX;
+        assert!(matches!(rnic.create_qp(i), Err(VerbsError::InvalidAttr("max_send_wr"))));
+        assert_eq!(stats(&rnic), before);
+        // The same QP with sane depths is created, and does allocate.
+        i.max_send_wr = 8;
+        rnic.create_qp(i).unwrap();
+        assert_ne!(stats(&rnic), before);
     }
 
     #[test]
