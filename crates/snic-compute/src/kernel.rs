@@ -66,15 +66,9 @@ pub trait LookasideKernel: Send + std::fmt::Debug {
     fn id(&self) -> u32;
     /// Short name, for stats and logs.
     fn name(&self) -> &'static str;
-    /// Run `cmd`. Must check every address with `mem.check_owned` before touching memory, and
-    /// must not panic on any command.
+    /// Run `cmd`. Must check every range for `owner` before touching memory (resolve it with
+    /// `mem.resolve` and access it through the span), and must not panic on any command.
     fn run(&mut self, mem: &mut AddressSpace, owner: u32, cmd: &KernelCmd) -> KernelStatus;
-}
-
-/// Check that `[addr, addr + len)` is memory `owner` may use and that `len` fits a `usize`.
-fn usable(mem: &AddressSpace, addr: u64, len: u64, owner: u32) -> Option<usize> {
-    mem.check_owned(addr, len, owner).ok()?;
-    usize::try_from(len).ok()
 }
 
 /// COPY: `len` bytes from `src` to `dst` (any mix of host and device memory); result = len.
@@ -92,12 +86,12 @@ impl LookasideKernel for CopyKernel {
         if cmd.len == 0 {
             return KernelStatus::err(cmd.tag, status::BAD_LENGTH);
         }
-        let (Some(n), Some(_)) =
-            (usable(mem, cmd.src, cmd.len, owner), usable(mem, cmd.dst, cmd.len, owner))
+        let (Ok(src), Ok(dst)) =
+            (mem.resolve(cmd.src, cmd.len, owner), mem.resolve(cmd.dst, cmd.len, owner))
         else {
             return KernelStatus::err(cmd.tag, status::BAD_ADDRESS);
         };
-        match mem.copy(cmd.src, cmd.dst, n) {
+        match mem.copy_span(&src, &dst, src.len()) {
             Ok(()) => KernelStatus::ok(cmd.tag, cmd.len),
             Err(_) => KernelStatus::err(cmd.tag, status::BAD_ADDRESS),
         }
@@ -120,10 +114,9 @@ impl LookasideKernel for SumKernel {
         if cmd.len == 0 || !cmd.len.is_multiple_of(4) {
             return KernelStatus::err(cmd.tag, status::BAD_LENGTH);
         }
-        let Some(n) = usable(mem, cmd.src, cmd.len, owner) else {
-            return KernelStatus::err(cmd.tag, status::BAD_ADDRESS);
-        };
-        let Ok(bytes) = mem.slice(cmd.src, n) else {
+        let Ok(bytes) =
+            mem.resolve(cmd.src, cmd.len, owner).and_then(|src| mem.span_bytes(&src, src.len()))
+        else {
             return KernelStatus::err(cmd.tag, status::BAD_ADDRESS);
         };
         let sum = bytes.chunks_exact(4).fold(0u64, |acc, w| {

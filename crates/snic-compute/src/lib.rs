@@ -7,8 +7,9 @@
 //! kernels and the [`Kernels`] registry. The FIFOs themselves live in shared memory and are
 //! served by `snic-io`'s host-interface workers.
 //!
-//! Every address a kernel touches is checked with [`snic_dma::AddressSpace::check_owned`]
-//! (device memory, or host memory the client registered) before any byte is read or written.
+//! Every range a kernel touches is first resolved with [`snic_dma::AddressSpace::resolve`]
+//! for the client (device memory, or host memory the client registered), and then read or
+//! written only through the resulting spans.
 
 pub mod kernel;
 

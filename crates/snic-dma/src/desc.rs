@@ -139,6 +139,15 @@ impl Dir {
             Dir::C2h => 1,
         }
     }
+    /// The direction with wire value `code` ([`Dir::code`]), or `None` for any other value
+    /// (including [`DIR_QUEUE`]).
+    pub const fn from_code(code: u8) -> Option<Dir> {
+        match code {
+            0 => Some(Dir::H2c),
+            1 => Some(Dir::C2h),
+            _ => None,
+        }
+    }
     /// Lower-case name.
     pub const fn name(self) -> &'static str {
         match self {
@@ -245,7 +254,7 @@ impl Status {
 }
 
 /// One completion entry, decoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Completion {
     /// Bytes moved.
     pub len: u32,
@@ -291,5 +300,19 @@ impl Completion {
     /// The status, decoded.
     pub const fn status(&self) -> Option<Status> {
         Status::from_code(self.status)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dir_codes_round_trip() {
+        for d in [Dir::H2c, Dir::C2h] {
+            assert_eq!(Dir::from_code(d.code()), Some(d));
+        }
+        assert_eq!(Dir::from_code(DIR_QUEUE), None);
+        assert_eq!(Dir::from_code(u8::MAX), None);
     }
 }

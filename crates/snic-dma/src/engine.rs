@@ -469,10 +469,9 @@ fn walk_chain_inner(
     rules: &ChainRules,
     out: &mut Vec<Seg>,
 ) -> Result<ChainInfo, ChainFault> {
-    let align = u64::from(rules.align.max(1));
-    // Queue and channel configs only admit powers of two: a mask, not a division, per check.
-    let pow2 = align.is_power_of_two();
-    let misaligned = |v: u64| if pow2 { v & (align - 1) != 0 } else { !v.is_multiple_of(align) };
+    // `add_queue` and `add_channel` only admit powers of two in 1..=4096, so a mask does.
+    let mask = u64::from(rules.align.max(1)) - 1;
+    let misaligned = |v: u64| v & mask != 0;
     let (src_dev, dst_dev) = match rules.dir {
         Dir::H2c => (false, true),
         Dir::C2h => (true, false),
@@ -541,6 +540,15 @@ struct OpenPacket {
     buf: Vec<u8>,
     /// Descriptors gathered into `buf` (counted as completed only when the packet is sent).
     descs: u64,
+}
+
+impl OpenPacket {
+    /// Drop the packet being gathered (the buffer keeps its capacity).
+    fn reset(&mut self) {
+        self.open = false;
+        self.buf.clear();
+        self.descs = 0;
+    }
 }
 
 #[derive(Debug)]
@@ -777,9 +785,7 @@ impl DmaEngine {
         q.stalled = false;
         q.tx_blocked = false;
         q.c2h_turn = false;
-        q.pkt.open = false;
-        q.pkt.buf.clear();
-        q.pkt.descs = 0;
+        q.pkt.reset();
         Ok(())
     }
 
@@ -816,8 +822,7 @@ impl DmaEngine {
             }
         }
         self.recycle(std::mem::take(&mut q.pkt.buf));
-        q.pkt.open = false;
-        q.pkt.descs = 0;
+        q.pkt.reset();
         q.state = QueueState::Stopped;
         q.stalled = false;
         q.tx_blocked = false;
@@ -956,14 +961,7 @@ impl DmaEngine {
     /// completion with len 0 whose index is the new consumer index; the packet is then tried
     /// on the buffers behind it. The drop reasons are in [`StreamDrop`].
     pub fn push_stream(&mut self, qid: u16, pkt: &[u8]) -> Result<(), StreamDrop> {
-        let r = match self.take_queue(qid) {
-            Some(mut q) => {
-                let r = self.push_into(qid, &mut q, pkt, 0);
-                self.put_queue(qid, q);
-                r
-            }
-            None => Err(StreamDrop::NoQueue),
-        };
+        let r = self.push_to(qid, pkt);
         self.count_push(r);
         self.flush_events();
         r
@@ -1030,13 +1028,9 @@ impl DmaEngine {
     }
 
     /// Put a queue back (after [`Self::take_queue`]) and schedule it if it has work.
-    fn put_queue(&mut self, qid: u16, mut q: Box<Queue>) {
-        let sched = q.has_work() && !q.queued;
-        if sched {
-            q.queued = true;
-            self.work.push_back(Work::Queue(qid));
-        }
+    fn put_queue(&mut self, qid: u16, q: Box<Queue>) {
         self.queues[usize::from(qid)] = Some(q);
+        self.schedule(qid);
     }
 
     /// Schedule a queue that is in place.
@@ -1119,11 +1113,10 @@ impl DmaEngine {
             Err(_) => false,
         };
         if !ok {
-            if matches!(q.state, QueueState::Running) {
-                q.state = QueueState::Error(Status::BadDescAddr);
+            let was_running = q.state == QueueState::Running;
+            q.state = QueueState::Error(Status::BadDescAddr);
+            if was_running {
                 self.events.push_back(Event::QueueError { qid, status: Status::BadDescAddr });
-            } else {
-                q.state = QueueState::Error(Status::BadDescAddr);
             }
             return false;
         }
@@ -1264,7 +1257,7 @@ impl DmaEngine {
                 if !q.cmpt_room() {
                     return Slot::Stall;
                 }
-                self.drop_open(q);
+                q.pkt.reset();
                 q.idx.h2c_cidx = next;
                 if !self.write_cmpt(qid, q, Dir::H2c.code(), f.status, next, 0, 0) {
                     return Slot::Failed;
@@ -1283,7 +1276,7 @@ impl DmaEngine {
             if q.pkt.open {
                 // The open packet is broken: report it ending where it stopped, drop it, and
                 // let this slot start a new packet (on the next turn).
-                self.drop_open(q);
+                q.pkt.reset();
                 if !self.write_cmpt(qid, q, Dir::H2c.code(), Status::BadFraming, cidx, 0, 0) {
                     return Slot::Failed;
                 }
@@ -1303,7 +1296,7 @@ impl DmaEngine {
             return Slot::Stall;
         }
         if too_long {
-            self.drop_open(q);
+            q.pkt.reset();
             q.idx.h2c_cidx = next;
             if !self.write_cmpt(qid, q, Dir::H2c.code(), Status::BadLength, next, 0, 0) {
                 return Slot::Failed;
@@ -1354,14 +1347,7 @@ impl DmaEngine {
                 self.recycle(pkt);
             }
             Some(t) => {
-                let r = match self.take_queue(t) {
-                    Some(mut tq) => {
-                        let r = self.push_into(t, &mut tq, &pkt, 0);
-                        self.put_queue(t, tq);
-                        r
-                    }
-                    None => Err(StreamDrop::NoQueue),
-                };
+                let r = self.push_to(t, &pkt);
                 self.count_push(r);
                 self.recycle(pkt);
             }
@@ -1380,10 +1366,13 @@ impl DmaEngine {
         Slot::Done(info.descs as usize)
     }
 
-    fn drop_open(&mut self, q: &mut Queue) {
-        q.pkt.open = false;
-        q.pkt.buf.clear();
-        q.pkt.descs = 0;
+    /// Deliver `pkt` to streaming queue `qid` (taken out of the table for [`Self::push_into`]
+    /// and put back); `NoQueue` when there is no such queue.
+    fn push_to(&mut self, qid: u16, pkt: &[u8]) -> Result<(), StreamDrop> {
+        let mut q = self.take_queue(qid).ok_or(StreamDrop::NoQueue)?;
+        let r = self.push_into(qid, &mut q, pkt, 0);
+        self.put_queue(qid, q);
+        r
     }
 
     fn count_push(&mut self, r: Result<(), StreamDrop>) {

@@ -325,6 +325,18 @@ impl Region {
             owner: self.owner,
         }
     }
+
+    /// Allocate `size` bytes aligned to `align` from the region's allocator: the raw address,
+    /// `None` when the region has no allocator or no room, an error for a request no region
+    /// could satisfy (zero size, bad alignment).
+    fn carve(&mut self, size: u64, align: u64) -> Result<Option<u64>, MemError> {
+        let Some(a) = self.alloc.as_mut() else { return Ok(None) };
+        match a.alloc(size, align) {
+            Ok(off) => Ok(Some(self.base + off)),
+            Err(e @ (AllocError::ZeroSize | AllocError::BadAlign { .. })) => Err(e.into()),
+            Err(_) => Ok(None),
+        }
+    }
 }
 
 /// Alignment of device regions in device space (each new region starts on this boundary).
@@ -457,13 +469,8 @@ impl AddressSpace {
         if !kind.is_device() {
             return Err(MemError::Overlap { base: 0, len: backing.len() as u64 });
         }
-        let len = backing.len() as u64;
-        let off = self.next_dev;
-        let end =
-            off.checked_add(len).filter(|&e| e <= DEVICE_SPACE).ok_or(MemError::DeviceSpaceFull)?;
-        let at = DevAddr::from_offset(off).ok_or(MemError::DeviceSpaceFull)?;
-        let id = self.insert(at.raw(), kind, backing, true, NIC_OWNER)?;
-        self.next_dev = end.div_ceil(REGION_ALIGN).saturating_mul(REGION_ALIGN);
+        let at = DevAddr::from_offset(self.next_dev).ok_or(MemError::DeviceSpaceFull)?;
+        let id = self.map_device_at(kind, at, backing, true)?;
         Ok((id, at))
     }
 
@@ -511,16 +518,10 @@ impl AddressSpace {
     /// Check that `[addr, addr + len)` lies inside one region and that the region is device
     /// memory or host memory owned by `owner`.
     pub fn check_owned(&self, addr: u64, len: u64, owner: u32) -> Result<(), MemError> {
-        let (i, _) = self.locate(addr, len)?;
-        let r = &self.regions[i];
-        if r.kind.is_device() || r.owner == owner {
-            Ok(())
-        } else {
-            Err(MemError::NotOwner { addr, owner })
-        }
+        self.resolve(addr, len, owner).map(|_| ())
     }
 
-    /// Like [`Self::check_owned`] (same errors, in the same order), and on success the
+    /// Like [`Self::check_owned`] (the same check, with its errors), and on success the
     /// [`Span`] of `[addr, addr + len)`, through which the range can then be read, written and
     /// copied without another lookup.
     pub fn resolve(&self, addr: u64, len: u64, owner: u32) -> Result<Span, MemError> {
@@ -797,21 +798,12 @@ impl AddressSpace {
     /// Allocate `size` bytes aligned to `align` in a region of `kind` that has an allocator
     /// (device regions; host pools). Regions are tried in address order. Returns the raw address.
     pub fn alloc(&mut self, kind: MemKind, size: u64, align: u64) -> Result<u64, MemError> {
-        let mut last_err = None;
         for r in self.regions.iter_mut().filter(|r| r.kind == kind) {
-            if let Some(a) = r.alloc.as_mut() {
-                match a.alloc(size, align) {
-                    Ok(off) => return Ok(r.base + off),
-                    Err(e @ (AllocError::ZeroSize | AllocError::BadAlign { .. })) => {
-                        return Err(e.into());
-                    }
-                    Err(e) => last_err = Some(e),
-                }
+            if let Some(addr) = r.carve(size, align)? {
+                return Ok(addr);
             }
         }
-        match last_err {
-            Some(_) | None => Err(MemError::NoDeviceMemory { kind, size }),
-        }
+        Err(MemError::NoDeviceMemory { kind, size })
     }
 
     /// Give the region holding `addr` an allocator, if it has none yet, so that
@@ -831,13 +823,7 @@ impl AddressSpace {
     pub fn alloc_in(&mut self, pool: u64, size: u64, align: u64) -> Result<u64, MemError> {
         let i = self.find(pool).ok_or(MemError::Unmapped { addr: pool })?;
         let r = &mut self.regions[i];
-        let kind = r.kind;
-        let a = r.alloc.as_mut().ok_or(MemError::NoDeviceMemory { kind, size })?;
-        match a.alloc(size, align) {
-            Ok(off) => Ok(r.base + off),
-            Err(e @ (AllocError::ZeroSize | AllocError::BadAlign { .. })) => Err(e.into()),
-            Err(_) => Err(MemError::NoDeviceMemory { kind, size }),
-        }
+        r.carve(size, align)?.ok_or(MemError::NoDeviceMemory { kind: r.kind, size })
     }
 
     /// Free an allocation made by [`Self::alloc`], given its start address.
@@ -919,6 +905,40 @@ mod tests {
         m.free(a).unwrap();
         assert!(m.free(a).is_err());
         m.alloc(MemKind::OnChip, 4000, 1).unwrap();
+    }
+
+    #[test]
+    fn alloc_errors_and_device_space() {
+        let mut m = AddressSpace::new();
+        // No region of the kind: no memory, whatever the request.
+        assert_eq!(
+            m.alloc(MemKind::OnChip, 0, 3),
+            Err(MemError::NoDeviceMemory { kind: MemKind::OnChip, size: 0 })
+        );
+        let (_, d) = m.add_device_region(MemKind::OnChip, 4096).unwrap();
+        // Requests no region could satisfy keep the allocator's error, in both calls.
+        for r in [m.alloc(MemKind::OnChip, 0, 8), m.alloc_in(d.raw(), 0, 8)] {
+            assert_eq!(r, Err(MemError::Alloc(AllocError::ZeroSize)));
+        }
+        for r in [m.alloc(MemKind::OnChip, 8, 3), m.alloc_in(d.raw(), 8, 3)] {
+            assert_eq!(r, Err(MemError::Alloc(AllocError::BadAlign { align: 3 })));
+        }
+        let full = MemError::NoDeviceMemory { kind: MemKind::OnChip, size: 8192 };
+        assert_eq!(m.alloc(MemKind::OnChip, 8192, 8), Err(full));
+        assert_eq!(m.alloc_in(d.raw(), 8192, 8), Err(full));
+        // Device regions are placed one after another on REGION_ALIGN boundaries.
+        let (_, d2) = m.add_device_region(MemKind::OnBoard, 1).unwrap();
+        assert_eq!(d2.offset(), REGION_ALIGN);
+        // A region that would run past device space is refused and moves nothing.
+        let at = DevAddr::from_offset(DEVICE_SPACE - REGION_ALIGN).unwrap();
+        m.map_device_at(MemKind::OnBoard, at, Box::new(vec![0u8; 16]), false).unwrap();
+        let r = m.map_device(MemKind::OnBoard, Box::new(vec![0u8; 16]));
+        assert_eq!(r.err(), Some(MemError::DeviceSpaceFull));
+        assert_eq!(m.regions().count(), 3);
+        assert!(matches!(
+            m.map_device(MemKind::Host, Box::new(vec![0u8; 16])),
+            Err(MemError::Overlap { base: 0, len: 16 })
+        ));
     }
 
     #[test]
