@@ -12,10 +12,11 @@
 //! 0x00100  kernel FIFO indices: KCTL_PIDX KCTL_CIDX KSTS_PIDX KSTS_CIDX KIRQ
 //! 0x00200  control FIFO: KFIFO_DEPTH entries of KCMD_SIZE bytes  (host writes)
 //! 0x00400  status FIFO:  KFIFO_DEPTH entries of KSTS_SIZE bytes  (NIC writes)
-//! 0x01000  channels: 8 blocks of CHANNEL_STRIDE bytes (H2C 0-3, C2H 0-3)
+//! 0x01000  channels: CHANNELS (8) blocks of CHANNEL_STRIDE bytes (H2C 0-3, C2H 0-3)
 //! 0x10000  queues: MAX_QUEUES slots of QUEUE_STRIDE bytes
 //! ```
 
+use snic_compute::{KernelCmd, KernelStatus};
 use snic_dma::desc::Dir;
 use snic_dma::engine::{CHANNELS_PER_DIR, MAX_QUEUES};
 
@@ -66,6 +67,61 @@ pub const KCMD_SIZE: usize = 32;
 /// Bytes per status-FIFO entry: tag u32, status u32, result u64, reserved 16 bytes.
 pub const KSTS_SIZE: usize = 32;
 
+/// Offset of control-FIFO entry `n` (a free-running count: taken modulo [`KFIFO_DEPTH`]).
+pub const fn kctl_slot(n: u32) -> usize {
+    KCTL_FIFO + (n % KFIFO_DEPTH) as usize * KCMD_SIZE
+}
+
+/// Offset of status-FIFO entry `n` (a free-running count: taken modulo [`KFIFO_DEPTH`]).
+pub const fn ksts_slot(n: u32) -> usize {
+    KSTS_FIFO + (n % KFIFO_DEPTH) as usize * KSTS_SIZE
+}
+
+/// A control-FIFO entry's bytes (layout at [`KCMD_SIZE`]).
+pub fn encode_kcmd(cmd: &KernelCmd) -> [u8; KCMD_SIZE] {
+    let mut b = [0u8; KCMD_SIZE];
+    b[0..4].copy_from_slice(&cmd.kernel.to_le_bytes());
+    b[4..8].copy_from_slice(&cmd.tag.to_le_bytes());
+    b[8..16].copy_from_slice(&cmd.src.to_le_bytes());
+    b[16..24].copy_from_slice(&cmd.dst.to_le_bytes());
+    b[24..32].copy_from_slice(&cmd.len.to_le_bytes());
+    b
+}
+
+/// The command a control-FIFO entry holds (every bit pattern is a command; the kernel
+/// checks its fields).
+pub fn decode_kcmd(b: &[u8; KCMD_SIZE]) -> KernelCmd {
+    KernelCmd {
+        kernel: le_u32(b, 0),
+        tag: le_u32(b, 4),
+        src: le_u64(b, 8),
+        dst: le_u64(b, 16),
+        len: le_u64(b, 24),
+    }
+}
+
+/// A status-FIFO entry's bytes (layout at [`KSTS_SIZE`]; the reserved bytes are zero).
+pub fn encode_ksts(st: &KernelStatus) -> [u8; KSTS_SIZE] {
+    let mut b = [0u8; KSTS_SIZE];
+    b[0..4].copy_from_slice(&st.tag.to_le_bytes());
+    b[4..8].copy_from_slice(&st.status.to_le_bytes());
+    b[8..16].copy_from_slice(&st.result.to_le_bytes());
+    b
+}
+
+/// The status a status-FIFO entry holds (the reserved bytes are ignored).
+pub fn decode_ksts(b: &[u8; KSTS_SIZE]) -> KernelStatus {
+    KernelStatus { tag: le_u32(b, 0), status: le_u32(b, 4), result: le_u64(b, 8) }
+}
+
+fn le_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+fn le_u64(b: &[u8], at: usize) -> u64 {
+    u64::from(le_u32(b, at)) | u64::from(le_u32(b, at + 4)) << 32
+}
+
 /// Lookaside kernel ids and status codes: snic-compute's numbers, which the FIFO entries carry.
 pub mod kernel {
     pub use snic_compute::ids::{COPY, SUM};
@@ -99,13 +155,18 @@ pub const CH_FAULT_LO: usize = 0x24;
 /// NIC: address of the failing descriptor, high 32 bits.
 pub const CH_FAULT_HI: usize = 0x28;
 
-/// Offset of channel `index` (0..4) of direction `dir`.
+/// Channels per client: [`CHANNELS_PER_DIR`] of each direction.
+pub const CHANNELS: usize = 2 * CHANNELS_PER_DIR as usize;
+
+/// Number (0..[`CHANNELS`]) of channel `index` (0..[`CHANNELS_PER_DIR`]) of direction `dir`:
+/// the H2C channels first, then the C2H ones.
+pub const fn channel_index(dir: Dir, index: u8) -> usize {
+    dir.code() as usize * CHANNELS_PER_DIR as usize + index as usize
+}
+
+/// Offset of channel `index` (0..[`CHANNELS_PER_DIR`]) of direction `dir`.
 pub const fn channel_block(dir: Dir, index: u8) -> usize {
-    let d = match dir {
-        Dir::H2c => 0,
-        Dir::C2h => 1,
-    };
-    CHANNEL_BASE + (d * CHANNELS_PER_DIR as usize + index as usize) * CHANNEL_STRIDE
+    CHANNEL_BASE + channel_index(dir, index) * CHANNEL_STRIDE
 }
 
 /// First queue slot.
@@ -142,6 +203,7 @@ pub const fn queue_slot(qid: u16) -> usize {
 
 const _: () = assert!(QUEUE_BASE + MAX_QUEUES as usize * QUEUE_STRIDE <= BAR_SIZE);
 const _: () = assert!(channel_block(Dir::C2h, CHANNELS_PER_DIR - 1) + CHANNEL_STRIDE <= QUEUE_BASE);
+const _: () = assert!(channel_index(Dir::C2h, CHANNELS_PER_DIR - 1) == CHANNELS - 1);
 const _: () = assert!(KSTS_FIFO + KFIFO_DEPTH as usize * KSTS_SIZE <= CHANNEL_BASE);
 
 /// NIC page: worker `w` writes 1 at `worker_sleeping(w)` before it blocks on its kick eventfd
@@ -160,9 +222,36 @@ pub const fn queue_worker(qid: u16, workers: u32) -> u32 {
 
 /// Which worker serves channel `index` of `dir` (all eight channels spread over the workers).
 pub const fn channel_worker(dir: Dir, index: u8, workers: u32) -> u32 {
-    let d = match dir {
-        Dir::H2c => 0,
-        Dir::C2h => 1,
-    };
-    (d + index as u32) % workers
+    (dir.code() as u32 + index as u32) % workers
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_fifo_entries_round_trip() {
+        let cmd = KernelCmd {
+            kernel: 0x0102_0304,
+            tag: 0xDEAD_BEEF,
+            src: 0x1122_3344_5566_7788,
+            dst: 0x99AA_BBCC_DDEE_FF00,
+            len: 0x0000_0001_0000_0002,
+        };
+        let raw = encode_kcmd(&cmd);
+        assert_eq!(&raw[0..4], &[4, 3, 2, 1]);
+        assert_eq!(&raw[16..24], &0x99AA_BBCC_DDEE_FF00u64.to_le_bytes());
+        assert_eq!(decode_kcmd(&raw), cmd);
+        let st = KernelStatus { tag: 7, status: kernel::BAD_ADDRESS, result: u64::MAX - 5 };
+        let raw = encode_ksts(&st);
+        assert_eq!(&raw[4..8], &kernel::BAD_ADDRESS.to_le_bytes());
+        assert!(raw[16..].iter().all(|&b| b == 0));
+        assert_eq!(decode_ksts(&raw), st);
+        let mut dirty = raw;
+        dirty[16..].fill(0xFF);
+        assert_eq!(decode_ksts(&dirty), st);
+        assert_eq!(kctl_slot(0), KCTL_FIFO);
+        assert_eq!(kctl_slot(KFIFO_DEPTH + 2), KCTL_FIFO + 2 * KCMD_SIZE);
+        assert_eq!(ksts_slot(u32::MAX), KSTS_FIFO + (KFIFO_DEPTH as usize - 1) * KSTS_SIZE);
+    }
 }

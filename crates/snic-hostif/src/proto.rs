@@ -33,12 +33,9 @@ impl DevKind {
             DevKind::OnBoard => snic_dma::MemKind::OnBoard,
         }
     }
-    /// Lower-case name.
+    /// Lower-case name (the memory kind's).
     pub const fn name(self) -> &'static str {
-        match self {
-            DevKind::OnChip => "on-chip",
-            DevKind::OnBoard => "on-board",
-        }
+        self.mem_kind().name()
     }
 }
 
@@ -50,6 +47,16 @@ pub enum QueueMode {
     Mm,
     /// Streaming.
     St,
+}
+
+impl QueueMode {
+    /// The engine's queue mode.
+    pub const fn mode(self) -> snic_dma::Mode {
+        match self {
+            QueueMode::Mm => snic_dma::Mode::Mm,
+            QueueMode::St => snic_dma::Mode::St,
+        }
+    }
 }
 
 /// Direction, as named in messages.

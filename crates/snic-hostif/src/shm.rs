@@ -690,6 +690,17 @@ impl SeqPacket {
     ///
     /// `None` blocks forever; a zero duration is `InvalidInput`.
     pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        self.set_timeout(libc::SO_RCVTIMEO, t)
+    }
+    /// Send with a timeout (`WouldBlock` when the peer's queue stayed full that long), so a
+    /// peer that never reads cannot block the sender for longer.
+    ///
+    /// `None` blocks forever; a zero duration is `InvalidInput`.
+    pub fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        self.set_timeout(libc::SO_SNDTIMEO, t)
+    }
+    /// Set socket option `opt` (`SO_RCVTIMEO` or `SO_SNDTIMEO`) to `t`.
+    fn set_timeout(&self, opt: libc::c_int, t: Option<Duration>) -> io::Result<()> {
         let tv = match t {
             None => libc::timeval { tv_sec: 0, tv_usec: 0 },
             Some(d) if d.is_zero() => {
@@ -704,12 +715,13 @@ impl SeqPacket {
                 libc::timeval { tv_sec: secs, tv_usec: usec }
             }
         };
-        // SAFETY: `tv` is a valid `timeval` of the size passed, living across the call.
+        // SAFETY: `self.fd` is a live socket; `tv` is a valid `timeval` of the size passed,
+        // living across the call.
         cvt(unsafe {
             libc::setsockopt(
                 self.fd.as_raw_fd(),
                 libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
+                opt,
                 (&raw const tv).cast(),
                 size_of::<libc::timeval>() as libc::socklen_t,
             )
@@ -899,6 +911,20 @@ mod tests {
         send_unchecked(&a, b"max", &[p2.fd().as_raw_fd(); MAX_FDS]);
         let (n, fds) = b.recv(&mut buf).unwrap();
         assert_eq!((&buf[..n], fds.len()), (&b"max"[..], MAX_FDS));
+    }
+
+    #[test]
+    fn write_timeout_ends_a_send_the_peer_never_reads() {
+        let (a, _b) = SeqPacket::pair().unwrap();
+        assert_eq!(
+            a.set_write_timeout(Some(Duration::ZERO)).unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
+        a.set_write_timeout(Some(Duration::from_millis(20))).unwrap();
+        let msg = [7u8; 4096];
+        // The socket buffer fills after a few dozen messages; then the send times out.
+        let err = (0..100_000).find_map(|_| a.send(&msg, &[]).err()).unwrap();
+        assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
     }
 
     #[test]

@@ -1,9 +1,10 @@
-//! Waiting for idle ports: `poll(2)` over the ports' file descriptors with a short timeout, so an
-//! idle I/O loop sleeps instead of spinning.
+//! Waiting for readable descriptors with `poll(2)`: idle I/O loops (over their ports' file
+//! descriptors, with a short timeout, so they sleep instead of spinning) and the
+//! host-interface server's control thread (which wants to know which descriptors are ready).
 #![allow(unsafe_code, reason = "poll(2) through libc; the one block has a SAFETY comment")]
 
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
 /// Most descriptors waited on at once; extra ones are not waited on (the loop still polls them
@@ -22,18 +23,36 @@ pub fn wait_readable(fds: &[RawFd], timeout: Duration) -> io::Result<bool> {
     for (p, fd) in pfds.iter_mut().zip(fds) {
         *p = libc::pollfd { fd: *fd, events: libc::POLLIN, revents: 0 };
     }
+    Ok(poll(&mut pfds[..n], timeout)? > 0)
+}
+
+/// Wait until one of `fds` is readable (or hung up, or in error) or `timeout` passes. Returns
+/// one flag per descriptor (all of them waited on, however many). An interrupted wait returns
+/// all `false`.
+pub(crate) fn poll_ready<F: AsRawFd>(fds: &[F], timeout: Duration) -> io::Result<Vec<bool>> {
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|fd| libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 })
+        .collect();
+    let ready = poll(&mut pfds, timeout)?;
+    Ok(pfds.iter().map(|p| ready > 0 && p.revents != 0).collect())
+}
+
+/// `poll(2)` over `pfds` for `timeout` (whole milliseconds, saturated): the number of
+/// descriptors with events; an interrupted wait counts as none.
+fn poll(pfds: &mut [libc::pollfd], timeout: Duration) -> io::Result<usize> {
     let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
-    // SAFETY: `pfds[..n]` is a valid, initialised array of `n` pollfd structs that lives across
-    // the call; the kernel only writes their `revents` fields.
-    let r = unsafe { libc::poll(pfds.as_mut_ptr(), n as libc::nfds_t, ms) };
+    // SAFETY: `pfds` is a valid, initialised array of `pfds.len()` pollfd structs that lives
+    // across the call; the kernel only writes their `revents` fields.
+    let r = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
     if r < 0 {
         let e = io::Error::last_os_error();
         if e.kind() == io::ErrorKind::Interrupted {
-            return Ok(false);
+            return Ok(0);
         }
         return Err(e);
     }
-    Ok(r > 0)
+    Ok(r as usize)
 }
 
 #[cfg(test)]
@@ -50,5 +69,15 @@ mod tests {
         a.send_to(b"x", b.local_addr().unwrap()).unwrap();
         assert!(wait_readable(&[b.as_raw_fd()], Duration::from_secs(5)).unwrap());
         assert!(!wait_readable(&[], Duration::from_millis(1)).unwrap());
+    }
+
+    #[test]
+    fn poll_ready_flags_each_descriptor() {
+        let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let b = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let fds = [a.as_raw_fd(), b.as_raw_fd()];
+        assert_eq!(poll_ready(&fds, Duration::from_millis(5)).unwrap(), [false, false]);
+        a.send_to(b"x", b.local_addr().unwrap()).unwrap();
+        assert_eq!(poll_ready(&fds, Duration::from_secs(5)).unwrap(), [false, true]);
     }
 }

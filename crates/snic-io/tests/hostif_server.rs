@@ -7,6 +7,7 @@ use std::sync::atomic::{Ordering, fence};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use snic_compute::KernelCmd;
 use snic_dma::desc::{CMPT_SIZE, Completion, DESC_SIZE, Descriptor, flags};
 use snic_hostif::abi;
 use snic_hostif::proto::{DevKind, DirName, QueueMode, RdmaRequest, Request, Response};
@@ -334,21 +335,16 @@ fn interrupt_queue_channel_runs_and_streaming_loopback() {
 
 /// Write kernel command `n` (free-running) into the control FIFO.
 fn put_kcmd(bar: &Mapping, n: u32, kernel: u32, tag: u32, src: u64, len: u64) {
-    let mut b = [0u8; abi::KCMD_SIZE];
-    b[0..4].copy_from_slice(&kernel.to_le_bytes());
-    b[4..8].copy_from_slice(&tag.to_le_bytes());
-    b[8..16].copy_from_slice(&src.to_le_bytes());
-    b[24..32].copy_from_slice(&len.to_le_bytes());
-    let at = abi::KCTL_FIFO + (n % abi::KFIFO_DEPTH) as usize * abi::KCMD_SIZE;
-    bar.write(at, &b).unwrap();
+    let cmd = KernelCmd { kernel, tag, src, dst: 0, len };
+    bar.write(abi::kctl_slot(n), &abi::encode_kcmd(&cmd)).unwrap();
 }
 
 /// Status entry `n`: (tag, status, result).
 fn kstatus(bar: &Mapping, n: u32) -> (u32, u32, u64) {
     let mut b = [0u8; abi::KSTS_SIZE];
-    bar.read(abi::KSTS_FIFO + (n % abi::KFIFO_DEPTH) as usize * abi::KSTS_SIZE, &mut b).unwrap();
-    let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
-    (u32_at(0), u32_at(4), u64::from_le_bytes(b[8..16].try_into().unwrap()))
+    bar.read(abi::ksts_slot(n), &mut b).unwrap();
+    let st = abi::decode_ksts(&b);
+    (st.tag, st.status, st.result)
 }
 
 #[test]

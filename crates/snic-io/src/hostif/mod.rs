@@ -29,7 +29,6 @@
 
 mod rdma;
 pub mod server;
-mod sys;
 mod worker;
 
 pub use server::{Server, ServerConfig, ServerHandle};

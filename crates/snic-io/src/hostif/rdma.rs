@@ -46,7 +46,7 @@ use snic_rdma::{
 };
 use snic_time::{Clock, MonotonicClock};
 
-use super::sys;
+use crate::poll::wait_readable;
 use crate::roce::{RoceTransport, TransportOpts};
 
 /// Longest the RDMA thread sleeps when idle (it also wakes on packets, posts and shutdown).
@@ -374,11 +374,9 @@ impl RdmaHost {
                 ));
             }
         } else {
-            let host_mine = rnic
-                .mem()
-                .region_of(addr)
-                .is_some_and(|r| r.kind == MemKind::Host && r.owner == client);
-            if !host_mine || rnic.mem().check_owned(addr, len, client).is_err() {
+            // Below the device space every region is host memory: check_owned then requires
+            // the client to own it.
+            if rnic.mem().check_owned(addr, len, client).is_err() {
                 return Err(Response::error(
                     "bad_address",
                     format!("{len} bytes at {addr:#x} are not in one of your registrations"),
@@ -707,9 +705,8 @@ fn run(shared: &Shared, mut tr: RoceTransport) {
         } else {
             next.map_or(IDLE_WAIT, |d| d.min(IDLE_WAIT))
         };
-        if let Ok(ready) = sys::poll_ready(&fds, wait)
-            && ready.get(1).copied().unwrap_or(false)
-        {
+        // Something is ready: drain the wake eventfd (a no-op when it was not that).
+        if wait_readable(&fds, wait).unwrap_or(false) {
             let _ = shared.wake.take();
         }
     }

@@ -15,8 +15,7 @@ use serde_json::{Value, json};
 use snic_compute::Kernels;
 use snic_dma::engine::{CHANNELS_PER_DIR, MAX_QUEUES};
 use snic_dma::{
-    AddressSpace, ChannelConfig, ChannelKey, DevAddr, Dir, HostAddr, MemKind, Mode, Notify,
-    QueueConfig, Status,
+    AddressSpace, ChannelConfig, ChannelKey, Dir, HostAddr, MemKind, Notify, QueueConfig, Status,
 };
 use snic_hostif::abi;
 use snic_hostif::proto::{
@@ -25,8 +24,8 @@ use snic_hostif::proto::{
 use snic_hostif::shm::{EventFd, Mapping, SeqListener, SeqPacket, SharedBacking};
 
 use super::rdma::{self, Master, RdmaHost};
-use super::sys;
 use super::worker::{Ack, Cmd, Op, Worker, WorkerStats};
+use crate::poll::poll_ready;
 
 /// Server settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,24 +91,21 @@ impl Server {
             (0..cfg.workers).map(|_| AddressSpace::new()).collect();
         let mut device = Vec::new();
         let mut huge = true;
-        let mut next: u64 = 0;
         for (kind, size) in [(DevKind::OnChip, cfg.on_chip), (DevKind::OnBoard, cfg.on_board)] {
             let len = usize::try_from(size).map_err(|_| invalid("device memory too large"))?;
             let (map, _fd) = Mapping::memfd(&format!("snic-{}", kind.name()), len, cfg.huge)?;
             huge &= map.huge();
-            let map = Arc::new(map);
-            let at = DevAddr::from_offset(next).ok_or_else(|| invalid("device space full"))?;
-            let backing = SharedBacking { map, off: 0, len };
+            // `len`, not the mapping's length: a huge mapping is rounded up to whole pages.
+            let backing = SharedBacking { map: Arc::new(map), off: 0, len };
             let err = |e: snic_dma::MemError| io::Error::other(e.to_string());
-            master
-                .map_device_at(kind.mem_kind(), at, Box::new(backing.clone()), true)
-                .map_err(err)?;
+            // The master places the region (and allocates in it); the mirrors map it there.
+            let (_, at) =
+                master.map_device(kind.mem_kind(), Box::new(backing.clone())).map_err(err)?;
             for m in mirrors.iter_mut() {
                 m.map_device_at(kind.mem_kind(), at, Box::new(backing.clone()), false)
                     .map_err(err)?;
             }
             device.push(DeviceRegion { kind, base: at.raw(), size });
-            next = (next + size).div_ceil(2 << 20) * (2 << 20);
         }
         // With RDMA the engine's address space becomes the master (see `rdma`).
         let (rdma, master) = match cfg.rdma {
@@ -160,6 +156,7 @@ impl Server {
             next_client: 1,
             queue_owner: vec![None; usize::from(MAX_QUEUES)],
             reclaim: Reclaim::default(),
+            buf: vec![0u8; MAX_MESSAGE],
         };
         let thread = std::thread::Builder::new()
             .name("snic-hostif-ctl".into())
@@ -299,6 +296,8 @@ struct Control {
     queue_owner: Vec<Option<u32>>,
     reclaim: Reclaim,
     kernel_mask: u32,
+    /// Receive buffer for client messages ([`MAX_MESSAGE`] bytes), reused for each one.
+    buf: Vec<u8>,
 }
 
 impl Control {
@@ -324,7 +323,7 @@ impl Control {
             let ready = {
                 let mut fds: Vec<BorrowedFd<'_>> = vec![self.wake.fd(), self.listener.fd()];
                 fds.extend(self.clients.values().map(|c| c.sock.fd()));
-                sys::poll_ready(&fds, Duration::from_secs(1))?
+                poll_ready(&fds, Duration::from_secs(1))?
             };
             if ready[0] {
                 let _ = self.wake.take();
@@ -361,7 +360,7 @@ impl Control {
                         continue;
                     }
                     self.next_client += 1;
-                    let _ = sys::set_send_timeout(sock.fd(), SEND_TIMEOUT);
+                    let _ = sock.set_write_timeout(Some(SEND_TIMEOUT));
                     let pid = sock.peer_pid();
                     self.clients.insert(
                         id,
@@ -390,9 +389,8 @@ impl Control {
 
     /// Read one message of client `id` and answer it (or reclaim the client on EOF).
     fn service_client(&mut self, id: u32) {
-        let mut buf = vec![0u8; MAX_MESSAGE];
         let got = match self.clients.get(&id) {
-            Some(c) => c.sock.recv(&mut buf),
+            Some(c) => c.sock.recv(&mut self.buf),
             None => return,
         };
         let mut bad = false;
@@ -401,7 +399,7 @@ impl Control {
                 self.disconnect(id);
                 return;
             }
-            Ok((n, fds)) => match Request::from_bytes(&buf[..n]) {
+            Ok((n, fds)) => match Request::from_bytes(&self.buf[..n]) {
                 Ok(req) => self.request(id, req, fds),
                 Err(e) => {
                     bad = true;
@@ -594,7 +592,7 @@ impl Control {
             ));
         }
         let iova = c.next_iova;
-        let backing = SharedBacking { map: Arc::new(map), off: 0, len: ulen };
+        let backing = SharedBacking::whole(Arc::new(map));
         let base = HostAddr::new(iova).ok_or_else(gone)?;
         self.master
             .lock()
@@ -604,13 +602,7 @@ impl Control {
             let op = Op::MapHost { owner: id, iova, backing: backing.clone() };
             if let Err(e) = ack_response(self.workers[i].call(op)) {
                 // Undo what was done.
-                for w in &self.workers[..i] {
-                    let _ = w.call(Op::UnmapHost { iova });
-                }
-                let mut m = self.master.lock();
-                if let Some(r) = m.region_of(iova) {
-                    let _ = m.unmap(r.id);
-                }
+                self.unmap_host(iova);
                 return Err(e);
             }
         }
@@ -627,6 +619,14 @@ impl Control {
         if c.regions.remove(&iova).is_none() {
             return Err(Response::error("no_region", format!("no registration at {iova:#x}")));
         }
+        self.unmap_host(iova);
+        Ok(())
+    }
+
+    /// Unmap the host registration at `iova` from every worker, then from the master. A
+    /// worker that does not have it (a registration undone halfway) answers `no_region`,
+    /// which is ignored.
+    fn unmap_host(&self, iova: u64) {
         for w in &self.workers {
             let _ = w.call(Op::UnmapHost { iova });
         }
@@ -634,7 +634,6 @@ impl Control {
         if let Some(r) = m.region_of(iova).filter(|r| r.base == iova) {
             let _ = m.unmap(r.id);
         }
-        Ok(())
     }
 
     fn alloc_device(
@@ -717,17 +716,13 @@ impl Control {
                     && want_worker.is_none_or(|w| abi::queue_worker(qid, workers) == w)
             })
             .ok_or_else(|| Response::error("no_queue", "no free queue id"))?;
-        let mode = match q.mode {
-            QueueMode::Mm => Mode::Mm,
-            QueueMode::St => Mode::St,
-        };
         let stream_to = match q.mode {
             QueueMode::Mm => None,
             QueueMode::St => Some(q.stream_to.unwrap_or(qid)),
         };
         let cfg = QueueConfig {
             owner: id,
-            mode,
+            mode: q.mode.mode(),
             ring_size: q.ring_size,
             cmpt_size: q.cmpt_size,
             h2c_ring: q.h2c_ring,
@@ -836,13 +831,7 @@ impl Control {
         }
         let _ = self.workers[0].call(Op::RemoveKernelClient { client: id });
         for &iova in c.regions.keys() {
-            for w in &self.workers {
-                let _ = w.call(Op::UnmapHost { iova });
-            }
-            let mut m = self.master.lock();
-            if let Some(r) = m.region_of(iova).filter(|r| r.base == iova) {
-                let _ = m.unmap(r.id);
-            }
+            self.unmap_host(iova);
             self.reclaim.regions += 1;
         }
         for (&addr, &size) in &c.device {
@@ -977,13 +966,9 @@ struct QueueReq {
     stream_to: Option<u16>,
 }
 
-/// The engine key of a client's channel: `client * 8 + dir * 4 + index`.
+/// The engine key of a client's channel: `client * CHANNELS + channel_index(dir, index)`.
 fn channel_key(client: u32, dir: Dir, index: u8) -> ChannelKey {
-    let d = match dir {
-        Dir::H2c => 0,
-        Dir::C2h => 1,
-    };
-    ChannelKey(client * 8 + d * 4 + u32::from(index))
+    ChannelKey(client * abi::CHANNELS as u32 + abi::channel_index(dir, index) as u32)
 }
 
 fn add_stats(sum: &mut WorkerStats, s: &WorkerStats) {

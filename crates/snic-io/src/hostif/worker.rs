@@ -14,7 +14,7 @@ use std::sync::atomic::{Ordering, fence};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use snic_compute::{KernelCmd, Kernels};
+use snic_compute::Kernels;
 use snic_dma::engine::QueueIndices;
 use snic_dma::{
     AddressSpace, ChannelConfig, ChannelKey, Dir, DmaEngine, DmaError, DmaStats, Event, HostAddr,
@@ -387,9 +387,8 @@ impl Worker {
             }
             Op::AddKernelClient { client, bar } => {
                 self.kclients.retain(|k| k.client != client);
-                for off in [abi::KCTL_PIDX, abi::KCTL_CIDX, abi::KSTS_PIDX, abi::KSTS_CIDX] {
-                    bar.store_u32(off, 0);
-                }
+                // The four FIFO indices, KCTL_PIDX ..= KSTS_CIDX (KIRQ is left as it is).
+                clear_words(&bar, abi::KCTL_PIDX, abi::KIRQ - abi::KCTL_PIDX);
                 self.kclients.push(KernelClient {
                     client,
                     bar,
@@ -482,17 +481,9 @@ impl Worker {
         while let Some(ev) = self.engine.poll_event() {
             any = true;
             match ev {
-                Event::Completed { qid, interrupt, .. } => {
-                    if interrupt && let Some(q) = self.queues.get_mut(&qid) {
-                        write_queue(
-                            q,
-                            self.engine.queue_indices(qid),
-                            self.engine.queue_state(qid),
-                        );
-                        signal(q.irq.as_ref());
-                    }
-                }
-                Event::QueueError { qid, .. } => {
+                // Completions for a queue that wants interrupts, or a failed queue: write its
+                // indices and state back before signalling it.
+                Event::Completed { qid, interrupt: true, .. } | Event::QueueError { qid, .. } => {
                     if let Some(q) = self.queues.get_mut(&qid) {
                         write_queue(
                             q,
@@ -502,6 +493,7 @@ impl Worker {
                         signal(q.irq.as_ref());
                     }
                 }
+                Event::Completed { interrupt: false, .. } => {}
                 Event::ChannelDone { key, descs, bytes, status, fault_desc, interrupt } => {
                     let Some(c) = self.chans.get_mut(&key) else { continue };
                     let Some(seq) = c.running.take() else { continue };
@@ -558,29 +550,13 @@ impl Worker {
                 if k.sts_pidx.wrapping_sub(consumed) >= abi::KFIFO_DEPTH {
                     break; // status FIFO full: wait for the host
                 }
-                let at = abi::KCTL_FIFO + (k.cidx % abi::KFIFO_DEPTH) as usize * abi::KCMD_SIZE;
                 let mut raw = [0u8; abi::KCMD_SIZE];
-                if k.bar.read(at, &mut raw).is_none() {
+                if k.bar.read(abi::kctl_slot(k.cidx), &mut raw).is_none() {
                     break;
                 }
-                let u32_at =
-                    |o: usize| u32::from_le_bytes([raw[o], raw[o + 1], raw[o + 2], raw[o + 3]]);
-                let u64_at = |o: usize| u64::from(u32_at(o)) | u64::from(u32_at(o + 4)) << 32;
-                let cmd = KernelCmd {
-                    kernel: u32_at(0),
-                    tag: u32_at(4),
-                    src: u64_at(8),
-                    dst: u64_at(16),
-                    len: u64_at(24),
-                };
+                let cmd = abi::decode_kcmd(&raw);
                 let st = self.kernels.run(&mut self.engine.mem, k.client, &cmd);
-                let mut out = [0u8; abi::KSTS_SIZE];
-                out[0..4].copy_from_slice(&st.tag.to_le_bytes());
-                out[4..8].copy_from_slice(&st.status.to_le_bytes());
-                out[8..16].copy_from_slice(&st.result.to_le_bytes());
-                let sat =
-                    abi::KSTS_FIFO + (k.sts_pidx % abi::KFIFO_DEPTH) as usize * abi::KSTS_SIZE;
-                let _ = k.bar.write(sat, &out);
+                let _ = k.bar.write(abi::ksts_slot(k.sts_pidx), &abi::encode_ksts(&st));
                 k.sts_pidx = k.sts_pidx.wrapping_add(1);
                 k.cidx = k.cidx.wrapping_add(1);
                 k.bar.store_u32(abi::KSTS_PIDX, k.sts_pidx);
