@@ -9,6 +9,8 @@ use anyhow::{Context, Result};
 use snic_io::hostif::{Server, ServerConfig, default_socket_path};
 use snic_io::signal::Signals;
 
+use crate::dma::size_label;
+
 /// Arguments of `snic serve`.
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
@@ -37,35 +39,12 @@ pub struct ServeArgs {
     pub rdma: Option<std::net::SocketAddr>,
 }
 
-/// Parse a size: a number with an optional K, M or G suffix (powers of 1024), e.g. `4M`.
+/// Parse a memory size as [`crate::dma::parse_size`] does (e.g. `4M`: K, M and G are powers
+/// of 1024); zero is refused.
 pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let (num, mult) = match t.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => {
-            let m: u64 = match c.to_ascii_uppercase() {
-                'K' => 1 << 10,
-                'M' => 1 << 20,
-                'G' => 1 << 30,
-                _ => return Err(format!("unknown size suffix in {s:?} (use K, M or G)")),
-            };
-            (&t[..i], m)
-        }
-        _ => (t, 1),
-    };
-    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a size like 4M, 256M or 1G"))?;
-    match n.checked_mul(mult) {
-        Some(0) => Err("size must be non-zero".into()),
-        Some(v) => Ok(v),
-        None => Err(format!("{s:?} is too large")),
-    }
-}
-
-fn human(bytes: u64) -> String {
-    match bytes {
-        b if b >= 1 << 30 && b % (1 << 30) == 0 => format!("{}G", b >> 30),
-        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{}M", b >> 20),
-        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{}K", b >> 10),
-        b => format!("{b}"),
+    match crate::dma::parse_size(s)? {
+        0 => Err("size must be non-zero".into()),
+        v => Ok(v),
     }
 }
 
@@ -91,8 +70,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
             out,
             "snic serve: listening on {} (workers {workers}, on-chip {}, on-board {}, huge pages {})",
             server.socket_path().display(),
-            human(on_chip),
-            human(on_board),
+            size_label(on_chip),
+            size_label(on_board),
             if huge { "yes" } else { "no" },
         )?;
         if let Some(a) = cfg.rdma {
@@ -129,8 +108,8 @@ mod tests {
         assert!(parse_size("4X").is_err());
         assert!(parse_size("M").is_err());
         assert!(parse_size("99999999999G").is_err());
-        assert_eq!(human(256 << 20), "256M");
-        assert_eq!(human(1 << 30), "1G");
-        assert_eq!(human(1000), "1000");
+        assert_eq!(size_label(256 << 20), "256M");
+        assert_eq!(size_label(1 << 30), "1G");
+        assert_eq!(size_label(1000), "1000");
     }
 }

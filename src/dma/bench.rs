@@ -8,12 +8,12 @@
 //!    64 descriptors with one doorbell and one completion (EOP on the last only).
 //! 3. Doorbell-to-completion latency of one 64-byte descriptor: polled vs interrupt (eventfd).
 
-use super::{MemArg, Session, calibrated, gbps, parse_size, pattern, zero_completion};
-use anyhow::{Context, Result, bail, ensure};
+use super::{MemArg, Session, calibrated, check, gbps, parse_size, pattern};
+use anyhow::{Context, Result, ensure};
 use serde::Serialize;
 use snic_dma::desc::flags;
-use snic_dma::{Completion, Descriptor, Dir, Status};
-use snic_host::{HostBuf, Queue, QueueOpts};
+use snic_dma::{Completion, Descriptor, Dir};
+use snic_host::{HostBuf, HostError, Queue, QueueOpts};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -138,12 +138,12 @@ pub struct Report {
     pub latency_64b: Vec<LatRow>,
 }
 
-/// Check a completion's status.
-fn check(c: &Completion) -> Result<()> {
-    match c.status() {
-        Some(Status::Ok) => Ok(()),
-        Some(s) => Err(super::DmaFailure { status: s, fault_desc: 0 }.into()),
-        None => bail!("completion with unknown status {}", c.status),
+/// Post `d` on the `dir` ring: `false` when the ring is full.
+fn try_post(q: &mut Queue, dir: Dir, d: &Descriptor) -> Result<bool> {
+    match q.post(dir, d) {
+        Ok(()) => Ok(true),
+        Err(HostError::RingFull) => Ok(false),
+        Err(e) => Err(e).context("posting"),
     }
 }
 
@@ -156,13 +156,12 @@ fn stream(
     window: u32,
     timeout: Duration,
 ) -> Result<Duration> {
-    let mut out = [zero_completion(); 64];
+    let mut out = [Completion::default(); 64];
     let t0 = Instant::now();
     let (mut posted, mut done) = (0u64, 0u64);
     while done < iters {
         let mut rung = false;
-        while posted < iters && posted - done < u64::from(window) && q.free_slots(dir) > 0 {
-            q.post(dir, d).context("posting")?;
+        while posted < iters && posted - done < u64::from(window) && try_post(q, dir, d)? {
             posted += 1;
             rung = true;
         }
@@ -248,7 +247,7 @@ fn ops(a: &BenchArgs, s: &Session, timeout: Duration) -> Result<(Vec<OpsRow>, f6
         let off = (i % 64) * u64::from(OP_SIZE);
         Descriptor { src: hb.iova() + off, dst: devbuf + off, len: OP_SIZE, flags: f, next: 0 }
     };
-    let mut out = vec![zero_completion(); 256];
+    let mut out = vec![Completion::default(); 256];
     let dir = Dir::H2c;
 
     // Seed 003's single-request mode: post one descriptor, ring its doorbell, poll until its
@@ -258,10 +257,7 @@ fn ops(a: &BenchArgs, s: &Session, timeout: Duration) -> Result<(Vec<OpsRow>, f6
     for i in 0..n {
         q.post(dir, &desc(i, flags::SOP | flags::EOP)).context("posting")?;
         q.doorbell(dir);
-        let mut got = 0;
-        while got == 0 {
-            got = q.wait(&mut out[..1], timeout).context("waiting")?;
-        }
+        q.wait(&mut out[..1], timeout).context("waiting")?;
         check(&out[0])?;
     }
     let t_single = t0.elapsed().as_secs_f64();
@@ -280,13 +276,17 @@ fn ops(a: &BenchArgs, s: &Session, timeout: Duration) -> Result<(Vec<OpsRow>, f6
     let t0 = Instant::now();
     let (mut posted, mut done, mut doorbells, mut cmpts) = (0u64, 0u64, 0u64, 0u64);
     while done < n {
-        if posted < n && q.free_slots(dir) > 0 {
-            q.post(dir, &desc(posted, flags::SOP | flags::EOP)).context("posting")?;
-            q.doorbell(dir);
-            posted += 1;
-            doorbells += 1;
+        let mut full = false;
+        if posted < n {
+            if try_post(&mut q, dir, &desc(posted, flags::SOP | flags::EOP))? {
+                q.doorbell(dir);
+                posted += 1;
+                doorbells += 1;
+            } else {
+                full = true;
+            }
         }
-        let got = if posted == n || q.free_slots(dir) == 0 {
+        let got = if posted == n || full {
             q.wait(&mut out, timeout).context("waiting")?
         } else {
             q.poll(&mut out)
@@ -382,7 +382,7 @@ fn latency(a: &BenchArgs, s: &Session, timeout: Duration) -> Result<Vec<LatRow>>
     let hb = dev.alloc_host(4096).context("allocating the host buffer")?;
     let d = Descriptor::new(hb.iova(), devbuf, OP_SIZE);
     let mut rows = Vec::new();
-    let mut out = [zero_completion(); 4];
+    let mut out = [Completion::default(); 4];
     for interrupt in [false, true] {
         let mut q = dev
             .open_queue(QueueOpts { interrupt, ..QueueOpts::default() })
@@ -392,10 +392,7 @@ fn latency(a: &BenchArgs, s: &Session, timeout: Duration) -> Result<Vec<LatRow>>
             let t0 = Instant::now();
             q.post(Dir::H2c, &d).context("posting")?;
             q.doorbell(Dir::H2c);
-            let mut got = 0;
-            while got == 0 {
-                got = q.wait(&mut out, timeout).context("waiting")?;
-            }
+            let got = q.wait(&mut out, timeout).context("waiting")?;
             let dt = t0.elapsed();
             for c in &out[..got] {
                 check(c)?;

@@ -19,7 +19,7 @@ mod sweep;
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use snic_dma::desc::{DESC_SIZE, flags};
 use snic_dma::{Completion, Descriptor, Dir, Status};
-use snic_host::{Channel, DevKind, Device, HostBuf, Queue, QueueOpts};
+use snic_host::{Channel, ChannelResult, DevKind, Device, HostBuf, Queue, QueueOpts};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -153,6 +153,16 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     n.checked_mul(mult).ok_or_else(|| format!("`{s}` is too large"))
 }
 
+/// A byte count as the largest binary unit that divides it: 64, 4K, 256M, 1G.
+pub fn size_label(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 30 && b % (1 << 30) == 0 => format!("{}G", b >> 30),
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{}M", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{}K", b >> 10),
+        b => b.to_string(),
+    }
+}
+
 /// A connection to snic, and the private server behind it when there is one.
 #[derive(Debug)]
 pub struct Session {
@@ -244,8 +254,6 @@ pub enum Mover {
         dir: Dir,
         /// The prepared transfer's ring slots.
         slots: Vec<Descriptor>,
-        /// Descriptors posted since the queue opened (the ring's producer counter).
-        posted: u32,
     },
 }
 
@@ -267,7 +275,7 @@ impl Mover {
     pub fn queue(dev: &Device, dir: Dir, interrupt: bool) -> Result<Mover> {
         let opts = QueueOpts { interrupt, ..QueueOpts::default() };
         let q = dev.open_queue(opts).context("opening a queue")?;
-        Ok(Mover::Queue { q, dir, slots: Vec::new(), posted: 0 })
+        Ok(Mover::Queue { q, dir, slots: Vec::new() })
     }
 
     /// Prepare the transfer `src -> dst` of `len` bytes in direction `dir` (for channels, the
@@ -332,23 +340,19 @@ impl Mover {
                 ensure!(*n > 0, "no transfer prepared");
                 ch.start(descs.iova()).context("starting the channel")?;
                 let r = ch.wait(timeout).context("waiting for the channel")?;
-                let status = channel_status(&r)?;
-                if status != Status::Ok {
-                    return Err(DmaFailure { status, fault_desc: r.fault_desc }.into());
-                }
+                check_channel(&r)?;
                 Ok(r.bytes)
             }
-            Mover::Queue { q, dir, slots, posted } => {
+            Mover::Queue { q, dir, slots } => {
                 ensure!(!slots.is_empty(), "no transfer prepared");
                 for d in slots.iter() {
                     q.post(*dir, d).context("posting a descriptor")?;
-                    *posted = posted.wrapping_add(1);
                 }
                 q.doorbell(*dir);
-                let target = *posted;
+                let target = q.pidx(*dir);
                 let mut bytes = 0u64;
                 let mut failure = None;
-                let mut out = [zero_completion(); 16];
+                let mut out = [Completion::default(); 16];
                 let deadline = Instant::now() + timeout;
                 loop {
                     let left = deadline.saturating_duration_since(Instant::now());
@@ -356,12 +360,13 @@ impl Mover {
                     let got = q.wait(&mut out, left).context("waiting for a completion")?;
                     let mut done = false;
                     for c in &out[..got] {
-                        match c.status() {
-                            Some(Status::Ok) => bytes += u64::from(c.len),
-                            Some(s) => {
-                                failure.get_or_insert(DmaFailure { status: s, fault_desc: 0 });
+                        // A failed transfer is reported once the last completion is in.
+                        match check(c) {
+                            Ok(()) => bytes += u64::from(c.len),
+                            Err(e) if e.is::<DmaFailure>() => {
+                                failure.get_or_insert(e);
                             }
-                            None => bail!("completion with unknown status {}", c.status),
+                            Err(e) => return Err(e),
                         }
                         if c.index == target || c.dir == snic_dma::desc::DIR_QUEUE {
                             done = true;
@@ -372,7 +377,7 @@ impl Mover {
                     }
                 }
                 match failure {
-                    Some(f) => Err(f.into()),
+                    Some(f) => Err(f),
                     None => Ok(bytes),
                 }
             }
@@ -380,14 +385,23 @@ impl Mover {
     }
 }
 
-/// A completion entry of zeros (buffer filler).
-pub fn zero_completion() -> Completion {
-    Completion { len: 0, index: 0, status: 0, dir: 0, qid: 0, word: 0 }
+/// A completion's status: `Ok` for success, a [`DmaFailure`] for an error status, another
+/// error for a code snic does not define.
+pub fn check(c: &Completion) -> Result<()> {
+    match c.status() {
+        Some(Status::Ok) => Ok(()),
+        Some(status) => Err(DmaFailure { status, fault_desc: 0 }.into()),
+        None => bail!("completion with unknown status {}", c.status),
+    }
 }
 
-/// The status of a channel run.
-pub fn channel_status(r: &snic_host::ChannelResult) -> Result<Status> {
-    r.status().ok_or_else(|| anyhow!("channel run ended with unknown status {}", r.status))
+/// A channel run's status, as [`check`] (the failure names the faulting descriptor).
+pub fn check_channel(r: &ChannelResult) -> Result<()> {
+    match r.status() {
+        Some(Status::Ok) => Ok(()),
+        Some(status) => Err(DmaFailure { status, fault_desc: r.fault_desc }.into()),
+        None => bail!("channel run ended with unknown status {}", r.status),
+    }
 }
 
 /// The default H2C data: byte `i` of the transfer is `i * 7 + i / 251` (mod 256), so shifted or
@@ -401,26 +415,41 @@ pub fn gbps(bytes: u64, secs: f64) -> f64 {
     if secs <= 0.0 { 0.0 } else { bytes as f64 / secs / 1e9 }
 }
 
-/// Iterations to fill `target`: double a short run until it takes a tenth of the target
-/// (`quick`: 8 iterations, no calibration), scale to the target, then measure. Returns the
-/// iterations and the measured time.
-pub fn calibrated(
-    quick: bool,
+/// A bandwidth for people: two decimals, or three significant digits when that would print a
+/// slow transfer as 0.00 (a 4 KiB job on a loaded machine can take a millisecond).
+pub fn fmt_gbps(g: f64) -> String {
+    if g >= 0.1 || g <= 0.0 || !g.is_finite() {
+        return format!("{g:.2}");
+    }
+    let decimals = (2.0 - g.log10().floor()).clamp(2.0, 12.0) as usize;
+    format!("{g:.decimals$}")
+}
+
+/// Iterations to fill `target`: starting at `first`, double the count of a run until it takes
+/// a tenth of the target, then scale it to the target (at least `first`).
+pub fn iterations_for(
+    first: u64,
     target: Duration,
     mut run: impl FnMut(u64) -> Result<Duration>,
-) -> Result<(u64, Duration)> {
-    if quick {
-        let n = 8;
-        return Ok((n, run(n)?));
-    }
-    let mut k = 8u64;
+) -> Result<u64> {
+    let mut k = first;
     let mut t = run(k)?;
     while t < target / 10 && k < 1 << 30 {
         k *= 2;
         t = run(k)?;
     }
     let per = t.as_secs_f64() / k as f64;
-    let n = if per > 0.0 { ((target.as_secs_f64() / per) as u64).clamp(8, 1 << 32) } else { k };
+    Ok(if per > 0.0 { ((target.as_secs_f64() / per) as u64).clamp(first, 1 << 32) } else { k })
+}
+
+/// Measure `run` for about `target`: [`iterations_for`] from 8 iterations (`quick`: 8, no
+/// calibration), then one measured run. Returns the iterations and the measured time.
+pub fn calibrated(
+    quick: bool,
+    target: Duration,
+    mut run: impl FnMut(u64) -> Result<Duration>,
+) -> Result<(u64, Duration)> {
+    let n = if quick { 8 } else { iterations_for(8, target, &mut run)? };
     Ok((n, run(n)?))
 }
 
@@ -532,11 +561,14 @@ fn run_job(a: JobArgs) -> Result<()> {
         let secs = t0.elapsed().as_secs_f64();
         total_bytes += moved;
         total_secs += secs;
-        println!("#{i}: CLOCK_MONOTONIC {secs:.9} s, {moved} bytes, {:.2} GB/s", gbps(moved, secs));
+        println!(
+            "#{i}: CLOCK_MONOTONIC {secs:.9} s, {moved} bytes, {} GB/s",
+            fmt_gbps(gbps(moved, secs))
+        );
     }
     println!(
-        "** Average BW = {:.2} GB/s, size = {size}, count = {}, total {total_secs:.9} s",
-        gbps(total_bytes, total_secs),
+        "** Average BW = {} GB/s, size = {size}, count = {}, total {total_secs:.9} s",
+        fmt_gbps(gbps(total_bytes, total_secs)),
         a.count
     );
 
@@ -586,6 +618,15 @@ fn annotate(e: anyhow::Error, run: u64) -> anyhow::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bandwidth_keeps_significant_digits() {
+        assert_eq!(fmt_gbps(8.4912), "8.49");
+        assert_eq!(fmt_gbps(0.1), "0.10");
+        assert_eq!(fmt_gbps(0.004096), "0.00410");
+        assert_eq!(fmt_gbps(0.000_123_4), "0.000123");
+        assert_eq!(fmt_gbps(0.0), "0.00");
+    }
 
     #[test]
     fn sizes_parse_with_suffixes() {

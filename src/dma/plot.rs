@@ -5,6 +5,7 @@
 //! usual system path (Debian's fonts-dejavu-core provides DejaVuSans). Without one, the plots
 //! are drawn without any text (lines and grid only) and the caller says so.
 
+use super::size_label;
 use super::sweep::Point;
 use anyhow::{Result, anyhow};
 use plotters::coord::Shift;
@@ -63,19 +64,6 @@ fn font() -> &'static std::result::Result<String, String> {
             candidates.join(", ")
         ))
     })
-}
-
-/// Binary size label: 64, 1K, 1M.
-fn size_label(bytes: u64) -> String {
-    if bytes >= 1 << 30 && bytes % (1 << 30) == 0 {
-        format!("{}G", bytes >> 30)
-    } else if bytes >= 1 << 20 && bytes % (1 << 20) == 0 {
-        format!("{}M", bytes >> 20)
-    } else if bytes >= 1 << 10 && bytes % (1 << 10) == 0 {
-        format!("{}K", bytes >> 10)
-    } else {
-        bytes.to_string()
-    }
 }
 
 /// The (direction, memory, completion) panels present, in first-seen order.

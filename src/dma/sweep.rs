@@ -7,11 +7,11 @@
 //! workers), waits for all of them, and repeats `iters` times; bandwidth is all bytes moved
 //! over the wall time.
 
-use super::{MemArg, Session, channel_status, gbps, parse_size, plot};
-use anyhow::{Context, Result, bail, ensure};
+use super::{MemArg, Session, check_channel, gbps, iterations_for, parse_size, plot};
+use anyhow::{Context, Result, ensure};
 use serde::Serialize;
 use snic_dma::desc::{DESC_SIZE, flags};
-use snic_dma::{Descriptor, Dir, Status};
+use snic_dma::{Descriptor, Dir};
 use snic_host::{Channel, Device, HostBuf};
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -221,20 +221,20 @@ fn alloc_fit(
     }
 }
 
-/// Run `iters` rounds: start the transfer on every channel, then wait for all of them (one
-/// host thread: on a small machine, a busy-polling thread per channel would take the cores
-/// the workers need). Stops early after `cap`. Returns the wall time and the transfers done.
+/// Run `iters` rounds: start the transfer on every channel, then wait for each in turn (a
+/// channel's own [`Channel::wait`]: busy-polled, or on its interrupt eventfd) until the
+/// round's deadline. One host thread: on a small machine, a busy-polling thread per channel
+/// would take the cores the workers need. Stops early after `cap`. Returns the wall time and
+/// the transfers done.
 fn measure(
     chans: &mut [Channel],
     chain: u64,
     dir: Dir,
     iters: u64,
-    interrupt: bool,
     cap: Option<Duration>,
     timeout: Duration,
 ) -> Result<(Duration, u64)> {
     let n = chans.len();
-    let mut pending = vec![false; n];
     let t0 = Instant::now();
     let mut rounds = 0u64;
     while rounds < iters {
@@ -243,62 +243,25 @@ fn measure(
         }
         for (i, ch) in chans.iter_mut().enumerate() {
             ch.start(chain + chain_slot(dir, i) as u64).context("starting a channel")?;
-            pending[i] = true;
         }
-        let mut left = n;
-        let mut spins = 0u32;
         let deadline = Instant::now() + timeout;
-        while left > 0 {
-            for (i, ch) in chans.iter_mut().enumerate() {
-                if !pending[i] {
-                    continue;
-                }
-                let r = if interrupt {
-                    let wait = deadline.saturating_duration_since(Instant::now());
-                    Some(ch.wait(wait).context("waiting for a channel")?)
-                } else {
-                    ch.poll()
-                };
-                if let Some(r) = r {
-                    let st = channel_status(&r)?;
-                    if st != Status::Ok {
-                        bail!(super::DmaFailure { status: st, fault_desc: r.fault_desc });
-                    }
-                    pending[i] = false;
-                    left -= 1;
-                }
-            }
-            if left > 0 {
-                ensure!(Instant::now() < deadline, "timed out waiting for the channels");
-                spins += 1;
-                if spins % 64 == 0 {
-                    // More threads than cores (this one plus snic's workers): let the workers
-                    // run instead of burning this thread's time slice.
-                    std::thread::yield_now();
-                } else {
-                    std::hint::spin_loop();
-                }
-            }
+        for (i, ch) in chans.iter_mut().enumerate() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let r = ch.wait(left).with_context(|| format!("waiting for channel {i}"))?;
+            check_channel(&r).with_context(|| format!("channel {i}"))?;
         }
         rounds += 1;
     }
     Ok((t0.elapsed(), rounds * n as u64))
 }
 
-/// Double a short run until it takes a tenth of `target`, scale the count to the target, and
-/// measure with the time capped at twice the target (transfer times vary under load).
+/// [`iterations_for`] from 4 transfers, then measure with the time capped at twice the target
+/// (transfer times vary under load).
 fn calibrate(
     target: Duration,
     mut m: impl FnMut(u64, Option<Duration>) -> Result<(Duration, u64)>,
 ) -> Result<(Duration, u64)> {
-    let mut k = 4u64;
-    let mut t = m(k, None)?.0;
-    while t < target / 10 && k < 1 << 30 {
-        k *= 2;
-        t = m(k, None)?.0;
-    }
-    let per = t.as_secs_f64() / k as f64;
-    let n = if per > 0.0 { ((target.as_secs_f64() / per) as u64).clamp(4, 1 << 32) } else { k };
+    let n = iterations_for(4, target, |k| Ok(m(k, None)?.0))?;
     m(n, Some(target * 2))
 }
 
@@ -412,9 +375,8 @@ pub fn run(a: SweepArgs) -> Result<()> {
                         let chain = rig.chain.iova();
                         let what =
                             || format!("{} {} {n} channel(s) {size} bytes", dir.name(), mem.name());
-                        let mut m = |k: u64, cap| {
-                            measure(&mut chs[..n], chain, dir, k, interrupt, cap, timeout)
-                        };
+                        let mut m =
+                            |k: u64, cap| measure(&mut chs[..n], chain, dir, k, cap, timeout);
                         let (t, total) = match fixed {
                             Some(k) => m(k, None),
                             None => calibrate(target, m),

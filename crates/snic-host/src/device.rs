@@ -150,6 +150,14 @@ struct Bounce {
     buf: HostBuf,
 }
 
+impl Bounce {
+    /// Flush the queue (stop, start; best effort) so the next transfer starts clean.
+    fn reset(&mut self) {
+        let _ = self.queue.stop();
+        let _ = self.queue.start();
+    }
+}
+
 /// A connection to snic. `Send + Sync`: setup requests are serialized on the socket; the
 /// queues and channels it opens are separate handles.
 #[derive(Debug)]
@@ -292,14 +300,13 @@ impl Device {
         };
         b.queue.post(dir, &d)?;
         b.queue.doorbell(dir);
-        let mut c = [Completion::decode(&[0; 16])];
+        let mut c = [Completion::default()];
         let c = match b.queue.wait(&mut c, BOUNCE_TIMEOUT) {
             Ok(1) => c[0],
             r => {
-                // Nothing came back: flush the queue (stop, start) so the next call starts
-                // clean, not behind an outstanding descriptor.
-                let _ = b.queue.stop();
-                let _ = b.queue.start();
+                // Nothing came back: flush the queue so the next call does not start behind
+                // an outstanding descriptor.
+                b.reset();
                 r?;
                 return Err(HostError::Timeout);
             }
@@ -310,8 +317,7 @@ impl Device {
             Some(s) => {
                 if c.dir == DIR_QUEUE {
                     // The queue is in error: restart it so the next call starts clean.
-                    let _ = b.queue.stop();
-                    let _ = b.queue.start();
+                    b.reset();
                 }
                 Err(HostError::Dma(s))
             }
@@ -382,14 +388,7 @@ impl Device {
         if k.ctl_pidx.wrapping_sub(taken) >= abi::KFIFO_DEPTH {
             return Err(HostError::RingFull);
         }
-        let mut e = [0u8; abi::KCMD_SIZE];
-        e[0..4].copy_from_slice(&cmd.kernel.to_le_bytes());
-        e[4..8].copy_from_slice(&cmd.tag.to_le_bytes());
-        e[8..16].copy_from_slice(&cmd.src.to_le_bytes());
-        e[16..24].copy_from_slice(&cmd.dst.to_le_bytes());
-        e[24..32].copy_from_slice(&cmd.len.to_le_bytes());
-        let slot = (k.ctl_pidx % abi::KFIFO_DEPTH) as usize;
-        bar.write(abi::KCTL_FIFO + slot * abi::KCMD_SIZE, &e)
+        bar.write(abi::kctl_slot(k.ctl_pidx), &abi::encode_kcmd(&cmd))
             .ok_or_else(|| HostError::OutOfRange("control FIFO slot".into()))?;
         k.ctl_pidx = k.ctl_pidx.wrapping_add(1);
         bar.store_u32(abi::KCTL_PIDX, k.ctl_pidx);
@@ -404,14 +403,11 @@ impl Device {
         if bar.load_u32(abi::KSTS_PIDX) == k.sts_cidx {
             return None;
         }
-        let slot = (k.sts_cidx % abi::KFIFO_DEPTH) as usize;
         let mut e = [0u8; abi::KSTS_SIZE];
-        bar.read(abi::KSTS_FIFO + slot * abi::KSTS_SIZE, &mut e)?;
+        bar.read(abi::ksts_slot(k.sts_cidx), &mut e)?;
         k.sts_cidx = k.sts_cidx.wrapping_add(1);
         bar.store_u32(abi::KSTS_CIDX, k.sts_cidx);
-        let u32_at = |o: usize| u32::from_le_bytes([e[o], e[o + 1], e[o + 2], e[o + 3]]);
-        let result = u64::from(u32_at(8)) | (u64::from(u32_at(12)) << 32);
-        Some(KernelStatus { tag: u32_at(0), status: u32_at(4), result })
+        Some(abi::decode_ksts(&e))
     }
 
     /// The next kernel status, if any (statuses [`Device::kernel_run`] set aside first).

@@ -127,11 +127,10 @@ fn guard(f: impl FnOnce() -> Result<c_int, Fail>) -> c_int {
 }
 
 fn dir_of(d: c_int) -> Result<Dir, Fail> {
-    match d {
-        0 => Ok(Dir::H2c),
-        1 => Ok(Dir::C2h),
-        _ => Err(inval("dir must be 0 (h2c) or 1 (c2h)")),
-    }
+    u8::try_from(d)
+        .ok()
+        .and_then(Dir::from_code)
+        .ok_or_else(|| inval("dir must be 0 (h2c) or 1 (c2h)"))
 }
 
 fn ms(t: u32) -> Duration {
@@ -177,12 +176,21 @@ pub unsafe extern "C" fn snic_open(
 /// `dev` must be null or a handle from [`snic_open`] not closed before.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn snic_close(dev: *mut SnicDev) {
-    if dev.is_null() {
+    // SAFETY: the caller's promise about `dev`.
+    unsafe { free_handle(dev) }
+}
+
+/// Drop a handle (null is ignored; a panic in its drop is caught).
+///
+/// # Safety
+/// `p` must be null or a pointer from `Box::into_raw` not given back before.
+unsafe fn free_handle<T>(p: *mut T) {
+    if p.is_null() {
         return;
     }
     let _ = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: the caller gives back a pointer from Box::into_raw, once.
-        drop(unsafe { Box::from_raw(dev) });
+        drop(unsafe { Box::from_raw(p) });
     }));
 }
 
@@ -282,13 +290,8 @@ pub unsafe extern "C" fn snic_buf_len(buf: *const SnicBuf) -> usize {
 /// `buf` must be null or a buffer handle not freed before; no DMA may still use it.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn snic_free_host(buf: *mut SnicBuf) {
-    if buf.is_null() {
-        return;
-    }
-    let _ = catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: a pointer from Box::into_raw, given back once.
-        drop(unsafe { Box::from_raw(buf) });
-    }));
+    // SAFETY: the caller's promise about `buf`.
+    unsafe { free_handle(buf) }
 }
 
 /// Allocate device memory (`kind` 0 on-chip, 1 on-board); `*addr` is its device address.
@@ -503,13 +506,8 @@ pub unsafe extern "C" fn snic_queue_open(
 /// `q` null or a queue handle not closed before.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn snic_queue_close(q: *mut SnicQueue) {
-    if q.is_null() {
-        return;
-    }
-    let _ = catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: a pointer from Box::into_raw, given back once.
-        drop(unsafe { Box::from_raw(q) });
-    }));
+    // SAFETY: the caller's promise about `q`.
+    unsafe { free_handle(q) }
 }
 
 /// The queue id (negative on a null handle).
@@ -605,7 +603,7 @@ pub unsafe extern "C" fn snic_queue_wait(
             return Ok(0);
         }
         // Wait for the first entries, then take whatever else is there.
-        let mut first = [Completion::decode(&[0; 16])];
+        let mut first = [Completion::default()];
         q.0.wait(&mut first, ms(timeout_ms))?;
         out[0] = first[0].into();
         let n = 1 + poll_into(&mut q.0, &mut out[1..]);
@@ -615,7 +613,7 @@ pub unsafe extern "C" fn snic_queue_wait(
 
 /// Poll `q` into the C array `out` (through a small stack buffer); returns the count.
 fn poll_into(q: &mut Queue, out: &mut [SnicCompletion]) -> usize {
-    let mut tmp = [Completion::decode(&[0; 16]); 32];
+    let mut tmp = [Completion::default(); 32];
     let mut n = 0;
     while n < out.len() {
         let want = (out.len() - n).min(tmp.len());

@@ -43,13 +43,6 @@ impl Default for QueueOpts {
     }
 }
 
-fn dir_index(dir: Dir) -> usize {
-    match dir {
-        Dir::H2c => 0,
-        Dir::C2h => 1,
-    }
-}
-
 /// A DMA queue. Its H2C ring, C2H ring and completion ring live (in that order) in one
 /// registered [`HostBuf`] it owns. Dropping it deletes the queue (best effort).
 #[derive(Debug)]
@@ -139,7 +132,7 @@ impl Queue {
     }
 
     fn ring_off(&self, dir: Dir, slot: u32) -> usize {
-        let base = dir_index(dir) * self.ring_size as usize * DESC_SIZE;
+        let base = usize::from(dir.code()) * self.ring_size as usize * DESC_SIZE;
         base + (slot & (self.ring_size - 1)) as usize * DESC_SIZE
     }
 
@@ -155,30 +148,38 @@ impl Queue {
             Dir::H2c => abi::Q_H2C_CIDX,
             Dir::C2h => abi::Q_C2H_CIDX,
         };
-        let p = self.pidx[dir_index(dir)];
+        let i = usize::from(dir.code());
+        let p = self.pidx[i];
         let wb = p.wrapping_sub(self.inner.bar.load_u32(self.reg(cidx_reg)));
-        let seen = p.wrapping_sub(self.seen_cidx[dir_index(dir)]);
+        let seen = p.wrapping_sub(self.seen_cidx[i]);
         // A value "ahead" of pidx wraps to a huge distance: never trust it.
         let out = wb.min(seen);
         self.ring_size.saturating_sub(out)
     }
 
     /// Write `d` into the next slot of the `dir` ring (no doorbell).
-    /// [`HostError::RingFull`] when no slot is free.
+    /// [`HostError::RingFull`] when no slot is free (by [`Queue::free_slots`], which reads the
+    /// write-back register only when the completions consumed say the ring is full).
     pub fn post(&mut self, dir: Dir, d: &Descriptor) -> Result<()> {
-        if self.free_slots(dir) == 0 {
+        let i = usize::from(dir.code());
+        let p = self.pidx[i];
+        if p.wrapping_sub(self.seen_cidx[i]) >= self.ring_size && self.free_slots(dir) == 0 {
             return Err(HostError::RingFull);
         }
-        let p = self.pidx[dir_index(dir)];
         self.ring.write(self.ring_off(dir, p), &d.encode())?;
-        self.pidx[dir_index(dir)] = p.wrapping_add(1);
+        self.pidx[i] = p.wrapping_add(1);
         Ok(())
+    }
+
+    /// Producer index of the `dir` ring: descriptors posted since the queue (re)started,
+    /// free-running. A completion whose `index` equals it finished everything posted.
+    pub fn pidx(&self, dir: Dir) -> u32 {
+        self.pidx[usize::from(dir.code())]
     }
 
     /// Ring the `dir` doorbell: publish the producer index, kick the worker if it sleeps.
     pub fn doorbell(&mut self, dir: Dir) {
-        let p = self.pidx[dir_index(dir)];
-        self.store_pidx(dir, p);
+        self.store_pidx(dir, self.pidx(dir));
     }
 
     fn store_pidx(&self, dir: Dir, pidx: u32) {
@@ -225,9 +226,9 @@ impl Queue {
             }
             b[12..].copy_from_slice(&word.to_le_bytes());
             let entry = Completion::decode(&b);
-            if let Some(d) = [Dir::H2c, Dir::C2h].into_iter().find(|d| d.code() == entry.dir) {
+            if let Some(d) = Dir::from_code(entry.dir) {
                 // Only a forward move within the posted window counts.
-                let i = dir_index(d);
+                let i = usize::from(d.code());
                 let ahead = entry.index.wrapping_sub(self.seen_cidx[i]);
                 if ahead <= self.pidx[i].wrapping_sub(self.seen_cidx[i]) {
                     self.seen_cidx[i] = entry.index;

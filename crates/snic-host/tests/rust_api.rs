@@ -13,10 +13,6 @@ use snic_hostif::abi;
 
 const T: Duration = Duration::from_secs(10);
 
-fn blank() -> Completion {
-    Completion::decode(&[0; 16])
-}
-
 /// Wait (up to T) for the queue's state register to read `want` (snic writes it back after
 /// the completion entries).
 fn wait_state(q: &snic_host::Queue, want: u32) {
@@ -28,7 +24,7 @@ fn wait_state(q: &snic_host::Queue, want: u32) {
 }
 
 fn wait_one(q: &mut snic_host::Queue) -> Completion {
-    let mut c = [blank()];
+    let mut c = [Completion::default()];
     assert_eq!(q.wait(&mut c, T).expect("completion"), 1);
     c[0]
 }
@@ -122,7 +118,7 @@ fn mm_queue_h2c_c2h_and_wrap() {
     let chunk = 1024u64;
     let mut posted = 0u64;
     let mut done = 0u64;
-    let mut cs = [blank(); 8];
+    let mut cs = [Completion::default(); 8];
     while done < 64 {
         while posted < 64 {
             let off = posted * chunk;
@@ -233,7 +229,7 @@ fn interrupt_queue() {
     dst.read(0, &mut back).unwrap();
     assert!(back == data[..20 * 2048]);
     // Nothing outstanding: a short wait times out.
-    let mut cs = [blank()];
+    let mut cs = [Completion::default()];
     assert!(matches!(q.wait(&mut cs, Duration::from_millis(20)), Err(HostError::Timeout)));
 }
 
@@ -323,7 +319,7 @@ fn streaming_loopback() {
     }
     tq.doorbell(Dir::H2c);
     let mut got = Vec::new();
-    let mut cs = [blank(); 8];
+    let mut cs = [Completion::default(); 8];
     while got.len() < 3 {
         let n = tq.wait(&mut cs, T).expect("tx completions");
         got.extend_from_slice(&cs[..n]);
