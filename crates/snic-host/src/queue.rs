@@ -1,7 +1,7 @@
 //! DMA queues (rings in registered host memory, doorbells in the BAR) and channels.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use snic_dma::desc::{CMPT_SIZE, DESC_SIZE, Descriptor, Dir, cmpt_word};
 use snic_dma::engine::{CHANNELS_PER_DIR, MAX_QUEUES, MAX_RING};
@@ -10,7 +10,7 @@ use snic_hostif::abi;
 use snic_hostif::proto::{DirName, QueueMode, Request, Response};
 use snic_hostif::shm::EventFd;
 
-use crate::device::{HostBuf, Inner, spin_pause, unexpected};
+use crate::device::{Deadline, HostBuf, Inner, unexpected};
 use crate::error::{HostError, Result};
 
 /// How to open a queue.
@@ -252,23 +252,13 @@ impl Queue {
         if out.is_empty() {
             return Ok(0);
         }
-        let start = Instant::now();
-        let mut spins = 0u32;
+        let mut deadline = Deadline::new(timeout);
         loop {
             let n = self.poll(out);
             if n > 0 {
                 return Ok(n);
             }
-            let left = timeout.saturating_sub(start.elapsed());
-            if left.is_zero() {
-                return Err(HostError::Timeout);
-            }
-            match &self.irq {
-                Some(e) => {
-                    e.wait(Some(left))?;
-                }
-                None => spin_pause(&mut spins),
-            }
+            deadline.pause(self.irq.as_ref())?;
         }
     }
 
@@ -420,22 +410,12 @@ impl Channel {
         if !self.pending {
             return Err(HostError::OutOfRange("no channel run to wait for".into()));
         }
-        let start = Instant::now();
-        let mut spins = 0u32;
+        let mut deadline = Deadline::new(timeout);
         loop {
             if let Some(r) = self.poll() {
                 return Ok(r);
             }
-            let left = timeout.saturating_sub(start.elapsed());
-            if left.is_zero() {
-                return Err(HostError::Timeout);
-            }
-            match &self.irq {
-                Some(e) => {
-                    e.wait(Some(left))?;
-                }
-                None => spin_pause(&mut spins),
-            }
+            deadline.pause(self.irq.as_ref())?;
         }
     }
 }

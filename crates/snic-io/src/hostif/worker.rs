@@ -227,24 +227,27 @@ impl Worker {
     /// Run until [`Op::Shutdown`] (or until the control thread is gone).
     pub(crate) fn run(mut self) {
         let flag = abi::worker_sleeping(self.id);
-        let mut idle_since = Instant::now();
+        // When the current idle spell started (taken at its first yield, so a busy worker
+        // never reads the clock).
+        let mut idle_since: Option<Instant> = None;
         let mut idle_turns = 0u32;
         while !self.stop {
             if self.turn() {
-                idle_since = Instant::now();
+                idle_since = None;
                 idle_turns = 0;
                 continue;
             }
-            if idle_since.elapsed() < self.spin {
-                // Spin, but hand the core over now and then: with more spinning threads than
-                // cores (a host polling its completions, several workers), a worker that only
-                // spins would keep a busy peer off the CPU for a whole scheduler slice.
-                idle_turns = idle_turns.wrapping_add(1);
-                if idle_turns.is_multiple_of(IDLE_YIELD_EVERY) {
-                    std::thread::yield_now();
-                } else {
-                    std::hint::spin_loop();
-                }
+            // Spin, but hand the core over now and then: with more spinning threads than cores
+            // (a host polling its completions, several workers), a worker that only spins would
+            // keep a busy peer off the CPU for a whole scheduler slice. The clock is read only
+            // then too: a read costs as much as a turn, and idle turns are the doorbell latency.
+            idle_turns = idle_turns.wrapping_add(1);
+            if !idle_turns.is_multiple_of(IDLE_YIELD_EVERY) {
+                std::hint::spin_loop();
+                continue;
+            }
+            std::thread::yield_now();
+            if idle_since.get_or_insert_with(Instant::now).elapsed() < self.spin {
                 continue;
             }
             // Going to sleep: raise the flag, then look once more (a host that stored its
@@ -253,7 +256,7 @@ impl Worker {
             fence(Ordering::SeqCst);
             if self.turn() {
                 self.nic.store_u32(flag, 0);
-                idle_since = Instant::now();
+                idle_since = None;
                 continue;
             }
             self.sleeps += 1;
