@@ -134,7 +134,7 @@ fn bench(c: &mut Criterion) {
         let vs = VSwitch::new(policy.clone(), cfg).unwrap();
         let mut stage = vs.stage().unwrap();
         // As `snic run` does: back the flow table with huge pages where the kernel allows.
-        let huge = snic_io::hugepage::advise(&vs.table_regions()).unwrap_or(0);
+        let huge = snic_io::sys::hugepage::advise(&vs.table_regions()).unwrap_or(0);
         let mut counters = StageCounters::new("vswitch");
         let mut ring = TraceRing::new(16);
         let mut batch = Batch::new(MAX_BATCH);

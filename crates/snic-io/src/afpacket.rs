@@ -15,6 +15,7 @@
 #![allow(unsafe_code, reason = "AF_PACKET sockets are driven through libc system calls")]
 
 use crate::port::{Port, PortCaps, PortCounters};
+use crate::sys::{self, sock, sock::setsockopt_int};
 use crate::vnet::{VNET_HDR_LEN, VnetHdr};
 use snic_pipeline::Batch;
 use snic_time::Instant;
@@ -140,20 +141,6 @@ fn os_err(what: &str, ifname: &str) -> io::Error {
     io::Error::new(e.kind(), format!("afpacket:{ifname}: {what}: {e}{hint}"))
 }
 
-fn setsockopt_int(fd: RawFd, level: libc::c_int, opt: libc::c_int, val: libc::c_int) -> bool {
-    // SAFETY: `val` is a live c_int and its size is passed; the kernel only reads it.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            opt,
-            (&val as *const libc::c_int).cast(),
-            core::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    r == 0
-}
-
 /// The MTU of interface `ifname` (through a throwaway datagram socket).
 fn interface_mtu(ifname: &CString) -> io::Result<usize> {
     // SAFETY: plain socket(2) call; the result is checked.
@@ -222,20 +209,15 @@ impl AfPacketPort {
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         let raw = fd.as_raw_fd();
 
-        if !setsockopt_int(raw, SOL_PACKET, PACKET_VNET_HDR, 1) {
+        if setsockopt_int(raw, SOL_PACKET, PACKET_VNET_HDR, 1).is_err() {
             return Err(os_err("PACKET_VNET_HDR", ifname));
         }
         // Best effort: older kernels lack it, and outgoing frames are also filtered by type.
         let _ = setsockopt_int(raw, SOL_PACKET, PACKET_IGNORE_OUTGOING, 1);
         // Large socket buffers: a burst of super-packets is megabytes. FORCE needs
         // CAP_NET_ADMIN; fall back to the capped variant.
-        for (force, plain) in
-            [(libc::SO_RCVBUFFORCE, libc::SO_RCVBUF), (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF)]
-        {
-            if !setsockopt_int(raw, libc::SOL_SOCKET, force, SOCKET_BUF_BYTES) {
-                let _ = setsockopt_int(raw, libc::SOL_SOCKET, plain, SOCKET_BUF_BYTES);
-            }
-        }
+        sock::set_buffer(raw, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, SOCKET_BUF_BYTES);
+        sock::set_buffer(raw, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, SOCKET_BUF_BYTES);
 
         // SAFETY: sockaddr_ll is plain old data; all-zero is a valid value.
         let mut sll: libc::sockaddr_ll = unsafe { core::mem::zeroed() };
@@ -277,7 +259,7 @@ impl AfPacketPort {
         }
         if let Some(group) = opts.fanout_group {
             let arg = libc::c_int::from(group) | (PACKET_FANOUT_HASH << 16);
-            if !setsockopt_int(raw, SOL_PACKET, PACKET_FANOUT, arg) {
+            if setsockopt_int(raw, SOL_PACKET, PACKET_FANOUT, arg).is_err() {
                 return Err(os_err("PACKET_FANOUT", ifname));
             }
         }
@@ -402,10 +384,8 @@ impl AfPacketPort {
     }
 
     /// Wait up to `timeout_ms` for the socket to become writable.
-    fn wait_writable(&self, timeout_ms: libc::c_int) {
-        let mut pfd = libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLOUT, revents: 0 };
-        // SAFETY: `pfd` is one live pollfd.
-        let _ = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+    fn wait_writable(&self, timeout_ms: u64) {
+        sys::poll::wait_writable(self.fd.as_raw_fd(), std::time::Duration::from_millis(timeout_ms));
     }
 }
 

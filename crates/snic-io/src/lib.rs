@@ -8,8 +8,8 @@
 //! - [`pcap`], [`udp`], [`generator`] (`gen.rs`), [`null`]: port drivers.
 //! - [`vlink`] and [`testbed`]: virtual links and the deterministic, simulated-time testbed.
 //! - [`hostif`]: the host-interface server (setup socket, shared-memory queues, kernels).
-//! - [`worker`], [`runtime`], [`signal`], [`poll`]: real threads, the real clock, idle waits,
-//!   clean shutdown.
+//! - [`worker`], [`runtime`], [`signal`]: real threads, the real clock, clean shutdown.
+//! - [`sys`]: every libc helper (socket options, `mmsghdr` set-up, `poll`, `madvise`).
 
 pub mod port;
 pub use port::{Port, PortCaps, PortCounters};
@@ -25,10 +25,9 @@ pub mod script;
 pub mod udp;
 pub mod vlink;
 
-pub mod hugepage;
-pub mod poll;
 pub mod runtime;
 pub mod signal;
+pub mod sys;
 pub mod testbed;
 pub mod worker;
 

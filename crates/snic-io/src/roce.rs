@@ -27,7 +27,7 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
@@ -38,6 +38,12 @@ use snic_rdma::verbs::MAX_SGE;
 use snic_time::{Clock, Instant};
 use snic_wire::ipv4::{self, IpProtocol};
 use snic_wire::{ipv6, udp};
+
+use crate::sys::poll::poll_in;
+use crate::sys::sock::{
+    empty_iovec, empty_mmsghdr, empty_sockaddr, from_sockaddr, is_full, set_buffer, setsockopt_int,
+    to_sockaddr,
+};
 
 /// Most datagrams (or GSO buffers) moved by one `sendmmsg` / `recvmmsg`; bigger
 /// [`TransportOpts::batch`] values are clamped to it (the call's arrays live on the stack).
@@ -848,11 +854,6 @@ fn sendmmsg_msgs(
     }
 }
 
-/// The socket buffer is full for now: keep the packets, retry later.
-pub(crate) fn is_full(e: &io::Error) -> bool {
-    e.kind() == io::ErrorKind::WouldBlock || e.raw_os_error() == Some(libc::ENOBUFS)
-}
-
 /// What `recvmmsg` said about one buffer.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct RxMeta {
@@ -954,28 +955,6 @@ pub(crate) fn recv_batch(
     Ok(r)
 }
 
-/// Wait until `fd` is readable or `timeout` passes (`None`: no limit); true when readable.
-/// An interrupted wait reports false.
-pub(crate) fn poll_in(fd: RawFd, timeout: Option<Duration>) -> io::Result<bool> {
-    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
-    let ts = timeout.map(|t| libc::timespec {
-        tv_sec: libc::time_t::try_from(t.as_secs()).unwrap_or(libc::time_t::MAX),
-        tv_nsec: libc::c_long::from(t.subsec_nanos() as i32),
-    });
-    let tsp = ts.as_ref().map_or(core::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: `pfd` is one valid pollfd living across the call (the kernel writes its
-    // `revents`); `tsp` is null or points to `ts`, alive for the call; no signal mask.
-    let r = unsafe { libc::ppoll(&mut pfd, 1, tsp, core::ptr::null()) };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        if e.kind() == io::ErrorKind::Interrupted {
-            return Ok(false);
-        }
-        return Err(e);
-    }
-    Ok(r > 0)
-}
-
 /// A non-blocking UDP socket bound to `addr` for sending (big send buffer, DF on IPv4).
 pub(crate) fn open_tx_socket(addr: SocketAddr) -> io::Result<UdpSocket> {
     let s = UdpSocket::bind(addr)?;
@@ -987,109 +966,6 @@ pub(crate) fn open_tx_socket(addr: SocketAddr) -> io::Result<UdpSocket> {
         let _ = setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DO);
     }
     Ok(s)
-}
-
-/// `setsockopt` of one int.
-pub(crate) fn setsockopt_int(
-    fd: RawFd,
-    level: libc::c_int,
-    opt: libc::c_int,
-    val: libc::c_int,
-) -> io::Result<()> {
-    // SAFETY: `val` is a live c_int and the length passed is its size; the kernel only reads
-    // it. `fd` is an open socket of the caller.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            opt,
-            (&val as *const libc::c_int).cast(),
-            core::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
-}
-
-/// Set a socket buffer size with the privileged `force` option, else the capped `plain` one.
-/// Best effort: a smaller buffer only means more EAGAIN (retried) or receive drops.
-pub(crate) fn set_buffer(fd: RawFd, force: libc::c_int, plain: libc::c_int, size: libc::c_int) {
-    if setsockopt_int(fd, libc::SOL_SOCKET, force, size).is_err() {
-        let _ = setsockopt_int(fd, libc::SOL_SOCKET, plain, size);
-    }
-}
-
-pub(crate) fn empty_iovec() -> libc::iovec {
-    libc::iovec { iov_base: core::ptr::null_mut(), iov_len: 0 }
-}
-
-fn empty_mmsghdr() -> libc::mmsghdr {
-    // SAFETY: `mmsghdr` is a plain C struct of integers and raw pointers, for which all-zero
-    // bytes are a valid value (null pointers, zero lengths).
-    unsafe { core::mem::zeroed() }
-}
-
-pub(crate) fn empty_sockaddr() -> libc::sockaddr_storage {
-    // SAFETY: `sockaddr_storage` is a plain C struct of integers; all-zero is valid.
-    unsafe { core::mem::zeroed() }
-}
-
-/// Write `a` into `out`; returns the address length.
-pub(crate) fn to_sockaddr(a: &SocketAddr, out: &mut libc::sockaddr_storage) -> libc::socklen_t {
-    match a {
-        SocketAddr::V4(v) => {
-            let sin = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: v.port().to_be(),
-                sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(v.ip().octets()) },
-                sin_zero: [0; 8],
-            };
-            // SAFETY: sockaddr_storage is larger than and at least as aligned as sockaddr_in.
-            unsafe { core::ptr::write((out as *mut libc::sockaddr_storage).cast(), sin) };
-            core::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t
-        }
-        SocketAddr::V6(v) => {
-            let sin6 = libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                sin6_port: v.port().to_be(),
-                sin6_flowinfo: v.flowinfo(),
-                sin6_addr: libc::in6_addr { s6_addr: v.ip().octets() },
-                sin6_scope_id: v.scope_id(),
-            };
-            // SAFETY: sockaddr_storage is larger than and at least as aligned as sockaddr_in6.
-            unsafe { core::ptr::write((out as *mut libc::sockaddr_storage).cast(), sin6) };
-            core::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t
-        }
-    }
-}
-
-/// Read a socket address the kernel wrote.
-pub(crate) fn from_sockaddr(
-    ss: &libc::sockaddr_storage,
-    len: libc::socklen_t,
-) -> Option<SocketAddr> {
-    let len = len as usize;
-    match libc::c_int::from(ss.ss_family) {
-        libc::AF_INET if len >= core::mem::size_of::<libc::sockaddr_in>() => {
-            // SAFETY: the family says the storage holds a sockaddr_in; storage is larger and
-            // at least as aligned.
-            let sin: libc::sockaddr_in =
-                unsafe { core::ptr::read((ss as *const libc::sockaddr_storage).cast()) };
-            let ip = Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes());
-            Some(SocketAddr::V4(SocketAddrV4::new(ip, u16::from_be(sin.sin_port))))
-        }
-        libc::AF_INET6 if len >= core::mem::size_of::<libc::sockaddr_in6>() => {
-            // SAFETY: as above, for sockaddr_in6.
-            let sin6: libc::sockaddr_in6 =
-                unsafe { core::ptr::read((ss as *const libc::sockaddr_storage).cast()) };
-            Some(SocketAddr::V6(SocketAddrV6::new(
-                Ipv6Addr::from(sin6.sin6_addr.s6_addr),
-                u16::from_be(sin6.sin6_port),
-                sin6.sin6_flowinfo,
-                sin6.sin6_scope_id,
-            )))
-        }
-        _ => None,
-    }
 }
 
 #[cfg(test)]
@@ -1217,17 +1093,6 @@ mod tests {
         for (i, c) in [(1usize, b'b'), (2, b'c')] {
             let n = sink.recv(&mut buf).unwrap();
             assert_eq!(&buf[..n], &vec![c; 10 + i][..]);
-        }
-    }
-
-    #[test]
-    fn sockaddr_round_trip() {
-        for a in ["127.0.0.1:4791", "[::1]:65535", "[fd00::5]:1"] {
-            let a: SocketAddr = a.parse().unwrap();
-            let mut ss = empty_sockaddr();
-            let l = to_sockaddr(&a, &mut ss);
-            assert_eq!(from_sockaddr(&ss, l), Some(a));
-            assert_eq!(from_sockaddr(&ss, 2), None);
         }
     }
 }

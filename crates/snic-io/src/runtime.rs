@@ -382,7 +382,7 @@ impl Runtime {
         }
         if let Some(vs) = &vswitch {
             // Flow tables of a million flows and more are TLB-bound on 4 KiB pages.
-            match crate::hugepage::advise(&vs.table_regions()) {
+            match crate::sys::hugepage::advise(&vs.table_regions()) {
                 Ok(_) => {}
                 Err(e) => eprintln!("snic: flow tables stay on small pages (madvise: {e})"),
             }
@@ -599,7 +599,7 @@ impl Runtime {
             if self.in_flight() > 0 {
                 self.collect(Duration::from_millis(1));
             } else if !self.sources_unpaced_pending() {
-                crate::poll::wait_readable(&self.fds, idle_wait).map_err(RunError::Io)?;
+                crate::sys::poll::wait_readable(&self.fds, idle_wait).map_err(RunError::Io)?;
             }
         }
         // Drain: every batch handed to a worker comes back and is transmitted.

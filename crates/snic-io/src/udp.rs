@@ -9,6 +9,7 @@
 #![allow(unsafe_code, reason = "recvmmsg/sendmmsg through libc; each block has a SAFETY comment")]
 
 use crate::port::{Port, PortCaps, PortCounters};
+use crate::sys::sock::{empty_iovec, empty_mmsghdr, is_transient, set_buffer};
 use snic_pipeline::Batch;
 use snic_time::Instant;
 use std::io;
@@ -37,8 +38,8 @@ impl UdpPort {
         socket.connect(remote)?;
         socket.set_nonblocking(true)?;
         // Room for a few full batches in flight; best effort (the kernel may cap it).
-        set_buffer(&socket, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, SOCKET_BUFFER);
-        set_buffer(&socket, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, SOCKET_BUFFER);
+        set_buffer(socket.as_raw_fd(), libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, SOCKET_BUFFER);
+        set_buffer(socket.as_raw_fd(), libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, SOCKET_BUFFER);
         let local = socket.local_addr()?;
         Ok(UdpPort {
             name: format!("udp:{local},{remote}"),
@@ -55,47 +56,6 @@ impl UdpPort {
 
 /// Socket buffer size asked for: room for several 256-frame batches of full-size frames.
 pub const SOCKET_BUFFER: libc::c_int = 4 << 20;
-
-/// Set a socket buffer size with the privileged option `force` (ignores the system maximum),
-/// falling back to `plain` (capped by the system maximum). Failures are ignored: a smaller
-/// buffer only means more counted drops under bursts.
-fn set_buffer(socket: &UdpSocket, force: libc::c_int, plain: libc::c_int, size: libc::c_int) {
-    let set = |opt: libc::c_int| {
-        // SAFETY: `size` is a live c_int and the length passed is its size; the kernel only
-        // reads it. The fd is our open socket.
-        unsafe {
-            libc::setsockopt(
-                socket.as_raw_fd(),
-                libc::SOL_SOCKET,
-                opt,
-                (&size as *const libc::c_int).cast(),
-                core::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        }
-    };
-    if set(force) != 0 {
-        set(plain);
-    }
-}
-
-/// Errors that mean "nothing to do now" rather than a broken port: no data, an ICMP port
-/// unreachable from a peer that is not up yet, an interrupted call.
-fn is_transient(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::ConnectionRefused | io::ErrorKind::Interrupted
-    )
-}
-
-fn empty_iovec() -> libc::iovec {
-    libc::iovec { iov_base: core::ptr::null_mut(), iov_len: 0 }
-}
-
-fn empty_mmsghdr() -> libc::mmsghdr {
-    // SAFETY: `mmsghdr` is a plain C struct of integers and raw pointers, for which all-zero
-    // bytes are a valid value (null pointers, zero lengths).
-    unsafe { core::mem::zeroed() }
-}
 
 impl Port for UdpPort {
     fn name(&self) -> &str {

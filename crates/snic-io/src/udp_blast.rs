@@ -13,9 +13,12 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::roce::{
-    GSO_MAX_BYTES, GSO_MAX_SEGS, MAX_BATCH, RX_ROOM, RxMeta, SOCKET_BUFFER, empty_iovec,
-    empty_sockaddr, is_full, open_tx_socket, poll_in, recv_batch, sendmmsg_runs, set_buffer,
-    setsockopt_int, to_sockaddr,
+    GSO_MAX_BYTES, GSO_MAX_SEGS, MAX_BATCH, RX_ROOM, RxMeta, SOCKET_BUFFER, open_tx_socket,
+    recv_batch, sendmmsg_runs,
+};
+use crate::sys::poll::poll_in;
+use crate::sys::sock::{
+    empty_iovec, empty_sockaddr, is_full, set_buffer, setsockopt_int, to_sockaddr,
 };
 
 /// What a blast moved.

@@ -25,7 +25,7 @@ use snic_hostif::shm::{EventFd, Mapping, SeqListener, SeqPacket, SharedBacking};
 
 use super::rdma::{self, Master, RdmaHost};
 use super::worker::{Ack, Cmd, Op, Worker, WorkerStats};
-use crate::poll::poll_ready;
+use crate::sys::poll::poll_ready;
 
 /// Server settings.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,7 +1,8 @@
-//! Waiting for readable descriptors with `poll(2)`: idle I/O loops (over their ports' file
-//! descriptors, with a short timeout, so they sleep instead of spinning) and the
-//! host-interface server's control thread (which wants to know which descriptors are ready).
-#![allow(unsafe_code, reason = "poll(2) through libc; the one block has a SAFETY comment")]
+//! Waiting for descriptors with `poll(2)` / `ppoll(2)`: idle I/O loops (over their ports' file
+//! descriptors, with a short timeout, so they sleep instead of spinning), the host-facing
+//! device's control thread (which wants to know which descriptors are ready), the RoCE
+//! transport (one socket, any timeout) and a port waiting for room to send.
+#![allow(unsafe_code, reason = "poll(2)/ppoll(2) through libc; each block has a SAFETY comment")]
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
@@ -29,13 +30,42 @@ pub fn wait_readable(fds: &[RawFd], timeout: Duration) -> io::Result<bool> {
 /// Wait until one of `fds` is readable (or hung up, or in error) or `timeout` passes. Returns
 /// one flag per descriptor (all of them waited on, however many). An interrupted wait returns
 /// all `false`.
-pub(crate) fn poll_ready<F: AsRawFd>(fds: &[F], timeout: Duration) -> io::Result<Vec<bool>> {
+pub fn poll_ready<F: AsRawFd>(fds: &[F], timeout: Duration) -> io::Result<Vec<bool>> {
     let mut pfds: Vec<libc::pollfd> = fds
         .iter()
         .map(|fd| libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 })
         .collect();
     let ready = poll(&mut pfds, timeout)?;
     Ok(pfds.iter().map(|p| ready > 0 && p.revents != 0).collect())
+}
+
+/// Wait until `fd` is readable or `timeout` passes (`None`: no limit); true when readable.
+/// An interrupted wait reports false.
+pub fn poll_in(fd: RawFd, timeout: Option<Duration>) -> io::Result<bool> {
+    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    let ts = timeout.map(|t| libc::timespec {
+        tv_sec: libc::time_t::try_from(t.as_secs()).unwrap_or(libc::time_t::MAX),
+        tv_nsec: libc::c_long::from(t.subsec_nanos() as i32),
+    });
+    let tsp = ts.as_ref().map_or(core::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `pfd` is one valid pollfd living across the call (the kernel writes its
+    // `revents`); `tsp` is null or points to `ts`, alive for the call; no signal mask.
+    let r = unsafe { libc::ppoll(&mut pfd, 1, tsp, core::ptr::null()) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(false);
+        }
+        return Err(e);
+    }
+    Ok(r > 0)
+}
+
+/// Wait up to `timeout` for `fd` to become writable (best effort: errors and interruptions
+/// just end the wait early).
+pub fn wait_writable(fd: RawFd, timeout: Duration) {
+    let mut pfd = [libc::pollfd { fd, events: libc::POLLOUT, revents: 0 }];
+    let _ = poll(&mut pfd, timeout);
 }
 
 /// `poll(2)` over `pfds` for `timeout` (whole milliseconds, saturated): the number of

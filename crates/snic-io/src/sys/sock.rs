@@ -1,0 +1,143 @@
+//! Socket helpers over libc: options, buffer sizes, the C structs of `recvmmsg(2)` /
+//! `sendmmsg(2)`, and socket-address conversion. Each is written once for every driver.
+#![allow(
+    unsafe_code,
+    reason = "setsockopt and C structs through libc; each block has a SAFETY comment"
+)]
+
+use std::io;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::RawFd;
+
+/// `setsockopt` of one int on the open socket `fd`.
+pub fn setsockopt_int(
+    fd: RawFd,
+    level: libc::c_int,
+    opt: libc::c_int,
+    val: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: `val` is a live c_int and the length passed is its size; the kernel only reads
+    // it. `fd` is an open socket of the caller.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            opt,
+            (&val as *const libc::c_int).cast(),
+            core::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+/// Set a socket buffer size with the privileged option `force` (ignores the system maximum),
+/// falling back to `plain` (capped by the system maximum). Best effort: a smaller buffer only
+/// means more EAGAIN (retried) or counted drops under bursts.
+pub fn set_buffer(fd: RawFd, force: libc::c_int, plain: libc::c_int, size: libc::c_int) {
+    if setsockopt_int(fd, libc::SOL_SOCKET, force, size).is_err() {
+        let _ = setsockopt_int(fd, libc::SOL_SOCKET, plain, size);
+    }
+}
+
+/// Errors that mean "nothing to do now" rather than a broken socket: no data, an ICMP port
+/// unreachable from a peer that is not up yet, an interrupted call.
+pub fn is_transient(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::ConnectionRefused | io::ErrorKind::Interrupted
+    )
+}
+
+/// The socket buffer is full for now (EAGAIN / ENOBUFS): keep the packets, retry later.
+pub fn is_full(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::WouldBlock || e.raw_os_error() == Some(libc::ENOBUFS)
+}
+
+/// An `iovec` pointing at nothing.
+pub fn empty_iovec() -> libc::iovec {
+    libc::iovec { iov_base: core::ptr::null_mut(), iov_len: 0 }
+}
+
+/// An all-zero `mmsghdr`.
+pub fn empty_mmsghdr() -> libc::mmsghdr {
+    // SAFETY: `mmsghdr` is a plain C struct of integers and raw pointers, for which all-zero
+    // bytes are a valid value (null pointers, zero lengths).
+    unsafe { core::mem::zeroed() }
+}
+
+/// An all-zero `sockaddr_storage`.
+pub fn empty_sockaddr() -> libc::sockaddr_storage {
+    // SAFETY: `sockaddr_storage` is a plain C struct of integers; all-zero is valid.
+    unsafe { core::mem::zeroed() }
+}
+
+/// Write `a` into `out`; returns the address length.
+pub fn to_sockaddr(a: &SocketAddr, out: &mut libc::sockaddr_storage) -> libc::socklen_t {
+    match a {
+        SocketAddr::V4(v) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: v.port().to_be(),
+                sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(v.ip().octets()) },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than and at least as aligned as sockaddr_in.
+            unsafe { core::ptr::write((out as *mut libc::sockaddr_storage).cast(), sin) };
+            core::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t
+        }
+        SocketAddr::V6(v) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: v.port().to_be(),
+                sin6_flowinfo: v.flowinfo(),
+                sin6_addr: libc::in6_addr { s6_addr: v.ip().octets() },
+                sin6_scope_id: v.scope_id(),
+            };
+            // SAFETY: sockaddr_storage is larger than and at least as aligned as sockaddr_in6.
+            unsafe { core::ptr::write((out as *mut libc::sockaddr_storage).cast(), sin6) };
+            core::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t
+        }
+    }
+}
+/// Read a socket address the kernel wrote.
+pub fn from_sockaddr(ss: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
+    let len = len as usize;
+    match libc::c_int::from(ss.ss_family) {
+        libc::AF_INET if len >= core::mem::size_of::<libc::sockaddr_in>() => {
+            // SAFETY: the family says the storage holds a sockaddr_in; storage is larger and
+            // at least as aligned.
+            let sin: libc::sockaddr_in =
+                unsafe { core::ptr::read((ss as *const libc::sockaddr_storage).cast()) };
+            let ip = Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes());
+            Some(SocketAddr::V4(SocketAddrV4::new(ip, u16::from_be(sin.sin_port))))
+        }
+        libc::AF_INET6 if len >= core::mem::size_of::<libc::sockaddr_in6>() => {
+            // SAFETY: as above, for sockaddr_in6.
+            let sin6: libc::sockaddr_in6 =
+                unsafe { core::ptr::read((ss as *const libc::sockaddr_storage).cast()) };
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(sin6.sin6_addr.s6_addr),
+                u16::from_be(sin6.sin6_port),
+                sin6.sin6_flowinfo,
+                sin6.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sockaddr_round_trip() {
+        for a in ["127.0.0.1:4791", "[::1]:65535", "[fd00::5]:1"] {
+            let a: SocketAddr = a.parse().unwrap();
+            let mut ss = empty_sockaddr();
+            let l = to_sockaddr(&a, &mut ss);
+            assert_eq!(from_sockaddr(&ss, l), Some(a));
+            assert_eq!(from_sockaddr(&ss, 2), None);
+        }
+    }
+}
