@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use snic_io::hostif::{Server, ServerConfig, default_socket_path};
+use snic_device::{Server, ServerConfig, default_socket_path};
 use snic_io::signal::Signals;
 
 use crate::dma::size_label;

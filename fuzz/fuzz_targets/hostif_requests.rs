@@ -13,7 +13,7 @@ use std::time::Duration;
 use libfuzzer_sys::fuzz_target;
 use snic_hostif::proto::{Request, Response};
 use snic_hostif::shm::SeqPacket;
-use snic_io::hostif::{Server, ServerConfig, ServerHandle};
+use snic_device::{Server, ServerConfig, ServerHandle};
 
 fn server() -> &'static ServerHandle {
     static S: OnceLock<ServerHandle> = OnceLock::new();

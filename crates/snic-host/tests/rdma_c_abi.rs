@@ -4,9 +4,9 @@
 
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 
-use snic_io::hostif::{Server, ServerConfig};
+use snic_device::{Server, ServerConfig};
 
-fn server(dir: &std::path::Path) -> snic_io::hostif::ServerHandle {
+fn server(dir: &std::path::Path) -> snic_device::ServerHandle {
     let probe = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).expect("a free UDP port");
     let rdma = SocketAddr::new(Ipv4Addr::LOCALHOST.into(), probe.local_addr().unwrap().port());
     drop(probe);

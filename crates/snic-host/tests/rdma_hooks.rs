@@ -9,12 +9,12 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use common::pattern;
+use snic_device::{Server, ServerConfig, ServerHandle};
 use snic_dma::is_device_address;
 use snic_host::{
     DevKind, Device, HostError, Placement, RdmaSge, WC_RDMA_READ, WC_RDMA_WRITE, WC_RECV, WC_SEND,
     WC_SUCCESS, rdma_access,
 };
-use snic_io::hostif::{Server, ServerConfig, ServerHandle};
 
 const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 const WAIT: Duration = Duration::from_secs(5);

@@ -7,7 +7,6 @@
 //! - [`spec`]: port specs (`pcap:in.pcap,out.pcap`, `udp:A,B`, `gen:1000`, `null`, ...).
 //! - [`pcap`], [`udp`], [`generator`] (`gen.rs`), [`null`]: port drivers.
 //! - [`vlink`] and [`testbed`]: virtual links and the deterministic, simulated-time testbed.
-//! - [`hostif`]: the host-interface server (setup socket, shared-memory queues, kernels).
 //! - [`worker`], [`runtime`], [`signal`]: real threads, the real clock, clean shutdown.
 //! - [`sys`]: every libc helper (socket options, `mmsghdr` set-up, `poll`, `madvise`).
 
@@ -32,7 +31,6 @@ pub mod testbed;
 pub mod worker;
 
 pub mod afpacket;
-pub mod hostif;
 pub mod rdma_cm;
 pub mod roce;
 pub mod tap;

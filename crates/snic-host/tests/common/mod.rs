@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use snic_io::hostif::{Server, ServerConfig, ServerHandle};
+use snic_device::{Server, ServerConfig, ServerHandle};
 
 /// A running server on a socket in a fresh temporary directory.
 pub struct TestServer {

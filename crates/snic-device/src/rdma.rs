@@ -46,8 +46,8 @@ use snic_rdma::{
 };
 use snic_time::{Clock, MonotonicClock};
 
-use crate::roce::{RoceTransport, TransportOpts};
-use crate::sys::poll::wait_readable;
+use snic_io::roce::{RoceTransport, TransportOpts};
+use snic_io::sys::poll::wait_readable;
 
 /// Longest the RDMA thread sleeps when idle (it also wakes on packets, posts and shutdown).
 const IDLE_WAIT: Duration = Duration::from_millis(50);

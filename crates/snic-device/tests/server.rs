@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use snic_compute::KernelCmd;
+use snic_device::{Server, ServerConfig, ServerHandle};
 use snic_dma::desc::{CMPT_SIZE, Completion, DESC_SIZE, Descriptor, flags};
 use snic_hostif::abi;
 use snic_hostif::proto::{DevKind, DirName, QueueMode, RdmaRequest, Request, Response};
 use snic_hostif::shm::{EventFd, Mapping, SeqPacket};
-use snic_io::hostif::{Server, ServerConfig, ServerHandle};
 
 fn start(dir: &Path, workers: u32, spin_us: u64) -> ServerHandle {
     let cfg = ServerConfig {

@@ -1,5 +1,11 @@
-//! The snic side of the host interface: the setup-socket server, its worker threads and the
-//! lookaside kernels they serve.
+//! The device a host sees: snic's side of the host interface, the way a PCIe function looks
+//! from the host (register space, device memory, DMA queues and channels, lookaside kernels,
+//! RDMA verbs). `snic serve` runs it; host processes reach it through the host library
+//! (`snic-host`), and both sides speak the contract in `snic-hostif`.
+//!
+//! Not to be confused with its neighbours: `snic-hostif` is the contract (register layout,
+//! setup messages, shared memory) that both processes share; `snic-host` is the host library
+//! (what a host program links); this crate is the device that serves them.
 //!
 //! A host process connects to the setup socket ([`snic_hostif::proto`]), says hello and gets
 //! its register space (BAR), the NIC page and one kick eventfd per worker. It registers host

@@ -23,9 +23,9 @@ use snic_hostif::proto::{
 };
 use snic_hostif::shm::{EventFd, Mapping, SeqListener, SeqPacket, SharedBacking};
 
-use super::rdma::{self, Master, RdmaHost};
-use super::worker::{Ack, Cmd, Op, Worker, WorkerStats};
-use crate::sys::poll::poll_ready;
+use crate::rdma::{self, Master, RdmaHost};
+use crate::worker::{Ack, Cmd, Op, Worker, WorkerStats};
+use snic_io::sys::poll::poll_ready;
 
 /// Server settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,7 +50,7 @@ pub struct ServerConfig {
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
-            socket: super::default_socket_path(),
+            socket: crate::default_socket_path(),
             on_chip: 4 << 20,
             on_board: 256 << 20,
             workers: 2,
