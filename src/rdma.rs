@@ -3,13 +3,13 @@
 //! `snic rdma write|read|send|atomic --server` on one side, `... --client ADDR` on the other, as
 //! `ib_write_bw` / `ib_read_lat` / ... do. The two processes meet on a TCP socket (perftest's
 //! port 18515 by default): the client tells the server what to run (operation, sizes, iterations,
-//! buffer layout), both exchange their QP information ([`snic_io::rdma_cm`]), connect their QPs
+//! buffer layout), both exchange their QP information ([`snic_roce::cm`]), connect their QPs
 //! and then drive their [`Rnic`] over a [`RoceTransport`] on the real monotonic clock. The client
 //! is the active side in bandwidth mode (the server's responder serves it); in latency mode
 //! WRITE and SEND ping-pong between the two. After every size the client reports its figures to
 //! the server and the side that received the data checks it: `data verified: OK`, or exit code 1.
 //!
-//! `blast` runs the raw UDP ceiling ([`snic_io::udp_blast`]) with the same sizes and batching and
+//! `blast` runs the raw UDP ceiling ([`snic_roce::blast`]) with the same sizes and batching and
 //! prints the same table, so scripts can compare the engine with the socket layer side by side.
 //!
 //! Output follows perftest's header and column formats; `--json` prints one JSON object per
@@ -27,9 +27,9 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
-use snic_io::rdma_cm::{self, QpInfo};
-use snic_io::roce::{RoceTransport, TransportOpts};
-use snic_io::udp_blast::{BlastReceiver, BlastReport, BlastTarget, blast_send};
+use snic_roce::blast::{BlastReceiver, BlastReport, BlastTarget, blast_send};
+use snic_roce::cm::{self, QpInfo};
+use snic_roce::transport::{RoceTransport, TransportOpts};
 
 /// perftest's default TCP port.
 pub const DEFAULT_TCP_PORT: u16 = 18515;
@@ -574,7 +574,7 @@ fn setup(ctrl: Ctrl, plan: Plan, a: &RdmaArgs, local_ip: IpAddr) -> Result<Side>
         mtu: a.mtu,
     };
     let mut ctrl = ctrl;
-    let remote = rdma_cm::exchange(&mut ctrl.s, &local).context("QP exchange")?;
+    let remote = cm::exchange(&mut ctrl.s, &local).context("QP exchange")?;
     ensure!(
         remote.gid.is_ipv4() == local_ip.is_ipv4(),
         "address families differ: local {local_ip}, remote {}",
@@ -587,7 +587,7 @@ fn setup(ctrl: Ctrl, plan: Plan, a: &RdmaArgs, local_ip: IpAddr) -> Result<Side>
         a.port
     );
     let clock = MonotonicClock::new();
-    rdma_cm::connect_qp_mtu(&mut rnic, qpn, &remote, psn, a.mtu, clock.now())
+    cm::connect_qp_mtu(&mut rnic, qpn, &remote, psn, a.mtu, clock.now())
         .map_err(|e| anyhow!("connect QP: {e}"))?;
     let opts = TransportOpts { gso: !a.no_gso, gro: !a.no_gso, ..TransportOpts::default() };
     let bind = SocketAddr::new(local_ip, a.port);

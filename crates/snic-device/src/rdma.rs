@@ -46,8 +46,8 @@ use snic_rdma::{
 };
 use snic_time::{Clock, MonotonicClock};
 
-use snic_io::roce::{RoceTransport, TransportOpts};
 use snic_io::sys::poll::wait_readable;
+use snic_roce::transport::{RoceTransport, TransportOpts};
 
 /// Longest the RDMA thread sleeps when idle (it also wakes on packets, posts and shutdown).
 const IDLE_WAIT: Duration = Duration::from_millis(50);

@@ -31,8 +31,5 @@ pub mod testbed;
 pub mod worker;
 
 pub mod afpacket;
-pub mod rdma_cm;
-pub mod roce;
 pub mod tap;
-pub mod udp_blast;
 pub mod vnet;

@@ -39,8 +39,8 @@ use snic_time::{Clock, Instant};
 use snic_wire::ipv4::{self, IpProtocol};
 use snic_wire::{ipv6, udp};
 
-use crate::sys::poll::poll_in;
-use crate::sys::sock::{
+use snic_io::sys::poll::poll_in;
+use snic_io::sys::sock::{
     empty_iovec, empty_mmsghdr, empty_sockaddr, from_sockaddr, is_full, set_buffer, setsockopt_int,
     to_sockaddr,
 };

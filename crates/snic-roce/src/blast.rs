@@ -1,7 +1,7 @@
 //! The raw UDP ceiling: send and receive equal-sized datagrams as fast as the kernel takes
 //! them, with the same batching the RoCE transport uses (`sendmmsg` of `batch` datagrams, or
 //! UDP GSO buffers cut into `batch` segments per call), so RDMA bandwidth over
-//! [`crate::roce::RoceTransport`] can be set beside what plain UDP reaches on the same path.
+//! [`crate::transport::RoceTransport`] can be set beside what plain UDP reaches on the same path.
 //! `size` is the UDP payload of one datagram: for a RoCE packet, BTH (12) + extension headers
 //! + payload + ICRC (4).
 
@@ -12,12 +12,12 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::roce::{
+use crate::transport::{
     GSO_MAX_BYTES, GSO_MAX_SEGS, MAX_BATCH, RX_ROOM, RxMeta, SOCKET_BUFFER, open_tx_socket,
     recv_batch, sendmmsg_runs,
 };
-use crate::sys::poll::poll_in;
-use crate::sys::sock::{
+use snic_io::sys::poll::poll_in;
+use snic_io::sys::sock::{
     empty_iovec, empty_sockaddr, is_full, set_buffer, setsockopt_int, to_sockaddr,
 };
 
@@ -85,7 +85,7 @@ pub fn blast_send(
     let per_run = if gso { GSO_MAX_SEGS.min(GSO_MAX_BYTES / size).max(1) } else { 1 };
     let mut names = [empty_sockaddr(); MAX_BATCH];
     let mut lens = [0 as libc::socklen_t; MAX_BATCH];
-    let mut runs = [crate::roce::Run::default(); MAX_BATCH];
+    let mut runs = [crate::transport::Run::default(); MAX_BATCH];
     let start = std::time::Instant::now();
     let mut report = BlastReport::default();
     while report.datagrams < count {
@@ -100,7 +100,7 @@ pub fn blast_send(
         let mut i = 0;
         while i < n {
             let c = per_run.min(n - i);
-            runs[nr] = crate::roce::Run { start: i, count: c, seg: size };
+            runs[nr] = crate::transport::Run { start: i, count: c, seg: size };
             lens[nr] = to_sockaddr(&dst, &mut names[nr]);
             nr += 1;
             i += c;
@@ -109,9 +109,9 @@ pub fn blast_send(
         let mut first = 0;
         while first < nr {
             let base = runs[first].start;
-            let mut rel = [crate::roce::Run::default(); MAX_BATCH];
+            let mut rel = [crate::transport::Run::default(); MAX_BATCH];
             for (k, r) in runs[first..nr].iter().enumerate() {
-                rel[k] = crate::roce::Run { start: r.start - base, ..*r };
+                rel[k] = crate::transport::Run { start: r.start - base, ..*r };
             }
             match sendmmsg_runs(
                 fd,

@@ -12,13 +12,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use snic_dma::MemKind;
-use snic_io::rdma_cm::{QpInfo, connect_qp};
-use snic_io::roce::{RoceTransport, TransportOpts};
 use snic_rdma::pkt::{self, ECN_CE, ECN_ECT0, Path};
 use snic_rdma::{
     Access, CqId, Cqe, MrInfo, QpInit, RecvWr, Remote, Rnic, RnicConfig, SendWr, SgList, Sge,
     WcOpcode, WcStatus, WrOp,
 };
+use snic_roce::cm::{QpInfo, connect_qp};
+use snic_roce::transport::{RoceTransport, TransportOpts};
 use snic_time::{Clock, Instant, MonotonicClock};
 use snic_wire::roce::{RoceRepr, bth, opcode};
 
