@@ -1,12 +1,18 @@
-//! Ports, workers, clocks and the testbed: the only layer of snic that does I/O.
+//! Ports, workers and the run loop: where snic's packet path meets sockets, threads and the
+//! real clock.
+//!
+//! Its neighbours do the rest of snic's I/O: `snic-roce` (RoCE over kernel UDP),
+//! `snic-device` (the device a host sees) and `snic-testbed` (nodes on simulated time).
 //!
 //! Ports move batches of frames between the outside world (pcap files, AF_PACKET sockets, TAP
 //! devices, UDP tunnels, in-process virtual links) and the sans-IO pipeline. Workers own ports'
 //! queues and pipelines, spread flows by RSS hash, and read the real clock.
 //!
 //! - [`spec`]: port specs (`pcap:in.pcap,out.pcap`, `udp:A,B`, `gen:1000`, `null`, ...).
-//! - [`pcap`], [`udp`], [`generator`] (`gen.rs`), [`null`]: port drivers.
-//! - [`vlink`] and [`testbed`]: virtual links and the deterministic, simulated-time testbed.
+//! - [`pcap`], [`udp`], [`generator`] (`gen.rs`), [`null`], [`afpacket`], [`tap`], [`script`]:
+//!   port drivers.
+//! - [`vlink`]: seeded virtual links (the deterministic testbed, `snic-testbed`, joins nodes
+//!   with them).
 //! - [`worker`], [`runtime`], [`signal`]: real threads, the real clock, clean shutdown.
 //! - [`sys`]: every libc helper (socket options, `mmsghdr` set-up, `poll`, `madvise`).
 
@@ -27,7 +33,6 @@ pub mod vlink;
 pub mod runtime;
 pub mod signal;
 pub mod sys;
-pub mod testbed;
 pub mod worker;
 
 pub mod afpacket;

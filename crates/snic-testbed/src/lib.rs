@@ -11,9 +11,9 @@
 //! Given the same seeds, a run is exactly reproducible: nothing reads the real clock or an
 //! unseeded RNG.
 
-use crate::port::{Port, PortCounters};
-use crate::worker::Node;
 use core::fmt;
+use snic_io::port::{Port, PortCounters};
+use snic_io::worker::Node;
 use snic_pipeline::{Counters, Pipeline};
 use snic_time::{Clock, Instant, SimClock};
 
@@ -215,10 +215,10 @@ impl Testbed {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::generator::GenPort;
-    use crate::null::NullPort;
-    use crate::vlink::{LinkConfig, VLink, VLinkPort};
     use core::time::Duration;
+    use snic_io::generator::GenPort;
+    use snic_io::null::NullPort;
+    use snic_io::vlink::{LinkConfig, VLink, VLinkPort};
     use snic_pipeline::PortId;
     use snic_time::Instant;
 
@@ -309,8 +309,8 @@ mod tests {
         fn poll_timeout(&self) -> Option<Instant> {
             Some(Instant::ZERO)
         }
-        fn caps(&self) -> crate::PortCaps {
-            crate::PortCaps::default()
+        fn caps(&self) -> snic_io::PortCaps {
+            snic_io::PortCaps::default()
         }
     }
 
@@ -328,8 +328,8 @@ mod tests {
         fn send(&mut self, _: Instant, b: &mut snic_pipeline::Batch) -> std::io::Result<usize> {
             Ok(b.len())
         }
-        fn caps(&self) -> crate::PortCaps {
-            crate::PortCaps::default()
+        fn caps(&self) -> snic_io::PortCaps {
+            snic_io::PortCaps::default()
         }
     }
 

@@ -8,8 +8,8 @@
 use core::net::{IpAddr, Ipv4Addr};
 use etherparse::PacketBuilder;
 use snic_io::script::{ScriptHandle, ScriptPort};
-use snic_io::testbed::{NodeId, Testbed};
 use snic_pipeline::{DropReason, Pipeline};
+use snic_testbed::{NodeId, Testbed};
 use snic_time::Instant;
 use snic_vswitch::config::PolicyEdit;
 use snic_vswitch::engine::{VSwitch, VSwitchConfig};
