@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Print the ICRC known answer of snic-io's `gen.rs` test `icrc_known_answer` (ICRC_KAT).
+"""Print the ICRC known answer of snic-io's `generator.rs` test `icrc_known_answer` (ICRC_KAT).
 
 The frame there is Ethernet / IPv4 10.0.0.1 -> 10.0.0.2 / UDP 49152 -> 4791 / BTH (RC SEND
 Only, P_Key 0xffff, dest QP 0x11, PSN 1) / payload 01 02 03 04. The RoCEv2 ICRC is a CRC-32

@@ -9,7 +9,7 @@
 //! queues and pipelines, spread flows by RSS hash, and read the real clock.
 //!
 //! - [`spec`]: port specs (`pcap:in.pcap,out.pcap`, `udp:A,B`, `gen:1000`, `null`, ...).
-//! - [`pcap`], [`udp`], [`generator`] (`gen.rs`), [`null`], [`afpacket`], [`tap`], [`script`]:
+//! - [`pcap`], [`udp`], [`generator`], [`null`], [`afpacket`], [`tap`], [`script`]:
 //!   port drivers.
 //! - [`vlink`]: seeded virtual links (the deterministic testbed, `snic-testbed`, joins nodes
 //!   with them).
@@ -22,7 +22,6 @@ pub use port::{Port, PortCaps, PortCounters};
 pub mod spec;
 pub use spec::{PortSpec, SpecError};
 
-#[path = "gen.rs"]
 pub mod generator;
 pub mod null;
 pub mod pcap;

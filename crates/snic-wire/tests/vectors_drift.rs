@@ -5,7 +5,7 @@
 //!
 //! - `roce_icrc_scapy.py` prints the `&[u8]` vectors of `roce_icrc_scapy.rs` (IP header to ICRC);
 //! - `stack_common/gen_vectors.py` prints the hex frames of `stack_common/mod.rs`;
-//! - `scripts/icrc_kat.py` (standard library only) prints snic-io's `gen.rs` ICRC known answer.
+//! - `scripts/icrc_kat.py` (standard library only) prints snic-io's `generator.rs` ICRC known answer.
 //!
 //! python3 (with scapy, for the first two) is needed: without it a test prints a skip note and
 //! passes, unless the environment variable `CI` is set, when it fails (CI must never pass by
@@ -21,7 +21,7 @@ use std::process::Command;
 /// The Rust source holding the ICRC vectors.
 const ROCE_ICRC_RS: &str = include_str!("roce_icrc_scapy.rs");
 /// snic-io's traffic generator, whose unit tests hold the ICRC known answer.
-const GEN_RS: &str = include_str!("../../snic-io/src/gen.rs");
+const GENERATOR_RS: &str = include_str!("../../snic-io/src/generator.rs");
 
 fn tests_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests")
@@ -159,13 +159,16 @@ fn gen_icrc_known_answer_matches_its_script() {
     let printed = run_script(&root.join("scripts/icrc_kat.py"));
     let printed = printed.trim().strip_prefix("0x").expect("0x-prefixed hex");
     let printed = u32::from_str_radix(printed, 16).expect("hex");
-    let line = GEN_RS
+    let line = GENERATOR_RS
         .lines()
         .find_map(|l| l.trim().strip_prefix("const ICRC_KAT: u32 = 0x"))
-        .expect("gen.rs defines ICRC_KAT");
+        .expect("generator.rs defines ICRC_KAT");
     let pasted = line.strip_suffix(';').expect("one-line const").replace('_', "");
     let pasted = u32::from_str_radix(&pasted, 16).expect("hex");
-    assert_eq!(pasted, printed, "gen.rs ICRC_KAT {pasted:#010x}, icrc_kat.py {printed:#010x}");
+    assert_eq!(
+        pasted, printed,
+        "generator.rs ICRC_KAT {pasted:#010x}, icrc_kat.py {printed:#010x}"
+    );
 }
 
 /// The parsers above find what they should (so an empty parse cannot pass as "no drift").
