@@ -682,9 +682,7 @@ fn dispatch(
     // The walk and hash that choose the worker are kept in the metadata, so the worker's parse
     // stage does not repeat them.
     for p in rx.iter_mut() {
-        p.meta.stack = snic_wire::stack::Stack::parse(p.data());
-        p.meta.rss_hash = rss.hash_packet(p.data(), &p.meta.stack);
-        p.meta.parsed = true;
+        rss.parse_and_hash(p);
     }
     for (k, s) in stage.iter_mut().enumerate() {
         loop {

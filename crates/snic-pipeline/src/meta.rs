@@ -158,9 +158,10 @@ pub struct Metadata {
     pub stack: Stack,
     /// RSS hash over the (inner where present) 5-tuple.
     pub rss_hash: u32,
-    /// True when the receive side already walked the frame into `stack` and computed
-    /// `rss_hash` (with the pipeline's key) to choose a worker, as a NIC hashes before choosing a
-    /// queue; the parse stage then does not walk it again. Reset with the buffer.
+    /// True once [`crate::rss::Toeplitz::parse_and_hash`] walked the frame into `stack` and
+    /// computed `rss_hash` (the receive side does it to choose a worker, as a NIC hashes before
+    /// choosing a queue; otherwise the parse stage does); nothing walks it again. Reset with the
+    /// buffer.
     pub parsed: bool,
     /// Segmentation / checksum offload state.
     pub offload: Offload,

@@ -10,7 +10,11 @@
 //! destination addresses, plus source and destination ports for TCP and UDP (the 4-tuple), in
 //! the field order of the Microsoft RSS specification. IPv4 fragments hash the 2-tuple only, so a
 //! fragmented datagram stays on one worker. Non-IP frames hash to 0.
+//!
+//! [`Toeplitz::parse_and_hash`] is the one place a packet is walked and hashed: the I/O layer's
+//! dispatch to workers and the `parse` stage both call it, and only the first call does work.
 
+use crate::PacketBuf;
 use snic_wire::stack::{Layer, Stack};
 
 /// The Microsoft RSS verification key, the usual default.
@@ -106,6 +110,19 @@ impl Toeplitz {
         let mut buf = [0u8; MAX_INPUT];
         let n = tuple(frame, stack, &mut buf);
         self.hash(&buf[..n])
+    }
+
+    /// The receive-side walk, done once per packet: parse `p`'s headers into `meta.stack`,
+    /// hash them into `meta.rss_hash` and mark the packet parsed. The I/O layer calls this to
+    /// choose a worker (as a NIC hashes before it chooses a queue) and the `parse` stage calls
+    /// it for packets nobody walked yet; a packet already walked is left as it is.
+    pub fn parse_and_hash(&self, p: &mut PacketBuf) {
+        if p.meta.parsed {
+            return;
+        }
+        p.meta.stack = snic_wire::stack::parse(p.data());
+        p.meta.rss_hash = self.hash_packet(p.data(), &p.meta.stack);
+        p.meta.parsed = true;
     }
 }
 

@@ -43,11 +43,7 @@ impl Stage for Parse {
     fn process(&mut self, _now: Instant, batch: &mut Batch, ctx: &mut StageCtx<'_>) {
         let pass = self.pass_malformed;
         ctx.each(batch, |p, ctx| {
-            if !p.meta.parsed {
-                p.meta.stack = snic_wire::stack::parse(p.data());
-                p.meta.rss_hash = self.rss.hash_packet(p.data(), &p.meta.stack);
-                p.meta.parsed = true;
-            }
+            self.rss.parse_and_hash(p);
             let stack = p.meta.stack;
             ctx.trace(p, || TraceWhat::Parsed { stack, rss_hash: p.meta.rss_hash });
             match stack.error {
