@@ -27,7 +27,7 @@
 
 use crate::port::{Port, PortCounters};
 use crate::spec::PortSpec;
-use crate::worker::{WorkerPool, receive, transmit};
+use crate::worker::{Egress, Handler, Inline, PortSet, WorkerPool};
 use core::fmt;
 use serde::{Deserialize, Serialize};
 use snic_pipeline::pipeline::{BuildError, PipelineConfig, StageSpec, parse_rss_key};
@@ -297,11 +297,34 @@ impl fmt::Display for RunReport {
     }
 }
 
-/// How packets get processed: by the I/O loop itself, or by a pool of worker threads.
+/// Where the run's pipelines are: one, run by the I/O loop itself, or one per worker thread
+/// behind the pool, fed by RSS hash through per-worker staging batches.
 #[derive(Debug)]
-enum Engine {
+enum Pipelines {
     Inline(Box<Pipeline>),
-    Pool { pool: WorkerPool, stage: Vec<Batch>, rss: Toeplitz },
+    Workers { pool: WorkerPool, staging: Vec<Batch>, rss: Toeplitz },
+}
+
+/// The handler that spreads received batches over the workers (see [`dispatch`]); a finite
+/// replay source is not read while the workers' queues are short of room (backpressure), live
+/// ports always are (their overflow is a counted drop).
+struct Dispatch<'a> {
+    pool: &'a mut WorkerPool,
+    staging: &'a mut [Batch],
+    rss: &'a Toeplitz,
+    finite: &'a [bool],
+}
+
+impl Handler for Dispatch<'_> {
+    fn accepts(&self, port: usize) -> bool {
+        // One batch from a port makes at most two submissions per worker (a staging batch that
+        // fills, then the rest).
+        !self.finite[port] || self.pool.has_room(2)
+    }
+
+    fn handle(&mut self, _now: Instant, rx: &mut Batch, out: &mut Egress<'_>) {
+        dispatch(rx, self.pool, self.staging, self.rss, out.io());
+    }
 }
 
 /// Opens the sink of a pipeline `tap:PATH` stage. Worker `k > 0` writes `PATH.k` so that
@@ -317,12 +340,9 @@ fn open_tap(worker: usize) -> impl FnMut(&str) -> io::Result<Box<dyn Write + Sen
 #[derive(Debug)]
 pub struct Runtime {
     cfg: RunConfig,
-    ports: Vec<Box<dyn Port>>,
+    ports: PortSet,
     finite: Vec<bool>,
-    engine: Engine,
-    rx: Batch,
-    tx: Vec<Batch>,
-    io: Counters,
+    pipelines: Pipelines,
     /// The transmit step's trace events, one ring per worker (batches of worker `k` are traced
     /// into ring `k`, so the report can keep them with that worker's pipeline events).
     tx_trace: Vec<TraceRing>,
@@ -388,9 +408,9 @@ impl Runtime {
             }
         }
         let clock = MonotonicClock::new();
-        let engine = if cfg.workers == 1 {
+        let pipelines = if cfg.workers == 1 {
             match pipelines.pop() {
-                Some(p) => Engine::Inline(Box::new(p)),
+                Some(p) => Pipelines::Inline(Box::new(p)),
                 None => return Err(RunError::Config("no pipeline".into())),
             }
         } else {
@@ -400,22 +420,18 @@ impl Runtime {
             };
             let pool = WorkerPool::start(pipelines, cfg.queue_depth, cfg.batch_size, clock)
                 .map_err(RunError::Io)?;
-            let stage = (0..cfg.workers).map(|_| Batch::new(cfg.batch_size)).collect();
-            Engine::Pool { pool, stage, rss: Toeplitz::new(key) }
+            let staging = (0..cfg.workers).map(|_| Batch::new(cfg.batch_size)).collect();
+            Pipelines::Workers { pool, staging, rss: Toeplitz::new(key) }
         };
         let mut finite = finite;
         finite.resize(ports.len(), false);
         let fds = ports.iter().filter_map(|p| p.poll_fd()).collect();
-        let tx = ports.iter().map(|_| Batch::new(MAX_BATCH)).collect();
         let tx_trace = (0..cfg.workers).map(|_| TraceRing::new(pcfg.trace_capacity)).collect();
         Ok(Runtime {
-            rx: Batch::new(cfg.batch_size),
+            ports: PortSet::new(ports, cfg.batch_size),
             cfg,
-            ports,
             finite,
-            engine,
-            tx,
-            io: Counters::default(),
+            pipelines,
             tx_trace,
             clock,
             fds,
@@ -443,6 +459,7 @@ impl Runtime {
         self.finite.iter().any(|f| *f)
             && self
                 .ports
+                .ports()
                 .iter()
                 .zip(&self.finite)
                 .filter(|(_, f)| **f)
@@ -451,53 +468,33 @@ impl Runtime {
 
     /// One pass over every port. Returns packets received.
     fn round(&mut self, now: Instant) -> usize {
-        let mut received = 0;
-        for j in 0..self.ports.len() {
-            // Replay sources wait for the workers (backpressure); live ports never wait, their
-            // overflow is a counted drop. One batch from a port makes at most two submissions
-            // per worker (a staging batch that fills, then the rest).
-            if let Engine::Pool { pool, .. } = &self.engine
-                && self.finite[j]
-                && !pool.has_room(2)
-            {
-                continue;
+        match &mut self.pipelines {
+            Pipelines::Inline(p) => {
+                let trace = tx_ring(&mut self.tx_trace, 0);
+                self.ports.round(now, &mut Inline { pipeline: p, trace })
             }
-            self.rx.clear();
-            let n = receive(now, self.ports[j].as_mut(), j, &mut self.rx, &mut self.io);
-            if n == 0 {
-                continue;
-            }
-            received += n;
-            match &mut self.engine {
-                Engine::Inline(p) => {
-                    p.process(now, &mut self.rx);
-                    let trace = tx_ring(&mut self.tx_trace, 0);
-                    transmit(now, &mut self.rx, &mut self.ports, &mut self.tx, &mut self.io, trace);
+            Pipelines::Workers { pool, staging, rss } => {
+                let finite = &self.finite;
+                let received = self.ports.round(now, &mut Dispatch { pool, staging, rss, finite });
+                for (k, s) in staging.iter_mut().enumerate() {
+                    if !s.is_empty() {
+                        submit(pool, k, s, self.ports.io_mut());
+                    }
                 }
-                Engine::Pool { pool, stage, rss } => {
-                    dispatch(&mut self.rx, pool, stage, rss, &mut self.io);
-                }
+                received
             }
         }
-        if let Engine::Pool { pool, stage, .. } = &mut self.engine {
-            for (k, s) in stage.iter_mut().enumerate() {
-                if !s.is_empty() {
-                    submit(pool, k, s, &mut self.io);
-                }
-            }
-        }
-        received
     }
 
     /// Transmit batches the workers finished, waiting at most `wait` for the first.
     fn collect(&mut self, wait: Duration) -> usize {
-        let Engine::Pool { pool, .. } = &mut self.engine else { return 0 };
+        let Pipelines::Workers { pool, .. } = &mut self.pipelines else { return 0 };
         let mut n = 0;
         let mut w = wait;
         while let Some((k, mut b)) = pool.completed(w) {
             let now = self.clock.now();
             let trace = tx_ring(&mut self.tx_trace, k);
-            transmit(now, &mut b, &mut self.ports, &mut self.tx, &mut self.io, trace);
+            self.ports.transmit(now, &mut b, trace);
             pool.give_batch(b);
             n += 1;
             w = Duration::ZERO;
@@ -509,34 +506,26 @@ impl Runtime {
     /// runs on an empty batch and what it releases is transmitted: `Some(released)`. `None`
     /// when nothing was due (or the pipelines run on workers, which poll themselves).
     fn release_held(&mut self, now: Instant) -> Option<usize> {
-        let Engine::Inline(p) = &mut self.engine else { return None };
-        if !p.wants_poll(now) {
-            return None;
-        }
-        self.rx.clear();
-        p.process(now, &mut self.rx);
-        let released = self.rx.len();
-        let trace = tx_ring(&mut self.tx_trace, 0);
-        transmit(now, &mut self.rx, &mut self.ports, &mut self.tx, &mut self.io, trace);
-        Some(released)
+        let Pipelines::Inline(p) = &mut self.pipelines else { return None };
+        self.ports.release_held(now, p, tx_ring(&mut self.tx_trace, 0))
     }
 
     fn in_flight(&self) -> usize {
-        match &self.engine {
+        match &self.pipelines {
             // Packets a stage holds (a shaper, an exception queue) are still in flight: the
             // run does not end before they are released.
-            Engine::Inline(p) => p.pending(),
-            Engine::Pool { pool, .. } => pool.in_flight(),
+            Pipelines::Inline(p) => p.pending(),
+            Pipelines::Workers { pool, .. } => pool.in_flight(),
         }
     }
 
     /// A snapshot of the counters so far (workers publish theirs every 100 ms).
     pub fn snapshot(&self, started: Instant) -> RunReport {
-        let mut counters = match &self.engine {
-            Engine::Inline(p) => p.counters(),
-            Engine::Pool { pool, .. } => pool.snapshot(),
+        let mut counters = match &self.pipelines {
+            Pipelines::Inline(p) => p.counters(),
+            Pipelines::Workers { pool, .. } => pool.snapshot(),
         };
-        counters.merge(&self.io);
+        counters.merge(self.ports.io());
         self.report(counters, started, Vec::new())
     }
 
@@ -545,6 +534,7 @@ impl Runtime {
             counters,
             ports: self
                 .ports
+                .ports()
                 .iter()
                 .enumerate()
                 .map(|(i, p)| PortReport {
@@ -610,16 +600,11 @@ impl Runtime {
                 std::thread::yield_now();
             }
         }
-        let mut flush_err = None;
-        for p in &mut self.ports {
-            if let Err(e) = p.flush() {
-                flush_err.get_or_insert(e);
-            }
-        }
-        let engine = core::mem::replace(&mut self.engine, Engine::Inline(Box::default()));
-        let mut pipelines: Vec<Pipeline> = match engine {
-            Engine::Inline(p) => vec![*p],
-            Engine::Pool { pool, .. } => pool.join(),
+        let mut flush_err = self.ports.flush().err();
+        let placed = core::mem::replace(&mut self.pipelines, Pipelines::Inline(Box::default()));
+        let mut pipelines: Vec<Pipeline> = match placed {
+            Pipelines::Inline(p) => vec![*p],
+            Pipelines::Workers { pool, .. } => pool.join(),
         };
         let mut counters = Counters::default();
         // (seq, worker, event): worker `k`'s pipeline events, then the transmit step of its
@@ -643,7 +628,7 @@ impl Runtime {
         // the order they ran, and a worker's transmit events follow its pipeline events).
         events.sort_by_key(|(seq, k, _)| (*seq, *k));
         let trace = events.iter().map(|(_, _, e)| e.to_string()).collect();
-        counters.merge(&self.io);
+        counters.merge(self.ports.io());
         if let Some(e) = flush_err {
             return Err(RunError::Io(e));
         }
@@ -656,6 +641,7 @@ impl Runtime {
     /// loop must not sleep in `poll(2)` then.
     fn sources_unpaced_pending(&self) -> bool {
         self.ports
+            .ports()
             .iter()
             .zip(&self.finite)
             .any(|(p, f)| *f && p.poll_fd().is_none() && !p.is_exhausted())

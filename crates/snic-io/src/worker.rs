@@ -1,8 +1,10 @@
 //! Workers: the code that moves batches between ports and pipelines.
 //!
-//! - [`Node`] is one pipeline with its ports, driven by one thread: receive from every port,
-//!   run the batch through the pipeline, transmit what it decided. The testbed runs nodes on the
-//!   simulated clock; the runtime runs one node on the real clock when it has one worker.
+//! - [`PortSet::round`] is the one drive loop: receive a batch from each port in turn and hand
+//!   it to a [`Handler`]. [`Inline`] runs the batch through a pipeline and transmits what it
+//!   decided; the runtime's dispatch handler spreads it over worker threads instead.
+//! - [`Node`] is one pipeline with its [`PortSet`], driven by one thread. The testbed runs nodes
+//!   on the simulated clock; the runtime, with one worker, runs the same loop on the real clock.
 //! - [`WorkerPool`] runs N pipelines on N threads behind bounded queues; the runtime's I/O loop
 //!   owns the ports, spreads packets by RSS hash (all packets of a flow go to one worker) and
 //!   transmits what the workers hand back. A full queue is a counted drop, never a block.
@@ -277,15 +279,164 @@ pub fn receive(
     rx.len() - start
 }
 
+/// A node's ports with their receive and transmit batches and the I/O side's counters. The one
+/// receive -> process -> transmit loop ([`PortSet::round`]) runs over it, for a [`Node`] (the
+/// testbed, on simulated time) and for the runtime's I/O loop (on the real clock, with its
+/// pipeline inline or its workers behind a [`Handler`] that dispatches).
+#[derive(Debug)]
+pub struct PortSet {
+    ports: Vec<Box<dyn Port>>,
+    rx: Batch,
+    tx: Vec<Batch>,
+    io: Counters,
+}
+
+/// What [`PortSet::round`] hands each received batch to.
+pub trait Handler {
+    /// Whether port `port` may be read this round (a replay source waits while the workers are
+    /// busy). Every port, by default.
+    fn accepts(&self, port: usize) -> bool {
+        let _ = port;
+        true
+    }
+
+    /// Take the batch `rx` just received: process it and transmit through `out`, or pass it on.
+    /// Whatever stays in `rx` is discarded.
+    fn handle(&mut self, now: Instant, rx: &mut Batch, out: &mut Egress<'_>);
+}
+
+/// The transmit side of a [`PortSet`], lent to a [`Handler`].
+#[derive(Debug)]
+pub struct Egress<'a> {
+    ports: &'a mut [Box<dyn Port>],
+    tx: &'a mut [Batch],
+    io: &'a mut Counters,
+}
+
+impl Egress<'_> {
+    /// [`transmit`] a processed batch through these ports.
+    pub fn transmit(&mut self, now: Instant, batch: &mut Batch, trace: &mut TraceRing) {
+        transmit(now, batch, self.ports, self.tx, self.io, trace);
+    }
+
+    /// The I/O side's counters (for drops before any pipeline, such as `pipeline_full`).
+    pub fn io(&mut self) -> &mut Counters {
+        self.io
+    }
+}
+
+/// The handler of a node whose pipeline runs on the thread that polls its ports.
+#[derive(Debug)]
+pub struct Inline<'a> {
+    /// The pipeline every batch runs through.
+    pub pipeline: &'a mut Pipeline,
+    /// Where the transmit step of traced packets is recorded.
+    pub trace: &'a mut TraceRing,
+}
+
+impl Handler for Inline<'_> {
+    fn handle(&mut self, now: Instant, rx: &mut Batch, out: &mut Egress<'_>) {
+        self.pipeline.process(now, rx);
+        out.transmit(now, rx, self.trace);
+    }
+}
+
+impl PortSet {
+    /// `ports` (port `i` is `PortId(i)`), receiving batches of up to `batch_size` packets.
+    pub fn new(ports: Vec<Box<dyn Port>>, batch_size: usize) -> Self {
+        let tx = ports.iter().map(|_| Batch::new(MAX_BATCH)).collect();
+        PortSet { ports, rx: Batch::new(batch_size), tx, io: Counters::default() }
+    }
+
+    /// One round: receive a batch from each port `handler` accepts, in turn, and hand it to
+    /// `handler`. Returns how many packets were received.
+    pub fn round(&mut self, now: Instant, handler: &mut impl Handler) -> usize {
+        let mut total = 0;
+        for j in 0..self.ports.len() {
+            if !handler.accepts(j) {
+                continue;
+            }
+            self.rx.clear();
+            let n = receive(now, self.ports[j].as_mut(), j, &mut self.rx, &mut self.io);
+            if n == 0 {
+                continue;
+            }
+            total += n;
+            let mut out = Egress { ports: &mut self.ports, tx: &mut self.tx, io: &mut self.io };
+            handler.handle(now, &mut self.rx, &mut out);
+        }
+        total
+    }
+
+    /// Stages holding packets (a vSwitch exception queue, a shaper) release them when due, even
+    /// when nothing arrived: when `pipeline` has packets due at `now`, run it on an empty batch
+    /// and transmit what it releases: `Some(released)`. `None` when nothing was due.
+    pub fn release_held(
+        &mut self,
+        now: Instant,
+        pipeline: &mut Pipeline,
+        trace: &mut TraceRing,
+    ) -> Option<usize> {
+        if !pipeline.wants_poll(now) {
+            return None;
+        }
+        self.rx.clear();
+        pipeline.process(now, &mut self.rx);
+        let released = self.rx.len();
+        transmit(now, &mut self.rx, &mut self.ports, &mut self.tx, &mut self.io, trace);
+        Some(released)
+    }
+
+    /// [`transmit`] a processed batch through these ports.
+    pub fn transmit(&mut self, now: Instant, batch: &mut Batch, trace: &mut TraceRing) {
+        transmit(now, batch, &mut self.ports, &mut self.tx, &mut self.io, trace);
+    }
+
+    /// The ports, in `PortId` order.
+    pub fn ports(&self) -> &[Box<dyn Port>] {
+        &self.ports
+    }
+
+    /// The ports, mutably (to flush them).
+    pub fn ports_mut(&mut self) -> &mut [Box<dyn Port>] {
+        &mut self.ports
+    }
+
+    /// The I/O side's counters: transmits, transmit drops, drops before any pipeline.
+    pub fn io(&self) -> &Counters {
+        &self.io
+    }
+
+    /// The I/O side's counters, mutably.
+    pub fn io_mut(&mut self) -> &mut Counters {
+        &mut self.io
+    }
+
+    /// Each port's name and own counters.
+    pub fn port_counters(&self) -> Vec<(String, PortCounters)> {
+        self.ports.iter().map(|p| (p.name().to_string(), p.counters())).collect()
+    }
+
+    /// Flush every port; the first error is returned after trying them all.
+    pub fn flush(&mut self) -> io::Result<()> {
+        let mut first = Ok(());
+        for p in &mut self.ports {
+            if let Err(e) = p.flush()
+                && first.is_ok()
+            {
+                first = Err(e);
+            }
+        }
+        first
+    }
+}
+
 /// One pipeline and its ports, driven by one thread.
 #[derive(Debug)]
 pub struct Node {
     name: String,
     pipeline: Pipeline,
-    ports: Vec<Box<dyn Port>>,
-    rx: Batch,
-    tx: Vec<Batch>,
-    io: Counters,
+    ports: PortSet,
     trace: TraceRing,
 }
 
@@ -301,14 +452,10 @@ impl Node {
         ports: Vec<Box<dyn Port>>,
         batch_size: usize,
     ) -> Self {
-        let tx = ports.iter().map(|_| Batch::new(MAX_BATCH)).collect();
         Node {
             name: name.into(),
             pipeline,
-            ports,
-            rx: Batch::new(batch_size),
-            tx,
-            io: Counters::default(),
+            ports: PortSet::new(ports, batch_size),
             trace: TraceRing::new(TX_TRACE_CAPACITY),
         }
     }
@@ -318,44 +465,13 @@ impl Node {
         &self.name
     }
 
-    /// One round: receive a batch from each port in turn, process it, transmit the result.
-    /// Returns how many packets were received.
+    /// One round: receive a batch from each port in turn, process it, transmit the result; then
+    /// let stages release packets they hold that are due. Returns how many packets were received
+    /// or released (released packets are progress: the testbed keeps settling while they flow).
     pub fn poll(&mut self, now: Instant) -> usize {
-        let mut total = 0;
-        for j in 0..self.ports.len() {
-            self.rx.clear();
-            let n = receive(now, self.ports[j].as_mut(), j, &mut self.rx, &mut self.io);
-            if n == 0 {
-                continue;
-            }
-            total += n;
-            self.pipeline.process(now, &mut self.rx);
-            transmit(
-                now,
-                &mut self.rx,
-                &mut self.ports,
-                &mut self.tx,
-                &mut self.io,
-                &mut self.trace,
-            );
-        }
-        // Stages holding packets (a vSwitch exception queue, a shaper) release them when due,
-        // even when nothing arrived.
-        if self.pipeline.wants_poll(now) {
-            self.rx.clear();
-            self.pipeline.process(now, &mut self.rx);
-            // Released packets are progress: the testbed keeps settling while they flow.
-            total += self.rx.len();
-            transmit(
-                now,
-                &mut self.rx,
-                &mut self.ports,
-                &mut self.tx,
-                &mut self.io,
-                &mut self.trace,
-            );
-        }
-        total
+        let Node { pipeline, ports, trace, .. } = self;
+        let received = ports.round(now, &mut Inline { pipeline, trace });
+        received + ports.release_held(now, pipeline, trace).unwrap_or(0)
     }
 
     /// Take the trace events recorded so far: the pipeline's and the transmit step's, grouped
@@ -370,42 +486,40 @@ impl Node {
 
     /// The earliest [`Port::poll_timeout`] of the node's ports and of its pipeline's stages.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.ports.iter().filter_map(|p| p.poll_timeout()).chain(self.pipeline.poll_timeout()).min()
+        self.ports
+            .ports()
+            .iter()
+            .filter_map(|p| p.poll_timeout())
+            .chain(self.pipeline.poll_timeout())
+            .min()
     }
 
     /// True when every port that reports exhaustion has (finite sources are done). Ports that
     /// never exhaust (sinks, sockets) are ignored only if `finite` marks them so.
     pub fn finite_sources_exhausted(&self, finite: &[bool]) -> bool {
-        self.ports.iter().zip(finite).filter(|(_, f)| **f).all(|(p, _)| p.is_exhausted())
+        self.ports.ports().iter().zip(finite).filter(|(_, f)| **f).all(|(p, _)| p.is_exhausted())
     }
 
     /// The poll descriptors of the ports that have one.
     pub fn poll_fds(&self, out: &mut Vec<std::os::fd::RawFd>) {
-        out.extend(self.ports.iter().filter_map(|p| p.poll_fd()));
+        out.extend(self.ports.ports().iter().filter_map(|p| p.poll_fd()));
     }
 
     /// Pipeline counters merged with the I/O side's (transmit and receive-side drops).
     pub fn counters(&self) -> Counters {
         let mut c = self.pipeline.counters();
-        c.merge(&self.io);
+        c.merge(self.ports.io());
         c
     }
 
     /// Each port's name and own counters.
     pub fn port_counters(&self) -> Vec<(String, PortCounters)> {
-        self.ports.iter().map(|p| (p.name().to_string(), p.counters())).collect()
+        self.ports.port_counters()
     }
 
     /// Flush the ports and the pipeline's capture stages.
     pub fn flush(&mut self) -> io::Result<()> {
-        let mut first = Ok(());
-        for p in &mut self.ports {
-            if let Err(e) = p.flush()
-                && first.is_ok()
-            {
-                first = Err(e);
-            }
-        }
+        let mut first = self.ports.flush();
         if let Err(e) = self.pipeline.flush()
             && first.is_ok()
         {
