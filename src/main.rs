@@ -24,6 +24,7 @@
 //! `anyhow` is used here only; the libraries return their own typed errors.
 
 mod capture;
+mod control;
 mod decode;
 mod dma;
 mod rdma;

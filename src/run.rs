@@ -22,7 +22,7 @@
 //! drops after classification (`no_egress`, `tx_queue_full`, ...) are counted by reason, not by
 //! class, and without a classify stage packets leave `unclassified`.
 
-use crate::stats::{ControlServer, Incoming, Request};
+use crate::control::{ControlServer, Incoming, Request};
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 use snic_io::runtime::{RunConfig, RunReport, Runtime};

@@ -15,7 +15,7 @@
 //! This module does not touch packets: the vSwitch's own API decides how a change reaches the
 //! shards (epochs, grace period).
 
-use crate::stats::{self, Edit, MAX_DUMP_LIMIT, Request};
+use crate::control::{self, Edit, MAX_DUMP_LIMIT, Request};
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
 use snic_time::Instant;
@@ -193,12 +193,12 @@ pub fn run(args: VSwitchArgs) -> Result<()> {
 pub fn execute(cmd: VSwitchCommand) -> Result<String> {
     match cmd {
         VSwitchCommand::Show { ctl, json } => {
-            let v = stats::request(&ctl.control, &Request::VSwitchShow)?;
+            let v = control::request(&ctl.control, &Request::VSwitchShow)?;
             let sw = v.get("vswitch").context("answer has no \"vswitch\" object")?;
             Ok(if json { format!("{sw}\n") } else { show_text(sw) })
         }
         VSwitchCommand::DumpFlows { ctl, limit, json } => {
-            let v = stats::request(&ctl.control, &Request::DumpFlows { limit, text: !json })?;
+            let v = control::request(&ctl.control, &Request::DumpFlows { limit, text: !json })?;
             let key = if json { "flows" } else { "lines" };
             let items = v.get(key).and_then(Value::as_array).context("answer has no flow list")?;
             let mut s = String::new();
@@ -212,7 +212,7 @@ pub fn execute(cmd: VSwitchCommand) -> Result<String> {
             Ok(s)
         }
         VSwitchCommand::Policy { ctl } => {
-            let v = stats::request(&ctl.control, &Request::Policy)?;
+            let v = control::request(&ctl.control, &Request::Policy)?;
             let mut text =
                 v.get("policy").and_then(Value::as_str).context("answer has no policy")?.to_owned();
             if !text.ends_with('\n') {
@@ -266,7 +266,7 @@ fn check(file: &Path) -> Result<String> {
 /// Send one edit; describe what changed.
 fn apply(ctl: &ControlArg, edit: Edit) -> Result<String> {
     let op = edit.op();
-    let v = stats::request(&ctl.control, &Request::Apply { edits: vec![edit] })?;
+    let v = control::request(&ctl.control, &Request::Apply { edits: vec![edit] })?;
     Ok(applied_text(op, &v))
 }
 
