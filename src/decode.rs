@@ -4,34 +4,43 @@
 //! object per packet). A malformed frame is reported with the layer and reason, never a crash;
 //! a frame on a non-Ethernet link type is reported as such.
 
-use crate::capture::CaptureReader;
 use crate::report::{self, Report};
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use pcap_file::DataLink;
+use snic_io::pcap::read::{CaptureReader, Record};
 use std::io::Write;
 use std::path::Path;
 
 /// Decode every frame of `path` and write the result to `out`.
 pub fn run(path: &Path, json: bool, verbose: bool, out: &mut impl Write) -> Result<()> {
-    let mut reader = CaptureReader::open(path)?;
+    let mut reader =
+        CaptureReader::open(path).with_context(|| format!("cannot read {}", path.display()))?;
     tracing::debug!("{}: {:?} capture", path.display(), reader.format());
     let mut index = 0u64;
     let (mut errors, mut rdma) = (0u64, 0u64);
-    while let Some(frame) = reader.next_frame() {
+    loop {
+        let record = reader
+            .next_record()
+            .with_context(|| format!("{}: frame {}", path.display(), index + 1))?;
+        let Some(record) = record else { break };
         index += 1;
-        let frame = frame.with_context(|| format!("{}: frame {index}", path.display()))?;
-        if frame.linktype != DataLink::ETHERNET {
-            let msg = format!("link type {:?} is not Ethernet", frame.linktype);
+        let Record::Frame { linktype, data, .. } = record else {
+            bail!("{}: frame {index}: damaged pcapng block", path.display());
+        };
+        // A pcapng packet on an interface the file never described is read as Ethernet.
+        let linktype = linktype.unwrap_or(DataLink::ETHERNET);
+        if linktype != DataLink::ETHERNET {
+            let msg = format!("link type {linktype:?} is not Ethernet");
             if json {
-                let v = serde_json::json!({"index": index, "len": frame.data.len(), "layers": [], "class": "other", "error": msg});
+                let v = serde_json::json!({"index": index, "len": data.len(), "layers": [], "class": "other", "error": msg});
                 writeln!(out, "{v}")?;
             } else {
-                writeln!(out, "{index:>5} len={:<5} ERROR {msg}", frame.data.len())?;
+                writeln!(out, "{index:>5} len={:<5} ERROR {msg}", data.len())?;
             }
             errors += 1;
             continue;
         }
-        let r: Report = report::report(index, &frame.data);
+        let r: Report = report::report(index, data);
         errors += u64::from(r.error.is_some());
         rdma += u64::from(r.class == "rdma");
         if json {
@@ -40,8 +49,8 @@ pub fn run(path: &Path, json: bool, verbose: bool, out: &mut impl Write) -> Resu
         } else {
             writeln!(out, "{}", report::summary_line(&r))?;
             if verbose {
-                let stack = snic_wire::stack::parse(&frame.data);
-                for line in report::layer_details(&frame.data, &stack) {
+                let stack = snic_wire::stack::parse(data);
+                for line in report::layer_details(data, &stack) {
                     writeln!(out, "      {line}")?;
                 }
             }

@@ -23,7 +23,6 @@
 //!
 //! `anyhow` is used here only; the libraries return their own typed errors.
 
-mod capture;
 mod control;
 mod decode;
 mod dma;

@@ -1,32 +1,29 @@
-//! The pcap port: replay a pcap or pcapng file, record what is sent as pcap.
+//! The pcap port: replay a pcap or pcapng file, record what is sent as pcap or pcapng.
 //!
-//! The input format is detected by its magic number (pcap in either byte order and either
-//! timestamp resolution, or pcapng) and parsed with the `pcap-file` crate's slice parsers
-//! (`PcapParser`, `PcapNgParser`) over a read buffer this module owns: 256 KiB, refilled from the
-//! file as records are consumed, and grown (up to 16 MiB) only for a record larger than it. (The
-//! crate's own readers allocate and zero 8 MiB on every open.) Only Ethernet captures
-//! are accepted. A pcapng packet block that holds no Ethernet frame (another link type, an
-//! empty frame) or whose body does not parse is counted in `rx_errors` and skipped (the block
-//! length lets the reader step over it). A record that cannot be stepped over (a corrupt pcap
-//! record header, broken pcapng block framing, a file cut short) is counted and ends the input.
-//! At the end of the input the port reports [`Port::is_exhausted`].
+//! Input is read by [`read::CaptureReader`] (format by magic number, pcap-file's slice parsers
+//! over a buffer this crate owns; the same reader `snic decode` uses). Only Ethernet captures
+//! are accepted: a classic pcap file of another link type is refused at open. A pcapng packet
+//! block that holds no Ethernet frame (another link type, an empty frame) or whose body does
+//! not parse is counted in `rx_errors` and skipped. A record that cannot be stepped over (a
+//! corrupt pcap record header, broken pcapng block framing, a file cut short) is counted and
+//! ends the input. At the end of the input the port reports [`Port::is_exhausted`].
 //!
 //! The output is written by this module itself (classic pcap, microsecond timestamps, Ethernet),
 //! buffered, so recording a frame allocates nothing.
 
+pub mod read;
+
 use crate::port::{Port, PortCaps, PortCounters};
-use byteorder_slice::{BigEndian, LittleEndian};
 use core::fmt;
-use pcap_file::pcap::PcapParser;
-use pcap_file::pcapng::blocks::SECTION_HEADER_BLOCK;
+use pcap_file::DataLink;
+use pcap_file::pcapng::PcapNgWriter;
 use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
 use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionBlock;
-use pcap_file::pcapng::{Block, PcapNgParser, PcapNgWriter};
-use pcap_file::{DataLink, Endianness, PcapError};
+use read::{CaptureReader, INPUT_BUF, PCAP_MAGIC_US, Record};
 use snic_pipeline::Batch;
 use snic_time::Instant;
 use std::fs::File;
-use std::io::{self, BufWriter, Read, Write};
+use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
 /// Largest frame the writer records (the snap length it announces).
@@ -88,142 +85,6 @@ pub struct PcapCounters {
     pub fatal_record_errors: u64,
     /// Frames sent but not recorded: too large, or a write error.
     pub write_errors: u64,
-}
-
-/// Initial size of the input buffer.
-const INPUT_BUF: usize = 256 * 1024;
-/// Largest the input buffer grows to, for a single record larger than [`INPUT_BUF`]. A record
-/// larger than this (in practice, a corrupt length field) is treated as a fatal record error.
-const INPUT_BUF_MAX: usize = 16 * 1024 * 1024;
-
-/// The input file and the buffer the parsers read from: `buf[start..end]` holds the bytes read
-/// from the file and not yet consumed.
-#[derive(Debug)]
-struct Input {
-    file: File,
-    buf: Vec<u8>,
-    start: usize,
-    end: usize,
-    /// The file returned end-of-file.
-    eof: bool,
-}
-
-impl Input {
-    fn new(file: File, cap: usize) -> Self {
-        Input { file, buf: vec![0; cap], start: 0, end: 0, eof: false }
-    }
-
-    /// Make more bytes available after the unconsumed ones: move those to the front, grow the
-    /// buffer when they fill it (doubling, up to `INPUT_BUF_MAX`), and read from the file.
-    /// `Ok(false)` when no more bytes can be had: end of file, or the buffer is at its cap.
-    fn refill(&mut self) -> io::Result<bool> {
-        if self.eof {
-            return Ok(false);
-        }
-        if self.start > 0 {
-            self.buf.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.start = 0;
-        }
-        if self.end == self.buf.len() {
-            if self.buf.len() >= INPUT_BUF_MAX {
-                return Ok(false);
-            }
-            let grown = self.buf.len().saturating_mul(2).clamp(64, INPUT_BUF_MAX);
-            self.buf.resize(grown, 0);
-        }
-        loop {
-            match self.file.read(&mut self.buf[self.end..]) {
-                Ok(0) => {
-                    self.eof = true;
-                    return Ok(false);
-                }
-                Ok(n) => {
-                    self.end += n;
-                    return Ok(true);
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            }
-        }
-    }
-}
-
-/// The parser of the input's format.
-enum Format {
-    Pcap(PcapParser),
-    PcapNg(PcapNgParser),
-}
-
-/// The input side of the port.
-struct Reader {
-    input: Input,
-    format: Format,
-}
-
-impl fmt::Debug for Reader {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self.format {
-            Format::Pcap(_) => "pcap",
-            Format::PcapNg(_) => "pcapng",
-        })
-    }
-}
-
-/// The classic pcap magic (microsecond timestamps), as written in native byte order.
-const PCAP_MAGIC_US: u32 = 0xa1b2_c3d4;
-const PCAP_MAGIC_NS: u32 = 0xa1b2_3c4d;
-const PCAPNG_MAGIC: [u8; 4] = [0x0a, 0x0d, 0x0d, 0x0a];
-
-/// Parse a file header with `parse`, reading more of the file while the parser asks for it.
-/// Returns the parser and how many bytes the header took.
-fn parse_header<T>(
-    input: &mut Input,
-    mut parse: impl FnMut(&[u8]) -> Result<(usize, T), PcapError>,
-) -> io::Result<(usize, T)> {
-    loop {
-        match parse(&input.buf[input.start..input.end]) {
-            Err(PcapError::IncompleteBuffer) => {
-                if !input.refill()? {
-                    let reason = "file ends inside its header".to_string();
-                    return Err(PcapFileError::BadHeader { reason }.into());
-                }
-            }
-            Err(e) => return Err(PcapFileError::BadHeader { reason: e.to_string() }.into()),
-            Ok(r) => return Ok(r),
-        }
-    }
-}
-
-fn open_reader(path: &Path, cap: usize) -> io::Result<Reader> {
-    let mut input = Input::new(File::open(path)?, cap);
-    while input.end < 4 && input.refill()? {}
-    let mut magic = [0u8; 4];
-    let got = input.end.min(4);
-    magic[..got].copy_from_slice(&input.buf[..got]);
-    let le = u32::from_le_bytes(magic);
-    let be = u32::from_be_bytes(magic);
-    let is_pcap = got == 4 && [le, be].iter().any(|m| *m == PCAP_MAGIC_US || *m == PCAP_MAGIC_NS);
-    let format = if is_pcap {
-        let (used, parser) = parse_header(&mut input, |d| {
-            PcapParser::new(d).map(|(rem, p)| (d.len() - rem.len(), p))
-        })?;
-        let dl = parser.header().datalink;
-        if dl != DataLink::ETHERNET {
-            return Err(PcapFileError::NotEthernet { linktype: u32::from(dl) }.into());
-        }
-        input.start += used;
-        Format::Pcap(parser)
-    } else if got == 4 && magic == PCAPNG_MAGIC {
-        let (used, parser) = parse_header(&mut input, |d| {
-            PcapNgParser::new(d).map(|(rem, p)| (d.len() - rem.len(), p))
-        })?;
-        input.start += used;
-        Format::PcapNg(parser)
-    } else {
-        return Err(PcapFileError::BadMagic { got: magic }.into());
-    };
-    Ok(Reader { input, format })
 }
 
 /// Writes what is sent to the port: classic pcap, or pcapng when the path ends in `.pcapng`.
@@ -311,7 +172,7 @@ impl Writer {
 #[derive(Debug)]
 pub struct PcapPort {
     name: String,
-    reader: Option<Reader>,
+    reader: Option<CaptureReader>,
     writer: Option<Writer>,
     exhausted: bool,
     counters: PortCounters,
@@ -331,7 +192,7 @@ impl PcapPort {
         output: Option<&Path>,
         cap: usize,
     ) -> io::Result<Self> {
-        let reader = input.map(|p| open_reader(p, cap)).transpose()?;
+        let reader = input.map(|p| open_ethernet(p, cap)).transpose()?;
         let writer = output.map(Writer::create).transpose()?;
         let mut name = String::from("pcap:");
         if let Some(i) = input {
@@ -358,105 +219,27 @@ impl PcapPort {
 
     /// Read the next Ethernet frame into `batch`. `false` at the end of the input.
     fn read_one(&mut self, now: Instant, batch: &mut Batch) -> bool {
-        let Some(Reader { input, format }) = self.reader.as_mut() else { return false };
+        let Some(reader) = self.reader.as_mut() else { return false };
         loop {
-            if input.start == input.end {
-                match input.refill() {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        self.exhausted = true;
-                        return false;
-                    }
-                    // Could not read the file: nothing more will come of it.
-                    Err(_) => {
-                        self.counters.rx_errors += 1;
-                        self.pcap_counters.fatal_record_errors += 1;
-                        self.exhausted = true;
-                        return false;
-                    }
+            match reader.next_record() {
+                Ok(Some(Record::Frame { linktype: Some(DataLink::ETHERNET), data, .. }))
+                    if !data.is_empty() =>
+                {
+                    push(batch, data, now, &mut self.counters);
+                    return true;
                 }
-            }
-            let data = &input.buf[input.start..input.end];
-            // How many bytes the record took (0 unless it parsed), and what it gave.
-            let (used, outcome) = match format {
-                Format::Pcap(parser) => match parser.next_packet(data) {
-                    Err(PcapError::IncompleteBuffer) => (0, Next::More),
-                    // The record header is corrupt: classic pcap has no resync point.
-                    Err(_) => (0, Next::Fatal),
-                    Ok((rem, p)) => {
-                        let used = data.len() - rem.len();
-                        if p.data.is_empty() {
-                            (used, Next::Skip)
-                        } else {
-                            push(batch, &p.data, now, &mut self.counters);
-                            input.start += used;
-                            return true;
-                        }
-                    }
-                },
-                Format::PcapNg(parser) => match parser.next_raw_block(data) {
-                    Err(PcapError::IncompleteBuffer) => (0, Next::More),
-                    // The block framing itself is broken: nothing to resync on.
-                    Err(_) => (0, Next::Fatal),
-                    Ok((rem, raw)) => {
-                        let used = data.len() - rem.len();
-                        // The parser has taken in section headers and interface descriptions.
-                        let block = if raw.type_ == SECTION_HEADER_BLOCK {
-                            None
-                        } else if parser.section().endianness == Endianness::Big {
-                            Some(raw.try_into_block::<BigEndian>())
-                        } else {
-                            Some(raw.try_into_block::<LittleEndian>())
-                        };
-                        let (iface, frame) = match &block {
-                            None | Some(Ok(Block::InterfaceDescription(_))) => (None, None),
-                            // A well-framed block whose body does not parse: skip it.
-                            Some(Err(_)) => (None, Some(&[][..])),
-                            Some(Ok(Block::EnhancedPacket(b))) => {
-                                (Some(b.interface_id as usize), Some(&b.data[..]))
-                            }
-                            Some(Ok(Block::SimplePacket(b))) => (Some(0), Some(&b.data[..])),
-                            Some(Ok(Block::Packet(b))) => {
-                                (Some(usize::from(b.interface_id)), Some(&b.data[..]))
-                            }
-                            // Statistics, name resolution, journal, unknown blocks: not
-                            // packets, nothing to count.
-                            Some(Ok(_)) => (None, None),
-                        };
-                        let ethernet = iface
-                            .and_then(|i| parser.interfaces().get(i))
-                            .is_some_and(|idb| idb.linktype == DataLink::ETHERNET);
-                        match frame {
-                            None => (used, Next::Continue),
-                            Some(d) if ethernet && !d.is_empty() => {
-                                push(batch, d, now, &mut self.counters);
-                                input.start += used;
-                                return true;
-                            }
-                            Some(_) => (used, Next::Skip),
-                        }
-                    }
-                },
-            };
-            input.start += used;
-            match outcome {
-                Next::Continue => {}
-                Next::More => match input.refill() {
-                    Ok(true) => {}
-                    // The file ends inside a record, the record is larger than the buffer may
-                    // grow, or the file cannot be read: counted, ends the input.
-                    Ok(false) | Err(_) => {
-                        self.counters.rx_errors += 1;
-                        self.pcap_counters.fatal_record_errors += 1;
-                        self.exhausted = true;
-                        return false;
-                    }
-                },
-                Next::Skip => {
+                // No usable Ethernet frame (another link type, an empty frame, an unparsable
+                // block): counted and skipped.
+                Ok(Some(_)) => {
                     self.counters.rx_errors += 1;
                     self.pcap_counters.skipped_records += 1;
                 }
-                Next::Fatal => {
+                Ok(None) => {
+                    self.exhausted = true;
+                    return false;
+                }
+                // A record that cannot be read past: counted, ends the input.
+                Err(_) => {
                     self.counters.rx_errors += 1;
                     self.pcap_counters.fatal_record_errors += 1;
                     self.exhausted = true;
@@ -467,16 +250,15 @@ impl PcapPort {
     }
 }
 
-/// What reading one record gave, when it gave no frame.
-enum Next {
-    /// A record that is not a packet (section header, interface description, statistics...).
-    Continue,
-    /// The buffer holds only part of the next record: read more of the file.
-    More,
-    /// A record that holds no usable Ethernet frame; counted and skipped.
-    Skip,
-    /// A record that cannot be read past; counted, ends the input.
-    Fatal,
+/// Open a capture for replay: classic pcap must be Ethernet (pcapng is checked per interface).
+fn open_ethernet(path: &Path, cap: usize) -> io::Result<CaptureReader> {
+    let reader = CaptureReader::open_with_buffer(path, cap)?;
+    match reader.file_linktype() {
+        Some(dl) if dl != DataLink::ETHERNET => {
+            Err(PcapFileError::NotEthernet { linktype: u32::from(dl) }.into())
+        }
+        _ => Ok(reader),
+    }
 }
 
 fn push(batch: &mut Batch, data: &[u8], now: Instant, c: &mut PortCounters) {
@@ -551,10 +333,10 @@ impl Drop for PcapPort {
 mod tests {
     use super::*;
     use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
-    use pcap_file::pcapng::PcapNgReader;
     use pcap_file::pcapng::PcapNgWriter;
     use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
     use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionBlock;
+    use pcap_file::pcapng::{Block, PcapNgReader};
     use std::borrow::Cow;
     use std::time::Duration;
 
@@ -756,7 +538,7 @@ mod tests {
     }
 
     fn input_buf_len(port: &PcapPort) -> usize {
-        port.reader.as_ref().map_or(0, |r| r.input.buf.len())
+        port.reader.as_ref().map_or(0, |r| r.buffer_len())
     }
 
     #[test]
