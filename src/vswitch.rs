@@ -19,10 +19,13 @@ use crate::control::{self, Edit, MAX_DUMP_LIMIT, Request};
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
 use snic_time::Instant;
-use snic_vswitch::config::{self, ConfigError, PolicyEdit};
 use snic_vswitch::engine::{Applied, VSwitch};
 use snic_vswitch::key::VPortId;
 use snic_vswitch::policy::MeterSpec;
+use snic_vswitch::policy::cli::{parse_layer, parse_mapping, parse_rule_with};
+use snic_vswitch::policy::edit::PolicyEdit;
+use snic_vswitch::policy::toml::{load_policy, parse_policy, to_toml};
+use snic_vswitch::policy::validate::{ConfigError, validate};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -250,8 +253,8 @@ pub fn execute(cmd: VSwitchCommand) -> Result<String> {
 
 /// `snic vswitch check FILE`: load and validate offline.
 fn check(file: &Path) -> Result<String> {
-    let policy = config::load_policy(file).map_err(|e| anyhow::anyhow!("{e}"))?;
-    config::validate(&policy).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let policy = load_policy(file).map_err(|e| anyhow::anyhow!("{e}"))?;
+    validate(&policy).map_err(|e| anyhow::anyhow!("{e}"))?;
     let layers: usize = policy.vports.iter().map(|v| v.layers.len()).sum();
     let rules: usize = policy.vports.iter().flat_map(|v| &v.layers).map(|l| l.rules.len()).sum();
     Ok(format!(
@@ -428,7 +431,7 @@ pub fn serve(vs: Option<&VSwitch>, now: Instant, req: Request) -> Value {
         }
         Request::Policy => {
             let generation = vs.generation();
-            let policy = config::to_toml(&vs.policy());
+            let policy = to_toml(&vs.policy());
             json!({"ok": true, "generation": generation, "policy": policy})
         }
         Request::Apply { edits } => match apply_edits(vs, &edits) {
@@ -463,14 +466,14 @@ pub fn to_policy_edit(e: &Edit, meters: &[MeterSpec]) -> Result<PolicyEdit, Conf
         Edit::AddRule { vport, layer, rule } => PolicyEdit::AddRule {
             vport: VPortId(*vport),
             layer: layer.clone(),
-            rule: config::parse_rule_with(rule, Some(meters))?,
+            rule: parse_rule_with(rule, Some(meters))?,
         },
         Edit::RemoveRule { vport, layer, id } => {
             PolicyEdit::RemoveRule { vport: VPortId(*vport), layer: layer.clone(), id: *id }
         }
         Edit::AddLayer { vport, layer, position } => PolicyEdit::AddLayer {
             vport: VPortId(*vport),
-            layer: config::parse_layer(layer)?,
+            layer: parse_layer(layer)?,
             position: *position,
         },
         Edit::RemoveLayer { vport, name } => {
@@ -479,7 +482,7 @@ pub fn to_policy_edit(e: &Edit, meters: &[MeterSpec]) -> Result<PolicyEdit, Conf
         Edit::AddMapping { vport, layer, mapping } => PolicyEdit::AddMapping {
             vport: VPortId(*vport),
             layer: layer.clone(),
-            mapping: config::parse_mapping(mapping)?,
+            mapping: parse_mapping(mapping)?,
         },
         Edit::RemoveMapping { vport, layer, ca } => PolicyEdit::RemoveMapping {
             vport: VPortId(*vport),
@@ -492,7 +495,7 @@ pub fn to_policy_edit(e: &Edit, meters: &[MeterSpec]) -> Result<PolicyEdit, Conf
                 message: format!("{ca:?} is not an IPv4 or IPv6 address"),
             })?,
         },
-        Edit::Replace { policy, file } => PolicyEdit::Replace(config::parse_policy(
+        Edit::Replace { policy, file } => PolicyEdit::Replace(parse_policy(
             policy,
             file.as_deref().unwrap_or("<control socket>"),
         )?),
@@ -661,7 +664,8 @@ mod tests {
     }
 
     fn vswitch() -> VSwitch {
-        VSwitch::new(config::default_policy(), Default::default()).expect("default policy")
+        VSwitch::new(snic_vswitch::policy::default_policy(), Default::default())
+            .expect("default policy")
     }
 
     fn policy_text(vs: &VSwitch) -> String {

@@ -30,7 +30,7 @@ fn stderr(o: &Output) -> String {
 
 /// The embedded default policy as a TOML file (vPort 0 on pipeline port 0, underlay port 1).
 fn write_default_policy(path: &Path) {
-    let text = snic_vswitch::config::to_toml(&snic_vswitch::config::default_policy());
+    let text = snic_vswitch::policy::toml::to_toml(&snic_vswitch::policy::default_policy());
     std::fs::write(path, text).unwrap();
 }
 

@@ -366,7 +366,7 @@ fn policy_denies(v: &serde_json::Value) -> u64 {
 #[test]
 fn interop_policy_file_is_valid() {
     use snic_vswitch::policy::{Action, LayerKind, TunnelKind};
-    let p = snic_vswitch::config::load_policy(std::path::Path::new(POLICY))
+    let p = snic_vswitch::policy::toml::load_policy(std::path::Path::new(POLICY))
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(p.underlay.port, 1);
     assert_eq!(p.underlay.ip.to_string(), SNIC_PA);

@@ -15,7 +15,7 @@
 use libfuzzer_sys::fuzz_target;
 use snic_pipeline::{Batch, Pipeline, PortId};
 use snic_time::Instant;
-use snic_vswitch::config::default_policy;
+use snic_vswitch::policy::default_policy;
 use snic_vswitch::engine::{VSwitch, VSwitchConfig};
 
 const BATCH: usize = 8;

@@ -1,9 +1,9 @@
 //! Fuzz target `vswitch_policy`: the vSwitch's policy input on one arbitrary UTF-8 string
 //! (non-UTF-8 inputs are skipped):
 //!
-//! - `snic_vswitch::config::parse_policy`: `Ok` must pass `validate`, print with `to_toml` and
-//!   parse back to the same policy, and replace itself through `apply_edits` with no vPort
-//!   reported changed; `Err` must carry a message.
+//! - `snic_vswitch::policy::toml::parse_policy`: `Ok` must pass `validate`, print with
+//!   `to_toml` and parse back to the same policy, and replace itself through `apply_edits` with
+//!   no vPort reported changed; `Err` must carry a message.
 //! - `parse_action`: `Ok` must print (`Display`) and parse back to the same action.
 //! - `parse_rule`, `parse_layer`, `parse_mapping`: `Ok` is added to the default policy with
 //!   `apply_edits`; that gives a valid policy with vPort 0 changed, or an error that names the
@@ -14,12 +14,12 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use snic_vswitch::config::{
-    PolicyEdit, apply_edits, default_policy, parse_action, parse_layer, parse_mapping,
-    parse_policy, parse_rule, to_toml, validate,
-};
 use snic_vswitch::key::VPortId;
-use snic_vswitch::policy::Policy;
+use snic_vswitch::policy::cli::{parse_action, parse_layer, parse_mapping, parse_rule};
+use snic_vswitch::policy::edit::{PolicyEdit, apply_edits};
+use snic_vswitch::policy::toml::{parse_policy, to_toml};
+use snic_vswitch::policy::validate::validate;
+use snic_vswitch::policy::{Policy, default_policy};
 use std::sync::OnceLock;
 
 fn base() -> &'static Policy {

@@ -127,9 +127,9 @@ impl VSwitchSettings {
     pub fn build(&self) -> Result<snic_vswitch::engine::VSwitch, RunError> {
         use snic_vswitch::engine::{VSwitch, VSwitchConfig};
         let policy = match &self.policy {
-            Some(path) => snic_vswitch::config::load_policy(std::path::Path::new(path))
+            Some(path) => snic_vswitch::policy::toml::load_policy(std::path::Path::new(path))
                 .map_err(|e| RunError::Config(e.to_string()))?,
-            None => snic_vswitch::config::default_policy(),
+            None => snic_vswitch::policy::default_policy(),
         };
         let mut cfg = VSwitchConfig::default();
         // A secret hash seed per run, so a remote sender cannot aim collisions at one bucket

@@ -6,9 +6,9 @@
 use etherparse::PacketBuilder;
 use snic_pipeline::{Batch, DropReason, Pipeline, PortId};
 use snic_time::Instant;
-use snic_vswitch::config::default_policy;
 use snic_vswitch::engine::{VSwitch, VSwitchConfig};
 use snic_vswitch::key::Direction;
+use snic_vswitch::policy::default_policy;
 use snic_vswitch::policy::{Action, LayerKind};
 use snic_wire::stack::{Layer, Stack};
 

@@ -40,9 +40,10 @@
 //! vPort still gets its rate, not N times it); each shard holds the buckets by `Arc`, picked up
 //! with the policy. Per-flow meters keep their bucket in the flow entry (one shard per flow).
 
-use crate::config::{self, ConfigError, PolicyEdit};
 use crate::gft::{ActionId, FlowEntry, FlowId, Gft, GftConfig, GftError, GftStats};
 use crate::key::{self, Direction, FlowKey, VPortId};
+use crate::policy::edit::{PolicyEdit, apply_edits};
+use crate::policy::validate::{ConfigError, validate};
 use crate::policy::{Exceed, MeterSpec, Policy};
 use crate::qos::{self, EgressQueue, Enqueued, MarkResult, QueueStats, SharedBucket};
 use crate::tcp;
@@ -480,7 +481,7 @@ pub struct VSwitch {
 impl VSwitch {
     /// A vSwitch with `policy` (validated first) and `cfg`.
     pub fn new(policy: Policy, cfg: VSwitchConfig) -> Result<VSwitch, VSwitchError> {
-        config::validate(&policy).map_err(VSwitchError::Policy)?;
+        validate(&policy).map_err(VSwitchError::Policy)?;
         if cfg.exception_queue == 0 || cfg.exception_queue > 1 << 20 {
             return Err(VSwitchError::Setting(format!(
                 "exception_queue must be 1..=1048576, got {}",
@@ -586,7 +587,7 @@ impl VSwitch {
         let mut removals = Vec::new();
         let (generation, vports) = {
             let mut slow = lock(&self.shared.slow);
-            let (next, changed) = config::apply_edits(slow.policy(), edits)?;
+            let (next, changed) = apply_edits(slow.policy(), edits)?;
             sync_vport_meters(&mut lock(&self.shared.vport_meters), &next);
             slow.set_policy(Arc::new(next), &mut removals);
             for v in &changed {
@@ -1263,7 +1264,7 @@ impl Stage for VSwitchStage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::default_policy;
+    use crate::policy::default_policy;
     use snic_pipeline::{StageCounters, TraceRing};
     use snic_wire::stack::Stack;
 

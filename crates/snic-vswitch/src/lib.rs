@@ -15,7 +15,6 @@
 //! per-packet state beyond the flow table, TCP connection state and meters.
 
 pub mod classifier;
-pub mod config;
 pub mod engine;
 pub mod gft;
 pub mod key;

@@ -1,9 +1,12 @@
 //! The policy model of the VFP slow path: vPorts, their ordered layers, rules, predicates and
 //! actions, the VNET mappings, meters and the underlay.
 //!
-//! These are plain data. [`crate::config`] reads them from TOML (and rule strings from the
-//! CLI) and validates them; [`crate::vfp`] walks them for the first packet of each flow and
-//! compiles the result into a unified flow.
+//! These are plain data, and [`default_policy`] is the embedded default. The submodules check,
+//! change, read and write them: [`validate`] (semantic checks) and [`edit`] (edits applied as
+//! one transaction) are what the engine uses; [`toml`] (the policy file) and [`cli`] (the
+//! command-line forms of rules, layers, mappings and actions) are what only the control plane
+//! uses. [`crate::vfp`] walks them for the first packet of each flow and compiles the result
+//! into a unified flow.
 //!
 //! Semantics:
 //! - Each vPort has layers, walked in order for outbound packets (VM to network) and in reverse
@@ -15,9 +18,15 @@
 //! - In a `route` layer the matching rule with the longest `ip.dst` prefix wins (longest prefix
 //!   match); priority breaks ties.
 
+pub mod cli;
+pub mod edit;
+mod text;
+pub mod toml;
+pub mod validate;
+
 use crate::key::{Direction, VPortId};
 use core::fmt;
-use core::net::IpAddr;
+use core::net::{IpAddr, Ipv4Addr};
 
 /// Index of a meter in [`Policy::meters`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -498,5 +507,134 @@ impl Rule {
     /// True when the rule applies to direction `dir` and every predicate matches.
     pub fn matches(&self, f: &Fields, dir: Direction) -> bool {
         self.dir.is_none_or(|d| d == dir) && self.predicates.iter().all(|p| p.matches(f))
+    }
+}
+
+/// The embedded default policy, used by tests, benches and `snic vswitch` without a file:
+///
+/// - underlay on pipeline port 1: PA 192.168.100.1, MAC 02:00:00:00:01:01, gateway
+///   02:00:00:00:02:01, VXLAN port 4789, TTL 64; no meters, no queues;
+/// - vPort 0 `vm-a` on pipeline port 0: MAC 02:00:00:00:00:01, CA 10.0.0.1, VNI 42, with the
+///   layers, in outbound order:
+///   - `acl` (acl, default deny): rule 1 allow-stateful, both directions (allow all);
+///   - `nat` (nat, default pass): no rules;
+///   - `route` (route, default pass): rule 1 out, `ip.dst` 10.0.0.0/8 -> route vnet;
+///   - `vnet` (vnet, default pass): mappings 10.0.0.N -> PA 192.168.100.N, MAC
+///     02:00:00:00:00:NN (N in hex), VNI 42, for N = 2..=254; rule 1 out: encap vxlan VNI 42;
+///     rule 2 in: decap;
+///   - `meter` (meter, default pass): no rules.
+pub fn default_policy() -> Policy {
+    let mappings = (2u8..=254)
+        .map(|n| Mapping {
+            ca: IpAddr::V4(Ipv4Addr::new(10, 0, 0, n)),
+            pa: IpAddr::V4(Ipv4Addr::new(192, 168, 100, n)),
+            mac: [2, 0, 0, 0, 0, n],
+            vni: 42,
+        })
+        .collect();
+    let layer = |name: &str, kind, default, rules, mappings| LayerPolicy {
+        name: name.to_owned(),
+        kind,
+        rules,
+        default,
+        mappings,
+    };
+    let rule = |id, dir, predicates, action| Rule { id, priority: 0, dir, predicates, action };
+    let vport = VPortPolicy {
+        id: VPortId(0),
+        name: "vm-a".to_owned(),
+        port: 0,
+        mac: [2, 0, 0, 0, 0, 1],
+        ips: vec![IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1))],
+        vni: 42,
+        meter: None,
+        layers: vec![
+            layer(
+                "acl",
+                LayerKind::Acl,
+                Action::Deny,
+                vec![rule(1, None, vec![], Action::AllowStateful)],
+                vec![],
+            ),
+            layer("nat", LayerKind::Nat, Action::Pass, vec![], vec![]),
+            layer(
+                "route",
+                LayerKind::Route,
+                Action::Pass,
+                vec![rule(
+                    1,
+                    Some(Direction::Out),
+                    vec![Predicate {
+                        field: Field::IpDst,
+                        matcher: Matcher::Prefix(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 0)), 8),
+                    }],
+                    Action::Route(RouteTarget::Vnet),
+                )],
+                vec![],
+            ),
+            layer(
+                "vnet",
+                LayerKind::Vnet,
+                Action::Pass,
+                vec![
+                    rule(
+                        1,
+                        Some(Direction::Out),
+                        vec![],
+                        Action::Encap { kind: TunnelKind::Vxlan, vni: 42 },
+                    ),
+                    rule(2, Some(Direction::In), vec![], Action::Decap),
+                ],
+                mappings,
+            ),
+            layer("meter", LayerKind::Meter, Action::Pass, vec![], vec![]),
+        ],
+    };
+    Policy {
+        underlay: Underlay {
+            port: 1,
+            ip: IpAddr::V4(Ipv4Addr::new(192, 168, 100, 1)),
+            mac: [2, 0, 0, 0, 1, 1],
+            gateway_mac: [2, 0, 0, 0, 2, 1],
+            vxlan_port: 4789,
+            ttl: 64,
+        },
+        vports: vec![vport],
+        meters: Vec::new(),
+        queues: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::toml::{parse_policy, to_toml};
+    use super::validate::validate;
+    use super::*;
+
+    fn v4(a: u8, b: u8, c: u8, d: u8) -> IpAddr {
+        IpAddr::V4(Ipv4Addr::new(a, b, c, d))
+    }
+
+    #[test]
+    fn default_policy_is_valid_and_as_documented() {
+        let p = default_policy();
+        validate(&p).unwrap();
+        assert_eq!(parse_policy(&to_toml(&p), "default").unwrap(), p);
+        let v = &p.vports[0];
+        let names: Vec<&str> = v.layers.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(names, ["acl", "nat", "route", "vnet", "meter"]);
+        let maps = &v.layers[3].mappings;
+        assert_eq!(maps.len(), 253);
+        assert_eq!(
+            maps[0],
+            Mapping {
+                ca: v4(10, 0, 0, 2),
+                pa: v4(192, 168, 100, 2),
+                mac: [2, 0, 0, 0, 0, 2],
+                vni: 42
+            }
+        );
+        assert_eq!(maps[252].ca, v4(10, 0, 0, 254));
+        assert_eq!((p.underlay.port, p.underlay.ip), (1, v4(192, 168, 100, 1)));
     }
 }

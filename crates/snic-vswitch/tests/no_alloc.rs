@@ -6,8 +6,8 @@
 
 use snic_pipeline::{Batch, Pipeline, PortId};
 use snic_time::Instant;
-use snic_vswitch::config::default_policy;
 use snic_vswitch::engine::{VSwitch, VSwitchConfig};
+use snic_vswitch::policy::default_policy;
 
 #[global_allocator]
 static ALLOC: dhat::Alloc = dhat::Alloc;
