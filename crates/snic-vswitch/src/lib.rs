@@ -3,10 +3,10 @@
 //! The first packet of each flow is an *exception packet*: the slow path ([`vfp`]) walks the
 //! vPort's policy layers ([`policy`]: ACL, VNET, NAT/SLB, routing, metering) and compiles the
 //! result into one *unified flow*: an exact-match [`key::FlowKey`] and one
-//! [`xpose::Transposition`] (a short list of header operations: pop the outer headers, modify
-//! fields, push an encapsulation). The flow is cached in the Generic Flow Table ([`gft`]); every
-//! later packet of the flow is served by the fast path alone: hash, look up, check the vPort's
-//! epoch, apply the transposition, count ([`engine`]).
+//! [`transposition::Transposition`] (a short list of header operations: pop the outer headers,
+//! modify fields, push an encapsulation). The flow is cached in the Generic Flow Table
+//! ([`gft`]); every later packet of the flow is served by the fast path alone: hash, look up,
+//! check the vPort's epoch, apply the transposition, count ([`engine`]).
 //!
 //! The crate is sans-IO: it reads no clock, opens nothing and spawns nothing. The pipeline
 //! drives it as a stage; the control plane changes policy through [`engine::VSwitch`].
@@ -21,5 +21,5 @@ pub mod key;
 pub mod policy;
 pub mod qos;
 pub mod tcp;
+pub mod transposition;
 pub mod vfp;
-pub mod xpose;

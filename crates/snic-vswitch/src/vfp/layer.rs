@@ -21,7 +21,7 @@ use crate::policy::{
     Action, Field, Fields, LayerKind, Mac, Mapping, Matcher, MeterId, Policy, RouteTarget,
     TunnelKind, Value,
 };
-use crate::xpose::{Encap, Op, Transposition};
+use crate::transposition::{Encap, Op, Transposition};
 
 /// How a packet enters or leaves the vSwitch, seen from one flow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

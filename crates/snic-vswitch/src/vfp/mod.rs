@@ -76,7 +76,7 @@ use snic_wire::stack::{Layer, Stack};
 use crate::key::{Direction, FlowKey, VPortId};
 use crate::policy::{MeterId, Policy};
 use crate::tcp::{self, TcpConn, TcpEvent};
-use crate::xpose::Transposition;
+use crate::transposition::Transposition;
 
 use conn::{Conn, Conns, NONE, TcpSide, TimerKind, alloc};
 use layer::{Compiled, Origin, Plan};
@@ -645,8 +645,8 @@ mod tests {
     use super::*;
     use crate::policy::Field as F;
     use crate::policy::{Action, LayerKind, Matcher, Value};
+    use crate::transposition::Op;
     use crate::vfp::testutil::*;
-    use crate::xpose::Op;
 
     #[test]
     fn set_policy_removes_connections_the_new_acl_denies() {

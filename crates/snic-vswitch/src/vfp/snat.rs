@@ -149,9 +149,9 @@ impl SlowPath {
 mod tests {
     use super::*;
     use crate::key::{Direction, FlowKey};
+    use crate::transposition::Op;
     use crate::vfp::testutil::*;
     use crate::vfp::{DenyReason, Verdict};
-    use crate::xpose::Op;
     use proptest::prelude::*;
     use snic_time::Instant;
     use snic_wire::stack::Stack;

@@ -15,7 +15,7 @@ use crate::policy::{
     Action, LayerKind, LayerPolicy, Mac, Mapping, Matcher, Policy, Predicate, RouteTarget, Rule,
     TunnelKind, Underlay, VPortPolicy, Value,
 };
-use crate::xpose::{Encap, Op};
+use crate::transposition::{Encap, Op};
 
 pub(super) const UL_MAC: Mac = [0x02, 0, 0, 0, 0, 0x01];
 

@@ -6,12 +6,12 @@
 //! - `decap_dnat`: pop the VXLAN outer headers of a 114-byte frame, then DNAT the inner one
 //!   (the packet is restored by copying 50 bytes of outer header back in front).
 //!
-//! Run: `cargo bench -p snic-vswitch --bench xpose -- --warm-up-time 1 --measurement-time 3`
+//! Run: `cargo bench -p snic-vswitch --bench transposition -- --warm-up-time 1 --measurement-time 3`
 
 use criterion::{Criterion, Throughput, black_box, criterion_group, criterion_main};
 use snic_pipeline::PacketBuf;
 use snic_vswitch::policy::TunnelKind;
-use snic_vswitch::xpose::{Encap, Op, Transposition};
+use snic_vswitch::transposition::{Encap, Op, Transposition};
 use snic_wire::checksum;
 use snic_wire::stack::Stack;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -73,7 +73,7 @@ fn packet(frame: &[u8]) -> PacketBuf {
 
 fn bench(c: &mut Criterion) {
     let frame = udp64();
-    let mut g = c.benchmark_group("xpose");
+    let mut g = c.benchmark_group("transposition");
     g.throughput(Throughput::Elements(1));
 
     for (name, kind, v6) in [

@@ -2191,7 +2191,8 @@ mod tests {
         if !ok {
             assert!(std::env::var_os("CI").is_none(), "{what} is required when CI is set");
             use std::io::Write as _;
-            let _ = writeln!(std::io::stderr(), "SKIP xpose interop: {what} is not installed");
+            let _ =
+                writeln!(std::io::stderr(), "SKIP transposition interop: {what} is not installed");
         }
         ok
     }
@@ -2310,9 +2311,9 @@ mod tests {
         for f in &frames {
             verify(f).unwrap();
         }
-        let dir = std::env::temp_dir().join(format!("snic-xpose-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("snic-transposition-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let pcap = dir.join("xpose.pcap");
+        let pcap = dir.join("transposition.pcap");
         write_pcap(&pcap, &frames);
         // The same frames with the outer IPv4 header checksum (frame 1) and the outer
         // UDP/IPv6 checksum (frame 2) broken: both tools must notice, or they prove nothing.
