@@ -396,16 +396,28 @@ pub struct Shard {
     keys: Vec<FlowKey>,
     hashes: Vec<u64>,
     ids: Vec<Option<FlowId>>,
-    kinds: Vec<u8>,
+    kinds: Vec<PacketKind>,
     keep: Vec<bool>,
 }
 
 /// Packets whose keys and lookups are prepared together before they are served.
 const CHUNK: usize = 32;
 
-const K_PASS: u8 = 0;
-const K_FLOW: u8 = 1;
-const K_NOTFLOW: u8 = 2;
+/// What the fast path does with one packet of a batch, decided when its flow key is extracted.
+/// One byte per packet of the shard's scratch (`Shard::kinds`).
+#[repr(u8)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PacketKind {
+    /// It arrived on a port the policy does not name (neither a vPort's nor the underlay's):
+    /// passed through untouched, counted in `passthrough`.
+    Passthrough = 0,
+    /// Its flow key was extracted: it is hashed, looked up in the GFT, then served by its cached
+    /// flow or queued as an exception for the slow path.
+    Flow = 1,
+    /// It arrived on a vPort or the underlay but has no flow key (neither IP nor ARP, or its
+    /// headers did not parse): dropped as `NotAFlow`, counted in `not_flow`.
+    NotAFlow = 2,
+}
 
 #[derive(Debug)]
 struct ShardCell {
@@ -550,7 +562,7 @@ impl VSwitch {
             keys: vec![FlowKey::default(); MAX_BATCH],
             hashes: vec![0; MAX_BATCH],
             ids: vec![None; MAX_BATCH],
-            kinds: vec![0; MAX_BATCH],
+            kinds: vec![PacketKind::Passthrough; MAX_BATCH],
             keep: vec![true; MAX_BATCH],
         };
         shard.refresh(&self.shared, Instant::ZERO);
@@ -965,15 +977,15 @@ impl Shard {
     #[inline]
     fn fast(&mut self, shared: &Shared, now: Instant, p: &mut PacketBuf, i: usize) -> Fate {
         match self.kinds[i] {
-            K_PASS => {
+            PacketKind::Passthrough => {
                 self.stats.passthrough += 1;
                 return Fate::Keep;
             }
-            K_NOTFLOW => {
+            PacketKind::NotAFlow => {
                 self.stats.not_flow += 1;
                 return Fate::Drop(DropReason::NotAFlow);
             }
-            _ => {}
+            PacketKind::Flow => {}
         }
         let key = self.keys[i];
         let hash = self.hashes[i];
@@ -1019,7 +1031,7 @@ impl Shard {
             self.keys.resize(n, FlowKey::default());
             self.hashes.resize(n, 0);
             self.ids.resize(n, None);
-            self.kinds.resize(n, K_PASS);
+            self.kinds.resize(n, PacketKind::Passthrough);
             self.keep.resize(n, true);
         }
         let pkts = batch.packets_mut();
@@ -1030,12 +1042,12 @@ impl Shard {
             for (i, p) in pkts.iter().enumerate().take(end).skip(start) {
                 let port = p.meta.ingress.0;
                 self.kinds[i] = match self.roles.get(usize::from(port)).copied().flatten() {
-                    None => K_PASS,
+                    None => PacketKind::Passthrough,
                     Some(dir) => {
                         let k = &mut self.keys[i];
                         match key::extract_into(p.data(), &p.meta.stack, port, dir, k) {
-                            Ok(()) => K_FLOW,
-                            Err(_) => K_NOTFLOW,
+                            Ok(()) => PacketKind::Flow,
+                            Err(_) => PacketKind::NotAFlow,
                         }
                     }
                 };
@@ -1043,7 +1055,7 @@ impl Shard {
             // Hashed in a second pass: by now the keys' stores have reached the cache, so the
             // hash's word loads do not wait on them.
             for i in start..end {
-                if self.kinds[i] == K_FLOW {
+                if self.kinds[i] == PacketKind::Flow {
                     self.hashes[i] = self.gft.hash(&self.keys[i]);
                 }
             }
