@@ -43,9 +43,6 @@
 //! other processes' CPU use inflates them (up to 3x was seen on 2 cores); run under
 //! `nice -n -15` or on an idle machine.
 
-#[path = "../../snic-pipeline/tests/support/frames.rs"]
-mod frames;
-
 use criterion::{
     BatchSize, BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main,
 };
@@ -55,6 +52,7 @@ use snic_io::pcap::PcapPort;
 use snic_io::runtime::{RunConfig, RunReport, Runtime};
 use snic_io::worker::{receive, transmit};
 use snic_io::{Port, PortSpec};
+use snic_pipeline::testing::frames;
 use snic_pipeline::{Batch, Counters, MAX_BATCH, Pipeline, PortId, TraceRing};
 use snic_time::Instant;
 use std::fs::File;

@@ -7,14 +7,11 @@
 //!
 //! Run: `cargo bench -p snic-pipeline --bench parse_classify -- --warm-up-time 1 --measurement-time 3`
 
-#[path = "../tests/support/frames.rs"]
-mod frames;
-
 use criterion::{BenchmarkId, Criterion, Throughput, black_box, criterion_group, criterion_main};
-use frames::*;
 use snic_pipeline::counters::StageCounters;
 use snic_pipeline::rss::Toeplitz;
 use snic_pipeline::stages::{Classify, Parse, classify};
+use snic_pipeline::testing::frames::*;
 use snic_pipeline::trace::TraceRing;
 use snic_pipeline::{Batch, Stage, StageCtx};
 use snic_time::Instant;

@@ -33,3 +33,5 @@ pub mod stages;
 pub mod trace;
 pub use trace::{TraceEvent, TraceFilter, TraceRing, TraceWhat};
 pub mod offload;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;

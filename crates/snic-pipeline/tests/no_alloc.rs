@@ -3,10 +3,7 @@
 //! Checked with dhat's heap profiler in testing mode (this test binary holds only this test, so
 //! no other thread allocates while it counts).
 
-#[path = "support/frames.rs"]
-mod frames;
-
-use frames::*;
+use snic_pipeline::testing::frames::*;
 use snic_pipeline::{Batch, Pipeline, PortId};
 use snic_time::Instant;
 

@@ -2,13 +2,10 @@
 //! parse -> classify -> l2fwd, asserting classes, RoCE fields, egress ports and exact drop
 //! counters; the per-stage invariant `in == out + drops`; tracing; RSS over inner headers.
 
-#[path = "support/frames.rs"]
-mod frames;
-
 use core::net::IpAddr;
-use frames::*;
 use proptest::prelude::*;
 use snic_pipeline::stages::classify;
+use snic_pipeline::testing::frames::*;
 use snic_pipeline::{
     Batch, Class, ClassCounts, Counters, DropReason, PacketBuf, Pipeline, PipelineConfig, PortId,
     StageSpec, TraceWhat,

@@ -1,6 +1,5 @@
 //! Test frames built byte by byte: Ethernet/IPv4/UDP, TCP, VXLAN, RoCEv2 RDMA WRITE with a real
-//! ICRC. Shared by `tests/pipeline.rs` and `benches/parse_classify.rs` (included with `#[path]`).
-#![allow(dead_code, reason = "each includer uses a different subset")]
+//! ICRC. Shared by the pipeline's tests and benches and by other crates' tests.
 
 use core::net::{IpAddr, Ipv4Addr};
 use snic_wire::checksum;
