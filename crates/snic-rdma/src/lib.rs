@@ -26,6 +26,7 @@ pub mod pkt;
 pub mod qp;
 pub mod req;
 pub mod resp;
+pub mod ring;
 pub mod rnic;
 pub mod stats;
 pub mod verbs;

@@ -9,9 +9,10 @@ use snic_wire::roce::opcode;
 
 use crate::mr::{MrFault, MrTable};
 use crate::pkt::{self, RxError};
-use crate::qp::{self, Qp, Ring};
+use crate::qp::{self, Qp};
 use crate::req::{self, ReqState};
 use crate::resp::{self, RespState};
+use crate::ring::Ring;
 use crate::stats::RdmaStats;
 use crate::verbs::*;
 use crate::wqe;
