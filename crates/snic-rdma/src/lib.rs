@@ -22,6 +22,7 @@
 
 pub mod cc;
 pub mod mr;
+pub mod nic_core;
 pub mod pkt;
 pub mod qp;
 pub mod req;
@@ -32,8 +33,9 @@ pub mod stats;
 pub mod verbs;
 pub mod wqe;
 
+pub use nic_core::RnicConfig;
 pub use pkt::{Path, RxError, RxPkt};
-pub use rnic::{Rnic, RnicConfig};
+pub use rnic::Rnic;
 pub use stats::RdmaStats;
 pub use verbs::*;
 

@@ -2,11 +2,11 @@
 
 use snic_time::Instant;
 
+use crate::nic_core::Core;
 use crate::pkt::Path;
 use crate::req::ReqState;
 use crate::resp::RespState;
 use crate::ring::Ring;
-use crate::rnic::Core;
 use crate::verbs::{AttrMask, QpAttr, QpInit, QpState, RecvWr, VerbsError};
 use crate::wqe::{self, WqeError};
 

@@ -26,10 +26,10 @@ use snic_wire::roce::ext::{AtomicEthRepr, IethRepr, ImmDtRepr, NakCode, RethRepr
 use snic_wire::roce::{RoceRepr, bth, opcode};
 
 use crate::cc::CcState;
+use crate::nic_core::Core;
 use crate::pkt::{self, RxPkt};
 use crate::psn;
 use crate::qp::{self, Qp};
-use crate::rnic::Core;
 use crate::verbs::{Cqe, QpState, SendWr, SgList, WcStatus, WrOp};
 use crate::wqe;
 

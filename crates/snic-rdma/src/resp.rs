@@ -20,10 +20,10 @@ use snic_wire::roce::ext::{AethRepr, AtomicAckEthRepr, NakCode, Syndrome};
 use snic_wire::roce::{RoceRepr, bth, cnp, icrc, opcode};
 
 use crate::mr::MrFault;
+use crate::nic_core::Core;
 use crate::pkt::{self, BuildError, Path, RxPkt, TxSg};
 use crate::psn;
 use crate::qp::{self, Qp};
-use crate::rnic::Core;
 use crate::verbs::{Access, Cqe, QpState, RecvWr, WcOpcode, WcStatus};
 
 /// AETH credit field of every ACK: "credits not limited" (we do not do end-to-end credits).
@@ -848,8 +848,8 @@ mod tests {
 
     use super::*;
     use crate::pkt::{ECN_CE, ECN_ECT0};
-    use crate::rnic::{Rnic, RnicConfig};
     use crate::verbs::*;
+    use crate::{Rnic, RnicConfig};
 
     const PEER_QPN: u32 = 0x99;
     const LOCAL_IP: &str = "10.0.0.2";

@@ -1,0 +1,250 @@
+//! [`Core`]: everything of a NIC except its QPs (configuration, memory, MRs, PDs, CQs, SRQs,
+//! counters), so a QP and the rest can be borrowed together; and the NIC's configuration,
+//! [`RnicConfig`].
+
+use std::collections::VecDeque;
+use std::net::{IpAddr, Ipv4Addr};
+
+use snic_dma::AddressSpace;
+
+use crate::mr::{MrFault, MrTable};
+use crate::ring::Ring;
+use crate::stats::RdmaStats;
+use crate::verbs::{CqId, Cqe, Pd, SgList, WcStatus};
+
+/// Configuration of one NIC.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RnicConfig {
+    /// This NIC's address (its GID, as an IP address).
+    pub local_ip: IpAddr,
+    /// UDP port RoCE listens on and sends to (4791).
+    pub udp_port: u16,
+    /// Bytes of host memory the NIC manages as a pool (queues and buffers of `alloc_host`).
+    /// Zero-filled lazily by the OS.
+    pub host_pool: u64,
+    /// Address of the host pool in the engine address space.
+    pub host_pool_base: u64,
+    /// Bytes of on-chip device memory.
+    pub on_chip: u64,
+    /// Bytes of on-board device memory.
+    pub on_board: u64,
+    /// DSCP of every packet.
+    pub dscp: u8,
+    /// Send ECT(0) (ECN-capable) packets, so the network can mark CE.
+    pub ecn: bool,
+    /// Requester: set AckReq at least every this many packets of a long message (the last
+    /// packet of every message always asks for an ACK).
+    pub ack_req_every: u32,
+    /// Congestion control (DCQCN-style).
+    pub cc: crate::cc::CcConfig,
+    /// Most QPs.
+    pub max_qps: u32,
+    /// Most request packets in flight (sent, not acknowledged) per QP.
+    pub max_inflight: u32,
+}
+
+impl Default for RnicConfig {
+    fn default() -> Self {
+        RnicConfig {
+            local_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            udp_port: snic_wire::roce::UDP_PORT,
+            host_pool: 64 << 20,
+            host_pool_base: 0x10_0000_0000,
+            on_chip: 4 << 20,
+            on_board: 256 << 20,
+            dscp: 26,
+            ecn: true,
+            ack_req_every: 16,
+            cc: crate::cc::CcConfig::default(),
+            max_qps: 1024,
+            max_inflight: 1024,
+        }
+    }
+}
+
+/// A completion queue.
+#[derive(Debug)]
+pub struct Cq {
+    /// Most CQEs held.
+    pub depth: usize,
+    /// CQEs not yet polled.
+    pub q: VecDeque<Cqe>,
+    /// A CQE was lost to overflow.
+    pub overflowed: bool,
+}
+
+/// A shared receive queue.
+#[derive(Debug)]
+pub struct Srq {
+    /// The ring of receive WQEs.
+    pub ring: Ring,
+    /// Owning PD.
+    pub pd: Pd,
+}
+
+/// Everything of a NIC except its QPs, so a QP and the rest can be borrowed together.
+#[derive(Debug)]
+pub struct Core {
+    /// Configuration.
+    pub cfg: RnicConfig,
+    /// Host and device memory.
+    pub mem: AddressSpace,
+    /// Memory regions.
+    pub mrs: MrTable,
+    /// Live PDs (by index).
+    pub pds: Vec<bool>,
+    /// Completion queues.
+    pub cqs: Vec<Option<Cq>>,
+    /// Shared receive queues.
+    pub srqs: Vec<Option<Srq>>,
+    /// Counters.
+    pub stats: RdmaStats,
+}
+
+impl Core {
+    /// Append a CQE. On a full CQ the CQE is lost, the CQ is marked overflowed and `false`
+    /// returned (the caller moves the QP to the error state).
+    pub fn push_cqe(&mut self, cq: CqId, cqe: Cqe) -> bool {
+        let Some(Some(c)) = self.cqs.get_mut(cq.0 as usize) else {
+            self.stats.cq_overflows += 1;
+            return false;
+        };
+        if c.q.len() >= c.depth {
+            c.overflowed = true;
+            self.stats.cq_overflows += 1;
+            return false;
+        }
+        self.stats.cqes += 1;
+        if cqe.status != WcStatus::Success {
+            self.stats.cqe_errors += 1;
+        }
+        c.q.push_back(cqe);
+        true
+    }
+
+    /// Check every SGE of `sgl` against its MR (`write`: the NIC writes there).
+    pub fn check_sgl(&self, pd: Pd, sgl: &SgList, write: bool) -> Result<(), MrFault> {
+        for s in sgl.as_slice() {
+            if s.len == 0 {
+                continue;
+            }
+            self.mrs.check_local(s.lkey, pd, s.addr, u64::from(s.len), write)?;
+        }
+        Ok(())
+    }
+
+    /// Copy `out.len()` bytes of the message described by `sgl`, starting `offset` bytes into
+    /// it, into `out` (gather). MR checks are done again here.
+    pub fn gather(
+        &self,
+        pd: Pd,
+        sgl: &SgList,
+        mut offset: u64,
+        mut out: &mut [u8],
+    ) -> Result<(), MrFault> {
+        for s in sgl.as_slice() {
+            if out.is_empty() {
+                break;
+            }
+            let len = u64::from(s.len);
+            if offset >= len {
+                offset -= len;
+                continue;
+            }
+            let n = ((len - offset) as usize).min(out.len());
+            let addr = s.addr + offset;
+            self.mrs.check_local(s.lkey, pd, addr, n as u64, false)?;
+            let src = self.mem.slice(addr, n).map_err(|_| MrFault::Bounds)?;
+            let (head, tail) = out.split_at_mut(n);
+            head.copy_from_slice(src);
+            out = tail;
+            offset = 0;
+        }
+        if out.is_empty() { Ok(()) } else { Err(MrFault::Bounds) }
+    }
+
+    /// [`Self::gather`] without the copy: check the same rights and bounds, hash the `len`
+    /// bytes `offset` bytes into `sgl` into `h` and record where they lie in `sg`'s ranges
+    /// (for a scatter-gather send).
+    pub fn gather_sg(
+        &self,
+        pd: Pd,
+        sgl: &SgList,
+        mut offset: u64,
+        mut len: usize,
+        h: &mut snic_wire::roce::icrc::Hasher,
+        sg: &mut crate::pkt::TxSg,
+    ) -> Result<(), MrFault> {
+        for s in sgl.as_slice() {
+            if len == 0 {
+                break;
+            }
+            let sl = u64::from(s.len);
+            if offset >= sl {
+                offset -= sl;
+                continue;
+            }
+            let n = ((sl - offset) as usize).min(len);
+            let addr = s.addr + offset;
+            self.mrs.check_local(s.lkey, pd, addr, n as u64, false)?;
+            h.update(self.mem.slice(addr, n).map_err(|_| MrFault::Bounds)?);
+            let slot = sg.ranges.get_mut(sg.npayload).ok_or(MrFault::Bounds)?;
+            *slot = (addr, n as u32);
+            sg.npayload += 1;
+            len -= n;
+            offset = 0;
+        }
+        if len == 0 { Ok(()) } else { Err(MrFault::Bounds) }
+    }
+
+    /// Write `data` into the buffers of `sgl`, starting `offset` bytes into them (scatter).
+    /// Needs LOCAL_WRITE on every MR touched. Fails (having written nothing) when `data` does
+    /// not fit.
+    pub fn scatter(
+        &mut self,
+        pd: Pd,
+        sgl: &SgList,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), MrFault> {
+        if offset.saturating_add(data.len() as u64) > sgl.total_len() {
+            return Err(MrFault::Bounds);
+        }
+        // Check first, then write: a failure leaves memory untouched.
+        let mut off = offset;
+        let mut left = data.len() as u64;
+        for s in sgl.as_slice() {
+            if left == 0 {
+                break;
+            }
+            let len = u64::from(s.len);
+            if off >= len {
+                off -= len;
+                continue;
+            }
+            let n = (len - off).min(left);
+            self.mrs.check_local(s.lkey, pd, s.addr + off, n, true)?;
+            self.mem.check(s.addr + off, n).map_err(|_| MrFault::Bounds)?;
+            left -= n;
+            off = 0;
+        }
+        let mut off = offset;
+        let mut rest = data;
+        for s in sgl.as_slice() {
+            if rest.is_empty() {
+                break;
+            }
+            let len = u64::from(s.len);
+            if off >= len {
+                off -= len;
+                continue;
+            }
+            let n = ((len - off) as usize).min(rest.len());
+            let (head, tail) = rest.split_at(n);
+            self.mem.write(s.addr + off, head).map_err(|_| MrFault::Bounds)?;
+            rest = tail;
+            off = 0;
+        }
+        Ok(())
+    }
+}
