@@ -26,6 +26,7 @@ pub mod nic_core;
 pub mod pkt;
 pub mod qp;
 pub mod req;
+pub mod req_state;
 pub mod resp;
 pub mod ring;
 pub mod rnic;

@@ -4,7 +4,7 @@ use snic_time::Instant;
 
 use crate::nic_core::Core;
 use crate::pkt::Path;
-use crate::req::ReqState;
+use crate::req_state::ReqState;
 use crate::resp::RespState;
 use crate::ring::Ring;
 use crate::verbs::{AttrMask, QpAttr, QpInit, QpState, RecvWr, VerbsError};

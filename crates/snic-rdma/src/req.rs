@@ -19,172 +19,17 @@
 //!   A fatal NAK or exhausted retry counter completes the failing WQE at once (earlier WQEs
 //!   still waiting for READ/atomic responses are flushed first, in order) and enters ERR.
 
-use std::collections::VecDeque;
-
 use snic_time::Instant;
 use snic_wire::roce::ext::{AtomicEthRepr, IethRepr, ImmDtRepr, NakCode, RethRepr, Syndrome};
 use snic_wire::roce::{RoceRepr, bth, opcode};
 
-use crate::cc::CcState;
 use crate::nic_core::Core;
 use crate::pkt::{self, RxPkt};
 use crate::psn;
 use crate::qp::{self, Qp};
+use crate::req_state::Wqe;
 use crate::verbs::{Cqe, QpState, SendWr, SgList, WcStatus, WrOp};
 use crate::wqe;
-
-/// The requester's shadow of one fetched send WQE.
-#[derive(Debug, Clone)]
-struct Wqe {
-    /// The decoded work request (a placeholder with the slot's wr_id when it did not decode).
-    wr: SendWr,
-    /// Message length in bytes.
-    len: u32,
-    /// PSNs the message consumes (packets of a SEND/WRITE, responses of a READ, 1 for atomics).
-    npsn: u32,
-    /// First PSN (valid once started).
-    first: u32,
-    /// READ: response packets received so far (in order).
-    rcvd: u32,
-    /// Done (in SQ order it still waits for earlier WQEs): the completion status.
-    status: Option<WcStatus>,
-    /// A retransmission of this READ/atomic was started by an implied NAK or a response gap;
-    /// further ones wait for progress or the timer.
-    retry_pending: bool,
-}
-
-impl Wqe {
-    fn last(&self) -> u32 {
-        psn::add(self.first, self.npsn - 1)
-    }
-    fn is_rd_atomic(&self) -> bool {
-        self.wr.op.is_read_or_atomic()
-    }
-    fn done(&self) -> bool {
-        self.status.is_some()
-    }
-    /// `p` lies in this WQE's PSN range.
-    fn contains(&self, p: u32) -> bool {
-        let d = psn::diff(p, self.first);
-        d >= 0 && (d as u32) < self.npsn
-    }
-}
-
-/// Requester / completer state of one QP.
-#[derive(Debug, Clone, Default)]
-pub struct ReqState {
-    /// Shadows of the fetched WQEs; `wqes[0]` is the WQE at `sq.cidx`.
-    wqes: VecDeque<Wqe>,
-    /// `wqes[..started]` have PSNs.
-    started: usize,
-    /// Send cursor: the WQE the next packet belongs to...
-    cur: usize,
-    /// ...and the packet within it (PSN offset; ignored for READ / atomic).
-    cur_off: u32,
-    /// First PSN of the next WQE to start.
-    next_psn: u32,
-    /// One past the furthest PSN ever sent (earlier PSNs sent again are retransmissions).
-    max_sent: u32,
-    /// Oldest PSN not acknowledged.
-    una: u32,
-    /// Retransmission deadline.
-    rto: Option<Instant>,
-    /// RNR NAK wait: nothing leaves before this.
-    rnr_until: Option<Instant>,
-    /// Timer expiries since the last progress.
-    retry_used: u8,
-    /// RNR NAKs since the last progress.
-    rnr_used: u8,
-    /// Packets sent since the last one with AckReq.
-    since_ackreq: u32,
-    /// A new WQE is held back by `max_rd_atomic` (counted once per stall).
-    rd_stalled: bool,
-    /// `poll_transmit` had a packet but pacing held it back (wake at the pacing deadline).
-    paced_blocked: bool,
-    /// DCQCN reaction point.
-    pub cc: CcState,
-}
-
-impl ReqState {
-    /// Start (RTR -> RTS) with the first PSN to send.
-    pub fn reset(&mut self, sq_psn: u32, _now: Instant) {
-        let p = sq_psn & psn::MASK;
-        *self = ReqState { next_psn: p, max_sent: p, una: p, ..ReqState::default() };
-    }
-
-    /// Send WQEs fetched and not yet retired.
-    pub fn outstanding_wqes(&self) -> usize {
-        self.wqes.len()
-    }
-
-    /// PSN the next new request will carry.
-    pub fn next_psn(&self) -> u32 {
-        self.next_psn
-    }
-
-    /// Oldest unacknowledged PSN.
-    pub fn una(&self) -> u32 {
-        self.una
-    }
-
-    /// Some started WQE waits for an ACK or response.
-    fn waiting(&self) -> bool {
-        self.wqes.iter().take(self.started).any(|w| !w.done())
-    }
-
-    /// Where a cursor landing on `wqes[i]` resumes: SEND/WRITE after what is acknowledged, a
-    /// READ at its first missing response, an atomic from scratch.
-    fn resume_off(&self, i: usize) -> u32 {
-        let Some(w) = self.wqes.get(i) else { return 0 };
-        if i >= self.started {
-            return 0;
-        }
-        match w.wr.op {
-            WrOp::Read { .. } => w.rcvd,
-            op if op.is_atomic() => 0,
-            _ => psn::diff(self.una, w.first).clamp(0, w.npsn as i32 - 1) as u32,
-        }
-    }
-
-    fn set_cursor(&mut self, i: usize) {
-        self.cur = i;
-        self.cur_off = self.resume_off(i);
-    }
-
-    /// Go back to `(i, off)` unless the cursor is already at or before it.
-    fn go_back_to(&mut self, i: usize, off: u32) {
-        if (i, off) < (self.cur, self.cur_off) {
-            self.cur = i;
-            self.cur_off = off;
-        }
-    }
-
-    /// Go-back-N from PSN `p`: the first started, unfinished WQE that is a READ/atomic (its
-    /// response is missing) or that reaches `p`.
-    fn go_back(&mut self, p: u32) {
-        let mut target = (self.started, 0);
-        for (i, w) in self.wqes.iter().enumerate().take(self.started) {
-            if w.done() {
-                continue;
-            }
-            if w.is_rd_atomic() {
-                target = (i, self.resume_off(i));
-                break;
-            }
-            if !psn::before(w.last(), p) {
-                let off = psn::diff(p, w.first).clamp(0, w.npsn as i32 - 1) as u32;
-                target = (i, off);
-                break;
-            }
-        }
-        self.go_back_to(target.0, target.1);
-    }
-
-    /// Index of the oldest started WQE not done.
-    fn oldest_open(&self) -> Option<usize> {
-        self.wqes.iter().take(self.started).position(|w| !w.done())
-    }
-}
 
 fn qp_live(qp: &Qp) -> bool {
     matches!(qp.attr.state, QpState::Rts | QpState::Sqd | QpState::Sqe)
