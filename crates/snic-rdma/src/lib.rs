@@ -28,6 +28,7 @@ pub mod qp;
 pub mod req;
 pub mod req_state;
 pub mod resp;
+pub mod resp_state;
 pub mod ring;
 pub mod rnic;
 pub mod stats;

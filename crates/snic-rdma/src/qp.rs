@@ -5,7 +5,7 @@ use snic_time::Instant;
 use crate::nic_core::Core;
 use crate::pkt::Path;
 use crate::req_state::ReqState;
-use crate::resp::RespState;
+use crate::resp_state::RespState;
 use crate::ring::Ring;
 use crate::verbs::{AttrMask, QpAttr, QpInit, QpState, RecvWr, VerbsError};
 use crate::wqe::{self, WqeError};
