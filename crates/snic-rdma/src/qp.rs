@@ -7,7 +7,10 @@ use crate::pkt::Path;
 use crate::req_state::ReqState;
 use crate::resp_state::RespState;
 use crate::ring::Ring;
-use crate::verbs::{AttrMask, QpAttr, QpInit, QpState, RecvWr, VerbsError};
+use crate::verbs::{
+    AttrMask, Cqe, QpAttr, QpInit, QpState, RecvWr, SendWr, SgList, VerbsError, WcOpcode, WcStatus,
+    WrOp,
+};
 use crate::wqe::{self, WqeError};
 
 /// One RC QP.
@@ -247,14 +250,94 @@ fn missing_name(m: AttrMask) -> &'static str {
 }
 
 /// Move the QP into the error state: every outstanding send and receive WQE completes with
-/// `WrFlushErr` (requester and responder flush their own queues).
+/// `WrFlushErr` ([`flush_send`], [`flush_recv`]).
 pub(crate) fn enter_error(core: &mut Core, qp: &mut Qp, now: Instant) {
     if qp.attr.state != QpState::Err {
         core.stats.qp_errors += 1;
     }
     qp.attr.state = QpState::Err;
-    crate::req::flush(core, qp, now);
-    crate::resp::flush(core, qp, now);
+    flush_send(core, qp, now);
+    flush_recv(core, qp, now);
+}
+
+/// Complete every outstanding send WQE with `WrFlushErr` (the QP is in ERR).
+pub fn flush_send(core: &mut Core, qp: &mut Qp, _now: Instant) {
+    let n = qp.sq.len();
+    for k in 0..n {
+        let idx = qp.sq.cidx.wrapping_add(k);
+        let shadow = qp.req.wqes.get(k as usize).map(|w| w.wr);
+        let wr = shadow.or_else(|| {
+            let slot = core.mem.slice(qp.sq.slot_addr(idx), wqe::SQ_SLOT).ok()?;
+            Some(wqe::decode_send(slot).unwrap_or_else(|_| {
+                let wr_id = u64::from_le_bytes(slot[..8].try_into().unwrap_or([0; 8]));
+                SendWr::new(wr_id, WrOp::Send, SgList::empty())
+            }))
+        });
+        let wr = wr.unwrap_or(SendWr::new(0, WrOp::Send, SgList::empty()));
+        let c = Cqe {
+            wr_id: wr.wr_id,
+            status: WcStatus::WrFlushErr,
+            opcode: wr.op.wc_opcode(),
+            byte_len: 0,
+            qpn: qp.qpn,
+            src_qp: qp.attr.dest_qpn,
+            imm: None,
+            invalidated_rkey: None,
+        };
+        // A full CQ loses flush completions; the QP is in error already.
+        let _ = core.push_cqe(qp.init.send_cq, c);
+    }
+    qp.sq.cidx = qp.sq.pidx;
+    let rs = &mut qp.req;
+    rs.wqes.clear();
+    rs.started = 0;
+    rs.cur = 0;
+    rs.cur_off = 0;
+    rs.rto = None;
+    rs.rnr_until = None;
+    rs.paced_blocked = false;
+    rs.una = rs.next_psn;
+    rs.max_sent = rs.next_psn;
+}
+
+/// A receive completion of this QP.
+pub(crate) fn recv_cqe(
+    qp: &Qp,
+    wqe: &RecvWr,
+    status: WcStatus,
+    opcode: WcOpcode,
+    byte_len: u32,
+) -> Cqe {
+    Cqe {
+        wr_id: wqe.wr_id,
+        status,
+        opcode,
+        byte_len,
+        qpn: qp.qpn,
+        src_qp: qp.attr.dest_qpn,
+        imm: None,
+        invalidated_rkey: None,
+    }
+}
+
+/// Complete every outstanding receive WQE of the QP's own RQ with `WrFlushErr`, the one in
+/// progress first (an SRQ's WQEs stay for its other QPs).
+pub fn flush_recv(core: &mut Core, qp: &mut Qp, _now: Instant) {
+    if let Some((wqe, op)) = qp.resp.msg.take().and_then(|m| m.wqe()) {
+        let cqe = recv_cqe(qp, &wqe, WcStatus::WrFlushErr, op, 0);
+        core.push_cqe(qp.init.recv_cq, cqe);
+    }
+    let Some(mut rq) = qp.rq else { return };
+    while !rq.is_empty() {
+        let addr = rq.slot_addr(rq.cidx);
+        rq.cidx = rq.cidx.wrapping_add(1);
+        // A slot that no longer decodes still gets its CQE: its wr_id is its first 8 bytes.
+        let wr_id = core.mem.read_u64(addr).unwrap_or(0);
+        let wqe = RecvWr { wr_id, ..RecvWr::default() };
+        let cqe = recv_cqe(qp, &wqe, WcStatus::WrFlushErr, WcOpcode::Recv, 0);
+        core.push_cqe(qp.init.recv_cq, cqe);
+    }
+    qp.rq = Some(rq);
 }
 
 /// Take the next receive WQE of the QP (its RQ, or its SRQ). `None` when none is posted (the

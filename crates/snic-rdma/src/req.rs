@@ -697,46 +697,6 @@ pub fn handle_timeout(core: &mut Core, qp: &mut Qp, now: Instant) {
     }
 }
 
-/// Complete every outstanding send WQE with `WrFlushErr` (the QP is in ERR).
-pub fn flush(core: &mut Core, qp: &mut Qp, _now: Instant) {
-    let n = qp.sq.len();
-    for k in 0..n {
-        let idx = qp.sq.cidx.wrapping_add(k);
-        let shadow = qp.req.wqes.get(k as usize).map(|w| w.wr);
-        let wr = shadow.or_else(|| {
-            let slot = core.mem.slice(qp.sq.slot_addr(idx), wqe::SQ_SLOT).ok()?;
-            Some(wqe::decode_send(slot).unwrap_or_else(|_| {
-                let wr_id = u64::from_le_bytes(slot[..8].try_into().unwrap_or([0; 8]));
-                SendWr::new(wr_id, WrOp::Send, SgList::empty())
-            }))
-        });
-        let wr = wr.unwrap_or(SendWr::new(0, WrOp::Send, SgList::empty()));
-        let c = Cqe {
-            wr_id: wr.wr_id,
-            status: WcStatus::WrFlushErr,
-            opcode: wr.op.wc_opcode(),
-            byte_len: 0,
-            qpn: qp.qpn,
-            src_qp: qp.attr.dest_qpn,
-            imm: None,
-            invalidated_rkey: None,
-        };
-        // A full CQ loses flush completions; the QP is in error already.
-        let _ = core.push_cqe(qp.init.send_cq, c);
-    }
-    qp.sq.cidx = qp.sq.pidx;
-    let rs = &mut qp.req;
-    rs.wqes.clear();
-    rs.started = 0;
-    rs.cur = 0;
-    rs.cur_off = 0;
-    rs.rto = None;
-    rs.rnr_until = None;
-    rs.paced_blocked = false;
-    rs.una = rs.next_psn;
-    rs.max_sent = rs.next_psn;
-}
-
 #[cfg(test)]
 mod tests {
     use std::net::IpAddr;

@@ -21,9 +21,9 @@ use crate::mr::MrFault;
 use crate::nic_core::Core;
 use crate::pkt::{self, BuildError, Path, RxPkt, TxSg};
 use crate::psn;
-use crate::qp::{self, Qp};
+use crate::qp::{self, Qp, recv_cqe};
 use crate::resp_state::{MAX_OUT, Msg, Out, ReadOut, ResKind, Resource};
-use crate::verbs::{Access, Cqe, QpState, RecvWr, WcOpcode, WcStatus};
+use crate::verbs::{Access, QpState, RecvWr, WcOpcode, WcStatus};
 
 /// AETH credit field of every ACK: "credits not limited" (we do not do end-to-end credits).
 const ACK_CREDITS: u8 = 0x1f;
@@ -94,19 +94,6 @@ fn npkts(len: u32, mtu: u32) -> u32 {
 /// `p` lies in the PSN range `[first, last]`.
 fn in_range(p: u32, first: u32, last: u32) -> bool {
     psn::diff(p, first) >= 0 && psn::diff(last, p) >= 0
-}
-
-fn recv_cqe(qp: &Qp, wqe: &RecvWr, status: WcStatus, opcode: WcOpcode, byte_len: u32) -> Cqe {
-    Cqe {
-        wr_id: wqe.wr_id,
-        status,
-        opcode,
-        byte_len,
-        qpn: qp.qpn,
-        src_qp: qp.attr.dest_qpn,
-        imm: None,
-        invalidated_rkey: None,
-    }
 }
 
 /// A request packet arrived for this QP.
@@ -645,26 +632,6 @@ pub fn poll_timeout(_qp: &Qp) -> Option<Instant> {
 
 /// Run responder timers due at `now` (there are none).
 pub fn handle_timeout(_core: &mut Core, _qp: &mut Qp, _now: Instant) {}
-
-/// Complete every outstanding receive WQE of the QP's own RQ with `WrFlushErr`, the one in
-/// progress first (an SRQ's WQEs stay for its other QPs).
-pub fn flush(core: &mut Core, qp: &mut Qp, _now: Instant) {
-    if let Some((wqe, op)) = qp.resp.msg.take().and_then(|m| m.wqe()) {
-        let cqe = recv_cqe(qp, &wqe, WcStatus::WrFlushErr, op, 0);
-        core.push_cqe(qp.init.recv_cq, cqe);
-    }
-    let Some(mut rq) = qp.rq else { return };
-    while !rq.is_empty() {
-        let addr = rq.slot_addr(rq.cidx);
-        rq.cidx = rq.cidx.wrapping_add(1);
-        // A slot that no longer decodes still gets its CQE: its wr_id is its first 8 bytes.
-        let wr_id = core.mem.read_u64(addr).unwrap_or(0);
-        let wqe = RecvWr { wr_id, ..RecvWr::default() };
-        let cqe = recv_cqe(qp, &wqe, WcStatus::WrFlushErr, WcOpcode::Recv, 0);
-        core.push_cqe(qp.init.recv_cq, cqe);
-    }
-    qp.rq = Some(rq);
-}
 
 #[cfg(test)]
 mod tests {

@@ -440,7 +440,7 @@ impl Rnic {
         }
         qp.sq.pidx = pidx; // the doorbell
         if qp.attr.state == QpState::Err {
-            req::flush(core, qp, now);
+            qp::flush_send(core, qp, now);
         }
         Ok(())
     }
@@ -475,7 +475,7 @@ impl Rnic {
         }
         rq.pidx = pidx;
         if qp.attr.state == QpState::Err {
-            resp::flush(core, qp, now);
+            qp::flush_recv(core, qp, now);
         }
         Ok(())
     }
