@@ -14,6 +14,7 @@ use snic_hostif::abi;
 use snic_hostif::proto::{DevKind, DeviceRegion, MAX_MESSAGE, Request, Response};
 use snic_hostif::shm::{EventFd, Mapping, SeqPacket};
 
+use crate::deadline::Deadline;
 use crate::error::{HostError, Result};
 use crate::queue::{Channel, Queue, QueueOpts};
 
@@ -491,47 +492,6 @@ impl Device {
         fds: &[BorrowedFd<'_>],
     ) -> Result<(Response, Vec<OwnedFd>)> {
         self.inner.request(req, fds)
-    }
-}
-
-/// A busy-wait's deadline. Between polls of shared memory it spins, yielding the CPU now and
-/// then (snic's workers may share it), or sleeps on an interrupt eventfd. A spinning waiter
-/// reads the clock only when it yields: a clock read costs as much as a poll, so reading it
-/// every turn would slow down the very wait it bounds. A timeout therefore fires at most one
-/// yield period (64 spins) late.
-#[derive(Debug)]
-pub(crate) struct Deadline {
-    start: Instant,
-    timeout: Duration,
-    spins: u32,
-}
-
-impl Deadline {
-    /// A deadline `timeout` from now.
-    pub(crate) fn new(timeout: Duration) -> Deadline {
-        Deadline { start: Instant::now(), timeout, spins: 0 }
-    }
-
-    /// Time left; [`HostError::Timeout`] when none.
-    fn left(&self) -> Result<Duration> {
-        let left = self.timeout.saturating_sub(self.start.elapsed());
-        if left.is_zero() { Err(HostError::Timeout) } else { Ok(left) }
-    }
-
-    /// One pause between polls: sleep on `irq` (at most the time left), or spin.
-    pub(crate) fn pause(&mut self, irq: Option<&EventFd>) -> Result<()> {
-        if let Some(e) = irq {
-            e.wait(Some(self.left()?))?;
-            return Ok(());
-        }
-        self.spins = self.spins.wrapping_add(1);
-        if self.spins.is_multiple_of(64) {
-            self.left()?;
-            std::thread::yield_now();
-        } else {
-            std::hint::spin_loop();
-        }
-        Ok(())
     }
 }
 

@@ -15,6 +15,7 @@
 //! memory only: descriptors and completions in registered host memory, doorbells as release
 //! stores in the BAR, and a kick eventfd written only when the serving worker sleeps.
 
+mod deadline;
 mod device;
 mod error;
 pub mod ffi;
