@@ -17,7 +17,8 @@ use std::time::Duration;
 use snic_dma::Completion;
 use snic_dma::desc::{Descriptor, Dir};
 
-use crate::device::{Device, HostBuf, KernelCmd};
+use crate::conn::HostBuf;
+use crate::device::{Device, KernelCmd};
 use crate::error::HostError;
 use crate::queue::{Queue, QueueOpts};
 use snic_hostif::proto::{DevKind, QueueMode};

@@ -15,13 +15,15 @@
 //! memory only: descriptors and completions in registered host memory, doorbells as release
 //! stores in the BAR, and a kick eventfd written only when the serving worker sleeps.
 
+mod conn;
 mod deadline;
 mod device;
 mod error;
 pub mod ffi;
 mod queue;
 
-pub use device::{Device, HostBuf, KernelCmd, KernelStatus};
+pub use conn::HostBuf;
+pub use device::{Device, KernelCmd, KernelStatus};
 pub use error::{HostError, Result};
 pub use queue::{Channel, ChannelResult, Queue, QueueOpts};
 

@@ -10,8 +10,8 @@ use snic_hostif::abi;
 use snic_hostif::proto::{DirName, QueueMode, Request, Response};
 use snic_hostif::shm::EventFd;
 
+use crate::conn::{HostBuf, Inner, unexpected};
 use crate::deadline::Deadline;
-use crate::device::{HostBuf, Inner, unexpected};
 use crate::error::{HostError, Result};
 
 /// How to open a queue.

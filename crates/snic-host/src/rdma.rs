@@ -35,7 +35,8 @@ use std::time::{Duration, Instant};
 
 use snic_hostif::proto::{RdmaRequest, Request, Response};
 
-use crate::device::{Device, HostBuf, unexpected};
+use crate::conn::{HostBuf, unexpected};
+use crate::device::Device;
 use crate::error::{HostError, Result};
 
 pub use snic_hostif::proto::RdmaCqe;
