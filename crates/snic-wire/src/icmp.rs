@@ -1,7 +1,8 @@
 //! What ICMPv4 and ICMPv6 share: the 8-byte header (type, code, checksum, rest of header with
 //! the echo identifier and sequence number), its view [`Packet`] and the echo [`Repr`].
 //!
-//! The versions differ in their type numbers ([`Version`], implemented by [`V4`] and [`V6`]) and
+//! The versions differ in their type numbers ([`Version`], implemented by
+//! [`icmpv4::V4`](crate::icmpv4::V4) and [`icmpv6::V6`](crate::icmpv6::V6)) and
 //! in what the checksum covers. Use them through [`crate::icmpv4`] and [`crate::icmpv6`]: each
 //! names these types as its own `Packet` and `Repr` and adds `verify_checksum`/`fill_checksum`.
 
@@ -23,30 +24,13 @@ mod field {
 /// ICMP header length (type, code, checksum, rest of header), in both versions.
 pub const HEADER_LEN: usize = field::REST.end;
 
-/// The type numbers that differ between ICMP versions: [`V4`] and [`V6`].
+/// The type numbers that differ between ICMP versions: [`V4`](crate::icmpv4::V4) and
+/// [`V6`](crate::icmpv6::V6).
 pub trait Version {
     /// Echo Request type.
     const ECHO_REQUEST: u8;
     /// Echo Reply type.
     const ECHO_REPLY: u8;
-}
-
-/// ICMPv4 (RFC 792).
-#[derive(Debug, Clone, Copy)]
-pub enum V4 {}
-
-impl Version for V4 {
-    const ECHO_REQUEST: u8 = crate::icmpv4::ECHO_REQUEST;
-    const ECHO_REPLY: u8 = crate::icmpv4::ECHO_REPLY;
-}
-
-/// ICMPv6 (RFC 4443).
-#[derive(Debug, Clone, Copy)]
-pub enum V6 {}
-
-impl Version for V6 {
-    const ECHO_REQUEST: u8 = crate::icmpv6::ECHO_REQUEST;
-    const ECHO_REPLY: u8 = crate::icmpv6::ECHO_REPLY;
 }
 
 fn read_u16(b: &[u8], f: Field) -> u16 {
@@ -267,29 +251,4 @@ fn echo_rest(ident: u16, seq_no: u16) -> [u8; 4] {
     let [a, b] = ident.to_be_bytes();
     let [c, d] = seq_no.to_be_bytes();
     [a, b, c, d]
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn echo_type_numbers_follow_the_version() {
-        let r = Repr::EchoReply { ident: 0x0102, seq_no: 3, data_len: 0 };
-        let mut b = [0xffu8; 8];
-        r.emit(&mut Packet::<_, V4>::new_unchecked(&mut b[..]));
-        assert_eq!(b, [0, 0, 0, 0, 1, 2, 0, 3]);
-        r.emit(&mut Packet::<_, V6>::new_unchecked(&mut b[..]));
-        assert_eq!(b, [129, 0, 0, 0, 1, 2, 0, 3]);
-        // An ICMPv4 echo request type number is not an echo in ICMPv6.
-        b[0] = crate::icmpv4::ECHO_REQUEST;
-        assert_eq!(
-            Repr::parse(&Packet::<_, V6>::new_checked(&b[..]).unwrap()).unwrap(),
-            Repr::Other { msg_type: 8, code: 0, rest: [1, 2, 0, 3], data_len: 0 }
-        );
-        assert_eq!(
-            Repr::parse(&Packet::<_, V4>::new_checked(&b[..]).unwrap()).unwrap(),
-            Repr::EchoRequest { ident: 0x0102, seq_no: 3, data_len: 0 }
-        );
-    }
 }

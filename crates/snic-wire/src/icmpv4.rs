@@ -25,8 +25,17 @@ pub const TIME_EXCEEDED: u8 = 11;
 /// Parameter Problem type.
 pub const PARAM_PROBLEM: u8 = 12;
 
+/// ICMPv4 (RFC 792).
+#[derive(Debug, Clone, Copy)]
+pub enum V4 {}
+
+impl icmp::Version for V4 {
+    const ECHO_REQUEST: u8 = ECHO_REQUEST;
+    const ECHO_REPLY: u8 = ECHO_REPLY;
+}
+
 /// A read/write view of an ICMPv4 message.
-pub type Packet<T> = icmp::Packet<T, icmp::V4>;
+pub type Packet<T> = icmp::Packet<T, V4>;
 
 /// An ICMPv4 message header; the data itself stays in the buffer (`data_len` is its length).
 /// Echo Request is type 8, Echo Reply type 0.

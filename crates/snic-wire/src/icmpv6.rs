@@ -35,8 +35,17 @@ pub const NEIGHBOR_SOLICIT: u8 = 135;
 /// Neighbor Advertisement type.
 pub const NEIGHBOR_ADVERT: u8 = 136;
 
+/// ICMPv6 (RFC 4443).
+#[derive(Debug, Clone, Copy)]
+pub enum V6 {}
+
+impl icmp::Version for V6 {
+    const ECHO_REQUEST: u8 = ECHO_REQUEST;
+    const ECHO_REPLY: u8 = ECHO_REPLY;
+}
+
 /// A read/write view of an ICMPv6 message.
-pub type Packet<T> = icmp::Packet<T, icmp::V6>;
+pub type Packet<T> = icmp::Packet<T, V6>;
 
 /// An ICMPv6 message header; the data itself stays in the buffer (`data_len` is its length).
 /// Echo Request is type 128, Echo Reply type 129.
@@ -66,6 +75,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
 mod tests {
     use super::*;
     use crate::Error;
+    use crate::icmpv4::V4;
 
     const SRC: Ipv6Addr = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 1);
     const DST: Ipv6Addr = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 2);
@@ -113,6 +123,26 @@ mod tests {
         assert_eq!(
             Repr::parse(&Packet::new_checked(&e[..]).unwrap()).unwrap(),
             Repr::Other { msg_type: ECHO_REPLY, code: 1, rest: [0, 9, 0, 1], data_len: 0 }
+        );
+    }
+
+    #[test]
+    fn echo_type_numbers_follow_the_version() {
+        let r = Repr::EchoReply { ident: 0x0102, seq_no: 3, data_len: 0 };
+        let mut b = [0xffu8; 8];
+        r.emit(&mut icmp::Packet::<_, V4>::new_unchecked(&mut b[..]));
+        assert_eq!(b, [0, 0, 0, 0, 1, 2, 0, 3]);
+        r.emit(&mut icmp::Packet::<_, V6>::new_unchecked(&mut b[..]));
+        assert_eq!(b, [129, 0, 0, 0, 1, 2, 0, 3]);
+        // An ICMPv4 echo request type number is not an echo in ICMPv6.
+        b[0] = crate::icmpv4::ECHO_REQUEST;
+        assert_eq!(
+            Repr::parse(&icmp::Packet::<_, V6>::new_checked(&b[..]).unwrap()).unwrap(),
+            Repr::Other { msg_type: 8, code: 0, rest: [1, 2, 0, 3], data_len: 0 }
+        );
+        assert_eq!(
+            Repr::parse(&icmp::Packet::<_, V4>::new_checked(&b[..]).unwrap()).unwrap(),
+            Repr::EchoRequest { ident: 0x0102, seq_no: 3, data_len: 0 }
         );
     }
 }
