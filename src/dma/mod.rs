@@ -13,6 +13,7 @@
 
 mod bench;
 mod plot;
+mod point;
 mod spawn;
 mod sweep;
 

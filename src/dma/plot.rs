@@ -5,8 +5,8 @@
 //! usual system path (Debian's fonts-dejavu-core provides DejaVuSans). Without one, the plots
 //! are drawn without any text (lines and grid only) and the caller says so.
 
+use super::point::Point;
 use super::size_label;
-use super::sweep::Point;
 use anyhow::{Result, anyhow};
 use plotters::coord::Shift;
 use plotters::prelude::*;

@@ -7,9 +7,9 @@
 //! workers), waits for all of them, and repeats `iters` times; bandwidth is all bytes moved
 //! over the wall time.
 
+use super::point::Point;
 use super::{MemArg, Session, check_channel, gbps, iterations_for, parse_size, plot};
 use anyhow::{Context, Result, ensure};
-use serde::Serialize;
 use snic_dma::desc::{DESC_SIZE, flags};
 use snic_dma::{Descriptor, Dir};
 use snic_host::{Channel, Device, HostBuf};
@@ -101,27 +101,6 @@ pub struct SweepArgs {
     /// Notes on skipped points and buffer sizes; the server's log.
     #[arg(short = 'v', long)]
     pub verbose: bool,
-}
-
-/// One measured point.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Point {
-    /// "h2c" or "c2h".
-    pub dir: &'static str,
-    /// "on-chip" or "on-board".
-    pub mem: &'static str,
-    /// "poll" or "interrupt".
-    pub completion: &'static str,
-    /// Channels running at once.
-    pub channels: u8,
-    /// Bytes per transfer (per channel).
-    pub size: u64,
-    /// Transfers per channel.
-    pub iters: u64,
-    /// Wall time of the measurement.
-    pub seconds: f64,
-    /// All bytes moved / wall time, in GB/s (bytes per nanosecond).
-    pub gbps: f64,
 }
 
 /// Powers of two from `min` (rounded up) to `max`.
