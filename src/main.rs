@@ -61,7 +61,7 @@ enum Command {
     /// Run two NIC nodes joined by an impaired virtual link on the simulated clock (deterministic).
     Testbed(testbed::TestbedArgs),
     /// RDMA benchmarks between two snic processes over RoCEv2/UDP, as perftest's ib_*_bw / ib_*_lat.
-    Rdma(rdma::RdmaArgs),
+    Rdma(rdma::args::RdmaArgs),
     /// Control the vSwitch of a running `snic run --stage vswitch --control PATH`; check policies.
     #[command(name = "vswitch")]
     VSwitch(vswitch::VSwitchArgs),
