@@ -1,4 +1,4 @@
-//! Review tests of the DMA engine: edge cases a hostile or unlucky host can reach (completion
+//! Edge cases of the DMA engine that a hostile or unlucky host can reach (completion
 //! accounting across wraps, loopback completion room, stream size limits, chain limits,
 //! stop/start colour, round robin, channel reports).
 
