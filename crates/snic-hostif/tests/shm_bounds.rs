@@ -1,5 +1,5 @@
-//! Review tests of shared memory: bounds at usize edges, and the DMA engine moving bytes
-//! through a clamped `SharedBacking` window without touching the mapping outside it.
+//! Shared memory at its bounds: `Mapping` accessors at usize edges, and the DMA engine moving
+//! bytes through a clamped `SharedBacking` window without touching the mapping outside it.
 
 use std::sync::Arc;
 
