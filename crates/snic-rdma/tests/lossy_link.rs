@@ -1,5 +1,5 @@
-//! Review tests of the RC engine (public API only): a lossy two-NIC run, and targeted cases
-//! for suspected bugs.
+//! The RC engine between two NICs (public API only): a mixed run over a lossy link, and
+//! targeted QP edge cases.
 
 use std::net::IpAddr;
 
@@ -302,19 +302,19 @@ fn lossy_mixed(seed: u64, loss: f64, ops: usize, mtu: Mtu) {
 }
 
 #[test]
-fn review_lossy_mixed_counts_no_loss() {
+fn lossy_mixed_counts_no_loss() {
     lossy_mixed(1, 0.0, 300, Mtu::M1024);
 }
 
 #[test]
-fn review_lossy_mixed_5pct() {
+fn lossy_mixed_5pct() {
     for seed in 0..4 {
         lossy_mixed(seed, 0.05, 300, Mtu::M1024);
     }
 }
 
 #[test]
-fn review_lossy_mixed_20pct() {
+fn lossy_mixed_20pct() {
     for seed in 10..13 {
         lossy_mixed(seed, 0.2, 200, Mtu::M256);
     }
@@ -357,7 +357,7 @@ fn inject(to: &mut Side, from_ip: IpAddr, r: &RoceRepr, payload: &[u8]) {
 /// A modify_qp RTS -> RTS that changes the path MTU while a multi-packet WRITE is half sent
 /// (IBTA does not allow PATH_MTU in RTS -> RTS; the engine accepts it) must not panic.
 #[test]
-fn review_path_mtu_change_mid_message_does_not_panic() {
+fn path_mtu_change_mid_message_does_not_panic() {
     let attr = QpAttr { path_mtu: Mtu::M256, ..QpAttr::default() };
     let (mut a, b) = pair(0, attr);
     let wr = SendWr::new(1, WrOp::Write { remote: remote(&b, 0) }, sge(&a, 0, 1000));
@@ -376,7 +376,7 @@ fn review_path_mtu_change_mid_message_does_not_panic() {
 /// peer sends between two poll_transmit calls: alternating in-order WRITEs (ACK) and SENDs
 /// without a RECV (RNR NAK) make entries that do not coalesce.
 #[test]
-fn review_responder_queue_bounded_under_ack_rnr_alternation() {
+fn responder_queue_bounded_under_ack_rnr_alternation() {
     let (a, mut b) = pair(0, QpAttr::default());
     let ip = a.ip;
     let mut p = 0u32;
@@ -400,7 +400,7 @@ fn review_responder_queue_bounded_under_ack_rnr_alternation() {
 /// Two QPs on one NIC: a long WRITE on the first must not hold back the second QP's packets
 /// until it has sent all of its own (poll_transmit's round-robin).
 #[test]
-fn review_poll_transmit_is_fair_between_qps() {
+fn poll_transmit_is_fair_between_qps() {
     let attr = QpAttr { path_mtu: Mtu::M256, ..QpAttr::default() };
     let (mut a, mut b) = pair(0, attr);
     // A second QP pair on the same NICs.
@@ -447,7 +447,7 @@ fn review_poll_transmit_is_fair_between_qps() {
 
 /// SQD: a WQE posted in SQD does not start; back in RTS it completes.
 #[test]
-fn review_sqd_holds_new_wqes_then_rts_resumes() {
+fn sqd_holds_new_wqes_then_rts_resumes() {
     let (mut a, mut b) = pair(0, QpAttr::default());
     let sqd = QpAttr { state: QpState::Sqd, ..QpAttr::default() };
     a.nic.modify_qp(a.qpn, &sqd, AttrMask::STATE, Instant::ZERO).unwrap();
