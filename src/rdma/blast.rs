@@ -3,8 +3,8 @@
 
 use anyhow::{Context, Result, anyhow, bail};
 use serde_json::json;
-use snic_roce::transport::TransportOpts;
 use snic_roce::blast::{BlastReceiver, BlastReport, BlastTarget, blast_send};
+use snic_roce::transport::TransportOpts;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 

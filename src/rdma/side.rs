@@ -4,11 +4,11 @@
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use snic_dma::MemKind;
-use snic_roce::cm::{self, QpInfo};
-use snic_roce::transport::{RoceTransport, TransportOpts};
 use snic_rdma::{
     Access, CqId, Cqe, MrInfo, QpInit, RecvWr, Remote, Rnic, RnicConfig, SgList, Sge, WcStatus,
 };
+use snic_roce::cm::{self, QpInfo};
+use snic_roce::transport::{RoceTransport, TransportOpts};
 use snic_time::{Clock, MonotonicClock};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
