@@ -946,7 +946,7 @@ impl Shard {
                 self.stats.tcp_copy_overflow += 1;
             }
         }
-        if a.xpose.apply(p, (hash ^ (hash >> 32)) as u32).is_err() {
+        if a.transposition.apply(p, (hash ^ (hash >> 32)) as u32).is_err() {
             self.stats.transpose_errors += 1;
             return Fate::Drop(DropReason::TransposeFailed);
         }
@@ -1232,7 +1232,7 @@ impl Shard {
 /// One line for a compiled action: the transposition, meters and the output port.
 fn describe(a: &FlowAction) -> String {
     let mut s = String::new();
-    let x: &Transposition = &a.xpose;
+    let x: &Transposition = &a.transposition;
     s.push_str(&x.to_string());
     if let Some(m) = a.meter {
         s.push_str(&format!(",meter:{}", m.0));

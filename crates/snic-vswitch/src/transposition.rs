@@ -45,7 +45,7 @@ pub enum Op {
     /// Strip everything before the inner Ethernet header of a tunnelled packet (VXLAN, NVGRE,
     /// Geneve), and any trailer after the outer IP datagram. ECN by RFC 6040 normal mode: an
     /// outer CE marks an ECN-capable inner header CE (an outer ECT(1) turns an inner ECT(0) into
-    /// ECT(1)); an outer CE over a Not-ECT inner packet is an error ([`XposeError::CeOnNotEct`]).
+    /// ECT(1)); an outer CE over a Not-ECT inner packet is an error ([`TranspositionError::CeOnNotEct`]).
     PopOuter,
     /// Remove the outermost VLAN tag of the current frame.
     PopVlan,
@@ -68,7 +68,7 @@ pub enum Op {
     /// Rewrite the TCP/UDP destination port, or the ICMP/ICMPv6 echo identifier.
     SetL4Dst(u16),
     /// Decrement the IPv4 TTL / IPv6 hop limit; a packet arriving with 0 or 1 is an error
-    /// ([`XposeError::TtlExpired`]).
+    /// ([`TranspositionError::TtlExpired`]).
     DecTtl,
     /// Prepend an outer Ethernet + IPv4/IPv6 + (UDP + VXLAN | NVGRE) header; the current frame
     /// becomes the inner frame.
@@ -99,7 +99,7 @@ pub struct Encap {
 /// Why a transposition could not be built or applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum XposeError {
+pub enum TranspositionError {
     /// `PopOuter` on a packet without a tunnel and an inner Ethernet header.
     NotTunnelled,
     /// An Ethernet op on a frame without an Ethernet header.
@@ -152,47 +152,53 @@ pub enum XposeError {
     BadStack,
 }
 
-impl fmt::Display for XposeError {
+impl fmt::Display for TranspositionError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            XposeError::NotTunnelled => f.write_str("pop: packet is not tunnelled over Ethernet"),
-            XposeError::NoL2 => f.write_str("frame has no Ethernet header"),
-            XposeError::NoL3 => f.write_str("frame has no IP header"),
-            XposeError::NoL4 => f.write_str("packet has no TCP/UDP/ICMP echo header"),
-            XposeError::FamilyMismatch => f.write_str("IP address family does not match"),
-            XposeError::TtlExpired => f.write_str("TTL expired"),
-            XposeError::NoRoom { need, have } => {
+            TranspositionError::NotTunnelled => {
+                f.write_str("pop: packet is not tunnelled over Ethernet")
+            }
+            TranspositionError::NoL2 => f.write_str("frame has no Ethernet header"),
+            TranspositionError::NoL3 => f.write_str("frame has no IP header"),
+            TranspositionError::NoL4 => f.write_str("packet has no TCP/UDP/ICMP echo header"),
+            TranspositionError::FamilyMismatch => f.write_str("IP address family does not match"),
+            TranspositionError::TtlExpired => f.write_str("TTL expired"),
+            TranspositionError::NoRoom { need, have } => {
                 write!(f, "no headroom: need {need} bytes, have {have}")
             }
-            XposeError::SuperPacket => {
+            TranspositionError::SuperPacket => {
                 f.write_str("tunnel push on a tunnelled, or pop on a plain, GSO super-packet")
             }
-            XposeError::BadEncap(why) => write!(f, "bad encapsulation: {why}"),
-            XposeError::BadProgram(why) => write!(f, "bad transposition: {why}"),
-            XposeError::NoVlan => f.write_str("pop_vlan: frame has no VLAN tag"),
-            XposeError::TooManyVlans => f.write_str("push_vlan: frame already has two VLAN tags"),
-            XposeError::Truncated { need, have } => {
+            TranspositionError::BadEncap(why) => write!(f, "bad encapsulation: {why}"),
+            TranspositionError::BadProgram(why) => write!(f, "bad transposition: {why}"),
+            TranspositionError::NoVlan => f.write_str("pop_vlan: frame has no VLAN tag"),
+            TranspositionError::TooManyVlans => {
+                f.write_str("push_vlan: frame already has two VLAN tags")
+            }
+            TranspositionError::Truncated { need, have } => {
                 write!(f, "header beyond the frame: need {need} bytes, frame has {have}")
             }
-            XposeError::TooLong { len } => {
+            TranspositionError::TooLong { len } => {
                 write!(f, "encapsulated packet of {len} bytes exceeds the IP length field")
             }
-            XposeError::CeOnNotEct => f.write_str("decap: outer CE over a Not-ECT inner packet"),
-            XposeError::BadOffload => f.write_str("checksum offload offsets out of range"),
-            XposeError::BadStack => f.write_str("layer offsets do not describe the frame"),
+            TranspositionError::CeOnNotEct => {
+                f.write_str("decap: outer CE over a Not-ECT inner packet")
+            }
+            TranspositionError::BadOffload => f.write_str("checksum offload offsets out of range"),
+            TranspositionError::BadStack => f.write_str("layer offsets do not describe the frame"),
         }
     }
 }
 
-impl std::error::Error for XposeError {}
+impl std::error::Error for TranspositionError {}
 
-impl From<snic_pipeline::buf::NoRoom> for XposeError {
+impl From<snic_pipeline::buf::NoRoom> for TranspositionError {
     fn from(e: snic_pipeline::buf::NoRoom) -> Self {
-        XposeError::NoRoom { need: e.need, have: e.have }
+        TranspositionError::NoRoom { need: e.need, have: e.have }
     }
 }
 
-type Result<T> = core::result::Result<T, XposeError>;
+type Result<T> = core::result::Result<T, TranspositionError>;
 
 // ---- precompiled encapsulation ------------------------------------------------------------
 
@@ -225,14 +231,14 @@ struct Template {
 impl Template {
     fn new(e: &Encap) -> Result<Template> {
         if e.vni > 0x00ff_ffff {
-            return Err(XposeError::BadEncap("vni exceeds 24 bits"));
+            return Err(TranspositionError::BadEncap("vni exceeds 24 bits"));
         }
         if e.ttl == 0 {
-            return Err(XposeError::BadEncap("ttl 0"));
+            return Err(TranspositionError::BadEncap("ttl 0"));
         }
         let vxlan = matches!(e.kind, TunnelKind::Vxlan);
         if vxlan && e.udp_dst == 0 {
-            return Err(XposeError::BadEncap("udp destination port 0"));
+            return Err(TranspositionError::BadEncap("udp destination port 0"));
         }
         let mut b = [0u8; MAX_TEMPLATE];
         b[0..6].copy_from_slice(&e.dst_mac);
@@ -263,7 +269,9 @@ impl Template {
                 (ETH_LEN + IP6_LEN, true, pseudo)
             }
             _ => {
-                return Err(XposeError::BadEncap("source and destination of different families"));
+                return Err(TranspositionError::BadEncap(
+                    "source and destination of different families",
+                ));
             }
         };
         let len = if vxlan {
@@ -327,7 +335,7 @@ struct Cur {
 impl Cur {
     /// `h` with every offset moved back by `n` bytes (the bytes popped in front of it).
     fn from_headers(h: &Headers, n: usize) -> Result<Cur> {
-        let sh = |o: u16| usize::from(o).checked_sub(n).ok_or(XposeError::BadStack);
+        let sh = |o: u16| usize::from(o).checked_sub(n).ok_or(TranspositionError::BadStack);
         Ok(Cur {
             eth: h.eth.map(sh).transpose()?,
             vlans: h.vlans,
@@ -339,7 +347,7 @@ impl Cur {
 
     /// Move the L3/L4 offsets by `d` bytes (a VLAN tag added or removed in front of them).
     fn shift_l3(&mut self, d: isize) -> Result<()> {
-        let f = |o: usize| o.checked_add_signed(d).ok_or(XposeError::BadStack);
+        let f = |o: usize| o.checked_add_signed(d).ok_or(TranspositionError::BadStack);
         self.l3 = self.l3.map(|(l, o)| f(o).map(|o| (l, o))).transpose()?;
         self.l4 = self.l4.map(|(l, o)| f(o).map(|o| (l, o))).transpose()?;
         Ok(())
@@ -360,14 +368,14 @@ impl Transposition {
             match op {
                 Op::PopOuter => {
                     if i != 0 {
-                        return Err(XposeError::BadProgram("pop must be the first op"));
+                        return Err(TranspositionError::BadProgram("pop must be the first op"));
                     }
                     tunnel_op = true;
                     growth = None;
                 }
                 Op::PushEncap(e) => {
                     if i + 1 != n {
-                        return Err(XposeError::BadProgram("push must be the last op"));
+                        return Err(TranspositionError::BadProgram("push must be the last op"));
                     }
                     let t = Template::new(e)?;
                     growth = growth.map(|g| g + t.len() as isize);
@@ -376,7 +384,7 @@ impl Transposition {
                 }
                 Op::PushVlan(tci) => {
                     if tci & 0x0fff == 0x0fff {
-                        return Err(XposeError::BadProgram("vlan id 4095 is reserved"));
+                        return Err(TranspositionError::BadProgram("vlan id 4095 is reserved"));
                     }
                     growth = growth.map(|g| g + 4);
                 }
@@ -384,7 +392,7 @@ impl Transposition {
                 Op::SetIpSrc(a) | Op::SetIpDst(a) => {
                     let v6 = a.is_ipv6();
                     if family.is_some_and(|f| f != v6) {
-                        return Err(XposeError::FamilyMismatch);
+                        return Err(TranspositionError::FamilyMismatch);
                     }
                     family = Some(v6);
                 }
@@ -440,7 +448,7 @@ impl Transposition {
             let pops = matches!(self.ops.first(), Some(Op::PopOuter));
             let pushes = self.template.is_some();
             if (pops && g.tunnel.is_none()) || (pushes && !pops && g.tunnel.is_some()) {
-                return Err(XposeError::SuperPacket);
+                return Err(TranspositionError::SuperPacket);
             }
         }
         let mut cur = Cur::from_headers(&pkt.meta.stack.outer, 0)?;
@@ -478,7 +486,7 @@ impl Transposition {
                 Op::DecTtl => dec_ttl(d, &cur)?,
                 // Validated away by `new` (first / last only).
                 Op::PopOuter | Op::PushEncap(_) => {
-                    return Err(XposeError::BadProgram("pop or push in the middle"));
+                    return Err(TranspositionError::BadProgram("pop or push in the middle"));
                 }
             }
         }
@@ -534,14 +542,14 @@ fn bytes_mut<const N: usize>(d: &mut [u8], at: usize) -> Result<&mut [u8; N]> {
     let have = d.len();
     d.get_mut(at..at.wrapping_add(N))
         .and_then(|s| <&mut [u8; N]>::try_from(s).ok())
-        .ok_or(XposeError::Truncated { need: at.saturating_add(N), have })
+        .ok_or(TranspositionError::Truncated { need: at.saturating_add(N), have })
 }
 
 #[inline(always)]
 fn rd16(d: &[u8], at: usize) -> Result<u16> {
     match d.get(at..at.wrapping_add(2)) {
         Some(&[a, b]) => Ok(u16::from_be_bytes([a, b])),
-        _ => Err(XposeError::Truncated { need: at.saturating_add(2), have: d.len() }),
+        _ => Err(TranspositionError::Truncated { need: at.saturating_add(2), have: d.len() }),
     }
 }
 
@@ -553,7 +561,9 @@ fn wr16(d: &mut [u8], at: usize, v: u16) -> Result<()> {
 
 #[inline(always)]
 fn byte(d: &[u8], at: usize) -> Result<u8> {
-    d.get(at).copied().ok_or(XposeError::Truncated { need: at.saturating_add(1), have: d.len() })
+    d.get(at)
+        .copied()
+        .ok_or(TranspositionError::Truncated { need: at.saturating_add(1), have: d.len() })
 }
 
 /// Frame offset of the L4 checksum field that is left to the device, if any.
@@ -565,8 +575,8 @@ fn partial_at(pkt: &PacketBuf) -> Option<usize> {
 /// Move the checksum-offload start by `d` bytes (a header pushed or popped in front of it).
 fn shift_offload(pkt: &mut PacketBuf, d: isize) -> Result<()> {
     if let Some((start, off)) = pkt.meta.offload.csum_partial {
-        let s = usize::from(start).checked_add_signed(d).ok_or(XposeError::BadOffload)?;
-        let s = u16::try_from(s).map_err(|_| XposeError::BadOffload)?;
+        let s = usize::from(start).checked_add_signed(d).ok_or(TranspositionError::BadOffload)?;
+        let s = u16::try_from(s).map_err(|_| TranspositionError::BadOffload)?;
         pkt.meta.offload.csum_partial = Some((s, off));
     }
     Ok(())
@@ -607,14 +617,14 @@ fn set_ecn(d: &mut [u8], l3: (Layer, usize), ecn: u8) -> Result<()> {
 fn pop_outer(pkt: &mut PacketBuf, cur: &mut Cur) -> Result<()> {
     let st = &pkt.meta.stack;
     let (Some(_), Some(inner)) = (st.tunnel, st.inner) else {
-        return Err(XposeError::NotTunnelled);
+        return Err(TranspositionError::NotTunnelled);
     };
-    let n = usize::from(inner.eth.ok_or(XposeError::NotTunnelled)?);
+    let n = usize::from(inner.eth.ok_or(TranspositionError::NotTunnelled)?);
     // A super-packet: only outer headers pushed here (of exactly this length) come off.
     if let Some(g) = pkt.meta.offload.gso
         && g.tunnel.is_none_or(|t| usize::from(t.outer_len) != n)
     {
-        return Err(XposeError::SuperPacket);
+        return Err(TranspositionError::SuperPacket);
     }
     let outer_l3 = Cur::from_headers(&st.outer, 0)?.l3;
     let inner_l3 = Cur::from_headers(&inner, 0)?.l3;
@@ -628,7 +638,7 @@ fn pop_outer(pkt: &mut PacketBuf, cur: &mut Cur) -> Result<()> {
     // RFC 6040 section 4.2, normal mode.
     if let (Some(outer), Some(inner_ecn)) = (ecn_of(d, outer_l3)?, ecn_of(d, inner_l3)?) {
         let out = match (inner_ecn, outer) {
-            (0, 3) => return Err(XposeError::CeOnNotEct),
+            (0, 3) => return Err(TranspositionError::CeOnNotEct),
             (1 | 2, 3) => 3,
             (2, 1) => 1,
             (e, _) => e,
@@ -658,14 +668,14 @@ fn pop_outer(pkt: &mut PacketBuf, cur: &mut Cur) -> Result<()> {
 
 fn pop_vlan(pkt: &mut PacketBuf, cur: &mut Cur) -> Result<()> {
     if cur.eth != Some(0) {
-        return Err(XposeError::NoL2);
+        return Err(TranspositionError::NoL2);
     }
     if cur.vlans == 0 {
-        return Err(XposeError::NoVlan);
+        return Err(TranspositionError::NoVlan);
     }
     let d = pkt.data_mut();
     if d.len() < ETH_LEN + 4 {
-        return Err(XposeError::Truncated { need: ETH_LEN + 4, have: d.len() });
+        return Err(TranspositionError::Truncated { need: ETH_LEN + 4, have: d.len() });
     }
     d.copy_within(0..12, 4);
     pkt.pull_front(4)?;
@@ -680,13 +690,13 @@ fn pop_vlan(pkt: &mut PacketBuf, cur: &mut Cur) -> Result<()> {
 
 fn push_vlan(pkt: &mut PacketBuf, cur: &mut Cur, tci: u16) -> Result<()> {
     if cur.eth != Some(0) {
-        return Err(XposeError::NoL2);
+        return Err(TranspositionError::NoL2);
     }
     if cur.vlans >= 2 {
-        return Err(XposeError::TooManyVlans);
+        return Err(TranspositionError::TooManyVlans);
     }
     if pkt.len() < ETH_LEN {
-        return Err(XposeError::Truncated { need: ETH_LEN, have: pkt.len() });
+        return Err(TranspositionError::Truncated { need: ETH_LEN, have: pkt.len() });
     }
     let tpid: u16 = if cur.vlans == 0 { 0x8100 } else { 0x88a8 };
     pkt.push_front(4)?;
@@ -704,7 +714,7 @@ fn push_vlan(pkt: &mut PacketBuf, cur: &mut Cur, tci: u16) -> Result<()> {
 
 #[inline(always)]
 fn set_mac(d: &mut [u8], cur: &Cur, at: usize, mac: &Mac) -> Result<()> {
-    let e = cur.eth.ok_or(XposeError::NoL2)?;
+    let e = cur.eth.ok_or(TranspositionError::NoL2)?;
     *bytes_mut::<6>(d, e + at)? = *mac;
     Ok(())
 }
@@ -745,14 +755,14 @@ fn l4_csum_at(d: &[u8], cur: &Cur) -> Result<Option<(usize, Sum)>> {
                 }
                 if frag & 0x2000 == 0 {
                     // Not a fragment, yet the L4 header did not parse.
-                    return Err(XposeError::NoL4);
+                    return Err(TranspositionError::NoL4);
                 }
                 // First fragment: the L4 header follows the IP header.
                 let l4 = o + usize::from(byte(d, o)? & 0x0f) * 4;
                 Ok(Some(if p == PROTO_TCP { (l4 + 16, Sum::Plain) } else { (l4 + 6, Sum::Udp4) }))
             }
             (Some((Layer::Ipv6, _)), Some(PROTO_TCP | PROTO_UDP | PROTO_ICMPV6)) => {
-                Err(XposeError::NoL4)
+                Err(TranspositionError::NoL4)
             }
             _ => Ok(None),
         },
@@ -792,8 +802,10 @@ fn set_ip(d: &mut [u8], cur: &Cur, addr: IpAddr, dst: bool, partial: Option<usiz
             *f = a.octets();
             (old, sum_bytes(f))
         }
-        (Some((Layer::Ipv4 | Layer::Ipv6, _)), _) => return Err(XposeError::FamilyMismatch),
-        _ => return Err(XposeError::NoL3),
+        (Some((Layer::Ipv4 | Layer::Ipv6, _)), _) => {
+            return Err(TranspositionError::FamilyMismatch);
+        }
+        _ => return Err(TranspositionError::NoL3),
     };
     if let Some((at, kind)) = l4_csum_at(d, cur)? {
         fix_l4(d, at, kind, partial == Some(at), old, new)?;
@@ -811,11 +823,11 @@ fn set_port(d: &mut [u8], cur: &Cur, port: u16, dst: bool, partial: Option<usize
             let echo =
                 matches!((l, byte(d, o)?), (Layer::Icmpv4, 0 | 8) | (Layer::Icmpv6, 128 | 129));
             if !echo {
-                return Err(XposeError::NoL4);
+                return Err(TranspositionError::NoL4);
             }
             (o + 4, o + 2, Sum::Plain)
         }
-        _ => return Err(XposeError::NoL4),
+        _ => return Err(TranspositionError::NoL4),
     };
     let old = rd16(d, field)?;
     wr16(d, field, port)?;
@@ -832,7 +844,7 @@ fn dec_ttl(d: &mut [u8], cur: &Cur) -> Result<()> {
         Some((Layer::Ipv4, o)) => {
             let old = rd16(d, o + 8)?;
             if old >> 8 <= 1 {
-                return Err(XposeError::TtlExpired);
+                return Err(TranspositionError::TtlExpired);
             }
             let new = old - 0x100;
             wr16(d, o + 8, new)?;
@@ -842,12 +854,12 @@ fn dec_ttl(d: &mut [u8], cur: &Cur) -> Result<()> {
         Some((Layer::Ipv6, o)) => {
             let h = bytes_mut::<1>(d, o + 7)?;
             if h[0] <= 1 {
-                return Err(XposeError::TtlExpired);
+                return Err(TranspositionError::TtlExpired);
             }
             h[0] -= 1;
             Ok(())
         }
-        _ => Err(XposeError::NoL3),
+        _ => Err(TranspositionError::NoL3),
     }
 }
 
@@ -857,7 +869,7 @@ fn push_encap(pkt: &mut PacketBuf, cur: &Cur, t: &Template, hash: u32) -> Result
     let hl = t.len();
     let l3_len = hl - ETH_LEN + inner_len;
     if l3_len > usize::from(u16::MAX) + if t.v6 { IP6_LEN } else { 0 } {
-        return Err(XposeError::TooLong { len: l3_len });
+        return Err(TranspositionError::TooLong { len: l3_len });
     }
     // Inner L4 checksum left to the device: its final value is known in sum (LCO, below).
     let partial = match pkt.meta.offload.csum_partial {
@@ -879,15 +891,15 @@ fn push_encap(pkt: &mut PacketBuf, cur: &Cur, t: &Template, hash: u32) -> Result
         62 => pkt.push_front_from(&t.bytes[..62])?,
         50 => pkt.push_front_from(&t.bytes[..50])?,
         42 => pkt.push_front_from(&t.bytes[..42])?,
-        n => {
-            pkt.push_front_from(t.bytes.get(..n).ok_or(XposeError::BadEncap("template length"))?)?
-        }
+        n => pkt.push_front_from(
+            t.bytes.get(..n).ok_or(TranspositionError::BadEncap("template length"))?,
+        )?,
     };
     let l4 = if t.v6 { ETH_LEN + IP6_LEN } else { ETH_LEN + IP4_LEN };
     let body = l3_len - (l4 - ETH_LEN); // bytes after the IP header
     let sport = 0xc000 | (hash as u16 & 0x3fff);
     // One length check per family: the patches below index fixed-size arrays.
-    const SHORT: XposeError = XposeError::BadEncap("template length");
+    const SHORT: TranspositionError = TranspositionError::BadEncap("template length");
     if t.v6 {
         const L4: usize = ETH_LEN + IP6_LEN;
         let f: &mut [u8; L4 + 8] = front.first_chunk_mut().ok_or(SHORT)?;
@@ -936,7 +948,7 @@ fn push_encap(pkt: &mut PacketBuf, cur: &Cur, t: &Template, hash: u32) -> Result
     }
     if let Some(g) = &mut pkt.meta.offload.gso {
         // A template is at most 70 bytes.
-        g.hdr_len = g.hdr_len.checked_add(hl as u16).ok_or(XposeError::BadOffload)?;
+        g.hdr_len = g.hdr_len.checked_add(hl as u16).ok_or(TranspositionError::BadOffload)?;
         let kind = if t.vxlan { TunnelGsoKind::Vxlan } else { TunnelGsoKind::Nvgre };
         g.tunnel = Some(TunnelGso { kind, outer_len: hl as u16 });
     }
@@ -1253,7 +1265,7 @@ mod tests {
         p
     }
 
-    fn run(ops: Vec<Op>, f: &[u8]) -> core::result::Result<Vec<u8>, XposeError> {
+    fn run(ops: Vec<Op>, f: &[u8]) -> core::result::Result<Vec<u8>, TranspositionError> {
         let t = Transposition::new(ops)?;
         let mut p = pkt(f);
         t.apply(&mut p, 0x1234_5678)?;
@@ -1353,11 +1365,11 @@ mod tests {
         let out = run(vec![Op::DecTtl], &frame(Kind::Tcp, &a, 1, 2, b"")).unwrap();
         a.ttl = 1;
         assert_eq!(out, frame(Kind::Tcp, &a, 1, 2, b""));
-        assert_eq!(run(vec![Op::DecTtl], &out), Err(XposeError::TtlExpired));
+        assert_eq!(run(vec![Op::DecTtl], &out), Err(TranspositionError::TtlExpired));
         a.ttl = 0;
         assert_eq!(
             run(vec![Op::DecTtl], &frame(Kind::Tcp, &a, 1, 2, b"")),
-            Err(XposeError::TtlExpired)
+            Err(TranspositionError::TtlExpired)
         );
 
         let mut b = Ip::new(v6(1), v6(2), 0);
@@ -1367,17 +1379,17 @@ mod tests {
         b.ttl = 1;
         assert_eq!(
             run(vec![Op::DecTtl], &frame(Kind::Udp, &b, 1, 2, b"")),
-            Err(XposeError::TtlExpired)
+            Err(TranspositionError::TtlExpired)
         );
     }
 
     #[test]
     fn errors_for_missing_or_mismatched_headers() {
         let f4 = frame(Kind::Tcp, &ip4([10, 0, 0, 1], [10, 0, 0, 2]), 1, 2, b"");
-        assert_eq!(run(vec![Op::SetIpDst(v6(1))], &f4), Err(XposeError::FamilyMismatch));
+        assert_eq!(run(vec![Op::SetIpDst(v6(1))], &f4), Err(TranspositionError::FamilyMismatch));
         assert_eq!(
             Transposition::new(vec![Op::SetIpDst(v6(1)), Op::SetIpSrc(v4([1, 1, 1, 1]))]),
-            Err(XposeError::FamilyMismatch)
+            Err(TranspositionError::FamilyMismatch)
         );
         // ARP: no IP header.
         let arp = eth(
@@ -1390,18 +1402,21 @@ mod tests {
                 2,
             ],
         );
-        assert_eq!(run(vec![Op::SetIpDst(v4([1, 1, 1, 1]))], &arp), Err(XposeError::NoL3));
-        assert_eq!(run(vec![Op::DecTtl], &arp), Err(XposeError::NoL3));
-        assert_eq!(run(vec![Op::SetL4Dst(1)], &arp), Err(XposeError::NoL4));
+        assert_eq!(run(vec![Op::SetIpDst(v4([1, 1, 1, 1]))], &arp), Err(TranspositionError::NoL3));
+        assert_eq!(run(vec![Op::DecTtl], &arp), Err(TranspositionError::NoL3));
+        assert_eq!(run(vec![Op::SetL4Dst(1)], &arp), Err(TranspositionError::NoL4));
         // ICMP that is not an echo has no identifier.
         let mut unreach = frame(Kind::Echo, &ip4([10, 0, 0, 1], [10, 0, 0, 2]), 1, 1, b"");
         unreach[34] = 3;
-        assert_eq!(run(vec![Op::SetL4Src(1)], &unreach), Err(XposeError::NoL4));
+        assert_eq!(run(vec![Op::SetL4Src(1)], &unreach), Err(TranspositionError::NoL4));
         // Not tunnelled.
-        assert_eq!(run(vec![Op::PopOuter], &f4), Err(XposeError::NotTunnelled));
+        assert_eq!(run(vec![Op::PopOuter], &f4), Err(TranspositionError::NotTunnelled));
         // Empty and garbage frames.
-        assert_eq!(run(vec![Op::SetEthDst(GW)], &[]), Err(XposeError::NoL2));
-        assert_eq!(run(vec![Op::SetIpDst(v4([1, 1, 1, 1]))], &[0u8; 5]), Err(XposeError::NoL3));
+        assert_eq!(run(vec![Op::SetEthDst(GW)], &[]), Err(TranspositionError::NoL2));
+        assert_eq!(
+            run(vec![Op::SetIpDst(v4([1, 1, 1, 1]))], &[0u8; 5]),
+            Err(TranspositionError::NoL3)
+        );
     }
 
     #[test]
@@ -1447,8 +1462,8 @@ mod tests {
             eth(VM_B, VM_A, &[(0x8100, 0x6064)], 0x0800, &plain[14..])
         );
         assert_eq!(run(vec![Op::PopVlan], &tagged).unwrap(), plain);
-        assert_eq!(run(vec![Op::PopVlan], &plain), Err(XposeError::NoVlan));
-        assert_eq!(run(vec![Op::PushVlan(1)], &qinq), Err(XposeError::TooManyVlans));
+        assert_eq!(run(vec![Op::PopVlan], &plain), Err(TranspositionError::NoVlan));
+        assert_eq!(run(vec![Op::PushVlan(1)], &qinq), Err(TranspositionError::TooManyVlans));
         // Ops after a VLAN change see the moved headers.
         let out = run(vec![Op::PopVlan, Op::SetIpDst(v4([10, 0, 0, 3])), Op::SetL4Dst(9)], &tagged)
             .unwrap();
@@ -1462,7 +1477,7 @@ mod tests {
         );
         assert_eq!(
             Transposition::new(vec![Op::PushVlan(0xfff)]),
-            Err(XposeError::BadProgram("vlan id 4095 is reserved"))
+            Err(TranspositionError::BadProgram("vlan id 4095 is reserved"))
         );
         assert_eq!(
             Transposition::new(vec![Op::PushVlan(1), Op::PushVlan(2)]).unwrap().growth(),
@@ -1592,12 +1607,12 @@ mod tests {
         p.meta.stack.outer.vlans = 1;
         p.meta.stack.outer.l3 = Some((Layer::Ipv4, 2));
         let t = Transposition::new(vec![Op::PopVlan]).unwrap();
-        assert_eq!(t.apply(&mut p, 0), Err(XposeError::BadStack));
+        assert_eq!(t.apply(&mut p, 0), Err(TranspositionError::BadStack));
         // A stack pointing past the end of the frame.
         let mut p = pkt(&f);
         p.truncate(20);
         let t = Transposition::new(vec![Op::SetIpDst(v4([1, 2, 3, 4]))]).unwrap();
-        assert_eq!(t.apply(&mut p, 0), Err(XposeError::Truncated { need: 34, have: 20 }));
+        assert_eq!(t.apply(&mut p, 0), Err(TranspositionError::Truncated { need: 34, have: 20 }));
     }
 
     #[test]
@@ -1609,7 +1624,7 @@ mod tests {
         let ip = Ip::new(v6(1), v6(2), 44);
         let f = eth(VM_B, VM_A, &[], 0x86dd, &ip.emit(&payload));
         assert_eq!(Stack::parse(&f).outer.l4, None);
-        assert_eq!(run(vec![Op::SetIpDst(v6(3))], &f), Err(XposeError::NoL4));
+        assert_eq!(run(vec![Op::SetIpDst(v6(3))], &f), Err(TranspositionError::NoL4));
         // Ops that do not touch the L4 checksum still work.
         let out = run(vec![Op::DecTtl, Op::SetEthDst(GW)], &f).unwrap();
         assert_eq!(out[21], 63);
@@ -1648,7 +1663,7 @@ mod tests {
                 outer[24..26].copy_from_slice(&c.to_be_bytes());
                 let got = run(vec![Op::PopOuter], &outer);
                 match want {
-                    None => assert_eq!(got, Err(XposeError::CeOnNotEct)),
+                    None => assert_eq!(got, Err(TranspositionError::CeOnNotEct)),
                     Some(w) => {
                         a.ecn = w;
                         assert_eq!(
@@ -1683,7 +1698,7 @@ mod tests {
         let vx = Some(TunnelGso { kind: TunnelGsoKind::Vxlan, outer_len: 50 });
         p.meta.offload.gso =
             Some(snic_pipeline::meta::Gso { tunnel: vx, ..gso(GsoKind::TcpV4, 54) });
-        assert_eq!(t.apply(&mut p, 0), Err(XposeError::SuperPacket));
+        assert_eq!(t.apply(&mut p, 0), Err(TranspositionError::SuperPacket));
         assert_eq!(p.data(), &inner[..]);
         // A pop of a super-packet whose outer headers were not pushed here is refused.
         let tunnelled =
@@ -1691,13 +1706,13 @@ mod tests {
         let mut p = pkt(&tunnelled);
         p.meta.offload.gso = Some(gso(GsoKind::TcpV4, 104));
         let pop = Transposition::new(vec![Op::PopOuter]).unwrap();
-        assert_eq!(pop.apply(&mut p, 0), Err(XposeError::SuperPacket));
+        assert_eq!(pop.apply(&mut p, 0), Err(TranspositionError::SuperPacket));
         assert_eq!(p.data(), &tunnelled[..]);
         // Nor one whose recorded outer length is not the packet's.
         let nv = Some(TunnelGso { kind: TunnelGsoKind::Vxlan, outer_len: 70 });
         p.meta.offload.gso =
             Some(snic_pipeline::meta::Gso { tunnel: nv, ..gso(GsoKind::TcpV4, 124) });
-        assert_eq!(pop.apply(&mut p, 0), Err(XposeError::SuperPacket));
+        assert_eq!(pop.apply(&mut p, 0), Err(TranspositionError::SuperPacket));
 
         let mut small = PacketBuf::with_room(16, 256);
         small.set_frame(&inner);
@@ -1712,7 +1727,7 @@ mod tests {
         } else {
             small
         };
-        assert_eq!(t.apply(&mut small, 0), Err(XposeError::NoRoom { need: 50, have: 16 }));
+        assert_eq!(t.apply(&mut small, 0), Err(TranspositionError::NoRoom { need: 50, have: 16 }));
     }
 
     /// Tunnel TSO: encapsulating a guest's TCP super-packet (checksum partial) records the
@@ -1807,25 +1822,25 @@ mod tests {
         let e = encap(TunnelKind::Vxlan, false, 1);
         assert_eq!(
             Transposition::new(vec![Op::SetEthDst(GW), Op::PopOuter]),
-            Err(XposeError::BadProgram("pop must be the first op"))
+            Err(TranspositionError::BadProgram("pop must be the first op"))
         );
         assert_eq!(
             Transposition::new(vec![Op::PushEncap(e.clone()), Op::DecTtl]),
-            Err(XposeError::BadProgram("push must be the last op"))
+            Err(TranspositionError::BadProgram("push must be the last op"))
         );
         let bad = |f: fn(&mut Encap)| {
             let mut e = e.clone();
             f(&mut e);
             Transposition::new(vec![Op::PushEncap(e)]).unwrap_err()
         };
-        assert_eq!(bad(|e| e.vni = 1 << 24), XposeError::BadEncap("vni exceeds 24 bits"));
-        assert_eq!(bad(|e| e.ttl = 0), XposeError::BadEncap("ttl 0"));
-        assert_eq!(bad(|e| e.udp_dst = 0), XposeError::BadEncap("udp destination port 0"));
+        assert_eq!(bad(|e| e.vni = 1 << 24), TranspositionError::BadEncap("vni exceeds 24 bits"));
+        assert_eq!(bad(|e| e.ttl = 0), TranspositionError::BadEncap("ttl 0"));
+        assert_eq!(bad(|e| e.udp_dst = 0), TranspositionError::BadEncap("udp destination port 0"));
         assert_eq!(
             bad(|e| e.dst_ip = v6(1)),
-            XposeError::BadEncap("source and destination of different families")
+            TranspositionError::BadEncap("source and destination of different families")
         );
-        assert_eq!(XposeError::BadEncap("ttl 0").to_string(), "bad encapsulation: ttl 0");
+        assert_eq!(TranspositionError::BadEncap("ttl 0").to_string(), "bad encapsulation: ttl 0");
     }
 
     #[test]

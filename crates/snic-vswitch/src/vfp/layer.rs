@@ -392,8 +392,8 @@ impl SlowPath {
         let vport = self.policy.vports.get(p.vport).ok_or(DenyReason::NoVPort)?;
         let k = &o.key;
         let track_tcp = k.proto == 6 && !k.is_arp();
-        let action = |xpose: Transposition, egress: u16| FlowAction {
-            xpose,
+        let action = |transposition: Transposition, egress: u16| FlowAction {
+            transposition,
             egress,
             vport: vport.id,
             meter: p.meter,
@@ -551,7 +551,7 @@ mod tests {
         let (fwd, rev) = forward(v);
         assert_eq!(rev, None, "plain allow is not stateful");
         assert_eq!(fwd.key, k);
-        assert_eq!(fwd.action.xpose.ops(), &[Op::SetEthDst(REMOTE_MAC), encap_to_remote()]);
+        assert_eq!(fwd.action.transposition.ops(), &[Op::SetEthDst(REMOTE_MAC), encap_to_remote()]);
         assert_eq!(fwd.action.egress, UL_PORT);
         assert_eq!(fwd.action.vport, VPortId(1));
         assert_eq!(fwd.action.meter, Some(MeterId(3)));
@@ -580,7 +580,7 @@ mod tests {
         let (k, v) = compile(&mut sp, Instant::ZERO, &f, A_PORT);
         assert!(k.is_arp());
         let (fwd, _) = forward(v);
-        assert_eq!(fwd.action.xpose.ops(), &[Op::SetEthDst(REMOTE_MAC), encap_to_remote()]);
+        assert_eq!(fwd.action.transposition.ops(), &[Op::SetEthDst(REMOTE_MAC), encap_to_remote()]);
     }
 
     #[test]
@@ -593,7 +593,7 @@ mod tests {
         assert!(k.is_tunnel());
         let (fwd, rev) = forward(v);
         assert_eq!(rev, None);
-        assert_eq!(fwd.action.xpose.ops(), &[Op::PopOuter, Op::SetEthDst(A_MAC)]);
+        assert_eq!(fwd.action.transposition.ops(), &[Op::PopOuter, Op::SetEthDst(A_MAC)]);
         assert_eq!((fwd.action.egress, fwd.action.vport), (A_PORT, VPortId(1)));
         // Outer source is not the PA mapped to the inner source.
         let f = vxlan([192, 0, 2, 99], PA_LOCAL, VNI, &inner);
@@ -650,13 +650,13 @@ mod tests {
         let (k, v) = compile(&mut sp, Instant::ZERO, &f, UL_PORT);
         assert_eq!(k.vni(), Some(VNI));
         let (fwd, rev) = forward(v);
-        assert_eq!(fwd.action.xpose.ops(), &[Op::PopOuter, Op::SetEthDst(A_MAC)]);
+        assert_eq!(fwd.action.transposition.ops(), &[Op::PopOuter, Op::SetEthDst(A_MAC)]);
         let rev = rev.expect("stateful");
         let reply = tcp_frame(REMOTE_MAC, A_MAC, A_IP, REMOTE_IP, 22, 50000, 0x12);
         assert_eq!(rev.key, key_of(&reply, A_PORT, Direction::Out));
         let Op::PushEncap(e) = encap_to_remote() else { unreachable!() };
         let back = Op::PushEncap(Encap { kind: TunnelKind::Nvgre, ..e });
-        assert_eq!(rev.action.xpose.ops(), &[Op::SetEthDst(REMOTE_MAC), back]);
+        assert_eq!(rev.action.transposition.ops(), &[Op::SetEthDst(REMOTE_MAC), back]);
         assert_eq!(rev.action.egress, UL_PORT);
         // The VM's own reply, compiled: the reverse flow, although its outbound ACL denies all.
         let (f2, _) = forward(compile(&mut sp, Instant::ZERO, &reply, A_PORT).1);
@@ -735,7 +735,7 @@ mod tests {
         let rev = rev.expect("stateful");
         assert_eq!(fwd.key, k);
         assert!(fwd.action.track_tcp && rev.action.track_tcp);
-        assert_eq!(fwd.action.xpose.ops(), &[Op::SetEthDst(REMOTE_MAC), encap_to_remote()]);
+        assert_eq!(fwd.action.transposition.ops(), &[Op::SetEthDst(REMOTE_MAC), encap_to_remote()]);
         // The reply as it really arrives: tunnelled from the remote PA.
         let reply_inner = tcp_frame(
             A_MAC,
@@ -749,7 +749,7 @@ mod tests {
         let reply = vxlan(PA_REMOTE, PA_LOCAL, VNI, &reply_inner);
         let rk = key_of(&reply, UL_PORT, Direction::In);
         assert_eq!(rev.key, rk);
-        assert_eq!(rev.action.xpose.ops(), &[Op::PopOuter, Op::SetEthDst(A_MAC)]);
+        assert_eq!(rev.action.transposition.ops(), &[Op::PopOuter, Op::SetEthDst(A_MAC)]);
         assert_eq!((rev.action.egress, rev.action.vport), (A_PORT, VPortId(1)));
         let s = sp.stats();
         assert_eq!((s.conns, s.half_open), (1, 1));
@@ -819,7 +819,7 @@ mod tests {
             if let Some(p) = port {
                 ops.push(Op::SetL4Dst(p));
             }
-            assert_eq!(fwd.action.xpose.ops(), &ops[..]);
+            assert_eq!(fwd.action.transposition.ops(), &ops[..]);
             assert_eq!(fwd.action.egress, A_PORT);
             // The reply from the DIP, as the VM sends it.
             let rf = tcp_frame(
@@ -837,7 +837,7 @@ mod tests {
             if port.is_some() {
                 rops.push(Op::SetL4Src(80));
             }
-            assert_eq!(rev.action.xpose.ops(), &rops[..]);
+            assert_eq!(rev.action.transposition.ops(), &rops[..]);
             assert_eq!(rev.action.egress, UL_PORT);
             // Stable: the same flow compiled again (retransmitted SYN) gets the same backend.
             let (again, _) = forward(sp.compile(Instant::ZERO, &f, &Stack::parse(&f), &k, h));
@@ -909,7 +909,7 @@ mod tests {
         let (fwd, rev) = forward(v);
         let rev = rev.expect("snat is stateful");
         // What leaves: VXLAN to the remote PA, inner source translated.
-        let out = apply(&fwd.action.xpose, &f);
+        let out = apply(&fwd.action.transposition, &f);
         let wire = key_of(&out, UL_PORT, Direction::Out);
         assert_eq!(wire.outer_dst_ip(), Some(IpAddr::from(PA_REMOTE)));
         assert_eq!(wire.vni(), Some(VNI));
@@ -919,7 +919,7 @@ mod tests {
         assert_eq!(key_of(&back, UL_PORT, Direction::In), rev.key);
         assert_eq!(rev.key, wire.mirror(UL_PORT));
         // ... which delivers to the VM the reply of its own packet.
-        let delivered = apply(&rev.action.xpose, &back);
+        let delivered = apply(&rev.action.transposition, &back);
         assert_eq!(key_of(&delivered, A_PORT, Direction::In), k.mirror(A_PORT));
         assert_eq!(&delivered[..6], &A_MAC);
     }
@@ -966,14 +966,14 @@ mod tests {
             compile(sp, Instant::ZERO, &udp_frame(GW_MAC, A_MAC, A_IP, d, 1, 2), A_PORT).1
         };
         let (fwd, _) = forward(go(&mut sp, [10, 2, 0, 1]));
-        assert_eq!(fwd.action.xpose.ops(), &[Op::SetEthSrc(UL_MAC), Op::SetEthDst(GW_MAC)]);
+        assert_eq!(fwd.action.transposition.ops(), &[Op::SetEthSrc(UL_MAC), Op::SetEthDst(GW_MAC)]);
         assert_eq!(fwd.action.egress, UL_PORT);
         assert_eq!(deny(go(&mut sp, [10, 1, 9, 9])), (DenyReason::RouteDrop, true));
         let (fwd, _) = forward(go(&mut sp, [10, 1, 2, 3]));
-        assert_eq!(fwd.action.xpose.ops(), &[Op::SetEthDst(B_MAC)]);
+        assert_eq!(fwd.action.transposition.ops(), &[Op::SetEthDst(B_MAC)]);
         assert_eq!((fwd.action.egress, fwd.action.vport), (B_PORT, VPortId(1)));
         let (fwd, _) = forward(go(&mut sp, REMOTE_IP));
-        assert_eq!(fwd.action.xpose.ops(), &[Op::SetEthDst(REMOTE_MAC), encap_to_remote()]);
+        assert_eq!(fwd.action.transposition.ops(), &[Op::SetEthDst(REMOTE_MAC), encap_to_remote()]);
         assert_eq!(deny(go(&mut sp, [11, 0, 0, 1])), (DenyReason::NoRoute, true));
     }
 
@@ -1072,11 +1072,11 @@ mod tests {
             let (fwd, rev) = forward(v);
             let rev = rev.expect("everything is stateful here");
             prop_assert_eq!(fwd.action.track_tcp, tcp);
-            let out = apply(&fwd.action.xpose, &f);
+            let out = apply(&fwd.action.transposition, &f);
             let reply = reply_to(&out);
             let arrive = rev.key.port;
             prop_assert_eq!(key_of(&reply, arrive, rev.key.direction()), rev.key);
-            let back = apply(&rev.action.xpose, &reply);
+            let back = apply(&rev.action.transposition, &reply);
             prop_assert_eq!(rev.action.egress, port);
             prop_assert_eq!(key_of(&back, port, dir_back), k.mirror(port));
             prop_assert_eq!(sp.stats().conns, 1);

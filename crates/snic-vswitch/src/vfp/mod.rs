@@ -86,7 +86,7 @@ use snat::{NO_POOL, PortPool, SnatBinding};
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct FlowAction {
     /// The header operations.
-    pub xpose: Transposition,
+    pub transposition: Transposition,
     /// Pipeline port the packet leaves by.
     pub egress: u16,
     /// The vPort whose policy (and epoch) produced it.
@@ -703,7 +703,9 @@ mod tests {
         assert_eq!(sp.stats().conns, 1);
         // A miss on the forward key compiles against the new mapping, TCP state kept.
         let (fwd, rev) = forward(sp.compile(Instant::ZERO, &syn, &Stack::parse(&syn), &k, 1));
-        let Some(Op::PushEncap(e)) = fwd.action.xpose.ops().last() else { panic!("no encap") };
+        let Some(Op::PushEncap(e)) = fwd.action.transposition.ops().last() else {
+            panic!("no encap")
+        };
         assert_eq!(e.dst_ip, v4(192, 0, 2, 3));
         let rev = rev.expect("stateful");
         assert_eq!(rev.key.outer_src_ip(), Some(v4(192, 0, 2, 3)));

@@ -165,7 +165,7 @@ mod tests {
             let (k, v) = compile(&mut sp, Instant::ZERO, &f, A_PORT);
             let (fwd, rev) = forward(v);
             assert_eq!(
-                fwd.action.xpose.ops(),
+                fwd.action.transposition.ops(),
                 &[
                     Op::SetEthSrc(UL_MAC),
                     Op::SetEthDst(GW_MAC),
@@ -177,7 +177,7 @@ mod tests {
             let reply = udp_frame(UL_MAC, GW_MAC, [8, 8, 8, 8], [198, 51, 100, 1], 53, 1024 + i);
             assert_eq!(rev.key, key_of(&reply, UL_PORT, Direction::In));
             assert_eq!(
-                rev.action.xpose.ops(),
+                rev.action.transposition.ops(),
                 &[Op::SetEthDst(A_MAC), Op::SetIpDst(IpAddr::from(A_IP)), Op::SetL4Dst(5000 + i)]
             );
             keys.push((k, rev.key));
@@ -196,7 +196,7 @@ mod tests {
         assert_eq!((s.snat_in_use, s.conns, s.closed), (2, 2, 1));
         let (_, v) = compile(&mut sp, Instant::ZERO, &f, A_PORT);
         let (fwd, _) = forward(v);
-        assert_eq!(fwd.action.xpose.ops().last(), Some(&Op::SetL4Src(1025)));
+        assert_eq!(fwd.action.transposition.ops().last(), Some(&Op::SetL4Src(1025)));
     }
 
     proptest! {
