@@ -8,6 +8,8 @@
 //! - [`desc`]: the descriptor and completion-entry formats hosts and the engine share.
 //! - [`engine`]: the queue-based DMA engine (QDMA-like queues with H2C, C2H and completion
 //!   rings; XDMA-like channels), sans-IO: doorbells in, bytes moved, completions and events out.
+//! - `testing` (feature `testing`): the test rig the engine's tests, benches and fuzz target
+//!   share: memory for clients, queues ready to use, descriptor and completion helpers.
 //!
 //! This crate is sans-IO: it opens no files, spawns no threads and reads no clock. Shared-memory backings
 //! (memfd, fd passing) plug in through the [`mem::Backing`] trait from the I/O layer.
@@ -16,6 +18,8 @@ pub mod alloc;
 pub mod desc;
 pub mod engine;
 pub mod mem;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 pub use desc::{Completion, Descriptor, Dir, Status};
 pub use engine::{
