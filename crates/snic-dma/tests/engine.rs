@@ -3,11 +3,12 @@
 //! panics and never touches memory no valid descriptor could target.
 
 use proptest::prelude::*;
-use snic_dma::desc::{CMPT_SIZE, DESC_SIZE, DIR_QUEUE, MAX_CHAIN, cmpt_word, flags};
+use snic_dma::desc::{DIR_QUEUE, MAX_CHAIN, cmpt_word, flags};
 use snic_dma::engine::{MAX_QUEUES, StreamDrop};
+use snic_dma::testing::{Client, QueueLayout, Rig, changed};
 use snic_dma::{
-    AddressSpace, ChannelConfig, ChannelKey, Completion, Descriptor, Dir, DmaEngine, DmaError,
-    Event, HostAddr, MemKind, Mode, Notify, QueueConfig, QueueState, Status,
+    ChannelKey, Completion, Descriptor, Dir, DmaError, Event, Mode, Notify, QueueConfig,
+    QueueState, Status,
 };
 
 /// Host memory of client 1: rings and buffers.
@@ -16,114 +17,14 @@ const HOST_LEN: usize = 1 << 20;
 /// Host memory of client 2 (no queue of client 1 may touch it).
 const OTHER: u64 = 0x100_0000;
 const OTHER_LEN: usize = 1 << 16;
-/// Ring layout inside HOST: one 64 KiB block per queue (H2C, C2H, completion rings).
-const H2C_OFF: u64 = 0x0;
-const C2H_OFF: u64 = 0x4000;
-const CMPT_OFF: u64 = 0x8000;
 /// Data buffers start here in HOST.
 const BUF: u64 = HOST + 0x8_0000;
 
-struct Rig {
-    e: DmaEngine,
-    dev: u64,
-}
-
-fn rings(q: u64) -> u64 {
-    HOST + q * 0x1_0000
-}
-
+/// Both clients' memory (client 2's filled with 0xEE) and 1 MiB of device memory; queue
+/// rings in one 64 KiB block per queue from HOST (`r.cfg`), queues notify by interrupt.
 fn rig() -> Rig {
-    let mut m = AddressSpace::new();
-    m.map_host_owned(HostAddr::new(HOST).unwrap(), Box::new(vec![0u8; HOST_LEN]), 1).unwrap();
-    m.map_host_owned(HostAddr::new(OTHER).unwrap(), Box::new(vec![0xEEu8; OTHER_LEN]), 2).unwrap();
-    let (_, dev) = m.add_device_region(MemKind::OnBoard, 1 << 20).unwrap();
-    Rig { e: DmaEngine::new(m), dev: dev.raw() }
-}
-
-fn cfg(q: u64, mode: Mode, ring: u32, cmpt: u32) -> QueueConfig {
-    QueueConfig {
-        owner: 1,
-        mode,
-        ring_size: ring,
-        cmpt_size: cmpt,
-        h2c_ring: rings(q) + H2C_OFF,
-        c2h_ring: rings(q) + C2H_OFF,
-        cmpt_ring: rings(q) + CMPT_OFF,
-        align: 1,
-        notify: Notify::Interrupt,
-        stream_to: None,
-    }
-}
-
-impl Rig {
-    fn queue(&mut self, qid: u16, c: QueueConfig) {
-        self.e.add_queue(qid, c).unwrap();
-        self.e.start_queue(qid).unwrap();
-    }
-    fn mm(&mut self, qid: u16) {
-        self.queue(qid, cfg(u64::from(qid), Mode::Mm, 16, 16));
-    }
-    fn put(&mut self, addr: u64, d: Descriptor) {
-        self.e.mem.write(addr, &d.encode()).unwrap();
-    }
-    fn slot(&self, qid: u16, dir: Dir, i: u32) -> u64 {
-        let c = self.e.queue_config(qid).unwrap();
-        let base = if dir == Dir::H2c { c.h2c_ring } else { c.c2h_ring };
-        base + u64::from(i & (c.ring_size - 1)) * DESC_SIZE as u64
-    }
-    fn post(&mut self, qid: u16, dir: Dir, i: u32, d: Descriptor) {
-        let a = self.slot(qid, dir, i);
-        self.put(a, d);
-    }
-    fn cmpt(&self, qid: u16, i: u32) -> Completion {
-        let c = self.e.queue_config(qid).unwrap();
-        let a = c.cmpt_ring + u64::from(i & (c.cmpt_size - 1)) * CMPT_SIZE as u64;
-        let mut b = [0u8; CMPT_SIZE];
-        self.e.mem.read(a, &mut b).unwrap();
-        Completion::decode(&b)
-    }
-    fn fill(&mut self, addr: u64, len: usize, seed: u8) -> Vec<u8> {
-        let v: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect();
-        self.e.mem.write(addr, &v).unwrap();
-        v
-    }
-    fn bytes(&self, addr: u64, len: usize) -> Vec<u8> {
-        self.e.mem.slice(addr, len).unwrap().to_vec()
-    }
-    fn run(&mut self) -> usize {
-        let mut n = 0;
-        loop {
-            let k = self.e.poll(64);
-            if k == 0 {
-                return n;
-            }
-            n += k;
-        }
-    }
-    fn events(&mut self) -> Vec<Event> {
-        std::iter::from_fn(|| self.e.poll_event()).collect()
-    }
-    /// Every mapped region's bytes.
-    fn snapshot(&self) -> Vec<(u64, Vec<u8>)> {
-        self.e
-            .mem
-            .regions()
-            .map(|r| (r.base, self.e.mem.slice(r.base, r.len as usize).unwrap().to_vec()))
-            .collect()
-    }
-}
-
-/// Addresses whose bytes differ between two snapshots.
-fn changed(a: &[(u64, Vec<u8>)], b: &[(u64, Vec<u8>)]) -> Vec<u64> {
-    let mut out = Vec::new();
-    for ((base, x), (_, y)) in a.iter().zip(b) {
-        for (i, (p, q)) in x.iter().zip(y).enumerate() {
-            if p != q {
-                out.push(base + i as u64);
-            }
-        }
-    }
-    out
+    let clients = [Client::new(1, HOST, HOST_LEN), Client::new(2, OTHER, OTHER_LEN).filled(0xEE)];
+    Rig::new(&clients, 1 << 20, QueueLayout::new(1, HOST, Notify::Interrupt))
 }
 
 #[test]
@@ -214,7 +115,7 @@ fn completion_only_for_eop_slots() {
 #[test]
 fn colour_flips_each_wrap() {
     let mut r = rig();
-    r.queue(0, cfg(0, Mode::Mm, 8, 4));
+    r.queue(0, r.cfg(0, Mode::Mm, 8, 4));
     r.fill(BUF, 64, 9);
     for i in 0..10u32 {
         r.post(0, Dir::H2c, i, Descriptor::new(BUF, r.dev + u64::from(i) * 64, 64));
@@ -231,7 +132,7 @@ fn colour_flips_each_wrap() {
 #[test]
 fn full_completion_ring_stalls_then_resumes_without_loss() {
     let mut r = rig();
-    r.queue(0, cfg(0, Mode::Mm, 8, 2));
+    r.queue(0, r.cfg(0, Mode::Mm, 8, 2));
     let data = r.fill(BUF, 6 * 128, 5);
     for i in 0..6u32 {
         let o = u64::from(i) * 128;
@@ -264,7 +165,7 @@ fn full_completion_ring_stalls_then_resumes_without_loss() {
 /// `align`, run it and return the completion; checks nothing but the completion ring changed.
 fn bad(align: u32, setup: impl FnOnce(&mut Rig) -> Descriptor) -> (Completion, Rig) {
     let mut r = rig();
-    r.queue(0, QueueConfig { align, ..cfg(0, Mode::Mm, 16, 16) });
+    r.queue(0, QueueConfig { align, ..r.cfg(0, Mode::Mm, 16, 16) });
     r.fill(BUF, 0x4000, 11);
     let d = setup(&mut r);
     r.post(0, Dir::H2c, 0, d);
@@ -272,7 +173,7 @@ fn bad(align: u32, setup: impl FnOnce(&mut Rig) -> Descriptor) -> (Completion, R
     r.e.doorbell(0, Dir::H2c, 1);
     r.run();
     let after = r.snapshot();
-    let cmpt = rings(0) + CMPT_OFF;
+    let cmpt = r.layout.cmpt_ring(0);
     for a in changed(&before, &after) {
         assert!((cmpt..cmpt + 16).contains(&a), "byte {a:#x} changed");
     }
@@ -295,13 +196,12 @@ fn every_descriptor_error_has_its_status_and_moves_nothing() {
     // BadMagic: garbage in the slot.
     let mut r = rig();
     r.mm(0);
-    let a = r.slot(0, Dir::H2c, 0);
-    r.e.mem.write(a, &[0x55; 32]).unwrap();
+    r.post_raw(0, Dir::H2c, 0, [0x55; 32]);
     let before = r.snapshot();
     r.e.doorbell(0, Dir::H2c, 1);
     r.run();
     assert_eq!(r.cmpt(0, 0).status(), Some(BadMagic));
-    let cmpt = rings(0) + CMPT_OFF;
+    let cmpt = r.layout.cmpt_ring(0);
     assert!(changed(&before, &r.snapshot()).iter().all(|a| (cmpt..cmpt + 16).contains(a)));
 
     let flags_bad =
@@ -429,7 +329,7 @@ fn bad_doorbells_put_the_queue_in_error() {
         assert_eq!(r.e.queue_state(3), Some(QueueState::Error(want)));
         let c = r.cmpt(3, 0);
         assert_eq!((c.status(), c.dir, c.index, c.len, c.qid), (Some(want), DIR_QUEUE, pidx, 0, 3));
-        let cmpt = rings(3) + CMPT_OFF;
+        let cmpt = r.layout.cmpt_ring(3);
         assert!(changed(&before, &r.snapshot()).iter().all(|a| (cmpt..cmpt + 16).contains(a)));
         let ev = r.events();
         assert!(ev.contains(&Event::QueueError { qid: 3, status: want }), "{ev:?}");
@@ -454,7 +354,7 @@ fn bad_doorbells_put_the_queue_in_error() {
 fn doorbells_to_idle_queues_are_ignored() {
     let mut r = rig();
     r.e.doorbell(9, Dir::H2c, 1);
-    r.e.add_queue(9, cfg(0, Mode::Mm, 16, 16)).unwrap();
+    r.e.add_queue(9, r.cfg(0, Mode::Mm, 16, 16)).unwrap();
     r.e.doorbell(9, Dir::H2c, 1);
     r.e.cmpt_doorbell(9, 0);
     assert_eq!(r.e.stats().doorbells_ignored, 3);
@@ -465,7 +365,7 @@ fn doorbells_to_idle_queues_are_ignored() {
 #[test]
 fn stop_flushes_outstanding_descriptors() {
     let mut r = rig();
-    r.queue(0, cfg(0, Mode::Mm, 16, 4));
+    r.queue(0, r.cfg(0, Mode::Mm, 16, 4));
     r.fill(BUF, 64, 1);
     for i in 0..6 {
         r.post(0, Dir::H2c, i, Descriptor::new(BUF, r.dev, 64));
@@ -489,25 +389,25 @@ fn stop_flushes_outstanding_descriptors() {
 #[test]
 fn control_path_checks() {
     let mut r = rig();
-    assert_eq!(r.e.add_queue(MAX_QUEUES, cfg(0, Mode::Mm, 16, 16)), Err(DmaError::BadQid(2048)));
-    assert!(matches!(r.e.add_queue(0, cfg(0, Mode::Mm, 3, 16)), Err(DmaError::BadConfig(_))));
-    assert!(matches!(r.e.add_queue(0, cfg(0, Mode::Mm, 16, 1)), Err(DmaError::BadConfig(_))));
-    let c = QueueConfig { align: 3, ..cfg(0, Mode::Mm, 16, 16) };
+    assert_eq!(r.e.add_queue(MAX_QUEUES, r.cfg(0, Mode::Mm, 16, 16)), Err(DmaError::BadQid(2048)));
+    assert!(matches!(r.e.add_queue(0, r.cfg(0, Mode::Mm, 3, 16)), Err(DmaError::BadConfig(_))));
+    assert!(matches!(r.e.add_queue(0, r.cfg(0, Mode::Mm, 16, 1)), Err(DmaError::BadConfig(_))));
+    let c = QueueConfig { align: 3, ..r.cfg(0, Mode::Mm, 16, 16) };
     assert!(matches!(r.e.add_queue(0, c), Err(DmaError::BadConfig(_))));
-    let c = QueueConfig { h2c_ring: OTHER, ..cfg(0, Mode::Mm, 16, 16) };
+    let c = QueueConfig { h2c_ring: OTHER, ..r.cfg(0, Mode::Mm, 16, 16) };
     assert!(matches!(r.e.add_queue(0, c), Err(DmaError::RingMemory(_))));
-    let c = QueueConfig { cmpt_ring: HOST + HOST_LEN as u64 - 16, ..cfg(0, Mode::Mm, 16, 16) };
+    let c = QueueConfig { cmpt_ring: HOST + HOST_LEN as u64 - 16, ..r.cfg(0, Mode::Mm, 16, 16) };
     assert!(matches!(r.e.add_queue(0, c), Err(DmaError::RingMemory(_))));
     assert_eq!(r.e.start_queue(0), Err(DmaError::NoQueue(0)));
-    r.e.add_queue(0, cfg(0, Mode::Mm, 16, 16)).unwrap();
-    assert_eq!(r.e.add_queue(0, cfg(0, Mode::Mm, 16, 16)), Err(DmaError::QidInUse(0)));
+    r.e.add_queue(0, r.cfg(0, Mode::Mm, 16, 16)).unwrap();
+    assert_eq!(r.e.add_queue(0, r.cfg(0, Mode::Mm, 16, 16)), Err(DmaError::QidInUse(0)));
 }
 
 #[test]
 fn all_2048_queues() {
     let mut r = rig();
     for q in 0..MAX_QUEUES {
-        r.e.add_queue(q, cfg(u64::from(q % 8), Mode::Mm, 16, 16)).unwrap();
+        r.e.add_queue(q, r.cfg(u64::from(q % 8), Mode::Mm, 16, 16)).unwrap();
     }
     assert_eq!(r.e.qids().count(), 2048);
     assert_eq!(r.e.qids().last(), Some(2047));
@@ -543,8 +443,8 @@ fn round_robin_shares_the_budget() {
 
 /// Streaming: queue 1 sends to queue 2 (loopback); queue 2 has C2H buffers posted.
 fn st_pair(r: &mut Rig, bufs: u32, buf_len: u32) {
-    r.queue(1, QueueConfig { stream_to: Some(2), ..cfg(1, Mode::St, 16, 16) });
-    r.queue(2, cfg(2, Mode::St, 16, 16));
+    r.queue(1, QueueConfig { stream_to: Some(2), ..r.cfg(1, Mode::St, 16, 16) });
+    r.queue(2, r.cfg(2, Mode::St, 16, 16));
     for i in 0..bufs {
         let dst = BUF + 0x40000 + u64::from(i) * 0x1000;
         r.post(2, Dir::C2h, i, Descriptor::new(0, dst, buf_len));
@@ -598,7 +498,7 @@ fn stream_loopback_multi_slot_packets() {
 #[test]
 fn stream_framing_errors() {
     let mut r = rig();
-    r.queue(1, cfg(1, Mode::St, 16, 16));
+    r.queue(1, r.cfg(1, Mode::St, 16, 16));
     r.fill(BUF, 64, 8);
     // Middle slot without a packet open.
     r.post(1, Dir::H2c, 0, Descriptor { flags: 0, ..Descriptor::new(BUF, 0, 8) });
@@ -624,7 +524,7 @@ fn stream_framing_errors() {
 fn push_stream_drops() {
     let mut r = rig();
     r.mm(0);
-    r.queue(2, cfg(2, Mode::St, 16, 2));
+    r.queue(2, r.cfg(2, Mode::St, 16, 2));
     assert_eq!(r.e.push_stream(0, b"x"), Err(StreamDrop::NoQueue));
     assert_eq!(r.e.push_stream(7, b"x"), Err(StreamDrop::NoQueue));
     assert_eq!(r.e.push_stream(2, b""), Err(StreamDrop::Empty));
@@ -666,7 +566,7 @@ fn push_stream_drops() {
 #[test]
 fn stream_out_without_target() {
     let mut r = rig();
-    r.queue(1, cfg(1, Mode::St, 16, 16));
+    r.queue(1, r.cfg(1, Mode::St, 16, 16));
     let data = r.fill(BUF, 3000, 1);
     r.post(1, Dir::H2c, 0, Descriptor { flags: flags::SOP, ..Descriptor::new(BUF, 0, 1000) });
     r.post(
@@ -686,8 +586,7 @@ fn stream_out_without_target() {
 fn channels_run_and_fail() {
     let mut r = rig();
     let k = ChannelKey(7);
-    let ch = ChannelConfig { owner: 1, dir: Dir::C2h, align: 1, notify: Notify::Poll };
-    r.e.add_channel(k, ch).unwrap();
+    let ch = r.channel(k, Dir::C2h);
     assert_eq!(r.e.add_channel(k, ch), Err(DmaError::ChannelInUse(k)));
     let data: Vec<u8> = (0..200u8).collect();
     r.e.mem.write(r.dev, &data).unwrap();
@@ -811,29 +710,16 @@ proptest! {
         r.e.set_max_chain(64);
         // Queues 0 (MM), 1 (MM, align 8), 2 (ST -> 3), 3 (ST); all rings in the first 0x800
         // bytes of their 64 KiB block; the soup is laid over queue 0's block.
-        for q in 0..4u16 {
-            let mode = if q < 2 { Mode::Mm } else { Mode::St };
-            let c = QueueConfig {
-                align: if q == 1 { 8 } else { 1 },
-                stream_to: (q == 2).then_some(3),
-                ..cfg(0, mode, 8, 4)
-            };
-            let c = QueueConfig {
-                h2c_ring: rings(u64::from(q)),
-                c2h_ring: rings(u64::from(q)) + 0x100,
-                cmpt_ring: rings(u64::from(q)) + 0x200,
-                ..c
-            };
-            r.queue(q, c);
-        }
+        r.layout.stride = 0x100;
+        r.mixed_queues();
         for (i, d) in descs.iter().enumerate() {
             // Rings of all queues get soup, and so does the chain area at HOST.
             let q = (i / 16) as u64;
-            let at = rings(q) + (i as u64 % 16) * 32;
+            let at = r.layout.h2c_ring(q) + (i as u64 % 16) * 32;
             r.e.mem.write(at, d).unwrap();
             r.e.mem.write(HOST + (i as u64) * 32 % 0x800, d).unwrap();
         }
-        r.e.add_channel(ChannelKey(0), ChannelConfig { owner: 1, dir: Dir::H2c, align: 1, notify: Notify::Poll }).unwrap();
+        r.channel(ChannelKey(0), Dir::H2c);
         let other = r.bytes(OTHER, OTHER_LEN);
         // Host bytes of client 1 no descriptor of the soup can validly reach (the soup's
         // host targets are HOST, BUF, BUF + 0x100 with at most 600 bytes, and the last 8).
@@ -843,13 +729,7 @@ proptest! {
         let before_b = r.bytes(guard_b.0, guard_b.1);
         for o in ops {
             match o {
-                Op::Advance(q, d, k) => {
-                    let dir = if d { Dir::C2h } else { Dir::H2c };
-                    let p = r.e.queue_indices(q).map_or(0, |i| {
-                        if d { i.c2h_pidx } else { i.h2c_pidx }
-                    });
-                    r.e.doorbell(q, dir, p.wrapping_add(k));
-                }
+                Op::Advance(q, d, k) => r.advance(q, if d { Dir::C2h } else { Dir::H2c }, k),
                 Op::Doorbell(q, d, p) => r.e.doorbell(q, if d { Dir::C2h } else { Dir::H2c }, p),
                 Op::Cmpt(q, c) => r.e.cmpt_doorbell(q, c),
                 Op::Poll(b) => { r.e.poll(usize::from(b)); }
