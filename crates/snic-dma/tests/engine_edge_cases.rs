@@ -2,11 +2,11 @@
 //! accounting across wraps, loopback completion room, stream size limits, chain limits,
 //! stop/start colour, round robin, channel reports).
 
-use snic_dma::desc::{CMPT_SIZE, DESC_SIZE, cmpt_word, flags};
+use snic_dma::desc::{cmpt_word, flags};
 use snic_dma::engine::{MAX_STREAM_PKT, StreamDrop};
+use snic_dma::testing::{Client, QueueLayout, Rig};
 use snic_dma::{
-    AddressSpace, ChannelConfig, ChannelKey, Completion, Descriptor, Dir, DmaEngine, Event,
-    HostAddr, MemKind, Mode, Notify, QueueConfig, QueueState, Status,
+    ChannelKey, Completion, Descriptor, Dir, Event, Mode, Notify, QueueConfig, QueueState, Status,
 };
 
 /// Client 1's host memory (rings at the start, buffers from `BUF`).
@@ -17,80 +17,11 @@ const BUF: u64 = HOST + 0x10_0000;
 const OTHER: u64 = 0x1000_0000;
 const OTHER_LEN: usize = 1 << 16;
 
-struct Rig {
-    e: DmaEngine,
-    dev: u64,
-}
-
+/// Both clients' memory (client 2's filled with 0xEE) and 4 MiB of device memory; queue
+/// rings in one 64 KiB block per queue from HOST (`r.cfg`), queues polled.
 fn rig() -> Rig {
-    let mut m = AddressSpace::new();
-    m.map_host_owned(HostAddr::new(HOST).unwrap(), Box::new(vec![0u8; HOST_LEN]), 1).unwrap();
-    m.map_host_owned(HostAddr::new(OTHER).unwrap(), Box::new(vec![0xEEu8; OTHER_LEN]), 2).unwrap();
-    let (_, dev) = m.add_device_region(MemKind::OnBoard, 4 << 20).unwrap();
-    Rig { e: DmaEngine::new(m), dev: dev.raw() }
-}
-
-/// Rings of queue `q`: a 64 KiB block per queue (H2C, C2H, completion).
-fn cfg(q: u64, mode: Mode, ring: u32, cmpt: u32) -> QueueConfig {
-    let base = HOST + q * 0x1_0000;
-    QueueConfig {
-        owner: 1,
-        mode,
-        ring_size: ring,
-        cmpt_size: cmpt,
-        h2c_ring: base,
-        c2h_ring: base + 0x4000,
-        cmpt_ring: base + 0x8000,
-        align: 1,
-        notify: Notify::Poll,
-        stream_to: None,
-    }
-}
-
-impl Rig {
-    fn queue(&mut self, qid: u16, c: QueueConfig) {
-        self.e.add_queue(qid, c).unwrap();
-        self.e.start_queue(qid).unwrap();
-    }
-    fn put(&mut self, addr: u64, d: Descriptor) {
-        self.e.mem.write(addr, &d.encode()).unwrap();
-    }
-    fn slot(&self, qid: u16, dir: Dir, i: u32) -> u64 {
-        let c = self.e.queue_config(qid).unwrap();
-        let base = if dir == Dir::H2c { c.h2c_ring } else { c.c2h_ring };
-        base + u64::from(i & (c.ring_size - 1)) * DESC_SIZE as u64
-    }
-    fn post(&mut self, qid: u16, dir: Dir, i: u32, d: Descriptor) {
-        let a = self.slot(qid, dir, i);
-        self.put(a, d);
-    }
-    fn post_raw(&mut self, qid: u16, dir: Dir, i: u32, raw: [u8; 32]) {
-        let a = self.slot(qid, dir, i);
-        self.e.mem.write(a, &raw).unwrap();
-    }
-    fn cmpt(&self, qid: u16, i: u32) -> Completion {
-        let c = self.e.queue_config(qid).unwrap();
-        let a = c.cmpt_ring + u64::from(i & (c.cmpt_size - 1)) * CMPT_SIZE as u64;
-        let mut b = [0u8; CMPT_SIZE];
-        self.e.mem.read(a, &mut b).unwrap();
-        Completion::decode(&b)
-    }
-    fn bytes(&self, addr: u64, len: usize) -> Vec<u8> {
-        self.e.mem.slice(addr, len).unwrap().to_vec()
-    }
-    fn run(&mut self) -> usize {
-        let mut n = 0;
-        loop {
-            let k = self.e.poll(64);
-            if k == 0 {
-                return n;
-            }
-            n += k;
-        }
-    }
-    fn events(&mut self) -> Vec<Event> {
-        std::iter::from_fn(|| self.e.poll_event()).collect()
-    }
+    let clients = [Client::new(1, HOST, HOST_LEN), Client::new(2, OTHER, OTHER_LEN).filled(0xEE)];
+    Rig::new(&clients, 4 << 20, QueueLayout::new(1, HOST, Notify::Poll))
 }
 
 /// A host that consumes completions the way a driver does: it polls the colour bit at its
@@ -145,7 +76,7 @@ impl Rng {
 fn mm_completions_exact_across_many_wraps() {
     for (ring, cmpt, seed) in [(2u32, 2u32, 1u64), (4, 2, 7), (8, 4, 99), (2, 8, 1234)] {
         let mut r = rig();
-        r.queue(0, cfg(0, Mode::Mm, ring, cmpt));
+        r.queue(0, r.cfg(0, Mode::Mm, ring, cmpt));
         let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
         let mut host = HostCq { qid: 0, cidx: 0, size: cmpt };
         let mut pidx = [0u32; 2];
@@ -271,7 +202,7 @@ fn mm_completions_exact_across_many_wraps() {
 #[test]
 fn self_loopback_h2c_completion_not_lost_when_delivery_uses_the_room() {
     let mut r = rig();
-    r.queue(1, QueueConfig { stream_to: Some(1), ..cfg(1, Mode::St, 4, 2) });
+    r.queue(1, QueueConfig { stream_to: Some(1), ..r.cfg(1, Mode::St, 4, 2) });
     // C2H slot 0: a bad buffer (client 2's memory); slot 1: a good 64-byte buffer.
     r.post(1, Dir::C2h, 0, Descriptor::new(0, OTHER, 64));
     r.post(1, Dir::C2h, 1, Descriptor::new(0, BUF + 0x1000, 64));
@@ -301,7 +232,7 @@ fn self_loopback_h2c_completion_not_lost_when_delivery_uses_the_room() {
 #[test]
 fn bad_c2h_buffer_behind_the_head_does_not_wedge_the_queue() {
     let mut r = rig();
-    r.queue(2, cfg(2, Mode::St, 8, 8));
+    r.queue(2, r.cfg(2, Mode::St, 8, 8));
     let b = BUF + 0x4_0000;
     r.post(2, Dir::C2h, 0, Descriptor::new(0, b, 64));
     r.post(2, Dir::C2h, 1, Descriptor::new(0, OTHER, 64)); // bad
@@ -324,7 +255,7 @@ fn bad_c2h_buffer_behind_the_head_does_not_wedge_the_queue() {
 #[test]
 fn stream_packet_at_max_len() {
     let mut r = rig();
-    r.queue(1, cfg(1, Mode::St, 8, 8));
+    r.queue(1, r.cfg(1, Mode::St, 8, 8));
     let half = (MAX_STREAM_PKT / 2) as u32;
     let sop = Descriptor { flags: flags::SOP, ..Descriptor::new(BUF, 0, half) };
     r.post(1, Dir::H2c, 0, sop);
@@ -348,7 +279,7 @@ fn stream_packet_at_max_len() {
 #[test]
 fn colour_restarts_after_stop_start() {
     let mut r = rig();
-    r.queue(0, cfg(0, Mode::Mm, 4, 4));
+    r.queue(0, r.cfg(0, Mode::Mm, 4, 4));
     let mut host = HostCq { qid: 0, cidx: 0, size: 4 };
     for i in 0..6u32 {
         r.post(0, Dir::H2c, i, Descriptor::new(BUF, r.dev, 8));
@@ -383,7 +314,7 @@ fn colour_restarts_after_stop_start() {
 #[test]
 fn stop_with_full_completion_ring_overwrites_nothing() {
     let mut r = rig();
-    r.queue(0, cfg(0, Mode::Mm, 8, 2));
+    r.queue(0, r.cfg(0, Mode::Mm, 8, 2));
     for i in 0..5u32 {
         r.post(0, Dir::H2c, i, Descriptor::new(BUF, r.dev, 8));
     }
@@ -406,7 +337,7 @@ fn stop_with_full_completion_ring_overwrites_nothing() {
 #[test]
 fn cmpt_doorbell_edges() {
     let mut r = rig();
-    r.queue(0, cfg(0, Mode::Mm, 4, 4));
+    r.queue(0, r.cfg(0, Mode::Mm, 4, 4));
     for i in 0..3u32 {
         r.post(0, Dir::H2c, i, Descriptor::new(BUF, r.dev, 8));
     }
@@ -418,7 +349,7 @@ fn cmpt_doorbell_edges() {
     r.e.cmpt_doorbell(0, 2); // backwards
     assert_eq!(r.e.queue_state(0), Some(QueueState::Error(Status::BadDoorbell)));
     let mut r = rig();
-    r.queue(0, cfg(0, Mode::Mm, 4, 4));
+    r.queue(0, r.cfg(0, Mode::Mm, 4, 4));
     r.e.cmpt_doorbell(0, 1); // past the entries written
     assert_eq!(r.e.queue_state(0), Some(QueueState::Error(Status::BadDoorbell)));
     let c = r.cmpt(0, 0);
@@ -431,13 +362,13 @@ fn cmpt_doorbell_edges() {
 #[test]
 fn doorbell_boundaries() {
     let mut r = rig();
-    r.queue(0, cfg(0, Mode::Mm, 4, 8));
+    r.queue(0, r.cfg(0, Mode::Mm, 4, 8));
     r.e.doorbell(0, Dir::H2c, 4);
     assert_eq!(r.e.queue_state(0), Some(QueueState::Running));
     r.e.doorbell(0, Dir::H2c, 5);
     assert_eq!(r.e.queue_state(0), Some(QueueState::Error(Status::RingOverflow)));
     let mut r = rig();
-    r.queue(0, cfg(0, Mode::Mm, 4, 8));
+    r.queue(0, r.cfg(0, Mode::Mm, 4, 8));
     r.e.doorbell(0, Dir::C2h, u32::MAX);
     assert_eq!(r.e.queue_state(0), Some(QueueState::Error(Status::BadDoorbell)));
 }
@@ -449,18 +380,15 @@ fn channel_chain_limit_exact() {
     let mut r = rig();
     r.e.set_max_chain(4);
     let k = ChannelKey(1);
-    r.e.add_channel(k, ChannelConfig { owner: 1, dir: Dir::H2c, align: 1, notify: Notify::Poll })
-        .unwrap();
+    r.channel(k, Dir::H2c);
     r.e.mem.write(BUF, &[3u8; 64]).unwrap();
     let at = |i: u64| BUF + 0x1000 + i * 32;
     let link = |r: &mut Rig, n: u64| {
-        for i in 0..n {
-            let last = i + 1 == n;
-            let fl = if last { 0 } else { flags::CHAIN };
-            let d = Descriptor { flags: fl, next: at(i + 1), ..Descriptor::new(BUF, 0, 8) };
-            let d = Descriptor { dst: r.dev + i * 8, ..d };
-            r.put(at(i), d);
-        }
+        let dev = r.dev;
+        r.put_chain(
+            at(0),
+            (0..n).map(|i| Descriptor { flags: 0, ..Descriptor::new(BUF, dev + i * 8, 8) }),
+        );
     };
     link(&mut r, 4);
     r.e.channel_run(k, at(0)).unwrap();
@@ -494,16 +422,12 @@ fn channel_chain_limit_exact() {
 #[test]
 fn busy_queue_does_not_starve_another() {
     let mut r = rig();
-    r.queue(0, cfg(0, Mode::Mm, 16, 16));
-    r.queue(1, cfg(1, Mode::Mm, 16, 16));
+    r.mm(0);
+    r.mm(1);
     let chain = BUF + 0x3_0000;
-    for j in 0..8u64 {
-        let fl = if j == 7 { flags::EOP } else { flags::CHAIN };
-        r.put(
-            chain + j * 32,
-            Descriptor { flags: fl, next: chain + (j + 1) * 32, ..Descriptor::new(BUF, r.dev, 8) },
-        );
-    }
+    // A chain of 8, EOP on the last.
+    let d = Descriptor { flags: 0, ..Descriptor::new(BUF, r.dev, 8) };
+    r.put_chain(chain, std::iter::repeat_n(d, 7).chain([Descriptor { flags: flags::EOP, ..d }]));
     for i in 0..16u32 {
         r.e.mem.copy(chain, r.slot(0, Dir::H2c, i), 32).unwrap();
     }
@@ -521,7 +445,7 @@ fn busy_queue_does_not_starve_another() {
 #[test]
 fn push_with_full_cmpt_consumes_nothing() {
     let mut r = rig();
-    r.queue(2, cfg(2, Mode::St, 4, 2));
+    r.queue(2, r.cfg(2, Mode::St, 4, 2));
     for i in 0..4u32 {
         r.post(2, Dir::C2h, i, Descriptor::new(0, BUF + u64::from(i) * 0x100, 16));
     }
@@ -541,7 +465,7 @@ fn push_with_full_cmpt_consumes_nothing() {
 #[test]
 fn dropped_stream_packet_is_not_counted_as_completed_descriptors() {
     let mut r = rig();
-    r.queue(1, cfg(1, Mode::St, 8, 8));
+    r.queue(1, r.cfg(1, Mode::St, 8, 8));
     r.post(1, Dir::H2c, 0, Descriptor { flags: flags::SOP, ..Descriptor::new(BUF, 0, 8) });
     r.post(1, Dir::H2c, 1, Descriptor::new(BUF, 0, 8));
     r.e.doorbell(1, Dir::H2c, 2);
