@@ -16,9 +16,8 @@ use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use snic_dma::desc::flags;
-use snic_dma::{
-    AddressSpace, Descriptor, Dir, DmaEngine, HostAddr, MemKind, Mode, Notify, QueueConfig,
-};
+use snic_dma::testing::{Client, QueueLayout, Rig};
+use snic_dma::{Descriptor, Dir, DmaEngine, Mode, Notify};
 
 const HOST: u64 = 0x1000_0000;
 const RING: u32 = 1024;
@@ -28,28 +27,15 @@ const BUF: u64 = HOST + 0x10_0000;
 /// region; the H2C ring holds `RING` descriptors of `size` bytes, with EOP on every
 /// `eop_every`-th.
 fn setup(size: u32, eop_every: u32) -> (DmaEngine, u32) {
-    let mut m = AddressSpace::new();
-    m.map_host_owned(HostAddr::new(HOST).unwrap(), Box::new(vec![7u8; 0x20_0000]), 1).unwrap();
-    let (_, dev) = m.add_device_region(MemKind::OnBoard, 2 << 20).unwrap();
-    let mut e = DmaEngine::new(m);
-    let cfg = QueueConfig {
-        owner: 1,
-        mode: Mode::Mm,
-        ring_size: RING,
-        cmpt_size: RING,
-        h2c_ring: HOST,
-        c2h_ring: HOST + 0x8000,
-        cmpt_ring: HOST + 0x1_0000,
-        align: 1,
-        notify: Notify::Poll,
-        stream_to: None,
-    };
-    e.add_queue(0, cfg).unwrap();
-    e.start_queue(0).unwrap();
+    let host = [Client::new(1, HOST, 0x20_0000).filled(7)];
+    // The rings of 1024 slots (32 KiB) back to back from HOST.
+    let layout = QueueLayout { stride: 0x8000, ..QueueLayout::new(1, HOST, Notify::Poll) };
+    let mut r = Rig::new(&host, 2 << 20, layout);
+    r.queue(0, r.cfg(0, Mode::Mm, RING, RING));
     let per = (1u64 << 20) / u64::from(size);
     for i in 0..RING {
         let off = (u64::from(i) % per) * u64::from(size);
-        let mut d = Descriptor::new(BUF + off, dev.raw() + off, size);
+        let mut d = Descriptor::new(BUF + off, r.dev + off, size);
         d.flags = 0;
         if i % eop_every == 0 {
             d.flags |= flags::SOP;
@@ -57,10 +43,10 @@ fn setup(size: u32, eop_every: u32) -> (DmaEngine, u32) {
         if (i + 1) % eop_every == 0 {
             d.flags |= flags::EOP;
         }
-        e.mem.write(HOST + u64::from(i) * 32, &d.encode()).unwrap();
+        r.post(0, Dir::H2c, i, d);
     }
     let batch = if size >= 1 << 20 { 16 } else { 256 };
-    (e, batch)
+    (r.e, batch)
 }
 
 /// Post `batch` more descriptors, run them, consume the completions.
