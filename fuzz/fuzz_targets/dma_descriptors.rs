@@ -21,58 +21,41 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use snic_dma::{
-    AddressSpace, ChannelConfig, ChannelKey, Dir, DmaEngine, HostAddr, MemKind, Mode, Notify,
-    QueueConfig,
-};
+use snic_dma::testing::{Client, QueueLayout, Rig};
+use snic_dma::{ChannelKey, Dir, Notify};
 
 const HOST: u64 = 0x10_0000;
 const OTHER: u64 = 0x100_0000;
 const OTHER_LEN: usize = 1 << 14;
 
-fn setup() -> DmaEngine {
-    let mut m = AddressSpace::new();
-    m.map_host_owned(HostAddr::new(HOST).unwrap(), Box::new(vec![0u8; 0x6_0000]), 1).unwrap();
-    m.map_host_owned(HostAddr::new(OTHER).unwrap(), Box::new(vec![0xEEu8; OTHER_LEN]), 2).unwrap();
-    m.add_device_region(MemKind::OnBoard, 1 << 16).unwrap();
-    let mut e = DmaEngine::new(m);
-    e.set_max_chain(64);
-    for q in 0..4u16 {
-        let base = HOST + 0x1_0000 * u64::from(q + 1);
-        let c = QueueConfig {
-            owner: 1,
-            mode: if q < 2 { Mode::Mm } else { Mode::St },
-            ring_size: 8,
-            cmpt_size: 4,
-            h2c_ring: base,
-            c2h_ring: base + 0x100,
-            cmpt_ring: base + 0x200,
-            align: if q == 1 { 8 } else { 1 },
-            notify: Notify::Interrupt,
-            stream_to: (q == 2).then_some(3),
-        };
-        e.add_queue(q, c).unwrap();
-        e.start_queue(q).unwrap();
-    }
-    let ch = ChannelConfig { owner: 1, dir: Dir::H2c, align: 1, notify: Notify::Poll };
-    e.add_channel(ChannelKey(0), ch).unwrap();
-    e
+fn setup() -> Rig {
+    let clients = [Client::new(1, HOST, 0x6_0000), Client::new(2, OTHER, OTHER_LEN).filled(0xEE)];
+    // Queue q's rings 0x100 bytes apart in the 64 KiB block after the chain area's, block q + 1.
+    let layout = QueueLayout {
+        base: HOST + 0x1_0000,
+        stride: 0x100,
+        ..QueueLayout::new(1, HOST, Notify::Interrupt)
+    };
+    let mut r = Rig::new(&clients, 1 << 16, layout);
+    r.e.set_max_chain(64);
+    r.mixed_queues();
+    r.channel(ChannelKey(0), Dir::H2c);
+    r
 }
 
 fuzz_target!(|data: &[u8]| {
-    let mut e = setup();
+    let mut r = setup();
     let Some((&n, data)) = data.split_first() else { return };
     let (rings, mut rest) = data.split_at(data.len().min(usize::from(n) * 4));
     let mut img = [0u8; 1024];
     img[..rings.len()].copy_from_slice(rings);
     for q in 0..4u64 {
-        let base = HOST + 0x1_0000 * (q + 1);
         let o = (q * 256) as usize;
-        e.mem.write(base, &img[o..o + 256]).unwrap();
+        r.e.mem.write(r.layout.h2c_ring(q), &img[o..o + 256]).unwrap();
     }
     // The chain area reuses the same bytes, so `next` pointers into it meet descriptors.
-    e.mem.write(HOST, &img).unwrap();
-    let other = e.mem.slice(OTHER, OTHER_LEN).unwrap().to_vec();
+    r.e.mem.write(HOST, &img).unwrap();
+    let other = r.e.mem.slice(OTHER, OTHER_LEN).unwrap().to_vec();
     let mut out = Vec::new();
     while let Some((&ctl, tail)) = rest.split_first() {
         rest = tail;
@@ -84,39 +67,37 @@ fuzz_target!(|data: &[u8]| {
         let q = u16::from((ctl >> 3) & 3);
         let dir = if ctl & 0x20 != 0 { Dir::C2h } else { Dir::H2c };
         match ctl & 7 {
-            0 => {
-                let k = u32::from(next());
-                let p = e
-                    .queue_indices(q)
-                    .map_or(0, |i| if dir == Dir::C2h { i.c2h_pidx } else { i.h2c_pidx });
-                e.doorbell(q, dir, p.wrapping_add(k));
-            }
+            0 => r.advance(q, dir, u32::from(next())),
             1 => {
                 let p = u32::from_le_bytes([next(), next(), next(), next()]);
-                e.doorbell(q, dir, p);
+                r.e.doorbell(q, dir, p);
             }
-            2 => e.cmpt_doorbell(q, u32::from(next())),
+            2 => r.e.cmpt_doorbell(q, u32::from(next())),
             3 => {
-                e.poll(usize::from(next()));
+                r.e.poll(usize::from(next()));
             }
             4 => {
                 let pkt = vec![0xA5u8; usize::from(next()) * 3];
-                let _ = e.push_stream(q, &pkt);
+                let _ = r.e.push_stream(q, &pkt);
             }
             5 => {
-                let _ = e.stop_queue(q);
+                let _ = r.e.stop_queue(q);
             }
             6 => {
-                let _ = e.start_queue(q);
+                let _ = r.e.start_queue(q);
             }
             _ => {
-                let _ = e.channel_run(ChannelKey(0), HOST + u64::from(next() & 63) * 32);
+                let _ = r.e.channel_run(ChannelKey(0), HOST + u64::from(next() & 63) * 32);
             }
         }
-        while e.poll_event().is_some() {}
-        while e.poll_stream(&mut out).is_some() {}
-        assert_eq!(e.mem.slice(OTHER, OTHER_LEN).unwrap(), &other[..], "client 2's memory changed");
+        while r.e.poll_event().is_some() {}
+        while r.e.poll_stream(&mut out).is_some() {}
+        assert_eq!(
+            r.e.mem.slice(OTHER, OTHER_LEN).unwrap(),
+            &other[..],
+            "client 2's memory changed"
+        );
     }
-    e.poll(10_000);
-    assert_eq!(e.mem.slice(OTHER, OTHER_LEN).unwrap(), &other[..], "client 2's memory changed");
+    r.e.poll(10_000);
+    assert_eq!(r.e.mem.slice(OTHER, OTHER_LEN).unwrap(), &other[..], "client 2's memory changed");
 });
