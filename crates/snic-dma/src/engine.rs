@@ -1554,49 +1554,20 @@ impl DmaEngine {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mem::{HostAddr, MemKind};
+    use crate::testing::{Client, QueueLayout, Rig};
 
     const HOST: u64 = 0x100_0000;
     const OTHER: u64 = 0x1000_0000;
     const BUF: u64 = HOST + 0x10_0000;
 
-    fn engine() -> DmaEngine {
-        let mut m = AddressSpace::new();
-        m.map_host_owned(HostAddr::new(HOST).unwrap(), Box::new(vec![0u8; 2 << 20]), 1).unwrap();
-        m.map_host_owned(HostAddr::new(OTHER).unwrap(), Box::new(vec![0xEE; 4096]), 2).unwrap();
-        m.add_device_region(MemKind::OnBoard, 1 << 20).unwrap();
-        DmaEngine::new(m)
+    fn rig() -> Rig {
+        let clients = [Client::new(1, HOST, 2 << 20), Client::new(2, OTHER, 4096).filled(0xEE)];
+        Rig::new(&clients, 1 << 20, QueueLayout::new(1, HOST, Notify::Poll))
     }
 
-    fn st_queue(e: &mut DmaEngine, qid: u16, cmpt: u32, stream_to: Option<u16>) {
-        let base = HOST + u64::from(qid) * 0x1_0000;
-        let cfg = QueueConfig {
-            owner: 1,
-            mode: Mode::St,
-            ring_size: 8,
-            cmpt_size: cmpt,
-            h2c_ring: base,
-            c2h_ring: base + 0x4000,
-            cmpt_ring: base + 0x8000,
-            align: 1,
-            notify: Notify::Poll,
-            stream_to,
-        };
-        e.add_queue(qid, cfg).unwrap();
-        e.start_queue(qid).unwrap();
-    }
-
-    fn post(e: &mut DmaEngine, qid: u16, dir: Dir, i: u32, d: Descriptor) {
-        let a = e.queue(qid).unwrap().slot_addr(dir, i);
-        e.mem.write(a, &d.encode()).unwrap();
-    }
-
-    fn cmpt(e: &DmaEngine, qid: u16, i: u32) -> Completion {
-        let c = e.queue_config(qid).unwrap();
-        let a = c.cmpt_ring + u64::from(i & (c.cmpt_size - 1)) * CMPT_SIZE as u64;
-        let mut b = [0u8; CMPT_SIZE];
-        e.mem.read(a, &mut b).unwrap();
-        Completion::decode(&b)
+    /// Start streaming queue `qid`, rings of 8 slots and `cmpt` entries in block `qid`.
+    fn st_queue(r: &mut Rig, qid: u16, cmpt: u32, stream_to: Option<u16>) {
+        r.queue(qid, QueueConfig { stream_to, ..r.cfg(u64::from(qid), Mode::St, 8, cmpt) });
     }
 
     /// Head buffer good but too small, then a bad one: both are given back under one error
@@ -1604,40 +1575,40 @@ mod tests {
     /// packet lands whole in the buffers behind.
     #[test]
     fn bad_buffer_behind_a_too_small_head_is_skipped_with_the_head() {
-        let mut e = engine();
-        st_queue(&mut e, 2, 8, None);
-        post(&mut e, 2, Dir::C2h, 0, Descriptor::new(0, BUF, 64));
-        post(&mut e, 2, Dir::C2h, 1, Descriptor::new(0, OTHER, 64));
-        post(&mut e, 2, Dir::C2h, 2, Descriptor::new(0, BUF + 0x100, 64));
-        post(&mut e, 2, Dir::C2h, 3, Descriptor::new(0, BUF + 0x200, 64));
-        e.doorbell(2, Dir::C2h, 4);
+        let mut r = rig();
+        st_queue(&mut r, 2, 8, None);
+        r.post(2, Dir::C2h, 0, Descriptor::new(0, BUF, 64));
+        r.post(2, Dir::C2h, 1, Descriptor::new(0, OTHER, 64));
+        r.post(2, Dir::C2h, 2, Descriptor::new(0, BUF + 0x100, 64));
+        r.post(2, Dir::C2h, 3, Descriptor::new(0, BUF + 0x200, 64));
+        r.e.doorbell(2, Dir::C2h, 4);
         // A packet that fits the head never touches the bad buffer.
-        e.push_stream(2, &[1; 10]).unwrap();
-        assert_eq!((cmpt(&e, 2, 0).status(), cmpt(&e, 2, 0).index), (Some(Status::Ok), 1));
+        r.e.push_stream(2, &[1; 10]).unwrap();
+        assert_eq!((r.cmpt(2, 0).status(), r.cmpt(2, 0).index), (Some(Status::Ok), 1));
         // Slot 1 is now the bad head: consumed alone.
-        post(&mut e, 2, Dir::C2h, 4, Descriptor::new(0, BUF + 0x300, 16));
-        post(&mut e, 2, Dir::C2h, 5, Descriptor::new(0, OTHER, 16));
-        post(&mut e, 2, Dir::C2h, 6, Descriptor::new(0, BUF + 0x400, 64));
-        e.doorbell(2, Dir::C2h, 7);
-        e.push_stream(2, &[2; 100]).unwrap();
-        let c = cmpt(&e, 2, 1);
+        r.post(2, Dir::C2h, 4, Descriptor::new(0, BUF + 0x300, 16));
+        r.post(2, Dir::C2h, 5, Descriptor::new(0, OTHER, 16));
+        r.post(2, Dir::C2h, 6, Descriptor::new(0, BUF + 0x400, 64));
+        r.e.doorbell(2, Dir::C2h, 7);
+        r.e.push_stream(2, &[2; 100]).unwrap();
+        let c = r.cmpt(2, 1);
         assert_eq!((c.status(), c.index, c.len), (Some(Status::NotOwner), 2, 0));
-        let c = cmpt(&e, 2, 2);
+        let c = r.cmpt(2, 2);
         assert_eq!((c.status(), c.index, c.len), (Some(Status::Ok), 4, 100));
-        assert_eq!(e.mem.slice(BUF + 0x100, 64).unwrap(), &[2; 64]);
-        assert_eq!(e.mem.slice(BUF + 0x200, 36).unwrap(), &[2; 36]);
+        assert_eq!(r.e.mem.slice(BUF + 0x100, 64).unwrap(), &[2; 64]);
+        assert_eq!(r.e.mem.slice(BUF + 0x200, 36).unwrap(), &[2; 36]);
         // Now 16-byte good slot 4, bad slot 5, good slot 6: a 40-byte packet skips 4 and 5
         // with one entry and goes to 6; slot 4's buffer stays untouched.
-        e.push_stream(2, &[3; 40]).unwrap();
-        let c = cmpt(&e, 2, 3);
+        r.e.push_stream(2, &[3; 40]).unwrap();
+        let c = r.cmpt(2, 3);
         assert_eq!((c.status(), c.index, c.len), (Some(Status::NotOwner), 6, 0));
-        let c = cmpt(&e, 2, 4);
+        let c = r.cmpt(2, 4);
         assert_eq!((c.status(), c.index, c.len), (Some(Status::Ok), 7, 40));
-        assert_eq!(e.mem.slice(BUF + 0x300, 16).unwrap(), &[0; 16]);
-        assert_eq!(e.mem.slice(BUF + 0x400, 40).unwrap(), &[3; 40]);
-        assert_eq!(e.mem.slice(OTHER, 4096).unwrap(), &[0xEE; 4096][..]);
-        assert_eq!(e.stats().stream_rx, 3);
-        assert_eq!(e.stats().errors[Status::NotOwner as usize], 2);
+        assert_eq!(r.e.mem.slice(BUF + 0x300, 16).unwrap(), &[0; 16]);
+        assert_eq!(r.e.mem.slice(BUF + 0x400, 40).unwrap(), &[3; 40]);
+        assert_eq!(r.e.mem.slice(OTHER, 4096).unwrap(), &[0xEE; 4096][..]);
+        assert_eq!(r.e.stats().stream_rx, 3);
+        assert_eq!(r.e.stats().errors[Status::NotOwner as usize], 2);
     }
 
     /// A queue streaming to itself with a 2-entry completion ring and three bad buffers at the
@@ -1645,34 +1616,28 @@ mod tests {
     /// delivered and its H2C completion written; nothing is silently flushed.
     #[test]
     fn self_loopback_waits_through_many_bad_buffers() {
-        let mut e = engine();
-        st_queue(&mut e, 1, 2, Some(1));
+        let mut r = rig();
+        st_queue(&mut r, 1, 2, Some(1));
         for i in 0..3 {
-            post(&mut e, 1, Dir::C2h, i, Descriptor::new(0, OTHER, 64));
+            r.post(1, Dir::C2h, i, Descriptor::new(0, OTHER, 64));
         }
-        post(&mut e, 1, Dir::C2h, 3, Descriptor::new(0, BUF + 0x1000, 64));
-        e.doorbell(1, Dir::C2h, 4);
-        e.mem.write(BUF, &[5; 24]).unwrap();
-        post(
-            &mut e,
-            1,
-            Dir::H2c,
-            0,
-            Descriptor { flags: flags::SOP, ..Descriptor::new(BUF, 0, 8) },
-        );
+        r.post(1, Dir::C2h, 3, Descriptor::new(0, BUF + 0x1000, 64));
+        r.e.doorbell(1, Dir::C2h, 4);
+        r.e.mem.write(BUF, &[5; 24]).unwrap();
+        r.post(1, Dir::H2c, 0, Descriptor { flags: flags::SOP, ..Descriptor::new(BUF, 0, 8) });
         let eop = Descriptor { flags: flags::EOP, ..Descriptor::new(BUF + 8, 0, 16) };
-        post(&mut e, 1, Dir::H2c, 1, eop);
-        e.doorbell(1, Dir::H2c, 2);
+        r.post(1, Dir::H2c, 1, eop);
+        r.e.doorbell(1, Dir::H2c, 2);
         let mut seen = Vec::new();
         let mut cidx = 0u32;
         for _ in 0..10 {
-            while e.poll(16) > 0 {}
-            let pidx = e.queue_indices(1).unwrap().cmpt_pidx;
+            while r.e.poll(16) > 0 {}
+            let pidx = r.e.queue_indices(1).unwrap().cmpt_pidx;
             while cidx != pidx {
-                seen.push(cmpt(&e, 1, cidx));
+                seen.push(r.cmpt(1, cidx));
                 cidx += 1;
             }
-            e.cmpt_doorbell(1, cidx);
+            r.e.cmpt_doorbell(1, cidx);
         }
         let st: Vec<_> = seen.iter().map(|c| (c.dir, c.status(), c.index, c.len)).collect();
         let bad = Some(Status::NotOwner);
@@ -1686,19 +1651,22 @@ mod tests {
                 (0, Some(Status::Ok), 2, 24),
             ]
         );
-        assert_eq!(e.mem.slice(BUF + 0x1000, 24).unwrap(), &[5; 24]);
-        assert_eq!(e.stats().flushed_silent, 0);
+        assert_eq!(r.e.mem.slice(BUF + 0x1000, 24).unwrap(), &[5; 24]);
+        assert_eq!(r.e.stats().flushed_silent, 0);
         // Two H2C descriptors (sent once, despite the retries) and one C2H buffer.
-        assert_eq!(e.stats().descs, 3);
-        assert_eq!((e.stats().stream_tx, e.stats().stream_rx, e.stats().h2c_bytes), (1, 1, 24));
-        assert!(e.stats().cmpt_full_stalls >= 1);
+        assert_eq!(r.e.stats().descs, 3);
+        assert_eq!(
+            (r.e.stats().stream_tx, r.e.stats().stream_rx, r.e.stats().h2c_bytes),
+            (1, 1, 24)
+        );
+        assert!(r.e.stats().cmpt_full_stalls >= 1);
     }
 
     #[test]
     fn room_check_never_underflows() {
-        let mut e = engine();
-        st_queue(&mut e, 0, 2, None);
-        let q = e.queue(0).unwrap();
+        let mut r = rig();
+        st_queue(&mut r, 0, 2, None);
+        let q = r.e.queue(0).unwrap();
         assert!(q.cmpt_room_for(2));
         assert!(!q.cmpt_room_for(3));
         assert!(!q.cmpt_room_for(u32::MAX));
