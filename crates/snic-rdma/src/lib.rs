@@ -32,6 +32,8 @@ pub mod resp_state;
 pub mod ring;
 pub mod rnic;
 pub mod stats;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod verbs;
 pub mod wqe;
 
