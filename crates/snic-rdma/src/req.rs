@@ -699,82 +699,22 @@ pub fn handle_timeout(core: &mut Core, qp: &mut Qp, now: Instant) {
 
 #[cfg(test)]
 mod tests {
-    use std::net::IpAddr;
-
-    use snic_dma::MemKind;
     use snic_wire::roce::ext::{AethRepr, AtomicAckEthRepr};
 
     use super::*;
     use crate::pkt::Path;
-    use crate::verbs::{Access, CqId, MrInfo, Mtu, QpAttr, QpInit, Remote, Sge};
-    use crate::{Rnic, RnicConfig};
+    use crate::testing::{End, EndOpts, Pair};
+    use crate::verbs::{Access, Mtu, QpAttr, Remote, Sge};
 
     const PORT: u16 = snic_wire::roce::UDP_PORT;
 
-    struct End {
-        nic: Rnic,
-        qpn: u32,
-        cq: CqId,
-        mr: MrInfo,
-        ip: IpAddr,
-    }
-
-    fn end(host: u8) -> End {
-        let ip: IpAddr = format!("10.0.0.{host}").parse().unwrap();
-        let cfg = RnicConfig {
-            local_ip: ip,
-            host_pool: 1 << 20,
-            on_chip: 0,
-            on_board: 0,
-            ..RnicConfig::default()
-        };
-        let mut nic = Rnic::new(cfg).unwrap();
-        let pd = nic.alloc_pd();
-        let buf = nic.alloc_buf(MemKind::Host, 256 << 10, 64).unwrap();
-        let mr = nic.reg_mr(pd, buf, 256 << 10, Access::ALL).unwrap();
-        let cq = nic.create_cq(64);
-        let qpn = nic
-            .create_qp(QpInit {
-                pd,
-                send_cq: cq,
-                recv_cq: cq,
-                srq: None,
-                max_send_wr: 16,
-                max_recv_wr: 16,
-                placement: MemKind::Host,
-                sq_sig_all: false,
-            })
-            .unwrap();
-        End { nic, qpn, cq, mr, ip }
-    }
-
-    /// Bring `e` to RTS towards `peer` with `attr` (state and addresses filled in here).
-    fn connect(e: &mut End, peer: (u32, IpAddr), sq_psn: u32, rq_psn: u32, mut attr: QpAttr) {
-        attr.access = Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
-        attr.dest_qpn = peer.0;
-        attr.remote = Some(peer.1);
-        attr.sq_psn = sq_psn;
-        attr.rq_psn = rq_psn;
-        e.nic.connect_rc(e.qpn, &attr, Instant::ZERO).unwrap();
-    }
-
     /// A requester `a` connected to `b`; `a` sends from `sq_psn`.
     fn pair(mtu: Mtu, sq_psn: u32, tweak: impl Fn(&mut QpAttr)) -> (End, End) {
-        let (mut a, mut b) = (end(1), end(2));
         let mut attr = QpAttr { path_mtu: mtu, ..QpAttr::default() };
         tweak(&mut attr);
-        let (pa, pb) = ((a.qpn, a.ip), (b.qpn, b.ip));
-        connect(&mut a, pb, sq_psn, 0x100, attr);
-        connect(&mut b, pa, 0x100, sq_psn, attr);
-        (a, b)
-    }
-
-    fn sge(e: &End, off: u64, len: u32) -> SgList {
-        SgList::one(Sge { addr: e.mr.addr + off, len, lkey: e.mr.lkey })
-    }
-
-    fn remote(e: &End, off: u64) -> Remote {
-        Remote { addr: e.mr.addr + off, rkey: e.mr.rkey }
+        attr.access = Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
+        let p = Pair::new(&EndOpts::default(), attr, [sq_psn, 0x100]);
+        (p.a, p.b)
     }
 
     /// Every packet `e` emits at `now`, parsed.
@@ -832,25 +772,6 @@ mod tests {
 
     const ACK: Syndrome = Syndrome::Ack { credits: 0x1f };
 
-    fn cqes(e: &mut End) -> Vec<Cqe> {
-        let mut out = vec![
-            Cqe {
-                wr_id: 0,
-                status: WcStatus::Success,
-                opcode: crate::verbs::WcOpcode::Send,
-                byte_len: 0,
-                qpn: 0,
-                src_qp: 0,
-                imm: None,
-                invalidated_rkey: None,
-            };
-            64
-        ];
-        let n = e.nic.poll_cq(e.cq, &mut out).unwrap();
-        out.truncate(n);
-        out
-    }
-
     fn fill(e: &mut End, off: u64, len: usize, seed: u8) -> Vec<u8> {
         let data: Vec<u8> =
             (0..len).map(|i| (i as u8).wrapping_mul(7).wrapping_add(seed)).collect();
@@ -863,11 +784,11 @@ mod tests {
         let (mut a, b) = pair(Mtu::M4096, 0xff_fffe, |_| {});
         let data = fill(&mut a, 0, 10_000, 3);
         let t = Instant::from_micros(1);
-        let w = SendWr::new(1, WrOp::Write { remote: remote(&b, 0x1000) }, sge(&a, 0, 10_000));
+        let w = SendWr::new(1, WrOp::Write { remote: b.remote(0x1000) }, a.sge(0, 10_000));
         a.nic.post_send(a.qpn, &w, t).unwrap();
-        let r = SendWr::new(2, WrOp::Read { remote: remote(&b, 0) }, sge(&a, 0x10000, 10_000));
+        let r = SendWr::new(2, WrOp::Read { remote: b.remote(0) }, a.sge(0x10000, 10_000));
         a.nic.post_send(a.qpn, &r, t).unwrap();
-        let s = SendWr::new(3, WrOp::SendImm { imm: 0xabcd }, sge(&a, 0, 5)).solicited(true);
+        let s = SendWr::new(3, WrOp::SendImm { imm: 0xabcd }, a.sge(0, 5)).solicited(true);
         a.nic.post_send(a.qpn, &s, t).unwrap();
         let pk = drain(&mut a, t);
         let ops: Vec<u8> = pk.iter().map(|(r, _)| r.bth.opcode).collect();
@@ -910,14 +831,11 @@ mod tests {
     fn acks_and_read_responses_complete_in_order() {
         let (mut a, b) = pair(Mtu::M1024, 0xff_fffe, |_| {});
         let t = Instant::from_micros(1);
-        let w = SendWr::new(1, WrOp::Write { remote: remote(&b, 0) }, sge(&a, 0, 2000));
-        let r = SendWr::new(2, WrOp::Read { remote: remote(&b, 0) }, sge(&a, 0x8000, 2500));
-        let f = SendWr::new(
-            3,
-            WrOp::FetchAdd { remote: remote(&b, 0x100), add: 5 },
-            sge(&a, 0x9000, 8),
-        );
-        let s = SendWr::new(4, WrOp::Send, sge(&a, 0, 10)).signaled(false);
+        let w = SendWr::new(1, WrOp::Write { remote: b.remote(0) }, a.sge(0, 2000));
+        let r = SendWr::new(2, WrOp::Read { remote: b.remote(0) }, a.sge(0x8000, 2500));
+        let f =
+            SendWr::new(3, WrOp::FetchAdd { remote: b.remote(0x100), add: 5 }, a.sge(0x9000, 8));
+        let s = SendWr::new(4, WrOp::Send, a.sge(0, 10)).signaled(false);
         a.nic.post_send_batch(a.qpn, &[w, r, f, s], t).unwrap();
         let pk = drain(&mut a, t);
         let psns: Vec<u32> = pk.iter().map(|(r, _)| r.bth.psn).collect();
@@ -929,10 +847,10 @@ mod tests {
 
         // ACK of the WRITE's first packet only: nothing completes.
         a.nic.handle_packet(t, &aeth_pkt(&a, &b, 0xff_fffe, ACK));
-        assert!(cqes(&mut a).is_empty());
+        assert!(a.poll_all().is_empty());
         // ACK of the WRITE: it completes.
         a.nic.handle_packet(t, &aeth_pkt(&a, &b, 0xff_ffff, ACK));
-        let c = cqes(&mut a);
+        let c = a.poll_all();
         assert_eq!(c.len(), 1);
         assert_eq!((c[0].wr_id, c[0].status, c[0].byte_len), (1, WcStatus::Success, 2000));
         assert_eq!(c[0].src_qp, b.qpn);
@@ -962,18 +880,18 @@ mod tests {
         a.nic.handle_packet(t, &rr[0]);
         assert_eq!(a.nic.stats().dup_responses, 1);
         a.nic.handle_packet(t, &rr[1]);
-        assert!(cqes(&mut a).is_empty());
+        assert!(a.poll_all().is_empty());
         // An atomic ACK overtaking the READ's last response says that response was lost: it
         // is not taken (its data must not land before the READ's) and the READ is retried.
         a.nic.handle_packet(t, &atomic_ack);
-        assert!(cqes(&mut a).is_empty());
+        assert!(a.poll_all().is_empty());
         assert_eq!(a.nic.stats().dup_responses, 2);
         let pk = drain(&mut a, t);
         assert_eq!((pk[0].0.bth.opcode, pk[0].0.bth.psn), (opcode::RC_RDMA_READ_REQUEST, 2));
         assert_eq!(pk[0].0.reth.unwrap().dma_len, 2500 - 2048);
         a.nic.handle_packet(t, &rr[2]);
         a.nic.handle_packet(t, &atomic_ack);
-        let c = cqes(&mut a);
+        let c = a.poll_all();
         let got: Vec<(u64, WcStatus, u32)> =
             c.iter().map(|c| (c.wr_id, c.status, c.byte_len)).collect();
         assert_eq!(got, [(2, WcStatus::Success, 2500), (3, WcStatus::Success, 8)]);
@@ -985,7 +903,7 @@ mod tests {
         assert_eq!(a.nic.mem().read_u64(a.mr.addr + 0x9000).unwrap(), 0x1122_3344_5566_7788);
         // The unsignaled SEND retires silently on its ACK.
         a.nic.handle_packet(t, &aeth_pkt(&a, &b, 4, ACK));
-        assert!(cqes(&mut a).is_empty());
+        assert!(a.poll_all().is_empty());
         assert!(a.nic.sq_idle(a.qpn));
         // A late duplicate ACK is ignored.
         a.nic.handle_packet(t, &aeth_pkt(&a, &b, 4, ACK));
@@ -1000,8 +918,8 @@ mod tests {
             at.retry_cnt = 2;
         });
         let t0 = Instant::from_micros(1);
-        let w1 = SendWr::new(1, WrOp::Write { remote: remote(&b, 0) }, sge(&a, 0, 1500));
-        let w2 = SendWr::new(2, WrOp::Send, sge(&a, 0, 8));
+        let w1 = SendWr::new(1, WrOp::Write { remote: b.remote(0) }, a.sge(0, 1500));
+        let w2 = SendWr::new(2, WrOp::Send, a.sge(0, 8));
         a.nic.post_send_batch(a.qpn, &[w1, w2], t0).unwrap();
         assert_eq!(drain(&mut a, t0).len(), 3);
         let rto = a.nic.poll_timeout().unwrap();
@@ -1025,7 +943,7 @@ mod tests {
         }
         // Expiry 3: retry_cnt (2) is exhausted.
         a.nic.handle_timeout(now);
-        let c = cqes(&mut a);
+        let c = a.poll_all();
         let got: Vec<(u64, WcStatus)> = c.iter().map(|c| (c.wr_id, c.status)).collect();
         assert_eq!(got, [(1, WcStatus::RetryExcErr), (2, WcStatus::WrFlushErr)]);
         assert_eq!(a.nic.query_qp(a.qpn).unwrap().state, QpState::Err);
@@ -1033,7 +951,7 @@ mod tests {
         assert_eq!(a.nic.poll_timeout(), None);
         // Posting in ERR flushes at once.
         a.nic.post_send(a.qpn, &w2, now).unwrap();
-        let c = cqes(&mut a);
+        let c = a.poll_all();
         assert_eq!(c.len(), 1);
         assert_eq!((c[0].wr_id, c[0].status), (2, WcStatus::WrFlushErr));
     }
@@ -1042,8 +960,8 @@ mod tests {
     fn seq_nak_goes_back_and_rnr_nak_waits() {
         let (mut a, b) = pair(Mtu::M256, 0, |at| at.rnr_retry = 1);
         let t = Instant::from_micros(1);
-        let w = SendWr::new(1, WrOp::Write { remote: remote(&b, 0) }, sge(&a, 0, 1024));
-        let s = SendWr::new(2, WrOp::Send, sge(&a, 0, 100));
+        let w = SendWr::new(1, WrOp::Write { remote: b.remote(0) }, a.sge(0, 1024));
+        let s = SendWr::new(2, WrOp::Send, a.sge(0, 100));
         a.nic.post_send_batch(a.qpn, &[w, s], t).unwrap();
         assert_eq!(drain(&mut a, t).len(), 5);
         // PSN 2 was lost: the responder NAKs with its expected PSN.
@@ -1055,7 +973,7 @@ mod tests {
         assert_eq!(a.nic.stats().seq_naks_rcvd, 1);
         // WRITE acknowledged; the SEND finds no RECV: RNR NAK with timer code 4 (40 us).
         a.nic.handle_packet(t, &aeth_pkt(&a, &b, 4, Syndrome::RnrNak { timer: 4 }));
-        let c = cqes(&mut a);
+        let c = a.poll_all();
         assert_eq!((c.len(), c[0].wr_id, c[0].status), (1, 1, WcStatus::Success));
         assert!(drain(&mut a, t).is_empty(), "RNR wait");
         let until = t + core::time::Duration::from_micros(40);
@@ -1066,7 +984,7 @@ mod tests {
         assert_eq!((pk[0].0.bth.psn, pk[0].0.bth.opcode), (4, opcode::RC_SEND_ONLY));
         // Second RNR NAK: rnr_retry (1) is exhausted.
         a.nic.handle_packet(until, &aeth_pkt(&a, &b, 4, Syndrome::RnrNak { timer: 4 }));
-        let c = cqes(&mut a);
+        let c = a.poll_all();
         assert_eq!((c.len(), c[0].wr_id, c[0].status), (1, 2, WcStatus::RnrRetryExcErr));
         assert_eq!(a.nic.query_qp(a.qpn).unwrap().state, QpState::Err);
     }
@@ -1075,14 +993,14 @@ mod tests {
     fn fatal_nak_fails_wqe_and_flushes_rest() {
         let (mut a, b) = pair(Mtu::M1024, 7, |_| {});
         let t = Instant::from_micros(1);
-        let w1 = SendWr::new(1, WrOp::Write { remote: remote(&b, 0) }, sge(&a, 0, 8));
-        let w2 = SendWr::new(2, WrOp::Write { remote: Remote { addr: 0, rkey: 1 } }, sge(&a, 0, 8));
-        let w3 = SendWr::new(3, WrOp::Send, sge(&a, 0, 8));
+        let w1 = SendWr::new(1, WrOp::Write { remote: b.remote(0) }, a.sge(0, 8));
+        let w2 = SendWr::new(2, WrOp::Write { remote: Remote { addr: 0, rkey: 1 } }, a.sge(0, 8));
+        let w3 = SendWr::new(3, WrOp::Send, a.sge(0, 8));
         a.nic.post_send_batch(a.qpn, &[w1, w2, w3], t).unwrap();
         assert_eq!(drain(&mut a, t).len(), 3);
         let nak = aeth_pkt(&a, &b, 8, Syndrome::Nak(NakCode::RemoteAccessError));
         a.nic.handle_packet(t, &nak);
-        let got: Vec<(u64, WcStatus)> = cqes(&mut a).iter().map(|c| (c.wr_id, c.status)).collect();
+        let got: Vec<(u64, WcStatus)> = a.poll_all().iter().map(|c| (c.wr_id, c.status)).collect();
         assert_eq!(
             got,
             [(1, WcStatus::Success), (2, WcStatus::RemAccessErr), (3, WcStatus::WrFlushErr)]
@@ -1094,15 +1012,15 @@ mod tests {
     fn local_protection_error_completes_after_earlier_wqes() {
         let (mut a, b) = pair(Mtu::M1024, 7, |_| {});
         let t = Instant::from_micros(1);
-        let w1 = SendWr::new(1, WrOp::Write { remote: remote(&b, 0) }, sge(&a, 0, 8));
+        let w1 = SendWr::new(1, WrOp::Write { remote: b.remote(0) }, a.sge(0, 8));
         let bad = SgList::one(Sge { addr: a.mr.addr, len: 8, lkey: a.mr.lkey ^ 0x100 });
         let w2 = SendWr::new(2, WrOp::Send, bad);
-        let w3 = SendWr::new(3, WrOp::Send, sge(&a, 0, 8));
+        let w3 = SendWr::new(3, WrOp::Send, a.sge(0, 8));
         a.nic.post_send_batch(a.qpn, &[w1, w2, w3], t).unwrap();
         assert_eq!(drain(&mut a, t).len(), 1, "nothing after the bad WQE leaves");
-        assert!(cqes(&mut a).is_empty(), "the WRITE before it is still in flight");
+        assert!(a.poll_all().is_empty(), "the WRITE before it is still in flight");
         a.nic.handle_packet(t, &aeth_pkt(&a, &b, 7, ACK));
-        let got: Vec<(u64, WcStatus)> = cqes(&mut a).iter().map(|c| (c.wr_id, c.status)).collect();
+        let got: Vec<(u64, WcStatus)> = a.poll_all().iter().map(|c| (c.wr_id, c.status)).collect();
         assert_eq!(
             got,
             [(1, WcStatus::Success), (2, WcStatus::LocProtErr), (3, WcStatus::WrFlushErr)]
@@ -1114,8 +1032,8 @@ mod tests {
     fn implied_nak_and_max_rd_atomic() {
         let (mut a, b) = pair(Mtu::M1024, 0, |at| at.max_rd_atomic = 1);
         let t = Instant::from_micros(1);
-        let r1 = SendWr::new(1, WrOp::Read { remote: remote(&b, 0) }, sge(&a, 0, 100));
-        let r2 = SendWr::new(2, WrOp::Read { remote: remote(&b, 0) }, sge(&a, 0x100, 100));
+        let r1 = SendWr::new(1, WrOp::Read { remote: b.remote(0) }, a.sge(0, 100));
+        let r2 = SendWr::new(2, WrOp::Read { remote: b.remote(0) }, a.sge(0x100, 100));
         a.nic.post_send_batch(a.qpn, &[r1, r2], t).unwrap();
         let pk = drain(&mut a, t);
         assert_eq!(pk.len(), 1, "second READ held back by max_rd_atomic");
@@ -1124,8 +1042,8 @@ mod tests {
         let mut r = RoceRepr::new(resp_bth(&a, opcode::RC_RDMA_READ_RESPONSE_ONLY, 0));
         r.aeth = Some(AethRepr { syndrome: ACK, msn: 1 });
         a.nic.handle_packet(t, &response(&a, &b, r, &[9u8; 100]));
-        assert_eq!(cqes(&mut a).len(), 1);
-        let w = SendWr::new(3, WrOp::Write { remote: remote(&b, 0) }, sge(&a, 0, 8));
+        assert_eq!(a.poll_all().len(), 1);
+        let w = SendWr::new(3, WrOp::Write { remote: b.remote(0) }, a.sge(0, 8));
         a.nic.post_send(a.qpn, &w, t).unwrap();
         let pk = drain(&mut a, t);
         let psns: Vec<u32> = pk.iter().map(|(r, _)| r.bth.psn).collect();
@@ -1140,7 +1058,7 @@ mod tests {
         let mut r = RoceRepr::new(resp_bth(&a, opcode::RC_RDMA_READ_RESPONSE_ONLY, 1));
         r.aeth = Some(AethRepr { syndrome: ACK, msn: 2 });
         a.nic.handle_packet(t, &response(&a, &b, r, &[7u8; 100]));
-        let got: Vec<u64> = cqes(&mut a).iter().map(|c| c.wr_id).collect();
+        let got: Vec<u64> = a.poll_all().iter().map(|c| c.wr_id).collect();
         assert_eq!(got, [2, 3]);
         assert!(a.nic.sq_idle(a.qpn));
     }
@@ -1149,8 +1067,8 @@ mod tests {
     fn fence_waits_for_earlier_read() {
         let (mut a, b) = pair(Mtu::M1024, 0, |_| {});
         let t = Instant::from_micros(1);
-        let r1 = SendWr::new(1, WrOp::Read { remote: remote(&b, 0) }, sge(&a, 0, 100));
-        let s = SendWr::new(2, WrOp::Send, sge(&a, 0x100, 100)).fence(true);
+        let r1 = SendWr::new(1, WrOp::Read { remote: b.remote(0) }, a.sge(0, 100));
+        let s = SendWr::new(2, WrOp::Send, a.sge(0x100, 100)).fence(true);
         a.nic.post_send_batch(a.qpn, &[r1, s], t).unwrap();
         let pk = drain(&mut a, t);
         assert_eq!(pk.len(), 1, "the fenced SEND waits");
@@ -1171,7 +1089,7 @@ mod tests {
     fn partial_read_retry_resumes_at_missing_response() {
         let (mut a, b) = pair(Mtu::M256, 0x20, |_| {});
         let t = Instant::from_micros(1);
-        let r1 = SendWr::new(1, WrOp::Read { remote: remote(&b, 0x400) }, sge(&a, 0, 1000));
+        let r1 = SendWr::new(1, WrOp::Read { remote: b.remote(0x400) }, a.sge(0, 1000));
         a.nic.post_send(a.qpn, &r1, t).unwrap();
         assert_eq!(drain(&mut a, t).len(), 1);
         let mut r = RoceRepr::new(resp_bth(&a, opcode::RC_RDMA_READ_RESPONSE_FIRST, 0x20));
@@ -1199,7 +1117,7 @@ mod tests {
         a.nic.handle_packet(t, &cnp);
         assert_eq!(a.nic.stats().rate_decreases, 1);
         let ws: Vec<SendWr> = (0..4)
-            .map(|i| SendWr::new(i, WrOp::Write { remote: remote(&b, 0) }, sge(&a, 0, 1000)))
+            .map(|i| SendWr::new(i, WrOp::Write { remote: b.remote(0) }, a.sge(0, 1000)))
             .collect();
         a.nic.post_send_batch(a.qpn, &ws, t).unwrap();
         // Paced: one packet now, the next only at the pacing deadline.
