@@ -642,6 +642,7 @@ mod tests {
 
     use super::*;
     use crate::pkt::{ECN_CE, ECN_ECT0};
+    use crate::testing::{End, EndOpts, Pair, dummy_cqe};
     use crate::verbs::*;
     use crate::{Rnic, RnicConfig};
 
@@ -824,16 +825,7 @@ mod tests {
     }
 
     fn cqes(t: &mut T) -> Vec<Cqe> {
-        let mut v = [Cqe {
-            wr_id: 0,
-            status: WcStatus::Success,
-            opcode: WcOpcode::Recv,
-            byte_len: 0,
-            qpn: 0,
-            src_qp: 0,
-            imm: None,
-            invalidated_rkey: None,
-        }; 16];
+        let mut v = [dummy_cqe(); 16];
         let n = t.nic.poll_cq(t.cq, &mut v).unwrap();
         v[..n].to_vec()
     }
@@ -1303,129 +1295,33 @@ mod tests {
         assert_eq!(t.nic.stats().dup_reads_replayed, 1);
     }
 
-    /// One end of a two-NIC test: NIC, QP, CQ, an MR over 64 KiB.
-    struct End {
-        nic: Rnic,
-        qpn: u32,
-        cq: CqId,
-        mr: MrInfo,
-    }
-
-    fn end(ip: &str) -> End {
-        let cfg = RnicConfig {
-            local_ip: ip.parse().unwrap(),
-            host_pool: 1 << 20,
-            on_chip: 0,
-            on_board: 0,
-            ..RnicConfig::default()
-        };
-        let mut nic = Rnic::new(cfg).unwrap();
-        let pd = nic.alloc_pd();
-        let cq = nic.create_cq(64);
-        let init = QpInit {
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            srq: None,
-            max_send_wr: 16,
-            max_recv_wr: 16,
-            placement: MemKind::Host,
-            sq_sig_all: true,
-        };
-        // A throwaway QP first, so the two ends' QPNs differ.
-        if ip.ends_with('2') {
-            nic.create_qp(init).unwrap();
-        }
-        let qpn = nic.create_qp(init).unwrap();
-        let buf = nic.alloc_buf(MemKind::Host, 64 << 10, 64).unwrap();
-        let mr = nic.reg_mr(pd, buf, 64 << 10, Access::ALL).unwrap();
-        End { nic, qpn, cq, mr }
-    }
-
-    fn connect(e: &mut End, peer_ip: &str, peer_qpn: u32) {
-        let a = QpAttr {
-            access: Access::ALL,
-            path_mtu: Mtu::M1024,
-            dest_qpn: peer_qpn,
-            remote: Some(peer_ip.parse().unwrap()),
-            rq_psn: 0x00ff_fff0,
-            sq_psn: 0x00ff_fff0,
-            ..QpAttr::default()
-        };
-        e.nic.connect_rc(e.qpn, &a, Instant::ZERO).unwrap();
-    }
-
-    /// Moves packets both ways until neither NIC has anything to send.
-    fn shuttle(a: &mut End, b: &mut End, now: Instant) -> usize {
-        let mut buf = vec![0u8; pkt::MAX_PACKET_LEN];
-        let mut moved = 0;
-        loop {
-            let mut any = false;
-            while let Some(n) = a.nic.poll_transmit(now, &mut buf) {
-                b.nic.handle_packet(now, &buf[..n]);
-                any = true;
-                moved += 1;
-            }
-            while let Some(n) = b.nic.poll_transmit(now, &mut buf) {
-                a.nic.handle_packet(now, &buf[..n]);
-                any = true;
-                moved += 1;
-            }
-            assert!(moved < 100_000, "runaway");
-            if !any {
-                return moved;
-            }
-        }
-    }
-
-    fn end_cqes(e: &mut End) -> Vec<Cqe> {
-        let mut v = vec![
-            Cqe {
-                wr_id: 0,
-                status: WcStatus::Success,
-                opcode: WcOpcode::Recv,
-                byte_len: 0,
-                qpn: 0,
-                src_qp: 0,
-                imm: None,
-                invalidated_rkey: None,
-            };
-            64
-        ];
-        let n = e.nic.poll_cq(e.cq, &mut v).unwrap();
-        v.truncate(n);
-        v
-    }
-
     #[test]
     fn two_nics_write_read_send_atomic_end_to_end() {
-        let (ia, ib) = ("10.1.0.1", "10.1.0.2");
-        let (mut a, mut b) = (end(ia), end(ib));
+        let o = EndOpts { buf_len: 64 << 10, sq_sig_all: true, ..EndOpts::default() };
+        let (a, mut b) = (End::new(1, &o), End::new(2, &o));
+        // A second QP at B, connected instead of the first, so the two ends' QPNs differ.
+        b.qpn = b.nic.create_qp(b.init).unwrap();
         assert_ne!(a.qpn, b.qpn);
-        let (qa, qb) = (a.qpn, b.qpn);
-        connect(&mut a, ib, qb);
-        connect(&mut b, ia, qa);
-        let now = Instant::from_micros(1);
+        let attr = QpAttr { access: Access::ALL, path_mtu: Mtu::M1024, ..QpAttr::default() };
+        let mut p = Pair::connect(a, b, attr, [0x00ff_fff0; 2]);
+        let (qa, qb) = (p.a.qpn, p.b.qpn);
+        p.now = Instant::from_micros(1);
+        let now = p.now;
+        let (a, b) = (&mut p.a, &mut p.b);
         let data = pattern(5000, 42);
         a.nic.mem_mut().write(a.mr.addr, &data).unwrap();
         b.nic.mem_mut().write(b.mr.addr + 0x8000, &pattern(3000, 9)).unwrap();
         b.nic.mem_mut().write_u64(b.mr.addr + 0x2000, 40).unwrap();
-        let rsge = Sge { addr: b.mr.addr + 0xC000, len: 2048, lkey: b.mr.lkey };
-        b.nic.post_recv(qb, &RecvWr { wr_id: 900, sgl: SgList::one(rsge) }, now).unwrap();
-        let sg = |addr: u64, len: u32| SgList::one(Sge { addr, len, lkey: a.mr.lkey });
-        let rem = |off: u64| Remote { addr: b.mr.addr + off, rkey: b.mr.rkey };
+        b.nic.post_recv(qb, &RecvWr { wr_id: 900, sgl: b.sge(0xC000, 2048) }, now).unwrap();
         let wrs = [
-            SendWr::new(1, WrOp::Write { remote: rem(0) }, sg(a.mr.addr, 5000)),
-            SendWr::new(2, WrOp::Read { remote: rem(0x8000) }, sg(a.mr.addr + 0x4000, 3000)),
-            SendWr::new(
-                3,
-                WrOp::FetchAdd { remote: rem(0x2000), add: 2 },
-                sg(a.mr.addr + 0x3000, 8),
-            ),
-            SendWr::new(4, WrOp::SendImm { imm: 7 }, sg(a.mr.addr, 1500)),
+            SendWr::new(1, WrOp::Write { remote: b.remote(0) }, a.sge(0, 5000)),
+            SendWr::new(2, WrOp::Read { remote: b.remote(0x8000) }, a.sge(0x4000, 3000)),
+            SendWr::new(3, WrOp::FetchAdd { remote: b.remote(0x2000), add: 2 }, a.sge(0x3000, 8)),
+            SendWr::new(4, WrOp::SendImm { imm: 7 }, a.sge(0, 1500)),
         ];
         a.nic.post_send_batch(qa, &wrs, now).unwrap();
-        shuttle(&mut a, &mut b, now);
+        p.drive_bounded(100_000);
+        let (a, b) = (&mut p.a, &mut p.b);
         // Compared without printing 5000 bytes on failure.
         assert!(b.nic.mem().slice(b.mr.addr, 5000).unwrap() == &data[..], "WRITE data differs");
         let read_back = a.nic.mem().slice(a.mr.addr + 0x4000, 3000).unwrap();
@@ -1434,10 +1330,10 @@ mod tests {
         assert_eq!(b.nic.mem().read_u64(b.mr.addr + 0x2000).unwrap(), 42);
         let sent = b.nic.mem().slice(b.mr.addr + 0xC000, 1500).unwrap();
         assert!(sent == &data[..1500], "SEND data differs");
-        let got: Vec<_> = end_cqes(&mut a).iter().map(|c| (c.wr_id, c.status)).collect();
+        let got: Vec<_> = a.poll_all().iter().map(|c| (c.wr_id, c.status)).collect();
         let ok = WcStatus::Success;
         assert_eq!(got, vec![(1, ok), (2, ok), (3, ok), (4, ok)]);
-        let cb = end_cqes(&mut b);
+        let cb = b.poll_all();
         assert_eq!(cb.len(), 1);
         assert_eq!((cb[0].wr_id, cb[0].byte_len, cb[0].imm), (900, 1500, Some(7)));
         assert_eq!(cb[0].src_qp, qa);
