@@ -67,21 +67,21 @@ fn lossy_mixed(seed: u64, loss: f64, ops: usize, mtu: Mtu) {
                     // WRITE A[off..] -> B[off..]
                     let src = expect_a[off as usize..off as usize + len as usize].to_vec();
                     expect_b[off as usize..off as usize + len as usize].copy_from_slice(&src);
-                    SendWr::new(id, WrOp::Write { remote: remote(&b, off) }, sge(&a, off, len))
+                    SendWr::new(id, WrOp::Write { remote: b.remote(off) }, a.sge(off, len))
                 }
                 1 => {
                     let src = expect_b[off as usize..off as usize + len as usize].to_vec();
                     expect_a[off as usize..off as usize + len as usize].copy_from_slice(&src);
-                    SendWr::new(id, WrOp::Read { remote: remote(&b, off) }, sge(&a, off, len))
+                    SendWr::new(id, WrOp::Read { remote: b.remote(off) }, a.sge(off, len))
                 }
                 2 => {
                     // SEND A[off..] into a RECV at B[off..]
                     let src = expect_a[off as usize..off as usize + len as usize].to_vec();
                     expect_b[off as usize..off as usize + len as usize].copy_from_slice(&src);
-                    let rw = RecvWr { wr_id: 1 << 40 | id, sgl: sge(&b, off, 4096) };
+                    let rw = RecvWr { wr_id: 1 << 40 | id, sgl: b.sge(off, 4096) };
                     b.nic.post_recv(b.qpn, &rw, net.now).unwrap();
                     sends += 1;
-                    SendWr::new(id, WrOp::Send, sge(&a, off, len))
+                    SendWr::new(id, WrOp::Send, a.sge(off, len))
                 }
                 _ => {
                     let add = rng.gen_range(1..1000u64);
@@ -90,7 +90,7 @@ fn lossy_mixed(seed: u64, loss: f64, ops: usize, mtu: Mtu) {
                     atomic_origs.push((id, res));
                     SendWr::new(
                         id,
-                        WrOp::FetchAdd { remote: remote(&b, CTR), add },
+                        WrOp::FetchAdd { remote: b.remote(CTR), add },
                         SgList::one(Sge { addr: a.buf + res, len: 8, lkey: a.mr.lkey }),
                     )
                 }
@@ -104,12 +104,12 @@ fn lossy_mixed(seed: u64, loss: f64, ops: usize, mtu: Mtu) {
         }
         let before = pending.len();
         let ok = net.run(&mut a, &mut b, |a, b| {
-            for c in poll_all(a) {
+            for c in a.poll_all() {
                 assert!(completed.insert(c.wr_id, c.status).is_none(), "wr {} twice", c.wr_id);
                 assert_eq!(c.status, WcStatus::Success, "wr {} {:?}", c.wr_id, c);
                 pending.remove(&c.wr_id);
             }
-            for c in poll_all(b) {
+            for c in b.poll_all() {
                 assert_eq!(c.status, WcStatus::Success, "recv {c:?}");
                 recvs_done += 1;
             }
@@ -125,7 +125,7 @@ fn lossy_mixed(seed: u64, loss: f64, ops: usize, mtu: Mtu) {
     }
     // Let the last RECV completions arrive.
     net.run(&mut a, &mut b, |_, b| {
-        for c in poll_all(b) {
+        for c in b.poll_all() {
             assert_eq!(c.status, WcStatus::Success);
             recvs_done += 1;
         }

@@ -9,14 +9,14 @@ use std::net::IpAddr;
 use common::*;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use snic_dma::MemKind;
 use snic_rdma::pkt::{self, Path};
+use snic_rdma::testing::{End, connect_qp};
 use snic_rdma::*;
 use snic_time::Instant;
 use snic_wire::roce::ext::RethRepr;
 use snic_wire::roce::{RoceRepr, bth, opcode};
 
-fn raw(to: &Side, from_ip: IpAddr, op: u8, psn: u32, ack_req: bool) -> RoceRepr {
+fn raw(to: &End, from_ip: IpAddr, op: u8, psn: u32, ack_req: bool) -> RoceRepr {
     let _ = from_ip;
     RoceRepr::new(bth::Repr {
         opcode: op,
@@ -32,7 +32,7 @@ fn raw(to: &Side, from_ip: IpAddr, op: u8, psn: u32, ack_req: bool) -> RoceRepr 
     })
 }
 
-fn inject(to: &mut Side, from_ip: IpAddr, r: &RoceRepr, payload: &[u8]) {
+fn inject(to: &mut End, from_ip: IpAddr, r: &RoceRepr, payload: &[u8]) {
     let path = Path {
         src: from_ip,
         dst: to.ip,
@@ -56,7 +56,7 @@ fn inject(to: &mut Side, from_ip: IpAddr, r: &RoceRepr, payload: &[u8]) {
 fn path_mtu_change_mid_message_does_not_panic() {
     let attr = QpAttr { path_mtu: Mtu::M256, ..QpAttr::default() };
     let (mut a, b) = pair(0, attr);
-    let wr = SendWr::new(1, WrOp::Write { remote: remote(&b, 0) }, sge(&a, 0, 1000));
+    let wr = SendWr::new(1, WrOp::Write { remote: b.remote(0) }, a.sge(0, 1000));
     a.nic.post_send(a.qpn, &wr, Instant::ZERO).unwrap();
     let mut buf = vec![0u8; pkt::MAX_PACKET_LEN];
     assert!(a.nic.poll_transmit(Instant::ZERO, &mut buf).is_some());
@@ -100,32 +100,19 @@ fn poll_transmit_is_fair_between_qps() {
     let attr = QpAttr { path_mtu: Mtu::M256, ..QpAttr::default() };
     let (mut a, mut b) = pair(0, attr);
     // A second QP pair on the same NICs.
-    let pd = a.mr.pd;
-    let qinit = |nic: &mut Rnic, cq| {
-        nic.create_qp(QpInit {
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            srq: None,
-            max_send_wr: 64,
-            max_recv_wr: 64,
-            placement: MemKind::Host,
-            sq_sig_all: false,
-        })
-        .unwrap()
-    };
-    let qa2 = qinit(&mut a.nic, a.cq);
-    let qb2 = qinit(&mut b.nic, b.cq);
+    let qa2 = a.nic.create_qp(QpInit { max_recv_wr: 64, ..a.init }).unwrap();
+    let qb2 = b.nic.create_qp(QpInit { max_recv_wr: 64, ..b.init }).unwrap();
     let (qa1, qb1) = (a.qpn, b.qpn);
-    a.qpn = qa2;
-    b.qpn = qb2;
-    let (pa, pb) = ((qa2, a.ip), (qb2, b.ip));
-    connect(&mut a, pb, 0, 0x100, attr);
-    connect(&mut b, pa, 0x100, 0, attr);
+    let attr = QpAttr {
+        access: Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
+        ..attr
+    };
+    connect_qp(&mut a.nic, qa2, qb2, b.ip, 0, 0x100, attr);
+    connect_qp(&mut b.nic, qb2, qa2, a.ip, 0x100, 0, attr);
     // QP 1: 200 KiB WRITE (800 packets); QP 2: one small WRITE, posted right after.
-    let big = SendWr::new(1, WrOp::Write { remote: remote(&b, 0) }, sge(&a, 0, 200 << 10));
+    let big = SendWr::new(1, WrOp::Write { remote: b.remote(0) }, a.sge(0, 200 << 10));
     a.nic.post_send(qa1, &big, Instant::ZERO).unwrap();
-    let small = SendWr::new(2, WrOp::Write { remote: remote(&b, 300 << 10) }, sge(&a, 0, 8));
+    let small = SendWr::new(2, WrOp::Write { remote: b.remote(300 << 10) }, a.sge(0, 8));
     a.nic.post_send(qa2, &small, Instant::ZERO).unwrap();
     let _ = qb1;
     let mut buf = vec![0u8; pkt::MAX_PACKET_LEN];
@@ -147,7 +134,7 @@ fn sqd_holds_new_wqes_then_rts_resumes() {
     let (mut a, mut b) = pair(0, QpAttr::default());
     let sqd = QpAttr { state: QpState::Sqd, ..QpAttr::default() };
     a.nic.modify_qp(a.qpn, &sqd, AttrMask::STATE, Instant::ZERO).unwrap();
-    let wr = SendWr::new(7, WrOp::Write { remote: remote(&b, 0) }, sge(&a, 0, 100));
+    let wr = SendWr::new(7, WrOp::Write { remote: b.remote(0) }, a.sge(0, 100));
     a.nic.post_send(a.qpn, &wr, Instant::ZERO).unwrap();
     let mut buf = vec![0u8; pkt::MAX_PACKET_LEN];
     assert!(a.nic.poll_transmit(Instant::ZERO, &mut buf).is_none());
@@ -163,7 +150,7 @@ fn sqd_holds_new_wqes_then_rts_resumes() {
     };
     let mut got = Vec::new();
     assert!(net.run(&mut a, &mut b, |a, _| {
-        got.extend(poll_all(a));
+        got.extend(a.poll_all());
         !got.is_empty()
     }));
     assert_eq!((got[0].wr_id, got[0].status), (7, WcStatus::Success));
