@@ -8,7 +8,6 @@
 //! nothing written; RNR waits and RNR / transport retry exhaustion; PSN wrap; SRQ; ECN -> CNP.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::net::IpAddr;
 use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
@@ -16,6 +15,7 @@ use rand_chacha::ChaCha8Rng;
 use snic_dma::MemKind;
 use snic_io::vlink::{Link, LinkConfig};
 use snic_pipeline::Batch;
+use snic_rdma::testing::{EndOpts, connect_qp, drain_cq, dummy_cqe};
 use snic_rdma::{
     Access, AttrMask, CqId, Cqe, MrInfo, Mtu, Pd, QpAttr, QpInit, QpState, RdmaStats, RecvWr,
     Remote, Rnic, RnicConfig, SendWr, SgList, Sge, SrqId, WcOpcode, WcStatus, WrOp,
@@ -54,27 +54,11 @@ struct Pair {
     stale: u32,
 }
 
-fn ip(v6: bool, host: u8) -> IpAddr {
-    if v6 {
-        format!("fd00::{host}").parse().unwrap()
-    } else {
-        format!("10.0.0.{host}").parse().unwrap()
-    }
-}
-
 fn nic_config(v6: bool, host: u8, small: bool) -> RnicConfig {
-    let mut c = RnicConfig { local_ip: ip(v6, host), ..RnicConfig::default() };
-    if small {
-        // Small memories so the protection tests can snapshot every byte.
-        c.host_pool = 2 << 20;
-        c.on_chip = 64 << 10;
-        c.on_board = 256 << 10;
-    } else {
-        c.host_pool = 24 << 20;
-        c.on_chip = 2 << 20;
-        c.on_board = 8 << 20;
-    }
-    c
+    // Small memories so the protection tests can snapshot every byte.
+    let (host_pool, on_chip, on_board) =
+        if small { (2 << 20, 64 << 10, 256 << 10) } else { (24 << 20, 2 << 20, 8 << 20) };
+    EndOpts { host_pool, on_chip, on_board, v6, ..EndOpts::default() }.config(host)
 }
 
 impl Pair {
@@ -304,31 +288,6 @@ impl Pair {
     }
 }
 
-fn dummy_cqe() -> Cqe {
-    Cqe {
-        wr_id: 0,
-        status: WcStatus::FatalErr,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        qpn: 0,
-        src_qp: 0,
-        imm: None,
-        invalidated_rkey: None,
-    }
-}
-
-fn drain_cq(n: &mut Rnic, cq: CqId) -> Vec<Cqe> {
-    let mut v = Vec::new();
-    let mut out = [dummy_cqe(); 32];
-    loop {
-        let k = n.poll_cq(cq, &mut out).unwrap();
-        v.extend_from_slice(&out[..k]);
-        if k < out.len() {
-            return v;
-        }
-    }
-}
-
 /// QP parameters of a connection.
 #[derive(Debug, Clone, Copy)]
 struct QpOpts {
@@ -389,24 +348,20 @@ fn connect(p: &mut Pair, side: [Side; 2], o: &QpOpts) -> [u32; 2] {
             })
             .unwrap();
     }
-    let now = p.now;
     for i in 0..2 {
         let attr = QpAttr {
             access: o.access[i],
             path_mtu: o.mtu,
-            dest_qpn: qpn[1 - i],
-            rq_psn: o.psn[1 - i],
-            remote: Some(ip(p.nic[1 - i].config().local_ip.is_ipv6(), (2 - i) as u8)),
             min_rnr_timer: o.min_rnr_timer,
             max_dest_rd_atomic: 16,
-            sq_psn: o.psn[i],
             timeout: o.timeout,
             retry_cnt: o.retry_cnt,
             rnr_retry: o.rnr_retry,
             max_rd_atomic: 16,
             ..QpAttr::default()
         };
-        p.nic[i].connect_rc(qpn[i], &attr, now).unwrap();
+        let peer_ip = p.nic[1 - i].config().local_ip;
+        connect_qp(&mut p.nic[i], qpn[i], qpn[1 - i], peer_ip, o.psn[i], o.psn[1 - i], attr);
     }
     qpn
 }
