@@ -21,16 +21,15 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::IpAddr;
+use std::ops::{Deref, DerefMut};
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
-use snic_dma::MemKind;
+use snic_rdma::testing::{End, EndOpts, advance_to_timer, connect_qp, ip};
 use snic_rdma::{
-    Access, CqId, Cqe, MrInfo, Mtu, Pd, QpAttr, QpInit, RecvWr, Remote, Rnic, RnicConfig, SendWr,
-    SgList, Sge, WcOpcode, WcStatus, WrOp,
+    Access, Cqe, MrInfo, Mtu, QpAttr, RecvWr, Remote, SendWr, SgList, WcOpcode, WcStatus, WrOp,
 };
 use snic_time::Instant;
 use snic_wire::roce::opcode as op;
@@ -44,87 +43,60 @@ const LONG: u32 = 2 * 1024 + 500;
 /// A message that takes one packet.
 const SHORT: u32 = 100;
 
-/// One NIC of the pair with its PD, CQs, data buffer and MR.
+/// One NIC of the pair: the kit's `End` (PD, data buffer and MR, a CQ, a first QP), which it
+/// derefs to, and every CQE polled so far.
 struct Nic {
-    rnic: Rnic,
-    ip: IpAddr,
-    pd: Pd,
-    scq: CqId,
-    rcq: CqId,
-    buf: u64,
-    mr: MrInfo,
-    /// Every CQE polled so far, send and receive CQs together.
+    end: End,
     cqes: Vec<Cqe>,
 }
 
+impl Deref for Nic {
+    type Target = End;
+    fn deref(&self) -> &End {
+        &self.end
+    }
+}
+
+impl DerefMut for Nic {
+    fn deref_mut(&mut self) -> &mut End {
+        &mut self.end
+    }
+}
+
 impl Nic {
-    fn new(ip: IpAddr, seed: u8) -> Nic {
-        let cfg = RnicConfig {
-            local_ip: ip,
+    fn new(v6: bool, host: u8, seed: u8) -> Nic {
+        let opts = EndOpts {
             host_pool: 4 << 20,
             on_chip: 64 << 10,
             on_board: 1 << 20,
-            ..RnicConfig::default()
+            buf_len: BUF,
+            // Send and receive completions share the CQ: the room of two of 256.
+            cq_depth: 512,
+            max_send_wr: 64,
+            max_recv_wr: 64,
+            v6,
+            ..EndOpts::default()
         };
-        let mut rnic = Rnic::new(cfg).expect("rnic");
-        let pd = rnic.alloc_pd();
-        let scq = rnic.create_cq(256);
-        let rcq = rnic.create_cq(256);
-        let buf = rnic.alloc_buf(MemKind::Host, BUF, 4096).expect("buffer");
+        let mut end = End::new(host, &opts);
         let pattern: Vec<u8> =
             (0..BUF).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect();
-        rnic.mem_mut().write(buf, &pattern).expect("fill buffer");
-        let mr = rnic.reg_mr(pd, buf, BUF, Access::ALL).expect("mr");
-        Nic { rnic, ip, pd, scq, rcq, buf, mr, cqes: Vec::new() }
-    }
-
-    fn sge(&self, off: u64, len: u32) -> SgList {
-        SgList::one(Sge { addr: self.buf + off, len, lkey: self.mr.lkey })
-    }
-
-    fn remote(&self, off: u64) -> Remote {
-        Remote { addr: self.buf + off, rkey: self.mr.rkey }
+        end.nic.mem_mut().write(end.buf, &pattern).expect("fill buffer");
+        Nic { end, cqes: Vec::new() }
     }
 
     fn read(&self, off: u64, len: usize) -> Vec<u8> {
-        self.rnic.mem().slice(self.buf + off, len).expect("read buffer").to_vec()
+        self.nic.mem().slice(self.buf + off, len).expect("read buffer").to_vec()
     }
 
+    /// Another QP like the first.
     fn create_qp(&mut self) -> u32 {
-        self.rnic
-            .create_qp(QpInit {
-                pd: self.pd,
-                send_cq: self.scq,
-                recv_cq: self.rcq,
-                srq: None,
-                max_send_wr: 64,
-                max_recv_wr: 64,
-                placement: MemKind::Host,
-                sq_sig_all: false,
-            })
-            .expect("create qp")
+        let init = self.init;
+        self.nic.create_qp(init).expect("create qp")
     }
 
     fn poll(&mut self) {
-        let mut out = [Cqe {
-            wr_id: 0,
-            status: WcStatus::Success,
-            opcode: WcOpcode::Send,
-            byte_len: 0,
-            qpn: 0,
-            src_qp: 0,
-            imm: None,
-            invalidated_rkey: None,
-        }; 32];
-        for cq in [self.scq, self.rcq] {
-            loop {
-                let n = self.rnic.poll_cq(cq, &mut out).expect("poll cq");
-                self.cqes.extend_from_slice(&out[..n]);
-                if n == 0 {
-                    break;
-                }
-            }
-        }
+        let polled = self.end.poll_all();
+        self.cqes.extend(polled);
     }
 
     fn cqe(&self, wr_id: u64) -> Option<&Cqe> {
@@ -133,29 +105,21 @@ impl Nic {
 }
 
 /// Connect `qa` of `a` with `qb` of `b` (RESET -> INIT -> RTR -> RTS on both sides).
-fn connect(a: &mut Nic, qa: u32, b: &mut Nic, qb: u32, psn_ab: u32, psn_ba: u32, now: Instant) {
-    let (ipa, ipb) = (a.ip, b.ip);
-    for (n, q, peer, peer_q, rq_psn, sq_psn) in
-        [(&mut *a, qa, ipb, qb, psn_ba, psn_ab), (&mut *b, qb, ipa, qa, psn_ab, psn_ba)]
-    {
-        let attr = QpAttr {
-            access: Access::ALL,
-            path_mtu: Mtu::M1024,
-            dest_qpn: peer_q,
-            rq_psn,
-            remote: Some(peer),
-            max_dest_rd_atomic: 16,
-            // 10 us: the RNR phase does not wait long.
-            min_rnr_timer: 1,
-            sq_psn,
-            timeout: 14,
-            retry_cnt: 7,
-            rnr_retry: 7,
-            max_rd_atomic: 16,
-            ..QpAttr::default()
-        };
-        n.rnic.connect_rc(q, &attr, now).expect("connect");
-    }
+fn connect(a: &mut Nic, qa: u32, b: &mut Nic, qb: u32, psn_ab: u32, psn_ba: u32) {
+    let attr = QpAttr {
+        access: Access::ALL,
+        path_mtu: Mtu::M1024,
+        max_dest_rd_atomic: 16,
+        // 10 us: the RNR phase does not wait long.
+        min_rnr_timer: 1,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        max_rd_atomic: 16,
+        ..QpAttr::default()
+    };
+    connect_qp(&mut a.end.nic, qa, qb, b.ip, psn_ab, psn_ba, attr);
+    connect_qp(&mut b.end.nic, qb, qa, a.ip, psn_ba, psn_ab, attr);
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -197,11 +161,11 @@ impl Bed {
                     Dir::AtoB => (&mut self.a, &mut self.b),
                     Dir::BtoA => (&mut self.b, &mut self.a),
                 };
-                while let Some(n) = src.rnic.poll_transmit(self.now, &mut buf) {
+                while let Some(n) = src.nic.poll_transmit(self.now, &mut buf) {
                     let mut p = buf[..n].to_vec();
                     let fate = tamper(dir, &mut p);
                     if fate == Fate::Deliver {
-                        dst.rnic.handle_packet(self.now, &p);
+                        dst.nic.handle_packet(self.now, &p);
                     }
                     self.capture.push(p);
                     moved = true;
@@ -216,22 +180,15 @@ impl Bed {
             // deadline when nothing does.
             self.now += Duration::from_nanos(200);
             if !moved {
-                let next = [self.a.rnic.poll_timeout(), self.b.rnic.poll_timeout()]
-                    .into_iter()
-                    .flatten()
-                    .min()
-                    .unwrap_or_else(|| panic!("{what}: stuck with no packet and no timer"));
-                if next > self.now {
-                    self.now = next;
-                }
-                self.a.rnic.handle_timeout(self.now);
-                self.b.rnic.handle_timeout(self.now);
+                let nics = [&mut self.a.nic, &mut self.b.nic];
+                let timer = advance_to_timer(nics, &mut self.now);
+                assert!(timer, "{what}: stuck with no packet and no timer");
             }
         }
         panic!(
             "{what}: not done after 200000 rounds; A stats {:?}, B stats {:?}",
-            self.a.rnic.stats(),
-            self.b.rnic.stats()
+            self.a.nic.stats(),
+            self.b.nic.stats()
         );
     }
 }
@@ -262,23 +219,19 @@ fn bth_opcode(p: &[u8]) -> u8 {
 
 /// Run the workload and return the captured packets.
 fn workload(v6: bool) -> Vec<Vec<u8>> {
-    let (ipa, ipb): (IpAddr, IpAddr) = if v6 {
-        ("fd00::a".parse().unwrap(), "fd00::b".parse().unwrap())
-    } else {
-        ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap())
-    };
-    let mut a = Nic::new(ipa, 1);
-    let mut b = Nic::new(ipb, 101);
+    let mut a = Nic::new(v6, 1, 1);
+    let mut b = Nic::new(v6, 2, 101);
     let now = Instant::from_millis(1);
-    let (qa, qb) = (a.create_qp(), b.create_qp());
+    let (qa, qb) = (a.qpn, b.qpn);
     // PSNs just before the 24-bit wrap, so the workload crosses it.
-    connect(&mut a, qa, &mut b, qb, 0xff_fff0, 0x12_3456, now);
+    connect(&mut a, qa, &mut b, qb, 0xff_fff0, 0x12_3456);
     let (qa2, qb2) = (a.create_qp(), b.create_qp());
-    connect(&mut a, qa2, &mut b, qb2, 100, 200, now);
+    connect(&mut a, qa2, &mut b, qb2, 100, 200);
 
     // Two small MRs at B for the SENDs with invalidate to invalidate.
+    let (pd, buf) = (b.pd, b.buf);
     let inv: Vec<MrInfo> = (0..2)
-        .map(|i| b.rnic.reg_mr(b.pd, b.buf + 200_000 + i * 64, 64, Access::ALL).expect("inv mr"))
+        .map(|i| b.nic.reg_mr(pd, buf + 200_000 + i * 64, 64, Access::ALL).expect("inv mr"))
         .collect();
     let mut bed = Bed { a, b, now, capture: Vec::new() };
 
@@ -287,13 +240,14 @@ fn workload(v6: bool) -> Vec<Vec<u8>> {
     let recv_off = |i: u64| 65_536 + i * 8192;
     let recvs: Vec<RecvWr> =
         (0..8).map(|i| RecvWr { wr_id: 1000 + i, sgl: bed.b.sge(recv_off(i), 8192) }).collect();
-    bed.b.rnic.post_recv_batch(qb, &recvs, bed.now).expect("post recvs");
+    bed.b.nic.post_recv_batch(qb, &recvs, bed.now).expect("post recvs");
     let a_src = |i: u64| i * 4096; // A's sources, 4 KiB apart
     let w_dst = |i: u64| 160_000 + i * 4096; // B's WRITE targets
     let r_src = |i: u64| 180_000 + i * 4096; // B's READ sources
     let r_dst = |i: u64| 100_000 + i * 4096; // A's READ destinations
     let atomic_off = 220_000u64; // B's atomic word (8-aligned)
-    bed.b.rnic.mem_mut().write_u64(bed.b.buf + atomic_off, 40).unwrap();
+    let atomic_word = bed.b.buf + atomic_off;
+    bed.b.nic.mem_mut().write_u64(atomic_word, 40).unwrap();
     let sz = |i: u64| if i % 2 == 0 { LONG } else { SHORT };
     let mut wrs = Vec::new();
     let mut push = |op: WrOp, sgl: SgList| {
@@ -329,7 +283,7 @@ fn workload(v6: bool) -> Vec<Vec<u8>> {
     let at2 = bed.a.sge(120_008, 8);
     push(WrOp::FetchAdd { remote: bed.b.remote(atomic_off), add: 5 }, at2);
     let n_ops = wrs.len() as u64;
-    bed.a.rnic.post_send_batch(qa, &wrs, bed.now).expect("post sends");
+    bed.a.nic.post_send_batch(qa, &wrs, bed.now).expect("post sends");
     bed.pump(
         "every operation",
         |_, _| Fate::Deliver,
@@ -379,24 +333,15 @@ fn workload(v6: bool) -> Vec<Vec<u8>> {
             "READ {i} data"
         );
     }
-    let word = |n: &Nic, off: u64| n.rnic.mem().read_u64(n.buf + off).unwrap();
+    let word = |n: &Nic, off: u64| n.nic.mem().read_u64(n.buf + off).unwrap();
     assert_eq!(word(&bed.a, 120_000), 40, "CMP_SWAP returns the old value");
     assert_eq!(word(&bed.a, 120_008), 1000, "FETCH_ADD returns the swapped value");
     assert_eq!(word(&bed.b, atomic_off), 1005, "atomics applied once each");
 
     // --- PSN sequence error: the first packet of a 3-packet WRITE is lost. ---
-    bed.a
-        .rnic
-        .post_send(
-            qa,
-            &SendWr::new(
-                50,
-                WrOp::Write { remote: bed.b.remote(w_dst(5)) },
-                bed.a.sge(a_src(12), LONG),
-            ),
-            bed.now,
-        )
-        .unwrap();
+    let wr =
+        SendWr::new(50, WrOp::Write { remote: bed.b.remote(w_dst(5)) }, bed.a.sge(a_src(12), LONG));
+    bed.a.nic.post_send(qa, &wr, bed.now).unwrap();
     let mut dropped = false;
     bed.pump(
         "sequence NAK",
@@ -410,17 +355,15 @@ fn workload(v6: bool) -> Vec<Vec<u8>> {
         |bed| bed.a.cqe(50).is_some(),
     );
     assert_eq!(bed.a.cqe(50).unwrap().status, WcStatus::Success);
-    assert!(bed.b.rnic.stats().seq_naks_sent >= 1, "{:?}", bed.b.rnic.stats());
+    assert!(bed.b.nic.stats().seq_naks_sent >= 1, "{:?}", bed.b.nic.stats());
     assert_eq!(bed.b.read(w_dst(5), LONG as usize), bed.a.read(a_src(12), LONG as usize));
 
     // --- RNR: a SEND with no RECV posted, then the RECV. ---
-    bed.a
-        .rnic
-        .post_send(qa, &SendWr::new(60, WrOp::Send, bed.a.sge(a_src(13), SHORT)), bed.now)
-        .unwrap();
-    bed.pump("RNR NAK", |_, _| Fate::Deliver, |bed| bed.a.rnic.stats().rnr_naks_rcvd >= 1);
+    let wr = SendWr::new(60, WrOp::Send, bed.a.sge(a_src(13), SHORT));
+    bed.a.nic.post_send(qa, &wr, bed.now).unwrap();
+    bed.pump("RNR NAK", |_, _| Fate::Deliver, |bed| bed.a.nic.stats().rnr_naks_rcvd >= 1);
     let wr = RecvWr { wr_id: 1060, sgl: bed.b.sge(recv_off(7) + 4096, 4096) };
-    bed.b.rnic.post_recv(qb, &wr, bed.now).unwrap();
+    bed.b.nic.post_recv(qb, &wr, bed.now).unwrap();
     bed.pump(
         "RNR retry",
         |_, _| Fate::Deliver,
@@ -430,18 +373,12 @@ fn workload(v6: bool) -> Vec<Vec<u8>> {
     assert_eq!(bed.b.cqe(1060).unwrap().byte_len, SHORT);
 
     // --- ECN CE on one packet: B answers with a CNP. ---
-    bed.a
-        .rnic
-        .post_send(
-            qa,
-            &SendWr::new(
-                70,
-                WrOp::Write { remote: bed.b.remote(w_dst(6)) },
-                bed.a.sge(a_src(14), SHORT),
-            ),
-            bed.now,
-        )
-        .unwrap();
+    let wr = SendWr::new(
+        70,
+        WrOp::Write { remote: bed.b.remote(w_dst(6)) },
+        bed.a.sge(a_src(14), SHORT),
+    );
+    bed.a.nic.post_send(qa, &wr, bed.now).unwrap();
     let mut marked = false;
     bed.pump(
         "CNP",
@@ -452,21 +389,19 @@ fn workload(v6: bool) -> Vec<Vec<u8>> {
             }
             Fate::Deliver
         },
-        |bed| bed.a.cqe(70).is_some() && bed.a.rnic.stats().cnps_rcvd >= 1,
+        |bed| bed.a.cqe(70).is_some() && bed.a.nic.stats().cnps_rcvd >= 1,
     );
     assert_eq!(bed.a.cqe(70).unwrap().status, WcStatus::Success);
-    assert!(bed.b.rnic.stats().cnps_sent >= 1);
+    assert!(bed.b.nic.stats().cnps_sent >= 1);
 
     // --- Remote access error: a WRITE with a bad rkey on the second QP. ---
     let bad = Remote { addr: bed.b.buf, rkey: bed.b.mr.rkey ^ 0x100 };
-    bed.a
-        .rnic
-        .post_send(qa2, &SendWr::new(80, WrOp::Write { remote: bad }, bed.a.sge(0, SHORT)), bed.now)
-        .unwrap();
+    let wr = SendWr::new(80, WrOp::Write { remote: bad }, bed.a.sge(0, SHORT));
+    bed.a.nic.post_send(qa2, &wr, bed.now).unwrap();
     bed.pump("remote access NAK", |_, _| Fate::Deliver, |bed| bed.a.cqe(80).is_some());
     let c = bed.a.cqe(80).unwrap();
     assert_eq!((c.status, c.qpn), (WcStatus::RemAccessErr, qa2));
-    assert!(bed.b.rnic.stats().rem_access_naks_sent >= 1);
+    assert!(bed.b.nic.stats().rem_access_naks_sent >= 1);
     let _ = qb2;
 
     bed.capture
@@ -683,14 +618,9 @@ fn built_packets(v6: bool) -> Vec<Vec<u8>> {
     };
     use snic_wire::roce::opcode::ExtHeader;
     use snic_wire::roce::{RoceRepr, bth};
-    let (src, dst): (IpAddr, IpAddr) = if v6 {
-        ("fd00::a".parse().unwrap(), "fd00::b".parse().unwrap())
-    } else {
-        ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap())
-    };
     let path = Path {
-        src,
-        dst,
+        src: ip(v6, 1),
+        dst: ip(v6, 2),
         sport: pkt::sport_for(0x11, 0x12),
         dport: snic_wire::roce::UDP_PORT,
         dscp: 26,
