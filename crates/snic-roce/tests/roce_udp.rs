@@ -11,11 +11,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use snic_dma::MemKind;
 use snic_rdma::pkt::{self, ECN_CE, ECN_ECT0, Path};
+use snic_rdma::testing::{End, EndOpts, dummy_cqe};
 use snic_rdma::{
-    Access, CqId, Cqe, MrInfo, QpInit, RecvWr, Remote, Rnic, RnicConfig, SendWr, SgList, Sge,
-    WcOpcode, WcStatus, WrOp,
+    CqId, Cqe, MrInfo, RecvWr, Remote, Rnic, RnicConfig, SendWr, SgList, Sge, WcOpcode, WcStatus,
+    WrOp,
 };
 use snic_roce::cm::{QpInfo, connect_qp};
 use snic_roce::transport::{RoceTransport, TransportOpts};
@@ -40,16 +40,20 @@ fn bind_pair(opts: TransportOpts) -> (RoceTransport, RoceTransport, u16) {
     panic!("no free port pair");
 }
 
-fn nic(local: &str, port: u16) -> Rnic {
-    Rnic::new(RnicConfig {
-        local_ip: ip(local),
-        udp_port: port,
+/// Each side's NIC, CQ, QP and registered buffer (2 MiB).
+fn opts() -> EndOpts {
+    EndOpts {
         host_pool: 8 << 20,
-        on_chip: 0,
-        on_board: 0,
-        ..RnicConfig::default()
-    })
-    .unwrap()
+        buf_len: 2 << 20,
+        cq_depth: 256,
+        max_send_wr: 64,
+        max_recv_wr: 64,
+        ..EndOpts::default()
+    }
+}
+
+fn nic(local: &str, port: u16) -> Rnic {
+    Rnic::new(RnicConfig { local_ip: ip(local), udp_port: port, ..opts().config(1) }).unwrap()
 }
 
 /// A SEND ONLY request packet from `src` to `dst` (the shape the engine emits).
@@ -135,7 +139,7 @@ fn engine_counts_received_packet_and_ce() {
     let mut b = nic(B_IP, p);
     let pd = b.alloc_pd();
     let cq = b.create_cq(64);
-    let qpn = b.create_qp(qp_init(pd, cq)).unwrap();
+    let qpn = b.create_qp(opts().qp_init(pd, cq, cq)).unwrap();
     // Expect requests from A's QP 0x77, so the packet passes the peer check.
     let remote = QpInfo {
         qpn: 0x77,
@@ -221,19 +225,6 @@ fn unbindable_source_port_falls_back_with_right_icrc() {
 
 // ----- the engine end to end -----
 
-fn qp_init(pd: snic_rdma::Pd, cq: CqId) -> QpInit {
-    QpInit {
-        pd,
-        send_cq: cq,
-        recv_cq: cq,
-        srq: None,
-        max_send_wr: 64,
-        max_recv_wr: 64,
-        placement: MemKind::Host,
-        sq_sig_all: false,
-    }
-}
-
 /// One side: NIC, transport, CQ, QP, and a 2 MiB registered buffer.
 struct Side {
     nic: Rnic,
@@ -244,12 +235,7 @@ struct Side {
 }
 
 fn side(local: &str, t: RoceTransport, port: u16) -> Side {
-    let mut nic = nic(local, port);
-    let pd = nic.alloc_pd();
-    let cq = nic.create_cq(256);
-    let qpn = nic.create_qp(qp_init(pd, cq)).unwrap();
-    let addr = nic.alloc_buf(MemKind::Host, 2 << 20, 4096).unwrap();
-    let mr = nic.reg_mr(pd, addr, 2 << 20, Access::ALL).unwrap();
+    let End { nic, cq, qpn, mr, .. } = End::with_nic(nic(local, port), &opts());
     Side { nic, t, cq, qpn, mr }
 }
 
@@ -289,16 +275,7 @@ fn run_until_cqe(a: &mut Side, b: &mut Side, which: usize, clock: &MonotonicCloc
             s.t.send(&mut s.nic, now).unwrap();
         }
         let s = if which == 0 { &mut *a } else { &mut *b };
-        let mut out = [Cqe {
-            wr_id: 0,
-            status: WcStatus::FatalErr,
-            opcode: WcOpcode::Send,
-            byte_len: 0,
-            qpn: 0,
-            src_qp: 0,
-            imm: None,
-            invalidated_rkey: None,
-        }];
+        let mut out = [dummy_cqe()];
         if s.nic.poll_cq(s.cq, &mut out).unwrap() == 1 {
             return out[0];
         }
@@ -416,16 +393,7 @@ fn drive_runs_each_side_in_its_own_thread() {
     done.store(true, Ordering::Release);
     let (bok, b) = server.join().unwrap();
     assert!(ok && bok);
-    let mut out = [Cqe {
-        wr_id: 0,
-        status: WcStatus::FatalErr,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        qpn: 0,
-        src_qp: 0,
-        imm: None,
-        invalidated_rkey: None,
-    }];
+    let mut out = [dummy_cqe()];
     assert_eq!(a.nic.poll_cq(cq, &mut out).unwrap(), 1);
     assert_eq!(out[0].status, WcStatus::Success);
     assert!(b.nic.mem().slice(baddr, data.len()).unwrap() == &data[..]);
