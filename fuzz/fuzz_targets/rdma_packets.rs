@@ -30,10 +30,8 @@ use std::net::IpAddr;
 
 use libfuzzer_sys::fuzz_target;
 use snic_dma::MemKind;
-use snic_rdma::{
-    Access, MrInfo, Mtu, QpAttr, QpInit, RecvWr, Remote, Rnic, RnicConfig, SendWr, SgList, Sge,
-    WrOp,
-};
+use snic_rdma::testing::{EndOpts, connect_qp};
+use snic_rdma::{Access, MrInfo, Mtu, QpAttr, RecvWr, Remote, Rnic, SendWr, SgList, Sge, WrOp};
 use snic_time::Instant;
 use snic_wire::roce::icrc;
 
@@ -62,15 +60,18 @@ struct Nic {
 }
 
 impl Nic {
-    fn new(ip: IpAddr, rings: MemKind, seed: u8) -> Nic {
-        let cfg = RnicConfig {
-            local_ip: ip,
+    fn new(v6: bool, host: u8, rings: MemKind, seed: u8) -> Nic {
+        let opts = EndOpts {
             host_pool: 256 << 10,
             on_chip: 64 << 10,
             on_board: 0,
-            ..RnicConfig::default()
+            max_send_wr: 32,
+            max_recv_wr: 32,
+            placement: rings,
+            v6,
+            ..EndOpts::default()
         };
-        let mut rnic = Rnic::new(cfg).expect("rnic");
+        let mut rnic = Rnic::new(opts.config(host)).expect("rnic");
         let pd = rnic.alloc_pd();
         let scq = rnic.create_cq(64);
         let rcq = rnic.create_cq(64);
@@ -80,38 +81,8 @@ impl Nic {
         let mr = rnic.reg_mr(pd, buf + MR_OFF, MR_LEN, Access::ALL).expect("mr");
         let ro = rnic.reg_mr(pd, buf + RO_OFF, RO_LEN, Access::REMOTE_READ).expect("ro mr");
         let inv = rnic.reg_mr(pd, buf + INV_OFF, INV_LEN, Access::ALL).expect("inv mr");
-        let qpn = rnic
-            .create_qp(QpInit {
-                pd,
-                send_cq: scq,
-                recv_cq: rcq,
-                srq: None,
-                max_send_wr: 32,
-                max_recv_wr: 32,
-                placement: rings,
-                sq_sig_all: false,
-            })
-            .expect("qp");
-        Nic { rnic, ip, qpn, buf, mr, ro, inv, initial: pattern }
-    }
-
-    fn connect(&mut self, peer: IpAddr, peer_qpn: u32, rq_psn: u32, sq_psn: u32, now: Instant) {
-        let attr = QpAttr {
-            access: Access::ALL,
-            path_mtu: Mtu::M256,
-            dest_qpn: peer_qpn,
-            rq_psn,
-            remote: Some(peer),
-            max_dest_rd_atomic: 4,
-            min_rnr_timer: 1,
-            sq_psn,
-            timeout: 8,
-            retry_cnt: 3,
-            rnr_retry: 3,
-            max_rd_atomic: 4,
-            ..QpAttr::default()
-        };
-        self.rnic.connect_rc(self.qpn, &attr, now).expect("connect");
+        let qpn = rnic.create_qp(opts.qp_init(pd, scq, rcq)).expect("qp");
+        Nic { ip: rnic.config().local_ip, rnic, qpn, buf, mr, ro, inv, initial: pattern }
     }
 
     fn sge(&self, off: u64, len: u32) -> SgList {
@@ -143,18 +114,24 @@ struct Bed {
 impl Bed {
     fn new(mode: u8) -> Bed {
         let v6 = mode & 1 != 0;
-        let (ipa, ipb): (IpAddr, IpAddr) = if v6 {
-            ("fd00::a".parse().unwrap(), "fd00::b".parse().unwrap())
-        } else {
-            ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap())
-        };
         let (pab, pba) = if mode & 2 != 0 { (0xff_fffa, 0xff_fffc) } else { (0, 0) };
         let now = Instant::from_millis(1);
-        let mut a = Nic::new(ipa, MemKind::Host, 0x11);
-        let mut b = Nic::new(ipb, MemKind::OnChip, 0x77);
+        let mut a = Nic::new(v6, 1, MemKind::Host, 0x11);
+        let mut b = Nic::new(v6, 2, MemKind::OnChip, 0x77);
         let (qa, qb) = (a.qpn, b.qpn);
-        a.connect(ipb, qb, pba, pab, now);
-        b.connect(ipa, qa, pab, pba, now);
+        let attr = QpAttr {
+            access: Access::ALL,
+            path_mtu: Mtu::M256,
+            max_dest_rd_atomic: 4,
+            min_rnr_timer: 1,
+            timeout: 8,
+            retry_cnt: 3,
+            rnr_retry: 3,
+            max_rd_atomic: 4,
+            ..QpAttr::default()
+        };
+        connect_qp(&mut a.rnic, qa, qb, b.ip, pab, pba, attr);
+        connect_qp(&mut b.rnic, qb, qa, a.ip, pba, pab, attr);
         // RECVs at B (and one at A, for anything B might send).
         for i in 0..6u64 {
             let wr = RecvWr { wr_id: 100 + i, sgl: b.sge(i * 1024, 1024) };
