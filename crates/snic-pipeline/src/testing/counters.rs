@@ -1,11 +1,12 @@
 //! Counter assertions: a test names the counters a step must move and by how much, and the
 //! check fails when any other counter moved.
 //!
-//! Any counters that implement `serde::Serialize` ([`crate::Counters`], the vSwitch's, the RDMA
-//! engine's, the DMA engine's statistics) are flattened into dotted paths to their integer
+//! Any counters that implement `serde::Serialize` ([`crate::Counters`], the vSwitch's and the
+//! RDMA engine's statistics) are flattened into dotted paths to their integer
 //! leaves: `stages.parse.drops.malformed.truncated`, `ports.1.tx_packets`. An array element
 //! with a label field (`name`, `port` or `id`) is keyed by its label (stages by stage name,
-//! ports by port number), others by their index; labels are not counters. Floating-point leaves
+//! ports by port number; a label seen again in the same array gets `#2`, `#3`, ...), others by
+//! their index; labels are not counters. Floating-point leaves
 //! (elapsed times) and strings are not counters either and are left out.
 //!
 //! ```
@@ -81,21 +82,26 @@ fn flatten(v: &Value, path: &mut String, out: &mut BTreeMap<String, i128>) {
             }
         }
         Value::Array(a) => {
-            for (i, v) in a.iter().enumerate() {
-                let label = LABELS.iter().find_map(|l| match v.get(l)? {
-                    Value::String(s) => Some(s.clone()),
-                    Value::Number(n) => Some(n.to_string()),
-                    _ => None,
-                });
-                match (label, v) {
-                    (Some(label), Value::Object(m)) => {
+            let labels = unique_labels(a.iter().enumerate().map(|(i, v)| {
+                LABELS
+                    .iter()
+                    .find_map(|l| match v.get(l)? {
+                        Value::String(s) => Some(s.clone()),
+                        Value::Number(n) => Some(n.to_string()),
+                        _ => None,
+                    })
+                    .unwrap_or_else(|| i.to_string())
+            }));
+            for (v, label) in a.iter().zip(labels) {
+                match v {
+                    Value::Object(m) => {
                         let mut m = m.clone();
                         for l in LABELS {
                             m.remove(l);
                         }
                         child(&label, &Value::Object(m), path);
                     }
-                    _ => child(&i.to_string(), v, path),
+                    _ => child(&label, v, path),
                 }
             }
         }
@@ -108,6 +114,20 @@ fn flatten(v: &Value, path: &mut String, out: &mut BTreeMap<String, i128>) {
         }
         Value::Bool(_) | Value::String(_) | Value::Null => {}
     }
+}
+
+/// The keys of array elements labelled `labels`, in order: a label used again gets `#2`, `#3`,
+/// ... (a pipeline may run two `tap` stages), so no element hides another.
+pub fn unique_labels(labels: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    labels
+        .into_iter()
+        .map(|l| {
+            let n = seen.entry(l.clone()).or_default();
+            *n += 1;
+            if *n == 1 { l } else { format!("{l}#{n}") }
+        })
+        .collect()
 }
 
 /// Assert that from `before` to `after` exactly the counters in `expect` moved, each by its
@@ -247,6 +267,17 @@ mod tests {
         let c = counters();
         let mut check = CounterCheck::new(&c);
         check.assert_moved(&c, &[("ports.1.rx_packets", 1)]);
+    }
+
+    #[test]
+    #[should_panic(expected = "stages.tap#2.packets_in: moved by 5, expected not to move")]
+    fn a_stage_name_used_twice_hides_nothing() {
+        let mut c = counters();
+        c.stages.push(StageCounters { name: "tap".into(), ..Default::default() });
+        c.stages.push(StageCounters { name: "tap".into(), ..Default::default() });
+        let mut check = CounterCheck::new(&c);
+        c.stages[3].packets_in += 5;
+        check.assert_moved(&c, &[]);
     }
 
     #[test]
