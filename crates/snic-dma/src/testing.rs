@@ -265,6 +265,9 @@ impl Rig {
     }
 
     /// Poll (budget 64 a call) until the engine is idle; returns the descriptors processed.
+    /// Panics past [`RUN_BOUND`] descriptors: an engine that never goes idle is a failure, not
+    /// a hang.
+    #[track_caller]
     pub fn run(&mut self) -> usize {
         let mut n = 0;
         loop {
@@ -273,6 +276,7 @@ impl Rig {
                 return n;
             }
             n += k;
+            assert!(n <= RUN_BOUND, "engine still busy after {n} descriptors: livelock");
         }
     }
 
@@ -291,6 +295,10 @@ impl Rig {
     }
 }
 
+/// Most descriptors [`Rig::run`] processes before it calls the engine livelocked (far more than
+/// any test posts).
+pub const RUN_BOUND: usize = 1 << 20;
+
 /// Every mapped region's bytes at one moment, by region base ([`Rig::snapshot`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Snapshot(Vec<(u64, Vec<u8>)>);
@@ -299,8 +307,10 @@ pub struct Snapshot(Vec<(u64, Vec<u8>)>);
 #[track_caller]
 pub fn changed(before: &Snapshot, after: &Snapshot) -> Vec<u64> {
     let mut out = Vec::new();
+    assert_eq!(before.0.len(), after.0.len(), "snapshots of different memory maps");
     for ((base, x), (base_after, y)) in before.0.iter().zip(&after.0) {
         assert_eq!(base, base_after, "snapshots of different memory maps");
+        assert_eq!(x.len(), y.len(), "region {base:#x} changed size between snapshots");
         for (i, (p, q)) in x.iter().zip(y).enumerate() {
             if p != q {
                 out.push(base + i as u64);
