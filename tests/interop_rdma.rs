@@ -70,8 +70,8 @@ impl Nic {
             on_chip: 64 << 10,
             on_board: 1 << 20,
             buf_len: BUF,
-            // Send and receive completions share the CQ: the room of two of 256.
-            cq_depth: 512,
+            cq_depth: 256,
+            recv_cq_depth: Some(256),
             max_send_wr: 64,
             max_recv_wr: 64,
             v6,

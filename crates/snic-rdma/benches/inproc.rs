@@ -35,6 +35,7 @@ impl Bench {
             host_pool: 8 << 20,
             buf_len: BUF,
             cq_depth: 4096,
+            recv_cq_depth: Some(16),
             max_send_wr: 256,
             ..EndOpts::default()
         };

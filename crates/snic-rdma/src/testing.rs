@@ -59,8 +59,10 @@ pub struct EndOpts {
     pub buf_len: u64,
     /// Access the MR allows.
     pub mr_access: Access,
-    /// Depth of the CQ (send and receive completions share it).
+    /// Depth of the send CQ (which also takes receive completions unless `recv_cq_depth`).
     pub cq_depth: usize,
+    /// A CQ of its own for receive completions, of this depth; `None`: they share the send CQ.
+    pub recv_cq_depth: Option<usize>,
     /// Send queue depth.
     pub max_send_wr: u32,
     /// Receive queue depth.
@@ -82,6 +84,7 @@ impl Default for EndOpts {
             buf_len: 256 << 10,
             mr_access: Access::ALL,
             cq_depth: 64,
+            recv_cq_depth: None,
             max_send_wr: 16,
             max_recv_wr: 16,
             placement: MemKind::Host,
@@ -129,8 +132,10 @@ pub struct End {
     pub pd: Pd,
     /// The QP.
     pub qpn: u32,
-    /// The QP's send and receive CQ.
+    /// The QP's send CQ.
     pub cq: CqId,
+    /// The QP's receive CQ (`cq` itself unless [`EndOpts::recv_cq_depth`]).
+    pub rcq: CqId,
     /// First address of the buffer.
     pub buf: u64,
     /// The MR over the whole buffer.
@@ -156,9 +161,10 @@ impl End {
         let buf = nic.alloc_buf(MemKind::Host, opts.buf_len, 4096).expect("test buffer");
         let mr = nic.reg_mr(pd, buf, opts.buf_len, opts.mr_access).expect("test MR");
         let cq = nic.create_cq(opts.cq_depth);
-        let init = opts.qp_init(pd, cq, cq);
+        let rcq = opts.recv_cq_depth.map_or(cq, |d| nic.create_cq(d));
+        let init = opts.qp_init(pd, cq, rcq);
         let qpn = nic.create_qp(init).expect("test QP");
-        End { nic, pd, qpn, cq, buf, mr, ip, init }
+        End { nic, pd, qpn, cq, rcq, buf, mr, ip, init }
     }
 
     /// Take the QP to RTS towards `peer_qpn` at `peer_ip`, see [`connect_qp`].
@@ -183,9 +189,14 @@ impl End {
         Remote { addr: self.buf + off, rkey: self.mr.rkey }
     }
 
-    /// Every CQE the CQ holds, oldest first.
+    /// Every CQE the CQs hold: the send CQ's, oldest first, then the receive CQ's (when it is
+    /// another).
     pub fn poll_all(&mut self) -> Vec<Cqe> {
-        drain_cq(&mut self.nic, self.cq)
+        let mut all = drain_cq(&mut self.nic, self.cq);
+        if self.rcq != self.cq {
+            all.extend(drain_cq(&mut self.nic, self.rcq));
+        }
+        all
     }
 }
 
