@@ -59,7 +59,7 @@ pub fn detect(magic: [u8; 4]) -> Option<Format> {
 }
 
 /// One packet record of a capture.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record<'a> {
     /// A captured frame.
     Frame {
@@ -72,7 +72,10 @@ pub enum Record<'a> {
         data: &'a [u8],
     },
     /// A well-framed pcapng packet block whose body does not parse; reading goes on.
-    Unreadable,
+    Unreadable {
+        /// What the parser said about the block.
+        reason: String,
+    },
 }
 
 /// A record that cannot be read past: reading ends.
@@ -174,8 +177,8 @@ impl fmt::Debug for CaptureReader {
 enum Step {
     /// A frame at `buf[at..at + len]`.
     Frame { linktype: Option<DataLink>, orig_len: u32, at: usize, len: usize },
-    /// A well-framed block that does not parse.
-    Unreadable,
+    /// A well-framed block that does not parse, and why.
+    Unreadable(String),
     /// A record that is not a packet (section header, interface description, statistics...).
     NotAPacket,
     /// The buffer holds only part of the next record.
@@ -262,7 +265,7 @@ impl CaptureReader {
                     let data = &self.input.buf[base + at..base + at + len];
                     return Ok(Some(Record::Frame { linktype, orig_len, data }));
                 }
-                Step::Unreadable => return Ok(Some(Record::Unreadable)),
+                Step::Unreadable(reason) => return Ok(Some(Record::Unreadable { reason })),
                 Step::NotAPacket => {}
                 Step::More => match input.refill() {
                     Ok(true) => {}
@@ -296,7 +299,9 @@ fn step(parser: &mut Parser, data: &[u8]) -> (usize, Step) {
             Err(e) => (0, Step::Fatal(e)),
             Ok((rem, p)) => {
                 let used = data.len() - rem.len();
-                let Some((at, len)) = span(&p.data) else { return (used, Step::Unreadable) };
+                let Some((at, len)) = span(&p.data) else {
+                    return (used, Step::Unreadable("record data not inside the record".into()));
+                };
                 let linktype = Some(parser.header().datalink);
                 (used, Step::Frame { linktype, orig_len: p.orig_len, at, len })
             }
@@ -318,7 +323,7 @@ fn step(parser: &mut Parser, data: &[u8]) -> (usize, Step) {
                 };
                 let (iface, orig_len, frame) = match &block {
                     // A well-framed block whose body does not parse: skip it.
-                    Err(_) => return (used, Step::Unreadable),
+                    Err(e) => return (used, Step::Unreadable(e.to_string())),
                     Ok(Block::EnhancedPacket(b)) => {
                         (b.interface_id as usize, b.original_len, &b.data[..])
                     }
@@ -330,7 +335,9 @@ fn step(parser: &mut Parser, data: &[u8]) -> (usize, Step) {
                     // blocks: not packets.
                     Ok(_) => return (used, Step::NotAPacket),
                 };
-                let Some((at, len)) = span(frame) else { return (used, Step::Unreadable) };
+                let Some((at, len)) = span(frame) else {
+                    return (used, Step::Unreadable("packet data not inside the block".into()));
+                };
                 let linktype = parser.interfaces().get(iface).map(|idb| idb.linktype);
                 (used, Step::Frame { linktype, orig_len, at, len })
             }
