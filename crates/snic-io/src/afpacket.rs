@@ -61,6 +61,7 @@ impl Default for AfPacketOptions {
 
 /// `struct packet_mreq`.
 #[repr(C)]
+#[derive(Clone, Copy)]
 struct PacketMreq {
     mr_ifindex: libc::c_int,
     mr_type: libc::c_ushort,
@@ -141,34 +142,6 @@ fn os_err(what: &str, ifname: &str) -> io::Error {
     io::Error::new(e.kind(), format!("afpacket:{ifname}: {what}: {e}{hint}"))
 }
 
-/// The MTU of interface `ifname` (through a throwaway datagram socket).
-fn interface_mtu(ifname: &CString) -> io::Result<usize> {
-    // SAFETY: plain socket(2) call; the result is checked.
-    let s = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if s < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `s` is a fresh descriptor that nothing else owns.
-    let s = unsafe { OwnedFd::from_raw_fd(s) };
-    // SAFETY: ifreq is plain old data; all-zero is a valid value.
-    let mut req: libc::ifreq = unsafe { core::mem::zeroed() };
-    let name = ifname.as_bytes_with_nul();
-    if name.len() > req.ifr_name.len() {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "interface name too long"));
-    }
-    for (d, s) in req.ifr_name.iter_mut().zip(name) {
-        *d = *s as libc::c_char;
-    }
-    // SAFETY: SIOCGIFMTU reads ifr_name and writes ifr_mtu inside `req`, which is live.
-    let r = unsafe { libc::ioctl(s.as_raw_fd(), libc::SIOCGIFMTU, &mut req) };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: after a successful SIOCGIFMTU the union holds ifru_mtu.
-    let mtu = unsafe { req.ifr_ifru.ifru_mtu };
-    Ok(usize::try_from(mtu).unwrap_or(1500))
-}
-
 impl AfPacketPort {
     /// Open an AF_PACKET port on interface `ifname` (see the module documentation). Fails with a
     /// clear error when the interface does not exist or the process lacks `CAP_NET_RAW`.
@@ -189,7 +162,7 @@ impl AfPacketPort {
         let ifindex = libc::c_int::try_from(ifindex).map_err(|_| {
             io::Error::new(io::ErrorKind::InvalidInput, "interface index too large")
         })?;
-        let mtu = interface_mtu(&cname).map_err(|e| {
+        let mtu = sock::interface_mtu(&cname).map_err(|e| {
             io::Error::new(e.kind(), format!("afpacket:{ifname}: reading the MTU: {e}"))
         })?;
 
@@ -219,8 +192,7 @@ impl AfPacketPort {
         sock::set_buffer(raw, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, SOCKET_BUF_BYTES);
         sock::set_buffer(raw, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, SOCKET_BUF_BYTES);
 
-        // SAFETY: sockaddr_ll is plain old data; all-zero is a valid value.
-        let mut sll: libc::sockaddr_ll = unsafe { core::mem::zeroed() };
+        let mut sll = sock::empty_sockaddr_ll();
         sll.sll_family = libc::AF_PACKET as libc::c_ushort;
         sll.sll_protocol = ETH_P_ALL.to_be();
         sll.sll_ifindex = ifindex;
@@ -243,17 +215,7 @@ impl AfPacketPort {
                 mr_alen: 0,
                 mr_address: [0; 8],
             };
-            // SAFETY: `mreq` is a live packet_mreq and its exact size is passed.
-            let r = unsafe {
-                libc::setsockopt(
-                    raw,
-                    SOL_PACKET,
-                    PACKET_ADD_MEMBERSHIP,
-                    (&mreq as *const PacketMreq).cast(),
-                    core::mem::size_of::<PacketMreq>() as libc::socklen_t,
-                )
-            };
-            if r < 0 {
+            if sock::setsockopt_value(raw, SOL_PACKET, PACKET_ADD_MEMBERSHIP, &mreq).is_err() {
                 return Err(os_err("PACKET_ADD_MEMBERSHIP promiscuous", ifname));
             }
         }
@@ -264,15 +226,10 @@ impl AfPacketPort {
             }
         }
 
-        // SAFETY: iovec, sockaddr_ll and mmsghdr are plain old data; all-zero (null pointers,
-        // zero lengths) is a valid value, and every pointer is set before each system call.
-        let (iov, addrs, msgs) = unsafe {
-            (
-                Box::new(core::mem::zeroed::<[[libc::iovec; 2]; BURST]>()),
-                Box::new(core::mem::zeroed::<[libc::sockaddr_ll; BURST]>()),
-                Box::new(core::mem::zeroed::<[libc::mmsghdr; BURST]>()),
-            )
-        };
+        // Scratch for every burst; every pointer in them is set before each system call.
+        let iov = Box::new([[sock::empty_iovec(); 2]; BURST]);
+        let addrs = Box::new([sock::empty_sockaddr_ll(); BURST]);
+        let msgs = Box::new([sock::empty_mmsghdr(); BURST]);
         Ok(AfPacketPort {
             fd,
             name: format!("afpacket:{ifname}"),

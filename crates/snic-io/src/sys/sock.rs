@@ -7,7 +7,7 @@
 
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 /// `setsockopt` of one int on the open socket `fd`.
 pub fn setsockopt_int(
@@ -16,18 +16,52 @@ pub fn setsockopt_int(
     opt: libc::c_int,
     val: libc::c_int,
 ) -> io::Result<()> {
-    // SAFETY: `val` is a live c_int and the length passed is its size; the kernel only reads
-    // it. `fd` is an open socket of the caller.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            opt,
-            (&val as *const libc::c_int).cast(),
-            core::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
+    setsockopt_value(fd, level, opt, &val)
+}
+
+/// `setsockopt` of a plain C value (an int, a `packet_mreq`, ...) on the open socket `fd`: the
+/// kernel reads `size_of::<T>()` bytes of `val`. Which type an option takes is the caller's
+/// business; a wrong size is refused by the kernel (`EINVAL`), not a memory error.
+pub fn setsockopt_value<T: Copy>(
+    fd: RawFd,
+    level: libc::c_int,
+    opt: libc::c_int,
+    val: &T,
+) -> io::Result<()> {
+    let len = libc::socklen_t::try_from(core::mem::size_of::<T>())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "option value too large"))?;
+    // SAFETY: `val` is a live reference and the length passed is its size; the kernel only
+    // reads that many bytes from it. `fd` is an open socket of the caller.
+    let r = unsafe { libc::setsockopt(fd, level, opt, (val as *const T).cast(), len) };
     if r == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+/// The MTU of interface `ifname` (`SIOCGIFMTU` through a throwaway datagram socket).
+pub fn interface_mtu(ifname: &std::ffi::CStr) -> io::Result<usize> {
+    // SAFETY: plain socket(2) call; the result is checked.
+    let s = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if s < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `s` is a fresh descriptor that nothing else owns.
+    let s = unsafe { OwnedFd::from_raw_fd(s) };
+    // SAFETY: ifreq is plain old data; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { core::mem::zeroed() };
+    let name = ifname.to_bytes_with_nul();
+    if name.len() > req.ifr_name.len() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "interface name too long"));
+    }
+    for (d, s) in req.ifr_name.iter_mut().zip(name) {
+        *d = *s as libc::c_char;
+    }
+    // SAFETY: SIOCGIFMTU reads ifr_name and writes ifr_mtu inside `req`, which is live.
+    let r = unsafe { libc::ioctl(s.as_raw_fd(), libc::SIOCGIFMTU, &mut req) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: after a successful SIOCGIFMTU the union holds ifru_mtu.
+    let mtu = unsafe { req.ifr_ifru.ifru_mtu };
+    Ok(usize::try_from(mtu).unwrap_or(1500))
 }
 
 /// Set a socket buffer size with the privileged option `force` (ignores the system maximum),
@@ -62,6 +96,12 @@ pub fn empty_iovec() -> libc::iovec {
 pub fn empty_mmsghdr() -> libc::mmsghdr {
     // SAFETY: `mmsghdr` is a plain C struct of integers and raw pointers, for which all-zero
     // bytes are a valid value (null pointers, zero lengths).
+    unsafe { core::mem::zeroed() }
+}
+
+/// An all-zero `sockaddr_ll` (AF_PACKET addresses).
+pub fn empty_sockaddr_ll() -> libc::sockaddr_ll {
+    // SAFETY: `sockaddr_ll` is a plain C struct of integers; all-zero is valid.
     unsafe { core::mem::zeroed() }
 }
 
