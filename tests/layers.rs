@@ -33,7 +33,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("snic", 6),
 ];
 
-/// The sans-IO engines: no sockets, threads, clocks or files of their own.
+/// The sans-IO engines: no sockets, threads or clocks of their own.
 const ENGINES: &[&str] = &[
     "snic-time",
     "snic-wire",
@@ -126,6 +126,47 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// Whether `text` lifts the `unsafe_code` lint anywhere: `#![allow(..)]`, `#[allow(..)]`,
+/// `expect`, or `warn` of it, possibly over several lines.
+fn allows_unsafe(text: &str) -> bool {
+    ["#![allow(", "#[allow(", "#![expect(", "#[expect(", "#![warn(", "#[warn("].iter().any(|a| {
+        text.split(a)
+            .skip(1)
+            .any(|rest| rest.split(')').next().is_some_and(|args| args.contains("unsafe_code")))
+    })
+}
+
+#[test]
+fn the_unsafe_scan_sees_every_way_to_allow_it() {
+    assert!(allows_unsafe("#![allow(unsafe_code, reason = \"x\")]"));
+    assert!(allows_unsafe("#![allow(\n    unsafe_code,\n    reason = \"x\"\n)]"));
+    assert!(allows_unsafe("#[allow(unsafe_code)]\nfn f() {}"));
+    assert!(allows_unsafe("#[expect(unsafe_code)]"));
+    assert!(!allows_unsafe("#![allow(dead_code)] // unsafe_code is denied"));
+}
+
+#[test]
+fn every_crate_takes_the_workspace_lints() {
+    // A crate's own `[lints]` table could lift `unsafe_code = "deny"` for the whole crate.
+    let mut problems = Vec::new();
+    let mut manifests = vec![root().join("Cargo.toml")];
+    for e in std::fs::read_dir(root().join("crates")).expect("crates/").flatten() {
+        manifests.push(e.path().join("Cargo.toml"));
+    }
+    for m in manifests {
+        let text = std::fs::read_to_string(&m).unwrap_or_default();
+        let v: toml::Value = text.parse().unwrap_or_else(|e| panic!("{}: {e}", m.display()));
+        let lints = v.get("lints");
+        let inherits =
+            lints.and_then(|l| l.get("workspace")).and_then(toml::Value::as_bool).unwrap_or(false);
+        let own = lints.and_then(toml::Value::as_table).is_some_and(|t| t.len() > 1);
+        if !inherits || own {
+            problems.push(format!("{}: [lints] must be exactly `workspace = true`", m.display()));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
 #[test]
 fn architecture_lists_exactly_the_modules_allowed_unsafe() {
     let root = root();
@@ -136,13 +177,7 @@ fn architecture_lists_exactly_the_modules_allowed_unsafe() {
     let allowed: BTreeSet<String> = files
         .iter()
         .filter(|f| !f.components().any(|c| c.as_os_str() == "tests" || c.as_os_str() == "benches"))
-        .filter(|f| {
-            let text = std::fs::read_to_string(f).unwrap_or_default();
-            // `#![allow(unsafe_code, ...)]`, possibly over several lines.
-            text.split("#![allow(")
-                .skip(1)
-                .any(|rest| rest.split(')').next().is_some_and(|args| args.contains("unsafe_code")))
-        })
+        .filter(|f| allows_unsafe(&std::fs::read_to_string(f).unwrap_or_default()))
         .map(|f| f.strip_prefix(&root).unwrap().to_string_lossy().into_owned())
         .collect();
 
