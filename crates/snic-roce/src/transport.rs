@@ -675,7 +675,7 @@ fn write_in_headers(
     hl + udp::HEADER_LEN
 }
 
-// ----- socket plumbing shared with `udp_blast` -----
+// ----- socket plumbing shared with `blast` -----
 
 /// One message of a `sendmmsg`: `count` consecutive datagrams from `start`, sent as one GSO
 /// buffer of `seg`-byte segments when `count > 1`.

@@ -8,8 +8,10 @@
 //! ([`gft`]); every later packet of the flow is served by the fast path alone: hash, look up,
 //! check the vPort's epoch, apply the transposition, count ([`engine`]).
 //!
-//! The crate is sans-IO: it reads no clock, opens nothing and spawns nothing. The pipeline
-//! drives it as a stage; the control plane changes policy through [`engine::VSwitch`].
+//! The crate is sans-IO: it reads no clock, opens no socket and spawns nothing; the one file it
+//! reads is a policy file the control plane names ([`policy::toml::load_policy`]). The
+//! pipeline drives it as a stage; the control plane changes policy through
+//! [`engine::VSwitch`].
 //!
 //! It is not a router or a host stack: it does not answer ARP or ICMP itself, and it keeps no
 //! per-packet state beyond the flow table, TCP connection state and meters.
