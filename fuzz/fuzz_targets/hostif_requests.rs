@@ -11,9 +11,9 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
+use snic_device::{Server, ServerConfig, ServerHandle};
 use snic_hostif::proto::{Request, Response};
 use snic_hostif::shm::SeqPacket;
-use snic_device::{Server, ServerConfig, ServerHandle};
 
 fn server() -> &'static ServerHandle {
     static S: OnceLock<ServerHandle> = OnceLock::new();
@@ -105,5 +105,8 @@ fuzz_target!(|data: &[u8]| {
             let _ = call(&sock, msg);
         }
     }
-    assert!(matches!(call(&sock, &Request::Stats.to_bytes()), Response::Stats { .. } | Response::Error { .. }));
+    assert!(matches!(
+        call(&sock, &Request::Stats.to_bytes()),
+        Response::Stats { .. } | Response::Error { .. }
+    ));
 });

@@ -15,13 +15,14 @@
 use libfuzzer_sys::fuzz_target;
 use snic_pipeline::{Batch, Pipeline, PortId};
 use snic_time::Instant;
-use snic_vswitch::policy::default_policy;
 use snic_vswitch::engine::{VSwitch, VSwitchConfig};
+use snic_vswitch::policy::default_policy;
 
 const BATCH: usize = 8;
 
 fuzz_target!(|data: &[u8]| {
-    let mut cfg = VSwitchConfig { exception_queue: 8, slow_budget: 2, age_budget: 4, ..Default::default() };
+    let mut cfg =
+        VSwitchConfig { exception_queue: 8, slow_budget: 2, age_budget: 4, ..Default::default() };
     cfg.gft.capacity = 16;
     cfg.gft.idle_timeout = core::time::Duration::from_millis(5);
     let vs = VSwitch::new(default_policy(), cfg).expect("default policy is valid");
