@@ -110,6 +110,11 @@ pub struct TransportStats {
     /// Engine packets dropped because the kernel refused them with a hard error (the error is
     /// also returned).
     pub tx_errors: u64,
+    /// Engine packets the kernel refused for a reason a network can have at any time (a
+    /// firewall's `EPERM`/`EACCES`, no route or host `EHOSTUNREACH`/`ENETUNREACH`/`ENETDOWN`,
+    /// an ICMP error reported as `ECONNREFUSED`): counted as lost on the wire, not returned as
+    /// an error. The RC protocol retransmits them.
+    pub tx_lost: u64,
     /// Engine packets that were not IPv4/IPv6 + UDP of our family (a bug upstream; dropped).
     pub tx_malformed: u64,
     /// Datagrams larger than a receive buffer (dropped).
@@ -456,6 +461,12 @@ impl RoceTransport {
                     self.gso_on = false;
                     self.stats.gso_fallbacks += 1;
                 }
+                Err(e) if is_transient_loss(&e) => {
+                    // The network said no to this message, as a lossy link would: its packets
+                    // are lost (counted), the engine's retransmission recovers them.
+                    self.stats.tx_lost += runs[0].count as u64;
+                    done += runs[0].count;
+                }
                 Err(e) => {
                     // A hard error for the first message: drop its packets (counted) and go on
                     // with the rest; the error is returned once the queue is handled.
@@ -570,6 +581,24 @@ impl RoceTransport {
             }
         }
     }
+}
+
+/// A send error that a real network produces at any time (a firewall's verdict, a route or
+/// neighbour that is not there, an ICMP error from an earlier datagram): the datagram is lost,
+/// the transport goes on. Anything else (a bad descriptor, a bad address) is a hard error.
+fn is_transient_loss(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(
+            libc::EPERM
+                | libc::EACCES
+                | libc::EHOSTUNREACH
+                | libc::ENETUNREACH
+                | libc::ENETDOWN
+                | libc::EHOSTDOWN
+                | libc::ECONNREFUSED
+        )
+    )
 }
 
 fn count_sent(stats: &mut TransportStats, pkts: &[TxMeta]) {
@@ -971,6 +1000,20 @@ pub(crate) fn open_tx_socket(addr: SocketAddr) -> io::Result<UdpSocket> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn network_refusals_are_losses_and_the_rest_are_errors() {
+        for errno in [libc::EPERM, libc::EACCES, libc::EHOSTUNREACH, libc::ENETUNREACH] {
+            assert!(is_transient_loss(&io::Error::from_raw_os_error(errno)), "{errno}");
+        }
+        assert!(is_transient_loss(&io::Error::from_raw_os_error(libc::ECONNREFUSED)));
+        for errno in [libc::EBADF, libc::EINVAL, libc::EFAULT, libc::EMSGSIZE] {
+            assert!(!is_transient_loss(&io::Error::from_raw_os_error(errno)), "{errno}");
+        }
+        // A full buffer is neither: the packets stay queued and are sent again.
+        assert!(!is_transient_loss(&io::Error::from_raw_os_error(libc::ENOBUFS)));
+        assert!(is_full(&io::Error::from_raw_os_error(libc::ENOBUFS)));
+    }
 
     fn meta(dst: &str, len: usize) -> TxMeta {
         TxMeta { sock: 0, dst: dst.parse().unwrap(), tos: 0, off: 0, len, sg: None }
