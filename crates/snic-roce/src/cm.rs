@@ -132,6 +132,32 @@ pub fn mtu_at_most(bytes: u32) -> Option<Mtu> {
         .find(|m| m.bytes() <= bytes)
 }
 
+/// Bytes a RoCEv2 packet carries around its payload, beyond the IP header: UDP (8), BTH (12),
+/// the largest extension headers of a payload-carrying packet (RETH 16 + ImmDt 4, a WRITE with
+/// immediate) and the ICRC (4).
+pub const ROCE_OVERHEAD: usize = 8 + 12 + 16 + 4 + 4;
+
+/// The largest path MTU (256..4096) whose packets fit a link of `link_mtu` bytes, as rxe
+/// derives a QP's MTU from its netdev's: the link MTU less the IP header (20 or 40 bytes) and
+/// [`ROCE_OVERHEAD`]. `None` when not even 256 fits.
+pub fn mtu_for_link(link_mtu: usize, ipv6: bool) -> Option<Mtu> {
+    let ip = if ipv6 { 40 } else { 20 };
+    let room = link_mtu.checked_sub(ip + ROCE_OVERHEAD)?;
+    mtu_at_most(u32::try_from(room).unwrap_or(u32::MAX))
+}
+
+/// The path MTU for a QP towards `peer`: [`mtu_for_link`] of the route's MTU
+/// ([`snic_io::sys::sock::route_mtu`]).
+pub fn path_mtu_to(peer: IpAddr) -> io::Result<Mtu> {
+    let link = snic_io::sys::sock::route_mtu(peer)?;
+    mtu_for_link(link, peer.is_ipv6()).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("route MTU {link} to {peer} is too small for RoCE"),
+        )
+    })
+}
+
 /// Connect `qpn` to the peer described by `remote`: INIT (remote WRITE, READ and atomic
 /// allowed) -> RTR -> RTS, with timeout 14, retry_cnt 7, rnr_retry 7, min_rnr_timer 12,
 /// max_rd_atomic / max_dest_rd_atomic 16, our first PSN `my_psn`, and the path MTU the peer
@@ -183,6 +209,21 @@ pub fn connect_qp_mtu(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn qp_mtu_follows_the_link_mtu_as_rxe_does() {
+        assert_eq!(mtu_for_link(1500, false), Some(Mtu::M1024));
+        assert_eq!(mtu_for_link(1500, true), Some(Mtu::M1024));
+        assert_eq!(mtu_for_link(9000, false), Some(Mtu::M4096));
+        assert_eq!(mtu_for_link(65536, false), Some(Mtu::M4096));
+        // 2048 + 20 + 44 = 2112 is the least link that carries 2048 over IPv4.
+        assert_eq!(mtu_for_link(2112, false), Some(Mtu::M2048));
+        assert_eq!(mtu_for_link(2111, false), Some(Mtu::M1024));
+        assert_eq!(mtu_for_link(576, false), Some(Mtu::M512));
+        assert_eq!(mtu_for_link(300, false), None);
+        assert_eq!(mtu_for_link(0, true), None);
+        assert_eq!(path_mtu_to("127.0.0.1".parse().unwrap()).unwrap(), Mtu::M4096);
+    }
     use std::net::TcpListener;
     use std::thread;
 

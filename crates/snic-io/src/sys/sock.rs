@@ -36,6 +36,37 @@ pub fn setsockopt_value<T: Copy>(
     if r == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
+/// `getsockopt` of one int on the open socket `fd`.
+pub fn getsockopt_int(fd: RawFd, level: libc::c_int, opt: libc::c_int) -> io::Result<libc::c_int> {
+    let mut val: libc::c_int = 0;
+    let mut len = core::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `val` and `len` are live and `len` is `val`'s size; the kernel writes at most
+    // `len` bytes into `val` and the length it wrote into `len`. `fd` is an open socket.
+    let r = unsafe {
+        libc::getsockopt(fd, level, opt, (&mut val as *mut libc::c_int).cast(), &mut len)
+    };
+    if r == 0 { Ok(val) } else { Err(io::Error::last_os_error()) }
+}
+
+/// The MTU of the route to `peer`, as the kernel knows it now (the egress interface's MTU, or
+/// a smaller path MTU it learned): a UDP socket is connected to `peer` (which sends nothing)
+/// and asked for `IP_MTU` / `IPV6_MTU`.
+pub fn route_mtu(peer: std::net::IpAddr) -> io::Result<usize> {
+    let any: std::net::SocketAddr = if peer.is_ipv4() {
+        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+    } else {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    let s = std::net::UdpSocket::bind(any)?;
+    s.connect((peer, 9))?;
+    let mtu = if peer.is_ipv4() {
+        getsockopt_int(s.as_raw_fd(), libc::IPPROTO_IP, libc::IP_MTU)?
+    } else {
+        getsockopt_int(s.as_raw_fd(), libc::IPPROTO_IPV6, libc::IPV6_MTU)?
+    };
+    usize::try_from(mtu).map_err(|_| io::Error::other(format!("route MTU {mtu}")))
+}
+
 /// The MTU of interface `ifname` (`SIOCGIFMTU` through a throwaway datagram socket).
 pub fn interface_mtu(ifname: &std::ffi::CStr) -> io::Result<usize> {
     // SAFETY: plain socket(2) call; the result is checked.
@@ -169,6 +200,13 @@ pub fn from_sockaddr(ss: &libc::sockaddr_storage, len: libc::socklen_t) -> Optio
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn loopback_route_has_the_loopback_mtu() {
+        // Linux's loopback MTU is 65536 (older kernels: 16436); either is far above 4096.
+        let mtu = route_mtu("127.0.0.1".parse().unwrap()).unwrap();
+        assert!(mtu >= 16_436, "{mtu}");
+    }
 
     #[test]
     fn sockaddr_round_trip() {
