@@ -1,6 +1,7 @@
-//! A firewall that drops RoCE datagrams on the output path is a lossy link, not a failure (root
-//! only; skipped with a message otherwise; under CI a missing `nft` fails the test).
+//! `snic rdma` over real kernel paths (root only; skipped with a message otherwise; under CI a
+//! missing `nft` fails the test).
 //!
+//! **A firewall that drops RoCE datagrams on the output path is a lossy link, not a failure.**
 //! In a network namespace of its own, an nftables rule on the output hook drops 3% of the UDP
 //! datagrams to the test's RoCE port. The kernel then refuses those sends with `EPERM`. Two
 //! `snic rdma` processes (server on 127.0.0.1, client on 127.0.0.2) run WRITE and READ of 64 KiB
@@ -8,6 +9,11 @@
 //! data must have counted the refused datagrams as lost (`tx_lost`) while the RC protocol
 //! retransmitted them. Before this was handled, the first refused send ended the run with
 //! "RoCE send: Operation not permitted".
+//!
+//! **The path MTU follows the link.** Two namespaces joined by a veth pair of MTU 1500: WRITE and
+//! READ of 64 KiB without `--mtu` run at path MTU 1024 (the largest whose packets fit), as
+//! perftest users expect. Before, the default of 4096 made every full packet a datagram larger
+//! than the link and the run ended with "RoCE send: Message too long".
 
 mod common;
 
@@ -57,14 +63,14 @@ impl Drop for Guard {
 
 fn ready() -> bool {
     if !is_root() {
-        note("skipping netns_rdma_loss: needs root");
+        note("skipping netns_rdma: needs root");
         return false;
     }
     if have("nft") {
         return true;
     }
     assert!(std::env::var_os("CI").is_none(), "CI is set but nft (nftables) is missing");
-    note("skipping netns_rdma_loss: nft (nftables) is missing");
+    note("skipping netns_rdma: nft (nftables) is missing");
     false
 }
 
@@ -138,6 +144,92 @@ fn refused_sends_are_losses_the_rc_protocol_recovers() {
         let lost = t["tx_lost"].as_u64().expect("tx_lost");
         assert!(lost > 0, "{op}: 3% of the datagrams were dropped, none counted lost: {t}");
         assert_eq!(t["tx_errors"].as_u64(), Some(0), "{op}: {t}");
-        note(&format!("netns_rdma_loss {op}: {lost} refused datagrams counted lost, recovered"));
+        note(&format!("netns_rdma loss {op}: {lost} refused datagrams counted lost, recovered"));
+    }
+}
+
+/// Two namespaces joined by a veth pair; Drop removes them (the veth goes with them).
+struct Pair2 {
+    ns: [String; 2],
+}
+
+impl Pair2 {
+    fn create(mtu: u32) -> Pair2 {
+        let pid = std::process::id();
+        let g = Pair2 { ns: [format!("snicmtu{pid}a"), format!("snicmtu{pid}b")] };
+        for ns in &g.ns {
+            must(10, &["ip", "netns", "add", ns]);
+            must(10, &["ip", "-n", ns, "link", "set", "lo", "up"]);
+        }
+        let (a, b) = (format!("snmtu{pid}a"), format!("snmtu{pid}b"));
+        must(10, &["ip", "-n", &g.ns[0], "link", "add", &a, "type", "veth", "peer", "name", &b]);
+        must(10, &["ip", "-n", &g.ns[0], "link", "set", &b, "netns", &g.ns[1]]);
+        for (i, (dev, addr)) in [(&a, "10.199.66.1/24"), (&b, "10.199.66.2/24")].iter().enumerate()
+        {
+            must(10, &["ip", "-n", &g.ns[i], "addr", "add", addr, "dev", dev]);
+            must(10, &["ip", "-n", &g.ns[i], "link", "set", dev, "mtu", &mtu.to_string(), "up"]);
+        }
+        g
+    }
+
+    fn snic(&self, i: usize) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.ns[i], "timeout", "-k", "2", "60"])
+            .arg(env!("CARGO_BIN_EXE_snic"))
+            .env_remove("RUST_LOG");
+        c
+    }
+}
+
+impl Drop for Pair2 {
+    fn drop(&mut self) {
+        for ns in &self.ns {
+            let _ = run(10, &["ip", "netns", "del", ns]);
+        }
+    }
+}
+
+#[test]
+fn path_mtu_defaults_to_what_the_link_carries() {
+    if !is_root() {
+        note("skipping netns_rdma: needs root");
+        return;
+    }
+    let g = Pair2::create(1500);
+    for (k, op) in ["write", "read"].into_iter().enumerate() {
+        let (udp, tcp) = ((24_880 + k).to_string(), (28_680 + k).to_string());
+        let common =
+            ["--port", &udp, "--tcp-port", &tcp, "--timeout", "30", "-s", "65536", "-n", "50"];
+        let server = g
+            .snic(0)
+            .args(["rdma", op, "--server", "--json"])
+            .args(common)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn server");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let c = g
+            .snic(1)
+            .args(["rdma", op, "--client", "10.199.66.1", "--json"])
+            .args(common)
+            .output()
+            .expect("run client");
+        let s = server.wait_with_output().expect("server output");
+        assert!(
+            s.status.success() && c.status.success(),
+            "{op}: server {} / client {}\n--- server\n{}{}\n--- client\n{}{}",
+            s.status,
+            c.status,
+            text(&s.stdout),
+            text(&s.stderr),
+            text(&c.stdout),
+            text(&c.stderr)
+        );
+        for out in [&s, &c] {
+            let t = transport(out);
+            assert_eq!(t["tx_errors"].as_u64(), Some(0), "{op}: {t}");
+        }
+        note(&format!("netns_rdma mtu {op}: 64 KiB over a 1500-byte veth without --mtu"));
     }
 }

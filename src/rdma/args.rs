@@ -1,6 +1,7 @@
 //! The command line of `snic rdma`: the benchmark, its options, and the message sizes they
 //! ask for.
 
+use anyhow::{Context, Result};
 use snic_dma::MemKind;
 use snic_rdma::Mtu;
 use std::net::IpAddr;
@@ -107,9 +108,11 @@ pub struct RdmaArgs {
     #[arg(short = 't', long = "tx-depth", value_name = "N", default_value_t = 128,
           value_parser = clap::value_parser!(u32).range(1..=8192))]
     pub tx_depth: u32,
-    /// Path MTU: 256, 512, 1024, 2048 or 4096.
-    #[arg(long, value_name = "BYTES", default_value_t = 4096, value_parser = parse_mtu)]
-    pub mtu: u32,
+    /// Path MTU: 256, 512, 1024, 2048 or 4096. Default: the largest whose packets fit the
+    /// route to the peer (its interface's MTU less the IP, UDP and RoCE headers, as rxe derives
+    /// it from the netdev); the two sides use the smaller of their two values.
+    #[arg(long, value_name = "BYTES", value_parser = parse_mtu)]
+    pub mtu: Option<u32>,
     /// Memory of buffers and QP rings.
     #[arg(short = 'l', long = "mem", value_enum, default_value = "host_mem")]
     pub mem: MemArg,
@@ -140,6 +143,18 @@ pub struct RdmaArgs {
     /// Give up with an error after this many seconds without progress.
     #[arg(long, value_name = "SECS", default_value_t = 30.0, value_parser = parse_secs)]
     pub timeout: f64,
+}
+
+impl RdmaArgs {
+    /// The path MTU to use towards `peer`: `--mtu`, or the one the route's MTU allows.
+    pub(super) fn mtu_towards(&self, peer: IpAddr) -> Result<u32> {
+        if let Some(m) = self.mtu {
+            return Ok(m);
+        }
+        let m = snic_roce::cm::path_mtu_to(peer)
+            .with_context(|| format!("path MTU towards {peer} (give --mtu)"))?;
+        Ok(m.bytes())
+    }
 }
 
 fn parse_mtu(s: &str) -> Result<u32, String> {

@@ -29,8 +29,9 @@ pub(super) fn blast_client(
     // The RoCE transport's sendmmsg batch, so both sides of the comparison batch alike.
     let batch = TransportOpts::default().batch;
     let dst = SocketAddr::new(server, a.port);
+    let mtu = a.mtu_towards(server)?;
     for size in sizes(a) {
-        let (per, dgram) = blast_shape(size, a.mtu);
+        let (per, dgram) = blast_shape(size, mtu);
         let count = per.saturating_mul(a.iters);
         ctrl.send(&[tag::RUN, u64::from(size), a.iters])?;
         expect_tag(&ctrl.recv()?, tag::READY)?;
@@ -71,6 +72,7 @@ pub(super) fn blast_server(mut ctrl: Ctrl, a: &RdmaArgs, local_ip: IpAddr) -> Re
     let bind = SocketAddr::new(local_ip, a.port);
     let mut rx = BlastReceiver::bind(bind, !a.no_gso).with_context(|| format!("bind {bind}"))?;
     let mut rep = Report { json: a.json, gbits: a.report_gbits, op: a.op, started: false };
+    let mtu = a.mtu_towards(ctrl.s.peer_addr().context("control connection")?.ip())?;
     loop {
         let m = ctrl.recv()?;
         match m.first() {
@@ -80,7 +82,7 @@ pub(super) fn blast_server(mut ctrl: Ctrl, a: &RdmaArgs, local_ip: IpAddr) -> Re
         }
         let size = u32::try_from(m[1]).map_err(|_| anyhow!("protocol error: size"))?;
         let iters = m[2];
-        let (per, _) = blast_shape(size, a.mtu);
+        let (per, _) = blast_shape(size, mtu);
         let count = per.saturating_mul(iters);
         ctrl.send(&[tag::READY])?;
         let mut got = BlastReport::default();

@@ -75,6 +75,8 @@ pub(super) fn setup(ctrl: Ctrl, plan: Plan, a: &RdmaArgs, local_ip: IpAddr) -> R
     };
     let qpn = rnic.create_qp(init).map_err(|e| anyhow!("create_qp: {e}"))?;
     let psn = initial_psn(qpn);
+    let peer = ctrl.s.peer_addr().context("control connection")?.ip();
+    let mtu = a.mtu_towards(peer)?;
     let local = QpInfo {
         qpn,
         psn,
@@ -83,7 +85,7 @@ pub(super) fn setup(ctrl: Ctrl, plan: Plan, a: &RdmaArgs, local_ip: IpAddr) -> R
         rkey: mr.rkey,
         addr: mr.addr,
         len: mr.len,
-        mtu: a.mtu,
+        mtu,
     };
     let mut ctrl = ctrl;
     let remote = cm::exchange(&mut ctrl.s, &local).context("QP exchange")?;
@@ -99,7 +101,7 @@ pub(super) fn setup(ctrl: Ctrl, plan: Plan, a: &RdmaArgs, local_ip: IpAddr) -> R
         a.port
     );
     let clock = MonotonicClock::new();
-    cm::connect_qp_mtu(&mut rnic, qpn, &remote, psn, a.mtu, clock.now())
+    cm::connect_qp_mtu(&mut rnic, qpn, &remote, psn, mtu, clock.now())
         .map_err(|e| anyhow!("connect QP: {e}"))?;
     let opts = TransportOpts { gso: !a.no_gso, gro: !a.no_gso, ..TransportOpts::default() };
     let bind = SocketAddr::new(local_ip, a.port);
