@@ -592,7 +592,8 @@ def build():
         dict(layers=["eth", "ipv4", "udp"], **five("ipv4", "10.30.0.1", "10.30.0.2", 17, 1, 2)),
         raw=short + b"\x00" * (60 - len(short)),
     )
-    # A CNP (congestion notification): BECN set, 16 reserved bytes; not an RC opcode.
+    # A CNP (congestion notification): BECN set, 16 reserved bytes; not an RC opcode, but RDMA
+    # traffic all the same: the engine's rate control consumes it.
     c.add(
         "roce_cnp",
         Ether(src=MAC_A, dst=MAC_B)
@@ -604,6 +605,7 @@ def build():
             **five("ipv4", "192.168.1.2", "192.168.1.1", 17, 0xC202, ROCE_PORT),
             roce=roce_exp(0x81, 0x23, 0, becn=True),
             icrc_ok=True,
+            **{"class": "rdma"},
         ),
     )
     # RoCEv2 inside a VXLAN tunnel: the BTH, its RETH and the ICRC are the inner datagram's.

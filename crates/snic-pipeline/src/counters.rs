@@ -83,7 +83,7 @@ impl Serialize for DropCounts {
 /// Packets a stage classified, by the class it gave them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct ClassCounts {
-    /// Classified as RDMA (RoCEv2, RC opcode).
+    /// Classified as RDMA (RoCEv2 with an RC opcode, or a CNP).
     pub rdma: u64,
     /// Classified as anything else.
     pub other: u64,

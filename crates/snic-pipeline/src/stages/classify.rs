@@ -1,8 +1,8 @@
 //! `classify`: RecoNIC's packet classification, RDMA or not.
 //!
 //! A packet is [`Class::Rdma`] when its UDP destination port is 4791 (RoCEv2) **and** a complete
-//! BTH follows whose opcode is a defined reliable-connection (RC) opcode; everything else is
-//! [`Class::Other`]. For RDMA packets the stage fills [`RoceMeta`] with the fields RecoNIC's parser
+//! BTH follows whose opcode is a defined reliable-connection (RC) opcode or the RoCEv2 CNP
+//! (0x81: the RDMA engine's rate control consumes it); everything else is [`Class::Other`]. For RDMA packets the stage fills [`RoceMeta`] with the fields RecoNIC's parser
 //! hands to its RDMA engine (addresses, ports, opcode, SE, dest QP, ack-request, PSN, and from the
 //! extension headers DMA length, VA, rkey, MSN, syndrome, immediate) and verifies the invariant CRC
 //! (`snic_wire::roce::icrc`).
@@ -55,6 +55,12 @@ pub fn is_rc_opcode(op: u8) -> bool {
     opcode::lookup(op).is_some_and(|info| info.transport() == 0)
 }
 
+/// True for the opcodes the RDMA engine takes: [`is_rc_opcode`], and the RoCEv2 congestion
+/// notification (CNP), which its rate control consumes.
+pub fn is_rdma_opcode(op: u8) -> bool {
+    is_rc_opcode(op) || op == opcode::CNP
+}
+
 /// The headers (outer or inner) whose UDP header carries the BTH at `bth`.
 fn carrier(stack: &Stack, bth: usize) -> Option<&Headers> {
     [Some(&stack.outer), stack.inner.as_ref()].into_iter().flatten().find(
@@ -77,7 +83,7 @@ fn ip_addrs(d: &[u8], l3: (Layer, u16)) -> Option<(IpAddr, IpAddr)> {
     }
 }
 
-/// The RoCE fields of `frame`, or `None` when it is not RC RoCEv2 traffic.
+/// The RoCE fields of `frame`, or `None` when it is not RDMA traffic ([`is_rdma_opcode`]).
 ///
 /// Reads through snic-wire's header views at the offsets the parse stage recorded (the walk
 /// already checked every header, so nothing is parsed twice).
@@ -89,7 +95,7 @@ pub fn roce_meta(frame: &[u8], stack: &Stack) -> Option<RoceMeta> {
         return None;
     }
     let b = bth::Header::new_checked(frame.get(bth_at..)?).ok()?;
-    if !is_rc_opcode(b.opcode()) {
+    if !is_rdma_opcode(b.opcode()) {
         return None;
     }
     let (ip_src, ip_dst) = ip_addrs(frame, h.l3?)?;
@@ -297,8 +303,15 @@ mod tests {
         );
         // UD SEND ONLY (DETH) parses but is not RDMA for the classifier.
         assert_eq!(meta(&roce(0x64, &[0; 8], &[0; 4])), None);
-        // A CNP is not RDMA traffic either.
-        assert_eq!(meta(&roce(0x81, &[0; 16], &[])), None);
+    }
+
+    #[test]
+    fn a_cnp_is_rdma_traffic_for_the_engine() {
+        assert!(is_rdma_opcode(0x81) && !is_rc_opcode(0x81));
+        assert!(!is_rdma_opcode(0x64) && !is_rdma_opcode(0x80) && !is_rdma_opcode(0x82));
+        let m = meta(&roce(0x81, &[0; 16], &[])).expect("a CNP is classified RDMA");
+        assert_eq!(m.opcode, 0x81);
+        assert!(m.icrc_ok);
     }
 
     fn run(
