@@ -517,9 +517,19 @@ impl RdmaHost {
                 format!("remote_ip {ip} does not fit this snic's RDMA address {}", self.addr),
             ));
         }
-        let path_mtu = Mtu::from_bytes(mtu).ok_or_else(|| {
-            Response::error("bad_request", format!("mtu {mtu} (256, 512, 1024, 2048 or 4096)"))
-        })?;
+        // 0: the largest path MTU the route to the peer carries (as rxe derives it).
+        let path_mtu = if mtu == 0 {
+            snic_roce::cm::path_mtu_to(ip).map_err(|e| {
+                Response::error("bad_request", format!("path MTU towards {ip}: {e}"))
+            })?
+        } else {
+            Mtu::from_bytes(mtu).ok_or_else(|| {
+                Response::error(
+                    "bad_request",
+                    format!("mtu {mtu} (0 for the route's, or 256, 512, 1024, 2048, 4096)"),
+                )
+            })?
+        };
         let attr = QpAttr {
             access: Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
             path_mtu,

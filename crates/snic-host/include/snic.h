@@ -195,7 +195,8 @@ int snic_rdma_create_qp(const snic_dev *dev, int placement, const snic_buf *ring
                         uint32_t depth, snic_rdma_qp *out);
 /* Destroy a QP. */
 int snic_rdma_destroy_qp(const snic_dev *dev, uint32_t qpn);
-/* Connect QP `qpn` to `remote_qpn` on the snic at `remote_ip` (PSNs start at 0 both ways). */
+/* Connect QP `qpn` to `remote_qpn` on the snic at `remote_ip` (PSNs start at 0 both ways) with
+ * path MTU `mtu` (256 .. 4096; 0: the largest the route to `remote_ip` carries). */
 int snic_rdma_connect(const snic_dev *dev, uint32_t qpn, uint32_t remote_qpn,
                       const char *remote_ip, uint32_t mtu);
 /* Post a WRITE / READ (remote_addr, rkey) or SEND of `len` bytes at local_addr (MR lkey). */

@@ -805,7 +805,7 @@ pub unsafe extern "C" fn snic_rdma_destroy_qp(dev: *const SnicDev, qpn: u32) -> 
 }
 
 /// Connect QP `qpn` to QP `remote_qpn` of the snic at `remote_ip` (a NUL-terminated IPv4 or
-/// IPv6 address) with path MTU `mtu` (256 ..= 4096).
+/// IPv6 address) with path MTU `mtu` (256 ..= 4096; 0: the largest the route carries).
 ///
 /// # Safety
 /// `dev` a live device handle; `remote_ip` a NUL-terminated string.

@@ -190,7 +190,8 @@ impl Device {
     }
 
     /// Connect QP `qpn` to QP `remote_qpn` of the snic at `remote_ip` (RESET -> INIT -> RTR ->
-    /// RTS; both sides start at PSN 0) with path MTU `mtu` (256 ..= 4096, a power of two).
+    /// RTS; both sides start at PSN 0) with path MTU `mtu` (256 ..= 4096, a power of two; 0:
+    /// the largest the route to `remote_ip` carries, as rxe derives it from the netdev).
     /// The peer must connect its QP back to this one.
     pub fn rdma_connect(
         &self,
