@@ -101,6 +101,20 @@ fn pair(g: &Guard, op: &str, udp: u16, tcp: u16) -> (Output, Output) {
     (server.wait_with_output().expect("server output"), client)
 }
 
+/// Both sides exited 0, else panic with everything they printed.
+fn both_ok(op: &str, s: &Output, c: &Output) {
+    assert!(
+        s.status.success() && c.status.success(),
+        "{op}: server {} / client {}\n--- server\n{}{}\n--- client\n{}{}",
+        s.status,
+        c.status,
+        text(&s.stdout),
+        text(&s.stderr),
+        text(&c.stdout),
+        text(&c.stderr)
+    );
+}
+
 /// The transport counters of the JSON line a side printed.
 fn transport(out: &Output) -> Value {
     let line = text(&out.stdout)
@@ -123,16 +137,7 @@ fn refused_sends_are_losses_the_rc_protocol_recovers() {
     // WRITE: the client sends the data; READ: the server does (as READ responses).
     for (k, op) in ["write", "read"].into_iter().enumerate() {
         let (s, c) = pair(&g, op, udp, tcp + k as u16);
-        assert!(
-            s.status.success() && c.status.success(),
-            "{op}: server {} / client {}\n--- server\n{}{}\n--- client\n{}{}",
-            s.status,
-            c.status,
-            text(&s.stdout),
-            text(&s.stderr),
-            text(&c.stdout),
-            text(&c.stderr)
-        );
+        both_ok(op, &s, &c);
         // Both sides print `"verified":true` (checked by `transport`) and the plain line.
         for out in [&s, &c] {
             let all = text(&out.stdout) + &text(&out.stderr);
@@ -216,16 +221,7 @@ fn path_mtu_defaults_to_what_the_link_carries() {
             .output()
             .expect("run client");
         let s = server.wait_with_output().expect("server output");
-        assert!(
-            s.status.success() && c.status.success(),
-            "{op}: server {} / client {}\n--- server\n{}{}\n--- client\n{}{}",
-            s.status,
-            c.status,
-            text(&s.stdout),
-            text(&s.stderr),
-            text(&c.stdout),
-            text(&c.stderr)
-        );
+        both_ok(op, &s, &c);
         for out in [&s, &c] {
             let t = transport(out);
             assert_eq!(t["tx_errors"].as_u64(), Some(0), "{op}: {t}");
