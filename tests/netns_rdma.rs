@@ -21,6 +21,15 @@ use common::netns::{have, is_root, must, note, run};
 use serde_json::Value;
 use std::process::{Command, Output, Stdio};
 
+/// `snic` run inside namespace `ns`, bounded to 60 s.
+fn snic_in(ns: &str) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns, "timeout", "-k", "2", "60"])
+        .arg(env!("CARGO_BIN_EXE_snic"))
+        .env_remove("RUST_LOG");
+    c
+}
+
 /// The namespace and its rule; Drop removes them whatever the exit path.
 struct Guard {
     ns: String,
@@ -47,11 +56,7 @@ impl Guard {
     }
 
     fn snic(&self) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.ns, "timeout", "-k", "2", "60"])
-            .arg(env!("CARGO_BIN_EXE_snic"))
-            .env_remove("RUST_LOG");
-        c
+        snic_in(&self.ns)
     }
 }
 
@@ -178,11 +183,7 @@ impl Pair2 {
     }
 
     fn snic(&self, i: usize) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.ns[i], "timeout", "-k", "2", "60"])
-            .arg(env!("CARGO_BIN_EXE_snic"))
-            .env_remove("RUST_LOG");
-        c
+        snic_in(&self.ns[i])
     }
 }
 
