@@ -41,8 +41,8 @@ use snic_wire::{ipv6, udp};
 
 use snic_io::sys::poll::poll_in;
 use snic_io::sys::sock::{
-    empty_iovec, empty_mmsghdr, empty_sockaddr, from_sockaddr, is_full, set_buffer, setsockopt_int,
-    to_sockaddr,
+    empty_iovec, empty_mmsghdr, empty_sockaddr, from_sockaddr, is_full, is_refused_by_network,
+    set_buffer, setsockopt_int, to_sockaddr,
 };
 
 /// Most datagrams (or GSO buffers) moved by one `sendmmsg` / `recvmmsg`; bigger
@@ -113,7 +113,9 @@ pub struct TransportStats {
     /// Engine packets the kernel refused for a reason a network can have at any time (a
     /// firewall's `EPERM`/`EACCES`, no route or host `EHOSTUNREACH`/`ENETUNREACH`/`ENETDOWN`,
     /// an ICMP error reported as `ECONNREFUSED`): counted as lost on the wire, not returned as
-    /// an error. The RC protocol retransmits them.
+    /// an error. The RC protocol retransmits them. Only a refusal of the first message of a
+    /// `sendmmsg` is reported as an error; a later one shows as a short count, and that message
+    /// is sent again on the next call (counted in `tx_retry`).
     pub tx_lost: u64,
     /// Engine packets that were not IPv4/IPv6 + UDP of our family (a bug upstream; dropped).
     pub tx_malformed: u64,
@@ -461,7 +463,7 @@ impl RoceTransport {
                     self.gso_on = false;
                     self.stats.gso_fallbacks += 1;
                 }
-                Err(e) if is_transient_loss(&e) => {
+                Err(e) if is_refused_by_network(&e) => {
                     // The network said no to this message, as a lossy link would: its packets
                     // are lost (counted), the engine's retransmission recovers them.
                     self.stats.tx_lost += runs[0].count as u64;
@@ -581,24 +583,6 @@ impl RoceTransport {
             }
         }
     }
-}
-
-/// A send error that a real network produces at any time (a firewall's verdict, a route or
-/// neighbour that is not there, an ICMP error from an earlier datagram): the datagram is lost,
-/// the transport goes on. Anything else (a bad descriptor, a bad address) is a hard error.
-fn is_transient_loss(e: &io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(
-            libc::EPERM
-                | libc::EACCES
-                | libc::EHOSTUNREACH
-                | libc::ENETUNREACH
-                | libc::ENETDOWN
-                | libc::EHOSTDOWN
-                | libc::ECONNREFUSED
-        )
-    )
 }
 
 fn count_sent(stats: &mut TransportStats, pkts: &[TxMeta]) {
@@ -1000,20 +984,6 @@ pub(crate) fn open_tx_socket(addr: SocketAddr) -> io::Result<UdpSocket> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn network_refusals_are_losses_and_the_rest_are_errors() {
-        for errno in [libc::EPERM, libc::EACCES, libc::EHOSTUNREACH, libc::ENETUNREACH] {
-            assert!(is_transient_loss(&io::Error::from_raw_os_error(errno)), "{errno}");
-        }
-        assert!(is_transient_loss(&io::Error::from_raw_os_error(libc::ECONNREFUSED)));
-        for errno in [libc::EBADF, libc::EINVAL, libc::EFAULT, libc::EMSGSIZE] {
-            assert!(!is_transient_loss(&io::Error::from_raw_os_error(errno)), "{errno}");
-        }
-        // A full buffer is neither: the packets stay queued and are sent again.
-        assert!(!is_transient_loss(&io::Error::from_raw_os_error(libc::ENOBUFS)));
-        assert!(is_full(&io::Error::from_raw_os_error(libc::ENOBUFS)));
-    }
 
     fn meta(dst: &str, len: usize) -> TxMeta {
         TxMeta { sock: 0, dst: dst.parse().unwrap(), tos: 0, off: 0, len, sg: None }

@@ -118,6 +118,25 @@ pub fn is_full(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::WouldBlock || e.raw_os_error() == Some(libc::ENOBUFS)
 }
 
+/// A send error that a real network produces at any time (a firewall's verdict `EPERM` /
+/// `EACCES`, a route or neighbour that is not there, an ICMP error from an earlier datagram
+/// reported as `ECONNREFUSED`): the datagram is lost and the sender goes on. Anything else (a
+/// bad descriptor, a bad address, a full buffer) is not.
+pub fn is_refused_by_network(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(
+            libc::EPERM
+                | libc::EACCES
+                | libc::EHOSTUNREACH
+                | libc::ENETUNREACH
+                | libc::ENETDOWN
+                | libc::EHOSTDOWN
+                | libc::ECONNREFUSED
+        )
+    )
+}
+
 /// An `iovec` pointing at nothing.
 pub fn empty_iovec() -> libc::iovec {
     libc::iovec { iov_base: core::ptr::null_mut(), iov_len: 0 }
@@ -200,6 +219,21 @@ pub fn from_sockaddr(ss: &libc::sockaddr_storage, len: libc::socklen_t) -> Optio
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn network_refusals_are_losses_and_the_rest_are_errors() {
+        let err = io::Error::from_raw_os_error;
+        for errno in [libc::EPERM, libc::EACCES, libc::EHOSTUNREACH, libc::ENETUNREACH] {
+            assert!(is_refused_by_network(&err(errno)), "{errno}");
+        }
+        assert!(is_refused_by_network(&err(libc::ECONNREFUSED)));
+        for errno in [libc::EBADF, libc::EINVAL, libc::EFAULT, libc::EMSGSIZE] {
+            assert!(!is_refused_by_network(&err(errno)), "{errno}");
+        }
+        // A full buffer is neither: the packets stay queued and are sent again.
+        assert!(!is_refused_by_network(&err(libc::ENOBUFS)));
+        assert!(is_full(&err(libc::ENOBUFS)));
+    }
 
     #[test]
     fn loopback_route_has_the_loopback_mtu() {
