@@ -81,8 +81,8 @@ fuzz_target!(|data: &[u8]| {
     for s in &c.stages {
         assert_eq!(
             s.packets_in,
-            s.packets_out + s.drops.total(),
-            "stage {}: in {} != out {} + drops {}",
+            s.packets_out + s.drops.total() + s.held + s.local,
+            "stage {}: in {} != out {} + drops {} + held + local",
             s.name,
             s.packets_in,
             s.packets_out,

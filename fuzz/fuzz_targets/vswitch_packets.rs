@@ -61,7 +61,7 @@ fuzz_target!(|data: &[u8]| {
     for s in &c.stages {
         assert_eq!(
             s.packets_in,
-            s.packets_out + s.drops.total() + s.held,
+            s.packets_out + s.drops.total() + s.held + s.local,
             "stage {}: in {} != out {} + drops {} + held {}",
             s.name,
             s.packets_in,

@@ -5,9 +5,11 @@
 //! them with [`Counters::merge`]. A snapshot serialises to JSON (only non-zero drop reasons are
 //! written, keyed by their stable names) and prints as an aligned table.
 //!
-//! Invariant (checked by tests): for every stage, `packets_in == packets_out + sum(drops) + held`,
-//! where `held` is what a stage keeps queued right now (a vSwitch exception queue, a shaper); it
-//! is zero for stages that never hold packets.
+//! Invariant (checked by tests): for every stage,
+//! `packets_in == packets_out + sum(drops) + held + local`, where `held` is what a stage keeps
+//! queued right now (a vSwitch exception queue, a shaper; zero for stages that never hold
+//! packets) and `local` counts the packets the stage delivered to the device itself
+//! ([`PortId::LOCAL`]: the RoCE engine, the neighbour responder).
 //! A stage that classifies (`classify`) also counts each packet it was handed by the class it
 //! gave ([`ClassCounts`]), so there `packets_in == classes.rdma + classes.other`.
 
@@ -140,6 +142,10 @@ pub struct StageCounters {
     /// one): a gauge, not a running total. Zero for stages that never hold packets.
     #[serde(skip_serializing_if = "is_zero")]
     pub held: u64,
+    /// Packets the stage delivered to the device itself ([`PortId::LOCAL`]): taken out of the
+    /// pipeline for the RoCE engine or the neighbour responder. Zero for most stages.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub local: u64,
     /// Packets the stage classified, by class (only the classify stage counts these; in JSON
     /// only when non-zero).
     #[serde(skip_serializing_if = "ClassCounts::is_zero")]
@@ -159,6 +165,7 @@ impl StageCounters {
         self.bytes_in += other.bytes_in;
         self.errors += other.errors;
         self.held += other.held;
+        self.local += other.local;
         self.drops.merge(&other.drops);
         self.classes.merge(&other.classes);
     }

@@ -18,7 +18,7 @@ const WIRE: usize = WireError::NAMES.len();
 pub const DROP_REASONS: usize = WIRE + OTHER_NAMES.len();
 
 /// Names of the non-`Malformed` reasons, in slot order after the wire errors.
-const OTHER_NAMES: [&str; 17] = [
+const OTHER_NAMES: [&str; 18] = [
     "no_egress",
     "tx_queue_full",
     "tx_error",
@@ -36,6 +36,7 @@ const OTHER_NAMES: [&str; 17] = [
     "queue_full",
     "not_a_flow",
     "transpose_failed",
+    "local_full",
 ];
 
 /// Why a packet was dropped. Names ([`DropReason::name`], `Display`) are lower-case and stable:
@@ -81,6 +82,9 @@ pub enum DropReason {
     /// A header transposition could not be applied to the packet (no room, wrong family, TTL
     /// expired, a super-packet to encapsulate).
     TransposeFailed,
+    /// A packet for the device itself ([`crate::PortId::LOCAL`]) found the pipeline's local
+    /// queue full (the driver did not take the earlier ones).
+    LocalFull,
 }
 
 impl DropReason {
@@ -105,6 +109,7 @@ impl DropReason {
             DropReason::EgressQueueFull => WIRE + 14,
             DropReason::NotAFlow => WIRE + 15,
             DropReason::TransposeFailed => WIRE + 16,
+            DropReason::LocalFull => WIRE + 17,
         }
     }
 
@@ -181,6 +186,7 @@ mod tests {
             DropReason::EgressQueueFull,
             DropReason::NotAFlow,
             DropReason::TransposeFailed,
+            DropReason::LocalFull,
         ];
         let mut seen = [false; DROP_REASONS];
         for r in all {

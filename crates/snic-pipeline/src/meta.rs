@@ -13,9 +13,21 @@ impl PortId {
     /// layer fans such a packet out (copying it per port); no real port has this number.
     pub const FLOOD: PortId = PortId(u16::MAX);
 
+    /// Reserved egress meaning "the device itself": the packet is for the NIC (its RoCE
+    /// engine, its neighbour responder), not for a port. The pipeline takes such a packet out
+    /// of the batch right after the stage that chose it, so later stages never see it, and
+    /// counts it in that stage's `local`; the driver collects it with
+    /// [`crate::Pipeline::take_local`].
+    pub const LOCAL: PortId = PortId(u16::MAX - 1);
+
     /// True for [`PortId::FLOOD`].
     pub const fn is_flood(self) -> bool {
         self.0 == u16::MAX
+    }
+
+    /// True for [`PortId::LOCAL`].
+    pub const fn is_local(self) -> bool {
+        self.0 == u16::MAX - 1
     }
 }
 

@@ -302,6 +302,20 @@ pub fn parse_rss_key(hex: &str) -> Result<[u8; 40], BuildError> {
     Ok(key)
 }
 
+/// After a stage that [`Stage::delivers_local`]: move its `LOCAL` packets from `batch` into
+/// `local` and count them in the stage's `local`. A packet that does not fit (the driver has
+/// not taken the earlier ones) is dropped as `local_full`, counted by the same stage.
+fn take_local(batch: &mut Batch, local: &mut Batch, c: &mut StageCounters, trace: &mut TraceRing) {
+    let is_local = |p: &crate::PacketBuf| p.meta.egress.is_some_and(PortId::is_local);
+    let before = batch.len();
+    batch.drain_into(local, is_local);
+    c.local += (before - batch.len()) as u64;
+    if batch.iter().any(is_local) {
+        StageCtx::new(c, trace)
+            .each(batch, |p, _| if is_local(p) { Err(DropReason::LocalFull) } else { Ok(()) });
+    }
+}
+
 /// Opens the sink of a `tap:PATH` stage; supplied by the I/O layer (the pipeline opens nothing).
 pub type SinkOpener<'a> = dyn FnMut(&str) -> std::io::Result<Box<dyn Write + Send>> + 'a;
 
@@ -318,6 +332,9 @@ pub struct Pipeline {
     trace: TraceRing,
     filter: Option<TraceFilter>,
     next_seq: u64,
+    /// Packets delivered to the device ([`PortId::LOCAL`]) since the last
+    /// [`Pipeline::take_local`].
+    local: Batch,
 }
 
 impl fmt::Debug for Pipeline {
@@ -351,6 +368,7 @@ impl Pipeline {
             trace: TraceRing::new(default_trace_capacity()),
             filter: None,
             next_seq: 0,
+            local: Batch::new(crate::MAX_BATCH),
         }
     }
 
@@ -463,6 +481,9 @@ impl Pipeline {
             c.packets_in += batch.len() as u64;
             c.bytes_in += batch.iter().map(|p| p.len() as u64).sum::<u64>();
             stage.process(now, batch, &mut StageCtx::new(c, &mut self.trace));
+            if stage.delivers_local() {
+                take_local(batch, &mut self.local, c, &mut self.trace);
+            }
             c.packets_out += batch.len() as u64;
             c.held = stage.pending() as u64;
             if let Some(f) = self.filter.filter(|f| !f.is_entry_only()) {
@@ -478,6 +499,18 @@ impl Pipeline {
             None => Err(DropReason::NoEgress),
         });
         c.packets_out += batch.len() as u64;
+    }
+
+    /// Move the packets delivered to the device ([`PortId::LOCAL`]) since the last call into
+    /// `out` (until it is full; the rest wait for the next call). The driver calls it after
+    /// every [`Pipeline::process`].
+    pub fn take_local(&mut self, out: &mut Batch) {
+        self.local.drain_into(out, |_| true);
+    }
+
+    /// Packets delivered to the device and not yet taken with [`Pipeline::take_local`].
+    pub fn local_pending(&self) -> usize {
+        self.local.len()
     }
 
     /// Packets the stages hold (to be released by a later [`Pipeline::process`], possibly of an
@@ -675,6 +708,83 @@ mod tests {
             )),
             Err(BuildError::BadTrace(_))
         ));
+    }
+
+    /// Delivers even-first-byte packets to the device, passes the others to port 1.
+    struct Even;
+    impl Stage for Even {
+        fn name(&self) -> &str {
+            "even"
+        }
+        fn process(&mut self, _: Instant, batch: &mut Batch, _: &mut StageCtx<'_>) {
+            for p in batch.iter_mut() {
+                let local = p.data()[0] % 2 == 0;
+                p.meta.egress = Some(if local { PortId::LOCAL } else { PortId(1) });
+            }
+        }
+        fn delivers_local(&self) -> bool {
+            true
+        }
+    }
+
+    /// Counts what it sees in `errors` (a stage after the local one must not see local packets).
+    struct Count;
+    impl Stage for Count {
+        fn name(&self) -> &str {
+            "count"
+        }
+        fn process(&mut self, _: Instant, batch: &mut Batch, ctx: &mut StageCtx<'_>) {
+            for p in batch.iter() {
+                assert!(!p.meta.egress.is_some_and(PortId::is_local), "a local packet went on");
+                ctx.error();
+            }
+        }
+    }
+
+    #[test]
+    fn local_packets_leave_after_their_stage_and_are_counted_there() {
+        let mut p = Pipeline::new();
+        p.push(Box::new(Even));
+        p.push(Box::new(Count));
+        let mut b = Batch::new(8);
+        for i in 0..6u8 {
+            b.push_frame(&[i]);
+        }
+        p.process(Instant::ZERO, &mut b);
+        assert_eq!(b.iter().map(|p| p.data()[0]).collect::<Vec<_>>(), vec![1, 3, 5]);
+        assert_eq!(p.local_pending(), 3);
+        let mut local = Batch::new(8);
+        p.take_local(&mut local);
+        assert_eq!(local.iter().map(|p| p.data()[0]).collect::<Vec<_>>(), vec![0, 2, 4]);
+        assert_eq!(p.local_pending(), 0);
+        let c = p.counters();
+        let even = &c.stages[0];
+        assert_eq!((even.packets_in, even.packets_out, even.local), (6, 3, 3));
+        assert_eq!((c.stages[1].packets_in, c.stages[1].errors), (3, 3));
+        // The sequence numbers were given before the local stage.
+        assert_eq!(local.iter().map(|p| p.meta.seq).collect::<Vec<_>>(), vec![1, 3, 5]);
+    }
+
+    #[test]
+    fn local_packets_the_driver_never_takes_are_counted_drops_not_lost() {
+        let mut p = Pipeline::new();
+        p.push(Box::new(Even));
+        let mut fed = 0u64;
+        // MAX_BATCH local packets fill the queue; the next ones are dropped as local_full.
+        for _ in 0..3 {
+            let mut b = Batch::new(crate::MAX_BATCH);
+            for _ in 0..crate::MAX_BATCH / 2 + 10 {
+                b.push_frame(&[0]);
+                fed += 1;
+            }
+            p.process(Instant::ZERO, &mut b);
+            assert!(b.is_empty());
+        }
+        let c = p.counters();
+        let even = &c.stages[0];
+        assert_eq!(even.local, crate::MAX_BATCH as u64);
+        assert_eq!(even.drops.get(DropReason::LocalFull), fed - crate::MAX_BATCH as u64);
+        assert_eq!(even.packets_in, even.packets_out + even.local + even.drops.total());
     }
 
     #[test]

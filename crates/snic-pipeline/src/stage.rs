@@ -103,6 +103,13 @@ pub trait Stage: Send {
         None
     }
 
+    /// True for a stage that may give packets the egress [`crate::PortId::LOCAL`] (the
+    /// device itself). The pipeline takes such packets out after this stage only, so other
+    /// stages cost nothing.
+    fn delivers_local(&self) -> bool {
+        false
+    }
+
     /// Push out anything buffered (a capture writer). Called by [`crate::Pipeline::flush`].
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())

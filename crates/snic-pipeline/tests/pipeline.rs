@@ -52,8 +52,8 @@ fn assert_stage_invariant(c: &Counters) {
     for s in &c.stages {
         assert_eq!(
             s.packets_in,
-            s.packets_out + s.drops.total(),
-            "stage {}: in {} != out {} + drops {}",
+            s.packets_out + s.drops.total() + s.held + s.local,
+            "stage {}: in {} != out {} + drops {} + held + local",
             s.name,
             s.packets_in,
             s.packets_out,
