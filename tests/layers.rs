@@ -22,6 +22,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("snic-compute", 1),
     ("snic-vswitch", 2),
     ("snic-hostif", 2),
+    ("snic-nic", 2),
     // I/O: ports and run loop; the host library.
     ("snic-io", 3),
     ("snic-host", 3),
@@ -42,6 +43,7 @@ const ENGINES: &[&str] = &[
     "snic-rdma",
     "snic-compute",
     "snic-vswitch",
+    "snic-nic",
 ];
 
 /// Crates that do I/O (system calls, signals, devices); no engine may depend on them.

@@ -1,0 +1,3 @@
+//! The NIC's own packet handling, sans-IO.
+
+pub mod neigh;
