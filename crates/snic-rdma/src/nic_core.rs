@@ -17,6 +17,9 @@ use crate::verbs::{CqId, Cqe, Pd, SgList, WcStatus};
 pub struct RnicConfig {
     /// This NIC's address (its GID, as an IP address).
     pub local_ip: IpAddr,
+    /// More addresses of this NIC (more GIDs: an IPv6 address beside an IPv4 one). A QP sends
+    /// from the first address, `local_ip` then these, of its remote's family.
+    pub more_ips: Vec<IpAddr>,
     /// UDP port RoCE listens on and sends to (4791).
     pub udp_port: u16,
     /// Bytes of host memory the NIC manages as a pool (queues and buffers of `alloc_host`).
@@ -43,10 +46,22 @@ pub struct RnicConfig {
     pub max_inflight: u32,
 }
 
+impl RnicConfig {
+    /// The address a QP whose remote is `remote` sends from: the first of `local_ip`, then
+    /// `more_ips`, of `remote`'s family.
+    pub fn source_for(&self, remote: IpAddr) -> Option<IpAddr> {
+        core::iter::once(&self.local_ip)
+            .chain(&self.more_ips)
+            .copied()
+            .find(|ip| ip.is_ipv4() == remote.is_ipv4())
+    }
+}
+
 impl Default for RnicConfig {
     fn default() -> Self {
         RnicConfig {
             local_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            more_ips: Vec::new(),
             udp_port: snic_wire::roce::UDP_PORT,
             host_pool: 64 << 20,
             host_pool_base: 0x10_0000_0000,
@@ -246,5 +261,22 @@ impl Core {
             off = 0;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_qp_sends_from_the_first_address_of_its_remotes_family() {
+        let v4: IpAddr = "10.0.0.1".parse().unwrap();
+        let v6a: IpAddr = "fd00::1".parse().unwrap();
+        let v6b: IpAddr = "fd00::2".parse().unwrap();
+        let cfg = RnicConfig { local_ip: v4, more_ips: vec![v6a, v6b], ..Default::default() };
+        assert_eq!(cfg.source_for("10.0.0.9".parse().unwrap()), Some(v4));
+        assert_eq!(cfg.source_for("fd00::9".parse().unwrap()), Some(v6a));
+        let only_v4 = RnicConfig { local_ip: v4, ..Default::default() };
+        assert_eq!(only_v4.source_for("fd00::9".parse().unwrap()), None);
     }
 }

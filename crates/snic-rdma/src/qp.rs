@@ -134,10 +134,10 @@ pub(crate) fn modify(
     }
     if mask.contains(AttrMask::AV) {
         match attr.remote {
-            Some(r) if r.is_ipv4() == core.cfg.local_ip.is_ipv4() => {}
+            Some(r) if core.cfg.source_for(r).is_some() => {}
             Some(_) => {
                 return Err(VerbsError::InvalidAttr(
-                    "remote: IP family differs from the local GID",
+                    "remote: IP family differs from every local GID",
                 ));
             }
             None => return Err(VerbsError::InvalidAttr("remote")),
@@ -177,8 +177,9 @@ pub(crate) fn modify(
         (_, QpState::Err) if from != QpState::Err => enter_error(core, qp, now),
         (QpState::Init, QpState::Rtr) => {
             let remote = qp.attr.remote.ok_or(VerbsError::InvalidAttr("remote"))?;
+            let src = core.cfg.source_for(remote).ok_or(VerbsError::InvalidAttr("remote"))?;
             qp.path = Some(Path {
-                src: core.cfg.local_ip,
+                src,
                 dst: remote,
                 sport: crate::pkt::sport_for(qp.qpn, qp.attr.dest_qpn),
                 dport: core.cfg.udp_port,
