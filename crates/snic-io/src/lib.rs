@@ -14,6 +14,8 @@
 //! - [`vlink`]: seeded virtual links (the deterministic testbed, `snic-testbed`, joins nodes
 //!   with them).
 //! - [`worker`], [`runtime`], [`signal`]: real threads, the real clock, clean shutdown.
+//! - [`nic`]: one whole NIC's data path (pipeline, the device's own packets, the RDMA engine)
+//!   on one thread, for real ports and for the testbed.
 //! - [`sys`]: every libc helper (socket options, `mmsghdr` set-up, `poll`, `madvise`).
 
 pub mod port;
@@ -29,6 +31,7 @@ pub mod script;
 pub mod udp;
 pub mod vlink;
 
+pub mod nic;
 pub mod runtime;
 pub mod signal;
 pub mod sys;

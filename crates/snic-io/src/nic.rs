@@ -1,0 +1,183 @@
+//! One NIC's data path on one thread: its ports, its pipeline, its own packets
+//! ([`snic_nic::Nic`]) and its RDMA engine, driven by the one receive -> process -> transmit
+//! loop ([`PortSet::round`]).
+//!
+//! A round: receive a batch from each port and run it through the pipeline; the packets the
+//! `local` stage delivered to the device go to the engine or the neighbour table
+//! ([`Nic::deliver`]), the rest leave by their egress ports. Then the stages' held packets
+//! that are due, the engine's and the neighbour table's timers, and what the engine and the
+//! table send ([`Nic::transmit`]), in batches, to the wire port.
+//!
+//! The engine is passed in (`&mut Rnic`) rather than owned: the device (`snic-device`) shares
+//! it with its control thread behind a mutex and locks it for one round; the testbed owns it.
+//! The same [`NicNode`] runs on real ports with the real clock and on virtual links with the
+//! simulated one.
+
+use crate::port::{Port, PortCounters};
+use crate::worker::{Egress, Handler, PortSet, TX_TRACE_CAPACITY};
+use snic_nic::{Nic, NicCounters};
+use snic_pipeline::trace::{TraceEvent, TraceRing};
+use snic_pipeline::{Batch, Counters, MAX_BATCH, Pipeline};
+use snic_rdma::Rnic;
+use snic_time::Instant;
+use std::io;
+
+/// Most engine and neighbour-table frames sent per round (then the ports are read again, so
+/// a long message does not starve the host's traffic).
+const TX_PER_ROUND: usize = 4 * MAX_BATCH;
+
+/// A NIC's pipeline, ports and own-packet handling (see the module doc).
+#[derive(Debug)]
+pub struct NicNode {
+    name: String,
+    pipeline: Pipeline,
+    ports: PortSet,
+    nic: Nic,
+    trace: TraceRing,
+    local: Batch,
+    tx: Batch,
+}
+
+/// The handler of a NIC round: pipeline, then the device's packets to the device.
+struct NicInline<'a> {
+    pipeline: &'a mut Pipeline,
+    trace: &'a mut TraceRing,
+    nic: &'a mut Nic,
+    rnic: &'a mut Rnic,
+    local: &'a mut Batch,
+}
+
+impl Handler for NicInline<'_> {
+    fn handle(&mut self, now: Instant, rx: &mut Batch, out: &mut Egress<'_>) {
+        self.pipeline.process(now, rx);
+        deliver(now, self.pipeline, self.nic, self.rnic, self.local);
+        out.transmit(now, rx, self.trace);
+    }
+}
+
+/// Hand everything the pipeline delivered to the device to `nic`.
+fn deliver(now: Instant, pipeline: &mut Pipeline, nic: &mut Nic, rnic: &mut Rnic, b: &mut Batch) {
+    while pipeline.local_pending() > 0 {
+        pipeline.take_local(b);
+        nic.deliver(now, b, rnic);
+    }
+}
+
+impl NicNode {
+    /// A NIC running `pipeline` (which should hold `nic`'s [`Nic::local_stage`] after
+    /// `classify`) over `ports` (port `i` is `PortId(i)`), receiving batches of up to
+    /// `batch_size` packets.
+    pub fn new(
+        name: impl Into<String>,
+        pipeline: Pipeline,
+        ports: Vec<Box<dyn Port>>,
+        nic: Nic,
+        batch_size: usize,
+    ) -> Self {
+        NicNode {
+            name: name.into(),
+            pipeline,
+            ports: PortSet::new(ports, batch_size),
+            nic,
+            trace: TraceRing::new(TX_TRACE_CAPACITY),
+            local: Batch::new(MAX_BATCH),
+            tx: Batch::new(MAX_BATCH),
+        }
+    }
+
+    /// The NIC's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// One round (see the module doc). Returns how many packets moved: received, released by
+    /// stages, or sent by the engine and the neighbour table.
+    pub fn poll(&mut self, now: Instant, rnic: &mut Rnic) -> usize {
+        let NicNode { pipeline, ports, nic, trace, local, tx, .. } = self;
+        let mut moved = ports.round(now, &mut NicInline { pipeline, trace, nic, rnic, local });
+        if let Some(n) = ports.release_held(now, pipeline, trace) {
+            moved += n;
+            deliver(now, pipeline, nic, rnic, local);
+        }
+        if rnic.poll_timeout().is_some_and(|t| t <= now) {
+            rnic.handle_timeout(now);
+        }
+        if nic.poll_timeout().is_some_and(|t| t <= now) {
+            nic.handle_timeout(now);
+        }
+        let mut sent = 0;
+        while sent < TX_PER_ROUND {
+            tx.clear();
+            let n = nic.transmit(now, rnic, tx);
+            if n == 0 {
+                break;
+            }
+            sent += n;
+            ports.transmit(now, tx, trace);
+        }
+        moved + sent
+    }
+
+    /// The earliest deadline of the ports, the stages, the engine and the neighbour table.
+    pub fn poll_timeout(&self, rnic: &Rnic) -> Option<Instant> {
+        self.ports
+            .ports()
+            .iter()
+            .filter_map(|p| p.poll_timeout())
+            .chain(self.pipeline.poll_timeout())
+            .chain(rnic.poll_timeout())
+            .chain(self.nic.poll_timeout())
+            .min()
+    }
+
+    /// The poll descriptors of the ports that have one.
+    pub fn poll_fds(&self, out: &mut Vec<std::os::fd::RawFd>) {
+        out.extend(self.ports.ports().iter().filter_map(|p| p.poll_fd()));
+    }
+
+    /// Pipeline counters merged with the I/O side's.
+    pub fn counters(&self) -> Counters {
+        let mut c = self.pipeline.counters();
+        c.merge(self.ports.io());
+        c
+    }
+
+    /// The NIC's own counters (engine and neighbour traffic).
+    pub fn nic_counters(&self) -> NicCounters {
+        *self.nic.counters()
+    }
+
+    /// The NIC's own-packet handling (its neighbour table, its configuration).
+    pub fn nic(&self) -> &Nic {
+        &self.nic
+    }
+
+    /// Each port's name and own counters.
+    pub fn port_counters(&self) -> Vec<(String, PortCounters)> {
+        self.ports.port_counters()
+    }
+
+    /// Take the trace events recorded so far, by packet sequence number.
+    pub fn drain_trace(&mut self) -> Vec<TraceEvent> {
+        let mut ev: Vec<TraceEvent> = self.pipeline.drain_trace().collect();
+        ev.extend(self.trace.drain());
+        ev.sort_by_key(|e| e.seq);
+        ev
+    }
+
+    /// Flush the ports and the pipeline's capture stages.
+    pub fn flush(&mut self) -> io::Result<()> {
+        let mut first = self.ports.flush();
+        if let Err(e) = self.pipeline.flush()
+            && first.is_ok()
+        {
+            first = Err(e);
+        }
+        first
+    }
+
+    /// The pipeline (for control-plane changes between rounds).
+    pub fn pipeline_mut(&mut self) -> &mut Pipeline {
+        &mut self.pipeline
+    }
+}

@@ -1,0 +1,124 @@
+//! `local`: the stage that picks out the packets the NIC itself terminates.
+//!
+//! It runs right after `classify` and gives the egress [`PortId::LOCAL`] (the device itself) to:
+//! - RoCEv2 packets (`Class::Rdma`, not tunnelled) whose IP destination is one of the NIC's
+//!   RoCE addresses: they go to the RDMA engine;
+//! - ARP packets whose target protocol address is one of the NIC's IPv4 RoCE addresses
+//!   (requests to answer, replies to learn from);
+//! - ICMPv6 Neighbor Solicitations and Advertisements whose target is one of the NIC's IPv6
+//!   RoCE addresses.
+//!
+//! The pipeline then takes those packets out of the batch (later stages never see them) and
+//! counts them in this stage's `local`. Everything else goes on unchanged. The stage reads the
+//! parse stage's offsets (`meta.stack`) and bounds-checked bytes only; a packet that was not
+//! parsed is left alone.
+
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use snic_pipeline::meta::Class;
+use snic_pipeline::stage::{Stage, StageCtx};
+use snic_pipeline::trace::TraceWhat;
+use snic_pipeline::{Batch, PacketBuf, PortId};
+use snic_time::Instant;
+use snic_wire::stack::Layer;
+use snic_wire::{arp, icmpv6, ipv6};
+
+/// What a local packet is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LocalKind {
+    /// A RoCEv2 packet for the RDMA engine; its IP header starts at `ip`.
+    Roce {
+        /// Offset of the IP header in the frame.
+        ip: usize,
+    },
+    /// An ARP packet or an ND message for the neighbour table.
+    Neighbour,
+}
+
+/// The `local` stage.
+#[derive(Debug, Clone)]
+pub struct Local {
+    v4: Vec<Ipv4Addr>,
+    v6: Vec<Ipv6Addr>,
+}
+
+impl Local {
+    /// A stage terminating the packets for `addrs` (the NIC's RoCE addresses).
+    pub fn new(addrs: &[IpAddr]) -> Self {
+        let mut v4 = Vec::new();
+        let mut v6 = Vec::new();
+        for a in addrs {
+            match a {
+                IpAddr::V4(a) => v4.push(*a),
+                IpAddr::V6(a) => v6.push(*a),
+            }
+        }
+        Local { v4, v6 }
+    }
+
+    fn is_ours(&self, ip: IpAddr) -> bool {
+        match ip {
+            IpAddr::V4(a) => self.v4.contains(&a),
+            IpAddr::V6(a) => self.v6.contains(&a),
+        }
+    }
+
+    /// What `pkt` is to the NIC, or `None` when it is not the NIC's.
+    pub fn kind(&self, pkt: &PacketBuf) -> Option<LocalKind> {
+        let stack = &pkt.meta.stack;
+        if stack.tunnel.is_some() {
+            return None;
+        }
+        let (layer, l3) = stack.outer.l3?;
+        let l3 = usize::from(l3);
+        let d = pkt.data();
+        if pkt.meta.class == Class::Rdma {
+            let roce = pkt.meta.roce.as_ref()?;
+            return self.is_ours(roce.ip_dst).then_some(LocalKind::Roce { ip: l3 });
+        }
+        match layer {
+            Layer::Arp => {
+                let a = arp::Packet::new_checked(d.get(l3..)?).ok()?;
+                self.v4.contains(&a.target_protocol_addr()).then_some(LocalKind::Neighbour)
+            }
+            Layer::Ipv6 if !self.v6.is_empty() => {
+                let (Layer::Icmpv6, l4) = stack.outer.l4? else { return None };
+                let msg = d.get(usize::from(l4)..)?;
+                let ty = *msg.first()?;
+                if ty != icmpv6::NEIGHBOR_SOLICIT && ty != icmpv6::NEIGHBOR_ADVERT {
+                    return None;
+                }
+                // The target address follows type, code, checksum and 4 flag bytes.
+                let target: [u8; 16] = msg.get(8..24)?.try_into().ok()?;
+                let _ = ipv6::Packet::new_checked(d.get(l3..)?).ok()?;
+                self.v6.contains(&Ipv6Addr::from(target)).then_some(LocalKind::Neighbour)
+            }
+            _ => None,
+        }
+    }
+}
+
+impl Stage for Local {
+    fn name(&self) -> &str {
+        "local"
+    }
+
+    fn process(&mut self, _now: Instant, batch: &mut Batch, ctx: &mut StageCtx<'_>) {
+        for p in batch.iter_mut() {
+            if let Some(kind) = self.kind(p) {
+                p.meta.egress = Some(PortId::LOCAL);
+                ctx.trace(p, || TraceWhat::Forwarded {
+                    port: PortId::LOCAL,
+                    how: match kind {
+                        LocalKind::Roce { .. } => "local: rdma engine",
+                        LocalKind::Neighbour => "local: neighbour table",
+                    },
+                });
+            }
+        }
+    }
+
+    fn delivers_local(&self) -> bool {
+        true
+    }
+}
