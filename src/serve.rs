@@ -1,13 +1,31 @@
 //! `snic serve`: run the host-interface server (setup socket, shared-memory DMA queues and
 //! channels, lookaside kernels) until SIGINT/SIGTERM, then print the counters as one JSON line.
+//!
+//! With `--port` it is a whole NIC (one process, one device): the wire port, the pipeline
+//! (parse, classify, `local`, then the stages given), the RDMA engine terminating RoCEv2 for
+//! the `--rdma-ip` addresses from the wire and answering ARP / ND for them, the host netdev
+//! (`--host-netdev`, a TAP device the host's kernel sees as an ordinary interface: non-RDMA
+//! traffic goes there through the pipeline, and what the host sends goes through it to the
+//! wire), and the host interface (memory, DMA, kernels, RDMA verbs for host programs, whose QPs
+//! then run over the wire port).
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
-use snic_device::{Server, ServerConfig, default_socket_path};
+use std::net::IpAddr;
+
+use anyhow::{Context, Result, bail};
+use snic_device::{Server, ServerConfig, Wire, default_socket_path};
+use snic_io::PortSpec;
+use snic_io::nic::{NicNode, build_pipeline};
+use snic_io::runtime::VSwitchSettings;
 use snic_io::signal::Signals;
+use snic_nic::neigh::NeighConfig;
+use snic_nic::{Nic, NicConfig};
+use snic_pipeline::PortId;
+use snic_pipeline::pipeline::{PipelineConfig, StageSpec};
+use snic_wire::ethernet::EthernetAddress;
 
 use crate::dma::size_label;
 
@@ -35,8 +53,30 @@ pub struct ServeArgs {
     pub spin_us: u64,
     /// Serve RDMA to clients (QPs and MRs, RoCEv2 over UDP) on this address, e.g.
     /// 127.0.0.1:4791 (the port is the RoCE port every peer uses).
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", conflicts_with = "port")]
     pub rdma: Option<std::net::SocketAddr>,
+    /// Run a whole NIC on this wire port (any port kind: afpacket:eth0, tap:NAME, udp:A,B, ...).
+    #[arg(long, value_name = "SPEC", requires = "rdma_ip")]
+    pub port: Option<PortSpec>,
+    /// A RoCE address of the NIC (IPv4 or IPv6; repeat for several). RoCEv2 packets to it are
+    /// the RDMA engine's; the NIC answers ARP and neighbour solicitations for it.
+    #[arg(long = "rdma-ip", value_name = "IP", requires = "port")]
+    pub rdma_ip: Vec<IpAddr>,
+    /// Create the host netdev, a TAP device with this name, as the NIC's port 1: non-RDMA
+    /// traffic for the host goes there, and what the host sends on it goes to the wire.
+    #[arg(long, value_name = "NAME", requires = "port")]
+    pub host_netdev: Option<String>,
+    /// A pipeline stage of the NIC, in order (default: parse, classify, l2fwd; `local` is put
+    /// right after classify).
+    #[arg(long = "stage", value_name = "NAME", requires = "port")]
+    pub stages: Vec<String>,
+    /// The NIC's MAC [default: the wire interface's for afpacket ports, else a random
+    /// locally administered one].
+    #[arg(long, value_name = "MAC", requires = "port")]
+    pub mac: Option<String>,
+    /// vSwitch policy file (TOML), for a `vswitch` stage (default: the embedded policy).
+    #[arg(long, value_name = "PATH", requires = "port")]
+    pub policy: Option<String>,
 }
 
 /// Parse a memory size as [`crate::dma::parse_size`] does (e.g. `4M`: K, M and G are powers
@@ -51,7 +91,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 /// Run the server until a signal.
 pub fn run(args: ServeArgs) -> Result<()> {
     let cfg = ServerConfig {
-        socket: args.socket.unwrap_or_else(default_socket_path),
+        socket: args.socket.clone().unwrap_or_else(default_socket_path),
         on_chip: args.on_chip,
         on_board: args.on_board,
         workers: args.workers,
@@ -61,7 +101,14 @@ pub fn run(args: ServeArgs) -> Result<()> {
     };
     let signals = Signals::install().context("installing signal handlers")?;
     let (on_chip, on_board, workers) = (cfg.on_chip, cfg.on_board, cfg.workers);
-    let server = Server::start(cfg.clone())
+    let (wire, nic_desc) = match &args.port {
+        Some(spec) => {
+            let (w, desc) = open_nic(spec, &args)?;
+            (Some(w), Some(desc))
+        }
+        None => (None, None),
+    };
+    let server = Server::start_with(cfg.clone(), wire)
         .with_context(|| format!("starting the server on {}", cfg.socket.display()))?;
     let huge = server.stats().get("huge_pages").and_then(|v| v.as_bool()).unwrap_or(false);
     {
@@ -77,6 +124,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
         if let Some(a) = cfg.rdma {
             writeln!(out, "snic serve: RDMA (RoCEv2 over UDP) on {a}")?;
         }
+        if let Some(d) = &nic_desc {
+            writeln!(out, "snic serve: NIC {d}")?;
+        }
         out.flush()?;
     }
     while !signals.stop_requested() {
@@ -91,6 +141,90 @@ pub fn run(args: ServeArgs) -> Result<()> {
     writeln!(out, "{stats}")?;
     out.flush()?;
     Ok(())
+}
+
+/// The NIC's MAC: `--mac`, else the wire interface's (afpacket), else a random locally
+/// administered unicast one.
+fn nic_mac(spec: &PortSpec, given: Option<&str>) -> Result<EthernetAddress> {
+    if let Some(m) = given {
+        return parse_mac(m).with_context(|| format!("--mac {m:?}"));
+    }
+    if let PortSpec::AfPacket { ifname: iface } = spec {
+        let path = format!("/sys/class/net/{iface}/address");
+        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+        return parse_mac(text.trim()).with_context(|| format!("{path}: {text:?}"));
+    }
+    // RandomState is seeded randomly per process: enough entropy for a local MAC.
+    use std::hash::BuildHasher;
+    let r = std::collections::hash_map::RandomState::new().hash_one(std::process::id());
+    let mut b = [0u8; 6];
+    b.copy_from_slice(&r.to_le_bytes()[..6]);
+    b[0] = (b[0] & 0xfe) | 0x02;
+    Ok(EthernetAddress(b))
+}
+
+/// `aa:bb:cc:dd:ee:ff` (or with `-`).
+pub fn parse_mac(s: &str) -> Result<EthernetAddress> {
+    let parts: Vec<&str> = s.split([':', '-']).collect();
+    if parts.len() != 6 {
+        bail!("a MAC is six hex bytes, e.g. 02:00:00:00:00:01");
+    }
+    let mut b = [0u8; 6];
+    for (o, p) in b.iter_mut().zip(parts) {
+        *o = u8::from_str_radix(p, 16).with_context(|| format!("{p:?} is not a hex byte"))?;
+    }
+    if b[0] & 1 == 1 {
+        bail!("{s} is a multicast address");
+    }
+    Ok(EthernetAddress(b))
+}
+
+/// Open the NIC's ports and build its data path; also a one-line description.
+fn open_nic(spec: &PortSpec, args: &ServeArgs) -> Result<(Wire, String)> {
+    if args.rdma_ip.is_empty() {
+        bail!("a NIC needs --rdma-ip (its RoCE address)");
+    }
+    let mut ips = args.rdma_ip.clone();
+    ips.dedup();
+    let mac = nic_mac(spec, args.mac.as_deref())?;
+    let wire = spec.open().with_context(|| format!("opening the wire port {spec}"))?;
+    // The port's largest frame less its Ethernet header is the link MTU the QPs fit.
+    let link_mtu = wire.caps().max_frame.saturating_sub(14);
+    let mut ports = vec![wire];
+    if let Some(name) = &args.host_netdev {
+        let tap = PortSpec::Tap { name: name.clone() };
+        ports.push(tap.open().with_context(|| format!("creating the host netdev {name}"))?);
+    }
+    let stages = args
+        .stages
+        .iter()
+        .map(|s| s.parse::<StageSpec>().map_err(|e| anyhow::anyhow!("bad --stage {s:?}: {}", e.0)))
+        .collect::<Result<Vec<_>>>()?;
+    let mut pcfg = PipelineConfig::new(stages);
+    pcfg.ports = ports.len() as u16;
+    let vswitch = if pcfg.stages.contains(&StageSpec::VSwitch) {
+        let settings = VSwitchSettings { policy: args.policy.clone(), ..Default::default() };
+        Some(settings.build()?)
+    } else {
+        None
+    };
+    let nic = Nic::new(NicConfig {
+        mac,
+        ips: ips.clone(),
+        wire: PortId(0),
+        neigh: NeighConfig::default(),
+    });
+    let pipeline = build_pipeline(&pcfg, &nic, vswitch.as_ref())?;
+    let names: Vec<&str> = pipeline.stage_names().collect();
+    let ports_desc: Vec<String> = ports.iter().map(|p| p.name().to_string()).collect();
+    let desc = format!(
+        "ports [{}], stages [{}], RoCE {}, MAC {mac}, link MTU {link_mtu}",
+        ports_desc.join(", "),
+        names.join(", "),
+        ips.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(", "),
+    );
+    let node = NicNode::new("nic", pipeline, ports, nic, snic_pipeline::MAX_BATCH);
+    Ok((Wire { node, ips, link_mtu }, desc))
 }
 
 #[cfg(test)]
@@ -111,5 +245,14 @@ mod tests {
         assert_eq!(size_label(256 << 20), "256M");
         assert_eq!(size_label(1 << 30), "1G");
         assert_eq!(size_label(1000), "1000");
+    }
+
+    #[test]
+    fn macs_parse_and_multicast_is_refused() {
+        assert_eq!(parse_mac("02:00:0a:0b:0c:0d").unwrap().0, [2, 0, 0xa, 0xb, 0xc, 0xd]);
+        assert_eq!(parse_mac("02-00-00-00-00-01").unwrap().0, [2, 0, 0, 0, 0, 1]);
+        assert!(parse_mac("01:00:5e:00:00:01").is_err());
+        assert!(parse_mac("02:00:00:00:00").is_err());
+        assert!(parse_mac("02:00:00:00:00:zz").is_err());
     }
 }

@@ -37,6 +37,7 @@ mod rdma;
 pub mod server;
 mod worker;
 
+pub use rdma::Wire;
 pub use server::{Server, ServerConfig, ServerHandle};
 
 use std::path::PathBuf;

@@ -1,11 +1,17 @@
 //! RDMA hooks of the host interface: QPs and memory regions of snic's RDMA engine for host
 //! clients, with QP rings placed in the client's host memory or in device memory.
 //!
-//! One [`Rnic`] serves the whole snic (`snic serve --rdma ADDR`). Its packets travel over a
-//! [`RoceTransport`] bound to `ADDR` (the RoCE port is `ADDR`'s port), driven by one RDMA
-//! thread: lock the engine, receive, run due timers, send, unlock; when nothing moved it waits
-//! on the transport's socket and a wake eventfd (signalled after every post) until the next
-//! timer is due.
+//! One [`Rnic`] serves the whole snic. Its packets travel one of two ways ([`Link`]):
+//! - `snic serve --rdma ADDR`: over a [`RoceTransport`] bound to `ADDR` (kernel UDP; the RoCE
+//!   port is `ADDR`'s port);
+//! - `snic nic`: on the NIC's wire port, through its pipeline ([`NicNode`]): RoCEv2 for the
+//!   NIC's addresses is terminated from the wire, the engine's packets leave with an Ethernet
+//!   header the NIC's neighbour table resolved, and the same thread moves the host netdev's
+//!   traffic through the pipeline.
+//!
+//! One RDMA thread drives either: lock the engine, receive, run due timers, send, unlock; when
+//! nothing moved it waits on the link's descriptors and a wake eventfd (signalled after every
+//! post) until the next timer is due.
 //!
 //! Memory: only one allocator may hand out device memory, so with RDMA on **the engine's
 //! address space is the server's master address space**: [`Master`] is then the
@@ -46,6 +52,7 @@ use snic_rdma::{
 };
 use snic_time::{Clock, MonotonicClock};
 
+use snic_io::nic::NicNode;
 use snic_io::sys::poll::wait_readable;
 use snic_roce::transport::{RoceTransport, TransportOpts};
 
@@ -116,10 +123,34 @@ impl DerefMut for MasterGuard<'_> {
     }
 }
 
+/// How the engine's packets travel (see the module doc).
+#[derive(Debug)]
+pub enum Link {
+    /// RoCEv2 over kernel UDP sockets bound to this address.
+    Udp(SocketAddr),
+    /// RoCEv2 on a wire port, through a NIC's pipeline.
+    Wire(Box<Wire>),
+}
+
+/// A NIC's data path, for [`Link::Wire`].
+#[derive(Debug)]
+pub struct Wire {
+    /// The pipeline, the ports (the wire port and the host netdev) and the NIC's own packet
+    /// handling, configured with `ips`.
+    pub node: NicNode,
+    /// The NIC's RoCE addresses (the engine's GIDs; at least one).
+    pub ips: Vec<IpAddr>,
+    /// The wire port's MTU (IP bytes): a QP connected with MTU 0 gets the largest path MTU
+    /// that fits it.
+    pub link_mtu: usize,
+}
+
 /// What the control thread and the RDMA thread share.
 #[derive(Debug)]
 struct Shared {
     rnic: Mutex<Rnic>,
+    /// The NIC's data path, for [`Link::Wire`] (locked after `rnic`, never before).
+    node: Option<Mutex<NicNode>>,
     clock: MonotonicClock,
     /// Signalled after posts and on shutdown.
     wake: EventFd,
@@ -161,7 +192,10 @@ struct Reclaimed {
 #[derive(Debug)]
 pub(crate) struct RdmaHost {
     shared: Arc<Shared>,
+    /// `ADDR` of `--rdma ADDR`, or the NIC's first RoCE address.
     addr: SocketAddr,
+    /// The wire port's MTU, for [`Link::Wire`].
+    link_mtu: Option<usize>,
     thread: Option<JoinHandle<()>>,
     clients: BTreeMap<u32, RdmaClient>,
     reclaimed: Reclaimed,
@@ -232,13 +266,31 @@ fn overlaps(a: u64, alen: u64, b: u64, blen: u64) -> bool {
 }
 
 impl RdmaHost {
-    /// Bind the transport on `addr`, make `mem` (the master address space, device memory
+    /// Start the engine on `link`, make `mem` (the master address space, device memory
     /// already mapped with allocators) the engine's memory, start the RDMA thread. Returns the
     /// host and the [`Master`] the control thread uses from now on.
-    pub(crate) fn start(addr: SocketAddr, mem: AddressSpace) -> io::Result<(RdmaHost, Master)> {
-        let transport = RoceTransport::bind(addr, TransportOpts::default())?;
+    pub(crate) fn start(link: Link, mem: AddressSpace) -> io::Result<(RdmaHost, Master)> {
+        let port = snic_wire::roce::UDP_PORT;
+        let (addr, more_ips, transport, node, link_mtu) = match link {
+            Link::Udp(addr) => {
+                let t = RoceTransport::bind(addr, TransportOpts::default())?;
+                (addr, Vec::new(), Some(t), None, None)
+            }
+            Link::Wire(w) => {
+                let Wire { node, ips, link_mtu } = *w;
+                let Some((&first, more)) = ips.split_first() else {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        "a NIC needs at least one RoCE address",
+                    ));
+                };
+                let addr = SocketAddr::new(first, port);
+                (addr, more.to_vec(), None, Some(Mutex::new(node)), Some(link_mtu))
+            }
+        };
         let cfg = RnicConfig {
             local_ip: addr.ip(),
+            more_ips,
             udp_port: addr.port(),
             host_pool: 0,
             on_chip: 0,
@@ -251,18 +303,24 @@ impl RdmaHost {
         std::mem::swap(rnic.mem_mut(), &mut mem);
         let shared = Arc::new(Shared {
             rnic: Mutex::new(rnic),
+            node,
             clock: MonotonicClock::new(),
             wake: EventFd::new()?,
             stop: AtomicBool::new(false),
             transport_errors: AtomicU64::new(0),
         });
         let s = shared.clone();
-        let thread = std::thread::Builder::new()
-            .name("snic-hostif-rdma".into())
-            .spawn(move || run(&s, transport))?;
+        let thread =
+            std::thread::Builder::new().name("snic-hostif-rdma".into()).spawn(move || {
+                match transport {
+                    Some(t) => run(&s, t),
+                    None => run_wire(&s),
+                }
+            })?;
         let host = RdmaHost {
             shared: shared.clone(),
             addr,
+            link_mtu,
             thread: Some(thread),
             clients: BTreeMap::new(),
             reclaimed: Reclaimed::default(),
@@ -511,17 +569,23 @@ impl RdmaHost {
         let ip: IpAddr = remote_ip
             .parse()
             .map_err(|_| Response::error("bad_request", format!("remote_ip {remote_ip:?}")))?;
-        if ip.is_ipv4() != self.addr.is_ipv4() || ip.is_unspecified() {
+        let family_ok = lock(&self.shared.rnic).config().source_for(ip).is_some();
+        if !family_ok || ip.is_unspecified() {
             return Err(Response::error(
                 "bad_request",
-                format!("remote_ip {ip} does not fit this snic's RDMA address {}", self.addr),
+                format!("remote_ip {ip} does not fit this snic's RDMA addresses ({})", self.addr),
             ));
         }
-        // 0: the largest path MTU the route to the peer carries (as rxe derives it).
+        // 0: the largest path MTU the wire port's MTU (on a NIC) or the route to the peer (over
+        // kernel UDP) carries, as rxe derives it from its netdev.
         let path_mtu = if mtu == 0 {
-            snic_roce::cm::path_mtu_to(ip).map_err(|e| {
-                Response::error("bad_request", format!("path MTU towards {ip}: {e}"))
-            })?
+            let m = match self.link_mtu {
+                Some(link) => snic_roce::cm::mtu_for_link(link, ip.is_ipv6()).ok_or_else(|| {
+                    io::Error::other(format!("link MTU {link} is too small for RoCE"))
+                }),
+                None => snic_roce::cm::path_mtu_to(ip),
+            };
+            m.map_err(|e| Response::error("bad_request", format!("path MTU towards {ip}: {e}")))?
         } else {
             Mtu::from_bytes(mtu).ok_or_else(|| {
                 Response::error(
@@ -674,6 +738,23 @@ impl RdmaHost {
             "engine": serde_json::to_value(s).unwrap_or(Value::Null),
         })
     }
+
+    /// The NIC's data path counters (pipeline, ports, own packets, neighbours), for
+    /// [`Link::Wire`]; `None` over kernel UDP.
+    pub(crate) fn nic_stats(&self) -> Option<Value> {
+        let node = lock(self.shared.node.as_ref()?);
+        let ports: Vec<Value> = node
+            .port_counters()
+            .into_iter()
+            .map(|(name, c)| json!({ "name": name, "counters": c }))
+            .collect();
+        Some(json!({
+            "pipeline": node.counters(),
+            "ports": ports,
+            "nic": node.nic_counters(),
+            "neighbours": node.nic().neighbours().counters(),
+        }))
+    }
 }
 
 impl Drop for RdmaHost {
@@ -686,7 +767,33 @@ impl Drop for RdmaHost {
     }
 }
 
-/// The RDMA thread (see the module doc).
+/// The RDMA thread on a NIC's wire port (see the module doc).
+fn run_wire(shared: &Shared) {
+    let Some(node) = shared.node.as_ref() else { return };
+    let mut fds = Vec::new();
+    lock(node).poll_fds(&mut fds);
+    fds.push(shared.wake.fd().as_raw_fd());
+    while !shared.stop.load(Ordering::Acquire) {
+        let (moved, next) = {
+            let mut rnic = lock(&shared.rnic);
+            let mut node = lock(node);
+            let now = shared.clock.now();
+            let moved = node.poll(now, &mut rnic);
+            let next = node.poll_timeout(&rnic).map(|t| t.saturating_duration_since(now));
+            (moved, next)
+        };
+        if moved > 0 {
+            continue;
+        }
+        let wait = next.map_or(IDLE_WAIT, |d| d.min(IDLE_WAIT));
+        if wait_readable(&fds, wait).unwrap_or(false) {
+            let _ = shared.wake.take();
+        }
+    }
+    let _ = lock(node).flush();
+}
+
+/// The RDMA thread over kernel UDP (see the module doc).
 fn run(shared: &Shared, mut tr: RoceTransport) {
     let fds = [tr.rx_fd(), shared.wake.fd().as_raw_fd()];
     let count_err = |r: io::Result<usize>| {

@@ -23,7 +23,7 @@ use snic_hostif::proto::{
 };
 use snic_hostif::shm::{EventFd, Mapping, SeqListener, SeqPacket, SharedBacking};
 
-use crate::rdma::{self, Master, RdmaHost};
+use crate::rdma::{self, Link, Master, RdmaHost, Wire};
 use crate::worker::{Ack, Cmd, Op, Worker, WorkerStats};
 use snic_io::sys::poll::poll_ready;
 
@@ -79,6 +79,12 @@ pub struct Server;
 impl Server {
     /// Bind the socket, create device memory, start the workers and the control thread.
     pub fn start(cfg: ServerConfig) -> io::Result<ServerHandle> {
+        Self::start_with(cfg, None)
+    }
+
+    /// [`Server::start`] as a whole NIC: the RDMA engine runs on `wire`'s wire port, through
+    /// its pipeline, beside the host netdev (`cfg.rdma` must then be `None`).
+    pub fn start_with(cfg: ServerConfig, wire: Option<Wire>) -> io::Result<ServerHandle> {
         let invalid = |m: &str| io::Error::new(io::ErrorKind::InvalidInput, m.to_string());
         if cfg.workers == 0 || cfg.workers > abi::MAX_WORKERS {
             return Err(invalid("workers must be 1 ..= 64"));
@@ -108,9 +114,17 @@ impl Server {
             device.push(DeviceRegion { kind, base: at.raw(), size });
         }
         // With RDMA the engine's address space becomes the master (see `rdma`).
-        let (rdma, master) = match cfg.rdma {
-            Some(addr) => {
-                let (host, master) = RdmaHost::start(addr, master)?;
+        let link = match (cfg.rdma, wire) {
+            (Some(_), Some(_)) => {
+                return Err(invalid("RDMA runs over kernel UDP or on the wire port, not both"));
+            }
+            (Some(addr), None) => Some(Link::Udp(addr)),
+            (None, Some(w)) => Some(Link::Wire(Box::new(w))),
+            (None, None) => None,
+        };
+        let (rdma, master) = match link {
+            Some(link) => {
+                let (host, master) = RdmaHost::start(link, master)?;
                 (Some(host), master)
             }
             None => (None, Master::own(master)),
@@ -940,6 +954,7 @@ impl Control {
             "regions_reclaimed": self.reclaim.regions,
             "device_bytes_freed": self.reclaim.device_bytes,
             "rdma": self.rdma.as_ref().map_or_else(|| json!({ "enabled": false }), RdmaHost::stats),
+            "nic": self.rdma.as_ref().and_then(RdmaHost::nic_stats),
         })
     }
 }

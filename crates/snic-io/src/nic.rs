@@ -14,10 +14,12 @@
 //! simulated one.
 
 use crate::port::{Port, PortCounters};
+use crate::runtime::RunError;
 use crate::worker::{Egress, Handler, PortSet, TX_TRACE_CAPACITY};
 use snic_nic::{Nic, NicCounters};
+use snic_pipeline::pipeline::{BuildError, PipelineConfig, StageSpec};
 use snic_pipeline::trace::{TraceEvent, TraceRing};
-use snic_pipeline::{Batch, Counters, MAX_BATCH, Pipeline};
+use snic_pipeline::{Batch, Counters, MAX_BATCH, Pipeline, Stage};
 use snic_rdma::Rnic;
 use snic_time::Instant;
 use std::io;
@@ -179,5 +181,89 @@ impl NicNode {
     /// The pipeline (for control-plane changes between rounds).
     pub fn pipeline_mut(&mut self) -> &mut Pipeline {
         &mut self.pipeline
+    }
+}
+
+/// The stage list of a NIC: `stages` (empty: parse, classify, l2fwd) with `local` right after
+/// `classify` when it is not already there. A NIC's pipeline needs `parse` and `classify`
+/// before `local` (it reads what they found).
+pub fn nic_stages(stages: &[StageSpec]) -> Result<Vec<StageSpec>, RunError> {
+    let mut s = if stages.is_empty() {
+        vec![
+            StageSpec::Parse { pass_malformed: false },
+            StageSpec::Classify { enforce_icrc: true },
+            StageSpec::L2Static(Vec::new()),
+        ]
+    } else {
+        stages.to_vec()
+    };
+    let find = |s: &[StageSpec], f: fn(&StageSpec) -> bool| s.iter().position(f);
+    let parse = find(&s, |x| matches!(x, StageSpec::Parse { .. }));
+    let classify = find(&s, |x| matches!(x, StageSpec::Classify { .. }));
+    let (Some(parse), Some(classify)) = (parse, classify) else {
+        return Err(RunError::Config(
+            "a NIC's stages need parse and classify (the local stage reads what they found)".into(),
+        ));
+    };
+    if parse > classify {
+        return Err(RunError::Config("parse must come before classify".into()));
+    }
+    match find(&s, |x| *x == StageSpec::Local) {
+        Some(at) if at < classify => {
+            return Err(RunError::Config("local must come after classify".into()));
+        }
+        Some(_) => {}
+        None => s.insert(classify + 1, StageSpec::Local),
+    }
+    Ok(s)
+}
+
+/// Build a NIC's pipeline: `cfg`'s stages (see [`nic_stages`]) with `nic`'s `local` stage and,
+/// when the stages name it, a shard of `vswitch`.
+pub fn build_pipeline(
+    cfg: &PipelineConfig,
+    nic: &Nic,
+    vswitch: Option<&snic_vswitch::engine::VSwitch>,
+) -> Result<Pipeline, RunError> {
+    let mut cfg = cfg.clone();
+    cfg.stages = nic_stages(&cfg.stages)?;
+    let mut opener = |path: &str| -> io::Result<Box<dyn std::io::Write + Send>> {
+        Ok(Box::new(std::io::BufWriter::new(std::fs::File::create(path)?)))
+    };
+    let mut factory = |spec: &StageSpec| match spec {
+        StageSpec::Local => Some(Ok(Box::new(nic.local_stage()) as Box<dyn Stage>)),
+        StageSpec::VSwitch => vswitch.map(|vs| {
+            vs.stage()
+                .map(|s| Box::new(s) as Box<dyn Stage>)
+                .map_err(|e| BuildError::Stage { stage: "vswitch".into(), why: e.to_string() })
+        }),
+        _ => None,
+    };
+    Pipeline::build_with(&cfg, &mut opener, &mut factory).map_err(RunError::Pipeline)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn specs(s: &[&str]) -> Vec<StageSpec> {
+        s.iter().map(|x| x.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn local_goes_right_after_classify() {
+        let names = |v: Vec<StageSpec>| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(names(nic_stages(&[]).unwrap()), ["parse", "classify", "local", "l2fwd"]);
+        assert_eq!(
+            names(nic_stages(&specs(&["parse", "classify:mark", "vswitch"])).unwrap()),
+            ["parse", "classify:mark", "local", "vswitch"]
+        );
+        let given = specs(&["parse", "classify", "tap:x.pcap", "local", "l2fwd"]);
+        assert_eq!(nic_stages(&given).unwrap(), given);
+        for bad in
+            [&["parse", "l2fwd"][..], &["classify", "parse"], &["parse", "local", "classify"]]
+        {
+            assert!(nic_stages(&specs(bad)).is_err(), "{bad:?}");
+        }
     }
 }

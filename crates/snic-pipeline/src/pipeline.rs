@@ -49,6 +49,7 @@ use std::io::Write;
 /// | `l2fwd:learn` | MAC learning and flooding |
 /// | `tap:PATH` | copy packets to a pcap capture opened by the I/O layer |
 /// | `vswitch` | the vSwitch (VFP slow path + GFT fast path); built by the I/O layer, which owns the policy |
+/// | `local` | the NIC's own packets to the device (RoCE engine, neighbour table); built by the NIC, which owns the addresses |
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub enum StageSpec {
@@ -70,6 +71,10 @@ pub enum StageSpec {
     Tap(String),
     /// `vswitch`: a shard of the I/O layer's vSwitch (`snic-vswitch`), one per worker.
     VSwitch,
+    /// `local`: the NIC's own packets (RoCEv2 and ARP / ND for its RoCE addresses) go to the
+    /// device ([`crate::PortId::LOCAL`]); built by the layer that runs a whole NIC
+    /// (`snic-nic`), which knows the addresses.
+    Local,
 }
 
 /// A stage string that does not name a stage; says what was wrong.
@@ -119,8 +124,10 @@ impl FromStr for StageSpec {
             ("tap", _) => Err(bad("needs a path: tap:PATH")),
             ("vswitch", None) => Ok(StageSpec::VSwitch),
             ("vswitch", Some(_)) => Err(bad("takes no option (the policy is a run setting)")),
+            ("local", None) => Ok(StageSpec::Local),
+            ("local", Some(_)) => Err(bad("takes no option (the addresses are the NIC's)")),
             ("parse" | "classify", Some(_)) => Err(bad("unknown option")),
-            _ => Err(bad("unknown stage (parse, classify, l2fwd, tap, vswitch)")),
+            _ => Err(bad("unknown stage (parse, classify, l2fwd, tap, vswitch, local)")),
         }
     }
 }
@@ -153,6 +160,7 @@ impl fmt::Display for StageSpec {
             StageSpec::L2Learn => f.write_str("l2fwd:learn"),
             StageSpec::Tap(path) => write!(f, "tap:{path}"),
             StageSpec::VSwitch => f.write_str("vswitch"),
+            StageSpec::Local => f.write_str("local"),
         }
     }
 }
@@ -431,6 +439,15 @@ impl Pipeline {
                     None => {
                         return Err(BuildError::Unsupported(
                             "the vswitch stage is built by the I/O layer (snic run), not here",
+                        ));
+                    }
+                },
+                StageSpec::Local => match factory(spec) {
+                    Some(stage) => stage?,
+                    None => {
+                        return Err(BuildError::Unsupported(
+                            "the local stage belongs to a whole NIC (snic serve --port), which \
+                             knows its RoCE addresses",
                         ));
                     }
                 },
