@@ -1,0 +1,356 @@
+//! Two snic NICs on one machine, real interfaces (root only; skipped with a message otherwise;
+//! under CI a missing tool fails the test).
+//!
+//! Two network namespaces joined by a veth pair; in each, one `snic serve --port afpacket:veth`
+//! process is the whole NIC: its wire port is its end of the veth, its host netdev is a TAP
+//! device (`snic0`) that the namespace's kernel gives an address, and its RoCE address is
+//! another address on the same subnet that only the NIC answers for (ARP). Nothing else joins
+//! the namespaces: every packet between them crosses both NICs' pipelines.
+//!
+//! Checked:
+//! - `ping` between the host netdevs (ARP, ICMP through both pipelines);
+//! - a 5 s `iperf3` TCP run between them, while
+//! - host programs on each side, through the host library (one in Rust, one in C), run RDMA
+//!   WRITE, READ and SEND of 1 MiB with verified data over the wire ports, QPs in host memory
+//!   on one side and in device memory on the other, then the other way round;
+//! - tshark on the veth sees the RoCEv2 packets beside the TCP, and scapy confirms every
+//!   RoCEv2 packet's ICRC (`tests/interop_rdma.py`);
+//! - the NICs' counters: RoCE delivered from the wire to the engine, ARP answered by the NIC.
+
+mod common;
+
+use common::netns::{have, is_root, must, note, run, stop};
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SIZE: usize = 1 << 20;
+
+/// Two namespaces, a veth between them; Drop removes them (and with them every process's
+/// interfaces) whatever the exit path.
+struct Topo {
+    ns: [String; 2],
+    veth: [String; 2],
+}
+
+impl Topo {
+    fn create() -> Topo {
+        let id = std::process::id();
+        let t = Topo {
+            ns: [format!("snicnicA{id}"), format!("snicnicB{id}")],
+            veth: [format!("snA{id}"), format!("snB{id}")]
+                .map(|n| n.chars().take(15).collect::<String>()),
+        };
+        for ns in &t.ns {
+            must(10, &["ip", "netns", "add", ns]);
+            must(10, &["ip", "-n", ns, "link", "set", "lo", "up"]);
+        }
+        must(
+            10,
+            &[
+                "ip", "link", "add", &t.veth[0], "netns", &t.ns[0], "type", "veth", "peer", "name",
+                &t.veth[1], "netns", &t.ns[1],
+            ],
+        );
+        for i in 0..2 {
+            // The veth carries only what the NIC sends: no addresses, no IPv6 chatter.
+            let sysctl = format!("net.ipv6.conf.{}.disable_ipv6=1", t.veth[i]);
+            must(10, &["ip", "netns", "exec", &t.ns[i], "sysctl", "-qw", &sysctl]);
+            must(10, &["ip", "-n", &t.ns[i], "link", "set", &t.veth[i], "up"]);
+        }
+        t
+    }
+
+    fn exec(&self, i: usize) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.ns[i], "timeout", "-k", "2", "90"]);
+        c
+    }
+
+    fn must(&self, i: usize, args: &[&str]) -> String {
+        let mut v = vec!["ip", "netns", "exec", &self.ns[i]];
+        v.extend_from_slice(args);
+        must(20, &v)
+    }
+}
+
+impl Drop for Topo {
+    fn drop(&mut self) {
+        for ns in &self.ns {
+            let _ = run(10, &["ip", "netns", "del", ns]);
+        }
+    }
+}
+
+fn ready() -> bool {
+    if !is_root() {
+        note("skipping netns_nic: needs root");
+        return false;
+    }
+    let tools = ["ip", "ping", "iperf3", "tshark", "cc", "python3"];
+    let missing: Vec<&str> = tools.into_iter().filter(|t| !have(t)).collect();
+    let scapy = Command::new("python3")
+        .args(["-c", "import scapy.all, scapy.contrib.roce"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if missing.is_empty() && scapy {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI is set but tools are missing: {missing:?}, scapy {scapy}"
+    );
+    note(&format!("skipping netns_nic: missing {missing:?} (scapy: {scapy})"));
+    false
+}
+
+/// A NIC process and the file its output goes to.
+struct Nic {
+    child: Child,
+    out: PathBuf,
+}
+
+impl Nic {
+    fn start(t: &Topo, i: usize, dir: &Path, rdma_ip: &str) -> Nic {
+        let out = dir.join(format!("nic{i}.out"));
+        let child = t
+            .exec(i)
+            .arg(env!("CARGO_BIN_EXE_snic"))
+            .args(["serve", "--no-huge", "--workers", "1", "--socket"])
+            .arg(dir.join(format!("nic{i}.sock")))
+            .args(["--port", &format!("afpacket:{}", t.veth[i])])
+            .args(["--host-netdev", "snic0", "--rdma-ip", rdma_ip])
+            .env_remove("RUST_LOG")
+            .stdout(std::fs::File::create(&out).expect("output file"))
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start snic serve");
+        Nic { child, out }
+    }
+
+    fn output(&self) -> String {
+        std::fs::read_to_string(&self.out).unwrap_or_default()
+    }
+
+    /// Stop with SIGTERM; the counters document is the last line printed.
+    fn finish(mut self) -> Value {
+        stop(&mut self.child, Duration::from_secs(5));
+        let text = self.output();
+        let line = text.lines().rev().find(|l| l.starts_with('{')).unwrap_or_else(|| {
+            panic!("no counters line in:\n{text}");
+        });
+        serde_json::from_str(line).expect("counters JSON")
+    }
+}
+
+impl Drop for Nic {
+    fn drop(&mut self) {
+        stop(&mut self.child, Duration::from_secs(2));
+    }
+}
+
+/// Wait until `f` holds, up to `secs`.
+fn wait_for(secs: u64, what: &str, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < Duration::from_secs(secs), "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The host programs: the Rust example and the C twin, built if needed.
+fn programs(dir: &Path) -> (PathBuf, PathBuf) {
+    let root = common::root();
+    let st = Command::new(env!("CARGO"))
+        .args(["build", "-p", "snic-host", "--example", "rdma_peer"])
+        .current_dir(&root)
+        .status()
+        .expect("cargo build");
+    assert!(st.success(), "building the rdma_peer example failed");
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_snic"));
+    let target = exe.parent().expect("target dir");
+    let rust = target.join("examples/rdma_peer");
+    assert!(rust.exists(), "{} missing", rust.display());
+    let c = dir.join("rdma_peer_c");
+    let host = root.join("crates/snic-host");
+    common::run_ok(
+        Command::new("cc")
+            .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-o"])
+            .arg(&c)
+            .arg(host.join("tests/c/rdma_peer.c"))
+            .arg("-I")
+            .arg(host.join("include"))
+            .arg("-L")
+            .arg(target)
+            .arg(format!("-Wl,-rpath,{}", target.display()))
+            .arg("-lsnic_host"),
+    );
+    (rust, c)
+}
+
+/// Run `a` (in namespace 0) and `b` (in namespace 1) against each other: relay their `QP`
+/// lines, wait for both, return their outputs.
+fn rdma_pair(t: &Topo, a: Command, b: Command) -> (String, String) {
+    let spawn = |mut c: Command| {
+        c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
+        c.spawn().expect("start a host program")
+    };
+    let _ = t;
+    let (mut pa, mut pb) = (spawn(a), spawn(b));
+    let mut ra = BufReader::new(pa.stdout.take().expect("stdout"));
+    let mut rb = BufReader::new(pb.stdout.take().expect("stdout"));
+    let (mut la, mut lb) = (String::new(), String::new());
+    ra.read_line(&mut la).expect("line of a");
+    rb.read_line(&mut lb).expect("line of b");
+    assert!(la.starts_with("QP ") && lb.starts_with("QP "), "a: {la:?} b: {lb:?}");
+    pa.stdin.as_mut().expect("stdin").write_all(lb.as_bytes()).expect("relay to a");
+    pb.stdin.as_mut().expect("stdin").write_all(la.as_bytes()).expect("relay to b");
+    let rest = |r: &mut BufReader<std::process::ChildStdout>| {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(r, &mut s);
+        s
+    };
+    let (oa, ob) = (rest(&mut ra), rest(&mut rb));
+    let (sa, sb) = (pa.wait().expect("wait a"), pb.wait().expect("wait b"));
+    assert!(sa.success() && sb.success(), "a ({sa}): {oa}\nb ({sb}): {ob}");
+    (oa, ob)
+}
+
+/// Keep the RoCEv2 frames of an Ethernet capture, as IP packets (link type RAW) for scapy;
+/// also count the TCP frames seen.
+fn roce_of(cap: &Path, raw: &Path) -> (usize, usize) {
+    use pcap_file::DataLink;
+    use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
+    let frames = common::read_pcap(cap);
+    let mut roce = Vec::new();
+    let mut tcp = 0;
+    for f in &frames {
+        let Ok(p) = etherparse::SlicedPacket::from_ethernet(f) else { continue };
+        match p.transport {
+            Some(etherparse::TransportSlice::Udp(u)) if u.destination_port() == 4791 => {
+                roce.push(f[14..].to_vec());
+            }
+            Some(etherparse::TransportSlice::Tcp(_)) => tcp += 1,
+            _ => {}
+        }
+    }
+    let header = PcapHeader { datalink: DataLink::RAW, ..Default::default() };
+    let mut w = PcapWriter::with_header(std::fs::File::create(raw).expect("create"), header)
+        .expect("pcap writer");
+    for (i, f) in roce.iter().enumerate() {
+        let ts = Duration::from_micros(i as u64);
+        w.write_packet(&PcapPacket::new(ts, f.len() as u32, f)).expect("write");
+    }
+    (roce.len(), tcp)
+}
+
+#[test]
+fn two_nics_carry_ping_tcp_and_rdma_between_host_programs() {
+    if !ready() {
+        return;
+    }
+    let dir = common::temp_dir("netns-nic");
+    let (rust_peer, c_peer) = programs(&dir);
+    let t = Topo::create();
+    let host = ["10.77.0.1", "10.77.0.2"];
+    let roce = ["10.77.0.11", "10.77.0.12"];
+    let nics = [Nic::start(&t, 0, &dir, roce[0]), Nic::start(&t, 1, &dir, roce[1])];
+    for (i, nic) in nics.iter().enumerate() {
+        wait_for(20, "the NIC to start", || nic.output().contains("snic serve: NIC"));
+        t.must(i, &["ip", "addr", "add", &format!("{}/24", host[i]), "dev", "snic0"]);
+        t.must(i, &["ip", "link", "set", "snic0", "up"]);
+    }
+
+    // The capture: RoCE in full, TCP only its small segments (ACKs), so it stays small.
+    let cap = dir.join("veth.pcap");
+    let mut tshark = t
+        .exec(0)
+        .args(["tshark", "-q", "-i", &t.veth[0], "-F", "pcap", "-w"])
+        .arg(&cap)
+        .args(["-f", "udp port 4791 or (tcp and less 200)"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start tshark");
+    let mut err = BufReader::new(tshark.stderr.take().expect("stderr"));
+    let mut line = String::new();
+    // tshark says "Capturing on ..." once the capture runs.
+    while err.read_line(&mut line).is_ok_and(|n| n > 0) && !line.contains("Capturing on") {
+        line.clear();
+    }
+
+    let ping = t.must(0, &["ping", "-c", "3", "-W", "2", "-i", "0.2", host[1]]);
+    assert!(ping.contains("3 received"), "{ping}");
+
+    let mut iperf_s = t.exec(1).args(["iperf3", "-s", "-1"]).stdout(Stdio::null()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let iperf_c = t
+        .exec(0)
+        .args(["iperf3", "-J", "-t", "5", "-c", host[1]])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("iperf3 client");
+
+    // RDMA while the TCP runs: Rust (host-memory QP) active, C (device-memory QP) passive;
+    // then C active with its QP in host memory, Rust passive with on-chip rings.
+    let size = SIZE.to_string();
+    let prog = |i: usize, exe: &Path, role: &str, place: &str| {
+        let mut c = t.exec(i);
+        c.arg(exe)
+            .arg(dir.join(format!("nic{i}.sock")))
+            .args([role, place, roce[1 - i], &size]);
+        c
+    };
+    let (a, b) = rdma_pair(
+        &t,
+        prog(0, &rust_peer, "active", "host"),
+        prog(1, &c_peer, "passive", "on-board"),
+    );
+    assert!(a.contains("OK active") && b.contains("OK passive"), "{a}\n{b}");
+    let (a, b) = rdma_pair(
+        &t,
+        prog(0, &rust_peer, "passive", "on-chip"),
+        prog(1, &c_peer, "active", "host"),
+    );
+    assert!(a.contains("OK passive") && b.contains("OK active"), "{a}\n{b}");
+
+    let out = iperf_c.wait_with_output().expect("iperf3 client");
+    let _ = iperf_s.wait();
+    let v: Value = serde_json::from_slice(&out.stdout).expect("iperf3 JSON");
+    let bps = v["end"]["sum_received"]["bits_per_second"].as_f64().unwrap_or(0.0);
+    assert!(bps > 1e6, "iperf3 through both NICs: {bps} bit/s\n{v}");
+    note(&format!("netns_nic: iperf3 through two NICs {:.2} Gbit/s", bps / 1e9));
+
+    stop(&mut tshark, Duration::from_secs(5));
+    let raw = dir.join("roce.pcap");
+    let (n_roce, n_tcp) = roce_of(&cap, &raw);
+    // 4 x 1 MiB at path MTU 1024 is more than 4096 data packets.
+    assert!(n_roce > 4096, "RoCE frames captured: {n_roce}");
+    assert!(n_tcp > 0, "no TCP beside the RoCE");
+    let json = dir.join("scapy.json");
+    common::run_ok(
+        Command::new("python3")
+            .arg(common::root().join("tests/interop_rdma.py"))
+            .arg(&raw)
+            .arg(&json),
+    );
+    let s: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let pkts = s["packets"].as_array().expect("packets");
+    assert_eq!(pkts.len(), n_roce);
+    let bad: Vec<&Value> =
+        pkts.iter().filter(|p| p["icrc_ok"] != Value::Bool(true)).take(3).collect();
+    assert!(bad.is_empty(), "scapy refused the ICRC of: {bad:?}");
+
+    let [a, b] = nics;
+    for (i, st) in [a.finish(), b.finish()].iter().enumerate() {
+        let nic = &st["nic"];
+        assert!(nic["nic"]["roce_rx"].as_u64().unwrap_or(0) > 1000, "NIC {i}: {st}");
+        assert!(nic["neighbours"]["answers_sent"].as_u64().unwrap_or(0) >= 1, "NIC {i}: {st}");
+        assert_eq!(nic["nic"]["local_unknown"], 0, "NIC {i}: {st}");
+        let engine = &st["rdma"]["engine"];
+        assert!(engine["rx_packets"].as_u64().unwrap_or(0) > 1000, "NIC {i}: {st}");
+    }
+    note(&format!("netns_nic: {n_roce} RoCE frames (ICRC confirmed by scapy), {n_tcp} TCP"));
+}
