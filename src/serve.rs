@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result, bail};
 use snic_device::{Server, ServerConfig, Wire, default_socket_path};
@@ -25,7 +26,10 @@ use snic_nic::neigh::NeighConfig;
 use snic_nic::{Nic, NicConfig};
 use snic_pipeline::PortId;
 use snic_pipeline::pipeline::{PipelineConfig, StageSpec};
+use snic_vswitch::engine::VSwitch;
 use snic_wire::ethernet::EthernetAddress;
+
+use crate::control::{ControlServer, Incoming, Request};
 
 use crate::dma::size_label;
 
@@ -77,6 +81,10 @@ pub struct ServeArgs {
     /// vSwitch policy file (TOML), for a `vswitch` stage (default: the embedded policy).
     #[arg(long, value_name = "PATH", requires = "port")]
     pub policy: Option<String>,
+    /// Answer `snic stats --control PATH` (the counters document, refreshed every 100 ms) and,
+    /// with a `vswitch` stage, `snic vswitch ... --control PATH` on this Unix socket.
+    #[arg(long, value_name = "PATH")]
+    pub control: Option<PathBuf>,
 }
 
 /// Parse a memory size as [`crate::dma::parse_size`] does (e.g. `4M`: K, M and G are powers
@@ -101,12 +109,12 @@ pub fn run(args: ServeArgs) -> Result<()> {
     };
     let signals = Signals::install().context("installing signal handlers")?;
     let (on_chip, on_board, workers) = (cfg.on_chip, cfg.on_board, cfg.workers);
-    let (wire, nic_desc) = match &args.port {
+    let (wire, nic_desc, vswitch) = match &args.port {
         Some(spec) => {
-            let (w, desc) = open_nic(spec, &args)?;
-            (Some(w), Some(desc))
+            let (w, desc, vs) = open_nic(spec, &args)?;
+            (Some(w), Some(desc), vs)
         }
-        None => (None, None),
+        None => (None, None, None),
     };
     let server = Server::start_with(cfg.clone(), wire)
         .with_context(|| format!("starting the server on {}", cfg.socket.display()))?;
@@ -129,9 +137,39 @@ pub fn run(args: ServeArgs) -> Result<()> {
         }
         out.flush()?;
     }
+    // The control socket answers from a snapshot the loop below refreshes.
+    let latest = Arc::new(Mutex::new(server.stats().to_string()));
+    let _control = match &args.control {
+        Some(path) => {
+            let latest = Arc::clone(&latest);
+            let clock = snic_time::MonotonicClock::new();
+            Some(ControlServer::spawn(path, move |incoming| {
+                let counters =
+                    || latest.lock().map_or_else(|p| p.into_inner().clone(), |s| s.clone());
+                match incoming {
+                    Incoming::Counters => counters(),
+                    Incoming::Request(Request::Stats) => {
+                        format!("{{\"ok\":true,\"counters\":{}}}", counters())
+                    }
+                    Incoming::Request(r) => {
+                        use snic_time::Clock;
+                        crate::vswitch::serve(vswitch.as_ref(), clock.now(), r).to_string()
+                    }
+                }
+            })?)
+        }
+        None => None,
+    };
+    let mut refreshed = std::time::Instant::now();
     while !signals.stop_requested() {
         if signals.take_stats_request() {
             println!("{}", server.stats());
+        }
+        if args.control.is_some() && refreshed.elapsed() >= Duration::from_millis(100) {
+            if let Ok(mut l) = latest.lock() {
+                *l = server.stats().to_string();
+            }
+            refreshed = std::time::Instant::now();
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -179,8 +217,9 @@ pub fn parse_mac(s: &str) -> Result<EthernetAddress> {
     Ok(EthernetAddress(b))
 }
 
-/// Open the NIC's ports and build its data path; also a one-line description.
-fn open_nic(spec: &PortSpec, args: &ServeArgs) -> Result<(Wire, String)> {
+/// Open the NIC's ports and build its data path; also a one-line description and the vSwitch
+/// (its control handle), when a stage is one.
+fn open_nic(spec: &PortSpec, args: &ServeArgs) -> Result<(Wire, String, Option<VSwitch>)> {
     if args.rdma_ip.is_empty() {
         bail!("a NIC needs --rdma-ip (its RoCE address)");
     }
@@ -188,8 +227,10 @@ fn open_nic(spec: &PortSpec, args: &ServeArgs) -> Result<(Wire, String)> {
     ips.dedup();
     let mac = nic_mac(spec, args.mac.as_deref())?;
     let wire = spec.open().with_context(|| format!("opening the wire port {spec}"))?;
-    // The port's largest frame less its Ethernet header is the link MTU the QPs fit.
-    let link_mtu = wire.caps().max_frame.saturating_sub(14);
+    // The port's largest frame less the L2 room its kind adds (Ethernet header and one VLAN
+    // tag, 18 bytes: AF_PACKET and TAP ports report their interface MTU plus 18) is the link
+    // MTU the QPs fit.
+    let link_mtu = wire.caps().max_frame.saturating_sub(18);
     let mut ports = vec![wire];
     if let Some(name) = &args.host_netdev {
         let tap = PortSpec::Tap { name: name.clone() };
@@ -224,7 +265,7 @@ fn open_nic(spec: &PortSpec, args: &ServeArgs) -> Result<(Wire, String)> {
         ips.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(", "),
     );
     let node = NicNode::new("nic", pipeline, ports, nic, snic_pipeline::MAX_BATCH);
-    Ok((Wire { node, ips, link_mtu }, desc))
+    Ok((Wire { node, ips, link_mtu }, desc, vswitch))
 }
 
 #[cfg(test)]

@@ -15,7 +15,8 @@
 //!   on one side and in device memory on the other, then the other way round;
 //! - tshark on the veth sees the RoCEv2 packets beside the TCP, and scapy confirms every
 //!   RoCEv2 packet's ICRC (`tests/interop_rdma.py`);
-//! - the NICs' counters: RoCE delivered from the wire to the engine, ARP answered by the NIC.
+//! - the NICs' counters, live on the control socket (`snic stats --control`) and at the end:
+//!   RoCE delivered from the wire to the engine, ARP answered by the NIC.
 
 mod common;
 
@@ -63,9 +64,12 @@ impl Topo {
         t
     }
 
+    /// A command in namespace `i`, bounded to 90 s. `--foreground`: a SIGTERM to `timeout`
+    /// reaches the command once (without it, timeout also signals its process group, and a
+    /// second SIGTERM makes snic exit at once, without its counters).
     fn exec(&self, i: usize) -> Command {
         let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.ns[i], "timeout", "-k", "2", "90"]);
+        c.args(["netns", "exec", &self.ns[i], "timeout", "--foreground", "-k", "2", "90"]);
         c
     }
 
@@ -121,7 +125,8 @@ impl Nic {
             .args(["serve", "--no-huge", "--workers", "1", "--socket"])
             .arg(dir.join(format!("nic{i}.sock")))
             .args(["--port", &format!("afpacket:{}", t.veth[i])])
-            .args(["--host-netdev", "snic0", "--rdma-ip", rdma_ip])
+            .args(["--host-netdev", "snic0", "--rdma-ip", rdma_ip, "--control"])
+            .arg(dir.join(format!("nic{i}.ctl")))
             .env_remove("RUST_LOG")
             .stdout(std::fs::File::create(&out).expect("output file"))
             .stderr(Stdio::inherit())
@@ -136,7 +141,13 @@ impl Nic {
 
     /// Stop with SIGTERM; the counters document is the last line printed.
     fn finish(mut self) -> Value {
+        if let Ok(Some(st)) = self.child.try_wait() {
+            panic!("the NIC exited before it was stopped ({st}):\n{}", self.output());
+        }
+        let t0 = Instant::now();
         stop(&mut self.child, Duration::from_secs(5));
+        let st = self.child.wait().expect("reaped");
+        note(&format!("netns_nic: NIC stopped in {:?} ({st})", t0.elapsed()));
         let text = self.output();
         let line = text.lines().rev().find(|l| l.starts_with('{')).unwrap_or_else(|| {
             panic!("no counters line in:\n{text}");
@@ -298,9 +309,7 @@ fn two_nics_carry_ping_tcp_and_rdma_between_host_programs() {
     let size = SIZE.to_string();
     let prog = |i: usize, exe: &Path, role: &str, place: &str| {
         let mut c = t.exec(i);
-        c.arg(exe)
-            .arg(dir.join(format!("nic{i}.sock")))
-            .args([role, place, roce[1 - i], &size]);
+        c.arg(exe).arg(dir.join(format!("nic{i}.sock"))).args([role, place, roce[1 - i], &size]);
         c
     };
     let (a, b) = rdma_pair(
@@ -315,6 +324,17 @@ fn two_nics_carry_ping_tcp_and_rdma_between_host_programs() {
         prog(1, &c_peer, "active", "host"),
     );
     assert!(a.contains("OK passive") && b.contains("OK active"), "{a}\n{b}");
+
+    // The control socket answers while the NIC runs (refreshed every 100 ms).
+    std::thread::sleep(Duration::from_millis(300));
+    let live = common::run_ok(
+        Command::new(env!("CARGO_BIN_EXE_snic"))
+            .args(["stats", "--control"])
+            .arg(dir.join("nic1.ctl")),
+    );
+    let live: Value = serde_json::from_slice(&live.stdout).expect("stats JSON");
+    assert!(live["nic"]["nic"]["roce_rx"].as_u64().unwrap_or(0) > 1000, "{live}");
+    assert!(live["rdma"]["engine"]["tx_packets"].as_u64().unwrap_or(0) > 1000, "{live}");
 
     let out = iperf_c.wait_with_output().expect("iperf3 client");
     let _ = iperf_s.wait();
