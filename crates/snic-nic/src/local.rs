@@ -5,8 +5,9 @@
 //!   RoCE addresses: they go to the RDMA engine;
 //! - ARP packets whose target protocol address is one of the NIC's IPv4 RoCE addresses
 //!   (requests to answer, replies to learn from);
-//! - ICMPv6 Neighbor Solicitations and Advertisements whose target is one of the NIC's IPv6
-//!   RoCE addresses.
+//! - ICMPv6 Neighbor Solicitations whose target is one of the NIC's IPv6 RoCE addresses, and
+//!   Neighbor Advertisements sent to one of them (answers to the NIC's solicitations; an
+//!   unsolicited advertisement to all nodes goes on to the host).
 //!
 //! The pipeline then takes those packets out of the batch (later stages never see them) and
 //! counts them in this stage's `local`. Everything else goes on unchanged. The stage reads the
@@ -84,14 +85,20 @@ impl Local {
             Layer::Ipv6 if !self.v6.is_empty() => {
                 let (Layer::Icmpv6, l4) = stack.outer.l4? else { return None };
                 let msg = d.get(usize::from(l4)..)?;
-                let ty = *msg.first()?;
-                if ty != icmpv6::NEIGHBOR_SOLICIT && ty != icmpv6::NEIGHBOR_ADVERT {
-                    return None;
-                }
-                // The target address follows type, code, checksum and 4 flag bytes.
-                let target: [u8; 16] = msg.get(8..24)?.try_into().ok()?;
-                let _ = ipv6::Packet::new_checked(d.get(l3..)?).ok()?;
-                self.v6.contains(&Ipv6Addr::from(target)).then_some(LocalKind::Neighbour)
+                let ip = ipv6::Packet::new_checked(d.get(l3..)?).ok()?;
+                let ours = match *msg.first()? {
+                    // A solicitation asks about its target: ours, or not for us.
+                    icmpv6::NEIGHBOR_SOLICIT => {
+                        // The target address follows type, code, checksum and 4 flag bytes.
+                        let target: [u8; 16] = msg.get(8..24)?.try_into().ok()?;
+                        self.v6.contains(&Ipv6Addr::from(target))
+                    }
+                    // An advertisement answering the NIC's solicitation is sent to the NIC's
+                    // address (its target is the peer's).
+                    icmpv6::NEIGHBOR_ADVERT => self.v6.contains(&ip.dst_addr()),
+                    _ => false,
+                };
+                ours.then_some(LocalKind::Neighbour)
             }
             _ => None,
         }
