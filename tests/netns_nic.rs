@@ -12,7 +12,10 @@
 //! - a 5 s `iperf3` TCP run between them, while
 //! - host programs on each side, through the host library (one in Rust, one in C), run RDMA
 //!   WRITE, READ and SEND of 1 MiB with verified data over the wire ports, QPs in host memory
-//!   on one side and in device memory on the other, then the other way round;
+//!   on one side and in device memory on the other, then the other way round, then over the
+//!   NICs' IPv6 RoCE addresses (neighbour discovery instead of ARP);
+//! - the same device serves DMA queues, channels and kernels (the host library's C test
+//!   program against the NIC's setup socket);
 //! - tshark on the veth sees the RoCEv2 packets beside the TCP, and scapy confirms every
 //!   RoCEv2 packet's ICRC (`tests/interop_rdma.py`);
 //! - the NICs' counters, live on the control socket (`snic stats --control`) and at the end:
@@ -117,7 +120,7 @@ struct Nic {
 }
 
 impl Nic {
-    fn start(t: &Topo, i: usize, dir: &Path, rdma_ip: &str) -> Nic {
+    fn start(t: &Topo, i: usize, dir: &Path, rdma_ips: &[&str]) -> Nic {
         let out = dir.join(format!("nic{i}.out"));
         let child = t
             .exec(i)
@@ -125,7 +128,8 @@ impl Nic {
             .args(["serve", "--no-huge", "--workers", "1", "--socket"])
             .arg(dir.join(format!("nic{i}.sock")))
             .args(["--port", &format!("afpacket:{}", t.veth[i])])
-            .args(["--host-netdev", "snic0", "--rdma-ip", rdma_ip, "--control"])
+            .args(rdma_ips.iter().flat_map(|ip| ["--rdma-ip", ip]))
+            .args(["--host-netdev", "snic0", "--control"])
             .arg(dir.join(format!("nic{i}.ctl")))
             .env_remove("RUST_LOG")
             .stdout(std::fs::File::create(&out).expect("output file"))
@@ -171,8 +175,9 @@ fn wait_for(secs: u64, what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
-/// The host programs: the Rust example and the C twin, built if needed.
-fn programs(dir: &Path) -> (PathBuf, PathBuf) {
+/// The host programs: the Rust example and the C twin, built if needed; also the C ABI
+/// program of the host library's tests (DMA queues, channels, kernels).
+fn programs(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
     let root = common::root();
     let st = Command::new(env!("CARGO"))
         .args(["build", "-p", "snic-host", "--example", "rdma_peer"])
@@ -198,7 +203,20 @@ fn programs(dir: &Path) -> (PathBuf, PathBuf) {
             .arg(format!("-Wl,-rpath,{}", target.display()))
             .arg("-lsnic_host"),
     );
-    (rust, c)
+    let dma = dir.join("snic_test");
+    common::run_ok(
+        Command::new("cc")
+            .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-o"])
+            .arg(&dma)
+            .arg(host.join("tests/c/snic_test.c"))
+            .arg("-I")
+            .arg(host.join("include"))
+            .arg("-L")
+            .arg(target)
+            .arg(format!("-Wl,-rpath,{}", target.display()))
+            .arg("-lsnic_host"),
+    );
+    (rust, c, dma)
 }
 
 /// Run `a` (in namespace 0) and `b` (in namespace 1) against each other: relay their `QP`
@@ -263,11 +281,15 @@ fn two_nics_carry_ping_tcp_and_rdma_between_host_programs() {
         return;
     }
     let dir = common::temp_dir("netns-nic");
-    let (rust_peer, c_peer) = programs(&dir);
+    let (rust_peer, c_peer, dma_prog) = programs(&dir);
     let t = Topo::create();
     let host = ["10.77.0.1", "10.77.0.2"];
     let roce = ["10.77.0.11", "10.77.0.12"];
-    let nics = [Nic::start(&t, 0, &dir, roce[0]), Nic::start(&t, 1, &dir, roce[1])];
+    let roce6 = ["fd77::11", "fd77::12"];
+    let nics = [
+        Nic::start(&t, 0, &dir, &[roce[0], roce6[0]]),
+        Nic::start(&t, 1, &dir, &[roce[1], roce6[1]]),
+    ];
     for (i, nic) in nics.iter().enumerate() {
         wait_for(20, "the NIC to start", || nic.output().contains("snic serve: NIC"));
         t.must(i, &["ip", "addr", "add", &format!("{}/24", host[i]), "dev", "snic0"]);
@@ -307,11 +329,12 @@ fn two_nics_carry_ping_tcp_and_rdma_between_host_programs() {
     // RDMA while the TCP runs: Rust (host-memory QP) active, C (device-memory QP) passive;
     // then C active with its QP in host memory, Rust passive with on-chip rings.
     let size = SIZE.to_string();
-    let prog = |i: usize, exe: &Path, role: &str, place: &str| {
+    let prog_to = |peer: [&str; 2], i: usize, exe: &Path, role: &str, place: &str| {
         let mut c = t.exec(i);
-        c.arg(exe).arg(dir.join(format!("nic{i}.sock"))).args([role, place, roce[1 - i], &size]);
+        c.arg(exe).arg(dir.join(format!("nic{i}.sock"))).args([role, place, peer[1 - i], &size]);
         c
     };
+    let prog = |i, exe, role, place| prog_to(roce, i, exe, role, place);
     let (a, b) = rdma_pair(
         &t,
         prog(0, &rust_peer, "active", "host"),
@@ -324,6 +347,17 @@ fn two_nics_carry_ping_tcp_and_rdma_between_host_programs() {
         prog(1, &c_peer, "active", "host"),
     );
     assert!(a.contains("OK passive") && b.contains("OK active"), "{a}\n{b}");
+    // Over the NICs' IPv6 RoCE addresses (neighbour discovery instead of ARP).
+    let (a, b) = rdma_pair(
+        &t,
+        prog_to(roce6, 0, &rust_peer, "active", "on-board"),
+        prog_to(roce6, 1, &c_peer, "passive", "host"),
+    );
+    assert!(a.contains("OK active") && b.contains("OK passive"), "{a}\n{b}");
+    // The same device serves DMA queues, channels and kernels to host programs.
+    let dma = t.exec(0).arg(&dma_prog).arg(dir.join("nic0.sock")).output().expect("snic_test");
+    let dma_out = String::from_utf8_lossy(&dma.stdout);
+    assert!(dma.status.success() && dma_out.lines().any(|l| l == "ALL OK"), "{dma_out}");
 
     // The control socket answers while the NIC runs (refreshed every 100 ms).
     std::thread::sleep(Duration::from_millis(300));
@@ -346,8 +380,8 @@ fn two_nics_carry_ping_tcp_and_rdma_between_host_programs() {
     stop(&mut tshark, Duration::from_secs(5));
     let raw = dir.join("roce.pcap");
     let (n_roce, n_tcp) = roce_of(&cap, &raw);
-    // 4 x 1 MiB at path MTU 1024 is more than 4096 data packets.
-    assert!(n_roce > 4096, "RoCE frames captured: {n_roce}");
+    // 9 x 1 MiB at path MTU 1024 is more than 9216 data packets.
+    assert!(n_roce > 9216, "RoCE frames captured: {n_roce}");
     assert!(n_tcp > 0, "no TCP beside the RoCE");
     let json = dir.join("scapy.json");
     common::run_ok(
@@ -358,6 +392,9 @@ fn two_nics_carry_ping_tcp_and_rdma_between_host_programs() {
     );
     let s: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let pkts = s["packets"].as_array().expect("packets");
+    // 3 x 1 MiB over IPv6 at path MTU 1024 is more than 3072 data packets.
+    let v6 = pkts.iter().filter(|p| p["ip"] == 6).count();
+    assert!(v6 > 3072, "RoCE over IPv6 frames: {v6}");
     assert_eq!(pkts.len(), n_roce);
     let bad: Vec<&Value> =
         pkts.iter().filter(|p| p["icrc_ok"] != Value::Bool(true)).take(3).collect();
@@ -367,7 +404,8 @@ fn two_nics_carry_ping_tcp_and_rdma_between_host_programs() {
     for (i, st) in [a.finish(), b.finish()].iter().enumerate() {
         let nic = &st["nic"];
         assert!(nic["nic"]["roce_rx"].as_u64().unwrap_or(0) > 1000, "NIC {i}: {st}");
-        assert!(nic["neighbours"]["answers_sent"].as_u64().unwrap_or(0) >= 1, "NIC {i}: {st}");
+        // Asked by its peer over ARP and over ND at least.
+        assert!(nic["neighbours"]["answers_sent"].as_u64().unwrap_or(0) >= 2, "NIC {i}: {st}");
         assert_eq!(nic["nic"]["local_unknown"], 0, "NIC {i}: {st}");
         let engine = &st["rdma"]["engine"];
         assert!(engine["rx_packets"].as_u64().unwrap_or(0) > 1000, "NIC {i}: {st}");
