@@ -245,7 +245,16 @@ fn open_nic(spec: &PortSpec, args: &ServeArgs) -> Result<(Wire, String, Option<V
     pcfg.ports = ports.len() as u16;
     let vswitch = if pcfg.stages.contains(&StageSpec::VSwitch) {
         let settings = VSwitchSettings { policy: args.policy.clone(), ..Default::default() };
-        Some(settings.build()?)
+        let vs = settings.build()?;
+        // The NIC's ports: 0 is the wire, 1 the host netdev.
+        let uplink = vs.policy().underlay.port;
+        if uplink != 0 {
+            bail!(
+                "the vSwitch policy's uplink is port {uplink}; on a NIC the wire is port 0 (and \
+                 the host netdev port 1): set [underlay] port = 0"
+            );
+        }
+        Some(vs)
     } else {
         None
     };
