@@ -1,9 +1,16 @@
-//! The deterministic testbed: several nodes (each a pipeline and its ports) joined by virtual
-//! links, in one process, on one simulated clock.
+//! The deterministic testbed: several nodes joined by virtual links, in one process, on one
+//! simulated clock.
+//!
+//! A node is any [`Device`]: a pipeline and its ports ([`Node`], [`Testbed::add_node`]), or a
+//! whole NIC ([`NicDevice`], [`Testbed::add_nic`]): pipeline, ports, the device's own packets
+//! ([`snic_nic::Nic`]: `local` stage, neighbour table) and its RoCE engine with its memory
+//! ([`Rnic`], owned by the testbed; tests post verbs through [`Testbed::nic_mut`]). Tests may
+//! add devices of their own ([`Testbed::add_device`]).
 //!
 //! Time moves only when the testbed says so: [`Testbed::step`] first lets every node work at the
-//! current instant until nothing moves, then jumps the clock to the next deadline any port
-//! reports ([`Port::poll_timeout`]: a paced generator's next frame, a link's next delivery).
+//! current instant until nothing moves, then jumps the clock to the next deadline any node
+//! reports ([`Device::poll_timeout`]: a paced generator's next frame, a link's next delivery, a
+//! stage's held packet, the RoCE engine's retransmission timer, the neighbour table's retry).
 //! [`Testbed::run_until`] steps up to an instant;
 //! [`Testbed::drive`] steps until nothing is pending, with bounds that turn a livelock (work that
 //! never settles at one instant, or steps that never end) into an error instead of a hang.
@@ -11,10 +18,15 @@
 //! Given the same seeds, a run is exactly reproducible: nothing reads the real clock or an
 //! unseeded RNG.
 
+use core::any::Any;
 use core::fmt;
+use snic_io::nic::{NicNode, build_pipeline};
 use snic_io::port::{Port, PortCounters};
 use snic_io::worker::Node;
-use snic_pipeline::{Counters, Pipeline};
+use snic_nic::{Nic, NicConfig};
+use snic_pipeline::pipeline::{PipelineConfig, StageSpec};
+use snic_pipeline::{Counters, MAX_BATCH, Pipeline};
+use snic_rdma::{Rnic, RnicConfig};
 use snic_time::{Clock, Instant, SimClock};
 
 /// Index of a node in a testbed.
@@ -39,6 +51,8 @@ pub enum TestbedError {
         /// Time reached.
         at: Instant,
     },
+    /// A node could not be built; says why.
+    Setup(String),
 }
 
 impl fmt::Display for TestbedError {
@@ -50,6 +64,7 @@ impl fmt::Display for TestbedError {
             TestbedError::StepLimit { steps, at } => {
                 write!(f, "step limit: {steps} steps taken, work still pending at {at}")
             }
+            TestbedError::Setup(why) => write!(f, "setup: {why}"),
         }
     }
 }
@@ -68,11 +83,92 @@ pub enum Step {
 /// Most rounds at one instant before [`TestbedError::Livelock`], by default.
 pub const DEFAULT_MAX_ROUNDS: usize = 10_000;
 
+/// One node of a testbed: something that works at an instant and says when it next has work.
+///
+/// The testbed calls [`Device::poll`] at one instant until no node moves anything, then moves
+/// the clock to the earliest [`Device::poll_timeout`]. A device reads no clock and no unseeded
+/// RNG, so runs are reproducible.
+pub trait Device: fmt::Debug + Any {
+    /// The node's name.
+    fn name(&self) -> &str;
+    /// Work at `now`: one round. Returns how many packets moved (0: nothing to do at `now`).
+    fn poll(&mut self, now: Instant) -> usize;
+    /// When the device next has work without being given anything; `None`: never.
+    fn poll_timeout(&self) -> Option<Instant>;
+    /// Pipeline counters merged with the I/O side's (empty for a device without a pipeline).
+    fn counters(&self) -> Counters;
+    /// Each port's name and own counters.
+    fn port_counters(&self) -> Vec<(String, PortCounters)>;
+    /// The device as `Any`, to get its concrete type back ([`Testbed::device`]).
+    fn as_any(&self) -> &dyn Any;
+    /// The device as `Any`, mutably ([`Testbed::device_mut`]).
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+}
+
+impl Device for Node {
+    fn name(&self) -> &str {
+        Node::name(self)
+    }
+    fn poll(&mut self, now: Instant) -> usize {
+        Node::poll(self, now)
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        Node::poll_timeout(self)
+    }
+    fn counters(&self) -> Counters {
+        Node::counters(self)
+    }
+    fn port_counters(&self) -> Vec<(String, PortCounters)> {
+        Node::port_counters(self)
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
+/// A whole NIC as a testbed node: its data path ([`NicNode`]: pipeline, ports, neighbour
+/// table) and its RoCE engine with its memory. The fields are public so a test can post verbs
+/// on `rnic` and read `node`'s counters between steps.
+#[derive(Debug)]
+pub struct NicDevice {
+    /// Pipeline, ports and the NIC's own packets.
+    pub node: NicNode,
+    /// The RoCE engine and its memory.
+    pub rnic: Rnic,
+}
+
+impl Device for NicDevice {
+    fn name(&self) -> &str {
+        self.node.name()
+    }
+    fn poll(&mut self, now: Instant) -> usize {
+        self.node.poll(now, &mut self.rnic)
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.node.poll_timeout(&self.rnic)
+    }
+    fn counters(&self) -> Counters {
+        self.node.counters()
+    }
+    fn port_counters(&self) -> Vec<(String, PortCounters)> {
+        self.node.port_counters()
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
 /// Nodes, links and one simulated clock.
 #[derive(Debug)]
 pub struct Testbed {
     clock: SimClock,
-    nodes: Vec<Node>,
+    nodes: Vec<Box<dyn Device>>,
     max_rounds: usize,
     steps: u64,
 }
@@ -107,7 +203,39 @@ impl Testbed {
         pipeline: Pipeline,
         ports: Vec<Box<dyn Port>>,
     ) -> NodeId {
-        self.nodes.push(Node::new(name, pipeline, ports, snic_pipeline::MAX_BATCH));
+        self.add_device(Box::new(Node::new(name, pipeline, ports, MAX_BATCH)))
+    }
+
+    /// Add a NIC: `stages` (empty: parse, classify, l2fwd; `local` is put after `classify`,
+    /// see [`snic_io::nic::nic_stages`]) over `ports` (port `i` is `PortId(i)`; `nic.wire`
+    /// names the wire), the NIC's own packets as `nic` says, and a RoCE engine built from
+    /// `rnic`. Every address of the engine must be one of `nic.ips` (else its packets would
+    /// never reach it).
+    pub fn add_nic(
+        &mut self,
+        name: &str,
+        nic: NicConfig,
+        rnic: RnicConfig,
+        stages: &[StageSpec],
+        ports: Vec<Box<dyn Port>>,
+    ) -> Result<NodeId, TestbedError> {
+        let setup = |why: String| TestbedError::Setup(format!("NIC {name}: {why}"));
+        if let Some(ip) =
+            core::iter::once(&rnic.local_ip).chain(&rnic.more_ips).find(|ip| !nic.ips.contains(ip))
+        {
+            return Err(setup(format!("the engine's address {ip} is not one of the NIC's")));
+        }
+        let engine = Rnic::new(rnic).map_err(|e| setup(format!("RoCE engine: {e:?}")))?;
+        let nic = Nic::new(nic);
+        let pipeline = build_pipeline(&PipelineConfig::new(stages.to_vec()), &nic, None)
+            .map_err(|e| setup(e.to_string()))?;
+        let node = NicNode::new(name, pipeline, ports, nic, MAX_BATCH);
+        Ok(self.add_device(Box::new(NicDevice { node, rnic: engine })))
+    }
+
+    /// Add any device.
+    pub fn add_device(&mut self, device: Box<dyn Device>) -> NodeId {
+        self.nodes.push(device);
         NodeId(self.nodes.len() - 1)
     }
 
@@ -126,14 +254,34 @@ impl Testbed {
         self.steps
     }
 
-    /// A node.
-    pub fn node(&self, id: NodeId) -> Option<&Node> {
-        self.nodes.get(id.0)
+    /// A device, as its concrete type (`None` when `id` is not a `T`).
+    pub fn device<T: Device>(&self, id: NodeId) -> Option<&T> {
+        self.nodes.get(id.0)?.as_any().downcast_ref()
     }
 
-    /// A node, mutably (to change its pipeline between steps).
+    /// A device, mutably, as its concrete type (`None` when `id` is not a `T`).
+    pub fn device_mut<T: Device>(&mut self, id: NodeId) -> Option<&mut T> {
+        self.nodes.get_mut(id.0)?.as_any_mut().downcast_mut()
+    }
+
+    /// A pipeline node (`None` for another kind of node).
+    pub fn node(&self, id: NodeId) -> Option<&Node> {
+        self.device(id)
+    }
+
+    /// A pipeline node, mutably (to change its pipeline between steps).
     pub fn node_mut(&mut self, id: NodeId) -> Option<&mut Node> {
-        self.nodes.get_mut(id.0)
+        self.device_mut(id)
+    }
+
+    /// A NIC node (`None` for another kind of node).
+    pub fn nic(&self, id: NodeId) -> Option<&NicDevice> {
+        self.device(id)
+    }
+
+    /// A NIC node, mutably: post verbs on its engine (at [`Testbed::now`]), read its counters.
+    pub fn nic_mut(&mut self, id: NodeId) -> Option<&mut NicDevice> {
+        self.device_mut(id)
     }
 
     /// Run every node at the current instant until none receives anything.
@@ -151,7 +299,7 @@ impl Testbed {
         Ok(())
     }
 
-    /// The earliest deadline of any port, or `None` when nothing is pending.
+    /// The earliest deadline of any node, or `None` when nothing is pending.
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.nodes.iter().filter_map(|n| n.poll_timeout()).min()
     }
