@@ -303,6 +303,31 @@ impl VLinkPort {
     pub fn rx_link_stats(&self) -> LinkStats {
         self.lock()[1 - self.side].stats()
     }
+
+    /// A handle that reads both directions' counters after the port was handed to a node.
+    pub fn stats_handle(&self) -> VLinkStats {
+        VLinkStats { side: self.side, links: self.links.clone() }
+    }
+}
+
+/// Reads a link's counters from outside the node that owns the endpoint
+/// ([`VLinkPort::stats_handle`]); "tx" and "rx" are as seen from that endpoint.
+#[derive(Debug, Clone)]
+pub struct VLinkStats {
+    side: usize,
+    links: Arc<Mutex<[Link; 2]>>,
+}
+
+impl VLinkStats {
+    /// Counters of the direction the endpoint sends on.
+    pub fn tx(&self) -> LinkStats {
+        self.links.lock().unwrap_or_else(|e| e.into_inner())[self.side].stats()
+    }
+
+    /// Counters of the direction the endpoint receives from.
+    pub fn rx(&self) -> LinkStats {
+        self.links.lock().unwrap_or_else(|e| e.into_inner())[1 - self.side].stats()
+    }
 }
 
 impl Port for VLinkPort {
@@ -504,5 +529,9 @@ mod tests {
         assert_eq!(b.counters().rx_packets, 2);
         assert_eq!(a.tx_link_stats().delivered, 2);
         assert_eq!(b.rx_link_stats().delivered, 2);
+        // A handle sees the same counters after the port is gone (moved into a node).
+        let stats = b.stats_handle();
+        drop(b);
+        assert_eq!((stats.rx().delivered, stats.tx().offered), (2, 0));
     }
 }
