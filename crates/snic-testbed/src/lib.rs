@@ -482,6 +482,56 @@ mod tests {
     }
 
     #[test]
+    fn a_nic_node_is_found_by_its_kind_and_checks_its_addresses() {
+        use snic_nic::neigh::NeighConfig;
+        use snic_wire::ethernet::EthernetAddress;
+        let rnic = RnicConfig { host_pool: 1 << 20, ..RnicConfig::default() };
+        let nic = |ips| NicConfig {
+            mac: EthernetAddress([2, 0, 0, 0, 0, 1]),
+            ips,
+            wire: PortId(0),
+            neigh: NeighConfig::default(),
+        };
+        let mut tb = Testbed::new();
+        // The engine's address must be one the NIC terminates.
+        let other = vec!["10.9.9.9".parse().unwrap()];
+        let e = tb.add_nic("bad", nic(other), rnic.clone(), &[], vec![]).unwrap_err();
+        assert!(matches!(e, TestbedError::Setup(ref why) if why.contains("not one of")), "{e}");
+        let ports: Vec<Box<dyn Port>> = vec![Box::new(NullPort::new())];
+        let id = tb.add_nic("n", nic(vec![rnic.local_ip]), rnic, &[], ports).unwrap();
+        let p = tb.add_node("p", Pipeline::new(), vec![]);
+        assert_eq!((id, p), (NodeId(0), NodeId(1)));
+        assert!(tb.node(id).is_none() && tb.nic(p).is_none());
+        let names: Vec<_> =
+            tb.nic(id).unwrap().node.counters().stages.iter().map(|s| s.name.clone()).collect();
+        assert_eq!(names[..4], ["parse", "classify", "local", "l2fwd"]);
+        assert_eq!(tb.poll_timeout(), None);
+
+        // A WRITE to a peer that never answers: the neighbour table's retries and the engine's
+        // retransmissions are the testbed's deadlines, until the WQE fails.
+        use snic_rdma::testing::{EndOpts, connect_qp, drain_cq};
+        use snic_rdma::{Access, QpAttr, SendWr, WcStatus, WrOp};
+        let d = tb.nic_mut(id).unwrap();
+        let pd = d.rnic.alloc_pd();
+        let cq = d.rnic.create_cq(4);
+        let qpn = d.rnic.create_qp(EndOpts::default().qp_init(pd, cq, cq)).unwrap();
+        let attr = QpAttr { access: Access::ALL, retry_cnt: 2, ..QpAttr::default() };
+        connect_qp(&mut d.rnic, qpn, 7, snic_rdma::testing::ip(false, 2), 0, 0, attr);
+        let buf = d.rnic.alloc_buf(snic_dma::MemKind::Host, 4096, 4096).unwrap();
+        let mr = d.rnic.reg_mr(pd, buf, 4096, Access::ALL).unwrap();
+        let sgl = snic_rdma::SgList::one(snic_rdma::Sge { addr: buf, len: 100, lkey: mr.lkey });
+        let remote = snic_rdma::Remote { addr: 0, rkey: 1 };
+        d.rnic.post_send(qpn, &SendWr::new(1, WrOp::Write { remote }, sgl), Instant::ZERO).unwrap();
+        assert!(tb.drive(1_000).unwrap() > 3);
+        let d = tb.nic_mut(id).unwrap();
+        let cqes = drain_cq(&mut d.rnic, cq);
+        assert_eq!(cqes.iter().map(|c| c.status).collect::<Vec<_>>(), [WcStatus::RetryExcErr]);
+        let neigh = *d.node.nic().neighbours().counters();
+        assert!(neigh.solicits_sent >= 2 && neigh.failed >= 1, "{neigh:?}");
+        assert!(tb.now() > Instant::from_millis(10), "{}", tb.now());
+    }
+
+    #[test]
     fn livelock_and_step_limit_are_errors_not_hangs() {
         let mut tb = Testbed::new();
         tb.add_node("s", Pipeline::new(), vec![Box::new(Stuck)]);
