@@ -129,3 +129,60 @@ impl Stage for Local {
         true
     }
 }
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::neigh::{NeighConfig, Neighbours, Resolve};
+    use snic_rdma::testing::ip;
+    use snic_wire::ethernet::EthernetAddress;
+
+    const MAC: [EthernetAddress; 2] =
+        [EthernetAddress([2, 0, 0, 0, 0, 1]), EthernetAddress([2, 0, 0, 0, 0, 2])];
+
+    /// What the `local` stage of a NIC with address `ours` makes of `frame`.
+    fn kind(ours: IpAddr, frame: &[u8]) -> Option<LocalKind> {
+        let mut b = Batch::new(1);
+        let p = b.push_frame(frame).unwrap();
+        p.meta.stack = snic_wire::stack::parse(frame);
+        Local::new(&[ours]).kind(p)
+    }
+
+    fn next_frame(n: &mut Neighbours) -> Vec<u8> {
+        let mut buf = [0u8; 256];
+        let len = n.poll_transmit(Instant::ZERO, &mut buf).expect("a frame to send");
+        buf[..len].to_vec()
+    }
+
+    /// NIC A resolves NIC B, then probes it: each solicitation is B's, each answer is A's, and
+    /// neither is the other NIC's. (The stage once took an advertisement by its target, the
+    /// advertiser's own address, so a NIC never saw the answers to its IPv6 solicitations.)
+    #[test]
+    fn solicitations_go_to_the_target_answers_to_the_solicitor() {
+        for v6 in [false, true] {
+            let (a_ip, b_ip) = (ip(v6, 1), ip(v6, 2));
+            let cfg = NeighConfig { reachable: core::time::Duration::ZERO, ..Default::default() };
+            let mut a = Neighbours::new(cfg, MAC[0], &[a_ip]);
+            let mut b = Neighbours::new(cfg, MAC[1], &[b_ip]);
+            let t = Instant::ZERO;
+            assert_eq!(a.resolve(t, b_ip, a_ip, &[0x45; 40]), Resolve::Queued);
+            // A multicast (or broadcast) solicitation, then its answer; then (the entry is
+            // stale at once) a unicast probe and its answer.
+            for round in ["resolution", "probe"] {
+                let ask = next_frame(&mut a);
+                assert_eq!(kind(b_ip, &ask), Some(LocalKind::Neighbour), "{round} v6 {v6}");
+                assert_eq!(kind(a_ip, &ask), None, "{round} v6 {v6}");
+                b.handle_frame(t, &ask);
+                let answer = next_frame(&mut b);
+                assert_eq!(kind(a_ip, &answer), Some(LocalKind::Neighbour), "{round} v6 {v6}");
+                assert_eq!(kind(b_ip, &answer), None, "{round} v6 {v6}");
+                a.handle_frame(t, &answer);
+                if round == "resolution" {
+                    next_frame(&mut a); // the queued packet, released
+                    assert_eq!(a.resolve(t, b_ip, a_ip, &[0x45; 40]), Resolve::Ready(MAC[1]));
+                }
+            }
+            assert_eq!(a.counters().failed, 0);
+            assert_eq!(a.counters().learned, 2, "v6 {v6}: {:?}", a.counters());
+        }
+    }
+}
