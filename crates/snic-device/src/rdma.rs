@@ -607,6 +607,10 @@ impl RdmaHost {
         let now = self.shared.clock.now();
         rnic.connect_rc(qpn, &attr, now).map_err(|e| verbs_error("connect", e))?;
         drop(rnic);
+        // On a NIC, resolve the peer's MAC now, so the QP's first packets find it known.
+        if let Some(node) = &self.shared.node {
+            lock(node).nic_mut().prepare(now, ip);
+        }
         self.shared.kick();
         Ok(Response::Ok)
     }

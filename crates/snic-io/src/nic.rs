@@ -154,6 +154,11 @@ impl NicNode {
         &self.nic
     }
 
+    /// The NIC's own-packet handling, mutably (to start resolving a peer ahead of time).
+    pub fn nic_mut(&mut self) -> &mut Nic {
+        &mut self.nic
+    }
+
     /// Each port's name and own counters.
     pub fn port_counters(&self) -> Vec<(String, PortCounters)> {
         self.ports.port_counters()

@@ -184,6 +184,17 @@ impl Nic {
         out.len() - start
     }
 
+    /// Start resolving the peer `dst` now (a QP was just connected to it), from the NIC's
+    /// first address of `dst`'s family: the QP's first packets then find its MAC known.
+    /// Returns whether a resolution started.
+    pub fn prepare(&mut self, now: Instant, dst: IpAddr) -> bool {
+        let Some(src) = self.cfg.ips.iter().copied().find(|ip| ip.is_ipv4() == dst.is_ipv4())
+        else {
+            return false;
+        };
+        self.neigh.prepare(now, dst, src)
+    }
+
     /// When [`Nic::handle_timeout`] next has work (the neighbour table's retries and expiries).
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.neigh.poll_timeout()

@@ -808,3 +808,47 @@ proptest! {
         prop_assert!(sent.iter().all(|f| f.len() <= 14 + 40 + 32 || f.len() == 14 + 3));
     }
 }
+
+#[test]
+fn prepare_resolves_ahead_so_the_first_packet_is_ready() {
+    for (a_ip, b_ip) in [(IpAddr::V4(A4), IpAddr::V4(B4)), (IpAddr::V6(A6), IpAddr::V6(B6))] {
+        let (mut a, mut b) = pair();
+        assert!(a.prepare(T0, b_ip, a_ip), "a resolution starts");
+        assert!(!a.prepare(T0, b_ip, a_ip), "pending already: nothing new");
+        assert_eq!(*a.counters(), NeighCounters { solicits_sent: 1, ..Default::default() });
+        let ask = the_one(&mut a, T0);
+        b.handle_frame(at(1), &ask);
+        let answer = the_one(&mut b, at(1));
+        a.handle_frame(at(2), &answer);
+        // Nothing was queued, so nothing is released: the table only learned.
+        assert!(drain(&mut a, at(2)).is_empty());
+        let want = NeighCounters { solicits_sent: 1, learned: 1, ..Default::default() };
+        assert_eq!(*a.counters(), want);
+        let pkt = udp(a_ip, b_ip, b"first packet");
+        assert_eq!(a.resolve(at(3), b_ip, a_ip, &pkt), Resolve::Ready(MAC_B));
+        assert!(!a.prepare(at(3), b_ip, a_ip), "known: nothing to do");
+        assert_eq!(*a.counters(), want, "ready packets and known peers move no counter");
+    }
+    // Bad addresses are refused and counted; groups need no resolution.
+    let (mut a, _) = pair();
+    assert!(!a.prepare(T0, B4.into(), C4.into()), "C4 is not ours");
+    assert!(!a.prepare(T0, B6.into(), A4.into()), "mixed families");
+    assert!(!a.prepare(T0, "224.0.0.1".parse().unwrap(), A4.into()), "a group");
+    assert_eq!(*a.counters(), NeighCounters { drop_bad_address: 2, ..Default::default() });
+    assert!(drain(&mut a, T0).is_empty());
+}
+
+#[test]
+fn prepare_after_a_failed_hold_starts_again_but_not_during_it() {
+    let (mut a, _) = pair();
+    assert!(a.prepare(T0, B4.into(), A4.into()));
+    // No answer: retries at 1 s and 2 s, failure at 3 s, held failed until 5 s.
+    for ms in [1000, 2000, 3000] {
+        a.handle_timeout(at(ms));
+    }
+    drain(&mut a, at(3000));
+    assert_eq!(a.counters().failed, 1);
+    assert!(!a.prepare(at(4000), B4.into(), A4.into()), "still in its failed hold");
+    assert!(a.prepare(at(5000), B4.into(), A4.into()), "the hold is over");
+    assert_eq!(a.counters().solicits_sent, 4);
+}
