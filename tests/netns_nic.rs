@@ -24,8 +24,9 @@
 mod common;
 
 use common::netns::{have, is_root, must, note, run, stop};
+use common::rdma_peer::{programs, rdma_pair};
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -175,78 +176,6 @@ fn wait_for(secs: u64, what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
-/// The host programs: the Rust example and the C twin, built if needed; also the C ABI
-/// program of the host library's tests (DMA queues, channels, kernels).
-fn programs(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
-    let root = common::root();
-    let st = Command::new(env!("CARGO"))
-        .args(["build", "-p", "snic-host", "--example", "rdma_peer"])
-        .current_dir(&root)
-        .status()
-        .expect("cargo build");
-    assert!(st.success(), "building the rdma_peer example failed");
-    let exe = PathBuf::from(env!("CARGO_BIN_EXE_snic"));
-    let target = exe.parent().expect("target dir");
-    let rust = target.join("examples/rdma_peer");
-    assert!(rust.exists(), "{} missing", rust.display());
-    let c = dir.join("rdma_peer_c");
-    let host = root.join("crates/snic-host");
-    common::run_ok(
-        Command::new("cc")
-            .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-o"])
-            .arg(&c)
-            .arg(host.join("tests/c/rdma_peer.c"))
-            .arg("-I")
-            .arg(host.join("include"))
-            .arg("-L")
-            .arg(target)
-            .arg(format!("-Wl,-rpath,{}", target.display()))
-            .arg("-lsnic_host"),
-    );
-    let dma = dir.join("snic_test");
-    common::run_ok(
-        Command::new("cc")
-            .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-o"])
-            .arg(&dma)
-            .arg(host.join("tests/c/snic_test.c"))
-            .arg("-I")
-            .arg(host.join("include"))
-            .arg("-L")
-            .arg(target)
-            .arg(format!("-Wl,-rpath,{}", target.display()))
-            .arg("-lsnic_host"),
-    );
-    (rust, c, dma)
-}
-
-/// Run `a` (in namespace 0) and `b` (in namespace 1) against each other: relay their `QP`
-/// lines, wait for both, return their outputs.
-fn rdma_pair(t: &Topo, a: Command, b: Command) -> (String, String) {
-    let spawn = |mut c: Command| {
-        c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
-        c.spawn().expect("start a host program")
-    };
-    let _ = t;
-    let (mut pa, mut pb) = (spawn(a), spawn(b));
-    let mut ra = BufReader::new(pa.stdout.take().expect("stdout"));
-    let mut rb = BufReader::new(pb.stdout.take().expect("stdout"));
-    let (mut la, mut lb) = (String::new(), String::new());
-    ra.read_line(&mut la).expect("line of a");
-    rb.read_line(&mut lb).expect("line of b");
-    assert!(la.starts_with("QP ") && lb.starts_with("QP "), "a: {la:?} b: {lb:?}");
-    pa.stdin.as_mut().expect("stdin").write_all(lb.as_bytes()).expect("relay to a");
-    pb.stdin.as_mut().expect("stdin").write_all(la.as_bytes()).expect("relay to b");
-    let rest = |r: &mut BufReader<std::process::ChildStdout>| {
-        let mut s = String::new();
-        let _ = std::io::Read::read_to_string(r, &mut s);
-        s
-    };
-    let (oa, ob) = (rest(&mut ra), rest(&mut rb));
-    let (sa, sb) = (pa.wait().expect("wait a"), pb.wait().expect("wait b"));
-    assert!(sa.success() && sb.success(), "a ({sa}): {oa}\nb ({sb}): {ob}");
-    (oa, ob)
-}
-
 /// Keep the RoCEv2 frames of an Ethernet capture, as IP packets (link type RAW) for scapy;
 /// also count the TCP frames seen.
 fn roce_of(cap: &Path, raw: &Path) -> (usize, usize) {
@@ -335,21 +264,14 @@ fn two_nics_carry_ping_tcp_and_rdma_between_host_programs() {
         c
     };
     let prog = |i, exe, role, place| prog_to(roce, i, exe, role, place);
-    let (a, b) = rdma_pair(
-        &t,
-        prog(0, &rust_peer, "active", "host"),
-        prog(1, &c_peer, "passive", "on-board"),
-    );
+    let (a, b) =
+        rdma_pair(prog(0, &rust_peer, "active", "host"), prog(1, &c_peer, "passive", "on-board"));
     assert!(a.contains("OK active") && b.contains("OK passive"), "{a}\n{b}");
-    let (a, b) = rdma_pair(
-        &t,
-        prog(0, &rust_peer, "passive", "on-chip"),
-        prog(1, &c_peer, "active", "host"),
-    );
+    let (a, b) =
+        rdma_pair(prog(0, &rust_peer, "passive", "on-chip"), prog(1, &c_peer, "active", "host"));
     assert!(a.contains("OK passive") && b.contains("OK active"), "{a}\n{b}");
     // Over the NICs' IPv6 RoCE addresses (neighbour discovery instead of ARP).
     let (a, b) = rdma_pair(
-        &t,
         prog_to(roce6, 0, &rust_peer, "active", "on-board"),
         prog_to(roce6, 1, &c_peer, "passive", "host"),
     );

@@ -7,6 +7,7 @@
 #![allow(dead_code, reason = "each test binary uses a different subset of these helpers")]
 
 pub mod netns;
+pub mod rdma_peer;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
