@@ -28,33 +28,25 @@ pub fn programs(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
     let target = target.as_path();
     let rust = target.join("examples/rdma_peer");
     assert!(rust.exists(), "{} missing", rust.display());
-    let c = dir.join("rdma_peer_c");
-    let host = root.join("crates/snic-host");
-    super::run_ok(
-        Command::new("cc")
-            .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-o"])
-            .arg(&c)
-            .arg(host.join("tests/c/rdma_peer.c"))
-            .arg("-I")
-            .arg(host.join("include"))
-            .arg("-L")
-            .arg(target)
-            .arg(format!("-Wl,-rpath,{}", target.display()))
-            .arg("-lsnic_host"),
-    );
-    let dma = dir.join("snic_test");
-    super::run_ok(
-        Command::new("cc")
-            .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-o"])
-            .arg(&dma)
-            .arg(host.join("tests/c/snic_test.c"))
-            .arg("-I")
-            .arg(host.join("include"))
-            .arg("-L")
-            .arg(target)
-            .arg(format!("-Wl,-rpath,{}", target.display()))
-            .arg("-lsnic_host"),
-    );
+    // Built against the library of this build, found at run time by the rpath.
+    let cc = |src: &str, out: PathBuf| {
+        let host = root.join("crates/snic-host");
+        super::run_ok(
+            Command::new("cc")
+                .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-o"])
+                .arg(&out)
+                .arg(host.join("tests/c").join(src))
+                .arg("-I")
+                .arg(host.join("include"))
+                .arg("-L")
+                .arg(target)
+                .arg(format!("-Wl,-rpath,{}", target.display()))
+                .arg("-lsnic_host"),
+        );
+        out
+    };
+    let c = cc("rdma_peer.c", dir.join("rdma_peer_c"));
+    let dma = cc("snic_test.c", dir.join("snic_test"));
     (rust, c, dma)
 }
 

@@ -15,7 +15,7 @@
 
 use crate::port::{Port, PortCounters};
 use crate::runtime::RunError;
-use crate::worker::{Egress, Handler, PortSet, TX_TRACE_CAPACITY};
+use crate::worker::{Egress, Handler, PortSet, TX_TRACE_CAPACITY, drain_traces, flush_all};
 use snic_nic::{Nic, NicCounters};
 use snic_pipeline::pipeline::{BuildError, PipelineConfig, StageSpec};
 use snic_pipeline::trace::{TraceEvent, TraceRing};
@@ -166,21 +166,12 @@ impl NicNode {
 
     /// Take the trace events recorded so far, by packet sequence number.
     pub fn drain_trace(&mut self) -> Vec<TraceEvent> {
-        let mut ev: Vec<TraceEvent> = self.pipeline.drain_trace().collect();
-        ev.extend(self.trace.drain());
-        ev.sort_by_key(|e| e.seq);
-        ev
+        drain_traces(&mut self.pipeline, &mut self.trace)
     }
 
     /// Flush the ports and the pipeline's capture stages.
     pub fn flush(&mut self) -> io::Result<()> {
-        let mut first = self.ports.flush();
-        if let Err(e) = self.pipeline.flush()
-            && first.is_ok()
-        {
-            first = Err(e);
-        }
-        first
+        flush_all(&mut self.ports, &mut self.pipeline)
     }
 
     /// The pipeline (for control-plane changes between rounds).

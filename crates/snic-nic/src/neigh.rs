@@ -413,12 +413,7 @@ impl Neighbours {
     /// of our addresses and of `dst`'s family, else the packet is dropped
     /// (`drop_bad_address`).
     pub fn resolve(&mut self, now: Instant, dst: IpAddr, src: IpAddr, packet: &[u8]) -> Resolve {
-        if dst.is_ipv4() != src.is_ipv4()
-            || !self.ips.contains(&src)
-            || self.ips.contains(&dst)
-            || dst.is_unspecified()
-        {
-            self.counters.drop_bad_address += 1;
+        if !self.addresses_ok(dst, src) {
             return Resolve::Dropped;
         }
         if let Some(m) = group_mac(dst) {
@@ -454,6 +449,25 @@ impl Neighbours {
             self.counters.drop_table_full += 1;
             return Resolve::Dropped;
         }
+        self.start(now, dst, src);
+        self.enqueue(dst, packet)
+    }
+
+    /// `src` is ours and of `dst`'s family, `dst` is neither ours nor unspecified; else the
+    /// refusal is counted (`drop_bad_address`).
+    fn addresses_ok(&mut self, dst: IpAddr, src: IpAddr) -> bool {
+        let ok = dst.is_ipv4() == src.is_ipv4()
+            && self.ips.contains(&src)
+            && !self.ips.contains(&dst)
+            && !dst.is_unspecified();
+        if !ok {
+            self.counters.drop_bad_address += 1;
+        }
+        ok
+    }
+
+    /// A new incomplete entry for `dst` (room was made) and its first solicitation.
+    fn start(&mut self, now: Instant, dst: IpAddr, src: IpAddr) {
         self.entries.insert(
             dst,
             Slot {
@@ -469,7 +483,6 @@ impl Neighbours {
         if let Some(tx) = solicitation(dst, src, None) {
             self.tx.push_control(tx, false, &mut self.counters);
         }
-        self.enqueue(dst, packet)
     }
 
     /// Start resolving the on-link `dst` (from our address `src`) before any packet needs it,
@@ -479,12 +492,7 @@ impl Neighbours {
     /// resolution started; bad addresses are refused as in [`Neighbours::resolve`] (counted in
     /// `drop_bad_address`), and a table full of pending entries starts nothing.
     pub fn prepare(&mut self, now: Instant, dst: IpAddr, src: IpAddr) -> bool {
-        if dst.is_ipv4() != src.is_ipv4()
-            || !self.ips.contains(&src)
-            || self.ips.contains(&dst)
-            || dst.is_unspecified()
-        {
-            self.counters.drop_bad_address += 1;
+        if !self.addresses_ok(dst, src) {
             return false;
         }
         if group_mac(dst).is_some() {
@@ -500,21 +508,7 @@ impl Neighbours {
         if !self.make_room() {
             return false;
         }
-        self.entries.insert(
-            dst,
-            Slot {
-                phase: Phase::Incomplete,
-                mac: None,
-                src,
-                tries: 1,
-                deadline: now.saturating_add(self.cfg.retry_interval),
-                touched: now,
-                queue: VecDeque::new(),
-            },
-        );
-        if let Some(tx) = solicitation(dst, src, None) {
-            self.tx.push_control(tx, false, &mut self.counters);
-        }
+        self.start(now, dst, src);
         true
     }
 
