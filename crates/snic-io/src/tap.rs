@@ -48,11 +48,18 @@ pub struct TapStats {
     pub tx_dropped: u64,
 }
 
+/// How often a TAP port re-reads its device's MTU: the host may change it while the port runs
+/// (`ip link set NAME mtu 9000` on a NIC's host netdev), and frames over the old MTU would be
+/// dropped as too big.
+const MTU_REFRESH: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// A TAP device port. See the module documentation.
 pub struct TapPort {
     dev: SyncDevice,
     name: String,
     mtu: usize,
+    /// When `mtu` was last read from the device (`None`: not since the port opened).
+    mtu_read: Option<Instant>,
     stats: TapStats,
 }
 
@@ -93,7 +100,13 @@ impl TapPort {
         }
         dev.set_nonblocking(true).map_err(|e| ctx("set_nonblocking", e))?;
         let mtu = dev.mtu().map(usize::from).unwrap_or(1500);
-        Ok(TapPort { dev, name: format!("tap:{name}"), mtu, stats: TapStats::default() })
+        Ok(TapPort {
+            dev,
+            name: format!("tap:{name}"),
+            mtu,
+            mtu_read: None,
+            stats: TapStats::default(),
+        })
     }
 
     /// This port's counters.
@@ -113,6 +126,13 @@ impl Port for TapPort {
     }
 
     fn recv(&mut self, now: Instant, batch: &mut Batch) -> io::Result<usize> {
+        if self.mtu_read.is_none_or(|t| now.saturating_duration_since(t) >= MTU_REFRESH) {
+            self.mtu_read = Some(now);
+            // The device may be in another namespace (tests move it): keep the last value.
+            if let Ok(m) = self.dev.mtu() {
+                self.mtu = usize::from(m);
+            }
+        }
         let mut got = 0;
         while !batch.is_full() {
             let Some(p) = batch.push_slot() else { break };

@@ -554,3 +554,23 @@ fn receiving_kernel_drops_plain_frames_with_a_bad_checksum() {
     assert_eq!(udp_in_csum_errors(&topo, 1), bad_sent, "every bad frame counted");
     assert_eq!(port.stats().tx_packets, 2 * bad_sent);
 }
+
+#[test]
+fn tap_port_follows_an_mtu_change_of_its_device() {
+    if !can_run("tap_port_follows_an_mtu_change_of_its_device") {
+        return;
+    }
+    let name = format!("stmt{}", std::process::id());
+    let mut tap = TapPort::open(&name).expect("open tap");
+    let mut b = Batch::new(8);
+    let t0 = Instant::from_secs(1);
+    let _ = tap.recv(t0, &mut b);
+    assert_eq!(tap.caps().max_frame, 1500 + 18);
+    // The host raises its netdev's MTU while the port runs (as on a NIC's host netdev):
+    // frames up to the new size must not be dropped as too big, after at most a second.
+    must(10, &["ip", "link", "set", &name, "mtu", "9000"]);
+    let _ = tap.recv(t0 + Duration::from_millis(500), &mut b);
+    assert_eq!(tap.caps().max_frame, 1500 + 18, "re-read at most once a second");
+    let _ = tap.recv(t0 + Duration::from_secs(1), &mut b);
+    assert_eq!(tap.caps().max_frame, 9000 + 18);
+}
