@@ -14,6 +14,23 @@
 //! target holds pattern 1 and its receive buffer pattern 3 (RC delivers in order: the WRITE
 //! was placed before the SEND arrived). Each prints `OK ...` and exits 0, or says what failed
 //! and exits 1. The path MTU is 0: the NIC derives it from its wire port's MTU.
+//!
+//! Bench mode (`scripts/bench_nic.py`), same `QP` line exchange:
+//!
+//! ```text
+//! rdma_peer SOCKET bw-write|bw-read|lat-write|sink host|on-chip|on-board PEER_IP SIZE [N [SECS [WINDOW]]]
+//! ```
+//!
+//! `sink` is the passive side: it registers 2 x SIZE bytes, connects its QP back and waits for
+//! a line `END` on stdin (or EOF), then prints `OK sink` and exits. `bw-write` / `bw-read`
+//! keep WINDOW (default 16) WRITEs / READs of SIZE bytes outstanding against the sink's
+//! buffer until N messages (default: 1 GiB worth) completed or SECS (default 10) passed, and
+//! print one JSON line: bytes, seconds (first post to last completion), Gb/s. `lat-write`
+//! posts one 8-byte (SIZE) WRITE at a time and busy-polls its completion, N times (default
+//! 2000), and prints min / median / p99 / mean post-to-completion in microseconds. Every
+//! verb (post, poll) is a request/response over the NIC's setup socket, so that cost is part
+//! of every figure; post-to-completion of a WRITE is a full round trip (the ACK), not
+//! `ib_write_lat`'s half round trip. One warm-up message precedes each measurement.
 
 use std::io::{BufRead, Write};
 use std::path::Path;
@@ -44,6 +61,9 @@ fn main() {
 
 fn run() -> Res<String> {
     let args: Vec<String> = std::env::args().collect();
+    if args.len() >= 3 && ["bw-write", "bw-read", "lat-write", "sink"].contains(&&*args[2]) {
+        return bench(&args);
+    }
     let [_, sock, role, place, peer_ip, size] = &args[..] else {
         return Err(
             "usage: rdma_peer SOCKET active|passive host|on-chip|on-board PEER_IP SIZE".into()
@@ -125,4 +145,144 @@ fn run() -> Res<String> {
         check(4, 3, "SEND payload")?;
         Ok(format!("passive: WRITE and SEND of {size} bytes verified"))
     }
+}
+
+/// Bench parameters of the optional arguments after SIZE.
+struct BenchOpts {
+    /// Messages (0: the default of the role).
+    n: u64,
+    /// Time bound.
+    secs: f64,
+    /// Outstanding WRs (bandwidth roles).
+    window: u32,
+}
+
+/// The bench roles (see the module doc).
+fn bench(args: &[String]) -> Res<String> {
+    let usage = "usage: rdma_peer SOCKET bw-write|bw-read|lat-write|sink \
+                 host|on-chip|on-board PEER_IP SIZE [N [SECS [WINDOW]]]";
+    if args.len() < 6 || args.len() > 9 {
+        return Err(usage.into());
+    }
+    let (sock, role, place, peer_ip) = (&args[1], args[2].as_str(), &args[3], &args[4]);
+    let size: usize = args[5].parse().map_err(|e| format!("size {:?}: {e}", args[5]))?;
+    let opt = |i: usize| args.get(i).map(|s| s.parse::<f64>().map_err(|e| format!("{s:?}: {e}")));
+    let o = BenchOpts {
+        n: opt(6).transpose()?.unwrap_or(0.0) as u64,
+        secs: opt(7).transpose()?.unwrap_or(10.0),
+        window: opt(8).transpose()?.unwrap_or(16.0) as u32,
+    };
+    if size == 0 || size > u32::MAX as usize || o.window == 0 || o.window > 64 {
+        return Err(format!("size {size} or window {} out of range (window 1..=64)", o.window));
+    }
+    let peer_ip = peer_ip.parse().map_err(|e| format!("peer ip {peer_ip:?}: {e}"))?;
+    let e = |what: &'static str| move |err: snic_host::HostError| format!("{what}: {err}");
+    let dev = Device::connect(Path::new(sock), "rdma_peer").map_err(e("connect"))?;
+    // [0, size): local source / READ sink; [size, 2 size): the target peers WRITE and READ.
+    let buf = dev.alloc_host(2 * size).map_err(e("alloc_host"))?;
+    let base = buf.iova();
+    let (lkey, rkey) =
+        dev.rdma_reg_mr(base, 2 * size as u64, rdma_access::ALL).map_err(e("reg_mr"))?;
+    let rings = dev.alloc_host(256 << 10).map_err(e("alloc_host rings"))?;
+    let placement = match place.as_str() {
+        "host" => Placement::Host(&rings),
+        "on-chip" => Placement::OnChip,
+        "on-board" => Placement::OnBoard,
+        p => return Err(format!("placement {p:?}")),
+    };
+    let qp = dev.rdma_create_qp(placement, 64).map_err(e("create_qp"))?;
+    buf.write(0, &fill(1, size)).map_err(e("write"))?;
+    println!("QP {} {base} {rkey}", qp.qpn);
+    std::io::stdout().flush().map_err(|e| e.to_string())?;
+    let mut stdin = std::io::stdin().lock();
+    let mut line = String::new();
+    stdin.read_line(&mut line).map_err(|e| e.to_string())?;
+    let f: Vec<&str> = line.split_whitespace().collect();
+    let [_, pq, pbase, prkey] = f[..] else { return Err(format!("peer line {line:?}")) };
+    let num = |s: &str| s.parse::<u64>().map_err(|e| format!("peer line {line:?}: {e}"));
+    let (pq, pbase, prkey) = (num(pq)? as u32, num(pbase)?, num(prkey)? as u32);
+    dev.rdma_connect(qp.qpn, pq, peer_ip, 0).map_err(e("connect"))?;
+    if role == "sink" {
+        // The active side drives everything; wait for its end (or the pipe's).
+        loop {
+            line.clear();
+            let n = stdin.read_line(&mut line).map_err(|e| e.to_string())?;
+            if n == 0 || line.trim() == "END" {
+                return Ok("sink".into());
+            }
+        }
+    }
+    let sge = RdmaSge { addr: base, lkey, len: size as u32 };
+    let target = pbase + size as u64;
+    let post = |wr_id: u64| match role {
+        "bw-read" => dev.rdma_post_read(qp.qpn, wr_id, sge, target, prkey),
+        _ => dev.rdma_post_write(qp.qpn, wr_id, sge, target, prkey),
+    };
+    let check = |c: &snic_host::RdmaCqe| -> Res<()> {
+        if c.status == WC_SUCCESS { Ok(()) } else { Err(format!("completion {c:?}")) }
+    };
+    // Warm-up: one message there and back (the peer's QP may connect a moment after ours;
+    // the retry absorbs that here, not in the measurement).
+    post(0).map_err(e("post"))?;
+    let c = dev.rdma_wait_cq(qp.qpn, 1, Duration::from_secs(30)).map_err(e("wait_cq"))?;
+    check(c.first().ok_or("no completion")?)?;
+    let bound = Duration::from_secs_f64(o.secs);
+    let t0 = std::time::Instant::now();
+    if role == "lat-write" {
+        let n = if o.n == 0 { 2000 } else { o.n };
+        let mut us = Vec::with_capacity(n as usize);
+        for i in 1..=n {
+            let t = std::time::Instant::now();
+            post(i).map_err(e("post"))?;
+            let c = loop {
+                let c = dev.rdma_poll_cq(qp.qpn, 1).map_err(e("poll_cq"))?;
+                if let Some(c) = c.into_iter().next() {
+                    break c;
+                }
+                if t.elapsed() > Duration::from_secs(10) {
+                    return Err(format!("WRITE {i}: no completion in 10 s"));
+                }
+            };
+            us.push(t.elapsed().as_secs_f64() * 1e6);
+            check(&c)?;
+            if t0.elapsed() > bound {
+                break;
+            }
+        }
+        us.sort_by(f64::total_cmp);
+        let q = |p: f64| us[((us.len() - 1) as f64 * p).round() as usize];
+        let mean = us.iter().sum::<f64>() / us.len() as f64;
+        println!(
+            "{{\"role\":\"{role}\",\"size\":{size},\"iters\":{},\"min_us\":{:.2},\
+             \"median_us\":{:.2},\"p99_us\":{:.2},\"mean_us\":{mean:.2}}}",
+            us.len(),
+            q(0.0),
+            q(0.5),
+            q(0.99)
+        );
+        return Ok(format!("{role}: {} WRITEs of {size} bytes", us.len()));
+    }
+    let n = if o.n == 0 { ((1u64 << 30) / size as u64).max(1) } else { o.n };
+    let window = u64::from(o.window);
+    let (mut posted, mut done) = (0u64, 0u64);
+    while done < posted || (posted < n && t0.elapsed() < bound) {
+        while posted - done < window && posted < n && t0.elapsed() < bound {
+            posted += 1;
+            post(posted).map_err(e("post"))?;
+        }
+        let got =
+            dev.rdma_wait_cq(qp.qpn, o.window, Duration::from_secs(30)).map_err(e("wait_cq"))?;
+        for c in &got {
+            check(c)?;
+        }
+        done += got.len() as u64;
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let bytes = done * size as u64;
+    println!(
+        "{{\"role\":\"{role}\",\"size\":{size},\"window\":{window},\"msgs\":{done},\
+         \"bytes\":{bytes},\"seconds\":{secs:.4},\"gbps\":{:.3}}}",
+        bytes as f64 * 8.0 / 1e9 / secs
+    );
+    Ok(format!("{role}: {done} messages of {size} bytes"))
 }
