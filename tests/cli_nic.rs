@@ -2,8 +2,8 @@
 //! two ends of a UDP tunnel on loopback (`udp:` ports, one Ethernet frame per datagram), so
 //! every RoCE packet between them crosses both NICs' pipelines, their ARP answered by the NICs
 //! themselves. Host programs (the Rust example and its C twin) run RDMA WRITE, READ and SEND of
-//! 1 MiB with verified data, QPs in host memory on one side and device memory on the other,
-//! over IPv4 and IPv6 RoCE addresses; then the NICs' counters are checked on their control
+//! 1 MiB with verified data, QP rings and data buffers in host memory on one side and in
+//! device memory on the other, over IPv4 and IPv6 RoCE addresses; then the NICs' counters are checked on their control
 //! sockets: RoCE delivered from the wire to the engine, ARP and ND answered, path MTU 1024
 //! (the tunnel port carries frames of up to 2048 bytes), nothing delivered that neither the
 //! engine nor the neighbour table took.
@@ -90,23 +90,20 @@ fn two_nics_over_a_udp_tunnel_carry_rdma_between_host_programs() {
         Nic::start(&dir, 1, &wire(pb, pa), &[v4[1], v6[1]]),
     ];
     let size = (1usize << 20).to_string();
-    let prog = |i: usize, exe: &Path, role: &str, place: &str, peer: [&str; 2]| {
+    // Rings: host / on-chip / on-board; data: host or device (on-board) memory.
+    let prog = |i: usize, exe: &Path, role: &str, rings: &str, data: &str, peer: [&str; 2]| {
         let mut c = Command::new("timeout");
-        c.args(["60", exe.to_str().unwrap()]).arg(&nics[i].sock).args([
-            role,
-            place,
-            peer[1 - i],
-            &size,
-        ]);
+        c.args(["60", exe.to_str().unwrap()]).arg(&nics[i].sock);
+        c.args([role, rings, peer[1 - i], &size, data]);
         c
     };
     let runs = [
-        (&rust_peer, "active", "host", &c_peer, "passive", "on-board", v4),
-        (&rust_peer, "passive", "on-chip", &c_peer, "active", "host", v4),
-        (&c_peer, "active", "on-chip", &rust_peer, "passive", "host", v6),
+        ((&rust_peer, "active", "host", "host"), (&c_peer, "passive", "on-board", "device"), v4),
+        ((&rust_peer, "passive", "on-chip", "device"), (&c_peer, "active", "host", "host"), v4),
+        ((&c_peer, "active", "on-chip", "device"), (&rust_peer, "passive", "host", "host"), v6),
     ];
-    for (ea, ra, pla, eb, rb, plb, peer) in runs {
-        let (a, b) = rdma_pair(prog(0, ea, ra, pla, peer), prog(1, eb, rb, plb, peer));
+    for ((ea, ra, ga, da), (eb, rb, gb, db), peer) in runs {
+        let (a, b) = rdma_pair(prog(0, ea, ra, ga, da, peer), prog(1, eb, rb, gb, db, peer));
         assert!(a.starts_with("OK ") && b.starts_with("OK "), "{a}\n{b}");
     }
     for (i, nic) in nics.iter().enumerate() {

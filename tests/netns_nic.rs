@@ -11,8 +11,8 @@
 //! - `ping` between the host netdevs (ARP, ICMP through both pipelines);
 //! - a 5 s `iperf3` TCP run between them, while
 //! - host programs on each side, through the host library (one in Rust, one in C), run RDMA
-//!   WRITE, READ and SEND of 1 MiB with verified data over the wire ports, QPs in host memory
-//!   on one side and in device memory on the other, then the other way round, then over the
+//!   WRITE, READ and SEND of 1 MiB with verified data over the wire ports, QP rings and data
+//!   buffers in host memory on one side and in device memory on the other, then the other way round, then over the
 //!   NICs' IPv6 RoCE addresses (neighbour discovery instead of ARP);
 //! - the same device serves DMA queues, channels and kernels (the host library's C test
 //!   program against the NIC's setup socket);
@@ -258,9 +258,13 @@ fn two_nics_carry_ping_tcp_and_rdma_between_host_programs() {
     // RDMA while the TCP runs: Rust (host-memory QP) active, C (device-memory QP) passive;
     // then C active with its QP in host memory, Rust passive with on-chip rings.
     let size = SIZE.to_string();
+    // Rings in host memory come with data in host memory; rings in device memory (on-chip,
+    // on-board) with data in on-board memory.
     let prog_to = |peer: [&str; 2], i: usize, exe: &Path, role: &str, place: &str| {
+        let data = if place == "host" { "host" } else { "device" };
         let mut c = t.exec(i);
-        c.arg(exe).arg(dir.join(format!("nic{i}.sock"))).args([role, place, peer[1 - i], &size]);
+        c.arg(exe).arg(dir.join(format!("nic{i}.sock")));
+        c.args([role, place, peer[1 - i], &size, data]);
         c
     };
     let prog = |i, exe, role, place| prog_to(roce, i, exe, role, place);

@@ -2,12 +2,13 @@
 //! against a peer program on another NIC (this one, or `tests/c/rdma_peer.c`, its C twin).
 //!
 //! ```text
-//! rdma_peer SOCKET active|passive host|on-chip|on-board PEER_IP SIZE
+//! rdma_peer SOCKET active|passive host|on-chip|on-board PEER_IP SIZE [host|device]
 //! ```
 //!
-//! Both programs register one host buffer of 5 x SIZE bytes (local source, local sink, WRITE
-//! target, READ source, receive buffer), create an RC QP with its rings where the third
-//! argument says, print `QP <qpn> <buffer iova> <rkey>` and read the peer's line from stdin.
+//! Both programs register one buffer of 5 x SIZE bytes (local source, local sink, WRITE
+//! target, READ source, receive buffer) in host memory or, with `device`, in on-board device
+//! memory (filled and checked by DMA through the host library), create an RC QP with its rings
+//! where the third argument says, print `QP <qpn> <buffer address> <rkey>` and read the peer's line from stdin.
 //! The passive side fills its READ source with pattern 2 and posts a receive; the active
 //! side WRITEs pattern 1 into the peer's target, READs the peer's READ source (and checks
 //! pattern 2) and SENDs pattern 3. The passive side waits for the receive, then checks its
@@ -36,7 +37,7 @@ use std::io::{BufRead, Write};
 use std::path::Path;
 use std::time::Duration;
 
-use snic_host::{Device, Placement, RdmaSge, WC_SUCCESS, rdma_access};
+use snic_host::{DevKind, Device, Placement, RdmaSge, WC_SUCCESS, rdma_access};
 
 /// Byte `i` of pattern `seed` (the C program computes the same).
 fn pattern(seed: u8, i: usize) -> u8 {
@@ -59,15 +60,51 @@ fn main() {
     }
 }
 
+const USAGE: &str =
+    "usage: rdma_peer SOCKET active|passive host|on-chip|on-board PEER_IP SIZE [host|device]";
+
+/// Where the data buffer lives: registered host memory, or on-board device memory (reached
+/// by DMA through the host library).
+enum Data<'a> {
+    Host(snic_host::HostBuf),
+    Device(&'a Device, u64),
+}
+
+impl Data<'_> {
+    /// The buffer's address for MRs and WRs (host IOVA or device address).
+    fn base(&self) -> u64 {
+        match self {
+            Data::Host(b) => b.iova(),
+            Data::Device(_, a) => *a,
+        }
+    }
+
+    fn write(&self, off: usize, bytes: &[u8]) -> snic_host::Result<()> {
+        match self {
+            Data::Host(b) => b.write(off, bytes),
+            Data::Device(d, a) => d.write_device(a + off as u64, bytes),
+        }
+    }
+
+    fn read(&self, off: usize, out: &mut [u8]) -> snic_host::Result<()> {
+        match self {
+            Data::Host(b) => b.read(off, out),
+            Data::Device(d, a) => d.read_device(a + off as u64, out),
+        }
+    }
+}
+
 fn run() -> Res<String> {
     let args: Vec<String> = std::env::args().collect();
     if args.len() >= 3 && ["bw-write", "bw-read", "lat-write", "sink"].contains(&&*args[2]) {
         return bench(&args);
     }
-    let [_, sock, role, place, peer_ip, size] = &args[..] else {
-        return Err(
-            "usage: rdma_peer SOCKET active|passive host|on-chip|on-board PEER_IP SIZE".into()
-        );
+    let (sock, role, place, peer_ip, size, data) = match &args[..] {
+        [_, sock, role, place, peer_ip, size] => (sock, role, place, peer_ip, size, "host"),
+        [_, sock, role, place, peer_ip, size, data] => {
+            (sock, role, place, peer_ip, size, data.as_str())
+        }
+        _ => return Err(USAGE.into()),
     };
     let active = match role.as_str() {
         "active" => true,
@@ -78,8 +115,15 @@ fn run() -> Res<String> {
     let peer_ip = peer_ip.parse().map_err(|e| format!("peer ip {peer_ip:?}: {e}"))?;
     let e = |what: &'static str| move |err: snic_host::HostError| format!("{what}: {err}");
     let dev = Device::connect(Path::new(sock), "rdma_peer").map_err(e("connect"))?;
-    let buf = dev.alloc_host(5 * size).map_err(e("alloc_host"))?;
-    let base = buf.iova();
+    let buf = match data {
+        "host" => Data::Host(dev.alloc_host(5 * size).map_err(e("alloc_host"))?),
+        "device" => Data::Device(
+            &dev,
+            dev.alloc_device(DevKind::OnBoard, 5 * size as u64, 4096).map_err(e("alloc_device"))?,
+        ),
+        d => return Err(format!("data {d:?} (host or device)")),
+    };
+    let base = buf.base();
     let (lkey, rkey) =
         dev.rdma_reg_mr(base, 5 * size as u64, rdma_access::ALL).map_err(e("reg_mr"))?;
     let rings = dev.alloc_host(256 << 10).map_err(e("alloc_host rings"))?;

@@ -1,10 +1,11 @@
 /* The C twin of examples/rdma_peer.rs: RDMA WRITE, READ and SEND through a snic NIC with the
  * host library's C ABI, against a peer program on another NIC.
  *
- *   rdma_peer SOCKET active|passive host|on-chip|on-board PEER_IP SIZE
+ *   rdma_peer SOCKET active|passive host|on-chip|on-board PEER_IP SIZE [host|device]
  *
- * Same protocol as the Rust program: one host buffer of 5 x SIZE bytes (local source, local
- * sink, WRITE target, READ source, receive buffer) registered as one MR; print
+ * Same protocol as the Rust program: one buffer of 5 x SIZE bytes (local source, local sink,
+ * WRITE target, READ source, receive buffer), in host memory or (`device`) in on-board device
+ * memory reached by DMA, registered as one MR; print
  * "QP <qpn> <iova> <rkey>", read the peer's line from stdin; the active side WRITEs pattern 1,
  * READs (and checks) pattern 2 and SENDs pattern 3; the passive side checks its WRITE target
  * and receive buffer once the receive completes. Prints "OK ..." and exits 0, or "FAIL ...". */
@@ -50,8 +51,14 @@ static int check(const uint8_t *p, uint8_t seed, size_t size, const char *what) 
 }
 
 int main(int argc, char **argv) {
-    if (argc != 6) {
-        printf("FAIL usage: rdma_peer SOCKET active|passive host|on-chip|on-board PEER_IP SIZE\n");
+    if (argc != 6 && argc != 7) {
+        printf("FAIL usage: rdma_peer SOCKET active|passive host|on-chip|on-board PEER_IP SIZE "
+               "[host|device]\n");
+        return 1;
+    }
+    int on_device = argc == 7 && strcmp(argv[6], "device") == 0;
+    if (argc == 7 && !on_device && strcmp(argv[6], "host") != 0) {
+        printf("FAIL data %s (host or device)\n", argv[6]);
         return 1;
     }
     int active = strcmp(argv[2], "active") == 0;
@@ -71,16 +78,38 @@ int main(int argc, char **argv) {
     snic_dev *dev = NULL;
     snic_buf *buf = NULL, *rings = NULL;
     if (snic_open(argv[1], "rdma_peer_c", &dev) != 0) return fail("snic_open");
-    if (snic_alloc_host(dev, 5 * size, &buf) != 0) return fail("snic_alloc_host");
     if (snic_alloc_host(dev, 256 << 10, &rings) != 0) return fail("snic_alloc_host rings");
-    uint8_t *p = snic_buf_ptr(buf);
-    uint64_t base = snic_buf_iova(buf);
+    /* p: the buffer itself (host memory), or a staging copy of the device buffer. */
+    uint8_t *p;
+    uint64_t base;
+    if (on_device) {
+        if (snic_alloc_dev(dev, SNIC_MEM_ON_BOARD, 5 * size, 4096, &base) != 0)
+            return fail("snic_alloc_dev");
+        p = calloc(5, size);
+        if (!p) return fail("calloc");
+    } else {
+        if (snic_alloc_host(dev, 5 * size, &buf) != 0) return fail("snic_alloc_host");
+        p = snic_buf_ptr(buf);
+        base = snic_buf_iova(buf);
+    }
+    /* Move slot k (SIZE bytes at k * SIZE) to the device buffer, or back. */
+#define PUT(k)                                                                                 \
+    do {                                                                                       \
+        if (on_device && snic_write_dev(dev, base + (k) * size, p + (k) * size, size) != 0)   \
+            return fail("snic_write_dev");                                                     \
+    } while (0)
+#define GET(k)                                                                                 \
+    do {                                                                                       \
+        if (on_device && snic_read_dev(dev, base + (k) * size, p + (k) * size, size) != 0)    \
+            return fail("snic_read_dev");                                                      \
+    } while (0)
     uint32_t lkey = 0, rkey = 0;
     if (snic_rdma_reg_mr(dev, base, 5 * size, 15, &lkey, &rkey) != 0) return fail("reg_mr");
     snic_rdma_qp qp;
     if (snic_rdma_create_qp(dev, place, rings, 64, &qp) != 0) return fail("create_qp");
     if (!active) {
         for (size_t i = 0; i < size; i++) p[3 * size + i] = pattern(2, i);
+        PUT(3);
     }
     printf("QP %u %" PRIu64 " %u\n", qp.qpn, base, rkey);
     fflush(stdout);
@@ -102,6 +131,7 @@ int main(int argc, char **argv) {
         return fail("post_recv");
     if (active) {
         for (size_t i = 0; i < size; i++) p[i] = pattern(1, i);
+        PUT(0);
         if (snic_rdma_post(dev, qp.qpn, SNIC_RDMA_WRITE, 1, base, lkey, (uint32_t)size,
                            pbase + 2 * size, prkey) != 0)
             return fail("post write");
@@ -110,8 +140,10 @@ int main(int argc, char **argv) {
                            pbase + 3 * size, prkey) != 0)
             return fail("post read");
         if (wait_one(dev, qp.qpn, 2, NULL)) return 1;
+        GET(1);
         if (check(p + size, 2, size, "READ result")) return 1;
         for (size_t i = 0; i < size; i++) p[i] = pattern(3, i);
+        PUT(0);
         if (snic_rdma_post(dev, qp.qpn, SNIC_RDMA_SEND, 3, base, lkey, (uint32_t)size, 0, 0) != 0)
             return fail("post send");
         if (wait_one(dev, qp.qpn, 3, NULL)) return 1;
@@ -123,13 +155,20 @@ int main(int argc, char **argv) {
             printf("FAIL received %u bytes, expected %zu\n", n, size);
             return 1;
         }
+        GET(2);
+        GET(4);
         if (check(p + 2 * size, 1, size, "WRITE target")) return 1;
         if (check(p + 4 * size, 3, size, "SEND payload")) return 1;
         printf("OK passive: WRITE and SEND of %zu bytes verified\n", size);
     }
     snic_rdma_destroy_qp(dev, qp.qpn);
     snic_free_host(rings);
-    snic_free_host(buf);
+    if (on_device) {
+        snic_free_dev(dev, base);
+        free(p);
+    } else {
+        snic_free_host(buf);
+    }
     snic_close(dev);
     return 0;
 }
