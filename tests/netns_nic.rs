@@ -12,8 +12,8 @@
 //! - a 5 s `iperf3` TCP run between them, while
 //! - host programs on each side, through the host library (one in Rust, one in C), run RDMA
 //!   WRITE, READ and SEND of 1 MiB with verified data over the wire ports, QP rings and data
-//!   buffers in host memory on one side and in device memory on the other, then the other way round, then over the
-//!   NICs' IPv6 RoCE addresses (neighbour discovery instead of ARP);
+//!   buffers in host memory on one side and in device memory on the other, then the other way
+//!   round, then over the NICs' IPv6 RoCE addresses (neighbour discovery instead of ARP);
 //! - the same device serves DMA queues, channels and kernels (the host library's C test
 //!   program against the NIC's setup socket);
 //! - tshark on the veth sees the RoCEv2 packets beside the TCP, and scapy confirms every
