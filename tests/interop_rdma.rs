@@ -497,23 +497,6 @@ fn check_scapy(dir: &Path, pcap: &Path, n: usize) -> Vec<u8> {
     opcodes
 }
 
-/// The protocols tshark tries as heuristics on InfiniBand payloads (RPC-over-RDMA, SMB Direct,
-/// NVMe-oF, ...): they guess an upper protocol from the payload bytes and call our test data
-/// malformed when it looks like theirs, which says nothing about RoCE. They are disabled
-/// (`--disable-protocol`: the heuristics' own short names differ between tshark versions), all
-/// but `ethertype`, which the IP layers need.
-fn payload_heuristics() -> Vec<String> {
-    let out = common::run_ok(Command::new("tshark").args(["-G", "heuristic-decodes"]));
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split('\t').collect();
-            let wanted = f.len() == 3 && f[0] == "infiniband.payload" && f[1] != "ethertype";
-            wanted.then(|| f[1].to_owned())
-        })
-        .collect()
-}
-
 fn check_tshark(pcap: &Path, scapy_opcodes: &[u8]) {
     let mut base = vec![
         "-n".to_owned(),
@@ -524,7 +507,7 @@ fn check_tshark(pcap: &Path, scapy_opcodes: &[u8]) {
         "-o".to_owned(),
         "udp.check_checksum:TRUE".to_owned(),
     ];
-    for h in payload_heuristics() {
+    for h in common::tshark_payload_heuristics() {
         base.push("--disable-protocol".to_owned());
         base.push(h);
     }

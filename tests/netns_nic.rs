@@ -309,6 +309,18 @@ fn two_nics_carry_ping_tcp_and_rdma_between_host_programs() {
     // 9 x 1 MiB at path MTU 1024 is more than 9216 data packets.
     assert!(n_roce > 9216, "RoCE frames captured: {n_roce}");
     assert!(n_tcp > 0, "no TCP beside the RoCE");
+    // tshark decodes every one as InfiniBand (RoCEv2), none malformed.
+    let tshark = |filter: &str| {
+        let mut c = Command::new("tshark");
+        c.args(["-n", "-r"]).arg(&cap);
+        for h in common::tshark_payload_heuristics() {
+            c.args(["--disable-protocol", &h]);
+        }
+        let out = common::run_ok(c.args(["-Y", filter, "-T", "fields", "-e", "frame.number"]));
+        String::from_utf8_lossy(&out.stdout).lines().count()
+    };
+    assert_eq!(tshark("infiniband"), n_roce, "tshark's RoCEv2 frames");
+    assert_eq!(tshark("infiniband && _ws.malformed"), 0, "malformed RoCEv2 for tshark");
     let json = dir.join("scapy.json");
     common::run_ok(
         Command::new("python3")

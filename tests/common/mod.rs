@@ -112,3 +112,20 @@ pub fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
         w.write_packet(&PcapPacket::new(ts, len, f)).expect("write packet");
     }
 }
+
+/// The protocols tshark tries as heuristics on InfiniBand payloads (RPC-over-RDMA, SMB Direct,
+/// NVMe-oF, ...): they guess an upper protocol from the payload bytes and call our test data
+/// malformed when it looks like theirs, which says nothing about RoCE. They are disabled
+/// (`--disable-protocol`: the heuristics' own short names differ between tshark versions), all
+/// but `ethertype`, which the IP layers need.
+pub fn tshark_payload_heuristics() -> Vec<String> {
+    let out = run_ok(Command::new("tshark").args(["-G", "heuristic-decodes"]));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            let wanted = f.len() == 3 && f[0] == "infiniband.payload" && f[1] != "ethertype";
+            wanted.then(|| f[1].to_owned())
+        })
+        .collect()
+}
