@@ -74,8 +74,8 @@ pub struct ServeArgs {
     /// right after classify).
     #[arg(long = "stage", value_name = "NAME", requires = "port")]
     pub stages: Vec<String>,
-    /// The NIC's MAC [default: the wire interface's for afpacket ports, else a random
-    /// locally administered one].
+    /// The NIC's MAC [default: for afpacket ports, a locally administered MAC derived from the
+    /// interface's (stable across starts), else a random locally administered one].
     #[arg(long, value_name = "MAC", requires = "port")]
     pub mac: Option<String>,
     /// vSwitch policy file (TOML), for a `vswitch` stage (default: the embedded policy).
@@ -181,22 +181,30 @@ pub fn run(args: ServeArgs) -> Result<()> {
     Ok(())
 }
 
-/// The NIC's MAC: `--mac`, else the wire interface's (afpacket), else a random locally
-/// administered unicast one.
+/// The NIC's MAC: `--mac`; else, on an AF_PACKET port, a locally administered MAC derived
+/// from the interface's (the same on every start, and not the interface's own: frames for the
+/// NIC are then "other host" to the kernel owning the interface, which drops them at once
+/// instead of running them through its IP stack, and it never answers for the NIC); else a
+/// random locally administered one.
 fn nic_mac(spec: &PortSpec, given: Option<&str>) -> Result<EthernetAddress> {
+    use std::hash::{BuildHasher, Hash, Hasher};
     if let Some(m) = given {
         return parse_mac(m).with_context(|| format!("--mac {m:?}"));
     }
-    if let PortSpec::AfPacket { ifname: iface } = spec {
-        let path = format!("/sys/class/net/{iface}/address");
+    let seed = if let PortSpec::AfPacket { ifname } = spec {
+        let path = format!("/sys/class/net/{ifname}/address");
         let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
-        return parse_mac(text.trim()).with_context(|| format!("{path}: {text:?}"));
-    }
-    // RandomState is seeded randomly per process: enough entropy for a local MAC.
-    use std::hash::BuildHasher;
-    let r = std::collections::hash_map::RandomState::new().hash_one(std::process::id());
+        let own = parse_mac(text.trim()).with_context(|| format!("{path}: {text:?}"))?;
+        // SipHash with fixed keys: the same interface gives the same MAC every time.
+        let mut h = std::hash::DefaultHasher::new();
+        ("snic-nic-mac", own.0).hash(&mut h);
+        h.finish()
+    } else {
+        // RandomState is seeded randomly per process: enough entropy for a local MAC.
+        std::collections::hash_map::RandomState::new().hash_one(std::process::id())
+    };
     let mut b = [0u8; 6];
-    b.copy_from_slice(&r.to_le_bytes()[..6]);
+    b.copy_from_slice(&seed.to_le_bytes()[..6]);
     b[0] = (b[0] & 0xfe) | 0x02;
     Ok(EthernetAddress(b))
 }
