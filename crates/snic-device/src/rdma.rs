@@ -132,7 +132,7 @@ pub enum Link {
     Wire(Box<Wire>),
 }
 
-/// A NIC's data path, for [`Link::Wire`].
+/// A NIC's data path: the engine then runs on its wire port (`snic serve --port`).
 #[derive(Debug)]
 pub struct Wire {
     /// The pipeline, the ports (the wire port and the host netdev) and the NIC's own packet
