@@ -18,8 +18,9 @@ fn target_dir() -> PathBuf {
 /// program of the host library's tests (DMA queues, channels, kernels).
 pub fn programs(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
     let root = super::root();
+    // `--lib` too: building an example alone makes the rlib, not `libsnic_host.so`.
     let st = Command::new(env!("CARGO"))
-        .args(["build", "-p", "snic-host", "--example", "rdma_peer"])
+        .args(["build", "-p", "snic-host", "--lib", "--example", "rdma_peer"])
         .current_dir(&root)
         .status()
         .expect("cargo build");
