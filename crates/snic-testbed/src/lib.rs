@@ -11,9 +11,16 @@
 //! current instant until nothing moves, then jumps the clock to the next deadline any node
 //! reports ([`Device::poll_timeout`]: a paced generator's next frame, a link's next delivery, a
 //! stage's held packet, the RoCE engine's retransmission timer, the neighbour table's retry).
+//! [`Testbed::step_until`] does the same but never moves the clock past a horizon;
 //! [`Testbed::run_until`] steps up to an instant;
 //! [`Testbed::drive`] steps until nothing is pending, with bounds that turn a livelock (work that
 //! never settles at one instant, or steps that never end) into an error instead of a hang.
+//!
+//! A deadline is a promise of work: a device that reports one at or before the current instant
+//! must do something about it when polled (run the timer, which moves or clears the deadline).
+//! A deadline that is still due once the instant has settled can never be met, so the testbed
+//! stops with [`TestbedError::Livelock`] rather than nudging the clock past it: that is a bug
+//! in the device.
 //!
 //! Given the same seeds, a run is exactly reproducible: nothing reads the real clock or an
 //! unseeded RNG.
@@ -306,19 +313,27 @@ impl Testbed {
 
     /// Work at the current instant until it settles, then jump to the next deadline.
     pub fn step(&mut self) -> Result<Step, TestbedError> {
+        self.step_until(Instant::MAX)
+    }
+
+    /// Work at the current instant until it settles, then move the clock to the next deadline
+    /// but not past `horizon` (nor backwards, when `horizon` has passed). Returns the time
+    /// reached, or [`Step::Idle`] (the clock unmoved) when nothing is pending.
+    pub fn step_until(&mut self, horizon: Instant) -> Result<Step, TestbedError> {
         self.settle()?;
         self.steps += 1;
         let now = self.clock.now();
         match self.poll_timeout() {
             None => Ok(Step::Idle),
             Some(t) if t <= now => {
-                // A port says it is ready now but gave nothing while settling: it can never
-                // make progress.
+                // A device says it has work now but did nothing while settling: it can never
+                // make progress (see the crate doc on deadlines).
                 Err(TestbedError::Livelock { at: now, rounds: self.max_rounds })
             }
             Some(t) => {
-                self.clock.advance_to(t);
-                Ok(Step::Advanced(t))
+                let to = t.min(horizon).max(now);
+                self.clock.advance_to(to);
+                Ok(Step::Advanced(to))
             }
         }
     }
@@ -439,6 +454,21 @@ mod tests {
         let p = tb.port_counters();
         // Frames due at 0..=100 us were generated: 101 of them.
         assert_eq!(p[0].1[0].1.rx_packets, 101);
+    }
+
+    #[test]
+    fn step_until_never_passes_its_horizon() {
+        let mut tb = chain(1);
+        // The generator's frames are due every microsecond: a horizon between two of them
+        // stops the clock there, and a horizon already passed does not move it.
+        let h = Instant::from_nanos(2_500);
+        assert_eq!(tb.step_until(h), Ok(Step::Advanced(Instant::from_micros(1))));
+        assert_eq!(tb.step_until(h), Ok(Step::Advanced(Instant::from_micros(2))));
+        assert_eq!(tb.step_until(h), Ok(Step::Advanced(h)));
+        assert_eq!(tb.step_until(Instant::ZERO), Ok(Step::Advanced(h)));
+        let mut idle = Testbed::new();
+        assert_eq!(idle.step_until(h), Ok(Step::Idle));
+        assert_eq!(idle.now(), Instant::ZERO);
     }
 
     /// A port that claims to be ready now but never produces anything.
