@@ -1,6 +1,8 @@
-//! The deterministic two-NIC testbed for the RDMA engine: two `Rnic`s joined by two directions
-//! of a seeded virtual link (`vlink::Link`) on a simulated clock, with loss, duplication,
-//! reordering, corrupted-ICRC packets and ECN marking. Every run is reproducible from its seed.
+//! The RDMA engine in the deterministic testbed: two bare engines ([`RnicDevice`]: an `Rnic`
+//! on a port, its IP packets on the wire as they are) on the ends of a seeded virtual link
+//! (`vlink`), on the testbed's simulated clock, with loss, duplication, reordering, and each
+//! engine tampering with what it sends (corrupted bytes after the BTH, ECN CE marks). Every run
+//! is reproducible from its seed.
 //!
 //! What is checked: memory byte-exact on both sides against a shadow model, every WQE completed
 //! exactly once with the right status, receive CQEs exactly once with the right length /
@@ -13,45 +15,26 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use snic_dma::MemKind;
-use snic_io::vlink::{Link, LinkConfig};
-use snic_pipeline::Batch;
+use snic_io::vlink::{LinkConfig, VLink};
 use snic_rdma::testing::{EndOpts, connect_qp, drain_cq, dummy_cqe};
 use snic_rdma::{
     Access, AttrMask, CqId, Cqe, MrInfo, Mtu, Pd, QpAttr, QpInit, QpState, RdmaStats, RecvWr,
     Remote, Rnic, RnicConfig, SendWr, SgList, Sge, SrqId, WcOpcode, WcStatus, WrOp,
 };
+use snic_testbed::{NodeId, RnicDevice, RnicDeviceCounters, Step, Tamper, Testbed};
 use snic_time::Instant;
 
 // ---------------------------------------------------------------------------------------------
 // The harness
 // ---------------------------------------------------------------------------------------------
 
-/// Impairments the harness adds on top of the link's own (loss, duplication, reordering...).
-#[derive(Debug, Clone, Copy, Default)]
-struct Extra {
-    /// Fraction of packets with one byte flipped after the BTH (the ICRC then fails).
-    corrupt: f64,
-    /// Fraction of packets marked ECN-CE (IP header fixed up; the ICRC masks the TOS byte).
-    ce: f64,
-}
-
-/// Two NICs, two link directions, one simulated clock.
+/// Two bare engines on one testbed: NIC 0 on end `a` of the link, NIC 1 on end `b`.
 struct Pair {
-    nic: [Rnic; 2],
-    /// `link[i]` carries what `nic[i]` sends to `nic[1 - i]`.
-    link: [Link; 2],
-    extra: [Extra; 2],
-    now: Instant,
+    tb: Testbed,
+    id: [NodeId; 2],
+    seed: u64,
     /// Simulated-time bound: the TEST panics past it (a livelock or a lost completion).
     limit: Instant,
-    rng: ChaCha8Rng,
-    buf: Vec<u8>,
-    rx: Batch,
-    /// Packets the harness corrupted / CE-marked, per sending NIC.
-    corrupted: [u64; 2],
-    ce_marked: [u64; 2],
-    /// Consecutive passes in which a deadline was already due and nothing happened.
-    stale: u32,
 }
 
 fn nic_config(v6: bool, host: u8, small: bool) -> RnicConfig {
@@ -63,162 +46,63 @@ fn nic_config(v6: bool, host: u8, small: bool) -> RnicConfig {
 
 impl Pair {
     fn new(v6: bool, a_to_b: LinkConfig, b_to_a: LinkConfig, seed: u64, small: bool) -> Pair {
-        Pair {
-            nic: [
-                Rnic::new(nic_config(v6, 1, small)).unwrap(),
-                Rnic::new(nic_config(v6, 2, small)).unwrap(),
-            ],
-            link: [Link::new(a_to_b, seed), Link::new(b_to_a, seed ^ 0x0005_eed0_fb0b)],
-            extra: [Extra::default(); 2],
-            now: Instant::ZERO,
-            limit: Instant::from_secs(60),
-            rng: ChaCha8Rng::seed_from_u64(seed ^ 0x00c0_ffee),
-            buf: vec![0u8; snic_rdma::pkt::MAX_PACKET_LEN],
-            rx: Batch::new(256),
-            corrupted: [0; 2],
-            ce_marked: [0; 2],
-            stale: 0,
+        let (a, b) = VLink::pair("ab", a_to_b, b_to_a, seed);
+        let mut tb = Testbed::new();
+        let mut id = [NodeId(0); 2];
+        for (i, end) in [a, b].into_iter().enumerate() {
+            let cfg = nic_config(v6, i as u8 + 1, small);
+            id[i] = tb.add_rnic(&format!("nic{i}"), cfg, Box::new(end)).expect("engine");
         }
+        Pair { tb, id, seed, limit: Instant::from_secs(60) }
     }
 
-    /// Flip one byte after the BTH (payload, extension headers or ICRC itself).
-    fn corrupt(rng: &mut ChaCha8Rng, pkt: &mut [u8]) {
-        let l3 = if pkt[0] >> 4 == 4 { usize::from(pkt[0] & 0xf) * 4 } else { 40 };
-        let from = l3 + 8 + 12;
-        if from >= pkt.len() {
-            return;
-        }
-        let at = rng.gen_range(from..pkt.len());
-        let x: u8 = rng.gen_range(1..=255);
-        pkt[at] ^= x;
+    fn dev(&self, i: usize) -> &RnicDevice {
+        self.tb.rnic(self.id[i]).expect("an engine node")
     }
 
-    /// Set ECN CE in the IP header (and fix the IPv4 header checksum).
-    fn mark_ce(pkt: &mut [u8]) {
-        if pkt[0] >> 4 == 4 {
-            pkt[1] |= 0b11;
-            let hl = usize::from(pkt[0] & 0xf) * 4;
-            pkt[10] = 0;
-            pkt[11] = 0;
-            let mut sum = 0u32;
-            for w in pkt[..hl].chunks(2) {
-                sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
-            }
-            while sum > 0xffff {
-                sum = (sum & 0xffff) + (sum >> 16);
-            }
-            let c = !(sum as u16);
-            pkt[10..12].copy_from_slice(&c.to_be_bytes());
-        } else {
-            // IPv6 traffic class: ECN is bits 4..6 of the second byte.
-            pkt[1] |= 0b0011_0000;
-        }
+    fn dev_mut(&mut self, i: usize) -> &mut RnicDevice {
+        self.tb.rnic_mut(self.id[i]).expect("an engine node")
     }
 
-    /// One pass at the current time: deliver due frames, run due timers, drain both NICs'
-    /// transmit queues into the links. Returns whether anything happened.
-    fn pump(&mut self) -> bool {
-        let mut progress = false;
-        let Pair { nic, link, rx, now, .. } = self;
-        for d in 0..2 {
-            loop {
-                rx.clear();
-                if link[d].poll_deliver(*now, rx) == 0 {
-                    break;
-                }
-                progress = true;
-                for p in rx.iter() {
-                    nic[1 - d].handle_packet(*now, p.data());
-                }
-            }
-        }
-        for n in nic.iter_mut() {
-            if n.poll_timeout().is_some_and(|t| t <= *now) {
-                n.handle_timeout(*now);
-            }
-        }
-        for i in 0..2 {
-            let mut sent = 0u64;
-            while let Some(len) = self.nic[i].poll_transmit(self.now, &mut self.buf) {
-                progress = true;
-                sent += 1;
-                assert!(
-                    sent < 1_000_000,
-                    "harness: NIC {i} emitted a million packets at one instant ({}): livelock",
-                    self.now
-                );
-                let pkt = &mut self.buf[..len];
-                let e = self.extra[i];
-                // Draw both numbers for every packet so one impairment never shifts another.
-                let (rc, rm): (f64, f64) = (self.rng.r#gen(), self.rng.r#gen());
-                if rm < e.ce {
-                    Self::mark_ce(pkt);
-                    self.ce_marked[i] += 1;
-                }
-                if rc < e.corrupt {
-                    Self::corrupt(&mut self.rng, pkt);
-                    self.corrupted[i] += 1;
-                }
-                self.link[i].handle_send(self.now, pkt);
-            }
-        }
-        progress
+    /// NIC `i`'s engine.
+    fn nic(&self, i: usize) -> &Rnic {
+        &self.dev(i).rnic
     }
 
-    fn next_deadline(&self) -> Option<Instant> {
-        [
-            self.nic[0].poll_timeout(),
-            self.nic[1].poll_timeout(),
-            self.link[0].poll_timeout(),
-            self.link[1].poll_timeout(),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+    /// NIC `i`'s engine, mutably (post verbs at [`Pair::now`]).
+    fn nic_mut(&mut self, i: usize) -> &mut Rnic {
+        &mut self.dev_mut(i).rnic
     }
 
-    /// Pump, then move the clock to the next deadline, but not past `until`. Returns `false`
-    /// when nothing at all is pending (no frame in flight, no timer armed).
+    fn now(&self) -> Instant {
+        self.tb.now()
+    }
+
+    /// Have NIC `i` tamper with what it sends, from an RNG of its own seeded from the pair's.
+    fn tamper(&mut self, i: usize, t: Tamper) {
+        let seed = self.seed ^ 0x00c0_ffee ^ ((i as u64) << 32);
+        self.dev_mut(i).set_tamper(t, seed);
+    }
+
+    /// What NIC `i` tampered with.
+    fn tampered(&self, i: usize) -> RnicDeviceCounters {
+        self.dev(i).device_counters()
+    }
+
+    /// Both engines' statistics, to explain a failure.
+    fn stats(&self) -> String {
+        format!("stats A {:?} B {:?}", self.nic(0).stats(), self.nic(1).stats())
+    }
+
+    /// Settle the current instant, then move the clock to the next deadline but not past
+    /// `until`. Returns `false` when nothing at all is pending (no frame in flight, no timer
+    /// armed). A testbed error (livelock) fails the test.
     fn step_until(&mut self, until: Instant) -> bool {
-        let progress = self.pump();
-        let next = self.next_deadline();
-        match next {
-            None => {
-                if until != Instant::MAX {
-                    self.now = self.now.max(until);
-                    self.guard();
-                }
-                false
-            }
-            Some(t) if t > self.now => {
-                self.stale = 0;
-                self.now = t.min(until.max(self.now));
-                self.guard();
-                true
-            }
-            Some(t) => {
-                if progress {
-                    self.stale = 0;
-                } else {
-                    // Due, handled, and still due with nothing sent: a stale deadline. Nudge the
-                    // clock so the test can continue, but not forever.
-                    self.stale += 1;
-                    assert!(
-                        self.stale < 100_000,
-                        "harness: a deadline ({t}) stays due at {} with nothing happening \
-                         (NIC deadlines {:?} / {:?}): engine livelock",
-                        self.now,
-                        self.nic[0].poll_timeout(),
-                        self.nic[1].poll_timeout()
-                    );
-                    if self.now < until {
-                        self.now += Duration::from_nanos(1);
-                    }
-                }
-                self.guard();
-                true
-            }
-        }
+        let s = self.tb.step_until(until).unwrap_or_else(|e| {
+            panic!("harness: the testbed stopped at {}: {e}; {}", self.now(), self.stats())
+        });
+        self.guard();
+        s != Step::Idle
     }
 
     /// One step with no horizon.
@@ -228,62 +112,62 @@ impl Pair {
 
     fn guard(&self) {
         assert!(
-            self.now <= self.limit,
+            self.now() <= self.limit,
             "harness: simulated time {} passed the test's bound {}: the run did not finish \
-             (livelock or lost completion); stats A {:?} B {:?}",
-            self.now,
+             (livelock or lost completion); {}",
+            self.now(),
             self.limit,
-            self.nic[0].stats(),
-            self.nic[1].stats()
+            self.stats()
         );
     }
 
     /// Run the simulation for `d` of simulated time.
     fn run_for(&mut self, d: Duration) {
-        let end = self.now + d;
-        while self.now < end {
-            self.step_until(end);
-        }
+        let end = self.now() + d;
+        self.tb.run_until(end).unwrap_or_else(|e| {
+            panic!("harness: the testbed stopped at {}: {e}; {}", self.now(), self.stats())
+        });
+        self.guard();
     }
 
     /// Step until `cq` of NIC `n` holds a CQE; return it.
     fn wait_cqe(&mut self, n: usize, cq: CqId, what: &str) -> Cqe {
         loop {
             let mut out = [dummy_cqe()];
-            if self.nic[n].poll_cq(cq, &mut out).unwrap() == 1 {
+            if self.nic_mut(n).poll_cq(cq, &mut out).unwrap() == 1 {
                 return out[0];
             }
             let live = self.step();
-            if self.nic[n].cq_len(cq) > 0 {
+            if self.nic(n).cq_len(cq) > 0 {
                 continue;
             }
             assert!(
                 live,
-                "harness: waiting for {what}: nothing in flight and no timer armed at {}; stats A \
-                 {:?} B {:?}",
-                self.now,
-                self.nic[0].stats(),
-                self.nic[1].stats()
+                "harness: waiting for {what}: nothing in flight and no timer armed at {}; {}",
+                self.now(),
+                self.stats()
             );
         }
     }
 
     /// Run until nothing is pending (or `d` passed).
     fn settle(&mut self, d: Duration) {
-        let end = self.now + d;
-        while self.now < end && self.step_until(end) {}
+        let end = self.now() + d;
+        while self.now() < end && self.step_until(end) {}
     }
 
     /// Every drop counter that must stay zero in a healthy run.
     fn assert_no_bad_drops(&self) {
-        for (i, n) in self.nic.iter().enumerate() {
-            let s = n.stats();
+        for i in 0..2 {
+            let s = self.nic(i).stats();
             assert_eq!(
                 (s.rx_malformed, s.rx_not_roce, s.rx_bad_headers, s.rx_unknown_qp, s.rx_wrong_peer),
                 (0, 0, 0, 0, 0),
                 "NIC {i} dropped packets it should not have: {s:?}"
             );
             assert_eq!(s.cq_overflows, 0, "NIC {i}");
+            let d = self.tampered(i);
+            assert_eq!((d.tx_dropped, d.port_errors), (0, 0), "NIC {i}'s port: {d:?}");
         }
     }
 }
@@ -335,7 +219,8 @@ struct Side {
 fn connect(p: &mut Pair, side: [Side; 2], o: &QpOpts) -> [u32; 2] {
     let mut qpn = [0u32; 2];
     for i in 0..2 {
-        qpn[i] = p.nic[i]
+        qpn[i] = p
+            .nic_mut(i)
             .create_qp(QpInit {
                 pd: side[i].pd,
                 send_cq: side[i].scq,
@@ -360,8 +245,8 @@ fn connect(p: &mut Pair, side: [Side; 2], o: &QpOpts) -> [u32; 2] {
             max_rd_atomic: 16,
             ..QpAttr::default()
         };
-        let peer_ip = p.nic[1 - i].config().local_ip;
-        connect_qp(&mut p.nic[i], qpn[i], qpn[1 - i], peer_ip, o.psn[i], o.psn[1 - i], attr);
+        let peer_ip = p.nic(1 - i).config().local_ip;
+        connect_qp(p.nic_mut(i), qpn[i], qpn[1 - i], peer_ip, o.psn[i], o.psn[1 - i], attr);
     }
     qpn
 }
@@ -647,15 +532,18 @@ impl Mix {
         };
         let mut p = Pair::new(cfg.v6, link, link, cfg.seed, false);
         p.limit = Instant::from_secs(cfg.limit_secs);
-        p.extra = [Extra { corrupt: cfg.corrupt, ce: 0.0 }; 2];
+        for i in 0..2 {
+            p.tamper(i, Tamper { corrupt: cfg.corrupt, ce: 0.0 });
+        }
         let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed.wrapping_mul(0x9e37_79b9));
         let region = u64::from(cfg.max_size.max(4096)) * 2;
-        let pds = [p.nic[0].alloc_pd(), p.nic[1].alloc_pd()];
+        let pds = [p.nic_mut(0).alloc_pd(), p.nic_mut(1).alloc_pd()];
         let mut src = Vec::new();
         let mut src_data = Vec::new();
         let mut rsrc = Vec::new();
         let mut rsrc_data = Vec::new();
-        for (n, &pd) in p.nic.iter_mut().zip(&pds) {
+        for (i, &pd) in pds.iter().enumerate() {
+            let n = p.nic_mut(i);
             let s = alloc_mr(n, pd, MemKind::Host, region, Access::NONE);
             src_data.push(fill_random(n, &s, &mut rng));
             src.push(s);
@@ -670,8 +558,8 @@ impl Mix {
             let mut side = [Side { pd: pds[0], scq: CqId(0), rcq: CqId(0), srq: None }; 2];
             for i in 0..2 {
                 side[i].pd = pds[i];
-                side[i].scq = p.nic[i].create_cq(1024);
-                side[i].rcq = p.nic[i].create_cq(1024);
+                side[i].scq = p.nic_mut(i).create_cq(1024);
+                side[i].rcq = p.nic_mut(i).create_cq(1024);
                 cqs[i][j] = (side[i].scq, side[i].rcq);
             }
             let o = QpOpts {
@@ -694,35 +582,35 @@ impl Mix {
                 let s = 1 - r;
                 let dev = if j % 2 == 1 { MemKind::OnBoard } else { MemKind::Host };
                 let ldst =
-                    alloc_mr(&mut p.nic[r], pds[r], MemKind::Host, region, Access::LOCAL_WRITE);
-                let ldst_shadow = fill_random(&mut p.nic[r], &ldst, &mut rng);
+                    alloc_mr(p.nic_mut(r), pds[r], MemKind::Host, region, Access::LOCAL_WRITE);
+                let ldst_shadow = fill_random(p.nic_mut(r), &ldst, &mut rng);
                 let ares = alloc_mr(
-                    &mut p.nic[r],
+                    p.nic_mut(r),
                     pds[r],
                     MemKind::Host,
                     8 * ATOMIC_SLOTS,
                     Access::LOCAL_WRITE,
                 );
-                fill_random(&mut p.nic[r], &ares, &mut rng);
+                fill_random(p.nic_mut(r), &ares, &mut rng);
                 let wacc = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
-                let w = alloc_mr(&mut p.nic[s], pds[s], dev, region, wacc);
-                let w_shadow = fill_random(&mut p.nic[s], &w, &mut rng);
+                let w = alloc_mr(p.nic_mut(s), pds[s], dev, region, wacc);
+                let w_shadow = fill_random(p.nic_mut(s), &w, &mut rng);
                 let cacc = Access::LOCAL_WRITE | Access::REMOTE_ATOMIC;
-                let ctr = alloc_mr(&mut p.nic[s], pds[s], dev, 16, cacc);
+                let ctr = alloc_mr(p.nic_mut(s), pds[s], dev, 16, cacc);
                 let fa: u64 = rng.r#gen();
                 let cs: u64 = rng.r#gen();
-                p.nic[s].mem_mut().write_u64(ctr.addr, fa).unwrap();
-                p.nic[s].mem_mut().write_u64(ctr.addr + 8, cs).unwrap();
+                p.nic_mut(s).mem_mut().write_u64(ctr.addr, fa).unwrap();
+                p.nic_mut(s).mem_mut().write_u64(ctr.addr + 8, cs).unwrap();
                 let slot = u64::from(cfg.max_size.max(64));
                 let recv = alloc_mr(
-                    &mut p.nic[s],
+                    p.nic_mut(s),
                     pds[s],
                     MemKind::Host,
                     slot * RECV_SLOTS as u64,
                     Access::LOCAL_WRITE,
                 );
                 let inv = (0..INV_POOL)
-                    .map(|_| (alloc_mr(&mut p.nic[s], pds[s], MemKind::Host, 64, wacc).mr, false))
+                    .map(|_| (alloc_mr(p.nic_mut(s), pds[s], MemKind::Host, 64, wacc).mr, false))
                     .collect();
                 let idx = streams.len();
                 by_req.insert((r, qpns[r][j]), idx);
@@ -802,9 +690,8 @@ impl Mix {
                 st.recv_seq += 1;
                 let wr_id = (1 << 63) | ((si as u64) << 40) | st.recv_seq;
                 let resp = 1 - st.req;
-                self.p.nic[resp]
-                    .post_recv(st.resp_qpn, &RecvWr { wr_id, sgl }, self.p.now)
-                    .unwrap();
+                let now = self.p.now();
+                self.p.nic_mut(resp).post_recv(st.resp_qpn, &RecvWr { wr_id, sgl }, now).unwrap();
                 st.recv_posted.push_back((wr_id, k));
             }
         }
@@ -944,8 +831,10 @@ impl Mix {
         };
         st.pending.push_back(Pending { wr_id, kind, len, atomic, read });
         let wr = SendWr::new(wr_id, op, sgl);
-        self.p.nic[r]
-            .post_send(st.req_qpn, &wr, self.p.now)
+        let now = self.p.now();
+        self.p
+            .nic_mut(r)
+            .post_send(st.req_qpn, &wr, now)
             .unwrap_or_else(|e| panic!("post_send of {kind:?} on stream {si}: {e}"));
     }
 
@@ -956,10 +845,10 @@ impl Mix {
                 let st = &self.streams[si];
                 (st.req, st.req_scq, st.resp_rcq)
             };
-            for c in drain_cq(&mut self.p.nic[r], scq) {
+            for c in drain_cq(self.p.nic_mut(r), scq) {
                 self.on_send_cqe(r, c);
             }
-            for c in drain_cq(&mut self.p.nic[1 - r], rcq) {
+            for c in drain_cq(self.p.nic_mut(1 - r), rcq) {
                 self.on_recv_cqe(1 - r, c);
             }
         }
@@ -991,8 +880,8 @@ impl Mix {
             exp.kind,
             exp.len,
             exp.wr_id,
-            self.p.nic[0].stats(),
-            self.p.nic[1].stats()
+            self.p.nic(0).stats(),
+            self.p.nic(1).stats()
         );
         let want = match exp.kind {
             Kind::Send | Kind::SendImm | Kind::SendInv => WcOpcode::Send,
@@ -1015,7 +904,7 @@ impl Mix {
                 .flat_map(|(_, l)| l.iter().map(|&(o, n, _)| (o, n)))
                 .collect();
             let src = &self.rsrc_data[1 - nic][*roff as usize..];
-            let mem = self.p.nic[nic].mem();
+            let mem = self.p.nic(nic).mem();
             for &(o, n, at) in log {
                 let got = mem.slice(st.ldst.addr + o, n as usize).unwrap();
                 for (x, &b) in got.iter().enumerate() {
@@ -1068,7 +957,7 @@ impl Mix {
             }
         }
         if let Some((addr, orig)) = exp.atomic {
-            let got = self.p.nic[nic].mem().read_u64(addr).unwrap();
+            let got = self.p.nic(nic).mem().read_u64(addr).unwrap();
             assert_eq!(
                 got, orig,
                 "seed {seed}: stream {si}: {:?} wr {:#x} returned {got:#x}, expected original \
@@ -1105,7 +994,7 @@ impl Mix {
         assert_eq!(c.opcode, want, "{ctx}: {c:?}");
         if let Some(data) = &exp.data {
             let sgl = self.recv_sgl(&self.streams[si], k);
-            let got = sgl_bytes(&self.p.nic[nic], &sgl);
+            let got = sgl_bytes(self.p.nic(nic), &sgl);
             if let Some(i) = got[..data.len()].iter().zip(data).position(|(a, b)| a != b) {
                 panic!("{ctx}: received payload differs at byte {i} of {}", data.len());
             }
@@ -1115,7 +1004,7 @@ impl Mix {
         if let Some((_, idx)) = exp.inv {
             // The fast-register step: make the invalidated MR usable for the next SEND_INV.
             let lkey = st.inv[idx].0.lkey;
-            self.p.nic[nic].revalidate_mr(lkey).unwrap();
+            self.p.nic_mut(nic).revalidate_mr(lkey).unwrap();
             st.inv[idx].1 = false;
         }
     }
@@ -1158,10 +1047,10 @@ impl Mix {
                         "seed {}: stalled at {}: nothing in flight, no timer armed, but work \
                          outstanding: {}; stats A {:?} B {:?}",
                         self.cfg.seed,
-                        self.p.now,
+                        self.p.now(),
                         self.outstanding(),
-                        self.p.nic[0].stats(),
-                        self.p.nic[1].stats()
+                        self.p.nic(0).stats(),
+                        self.p.nic(1).stats()
                     );
                 }
             }
@@ -1171,9 +1060,9 @@ impl Mix {
         for si in 0..self.streams.len() {
             let st = &self.streams[si];
             let (r, scq, rcq) = (st.req, st.req_scq, st.resp_rcq);
-            let extra = drain_cq(&mut self.p.nic[r], scq);
+            let extra = drain_cq(self.p.nic_mut(r), scq);
             assert!(extra.is_empty(), "seed {}: extra send CQEs: {extra:?}", self.cfg.seed);
-            let extra = drain_cq(&mut self.p.nic[1 - r], rcq);
+            let extra = drain_cq(self.p.nic_mut(1 - r), rcq);
             assert!(extra.is_empty(), "seed {}: extra receive CQEs: {extra:?}", self.cfg.seed);
         }
     }
@@ -1182,11 +1071,11 @@ impl Mix {
         let seed = self.cfg.seed;
         for (si, st) in self.streams.iter().enumerate() {
             let r = st.req;
-            let w = mem_of(&self.p.nic[1 - r], st.w.addr, st.w.len);
+            let w = mem_of(self.p.nic(1 - r), st.w.addr, st.w.len);
             if let Some(i) = w.iter().zip(&st.w_shadow).position(|(a, b)| a != b) {
                 panic!("seed {seed}: stream {si}: WRITE target differs from the model at byte {i}");
             }
-            let l = mem_of(&self.p.nic[r], st.ldst.addr, st.ldst.len);
+            let l = mem_of(self.p.nic(r), st.ldst.addr, st.ldst.len);
             if let Some(i) = l.iter().zip(&st.ldst_shadow).position(|(a, b)| a != b) {
                 let end =
                     i + l[i..].iter().zip(&st.ldst_shadow[i..]).take_while(|(a, b)| a != b).count();
@@ -1215,7 +1104,7 @@ impl Mix {
                      {i}..{end}; latest READs covering it first: {why:#?}"
                 );
             }
-            let m = self.p.nic[1 - r].mem();
+            let m = self.p.nic(1 - r).mem();
             let fa = m.read_u64(st.ctr.addr).unwrap();
             let cs = m.read_u64(st.ctr.addr + 8).unwrap();
             assert_eq!(
@@ -1232,16 +1121,16 @@ impl Mix {
             assert_eq!(fa, initial.wrapping_add(st.adds), "seed {seed}: stream {si}");
         }
         for i in 0..2 {
-            let s = mem_of(&self.p.nic[i], self.src[i].addr, self.src[i].len);
+            let s = mem_of(self.p.nic(i), self.src[i].addr, self.src[i].len);
             assert!(s == self.src_data[i], "seed {seed}: NIC {i}: send source buffer changed");
-            let r = mem_of(&self.p.nic[i], self.rsrc[i].addr, self.rsrc[i].len);
+            let r = mem_of(self.p.nic(i), self.rsrc[i].addr, self.rsrc[i].len);
             assert!(r == self.rsrc_data[i], "seed {seed}: NIC {i}: READ source buffer changed");
         }
     }
 }
 
 fn sum_stats(p: &Pair) -> RdmaStats {
-    let (a, b) = (p.nic[0].stats(), p.nic[1].stats());
+    let (a, b) = (p.nic(0).stats(), p.nic(1).stats());
     let mut s = *a;
     macro_rules! add {
         ($($f:ident),*) => { $( s.$f += b.$f; )* };
@@ -1283,11 +1172,11 @@ fn mixed(cfg: MixCfg) -> (Mix, RdmaStats) {
         cfg.seed,
         cfg.loss,
         cfg.ops,
-        m.p.now,
+        m.p.now(),
         m.kinds_done,
-        m.p.corrupted,
-        m.p.nic[0].stats(),
-        m.p.nic[1].stats()
+        [m.p.tampered(0).corrupted, m.p.tampered(1).corrupted],
+        m.p.nic(0).stats(),
+        m.p.nic(1).stats()
     );
     (m, s)
 }
@@ -1331,7 +1220,7 @@ fn mixed_ops_under_loss_20() {
     assert!(s.timeouts > 0, "20% loss and never a timeout? {s:?}");
 }
 
-/// Recovery happened, and every ICRC drop is one of the harness's corrupted packets (a
+/// Recovery happened, and every ICRC drop is one of the packets the engines corrupted (a
 /// corrupted packet may also be lost, or duplicated, on the link: hence bounds).
 fn assert_recovered_bounds(m: &Mix, s: &RdmaStats) {
     let seed = m.cfg.seed;
@@ -1341,7 +1230,7 @@ fn assert_recovered_bounds(m: &Mix, s: &RdmaStats) {
     assert!(s.rx_bad_icrc > 0, "seed {seed}: no corrupted packet was caught: {s:?}");
     assert!(s.dup_reads_replayed > 0, "seed {seed}: no READ was replayed: {s:?}");
     assert!(s.dup_atomics_replayed > 0, "seed {seed}: no atomic was replayed: {s:?}");
-    let corrupted = m.p.corrupted[0] + m.p.corrupted[1];
+    let corrupted = m.p.tampered(0).corrupted + m.p.tampered(1).corrupted;
     assert!(
         s.rx_bad_icrc <= 2 * corrupted,
         "seed {seed}: {} ICRC drops but only {corrupted} packets corrupted",
@@ -1350,7 +1239,7 @@ fn assert_recovered_bounds(m: &Mix, s: &RdmaStats) {
 }
 
 /// More seeds, for hunting: `SNIC_TESTBED_SEEDS=10..30 SNIC_TESTBED_LOSS=0.2 cargo test -p
-/// snic-io --test rdma_testbed -- --ignored seed_sweep` (optional `SNIC_TESTBED_OPS`,
+/// snic-testbed --test rdma -- --ignored seed_sweep` (optional `SNIC_TESTBED_OPS`,
 /// `SNIC_TESTBED_MAX_SIZE`).
 #[test]
 #[ignore = "long: a seed sweep for hunting bugs"]
@@ -1378,6 +1267,29 @@ fn psn_wrap() {
     }
 }
 
+/// Given the same seeds, a run on the testbed is the same run: engine statistics, tampering,
+/// what the ports moved and the simulated time; another seed gives another run.
+#[test]
+fn same_seed_same_run() {
+    let fingerprint = |cfg: MixCfg| {
+        let (m, _) = mixed(cfg);
+        let p = &m.p;
+        format!(
+            "{:?} {:?} {:?} {:?} {:?} {}",
+            p.nic(0).stats(),
+            p.nic(1).stats(),
+            p.tampered(0),
+            p.tampered(1),
+            p.tb.port_counters(),
+            p.now()
+        )
+    };
+    let cfg = MixCfg { max_size: 4096, ..MixCfg::lossy(300, 7, 0.05) };
+    let a = fingerprint(cfg);
+    assert_eq!(a, fingerprint(cfg), "seed 7 ran differently twice");
+    assert_ne!(a, fingerprint(MixCfg { seed: 8, ..cfg }), "seeds 7 and 8 ran the same");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Simple one-QP setups
 // ---------------------------------------------------------------------------------------------
@@ -1400,24 +1312,24 @@ fn one(o: QpOpts, a_to_b: LinkConfig, seed: u64) -> One {
 fn one_v(v6: bool, o: QpOpts, a_to_b: LinkConfig, seed: u64) -> One {
     let mut p = Pair::new(v6, a_to_b, LinkConfig::default(), seed, true);
     let side = [0, 1].map(|i| Side {
-        pd: p.nic[i].alloc_pd(),
-        scq: p.nic[i].create_cq(64),
-        rcq: p.nic[i].create_cq(64),
+        pd: p.nic_mut(i).alloc_pd(),
+        scq: p.nic_mut(i).create_cq(64),
+        rcq: p.nic_mut(i).create_cq(64),
         srq: None,
     });
     let qpn = connect(&mut p, side, &o);
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let la = alloc_mr(&mut p.nic[0], side[0].pd, MemKind::Host, 64 << 10, Access::ALL);
-    fill_random(&mut p.nic[0], &la, &mut rng);
-    let rb = alloc_mr(&mut p.nic[1], side[1].pd, MemKind::Host, 64 << 10, Access::ALL);
-    fill_random(&mut p.nic[1], &rb, &mut rng);
+    let la = alloc_mr(p.nic_mut(0), side[0].pd, MemKind::Host, 64 << 10, Access::ALL);
+    fill_random(p.nic_mut(0), &la, &mut rng);
+    let rb = alloc_mr(p.nic_mut(1), side[1].pd, MemKind::Host, 64 << 10, Access::ALL);
+    fill_random(p.nic_mut(1), &rb, &mut rng);
     One { p, side, qpn, la, rb }
 }
 
 impl One {
     fn post(&mut self, wrs: &[SendWr]) {
-        let now = self.p.now;
-        self.p.nic[0].post_send_batch(self.qpn[0], wrs, now).unwrap();
+        let now = self.p.now();
+        self.p.nic_mut(0).post_send_batch(self.qpn[0], wrs, now).unwrap();
     }
     fn wait_send(&mut self) -> Cqe {
         self.p.wait_cqe(0, self.side[0].scq, "a send completion at A")
@@ -1442,8 +1354,8 @@ enum Nak {
 fn protection_case(name: &str, o: QpOpts, setup: impl FnOnce(&mut One) -> SendWr, nak: Nak) {
     let mut t = one(o, LinkConfig { delay: Duration::from_micros(3), ..Default::default() }, 7);
     let bad = setup(&mut t);
-    let before = snapshot(&t.p.nic[1]);
-    let b0 = *t.p.nic[1].stats();
+    let before = snapshot(t.p.nic(1));
+    let b0 = *t.p.nic(1).stats();
     let good1 = t.write(2, 100, t.rb.remote(0));
     let good2 = t.write(3, 5000, t.rb.remote(1000));
     t.post(&[bad, good1, good2]);
@@ -1458,8 +1370,8 @@ fn protection_case(name: &str, o: QpOpts, setup: impl FnOnce(&mut One) -> SendWr
         assert_eq!((c.wr_id, c.status), (id, WcStatus::WrFlushErr), "{name}: {c:?}");
     }
     t.p.settle(Duration::from_millis(100));
-    assert_eq!(t.p.nic[0].query_qp(t.qpn[0]).unwrap().state, QpState::Err, "{name}");
-    let b1 = *t.p.nic[1].stats();
+    assert_eq!(t.p.nic(0).query_qp(t.qpn[0]).unwrap().state, QpState::Err, "{name}");
+    let b1 = *t.p.nic(1).stats();
     let (acc, inv) = (
         b1.rem_access_naks_sent - b0.rem_access_naks_sent,
         b1.inv_req_naks_sent - b0.inv_req_naks_sent,
@@ -1468,9 +1380,9 @@ fn protection_case(name: &str, o: QpOpts, setup: impl FnOnce(&mut One) -> SendWr
         Nak::Access => assert_eq!((acc, inv), (1, 0), "{name}: NAKs sent by B: {b1:?}"),
         Nak::InvReq => assert_eq!((acc, inv), (0, 1), "{name}: NAKs sent by B: {b1:?}"),
     }
-    assert!(t.p.nic[0].stats().err_naks_rcvd >= 1, "{name}");
-    assert_same_memory(&before, &t.p.nic[1], name);
-    assert!(drain_cq(&mut t.p.nic[1], t.side[1].rcq).is_empty(), "{name}: B completed a RECV");
+    assert!(t.p.nic(0).stats().err_naks_rcvd >= 1, "{name}");
+    assert_same_memory(&before, t.p.nic(1), name);
+    assert!(drain_cq(t.p.nic_mut(1), t.side[1].rcq).is_empty(), "{name}: B completed a RECV");
     t.p.assert_no_bad_drops();
 }
 
@@ -1538,9 +1450,9 @@ fn protection_out_of_bounds() {
 
 fn mr_without(t: &mut One, access: Access) -> Buf {
     let pd = t.side[1].pd;
-    let b = alloc_mr(&mut t.p.nic[1], pd, MemKind::Host, 4096, access);
+    let b = alloc_mr(t.p.nic_mut(1), pd, MemKind::Host, 4096, access);
     let mut rng = ChaCha8Rng::seed_from_u64(99);
-    fill_random(&mut t.p.nic[1], &b, &mut rng);
+    fill_random(t.p.nic_mut(1), &b, &mut rng);
     b
 }
 
@@ -1583,8 +1495,8 @@ fn protection_mr_of_another_pd() {
         "WRITE to an MR of another PD",
         QpOpts::default(),
         |t| {
-            let pd2 = t.p.nic[1].alloc_pd();
-            let b = alloc_mr(&mut t.p.nic[1], pd2, MemKind::Host, 4096, Access::ALL);
+            let pd2 = t.p.nic_mut(1).alloc_pd();
+            let b = alloc_mr(t.p.nic_mut(1), pd2, MemKind::Host, 4096, Access::ALL);
             t.write(1, 64, b.remote(0))
         },
         Nak::Access,
@@ -1641,20 +1553,20 @@ fn protection_qp_access_and_alignment() {
 fn protection_qp_in_error_state() {
     let o = QpOpts { timeout: 8, retry_cnt: 2, ..QpOpts::default() };
     let mut t = one(o, LinkConfig::default(), 8);
-    let now = t.p.now;
+    let now = t.p.now();
     // B: a RECV posted, then B's QP to ERR: the RECV is flushed.
     let rsgl = SgList::one(t.rb.sge(0, 1024));
-    t.p.nic[1].post_recv(t.qpn[1], &RecvWr { wr_id: 50, sgl: rsgl }, now).unwrap();
+    t.p.nic_mut(1).post_recv(t.qpn[1], &RecvWr { wr_id: 50, sgl: rsgl }, now).unwrap();
     let err = QpAttr { state: QpState::Err, ..QpAttr::default() };
-    t.p.nic[1].modify_qp(t.qpn[1], &err, AttrMask::STATE, now).unwrap();
+    t.p.nic_mut(1).modify_qp(t.qpn[1], &err, AttrMask::STATE, now).unwrap();
     let c = t.p.wait_cqe(1, t.side[1].rcq, "B's flushed RECV");
     assert_eq!((c.wr_id, c.status), (50, WcStatus::WrFlushErr), "{c:?}");
     // A RECV posted to a QP in ERR completes flushed at once.
-    t.p.nic[1].post_recv(t.qpn[1], &RecvWr { wr_id: 51, sgl: rsgl }, now).unwrap();
+    t.p.nic_mut(1).post_recv(t.qpn[1], &RecvWr { wr_id: 51, sgl: rsgl }, now).unwrap();
     let c = t.p.wait_cqe(1, t.side[1].rcq, "B's RECV posted in ERR");
     assert_eq!((c.wr_id, c.status), (51, WcStatus::WrFlushErr), "{c:?}");
     // A WRITEs and SENDs to B: B drops and counts them; nothing is written; A times out.
-    let before = snapshot(&t.p.nic[1]);
+    let before = snapshot(t.p.nic(1));
     let w = t.write(1, 3000, t.rb.remote(0));
     let s = SendWr::new(2, WrOp::Send, SgList::one(t.la.sge(0, 10)));
     t.post(&[w, s]);
@@ -1662,17 +1574,17 @@ fn protection_qp_in_error_state() {
     assert_eq!((c.wr_id, c.status), (1, WcStatus::RetryExcErr), "{c:?}");
     let c = t.wait_send();
     assert_eq!((c.wr_id, c.status), (2, WcStatus::WrFlushErr), "{c:?}");
-    assert!(t.p.nic[1].stats().rx_bad_state > 0, "{:?}", t.p.nic[1].stats());
-    assert_same_memory(&before, &t.p.nic[1], "QP in ERR");
+    assert!(t.p.nic(1).stats().rx_bad_state > 0, "{:?}", t.p.nic(1).stats());
+    assert_same_memory(&before, t.p.nic(1), "QP in ERR");
     // A is in ERR now too: a new post completes flushed without touching the wire.
-    assert_eq!(t.p.nic[0].query_qp(t.qpn[0]).unwrap().state, QpState::Err);
-    let tx = t.p.nic[0].stats().tx_packets;
+    assert_eq!(t.p.nic(0).query_qp(t.qpn[0]).unwrap().state, QpState::Err);
+    let tx = t.p.nic(0).stats().tx_packets;
     let w = t.write(3, 8, t.rb.remote(0));
     t.post(&[w]);
     let c = t.wait_send();
     assert_eq!((c.wr_id, c.status), (3, WcStatus::WrFlushErr), "{c:?}");
     t.p.settle(Duration::from_millis(100));
-    assert_eq!(t.p.nic[0].stats().tx_packets, tx, "a QP in ERR sent packets");
+    assert_eq!(t.p.nic(0).stats().tx_packets, tx, "a QP in ERR sent packets");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1690,21 +1602,25 @@ fn rnr_then_recv_posted() {
     let period = Duration::from_micros(u64::from(snic_rdma::RNR_TIMER_US[8]));
     t.p.run_for(period * 5);
     let mut out = [dummy_cqe()];
-    assert_eq!(t.p.nic[0].poll_cq(t.side[0].scq, &mut out).unwrap(), 0, "completed with no RECV");
-    let naks = t.p.nic[1].stats().rnr_naks_sent;
+    assert_eq!(
+        t.p.nic_mut(0).poll_cq(t.side[0].scq, &mut out).unwrap(),
+        0,
+        "completed with no RECV"
+    );
+    let naks = t.p.nic(1).stats().rnr_naks_sent;
     assert!(naks >= 2, "a few RNR periods passed but B sent {naks} RNR NAKs");
-    assert!(t.p.nic[0].stats().rnr_naks_rcvd >= 2);
+    assert!(t.p.nic(0).stats().rnr_naks_rcvd >= 2);
     // Now the RECV: the next retry lands.
     let rbuf = t.rb.sge(8192, 4096);
-    let now = t.p.now;
-    t.p.nic[1].post_recv(t.qpn[1], &RecvWr { wr_id: 77, sgl: SgList::one(rbuf) }, now).unwrap();
+    let now = t.p.now();
+    t.p.nic_mut(1).post_recv(t.qpn[1], &RecvWr { wr_id: 77, sgl: SgList::one(rbuf) }, now).unwrap();
     let c = t.wait_send();
     assert_eq!((c.wr_id, c.status), (1, WcStatus::Success), "{c:?}");
     let r = t.p.wait_cqe(1, t.side[1].rcq, "the RECV");
     assert_eq!((r.wr_id, r.status, r.byte_len, r.imm), (77, WcStatus::Success, 3000, Some(0xabcd)));
-    let got = mem_of(&t.p.nic[1], rbuf.addr, 3000);
-    assert!(got == mem_of(&t.p.nic[0], t.la.addr + 100, 3000), "payload differs");
-    assert!(t.p.nic[1].stats().rnr_naks_sent > 0);
+    let got = mem_of(t.p.nic(1), rbuf.addr, 3000);
+    assert!(got == mem_of(t.p.nic(0), t.la.addr + 100, 3000), "payload differs");
+    assert!(t.p.nic(1).stats().rnr_naks_sent > 0);
     t.p.assert_no_bad_drops();
 }
 
@@ -1712,7 +1628,7 @@ fn rnr_then_recv_posted() {
 fn rnr_retry_exhausted() {
     let o = QpOpts { min_rnr_timer: 4, rnr_retry: 2, ..QpOpts::default() };
     let mut t = one(o, LinkConfig { delay: Duration::from_micros(2), ..Default::default() }, 10);
-    let start = t.p.now;
+    let start = t.p.now();
     let s = SendWr::new(1, WrOp::Send, SgList::one(t.la.sge(0, 10)));
     let s2 = SendWr::new(2, WrOp::Send, SgList::one(t.la.sge(0, 10)));
     t.post(&[s, s2]);
@@ -1721,12 +1637,12 @@ fn rnr_retry_exhausted() {
     let c = t.wait_send();
     assert_eq!((c.wr_id, c.status), (2, WcStatus::WrFlushErr), "{c:?}");
     // The first try and two retries, each answered with an RNR NAK.
-    assert_eq!(t.p.nic[0].stats().rnr_naks_rcvd, 3, "{:?}", t.p.nic[0].stats());
-    assert_eq!(t.p.nic[1].stats().rnr_naks_sent, 3, "{:?}", t.p.nic[1].stats());
-    let waited = t.p.now - start;
+    assert_eq!(t.p.nic(0).stats().rnr_naks_rcvd, 3, "{:?}", t.p.nic(0).stats());
+    assert_eq!(t.p.nic(1).stats().rnr_naks_sent, 3, "{:?}", t.p.nic(1).stats());
+    let waited = t.p.now() - start;
     let rnr = Duration::from_micros(u64::from(snic_rdma::RNR_TIMER_US[4]));
     assert!(waited >= 2 * rnr, "gave up after {waited:?}, before two RNR waits of {rnr:?}");
-    assert_eq!(t.p.nic[0].query_qp(t.qpn[0]).unwrap().state, QpState::Err);
+    assert_eq!(t.p.nic(0).query_qp(t.qpn[0]).unwrap().state, QpState::Err);
 }
 
 #[test]
@@ -1735,7 +1651,7 @@ fn retry_exhausted_on_dead_link() {
     let o = QpOpts { timeout, retry_cnt, ..QpOpts::default() };
     let dead = LinkConfig { loss: 1.0, ..Default::default() };
     let mut t = one(o, dead, 11);
-    let start = t.p.now;
+    let start = t.p.now();
     let w = t.write(1, 2500, t.rb.remote(0));
     let w2 = t.write(2, 10, t.rb.remote(0));
     t.post(&[w, w2]);
@@ -1743,7 +1659,7 @@ fn retry_exhausted_on_dead_link() {
     assert_eq!((c.wr_id, c.status), (1, WcStatus::RetryExcErr), "{c:?}");
     let c = t.wait_send();
     assert_eq!((c.wr_id, c.status), (2, WcStatus::WrFlushErr), "{c:?}");
-    let elapsed = t.p.now - start;
+    let elapsed = t.p.now() - start;
     let period = snic_rdma::ack_timeout(timeout).unwrap();
     // The first send and `retry_cnt` retries each wait one period.
     let n = u32::from(retry_cnt) + 1;
@@ -1751,10 +1667,10 @@ fn retry_exhausted_on_dead_link() {
         elapsed >= period * n && elapsed <= period * n + period / 2,
         "gave up after {elapsed:?}; expected about {n} x {period:?}"
     );
-    let s = t.p.nic[0].stats();
+    let s = t.p.nic(0).stats();
     assert_eq!(s.timeouts, u64::from(n), "{s:?}");
     assert!(s.retransmits >= u64::from(retry_cnt), "{s:?}");
-    assert_eq!(t.p.nic[1].stats().rx_packets, 0);
+    assert_eq!(t.p.nic(1).stats().rx_packets, 0);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1764,27 +1680,31 @@ fn retry_exhausted_on_dead_link() {
 #[test]
 fn srq_shared_by_two_qps() {
     let mut p = Pair::new(false, LinkConfig::default(), LinkConfig::default(), 12, true);
-    let pd = [p.nic[0].alloc_pd(), p.nic[1].alloc_pd()];
-    let srq = p.nic[1].create_srq(pd[1], 64, MemKind::Host).unwrap();
-    let rcq_b = p.nic[1].create_cq(256);
+    let pd = [p.nic_mut(0).alloc_pd(), p.nic_mut(1).alloc_pd()];
+    let srq = p.nic_mut(1).create_srq(pd[1], 64, MemKind::Host).unwrap();
+    let rcq_b = p.nic_mut(1).create_cq(256);
     let mut qp = Vec::new();
     let mut scq_a = Vec::new();
     for _ in 0..2 {
-        let a =
-            Side { pd: pd[0], scq: p.nic[0].create_cq(64), rcq: p.nic[0].create_cq(64), srq: None };
-        let b = Side { pd: pd[1], scq: p.nic[1].create_cq(64), rcq: rcq_b, srq: Some(srq) };
+        let a = Side {
+            pd: pd[0],
+            scq: p.nic_mut(0).create_cq(64),
+            rcq: p.nic_mut(0).create_cq(64),
+            srq: None,
+        };
+        let b = Side { pd: pd[1], scq: p.nic_mut(1).create_cq(64), rcq: rcq_b, srq: Some(srq) };
         scq_a.push(a.scq);
         qp.push(connect(&mut p, [a, b], &QpOpts::default()));
     }
     let mut rng = ChaCha8Rng::seed_from_u64(12);
-    let src = alloc_mr(&mut p.nic[0], pd[0], MemKind::Host, 20 * 4096, Access::NONE);
-    fill_random(&mut p.nic[0], &src, &mut rng);
+    let src = alloc_mr(p.nic_mut(0), pd[0], MemKind::Host, 20 * 4096, Access::NONE);
+    fill_random(p.nic_mut(0), &src, &mut rng);
     let slots = 24u64;
-    let rbuf = alloc_mr(&mut p.nic[1], pd[1], MemKind::Host, slots * 4096, Access::LOCAL_WRITE);
+    let rbuf = alloc_mr(p.nic_mut(1), pd[1], MemKind::Host, slots * 4096, Access::LOCAL_WRITE);
     let recvs: Vec<RecvWr> = (0..slots)
         .map(|k| RecvWr { wr_id: 1000 + k, sgl: SgList::one(rbuf.sge(k * 4096, 4096)) })
         .collect();
-    p.nic[1].post_srq_recv(srq, &recvs).unwrap();
+    p.nic_mut(1).post_srq_recv(srq, &recvs).unwrap();
     // 10 SENDs on each QP; the first 8 bytes of each payload name it.
     let mut sent = HashMap::new();
     for k in 0..20u64 {
@@ -1792,12 +1712,12 @@ fn srq_shared_by_two_qps() {
         let len = rng.gen_range(8..=4096u32);
         // Disjoint source slots: a SEND's payload is gathered when it leaves, not when posted.
         let off = k * 4096;
-        p.nic[0].mem_mut().write_u64(src.addr + off, k).unwrap();
-        let data = mem_of(&p.nic[0], src.addr + off, u64::from(len));
+        p.nic_mut(0).mem_mut().write_u64(src.addr + off, k).unwrap();
+        let data = mem_of(p.nic(0), src.addr + off, u64::from(len));
         sent.insert(k, (q, data));
         let wr = SendWr::new(k, WrOp::Send, SgList::one(src.sge(off, len)));
-        let now = p.now;
-        p.nic[0].post_send(qp[q][0], &wr, now).unwrap();
+        let now = p.now();
+        p.nic_mut(0).post_send(qp[q][0], &wr, now).unwrap();
     }
     let mut got = 0;
     let mut per_qp = [0; 2];
@@ -1806,19 +1726,19 @@ fn srq_shared_by_two_qps() {
         assert_eq!(c.status, WcStatus::Success, "{c:?}");
         let k = c.wr_id - 1000;
         assert!(k < slots);
-        let id = p.nic[1].mem().read_u64(rbuf.addr + k * 4096).unwrap();
+        let id = p.nic(1).mem().read_u64(rbuf.addr + k * 4096).unwrap();
         let (q, data) = sent.remove(&id).unwrap_or_else(|| panic!("unknown or repeated SEND {id}"));
         assert_eq!(c.qpn, qp[q][1], "received on the wrong QP");
         assert_eq!(c.src_qp, qp[q][0]);
         assert_eq!(c.byte_len as usize, data.len());
-        assert!(mem_of(&p.nic[1], rbuf.addr + k * 4096, data.len() as u64) == data);
+        assert!(mem_of(p.nic(1), rbuf.addr + k * 4096, data.len() as u64) == data);
         per_qp[q] += 1;
         got += 1;
     }
     assert_eq!(per_qp, [10, 10]);
     p.settle(Duration::from_millis(10));
     for (q, cq) in scq_a.iter().enumerate() {
-        let c: Vec<_> = drain_cq(&mut p.nic[0], *cq).iter().map(|c| (c.wr_id, c.status)).collect();
+        let c: Vec<_> = drain_cq(p.nic_mut(0), *cq).iter().map(|c| (c.wr_id, c.status)).collect();
         let want: Vec<_> =
             (0..20u64).filter(|k| k % 2 == q as u64).map(|k| (k, WcStatus::Success)).collect();
         assert_eq!(c, want, "send completions of QP {q}");
@@ -1840,10 +1760,10 @@ fn ecn_case(v6: bool) {
         ..Default::default()
     };
     let mut t = one_v(v6, QpOpts::default(), link, 13);
-    t.p.extra[0].ce = 0.3;
+    t.p.tamper(0, Tamper { ce: 0.3, corrupt: 0.0 });
     let mut rng = ChaCha8Rng::seed_from_u64(13);
-    let mut shadow = mem_of(&t.p.nic[1], t.rb.addr, t.rb.len);
-    let src = mem_of(&t.p.nic[0], t.la.addr, t.la.len);
+    let mut shadow = mem_of(t.p.nic(1), t.rb.addr, t.rb.len);
+    let src = mem_of(t.p.nic(0), t.la.addr, t.la.len);
     // 200 WRITEs of up to 16 KiB, spread over a few hundred microseconds.
     for k in 0..200u64 {
         let len = rng.gen_range(1..=16_384u32);
@@ -1854,13 +1774,13 @@ fn ecn_case(v6: bool) {
         let c = t.wait_send();
         assert_eq!((c.wr_id, c.status), (k, WcStatus::Success), "{c:?}");
     }
-    let (a, b) = (*t.p.nic[0].stats(), *t.p.nic[1].stats());
-    assert!(t.p.ce_marked[0] > 0);
+    let (a, b) = (*t.p.nic(0).stats(), *t.p.nic(1).stats());
+    assert!(t.p.tampered(0).ce_marked > 0);
     assert!(b.ecn_ce_rcvd > 0, "{b:?}");
     assert!(b.cnps_sent > 0, "B saw CE but sent no CNP: {b:?}");
     assert!(a.cnps_rcvd > 0, "{a:?}");
     assert!(a.rate_decreases > 0, "A got CNPs but did not slow down: {a:?}");
     assert_eq!(a.rx_bad_icrc + b.rx_bad_icrc, 0, "CE marking must not break the ICRC");
-    assert!(mem_of(&t.p.nic[1], t.rb.addr, t.rb.len) == shadow, "WRITE data wrong");
+    assert!(mem_of(t.p.nic(1), t.rb.addr, t.rb.len) == shadow, "WRITE data wrong");
     t.p.assert_no_bad_drops();
 }
