@@ -21,8 +21,8 @@
 //! A deadline is a promise of work: a device that reports one at or before the current instant
 //! must do something about it when polled (run the timer, which moves or clears the deadline).
 //! A deadline that is still due once the instant has settled can never be met, so the testbed
-//! stops with [`TestbedError::Livelock`] rather than nudging the clock past it: that is a bug
-//! in the device. (The RDMA tests once ran their own harness that tolerated such stale
+//! stops with [`TestbedError::StaleDeadline`], naming the node, rather than nudging the clock
+//! past it: that is a bug in the device. (The RDMA tests once ran their own harness that tolerated such stale
 //! deadlines; the engine never produced one, and its tests now run here, under this rule.)
 //!
 //! Given the same seeds, a run is exactly reproducible: nothing reads the real clock or an
@@ -58,6 +58,16 @@ pub enum TestbedError {
         /// Rounds run.
         rounds: usize,
     },
+    /// A node reported a deadline at or before the current instant, yet did nothing about it
+    /// while the instant settled: the deadline can never be met (see the crate doc).
+    StaleDeadline {
+        /// The instant that settled.
+        at: Instant,
+        /// The node's name.
+        node: String,
+        /// The deadline it still reports.
+        deadline: Instant,
+    },
     /// [`Testbed::drive`] ran out of steps with work still pending.
     StepLimit {
         /// Steps taken.
@@ -74,6 +84,9 @@ impl fmt::Display for TestbedError {
         match self {
             TestbedError::Livelock { at, rounds } => {
                 write!(f, "livelock: still moving packets at {at} after {rounds} rounds")
+            }
+            TestbedError::StaleDeadline { at, node, deadline } => {
+                write!(f, "stale deadline: {node} reports {deadline} at {at} but does nothing")
             }
             TestbedError::StepLimit { steps, at } => {
                 write!(f, "step limit: {steps} steps taken, work still pending at {at}")
@@ -353,16 +366,10 @@ impl Testbed {
     pub fn step_until(&mut self, horizon: Instant) -> Result<Step, TestbedError> {
         self.settle()?;
         self.steps += 1;
-        let now = self.clock.now();
-        match self.poll_timeout() {
+        match self.next_deadline()? {
             None => Ok(Step::Idle),
-            Some(t) if t <= now => {
-                // A device says it has work now but did nothing while settling: it can never
-                // make progress (see the crate doc on deadlines).
-                Err(TestbedError::Livelock { at: now, rounds: self.max_rounds })
-            }
             Some(t) => {
-                let to = t.min(horizon).max(now);
+                let to = t.min(horizon).max(self.clock.now());
                 self.clock.advance_to(to);
                 Ok(Step::Advanced(to))
             }
@@ -373,8 +380,8 @@ impl Testbed {
     pub fn run_until(&mut self, t: Instant) -> Result<(), TestbedError> {
         loop {
             self.settle()?;
-            match self.poll_timeout() {
-                Some(next) if next <= t && next > self.clock.now() => {
+            match self.next_deadline()? {
+                Some(next) if next <= t => {
                     self.steps += 1;
                     self.clock.advance_to(next);
                 }
@@ -382,7 +389,26 @@ impl Testbed {
             }
         }
         self.clock.advance_to(t);
-        self.settle()
+        self.settle()?;
+        self.next_deadline().map(|_| ())
+    }
+
+    /// The earliest deadline, once the current instant has settled. A deadline not after now
+    /// is a device that said it has work but did nothing while settling: it can never make
+    /// progress (see the crate doc on deadlines).
+    fn next_deadline(&self) -> Result<Option<Instant>, TestbedError> {
+        let now = self.clock.now();
+        match self.poll_timeout() {
+            Some(deadline) if deadline <= now => {
+                let stale = self.nodes.iter().find(|n| n.poll_timeout().is_some_and(|d| d <= now));
+                Err(TestbedError::StaleDeadline {
+                    at: now,
+                    node: stale.map_or_else(String::new, |n| n.name().to_string()),
+                    deadline,
+                })
+            }
+            next => Ok(next),
+        }
     }
 
     /// Step until idle, at most `max_steps` steps. Returns the steps taken.
@@ -595,8 +621,16 @@ mod tests {
     #[test]
     fn livelock_and_step_limit_are_errors_not_hangs() {
         let mut tb = Testbed::new();
+        tb.add_node("ok", Pipeline::new(), vec![]);
         tb.add_node("s", Pipeline::new(), vec![Box::new(Stuck)]);
-        assert!(matches!(tb.drive(10), Err(TestbedError::Livelock { .. })));
+        let stale = TestbedError::StaleDeadline {
+            at: Instant::ZERO,
+            node: "s".into(),
+            deadline: Instant::ZERO,
+        };
+        assert_eq!(tb.drive(10), Err(stale.clone()));
+        // run_until does not step over it either.
+        assert_eq!(tb.run_until(Instant::from_micros(1)), Err(stale));
 
         let mut tb = Testbed::new().with_max_rounds(50);
         tb.add_node("f", Pipeline::new(), vec![Box::new(Firehose)]);
