@@ -96,7 +96,7 @@ impl Pair {
 
     /// Settle the current instant, then move the clock to the next deadline but not past
     /// `until`. Returns `false` when nothing at all is pending (no frame in flight, no timer
-    /// armed). A testbed error (livelock) fails the test.
+    /// armed). A testbed error (a livelock, a deadline that stays due) fails the test.
     fn step_until(&mut self, until: Instant) -> bool {
         let s = self.tb.step_until(until).unwrap_or_else(|e| {
             panic!("harness: the testbed stopped at {}: {e}; {}", self.now(), self.stats())
