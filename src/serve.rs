@@ -187,7 +187,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
 /// instead of running them through its IP stack, and it never answers for the NIC); else a
 /// random locally administered one.
 fn nic_mac(spec: &PortSpec, given: Option<&str>) -> Result<EthernetAddress> {
-    use std::hash::{BuildHasher, Hash, Hasher};
+    use std::hash::BuildHasher;
     if let Some(m) = given {
         return parse_mac(m).with_context(|| format!("--mac {m:?}"));
     }
@@ -195,10 +195,11 @@ fn nic_mac(spec: &PortSpec, given: Option<&str>) -> Result<EthernetAddress> {
         let path = format!("/sys/class/net/{ifname}/address");
         let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
         let own = parse_mac(text.trim()).with_context(|| format!("{path}: {text:?}"))?;
-        // SipHash with fixed keys: the same interface gives the same MAC every time.
-        let mut h = std::hash::DefaultHasher::new();
-        ("snic-nic-mac", own.0).hash(&mut h);
-        h.finish()
+        // FNV-1a (ours, so no toolchain upgrade changes it): the same interface gives the same
+        // MAC every time.
+        b"snic-nic-mac".iter().chain(&own.0).fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        })
     } else {
         // RandomState is seeded randomly per process: enough entropy for a local MAC.
         std::collections::hash_map::RandomState::new().hash_one(std::process::id())
@@ -231,8 +232,21 @@ fn open_nic(spec: &PortSpec, args: &ServeArgs) -> Result<(Wire, String, Option<V
     if args.rdma_ip.is_empty() {
         bail!("a NIC needs --rdma-ip (its RoCE address)");
     }
-    let mut ips = args.rdma_ip.clone();
-    ips.dedup();
+    let mut ips: Vec<IpAddr> = Vec::new();
+    for &ip in &args.rdma_ip {
+        let unicast = match ip {
+            IpAddr::V4(a) => {
+                !(a.is_unspecified() || a.is_multicast() || a.is_broadcast() || a.is_loopback())
+            }
+            IpAddr::V6(a) => !(a.is_unspecified() || a.is_multicast() || a.is_loopback()),
+        };
+        if !unicast {
+            bail!("--rdma-ip {ip}: a NIC's RoCE address must be a unicast, non-loopback address");
+        }
+        if !ips.contains(&ip) {
+            ips.push(ip);
+        }
+    }
     let mac = nic_mac(spec, args.mac.as_deref())?;
     let wire = spec.open().with_context(|| format!("opening the wire port {spec}"))?;
     // The port's largest frame less the L2 room its kind adds (Ethernet header and one VLAN

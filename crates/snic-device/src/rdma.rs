@@ -4,7 +4,7 @@
 //! One [`Rnic`] serves the whole snic. Its packets travel one of two ways ([`Link`]):
 //! - `snic serve --rdma ADDR`: over a [`RoceTransport`] bound to `ADDR` (kernel UDP; the RoCE
 //!   port is `ADDR`'s port);
-//! - `snic nic`: on the NIC's wire port, through its pipeline ([`NicNode`]): RoCEv2 for the
+//! - `snic serve --port`: on the NIC's wire port, through its pipeline ([`NicNode`]): RoCEv2 for the
 //!   NIC's addresses is terminated from the wire, the engine's packets leave with an Ethernet
 //!   header the NIC's neighbour table resolved, and the same thread moves the host netdev's
 //!   traffic through the pipeline.
@@ -58,6 +58,8 @@ use snic_roce::transport::{RoceTransport, TransportOpts};
 
 /// Longest the RDMA thread sleeps when idle (it also wakes on packets, posts and shutdown).
 const IDLE_WAIT: Duration = Duration::from_millis(50);
+/// A wait shorter than this that moved nothing counts as an empty wake-up (see `run_wire`).
+const EMPTY_WAKE: Duration = Duration::from_micros(50);
 /// Largest SQ or RQ depth a client may ask for.
 const MAX_DEPTH: u32 = 4096;
 /// Most QPs one client may hold.
@@ -258,6 +260,14 @@ fn cqe_out(c: &Cqe) -> RdmaCqe {
         opcode: opcode_code(c.opcode),
         byte_len: c.byte_len,
         imm: c.imm,
+    }
+}
+
+/// A unicast address a QP may be connected to (not unspecified, multicast, broadcast).
+fn is_unicast(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(a) => !a.is_unspecified() && !a.is_multicast() && !a.is_broadcast(),
+        IpAddr::V6(a) => !a.is_unspecified() && !a.is_multicast(),
     }
 }
 
@@ -569,11 +579,28 @@ impl RdmaHost {
         let ip: IpAddr = remote_ip
             .parse()
             .map_err(|_| Response::error("bad_request", format!("remote_ip {remote_ip:?}")))?;
-        let family_ok = lock(&self.shared.rnic).config().source_for(ip).is_some();
-        if !family_ok || ip.is_unspecified() {
+        let (family_ok, own) = {
+            let rnic = lock(&self.shared.rnic);
+            let cfg = rnic.config();
+            (cfg.source_for(ip).is_some(), ip == cfg.local_ip || cfg.more_ips.contains(&ip))
+        };
+        if !family_ok || !is_unicast(ip) {
             return Err(Response::error(
                 "bad_request",
-                format!("remote_ip {ip} does not fit this snic's RDMA addresses ({})", self.addr),
+                format!(
+                    "remote_ip {ip}: a unicast address of a family this snic's RDMA addresses \
+                     ({}) have",
+                    self.addr
+                ),
+            ));
+        }
+        if own && self.link_mtu.is_some() {
+            // Over kernel UDP the loopback carries it; a NIC's wire does not loop back.
+            return Err(Response::error(
+                "bad_request",
+                format!(
+                    "remote_ip {ip} is this NIC's own address (connect QPs on one NIC over kernel UDP, --rdma)"
+                ),
             ));
         }
         // 0: the largest path MTU the wire port's MTU (on a NIC) or the route to the peer (over
@@ -587,12 +614,27 @@ impl RdmaHost {
             };
             m.map_err(|e| Response::error("bad_request", format!("path MTU towards {ip}: {e}")))?
         } else {
-            Mtu::from_bytes(mtu).ok_or_else(|| {
+            let m = Mtu::from_bytes(mtu).ok_or_else(|| {
                 Response::error(
                     "bad_request",
                     format!("mtu {mtu} (0 for the route's, or 256, 512, 1024, 2048, 4096)"),
                 )
-            })?
+            })?;
+            // On a NIC, no larger than its wire carries (rxe refuses a path MTU above its
+            // port's too): bigger packets would all be dropped at the port.
+            if let Some(link) = self.link_mtu {
+                let most = snic_roce::cm::mtu_for_link(link, ip.is_ipv6());
+                if most.is_none_or(|most| m.bytes() > most.bytes()) {
+                    return Err(Response::error(
+                        "bad_request",
+                        format!(
+                            "mtu {mtu} is more than the wire (MTU {link}) carries: {}",
+                            most.map_or("none".into(), |m| format!("at most {}", m.bytes()))
+                        ),
+                    ));
+                }
+            }
+            m
         };
         let attr = QpAttr {
             access: Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
@@ -777,6 +819,7 @@ fn run_wire(shared: &Shared) {
     let mut fds = Vec::new();
     lock(node).poll_fds(&mut fds);
     fds.push(shared.wake.fd().as_raw_fd());
+    let mut floor = Duration::ZERO;
     while !shared.stop.load(Ordering::Acquire) {
         let (moved, next) = {
             let mut rnic = lock(&shared.rnic);
@@ -787,11 +830,20 @@ fn run_wire(shared: &Shared) {
             (moved, next)
         };
         if moved > 0 {
+            floor = Duration::ZERO;
             continue;
         }
-        let wait = next.map_or(IDLE_WAIT, |d| d.min(IDLE_WAIT));
+        // Nothing moved. A descriptor that keeps waking us for nothing (a TAP device deleted
+        // under us reports POLLERR for ever; a stage whose deadline stays due) must not make
+        // this a busy loop: each such empty round doubles a floor under the wait, up to
+        // IDLE_WAIT, and any movement resets it.
+        let wait = next.map_or(IDLE_WAIT, |d| d.min(IDLE_WAIT)).max(floor);
+        let t0 = std::time::Instant::now();
         if wait_readable(&fds, wait).unwrap_or(false) {
             let _ = shared.wake.take();
+        }
+        if t0.elapsed() < EMPTY_WAKE {
+            floor = (floor * 2).clamp(EMPTY_WAKE, IDLE_WAIT);
         }
     }
     let _ = lock(node).flush();

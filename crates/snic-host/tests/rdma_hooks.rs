@@ -27,6 +27,28 @@ struct Rig {
 impl Rig {
     /// A server with RDMA on a free loopback port (or without RDMA).
     fn start(tag: &str, rdma: bool) -> Rig {
+        Self::start_with(tag, rdma, None)
+    }
+
+    /// A server that is a whole NIC on a wire of MTU 1500 (a `null` port) with the RoCE
+    /// addresses 10.9.0.1 and fd09::1.
+    fn start_nic(tag: &str) -> Rig {
+        use snic_nic::{Nic, NicConfig};
+        let ips: Vec<IpAddr> = vec!["10.9.0.1".parse().unwrap(), "fd09::1".parse().unwrap()];
+        let nic = Nic::new(NicConfig {
+            mac: snic_wire::ethernet::EthernetAddress([2, 0, 0, 0, 9, 1]),
+            ips: ips.clone(),
+            wire: snic_pipeline::PortId(0),
+            neigh: Default::default(),
+        });
+        let cfg = snic_pipeline::PipelineConfig::new(Vec::new());
+        let pipeline = snic_io::nic::build_pipeline(&cfg, &nic, None).expect("pipeline");
+        let ports: Vec<Box<dyn snic_io::Port>> = vec![Box::new(snic_io::null::NullPort::new())];
+        let node = snic_io::nic::NicNode::new("nic", pipeline, ports, nic, 64);
+        Self::start_with(tag, false, Some(snic_device::Wire { node, ips, link_mtu: 1500 }))
+    }
+
+    fn start_with(tag: &str, rdma: bool, wire: Option<snic_device::Wire>) -> Rig {
         let dir = std::env::temp_dir().join(format!("snic-rdma-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("temp dir");
@@ -44,7 +66,7 @@ impl Rig {
             rdma,
             ..Default::default()
         };
-        let handle = Server::start(cfg).expect("server starts");
+        let handle = Server::start_with(cfg, wire).expect("server starts");
         Rig { handle: Some(handle), dir }
     }
 
@@ -226,4 +248,29 @@ fn rdma_requests_are_refused_without_rdma() {
     assert_eq!(refused_code(dev.rdma_reg_mr(buf.iova(), 64, 1)), "rdma_disabled");
     assert_eq!(refused_code(dev.rdma_create_qp(Placement::OnChip, 4)), "rdma_disabled");
     assert_eq!(rig.stats()["rdma"]["enabled"], false);
+}
+
+/// On a NIC, `connect` refuses what its wire could never carry: a path MTU above the wire's, a
+/// peer that is the NIC itself (a wire does not loop back), a group address, another family
+/// than the NIC's addresses'. MTU 0 takes the wire's (1024 at MTU 1500).
+#[test]
+fn a_nic_refuses_connections_its_wire_cannot_carry() {
+    let rig = Rig::start_nic("nic-connect");
+    let dev = rig.connect("nic");
+    let qp = dev.rdma_create_qp(Placement::OnChip, 8).unwrap();
+    let peer: IpAddr = "10.9.0.2".parse().unwrap();
+    let code = |ip: &str, mtu| refused_code(dev.rdma_connect(qp.qpn, 1, ip.parse().unwrap(), mtu));
+    assert_eq!(code("10.9.0.2", 4096), "bad_request", "4096 over a 1500-byte wire");
+    assert_eq!(code("10.9.0.2", 2048), "bad_request", "2048 needs a 2112-byte wire");
+    assert_eq!(code("10.9.0.1", 0), "bad_request", "its own address");
+    assert_eq!(code("fd09::1", 0), "bad_request", "its own IPv6 address");
+    assert_eq!(code("224.0.0.1", 0), "bad_request", "a group");
+    assert_eq!(code("ff02::1", 0), "bad_request", "an IPv6 group");
+    assert_eq!(code("255.255.255.255", 0), "bad_request", "broadcast");
+    dev.rdma_connect(qp.qpn, 1, peer, 1024).expect("1024 fits the wire");
+    let other = dev.rdma_create_qp(Placement::OnChip, 8).unwrap();
+    dev.rdma_connect(other.qpn, 2, "fd09::2".parse().unwrap(), 0).expect("IPv6, the wire's MTU");
+    let st = rig.stats();
+    // The connects started resolving both peers at once (ARP and ND solicitations, sent).
+    assert_eq!(st["nic"]["neighbours"]["solicits_sent"], 2, "{st}");
 }

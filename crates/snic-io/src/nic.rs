@@ -204,9 +204,15 @@ pub fn nic_stages(stages: &[StageSpec]) -> Result<Vec<StageSpec>, RunError> {
     if parse > classify {
         return Err(RunError::Config("parse must come before classify".into()));
     }
+    let vswitch = find(&s, |x| *x == StageSpec::VSwitch);
     match find(&s, |x| *x == StageSpec::Local) {
         Some(at) if at < classify => {
             return Err(RunError::Config("local must come after classify".into()));
+        }
+        // The vSwitch rewrites headers: after it, what parse found no longer describes the
+        // packet, and the NIC's packets must be taken as they came off the wire.
+        Some(at) if vswitch.is_some_and(|v| v < at) => {
+            return Err(RunError::Config("local must come before vswitch".into()));
         }
         Some(_) => {}
         None => s.insert(classify + 1, StageSpec::Local),

@@ -49,7 +49,8 @@ pub const MAX_FRAME: usize = MAX_PACKET_LEN + ETH_LEN;
 /// How a NIC is set up.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NicConfig {
-    /// The wire port's MAC: the source of every frame the NIC sends.
+    /// The NIC's MAC: the source of every frame it sends, and the MAC it answers ARP and ND
+    /// with (`snic serve` derives one from the wire interface's by default).
     pub mac: EthernetAddress,
     /// The NIC's RoCE addresses (IPv4 and IPv6; the RDMA engine's GIDs).
     pub ips: Vec<IpAddr>,
@@ -66,8 +67,8 @@ pub struct NicCounters {
     pub roce_rx: u64,
     /// ARP and ND frames handed to the neighbour table.
     pub neigh_rx: u64,
-    /// Packets delivered to the device that were neither (cannot happen with the `local`
-    /// stage; counted, not trusted).
+    /// Packets delivered to the device that were neither, or whose IP header lay outside the
+    /// frame (cannot happen with the `local` stage; counted, not trusted).
     pub local_unknown: u64,
     /// Engine packets framed for the wire at once (the next hop's MAC was known).
     pub roce_tx: u64,
@@ -92,7 +93,7 @@ pub struct Nic {
 impl Nic {
     /// A NIC set up as `cfg` says.
     pub fn new(cfg: NicConfig) -> Self {
-        let local = Local::new(&cfg.ips);
+        let local = Local::new(&cfg.ips).on_port(cfg.wire);
         let neigh = Neighbours::new(cfg.neigh, cfg.mac, &cfg.ips);
         Nic { cfg, local, neigh, counters: NicCounters::default() }
     }
@@ -112,10 +113,13 @@ impl Nic {
     pub fn deliver(&mut self, now: Instant, local: &mut Batch, rnic: &mut Rnic) {
         for p in local.iter() {
             match self.local.kind(p) {
-                Some(LocalKind::Roce { ip }) => {
-                    self.counters.roce_rx += 1;
-                    rnic.handle_packet(now, &p.data()[ip..]);
-                }
+                Some(LocalKind::Roce { ip }) => match p.data().get(ip..) {
+                    Some(packet) => {
+                        self.counters.roce_rx += 1;
+                        rnic.handle_packet(now, packet);
+                    }
+                    None => self.counters.local_unknown += 1,
+                },
                 Some(LocalKind::Neighbour) => {
                     self.counters.neigh_rx += 1;
                     self.neigh.handle_frame(now, p.data());
@@ -132,7 +136,15 @@ impl Nic {
     /// the neighbour table (it leaves in a later call) or dropped there, counted.
     pub fn transmit(&mut self, now: Instant, rnic: &mut Rnic, out: &mut Batch) -> usize {
         let start = out.len();
-        // The neighbour table's frames: answers, solicitations, released packets.
+        self.neighbour_frames(now, out);
+        self.engine_packets(now, rnic, out);
+        // Solicitations the engine's packets just started leave now, not on the next wake-up.
+        self.neighbour_frames(now, out);
+        out.len() - start
+    }
+
+    /// The neighbour table's frames (answers, solicitations, released packets) into `out`.
+    fn neighbour_frames(&mut self, now: Instant, out: &mut Batch) {
         while let Some(p) = out.push_slot() {
             p.reserve_frame(MAX_FRAME);
             match self.neigh.poll_transmit(now, p.recv_area()) {
@@ -146,7 +158,11 @@ impl Nic {
                 }
             }
         }
-        // The engine's packets.
+    }
+
+    /// The engine's packets into `out`, each framed for its next hop, or handed to the
+    /// neighbour table (queued or counted as dropped there) while that is being resolved.
+    fn engine_packets(&mut self, now: Instant, rnic: &mut Rnic, out: &mut Batch) {
         while let Some(p) = out.push_slot() {
             p.reserve_frame(MAX_FRAME);
             let area = p.recv_area();
@@ -181,7 +197,6 @@ impl Nic {
                 }
             }
         }
-        out.len() - start
     }
 
     /// Start resolving the peer `dst` now (a QP was just connected to it), from the NIC's

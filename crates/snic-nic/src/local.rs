@@ -9,6 +9,8 @@
 //!   Neighbor Advertisements sent to one of them (answers to the NIC's solicitations; an
 //!   unsolicited advertisement to all nodes goes on to the host).
 //!
+//! A NIC's stage takes them only from its wire port ([`Local::on_port`]).
+//!
 //! The pipeline then takes those packets out of the batch (later stages never see them) and
 //! counts them in this stage's `local`. Everything else goes on unchanged. The stage reads the
 //! parse stage's offsets (`meta.stack`) and bounds-checked bytes only; a packet that was not
@@ -41,6 +43,8 @@ pub enum LocalKind {
 pub struct Local {
     v4: Vec<Ipv4Addr>,
     v6: Vec<Ipv6Addr>,
+    /// Only packets that arrived on this port are the NIC's (its wire); `None`: any port.
+    port: Option<PortId>,
 }
 
 impl Local {
@@ -54,7 +58,15 @@ impl Local {
                 IpAddr::V6(a) => v6.push(*a),
             }
         }
-        Local { v4, v6 }
+        Local { v4, v6, port: None }
+    }
+
+    /// Take only packets that arrived on `port` (the NIC's wire port). The host netdev's own
+    /// ARP or RoCE for a NIC address then goes on through the pipeline like its other traffic,
+    /// instead of being answered on the wire, where the host would never see the answer.
+    pub fn on_port(mut self, port: PortId) -> Self {
+        self.port = Some(port);
+        self
     }
 
     fn is_ours(&self, ip: IpAddr) -> bool {
@@ -66,6 +78,9 @@ impl Local {
 
     /// What `pkt` is to the NIC, or `None` when it is not the NIC's.
     pub fn kind(&self, pkt: &PacketBuf) -> Option<LocalKind> {
+        if self.port.is_some_and(|p| p != pkt.meta.ingress) {
+            return None;
+        }
         let stack = &pkt.meta.stack;
         if stack.tunnel.is_some() {
             return None;

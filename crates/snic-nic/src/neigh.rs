@@ -122,8 +122,9 @@ pub struct NeighCounters {
     /// already waiting to be sent (the caller does not drain
     /// [`Neighbours::poll_transmit`]).
     pub drop_tx_full: u64,
-    /// Packets [`Neighbours::resolve`] refused: `src` is not one of our addresses, `dst` and
-    /// `src` are of different families, or `dst` is unspecified or one of ours.
+    /// Packets [`Neighbours::resolve`] refused (and [`Neighbours::prepare`] calls, which carry
+    /// none): `src` is not one of our addresses, `dst` and `src` are of different families, or
+    /// `dst` is unspecified or one of ours.
     pub drop_bad_address: u64,
 }
 
@@ -422,6 +423,8 @@ impl Neighbours {
         if let Some(slot) = self.entries.get_mut(&dst) {
             match (slot.phase, slot.mac) {
                 (Phase::Reachable, Some(mac)) => {
+                    // In use: the last entry a full table evicts.
+                    slot.touched = now;
                     if now >= slot.deadline {
                         // Stale: use it, and re-confirm it with a unicast probe.
                         slot.phase = Phase::Probe;
@@ -774,10 +777,16 @@ impl Neighbours {
         None
     }
 
-    /// When [`Neighbours::handle_timeout`] next has work: the earliest retry, failure or end
-    /// of a failed hold. A scan of the table (entries are few; this is not per packet).
+    /// When the table next has work: [`Instant::ZERO`] while frames wait for
+    /// [`Neighbours::poll_transmit`], else the earliest retry, failure or end of a failed hold
+    /// ([`Neighbours::handle_timeout`]). A scan of the table (entries are few; this is not per
+    /// packet).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.entries.values().filter(|s| s.phase != Phase::Reachable).map(|s| s.deadline).min()
+        // Frames waiting to go out are due now ([`Instant::ZERO`]: "as soon as you can").
+        let now = (self.tx_len() > 0).then_some(Instant::ZERO);
+        let timers =
+            self.entries.values().filter(|s| s.phase != Phase::Reachable).map(|s| s.deadline);
+        timers.chain(now).min()
     }
 
     /// Run the timers due at `now`: retry solicitations, fail resolutions and probes that

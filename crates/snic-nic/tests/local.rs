@@ -29,12 +29,17 @@ impl Stage for ToPort0 {
 /// parse, classify, local(ips), to_port0; returns (frames that went on, frames delivered locally) by
 /// their index in `frames`, and the `local` stage's counters.
 fn run(ips: &[IpAddr], frames: &[Vec<u8>]) -> (Vec<usize>, Vec<usize>, (u64, u64, u64)) {
+    run_stage(Local::new(ips), frames)
+}
+
+/// [`run`] with a given `local` stage.
+fn run_stage(local: Local, frames: &[Vec<u8>]) -> (Vec<usize>, Vec<usize>, (u64, u64, u64)) {
     let mut p = Pipeline::from_strs(&["parse", "classify"]).unwrap();
-    p.push(Box::new(Local::new(ips)));
+    p.push(Box::new(local));
     p.push(Box::new(ToPort0));
     let mut b = Batch::new(64);
     for (i, f) in frames.iter().enumerate() {
-        // Each frame is tagged with its index as its ingress port (no stage here reads it).
+        // Each frame is tagged with its index as its ingress port (only `on_port` reads it).
         b.push_frame(f).unwrap().meta.ingress = PortId(i as u16);
     }
     p.process(Instant::ZERO, &mut b);
@@ -124,6 +129,20 @@ fn neighbour_solicitations_for_us_and_advertisements_to_us_are_delivered() {
     let (on, local, _) = run(&[IP_A.into()], &frames);
     assert!(local.is_empty());
     assert_eq!(on, vec![0, 1, 2]);
+}
+
+#[test]
+fn a_nic_takes_its_packets_from_its_wire_port_only() {
+    let ours: Vec<IpAddr> = vec![IP_B.into()];
+    let (_, request) = solicit(MAC_A, &[IP_A.into()], IP_A.into(), IP_B.into());
+    // Frame i arrives on port i: the same RoCE packet and ARP request on the wire (port 0)
+    // and from the host netdev (port 1).
+    let roce = roce_write(Write::default(), false);
+    let (on, local, _) = run_stage(Local::new(&ours).on_port(PortId(0)), &[roce.clone(), roce]);
+    assert_eq!((on, local), (vec![1], vec![0]));
+    let (on, local, _) =
+        run_stage(Local::new(&ours).on_port(PortId(0)), &[request.clone(), request]);
+    assert_eq!((on, local), (vec![1], vec![0]), "the host's ARP goes on through the pipeline");
 }
 
 proptest::proptest! {

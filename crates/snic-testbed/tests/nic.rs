@@ -556,3 +556,25 @@ fn host_udp_crosses_both_nics_while_rdma_runs() {
         eprintln!("host {to}: {} frames, {} distinct of {FRAMES}", got.len(), seen.len());
     }
 }
+
+/// The first packet to an unknown peer sends its solicitation at once, in the same round, not
+/// after the next wake-up (the transmit pass used to drain the neighbour table before the
+/// engine's packets started the resolution, and stopped when the engine had nothing framed;
+/// the solicitation then waited for the QP's retransmission timer, 67 ms here).
+#[test]
+fn the_first_solicitation_leaves_in_the_round_that_needs_it() {
+    let link = LinkConfig { delay: Duration::from_micros(5), ..LinkConfig::default() };
+    let mut bed = Bed::new(false, link, 7);
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let conns = connect(&mut bed, 1, &mut rng);
+    post(&mut bed, &conns);
+    bed.tb.step().expect("a step");
+    let d = bed.dev(conns[0].req);
+    assert_eq!(d.node.nic().neighbours().counters().solicits_sent, 1);
+    assert_eq!(d.node.nic().neighbours().tx_len(), 0, "the solicitation is out");
+    assert!(bed.wire.tx().offered + bed.wire.rx().offered >= 1, "nothing reached the wire");
+    assert!(bed.tb.now() < Instant::from_millis(1), "the clock ran to {}", bed.tb.now());
+    // And the whole exchange completes.
+    bed.drive();
+    check_rdma(&mut bed, &conns);
+}
