@@ -22,7 +22,7 @@
 //! drops after classification (`no_egress`, `tx_queue_full`, ...) are counted by reason, not by
 //! class, and without a classify stage packets leave `unclassified`.
 
-use crate::control::{ControlServer, Incoming, Request};
+use crate::control::ControlServer;
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 use snic_io::runtime::{RunConfig, RunReport, Runtime};
@@ -407,23 +407,12 @@ pub fn run(args: RunArgs) -> Result<()> {
     // consumed by `run`), timed with the run's clock so flow ages are right.
     let _server = match &args.control {
         Some(path) => {
-            let latest = Arc::clone(&latest);
-            let vswitch = runtime.vswitch().cloned();
-            let clock = runtime.clock();
-            let server = ControlServer::spawn(path, move |incoming| {
-                let counters =
-                    || latest.lock().map_or_else(|p| p.into_inner().clone(), |s| s.clone());
-                match incoming {
-                    Incoming::Counters => counters(),
-                    Incoming::Request(Request::Stats) => {
-                        format!("{{\"ok\":true,\"counters\":{}}}", counters())
-                    }
-                    Incoming::Request(r) => {
-                        use snic_time::Clock;
-                        crate::vswitch::serve(vswitch.as_ref(), clock.now(), r).to_string()
-                    }
-                }
-            })?;
+            let handler = crate::vswitch::control_handler(
+                Arc::clone(&latest),
+                runtime.vswitch().cloned(),
+                runtime.clock(),
+            );
+            let server = ControlServer::spawn(path, handler)?;
             let poke = Arc::clone(&poke);
             let done = Arc::clone(&done);
             std::thread::Builder::new().name("snic-control-refresh".into()).spawn(move || {

@@ -29,7 +29,7 @@ use snic_pipeline::pipeline::{PipelineConfig, StageSpec};
 use snic_vswitch::engine::VSwitch;
 use snic_wire::ethernet::EthernetAddress;
 
-use crate::control::{ControlServer, Incoming, Request};
+use crate::control::ControlServer;
 
 use crate::dma::size_label;
 
@@ -141,22 +141,12 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let latest = Arc::new(Mutex::new(server.stats().to_string()));
     let _control = match &args.control {
         Some(path) => {
-            let latest = Arc::clone(&latest);
-            let clock = snic_time::MonotonicClock::new();
-            Some(ControlServer::spawn(path, move |incoming| {
-                let counters =
-                    || latest.lock().map_or_else(|p| p.into_inner().clone(), |s| s.clone());
-                match incoming {
-                    Incoming::Counters => counters(),
-                    Incoming::Request(Request::Stats) => {
-                        format!("{{\"ok\":true,\"counters\":{}}}", counters())
-                    }
-                    Incoming::Request(r) => {
-                        use snic_time::Clock;
-                        crate::vswitch::serve(vswitch.as_ref(), clock.now(), r).to_string()
-                    }
-                }
-            })?)
+            let handler = crate::vswitch::control_handler(
+                Arc::clone(&latest),
+                vswitch,
+                snic_time::MonotonicClock::new(),
+            );
+            Some(ControlServer::spawn(path, handler)?)
         }
         None => None,
     };

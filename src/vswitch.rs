@@ -411,6 +411,28 @@ pub const NO_VSWITCH: &str = "this run has no vswitch stage";
 /// Answer one `vswitch.*` request with the run's vSwitch (`None`: the run has none). `now` is
 /// the run's clock (flow ages). `stats` requests are not answered here (the caller has the
 /// counters).
+/// The control socket's handler of a run or a NIC: the counters document from `latest` (a
+/// snapshot the caller refreshes), vSwitch requests through `vs` timed with `clock` (the run's
+/// clock, so flow ages are right).
+pub fn control_handler(
+    latest: std::sync::Arc<std::sync::Mutex<String>>,
+    vs: Option<VSwitch>,
+    clock: snic_time::MonotonicClock,
+) -> impl FnMut(crate::control::Incoming) -> String + Send + 'static {
+    use crate::control::Incoming;
+    use snic_time::Clock;
+    move |incoming| {
+        let counters = || latest.lock().map_or_else(|p| p.into_inner().clone(), |s| s.clone());
+        match incoming {
+            Incoming::Counters => counters(),
+            Incoming::Request(Request::Stats) => {
+                format!("{{\"ok\":true,\"counters\":{}}}", counters())
+            }
+            Incoming::Request(r) => serve(vs.as_ref(), clock.now(), r).to_string(),
+        }
+    }
+}
+
 pub fn serve(vs: Option<&VSwitch>, now: Instant, req: Request) -> Value {
     let Some(vs) = vs else { return error(NO_VSWITCH) };
     match req {

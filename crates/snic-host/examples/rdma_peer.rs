@@ -94,6 +94,18 @@ impl Data<'_> {
     }
 }
 
+/// Print this side's `QP <qpn> <buffer address> <rkey>` line and read the peer's from stdin.
+fn swap_qp_lines(qpn: u32, base: u64, rkey: u32) -> Res<(u32, u64, u32)> {
+    println!("QP {qpn} {base} {rkey}");
+    std::io::stdout().flush().map_err(|e| e.to_string())?;
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line).map_err(|e| e.to_string())?;
+    let f: Vec<&str> = line.split_whitespace().collect();
+    let [_, pq, pbase, prkey] = f[..] else { return Err(format!("peer line {line:?}")) };
+    let num = |s: &str| s.parse::<u64>().map_err(|e| format!("peer line {line:?}: {e}"));
+    Ok((num(pq)? as u32, num(pbase)?, num(prkey)? as u32))
+}
+
 fn run() -> Res<String> {
     let args: Vec<String> = std::env::args().collect();
     if args.len() >= 3 && ["bw-write", "bw-read", "lat-write", "sink"].contains(&&*args[2]) {
@@ -139,14 +151,7 @@ fn run() -> Res<String> {
     if !active {
         buf.write(3 * size, &fill(2, size)).map_err(e("write"))?;
     }
-    println!("QP {} {base} {rkey}", qp.qpn);
-    std::io::stdout().flush().map_err(|e| e.to_string())?;
-    let mut line = String::new();
-    std::io::stdin().lock().read_line(&mut line).map_err(|e| e.to_string())?;
-    let f: Vec<&str> = line.split_whitespace().collect();
-    let [_, pq, pbase, prkey] = f[..] else { return Err(format!("peer line {line:?}")) };
-    let num = |s: &str| s.parse::<u64>().map_err(|e| format!("peer line {line:?}: {e}"));
-    let (pq, pbase, prkey) = (num(pq)? as u32, num(pbase)?, num(prkey)? as u32);
+    let (pq, pbase, prkey) = swap_qp_lines(qp.qpn, base, rkey)?;
     dev.rdma_connect(qp.qpn, pq, peer_ip, 0).map_err(e("connect"))?;
     if !active {
         // A SEND that comes before this receive is posted waits (RNR NAK, then a retry).
@@ -236,18 +241,12 @@ fn bench(args: &[String]) -> Res<String> {
     };
     let qp = dev.rdma_create_qp(placement, 64).map_err(e("create_qp"))?;
     buf.write(0, &fill(1, size)).map_err(e("write"))?;
-    println!("QP {} {base} {rkey}", qp.qpn);
-    std::io::stdout().flush().map_err(|e| e.to_string())?;
-    let mut stdin = std::io::stdin().lock();
-    let mut line = String::new();
-    stdin.read_line(&mut line).map_err(|e| e.to_string())?;
-    let f: Vec<&str> = line.split_whitespace().collect();
-    let [_, pq, pbase, prkey] = f[..] else { return Err(format!("peer line {line:?}")) };
-    let num = |s: &str| s.parse::<u64>().map_err(|e| format!("peer line {line:?}: {e}"));
-    let (pq, pbase, prkey) = (num(pq)? as u32, num(pbase)?, num(prkey)? as u32);
+    let (pq, pbase, prkey) = swap_qp_lines(qp.qpn, base, rkey)?;
     dev.rdma_connect(qp.qpn, pq, peer_ip, 0).map_err(e("connect"))?;
     if role == "sink" {
         // The active side drives everything; wait for its end (or the pipe's).
+        let mut stdin = std::io::stdin().lock();
+        let mut line = String::new();
         loop {
             line.clear();
             let n = stdin.read_line(&mut line).map_err(|e| e.to_string())?;
