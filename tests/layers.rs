@@ -20,6 +20,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("snic-pipeline", 1),
     ("snic-rdma", 1),
     ("snic-compute", 1),
+    ("snic-p4", 1),
     ("snic-vswitch", 2),
     ("snic-hostif", 2),
     ("snic-nic", 2),
@@ -44,6 +45,7 @@ const ENGINES: &[&str] = &[
     "snic-compute",
     "snic-vswitch",
     "snic-nic",
+    "snic-p4",
 ];
 
 /// Crates that do I/O (system calls, signals, devices); no engine may depend on them.

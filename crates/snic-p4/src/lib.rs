@@ -1,0 +1,19 @@
+//! P4-16 for snic: a front end and (to come) a v1model executor, sans-IO.
+//!
+//! What is here so far:
+//! - [`span`]: the source map (every file the front end read, by [`span::FileId`]) and
+//!   [`span::Span`]s into it; [`diag`]: diagnostics that name the file, line and column with the
+//!   source line and a caret.
+//! - [`pre`]: the preprocessor (`#include`, `#define`, conditionals, `#line`), whose output
+//!   keeps a map back to the original locations.
+//! - [`lex`]: the lexer, P4-16 tokens with their byte ranges.
+//! - [`stf`]: p4c's STF test format, parsed into commands.
+//!
+//! The crate reads no file itself: includes are resolved through a [`pre::Loader`] the caller
+//! gives (the CLI's reads the disk and the built-in `core.p4` / `v1model.p4`).
+
+pub mod diag;
+pub mod lex;
+pub mod pre;
+pub mod span;
+pub mod stf;
