@@ -9,9 +9,12 @@
 //! - [`lex`]: the lexer, P4-16 tokens with their byte ranges.
 //! - [`stf`]: p4c's STF test format, parsed into commands.
 //!
-//! The crate reads no file itself: includes are resolved through a [`pre::Loader`] the caller
-//! gives (the CLI's reads the disk and the built-in `core.p4` / `v1model.p4`).
+//! - [`builtin`]: our own `core.p4` and `v1model.p4`.
+//!
+//! The crate reads no file itself: includes are resolved through a loader the caller gives
+//! (the CLI's reads the disk and the [`builtin`] files).
 
+pub mod builtin;
 pub mod diag;
 pub mod lex;
 pub mod pre;
