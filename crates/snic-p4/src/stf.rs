@@ -638,14 +638,15 @@ pub fn parse_line(raw: &str, line: u32) -> Result<Option<Command>, ParseError> {
                 return Err(c.err("`)`"));
             }
             c.ws();
-            let save = c.pos;
-            let kind = match c.word() {
-                "packets" => Some(CounterKind::Packets),
-                "bytes" => Some(CounterKind::Bytes),
-                _ => {
-                    c.pos = save;
-                    None
-                }
+            let rest = &c.s[c.pos..];
+            let kind = if rest.starts_with("packets") {
+                c.pos += "packets".len();
+                Some(CounterKind::Packets)
+            } else if rest.starts_with("bytes") {
+                c.pos += "bytes".len();
+                Some(CounterKind::Bytes)
+            } else {
+                None
             };
             c.ws();
             let op = c.cmp_op();

@@ -400,6 +400,10 @@ fn check_counter_forms() {
             value: hex("40"),
         }
     );
+    let Command::CheckCounter { kind, op, .. } = one("check_counter c(0)packets<=5") else {
+        panic!()
+    };
+    assert_eq!((kind, op), (Some(CounterKind::Packets), Some(CmpOp::Le)));
     let Command::CheckCounter { kind, op, .. } = one("check_counter c(0) 5") else { panic!() };
     assert_eq!((kind, op), (None, None));
     for (t, o) in [("!=", CmpOp::Ne), ("<", CmpOp::Lt), ("<=", CmpOp::Le), (">", CmpOp::Gt)] {
