@@ -493,6 +493,150 @@ pub enum Command {
     },
 }
 
+impl Command {
+    /// Whether the BMv2 driver parses the command and then ignores it (`wait`, `remove all`,
+    /// `check_counter`).
+    pub fn ignored_by_bmv2(&self) -> bool {
+        matches!(self, Command::Wait | Command::RemoveAll | Command::CheckCounter { .. })
+    }
+}
+
+impl fmt::Display for KeyValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.number)?;
+        match self.prefix_len {
+            Some(len) => write!(f, "/{len}"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl fmt::Display for ActionCall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}(", self.name)?;
+        for (i, (name, value)) in self.args.iter().enumerate() {
+            let sep = if i == 0 { "" } else { ", " };
+            write!(f, "{sep}{name}:{value}")?;
+        }
+        f.write_str(")")
+    }
+}
+
+impl fmt::Display for CmpOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CmpOp::Eq => "==",
+            CmpOp::Ne => "!=",
+            CmpOp::Lt => "<",
+            CmpOp::Le => "<=",
+            CmpOp::Gt => ">",
+            CmpOp::Ge => ">=",
+        })
+    }
+}
+
+fn write_list(f: &mut fmt::Formatter<'_>, items: &[u32]) -> fmt::Result {
+    items.iter().try_for_each(|p| write!(f, " {p}"))
+}
+
+fn write_rates(f: &mut fmt::Formatter<'_>, rates: &[Rate]) -> fmt::Result {
+    rates.iter().try_for_each(|r| write!(f, " {}:{}", r.rate, r.burst))
+}
+
+impl fmt::Display for Command {
+    /// The command as one STF line (no newline) that [`parse_line`] reads back to the same
+    /// value: lower-case keyword, single spaces, hex data in lower case.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Command::Packet { port, data } => {
+                write!(f, "packet {port}")?;
+                if !data.is_empty() {
+                    f.write_str(" ")?;
+                    data.iter().try_for_each(|b| write!(f, "{b:02x}"))?;
+                }
+                Ok(())
+            }
+            Command::Expect { port, pattern } => {
+                write!(f, "expect {port}")?;
+                if !pattern.nibbles.is_empty() || pattern.exact {
+                    write!(f, " {pattern}")?;
+                }
+                Ok(())
+            }
+            Command::Add { table, priority, keys, action, id } => {
+                write!(f, "add {table}")?;
+                if let Some(p) = priority {
+                    write!(f, " {p}")?;
+                }
+                for (name, value) in keys {
+                    write!(f, " {name}:{value}")?;
+                }
+                write!(f, " {action}")?;
+                match id {
+                    Some(id) => write!(f, " = {id}"),
+                    None => Ok(()),
+                }
+            }
+            Command::SetDefault { table, action } => write!(f, "setdefault {table} {action}"),
+            Command::Wait => f.write_str("wait"),
+            Command::RemoveAll => f.write_str("remove all"),
+            Command::CheckCounter { name, counter, kind, op, value } => {
+                write!(f, "check_counter {name}(")?;
+                match counter {
+                    CounterRef::Id(id) => write!(f, "{id})")?,
+                    CounterRef::Index(n) => write!(f, "{n})")?,
+                }
+                match kind {
+                    Some(CounterKind::Packets) => f.write_str(" packets")?,
+                    Some(CounterKind::Bytes) => f.write_str(" bytes")?,
+                    None => {}
+                }
+                if let Some(op) = op {
+                    write!(f, " {op}")?;
+                }
+                write!(f, " {value}")
+            }
+            Command::NoPacket => f.write_str("no_packet"),
+            Command::MirroringAdd { session, port } => write!(f, "mirroring_add {session} {port}"),
+            Command::MirroringAddMc { session, mgid } => {
+                write!(f, "mirroring_add_mc {session} {mgid}")
+            }
+            Command::MirroringDelete { session } => write!(f, "mirroring_delete {session}"),
+            Command::MirroringGet { session } => write!(f, "mirroring_get {session}"),
+            Command::McMgrpCreate { mgid } => write!(f, "mc_mgrp_create {mgid}"),
+            Command::McNodeCreate { rid, ports } => {
+                write!(f, "mc_node_create {rid}")?;
+                write_list(f, ports)
+            }
+            Command::McNodeUpdate { handle, ports } => {
+                write!(f, "mc_node_update {handle}")?;
+                write_list(f, ports)
+            }
+            Command::McNodeAssociate { mgid, handle } => {
+                write!(f, "mc_node_associate {mgid} {handle}")
+            }
+            Command::CounterRead { name, index } => write!(f, "counter_read {name} {index}"),
+            Command::CounterWrite { name, index, packets, bytes } => {
+                write!(f, "counter_write {name} {index} {packets} {bytes}")
+            }
+            Command::RegisterRead { name, index } => write!(f, "register_read {name} {index}"),
+            Command::RegisterWrite { name, index, value } => {
+                write!(f, "register_write {name} {index} {value}")
+            }
+            Command::RegisterReset { name } => write!(f, "register_reset {name}"),
+            Command::MeterGetRates { name, index } => write!(f, "meter_get_rates {name} {index}"),
+            Command::MeterSetRates { name, index, rates } => {
+                write!(f, "meter_set_rates {name} {index}")?;
+                write_rates(f, rates)
+            }
+            Command::MeterArraySetRates { name, rates } => {
+                write!(f, "meter_array_set_rates {name}")?;
+                write_rates(f, rates)
+            }
+        }
+    }
+}
+
 /// An STF line that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParseError {

@@ -743,3 +743,153 @@ proptest! {
         }
     }
 }
+
+// ---- rendering ----
+
+fn number_strategy() -> impl Strategy<Value = Number> {
+    prop_oneof![
+        prop::collection::vec((0u8..10).prop_map(Some), 1..30)
+            .prop_map(|digits| Number { radix: Radix::Decimal, digits }),
+        prop::collection::vec(prop::option::weighted(0.8, 0u8..16), 1..30)
+            .prop_map(|digits| Number { radix: Radix::Hex, digits }),
+        prop::collection::vec(prop::option::weighted(0.8, 0u8..2), 1..30)
+            .prop_map(|digits| Number { radix: Radix::Binary, digits }),
+        prop::collection::vec(prop::option::weighted(0.8, 0u8..8), 1..30)
+            .prop_map(|digits| Number { radix: Radix::Octal, digits }),
+    ]
+}
+
+fn name() -> impl Strategy<Value = String> {
+    "[a-zA-Z_.][a-zA-Z0-9_.$]{0,8}(\\[[0-9]\\])?"
+}
+
+fn rates() -> impl Strategy<Value = Vec<Rate>> {
+    prop::collection::vec(
+        ("[0-9]{1,4}(\\.[0-9]{0,3})?", "[0-9]{1,4}").prop_map(|(rate, burst)| Rate { rate, burst }),
+        1..4,
+    )
+}
+
+fn action() -> impl Strategy<Value = ActionCall> {
+    (name(), prop::collection::vec((name(), number_strategy()), 0..4))
+        .prop_map(|(name, args)| ActionCall { name, args })
+}
+
+fn command() -> impl Strategy<Value = Command> {
+    let ports = || prop::collection::vec(any::<u32>(), 0..5);
+    prop_oneof![
+        (any::<u32>(), prop::collection::vec(any::<u8>(), 0..20))
+            .prop_map(|(port, data)| Command::Packet { port, data }),
+        (any::<u32>(), prop::collection::vec(prop::option::of(0u8..16), 0..20), any::<bool>())
+            .prop_map(|(port, nibbles, exact)| Command::Expect {
+                port,
+                pattern: ExpectPattern { nibbles, exact }
+            }),
+        (
+            name(),
+            prop::option::of(any::<u32>()),
+            prop::collection::vec(
+                (name(), number_strategy(), prop::option::of(0u32..200))
+                    .prop_map(|(k, number, prefix_len)| (k, KeyValue { number, prefix_len })),
+                0..4
+            ),
+            action(),
+            prop::option::of("[a-z0-9_]{1,5}"),
+        )
+            .prop_map(|(table, priority, keys, action, id)| Command::Add {
+                table,
+                priority,
+                keys,
+                action,
+                id
+            }),
+        (name(), action()).prop_map(|(table, action)| Command::SetDefault { table, action }),
+        Just(Command::Wait),
+        Just(Command::RemoveAll),
+        Just(Command::NoPacket),
+        (
+            name(),
+            prop_oneof![
+                name().prop_map(CounterRef::Id),
+                number_strategy().prop_map(CounterRef::Index)
+            ],
+            prop::option::of(prop::sample::select(vec![CounterKind::Packets, CounterKind::Bytes])),
+            prop::option::of(prop::sample::select(vec![
+                CmpOp::Eq,
+                CmpOp::Ne,
+                CmpOp::Lt,
+                CmpOp::Le,
+                CmpOp::Gt,
+                CmpOp::Ge
+            ])),
+            number_strategy(),
+        )
+            .prop_map(|(name, counter, kind, op, value)| Command::CheckCounter {
+                name,
+                counter,
+                kind,
+                op,
+                value
+            }),
+        (any::<u32>(), any::<u32>())
+            .prop_map(|(session, port)| Command::MirroringAdd { session, port }),
+        (any::<u32>(), any::<u32>())
+            .prop_map(|(session, mgid)| Command::MirroringAddMc { session, mgid }),
+        any::<u32>().prop_map(|session| Command::MirroringDelete { session }),
+        any::<u32>().prop_map(|session| Command::MirroringGet { session }),
+        any::<u32>().prop_map(|mgid| Command::McMgrpCreate { mgid }),
+        (any::<u32>(), ports()).prop_map(|(rid, ports)| Command::McNodeCreate { rid, ports }),
+        (any::<u32>(), ports()).prop_map(|(handle, ports)| Command::McNodeUpdate { handle, ports }),
+        (any::<u32>(), any::<u32>())
+            .prop_map(|(mgid, handle)| Command::McNodeAssociate { mgid, handle }),
+        (name(), any::<u32>()).prop_map(|(name, index)| Command::CounterRead { name, index }),
+        (name(), any::<u32>(), number_strategy(), number_strategy()).prop_map(
+            |(name, index, packets, bytes)| Command::CounterWrite { name, index, packets, bytes }
+        ),
+        (name(), any::<u32>()).prop_map(|(name, index)| Command::RegisterRead { name, index }),
+        (name(), any::<u32>(), number_strategy())
+            .prop_map(|(name, index, value)| Command::RegisterWrite { name, index, value }),
+        name().prop_map(|name| Command::RegisterReset { name }),
+        (name(), any::<u32>()).prop_map(|(name, index)| Command::MeterGetRates { name, index }),
+        (name(), any::<u32>(), rates()).prop_map(|(name, index, rates)| Command::MeterSetRates {
+            name,
+            index,
+            rates
+        }),
+        (name(), rates()).prop_map(|(name, rates)| Command::MeterArraySetRates { name, rates }),
+    ]
+}
+
+#[test]
+fn display_renders_one_stf_line() {
+    let text = "add .t 110 h.a:0x****0101 f:10/8 setb1(val:0x7f, p:2) = e1";
+    assert_eq!(one(text).to_string(), text);
+    assert_eq!(one("EXPECT 1 0A 0b$").to_string(), "expect 1 0A0B $");
+    assert_eq!(one("expect 1").to_string(), "expect 1");
+    assert_eq!(one("packet 2 AB cd").to_string(), "packet 2 abcd");
+    assert_eq!(
+        one("check_counter c(e1)bytes>=0X40").to_string(),
+        "check_counter c(e1) bytes >= 0x40"
+    );
+}
+
+#[test]
+fn only_wait_remove_and_check_counter_are_ignored_by_bmv2() {
+    assert!(one("wait").ignored_by_bmv2());
+    assert!(one("remove all").ignored_by_bmv2());
+    assert!(one("check_counter c(1) 2").ignored_by_bmv2());
+    assert!(!one("no_packet").ignored_by_bmv2());
+    assert!(!one("register_write r 0 1").ignored_by_bmv2());
+}
+
+proptest! {
+    #[test]
+    fn parse_of_render_round_trips(cmds in prop::collection::vec(command(), 0..10)) {
+        let text: String = cmds.iter().map(|c| format!("{c}\n# comment\n\n")).collect();
+        let lines = parse(&text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+        let got: Vec<Command> = lines.iter().map(|l| l.cmd.clone()).collect();
+        prop_assert_eq!(got, cmds);
+        let numbers: Vec<u32> = lines.iter().map(|l| l.line).collect();
+        prop_assert_eq!(numbers, (0..lines.len() as u32).map(|i| 3 * i + 1).collect::<Vec<_>>());
+    }
+}
