@@ -2,6 +2,7 @@
 //! are skipped), then everything the judge does with what parsed:
 //!
 //! - line numbers strictly increase and lie inside the text;
+//! - every command's `Display` re-parses (`parse_line`) to the same command;
 //! - every `expect` pattern's `Display` re-parses to the same pattern;
 //! - every number (key values, action arguments, counter and register values) re-parses from
 //!   its `Display` to the same `Number`, and its value, ternary and lpm readings are computed;
@@ -14,7 +15,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use snic_p4::stf::{Command, ExpectPattern, Expectations, Number, diff, parse};
+use snic_p4::stf::{Command, ExpectPattern, Expectations, Number, diff, parse, parse_line};
 
 fn reparse_number(n: &Number) {
     let text = format!("register_write r 0 {n}");
@@ -49,6 +50,8 @@ fuzz_target!(|data: &[u8]| {
     for l in &lines {
         assert!(l.line > last && l.line <= line_count, "line {} after {last}", l.line);
         last = l.line;
+        let text = l.cmd.to_string();
+        assert_eq!(parse_line(&text, 1), Ok(Some(l.cmd.clone())), "{text:?}");
         match &l.cmd {
             Command::Expect { pattern, .. } => reparse_pattern(pattern),
             Command::Packet { data, .. } => {
