@@ -1,5 +1,6 @@
-//! p4c's STF (Simple Test Framework) test files, as p4c's BMv2 driver reads and judges them
-//! (`/work/shared/p4/STF.md` describes the rules this module follows).
+//! p4c's STF (Simple Test Framework) test files, read and judged the way p4c's BMv2 test driver
+//! does (`backends/bmv2/bmv2stf.py` with `tools/stf/stf_lexer.py` and `stf_parser.py`): one
+//! command per line, `#` comments, case-insensitive keywords, hex packet data, per-port expects.
 //!
 //! - [`parse`] turns the text into a list of [`Line`]s (a 1-based line number and a typed
 //!   [`Command`]), or a [`ParseError`] naming the line, the column and what was expected. It
@@ -1400,7 +1401,8 @@ impl Expectations {
         e
     }
 
-    /// The observed ports, ascending.
+    /// The observed ports (every port a `packet` or `expect` names), ascending. The drop port
+    /// is listed if named, but nothing is ever received on it.
     pub fn observed_ports(&self) -> impl Iterator<Item = u32> + '_ {
         self.ports.keys().copied()
     }

@@ -1,4 +1,4 @@
-//! STF parsing and judging, rule by rule as `/work/shared/p4/STF.md` states them.
+//! STF parsing and judging, rule by rule as p4c's BMv2 driver applies them.
 
 use proptest::prelude::*;
 use snic_p4::stf::*;
