@@ -435,6 +435,13 @@ proptest! {
         for t in toks.iter().filter(|t| t.kind == TokenKind::Error) {
             prop_assert!(errs.iter().any(|e| e.start == t.start));
         }
+        // Error-free text: no token depends on its neighbours, whitespace or comments.
+        if errs.is_empty() {
+            let joined = toks.iter().map(|t| t.text(&text)).collect::<Vec<_>>().join(" ");
+            let again: Vec<TokenKind> = lex(&joined).0.into_iter().map(|t| t.kind).collect();
+            let first: Vec<TokenKind> = toks.iter().map(|t| t.kind.clone()).collect();
+            prop_assert_eq!(again, first);
+        }
     }
 
     #[test]
