@@ -23,6 +23,8 @@ pub struct SourceFile {
     /// The text.
     pub text: String,
     line_starts: Vec<u32>,
+    /// The number the first line reports (1, or what a `#line` directive said).
+    first_line: u32,
 }
 
 impl SourceFile {
@@ -33,7 +35,13 @@ impl SourceFile {
                 line_starts.push(i as u32 + 1);
             }
         }
-        SourceFile { name, text, line_starts }
+        SourceFile { name, text, line_starts, first_line: 1 }
+    }
+
+    /// The line number the first line reports: 1, or a `#line` directive's for a piece of a
+    /// file the preprocessor registered with [`SourceMap::add_at_line`].
+    pub fn first_line(&self) -> u32 {
+        self.first_line
     }
 
     /// The 1-based line and column (in characters) of byte `offset` (clamped to the text).
@@ -43,12 +51,15 @@ impl SourceFile {
         let start = self.line_starts[line] as usize;
         let end = (offset as usize).max(start);
         let col = self.text.get(start..end).map_or(end - start, |s| s.chars().count());
-        (line as u32 + 1, col as u32 + 1)
+        ((line as u32).saturating_add(self.first_line), col as u32 + 1)
     }
 
     /// The text of 1-based line `line`, without its newline (empty past the end).
     pub fn line(&self, line: u32) -> &str {
-        let Some(&start) = self.line_starts.get(line.saturating_sub(1) as usize) else {
+        let Some(index) = line.checked_sub(self.first_line) else {
+            return "";
+        };
+        let Some(&start) = self.line_starts.get(index as usize) else {
             return "";
         };
         let rest = &self.text[start as usize..];
@@ -71,6 +82,21 @@ impl SourceMap {
     /// Add a file; returns its id.
     pub fn add(&mut self, name: impl Into<String>, text: impl Into<String>) -> FileId {
         self.files.push(SourceFile::new(name.into(), text.into()));
+        FileId(self.files.len() as u32 - 1)
+    }
+
+    /// Add a file whose first line reports as line `first_line` (for `#line`: the preprocessor
+    /// registers the text after the directive under the name and number it gave); returns its
+    /// id. `first_line` 0 counts as 1.
+    pub fn add_at_line(
+        &mut self,
+        name: impl Into<String>,
+        text: impl Into<String>,
+        first_line: u32,
+    ) -> FileId {
+        let mut file = SourceFile::new(name.into(), text.into());
+        file.first_line = first_line.max(1);
+        self.files.push(file);
         FileId(self.files.len() as u32 - 1)
     }
 
@@ -105,5 +131,17 @@ mod tests {
         assert_eq!(file.line_col(10_000), (4, 1));
         assert_eq!(file.line(99), "");
         assert!(m.file(FileId(7)).is_none());
+    }
+
+    #[test]
+    fn a_file_added_at_a_line_numbers_from_it() {
+        let mut m = SourceMap::new();
+        let f = m.add_at_line("gen.p4", "a\nbc\n", 40);
+        let file = m.file(f).unwrap();
+        assert_eq!(file.first_line(), 40);
+        assert_eq!(file.line_col(3), (41, 2));
+        assert_eq!(file.line(41), "bc");
+        assert_eq!(file.line(39), "");
+        assert_eq!(file.line(1), "");
     }
 }
