@@ -14,7 +14,7 @@
 //!   offset (text from a macro expansion maps to the macro's use).
 //!
 //! Not supported: a function-like macro whose `(` is on a later line than its name (the
-//! arguments themselves may span lines), `__FILE__` / `__LINE__`, `#include` of a macro-expanded
+//! arguments themselves may span up to 500 more lines), `__FILE__` / `__LINE__`, `#include` of a macro-expanded
 //! name, `#include_next`, `#ident`.
 //!
 //! Nothing here panics on any input, and the work is bounded by [`Limits`].
@@ -198,6 +198,9 @@ pub fn preprocess(
     let len = out.len();
     Ok(Expanded { text: out, map: LocationMap { segs, len }, warnings: diags })
 }
+
+/// Lines a macro call's arguments may run into after the line of its name.
+const MAX_CALL_LINES: usize = 500;
 
 /// Processing stops (an error was reported).
 struct Stop;
@@ -696,7 +699,7 @@ impl Pre<'_> {
         let mut pending = toks;
         let mut more = 0;
         loop {
-            let can_more = line.next < b.len() && !hash_line(b, line.next) && more < 1000;
+            let can_more = line.next < b.len() && !hash_line(b, line.next) && more < MAX_CALL_LINES;
             match self.expand(pending, 0, can_more)? {
                 Expansion::Done(out) => {
                     for t in &out {
@@ -1298,7 +1301,7 @@ impl Pre<'_> {
             return self.error(Some(span), "#line needs a line number from 1 to 2147483647");
         };
         let name = match toks.get(1) {
-            Some(t) if t.kind == Kind::Str && t.text.len() >= 2 => {
+            Some(t) if t.kind == Kind::Str && t.text.len() >= 2 && t.text.ends_with('"') => {
                 unescape(&t.text[1..t.text.len() - 1])
             }
             // A GNU line marker (`# 12 "f" 1 3`) may have flags; `#line` may not.
@@ -1562,4 +1565,57 @@ fn parse_int(s: &str) -> Option<i64> {
         s.parse::<u64>().ok()?
     };
     Some(v as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn logical_lines_track_origins() {
+        let b = b"ab\\\ncd /* x\ny */ e // f\ng";
+        let l = logical_line(b, 0);
+        assert_eq!(l.bytes, b"abcd   e  ");
+        assert_eq!(l.origin, [0, 1, 4, 5, 6, 7, 16, 17, 18, 19]);
+        assert_eq!((l.end, l.next, l.newlines), (23, 24, 3));
+        let l = logical_line(b, 24);
+        assert_eq!((l.bytes.as_slice(), l.end, l.next, l.newlines), (&b"g"[..], 25, 25, 0));
+        let l = logical_line(b"\"a // b\" /* c", 0);
+        assert_eq!(l.bytes, b"\"a // b\"  ");
+        assert_eq!(l.open_comment, Some(9));
+    }
+
+    #[test]
+    fn tokens_and_integers() {
+        let b = b"a_1 ## 8w3 \"s\\\"\" <<= x";
+        let origin: Vec<u32> = (0..b.len() as u32).collect();
+        let toks = tokenize(b, &origin, Locator { real: FileId(0), seg: None });
+        let kinds: Vec<(Kind, &str)> = toks.iter().map(|t| (t.kind, &*t.text)).collect();
+        assert_eq!(
+            kinds,
+            [
+                (Kind::Ident, "a_1"),
+                (Kind::Ws, " "),
+                (Kind::Punct, "##"),
+                (Kind::Ws, " "),
+                (Kind::Num, "8w3"),
+                (Kind::Ws, " "),
+                (Kind::Str, "\"s\\\"\""),
+                (Kind::Ws, " "),
+                (Kind::Punct, "<<"),
+                (Kind::Punct, "="),
+                (Kind::Ws, " "),
+                (Kind::Ident, "x"),
+            ]
+        );
+        assert!(toks.iter().all(|t| t.verbatim));
+        assert_eq!(parse_int("0x1F"), Some(31));
+        assert_eq!(parse_int("017"), Some(15));
+        assert_eq!(parse_int("0"), Some(0));
+        assert_eq!(parse_int("42UL"), Some(42));
+        assert_eq!(parse_int("0xFFFFFFFFFFFFFFFF"), Some(-1));
+        assert_eq!(parse_int("99999999999999999999"), None);
+        assert_eq!(parse_int("8w3"), None);
+        assert_eq!(parse_int("09"), None);
+    }
 }

@@ -497,6 +497,11 @@ fn line_directive_renumbers_following_lines() {
         errors("#line x\n", &[]),
         ["main.p4:1:7: error: #line needs a line number from 1 to 2147483647\n#line x\n      ^"]
     );
+    // An unterminated name ending in a multi-byte character is an error, not a panic.
+    assert_eq!(
+        errors("#line 3 \"\u{e9}\n", &[]),
+        ["main.p4:1:9: error: #line expects a file name in quotes\n#line 3 \"\u{e9}\n        ^^"]
+    );
 }
 
 #[test]
