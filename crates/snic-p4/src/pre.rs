@@ -9,13 +9,15 @@
 //!   expressions (64-bit, `defined`, `?:`, undefined names are 0).
 //! - `#line N ["file"]` (and GNU `# N "file"`), `#error`, `#warning`; `#pragma` is dropped.
 //! - Comments become one space, `\`-newline continuations join lines; every source line still
-//!   gives one output line (a directive gives an empty one), so the output keeps the line
-//!   structure, and [`Expanded::locate`] maps every output byte back to the original file and
-//!   offset (text from a macro expansion maps to the macro's use).
+//!   gives one output line (a directive an empty one, an `#include` the included file's lines;
+//!   a joined line's newlines follow it), and [`Expanded::locate`] maps every output byte back
+//!   to the original file and offset (text from a macro expansion maps to the macro's use, and
+//!   an argument's tokens to the argument).
 //!
 //! Not supported: a function-like macro whose `(` is on a later line than its name (the
-//! arguments themselves may span up to 500 more lines), `__FILE__` / `__LINE__`, `#include` of a macro-expanded
-//! name, `#include_next`, `#ident`.
+//! arguments themselves may run into up to 500 more lines), `__FILE__` / `__LINE__`,
+//! `#include` of a macro-expanded name, `#include_next`, `#ident`. Integer arithmetic in `#if`
+//! is signed 64-bit throughout (no unsigned promotion).
 //!
 //! Nothing here panics on any input, and the work is bounded by [`Limits`].
 
