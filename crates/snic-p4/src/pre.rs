@@ -654,8 +654,10 @@ impl Pre<'_> {
         let mut pos = 0;
         while pos < b.len() {
             let mut loc = Locator { real: id, seg: remap.as_ref().and_then(|r| r.seg) };
-            let probe = logical_line(b, pos);
-            self.cover(&mut remap, b, pos, probe.next);
+            if remap.is_some() {
+                let probe = logical_line(b, pos);
+                self.cover(&mut remap, b, pos, probe.next);
+            }
             loc.seg = remap.as_ref().and_then(|r| r.seg);
             let line = self.line(b, pos, loc)?;
             pos = line.next;
@@ -724,8 +726,10 @@ impl Pre<'_> {
                         verbatim: false,
                         hide: no_hide(),
                     };
-                    let probe = logical_line(b, line.next);
-                    self.cover(remap, b, line.next, probe.next);
+                    if remap.is_some() {
+                        let probe = logical_line(b, line.next);
+                        self.cover(remap, b, line.next, probe.next);
+                    }
                     loc.seg = remap.as_ref().and_then(|r| r.seg);
                     line = self.line(b, line.next, loc)?;
                     newlines += line.newlines;
