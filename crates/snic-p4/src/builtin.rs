@@ -21,6 +21,24 @@ pub fn lookup(name: &str) -> Option<&'static str> {
     }
 }
 
+/// A [`crate::pre::Loader`] that knows only the built-in files, named `<core.p4>` and
+/// `<v1model.p4>` in diagnostics. Both include forms find them (as p4c's search path does);
+/// anything else is not found.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Builtins;
+
+impl crate::pre::Loader for Builtins {
+    fn load(
+        &mut self,
+        name: &str,
+        _kind: crate::pre::IncludeKind,
+        _from: &str,
+    ) -> Result<crate::pre::Loaded, crate::pre::LoadError> {
+        let text = lookup(name).ok_or(crate::pre::LoadError::NotFound)?;
+        Ok(crate::pre::Loaded { name: format!("<{name}>"), text: text.to_string() })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

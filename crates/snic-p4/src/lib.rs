@@ -11,8 +11,8 @@
 //!
 //! - [`builtin`]: our own `core.p4` and `v1model.p4`.
 //!
-//! The crate reads no file itself: includes are resolved through a loader the caller gives
-//! (the CLI's reads the disk and the [`builtin`] files).
+//! The crate reads no file itself: includes are resolved through a [`pre::Loader`] the caller
+//! gives ([`builtin::Builtins`] knows the built-in files; the CLI's will add the disk).
 
 pub mod builtin;
 pub mod diag;
