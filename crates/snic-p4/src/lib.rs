@@ -14,9 +14,11 @@
 //! The crate reads no file itself: includes are resolved through a [`pre::Loader`] the caller
 //! gives ([`builtin::Builtins`] knows the built-in files; the CLI's will add the disk).
 
+pub mod ast;
 pub mod builtin;
 pub mod diag;
 pub mod lex;
+pub mod parse;
 pub mod pre;
 pub mod span;
 pub mod stf;
