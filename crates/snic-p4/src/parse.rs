@@ -40,7 +40,10 @@ use crate::diag::Diagnostic;
 use crate::lex::{Token, TokenKind};
 use crate::pre::Expanded;
 
-/// The deepest nesting of expressions, statements and types accepted.
+/// The deepest nesting of expressions, statements and types accepted, in levels: each operator,
+/// statement or type argument list is one, a parenthesis or brace two (their frames are
+/// larger), so about 100 nested parentheses fit; the limit keeps the parser within a 2 MiB
+/// thread stack even in a debug build.
 pub const MAX_DEPTH: u32 = 200;
 
 /// A syntax error: the bytes `start..end` of the parsed text and what is wrong.
@@ -726,6 +729,20 @@ impl<'a> Parser<'a> {
     }
 
     fn primary(&mut self) -> R<Expr> {
+        // Parentheses and braces nest through more (and larger) frames than operators do: they
+        // count twice towards MAX_DEPTH.
+        let nests = matches!(self.peek(), Some(TokenKind::LParen | TokenKind::LBrace));
+        if nests {
+            self.enter()?;
+        }
+        let r = self.primary_inner();
+        if nests {
+            self.leave();
+        }
+        r
+    }
+
+    fn primary_inner(&mut self) -> R<Expr> {
         let start = self.loc_here();
         let Some(t) = self.toks.get(self.pos) else { return self.err("an expression") };
         let kind = match &t.kind {
