@@ -306,8 +306,8 @@ pub enum ExprKind {
     List(Vec<Expr>),
     /// `{ f = 1, g = 2 }`.
     StructInit(Vec<(Name, Expr)>),
-    /// A type where an expression goes: `bit<8>` in `bit<8>.minSizeInBits()`... only built for
-    /// keyword types followed by `.`.
+    /// A built-in type where an expression goes (`bit<8>` in `bit<8>.minSizeInBits()`): a
+    /// `bit`, `int`, `varbit`, `bool` or `tuple` type in operand position.
     Type(Type),
 }
 

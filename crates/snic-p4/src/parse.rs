@@ -1,8 +1,9 @@
 //! The parser: tokens from [`crate::lex`] into an [`ast::Program`], by recursive descent.
 //!
-//! [`parse`] never panics and stops at the first syntax error, which it reports with the byte
-//! range of the offending token ("expected `;`, found `}`"); [`to_diagnostics`] maps errors
-//! back to their files. Nesting deeper than [`MAX_DEPTH`] (expressions, statements, types) is an
+//! [`parse`] never panics. A syntax error is reported with the byte range of the offending
+//! token ("expected `;`, found `}`"); the parser then skips to the end of that top-level
+//! declaration (its closing `}` or `;`) and goes on, so each broken declaration gives one error
+//! (at most [`MAX_ERRORS`]). [`to_diagnostics`] maps errors back to their files. Nesting deeper than [`MAX_DEPTH`] (expressions, statements, types) is an
 //! error, not a stack overflow.
 //!
 //! Operator precedence, loosest first (p4c's grammar; unlike C, `&`, `^` and `|` bind tighter
@@ -61,15 +62,27 @@ pub struct ParseError {
 pub fn parse(text: &str, tokens: &[Token]) -> Result<Program, Vec<ParseError>> {
     let mut p = Parser { text, toks: tokens, pos: 0, depth: 0 };
     let mut decls = Vec::new();
+    let mut errors = Vec::new();
     while p.pos < p.toks.len() {
+        let start = p.pos;
         match p.top_decl() {
             Ok(Some(d)) => decls.push(d),
             Ok(None) => {}
-            Err(e) => return Err(vec![e]),
+            Err(e) => {
+                errors.push(e);
+                if errors.len() >= MAX_ERRORS {
+                    break;
+                }
+                p.depth = 0;
+                p.resync(start);
+            }
         }
     }
-    Ok(Program { decls })
+    if errors.is_empty() { Ok(Program { decls }) } else { Err(errors) }
 }
+
+/// At most this many errors are reported (one per top-level declaration).
+pub const MAX_ERRORS: usize = 20;
 
 /// Parse errors as diagnostics, located through the preprocessor's map.
 pub fn to_diagnostics(errors: &[ParseError], expanded: &Expanded) -> Vec<Diagnostic> {
@@ -273,6 +286,27 @@ impl<'a> Parser<'a> {
             }
             _ => self.err("a member name"),
         }
+    }
+
+    /// After an error in the top-level declaration that started at token `start`: skip past
+    /// its end, the first `;` or `}` that closes back to the brace depth it started at (or
+    /// past the token of the error, whichever is later).
+    fn resync(&mut self, start: usize) {
+        let err_pos = self.pos.max(start + 1);
+        let mut depth = 0usize;
+        let mut i = start;
+        while let Some(t) = self.toks.get(i) {
+            match t.kind {
+                TokenKind::LBrace => depth += 1,
+                TokenKind::RBrace => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+            i += 1;
+            if i >= err_pos && depth == 0 && matches!(t.kind, TokenKind::Semi | TokenKind::RBrace) {
+                break;
+            }
+        }
+        self.pos = i;
     }
 
     // ---- annotations ----

@@ -899,3 +899,15 @@ fn an_ipv4_router_parses_with_the_built_ins() {
         "(BitXor hdr.ipv4.srcAddr[15:0] (cast bit<16> (Shr hdr.ipv4.dstAddr 16)))"
     );
 }
+
+#[test]
+fn each_broken_declaration_gives_one_error_and_parsing_goes_on() {
+    let src = "header h { bit<8> x }\nstruct s { bit<8> y; }\ncontrol C() { apply { x = ; } }\n\
+               const bit<8> z = 1;\ntypedef bit<8 t;\nheader g { }";
+    let errs = try_parse(src).expect_err("errors");
+    let at: Vec<_> = errs.iter().map(|e| (e.message.as_str(), &src[e.start as usize..])).collect();
+    assert_eq!(at.len(), 3, "{at:?}");
+    assert_eq!(at[0].0, "expected `;`, found `}`");
+    assert!(at[1].1.starts_with("; } }"));
+    assert!(at[2].1.starts_with("t;"));
+}
