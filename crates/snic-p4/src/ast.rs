@@ -657,7 +657,7 @@ pub enum DeclKind {
         init: Option<Expr>,
     },
     /// `T(args) name;` or `T<A>(args) name;` (an instance of an extern, parser, control or
-    /// package).
+    /// package), or `T(args) name = { functions };`.
     Instance {
         /// The type instantiated.
         ty: Type,
@@ -665,6 +665,8 @@ pub enum DeclKind {
         args: Vec<Arg>,
         /// The instance's name.
         name: Name,
+        /// `= { ... }`: the functions that implement the abstract methods, if given.
+        init: Option<Vec<Decl>>,
     },
     /// `extern ret name<T>(params);`
     ExternFunction(FunctionProto),

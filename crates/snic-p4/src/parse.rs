@@ -1007,13 +1007,31 @@ impl<'a> Parser<'a> {
         if self.at(&TokenKind::LParen)
             && let Ok(args) = self.args()
             && self.peek().is_some_and(is_name_kw)
-            && self.peek_at(1) == Some(&TokenKind::Semi)
+            && matches!(self.peek_at(1), Some(TokenKind::Semi | TokenKind::Assign))
         {
             let name = self.name()?;
-            self.pos += 1;
+            let init = if self.eat(&TokenKind::Assign) {
+                self.expect(&TokenKind::LBrace)?;
+                let mut fns = Vec::new();
+                while !self.eat(&TokenKind::RBrace) {
+                    if self.pos >= self.toks.len() {
+                        return self.err("`}`");
+                    }
+                    let annotations = self.annotations()?;
+                    let fstart = self.loc_here();
+                    let proto = self.function_proto()?;
+                    let body = self.block()?;
+                    let kind = DeclKind::Function { proto, body };
+                    fns.push(Decl { annotations, kind, loc: self.since(fstart) });
+                }
+                Some(fns)
+            } else {
+                None
+            };
+            self.expect(&TokenKind::Semi)?;
             return Ok(Some(Decl {
                 annotations: Vec::new(),
-                kind: DeclKind::Instance { ty, args, name },
+                kind: DeclKind::Instance { ty, args, name, init },
                 loc: self.since(start),
             }));
         }

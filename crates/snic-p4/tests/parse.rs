@@ -254,7 +254,7 @@ fn parser_control_package_types_and_instantiation() {
     assert_eq!(ty(&proto.params[0].ty), "Parser<H, bit<8>>");
     let DeclKind::Control { ctor_params, .. } = &p.decls[3].kind else { panic!() };
     assert_eq!(ctor_params.len(), 2);
-    let DeclKind::Instance { ty: t, args, name } = &p.decls[4].kind else { panic!() };
+    let DeclKind::Instance { ty: t, args, name, .. } = &p.decls[4].kind else { panic!() };
     assert_eq!((ty(t).as_str(), name.text.as_str()), ("Switch", "main"));
     assert_eq!(sx(&args[1].value), "C(1024, true)");
     let d = &p.decls[5];
@@ -866,7 +866,9 @@ V1Switch(MyParser(), MyVerifyChecksum(), MyIngress(), MyEgress(), MyComputeCheck
 #[test]
 fn the_builtin_test_program_parses_with_the_built_ins() {
     let p = full(SMALL);
-    let DeclKind::Instance { ty: t, args, name } = &p.decls.last().unwrap().kind else { panic!() };
+    let DeclKind::Instance { ty: t, args, name, .. } = &p.decls.last().unwrap().kind else {
+        panic!()
+    };
     assert_eq!((ty(t).as_str(), name.text.as_str(), args.len()), ("V1Switch", "main", 6));
 }
 
@@ -910,4 +912,34 @@ fn each_broken_declaration_gives_one_error_and_parsing_goes_on() {
     assert_eq!(at[0].0, "expected `;`, found `}`");
     assert!(at[1].1.starts_with("; } }"));
     assert!(at[2].1.starts_with("t;"));
+}
+
+#[test]
+fn generic_member_calls_and_comparisons_in_parentheses() {
+    assert_eq!(expr("pkt.lookahead<bit<16>>()"), "pkt.lookahead<bit<16>>()");
+    assert_eq!(expr("pkt.lookahead<bit<16>>()[15:12]"), "pkt.lookahead<bit<16>>()[15:12]");
+    assert_eq!(expr("(a < b) && (c > d)"), "(And (Lt a b) (Gt c d))");
+    assert_eq!(expr("a > b ? c : d"), "(? (Gt a b) c d)");
+    assert_eq!(expr("{ a = { b = 1 }, c = {1, 2} }"), "{a = {b = 1}, c = {1, 2}}");
+    assert_eq!(expr("-8s1"), "(Neg 1)");
+    assert_eq!(expr("key + priority"), "(Add key priority)");
+    assert_eq!(expr("f<T, _>(x)"), "f<T, _>(x)");
+}
+
+#[test]
+fn instances_with_abstract_method_implementations() {
+    let p = ok(r#"
+        control C() {
+            Virtual() v = {
+                bit<16> f(in bit<16> ix) { return ix + 1; }
+                @name("g") void g() { }
+            };
+            apply { }
+        }
+    "#);
+    let DeclKind::Control { locals, .. } = &p.decls[0].kind else { panic!() };
+    let DeclKind::Instance { name, init: Some(fns), .. } = &locals[0].kind else { panic!() };
+    assert_eq!(name.text, "v");
+    assert_eq!(fns.len(), 2);
+    assert_eq!(fns[1].annotations[0].name.text, "name");
 }
