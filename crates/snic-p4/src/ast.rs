@@ -369,6 +369,28 @@ pub enum StmtKind {
     Exit,
     /// `return;` / `return e;`
     Return(Option<Expr>),
+    /// `for (init; cond; update) body`.
+    For {
+        /// Declarations, assignments and calls before the first iteration.
+        init: Vec<Stmt>,
+        /// The condition (`None`: always).
+        cond: Option<Expr>,
+        /// Assignments and calls after each iteration.
+        update: Vec<Stmt>,
+        /// The body.
+        body: Box<Stmt>,
+    },
+    /// `for (T x in range) body`.
+    ForIn {
+        /// The variable's type, if written.
+        ty: Option<Type>,
+        /// The variable.
+        name: Name,
+        /// What it ranges over (`1 .. n`, a header stack, a list).
+        range: Expr,
+        /// The body.
+        body: Box<Stmt>,
+    },
     /// `break;`
     Break,
     /// `continue;`

@@ -42,9 +42,9 @@ use crate::lex::{Token, TokenKind};
 use crate::pre::Expanded;
 
 /// The deepest nesting of expressions, statements and types accepted, in levels: each operator,
-/// statement or type argument list is one, a parenthesis or brace two (their frames are
-/// larger), so about 100 nested parentheses fit; the limit keeps the parser within a 2 MiB
-/// thread stack even in a debug build.
+/// statement or type argument list is one; a parenthesis, brace, block or `for` two (their
+/// frames are larger), so about 100 nested parentheses or blocks fit. The limit keeps the
+/// parser within a 2 MiB thread stack even in a debug build.
 pub const MAX_DEPTH: u32 = 200;
 
 /// A syntax error: the bytes `start..end` of the parsed text and what is wrong.
@@ -867,7 +867,15 @@ impl<'a> Parser<'a> {
 
     // ---- statements ----
 
+    /// A block; it counts as a nesting level of its own (besides its statements').
     fn block(&mut self) -> R<Block> {
+        self.enter()?;
+        let r = self.block_inner();
+        self.leave();
+        r
+    }
+
+    fn block_inner(&mut self) -> R<Block> {
         let start = self.expect(&TokenKind::LBrace)?;
         let mut stmts = Vec::new();
         while !self.eat(&TokenKind::RBrace) {
@@ -927,6 +935,7 @@ impl<'a> Parser<'a> {
                 StmtKind::If { cond, then, els }
             }
             Some(TokenKind::KwSwitch) => self.switch()?,
+            Some(TokenKind::KwFor) => self.for_stmt()?,
             Some(TokenKind::KwConst) => {
                 let d = self.const_decl(Vec::new())?;
                 StmtKind::Decl(Box::new(d))
@@ -935,13 +944,14 @@ impl<'a> Parser<'a> {
                 if let Some(d) = self.try_local_decl()? {
                     StmtKind::Decl(Box::new(d))
                 } else {
-                    self.expr_stmt()?
+                    self.expr_stmt(true)?
                 }
             }
         };
         Ok(Stmt { annotations, kind, loc: self.since(start) })
     }
 
+    #[inline(never)]
     fn switch(&mut self) -> R<StmtKind> {
         self.expect(&TokenKind::KwSwitch)?;
         self.expect(&TokenKind::LParen)?;
@@ -960,8 +970,72 @@ impl<'a> Parser<'a> {
         Ok(StmtKind::Switch { expr, cases })
     }
 
-    /// An assignment or a call statement.
-    fn expr_stmt(&mut self) -> R<StmtKind> {
+    /// `for (init; cond; update) body` or `for (T x in range) body` (P4-16 v1.2.5).
+    #[inline(never)]
+    fn for_stmt(&mut self) -> R<StmtKind> {
+        self.enter()?;
+        let r = self.for_stmt_inner();
+        self.leave();
+        r
+    }
+
+    fn for_stmt_inner(&mut self) -> R<StmtKind> {
+        self.expect(&TokenKind::KwFor)?;
+        self.expect(&TokenKind::LParen)?;
+        // `for (T x in e)` / `for (x in e)`.
+        let save = self.pos;
+        let _ = self.annotations()?;
+        let ty = if self.peek().is_some_and(is_name_kw) && self.peek_at(1) == Some(&TokenKind::KwIn)
+        {
+            Ok(None)
+        } else {
+            self.ty().map(Some)
+        };
+        if let Ok(ty) = ty
+            && self.peek().is_some_and(is_name_kw)
+            && self.peek_at(1) == Some(&TokenKind::KwIn)
+        {
+            let name = self.name()?;
+            self.pos += 1;
+            let range = self.expr()?;
+            self.expect(&TokenKind::RParen)?;
+            let body = Box::new(self.stmt()?);
+            return Ok(StmtKind::ForIn { ty, name, range, body });
+        }
+        self.pos = save;
+        let init = self.for_list(&TokenKind::Semi)?;
+        self.expect(&TokenKind::Semi)?;
+        let cond = if self.at(&TokenKind::Semi) { None } else { Some(self.expr()?) };
+        self.expect(&TokenKind::Semi)?;
+        let update = self.for_list(&TokenKind::RParen)?;
+        self.expect(&TokenKind::RParen)?;
+        let body = Box::new(self.stmt()?);
+        Ok(StmtKind::For { init, cond, update, body })
+    }
+
+    /// The comma-separated declarations, assignments and calls of a `for` header, up to `end`.
+    fn for_list(&mut self, end: &TokenKind) -> R<Vec<Stmt>> {
+        let mut out = Vec::new();
+        if self.at(end) {
+            return Ok(out);
+        }
+        loop {
+            let annotations = self.annotations()?;
+            let start = self.loc_here();
+            let kind = match self.try_local_decl_with(false)? {
+                Some(d) => StmtKind::Decl(Box::new(d)),
+                None => self.expr_stmt(false)?,
+            };
+            out.push(Stmt { annotations, kind, loc: self.since(start) });
+            if !self.eat(&TokenKind::Comma) {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// An assignment or a call statement, through its `;` when `semi`.
+    #[inline(never)]
+    fn expr_stmt(&mut self, semi: bool) -> R<StmtKind> {
         let lhs = self.expr_bp(1)?;
         let kind = if self.eat(&TokenKind::Assign) {
             StmtKind::Assign { lhs, op: None, rhs: self.expr()? }
@@ -979,13 +1053,22 @@ impl<'a> Parser<'a> {
         } else {
             return self.err("`=` or a call");
         };
-        self.expect(&TokenKind::Semi)?;
+        if semi {
+            self.expect(&TokenKind::Semi)?;
+        }
         Ok(kind)
     }
 
     /// A variable declaration `T x [= e];` or an instantiation `T(args) x;`, if the tokens
     /// read as one; otherwise nothing is consumed.
     fn try_local_decl(&mut self) -> R<Option<Decl>> {
+        self.try_local_decl_with(true)
+    }
+
+    /// As [`Self::try_local_decl`]; without `semi` (a `for` initialiser), only a variable
+    /// declaration, which ends before its `;` or `,`.
+    #[inline(never)]
+    fn try_local_decl_with(&mut self, semi: bool) -> R<Option<Decl>> {
         let save = self.pos;
         let start = self.loc_here();
         let Ok(ty) = self.ty() else {
@@ -993,18 +1076,22 @@ impl<'a> Parser<'a> {
             return Ok(None);
         };
         if self.peek().is_some_and(is_name_kw)
-            && matches!(self.peek_at(1), Some(TokenKind::Semi | TokenKind::Assign))
+            && (matches!(self.peek_at(1), Some(TokenKind::Semi | TokenKind::Assign))
+                || (!semi && self.peek_at(1) == Some(&TokenKind::Comma)))
         {
             let name = self.name()?;
             let init = if self.eat(&TokenKind::Assign) { Some(self.expr()?) } else { None };
-            self.expect(&TokenKind::Semi)?;
+            if semi {
+                self.expect(&TokenKind::Semi)?;
+            }
             return Ok(Some(Decl {
                 annotations: Vec::new(),
                 kind: DeclKind::Var { ty, name, init },
                 loc: self.since(start),
             }));
         }
-        if self.at(&TokenKind::LParen)
+        if semi
+            && self.at(&TokenKind::LParen)
             && let Ok(args) = self.args()
             && self.peek().is_some_and(is_name_kw)
             && matches!(self.peek_at(1), Some(TokenKind::Semi | TokenKind::Assign))
@@ -1041,6 +1128,7 @@ impl<'a> Parser<'a> {
 
     // ---- declarations ----
 
+    #[inline(never)]
     fn const_decl(&mut self, annotations: Vec<Annotation>) -> R<Decl> {
         let start = self.expect(&TokenKind::KwConst)?;
         let ty = self.ty()?;

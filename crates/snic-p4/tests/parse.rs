@@ -669,6 +669,8 @@ fn deep_nesting_is_an_error_not_a_stack_overflow() {
     assert!(fail(&src).0.contains("nesting deeper"));
     let src = format!("typedef {}bit<8>{} t;", "tuple<".repeat(5000), ">".repeat(5000));
     assert!(fail(&src).0.contains("nesting deeper"));
+    let src = format!("void f() {{ {} x = 1; }}", "for (;;) ".repeat(5000));
+    assert!(fail(&src).0.contains("nesting deeper"));
     let src = format!("const bit<8> x = {}1;", "a ? b : ".repeat(5000));
     assert!(fail(&src).0.contains("nesting deeper"));
     // Moderate nesting is fine.
@@ -942,4 +944,33 @@ fn instances_with_abstract_method_implementations() {
     assert_eq!(name.text, "v");
     assert_eq!(fns.len(), 2);
     assert_eq!(fns[1].annotations[0].name.text, "name");
+}
+
+#[test]
+fn for_loops_break_and_continue() {
+    let s = stmts(
+        "for (bit<8> i = 0, j = 1; i < 4; i = i + 1, f(j)) { if (i == 2) { continue; } break; }
+         for (bit<8> i in 0 .. 3) x = x + i;
+         for (h in hdr.stack) { }
+         for (;;) { }",
+    );
+    let StmtKind::For { init, cond, update, body } = &s[0].kind else { panic!("{:?}", s[0]) };
+    assert_eq!(init.len(), 2);
+    assert!(matches!(&init[0].kind, StmtKind::Decl(d) if matches!(&d.kind, DeclKind::Var { .. })));
+    assert!(matches!(&init[1].kind, StmtKind::Assign { .. }));
+    assert_eq!(sx(cond.as_ref().unwrap()), "(Lt i 4)");
+    assert!(matches!(&update[1].kind, StmtKind::Call(e) if sx(e) == "f(j)"));
+    let StmtKind::Block(b) = &body.kind else { panic!() };
+    assert_eq!(b.stmts[1].kind, StmtKind::Break);
+    let StmtKind::ForIn { ty: Some(t), name, range, .. } = &s[1].kind else { panic!() };
+    assert_eq!(
+        (ty(t).as_str(), name.text.as_str(), sx(range).as_str()),
+        ("bit<8>", "i", "(Range 0 3)")
+    );
+    assert!(
+        matches!(&s[2].kind, StmtKind::ForIn { ty: None, range, .. } if sx(range) == "hdr.stack")
+    );
+    assert!(
+        matches!(&s[3].kind, StmtKind::For { init, cond: None, update, .. } if init.is_empty() && update.is_empty())
+    );
 }
