@@ -6,8 +6,10 @@
 //! (at most [`MAX_ERRORS`]). [`to_diagnostics`] maps errors back to their files. Nesting deeper than [`MAX_DEPTH`] (expressions, statements, types) is an
 //! error, not a stack overflow.
 //!
-//! Operator precedence, loosest first (p4c's grammar; unlike C, `&`, `^` and `|` bind tighter
-//! than the comparisons):
+//! Operator precedence, loosest first. The specification's grammar (appendix) leaves precedence
+//! out; this is the reference compiler's (the `%left` declarations of p4c's
+//! `frontends/parsers/p4/p4parser.ypp`). Unlike C, `&`, `^` and `|` bind tighter than the
+//! comparisons, so `x == y & z` is `x == (y & z)`:
 //!
 //! | level | operators                 | associativity |
 //! |-------|---------------------------|---------------|
