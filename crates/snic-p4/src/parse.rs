@@ -1,4 +1,4 @@
-//! The parser: tokens from [`crate::lex`] into an [`ast::Program`], by recursive descent.
+//! The parser: tokens from [`crate::lex`] into an [`crate::ast::Program`], by recursive descent.
 //!
 //! [`parse`] never panics. A syntax error is reported with the byte range of the offending
 //! token ("expected `;`, found `}`"); the parser then skips to the end of that top-level
