@@ -60,6 +60,12 @@ pub struct ParseError {
     pub message: String,
 }
 
+impl core::fmt::Display for ParseError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{} (bytes {}..{})", self.message, self.start, self.end)
+    }
+}
+
 /// Parse `tokens`, lexed from `text`, into a program.
 pub fn parse(text: &str, tokens: &[Token]) -> Result<Program, Vec<ParseError>> {
     let mut p = Parser { text, toks: tokens, pos: 0, depth: 0 };

@@ -638,6 +638,8 @@ fn errors_say_what_was_expected_and_where() {
         ("expected `;`, found `}`".to_string(), "}".to_string())
     );
     assert_eq!(fail("parser P() { state s { transition select(x) { 1 s; } } }").1, "s");
+    let e = try_parse("header h { bit<8> x }").unwrap_err().remove(0);
+    assert_eq!(e.to_string(), "expected `;`, found `}` (bytes 20..21)");
     assert_eq!(fail("control C() { }").0, "expected `apply`, found `}`");
     assert_eq!(fail("action a() {").0, "expected `}`, found end of input");
     assert_eq!(fail("void f() { x + 1; }").0, "expected `=` or a call, found `;`");
