@@ -7,38 +7,23 @@ use snic_p4::lex::{TokenKind, lex};
 use snic_p4::pre::{Options, preprocess};
 use snic_p4::span::SourceMap;
 
-const PROGRAM: &str = r#"#include <core.p4>
-#include <v1model.p4>
-#if V1MODEL_VERSION < 20200408
-#error "an older v1model"
-#endif
-#ifndef _CORE_P4_
-#error "core.p4 did not define _CORE_P4_"
-#endif
+mod common;
 
-header ethernet_t { bit<48> dst; bit<48> src; bit<16> type; }
-struct headers_t { ethernet_t eth; }
-struct meta_t { }
-
-parser P(packet_in pkt, out headers_t hdr, inout meta_t m, inout standard_metadata_t sm) {
-    state start { pkt.extract(hdr.eth); transition accept; }
+/// The shared program, with checks that the built-ins define what the originals define.
+fn program() -> String {
+    let checks = "#if V1MODEL_VERSION < 20200408\n#error \"an older v1model\"\n#endif\n\
+                  #ifndef _CORE_P4_\n#error \"core.p4 did not define _CORE_P4_\"\n#endif\n";
+    common::SMALL.replacen(
+        "#include <v1model.p4>\n",
+        &format!("#include <v1model.p4>\n{checks}"),
+        1,
+    )
 }
-control VC(inout headers_t hdr, inout meta_t m) { apply { } }
-control I(inout headers_t hdr, inout meta_t m, inout standard_metadata_t sm) {
-    action fwd(PortId_t port) { sm.egress_spec = port; }
-    table t { key = { hdr.eth.dst : exact; } actions = { fwd; NoAction; } default_action = NoAction(); }
-    apply { t.apply(); }
-}
-control E(inout headers_t hdr, inout meta_t m, inout standard_metadata_t sm) { apply { } }
-control CC(inout headers_t hdr, inout meta_t m) { apply { } }
-control D(packet_out pkt, in headers_t hdr) { apply { pkt.emit(hdr.eth); } }
-V1Switch(P(), VC(), I(), E(), CC(), D()) main;
-"#;
 
 #[test]
 fn a_v1model_program_with_the_built_ins_preprocesses_and_lexes_cleanly() {
     let mut map = SourceMap::new();
-    let main = map.add("prog.p4", PROGRAM);
+    let main = map.add("prog.p4", program());
     let out = preprocess(&mut map, main, &mut Builtins, &Options::default()).unwrap_or_else(|d| {
         panic!("{}", d.iter().map(|d| d.render(&map)).collect::<Vec<_>>().join("\n"))
     });

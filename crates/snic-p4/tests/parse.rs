@@ -10,6 +10,9 @@ use snic_p4::parse::{ParseError, parse, to_diagnostics};
 use snic_p4::pre::{Options, preprocess};
 use snic_p4::span::SourceMap;
 
+mod common;
+use common::SMALL;
+
 fn try_parse(src: &str) -> Result<Program, Vec<ParseError>> {
     let (tokens, errors) = lex(src);
     assert!(errors.is_empty(), "{errors:?}");
@@ -700,28 +703,6 @@ fn the_built_in_core_and_v1model_parse() {
     assert_eq!(names, ["V1Switch"]);
     let _ = V1MODEL_P4;
 }
-
-/// The program of `tests/builtin.rs`.
-const SMALL: &str = r#"#include <core.p4>
-#include <v1model.p4>
-header ethernet_t { bit<48> dst; bit<48> src; bit<16> type; }
-struct headers_t { ethernet_t eth; }
-struct meta_t { }
-
-parser P(packet_in pkt, out headers_t hdr, inout meta_t m, inout standard_metadata_t sm) {
-    state start { pkt.extract(hdr.eth); transition accept; }
-}
-control VC(inout headers_t hdr, inout meta_t m) { apply { } }
-control I(inout headers_t hdr, inout meta_t m, inout standard_metadata_t sm) {
-    action fwd(PortId_t port) { sm.egress_spec = port; }
-    table t { key = { hdr.eth.dst : exact; } actions = { fwd; NoAction; } default_action = NoAction(); }
-    apply { t.apply(); }
-}
-control E(inout headers_t hdr, inout meta_t m, inout standard_metadata_t sm) { apply { } }
-control CC(inout headers_t hdr, inout meta_t m) { apply { } }
-control D(packet_out pkt, in headers_t hdr) { apply { pkt.emit(hdr.eth); } }
-V1Switch(P(), VC(), I(), E(), CC(), D()) main;
-"#;
 
 /// An IPv4 router: lpm table, checksum verify and update, an MPLS header stack, select with
 /// masks and ranges, switch on action_run, registers, counters, casts and slices.

@@ -1,0 +1,26 @@
+//! Programs shared by the front end's tests.
+
+#![allow(dead_code, reason = "each test binary uses a different subset")]
+
+/// A small v1model program: one header, an exact table with two actions, every block of
+/// `V1Switch`, including the built-ins.
+pub const SMALL: &str = r#"#include <core.p4>
+#include <v1model.p4>
+header ethernet_t { bit<48> dst; bit<48> src; bit<16> type; }
+struct headers_t { ethernet_t eth; }
+struct meta_t { }
+
+parser P(packet_in pkt, out headers_t hdr, inout meta_t m, inout standard_metadata_t sm) {
+    state start { pkt.extract(hdr.eth); transition accept; }
+}
+control VC(inout headers_t hdr, inout meta_t m) { apply { } }
+control I(inout headers_t hdr, inout meta_t m, inout standard_metadata_t sm) {
+    action fwd(PortId_t port) { sm.egress_spec = port; }
+    table t { key = { hdr.eth.dst : exact; } actions = { fwd; NoAction; } default_action = NoAction(); }
+    apply { t.apply(); }
+}
+control E(inout headers_t hdr, inout meta_t m, inout standard_metadata_t sm) { apply { } }
+control CC(inout headers_t hdr, inout meta_t m) { apply { } }
+control D(packet_out pkt, in headers_t hdr) { apply { pkt.emit(hdr.eth); } }
+V1Switch(P(), VC(), I(), E(), CC(), D()) main;
+"#;
