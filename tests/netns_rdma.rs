@@ -87,13 +87,22 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-/// Run `snic rdma OP` server and client in the namespace; returns (server, client).
-fn pair(g: &Guard, op: &str, udp: u16, tcp: u16) -> (Output, Output) {
-    let (udp, tcp) = (udp.to_string(), tcp.to_string());
-    let common =
-        ["--port", &udp, "--tcp-port", &tcp, "--timeout", "30", "-s", "65536", "-n", "100"];
-    let server = g
-        .snic()
+/// Run `snic rdma OP` as a server (`server`, a `snic` command in its namespace) and a client
+/// (`client`) connecting to `to`: 64 KiB messages, `n` of them, on UDP port `udp` and TCP port
+/// `tcp`. Returns (server, client).
+#[allow(clippy::too_many_arguments, reason = "the knobs of one run")]
+fn pair(
+    mut server: Command,
+    mut client: Command,
+    to: &str,
+    op: &str,
+    udp: u16,
+    tcp: u16,
+    n: u32,
+) -> (Output, Output) {
+    let (udp, tcp, n) = (udp.to_string(), tcp.to_string(), n.to_string());
+    let common = ["--port", &udp, "--tcp-port", &tcp, "--timeout", "30", "-s", "65536", "-n", &n];
+    let server = server
         .args(["rdma", op, "--server", "--json"])
         .args(common)
         .stdout(Stdio::piped())
@@ -101,9 +110,8 @@ fn pair(g: &Guard, op: &str, udp: u16, tcp: u16) -> (Output, Output) {
         .spawn()
         .expect("spawn server");
     std::thread::sleep(std::time::Duration::from_millis(300));
-    let client = g
-        .snic()
-        .args(["rdma", op, "--client", "127.0.0.1", "--json"])
+    let client = client
+        .args(["rdma", op, "--client", to, "--json"])
         .args(common)
         .output()
         .expect("run client");
@@ -145,7 +153,7 @@ fn refused_sends_are_losses_the_rc_protocol_recovers() {
     let g = Guard::create(udp);
     // WRITE: the client sends the data; READ: the server does (as READ responses).
     for (k, op) in ["write", "read"].into_iter().enumerate() {
-        let (s, c) = pair(&g, op, udp, tcp + k as u16);
+        let (s, c) = pair(g.snic(), g.snic(), "127.0.0.1", op, udp, tcp + k as u16, 100);
         both_ok(op, &s, &c);
         // Both sides print `"verified":true` (checked by `transport`) and the plain line.
         for out in [&s, &c] {
@@ -207,25 +215,8 @@ fn path_mtu_defaults_to_what_the_link_carries() {
     }
     let g = Pair2::create(1500);
     for (k, op) in ["write", "read"].into_iter().enumerate() {
-        let (udp, tcp) = ((24_880 + k).to_string(), (28_680 + k).to_string());
-        let common =
-            ["--port", &udp, "--tcp-port", &tcp, "--timeout", "30", "-s", "65536", "-n", "50"];
-        let server = g
-            .snic(0)
-            .args(["rdma", op, "--server", "--json"])
-            .args(common)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn server");
-        std::thread::sleep(std::time::Duration::from_millis(300));
-        let c = g
-            .snic(1)
-            .args(["rdma", op, "--client", "10.199.66.1", "--json"])
-            .args(common)
-            .output()
-            .expect("run client");
-        let s = server.wait_with_output().expect("server output");
+        let (udp, tcp) = (24_880 + k as u16, 28_680 + k as u16);
+        let (s, c) = pair(g.snic(0), g.snic(1), "10.199.66.1", op, udp, tcp, 50);
         both_ok(op, &s, &c);
         for out in [&s, &c] {
             let t = transport(out);
