@@ -37,7 +37,7 @@ use std::io::{BufRead, Write};
 use std::path::Path;
 use std::time::Duration;
 
-use snic_host::{DevKind, Device, Placement, RdmaSge, WC_SUCCESS, rdma_access};
+use snic_host::{DevKind, Device, Placement, RdmaQp, RdmaSge, WC_SUCCESS, rdma_access};
 
 /// Byte `i` of pattern `seed` (the C program computes the same).
 fn pattern(seed: u8, i: usize) -> u8 {
@@ -94,6 +94,28 @@ impl Data<'_> {
     }
 }
 
+/// Register `len` bytes at `base` as an MR with every access and create an RC QP (depth 64)
+/// with its rings where `place` says (`host`: in a host buffer returned with it, which must
+/// live as long as the QP). Returns (lkey, rkey, QP, ring buffer).
+fn mr_and_qp(
+    dev: &Device,
+    base: u64,
+    len: u64,
+    place: &str,
+) -> Res<(u32, u32, RdmaQp, snic_host::HostBuf)> {
+    let e = |what: &'static str| move |err: snic_host::HostError| format!("{what}: {err}");
+    let (lkey, rkey) = dev.rdma_reg_mr(base, len, rdma_access::ALL).map_err(e("reg_mr"))?;
+    let rings = dev.alloc_host(256 << 10).map_err(e("alloc_host rings"))?;
+    let placement = match place {
+        "host" => Placement::Host(&rings),
+        "on-chip" => Placement::OnChip,
+        "on-board" => Placement::OnBoard,
+        p => return Err(format!("placement {p:?}")),
+    };
+    let qp = dev.rdma_create_qp(placement, 64).map_err(e("create_qp"))?;
+    Ok((lkey, rkey, qp, rings))
+}
+
 /// Print this side's `QP <qpn> <buffer address> <rkey>` line and read the peer's from stdin.
 fn swap_qp_lines(qpn: u32, base: u64, rkey: u32) -> Res<(u32, u64, u32)> {
     println!("QP {qpn} {base} {rkey}");
@@ -136,16 +158,7 @@ fn run() -> Res<String> {
         d => return Err(format!("data {d:?} (host or device)")),
     };
     let base = buf.base();
-    let (lkey, rkey) =
-        dev.rdma_reg_mr(base, 5 * size as u64, rdma_access::ALL).map_err(e("reg_mr"))?;
-    let rings = dev.alloc_host(256 << 10).map_err(e("alloc_host rings"))?;
-    let placement = match place.as_str() {
-        "host" => Placement::Host(&rings),
-        "on-chip" => Placement::OnChip,
-        "on-board" => Placement::OnBoard,
-        p => return Err(format!("placement {p:?}")),
-    };
-    let qp = dev.rdma_create_qp(placement, 64).map_err(e("create_qp"))?;
+    let (lkey, rkey, qp, _rings) = mr_and_qp(&dev, base, 5 * size as u64, place)?;
     let off = |k: usize| base + (k * size) as u64;
     let sge = |k: usize| RdmaSge { addr: off(k), lkey, len: size as u32 };
     if !active {
@@ -230,16 +243,7 @@ fn bench(args: &[String]) -> Res<String> {
     // [0, size): local source / READ sink; [size, 2 size): the target peers WRITE and READ.
     let buf = dev.alloc_host(2 * size).map_err(e("alloc_host"))?;
     let base = buf.iova();
-    let (lkey, rkey) =
-        dev.rdma_reg_mr(base, 2 * size as u64, rdma_access::ALL).map_err(e("reg_mr"))?;
-    let rings = dev.alloc_host(256 << 10).map_err(e("alloc_host rings"))?;
-    let placement = match place.as_str() {
-        "host" => Placement::Host(&rings),
-        "on-chip" => Placement::OnChip,
-        "on-board" => Placement::OnBoard,
-        p => return Err(format!("placement {p:?}")),
-    };
-    let qp = dev.rdma_create_qp(placement, 64).map_err(e("create_qp"))?;
+    let (lkey, rkey, qp, _rings) = mr_and_qp(&dev, base, 2 * size as u64, place)?;
     buf.write(0, &fill(1, size)).map_err(e("write"))?;
     let (pq, pbase, prkey) = swap_qp_lines(qp.qpn, base, rkey)?;
     dev.rdma_connect(qp.qpn, pq, peer_ip, 0).map_err(e("connect"))?;
