@@ -224,13 +224,7 @@ fn open_nic(spec: &PortSpec, args: &ServeArgs) -> Result<(Wire, String, Option<V
     }
     let mut ips: Vec<IpAddr> = Vec::new();
     for &ip in &args.rdma_ip {
-        let unicast = match ip {
-            IpAddr::V4(a) => {
-                !(a.is_unspecified() || a.is_multicast() || a.is_broadcast() || a.is_loopback())
-            }
-            IpAddr::V6(a) => !(a.is_unspecified() || a.is_multicast() || a.is_loopback()),
-        };
-        if !unicast {
+        if !snic_nic::is_unicast(ip) || ip.is_loopback() {
             bail!("--rdma-ip {ip}: a NIC's RoCE address must be a unicast, non-loopback address");
         }
         if !ips.contains(&ip) {

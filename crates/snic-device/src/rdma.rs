@@ -263,14 +263,6 @@ fn cqe_out(c: &Cqe) -> RdmaCqe {
     }
 }
 
-/// A unicast address a QP may be connected to (not unspecified, multicast, broadcast).
-fn is_unicast(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(a) => !a.is_unspecified() && !a.is_multicast() && !a.is_broadcast(),
-        IpAddr::V6(a) => !a.is_unspecified() && !a.is_multicast(),
-    }
-}
-
 fn overlaps(a: u64, alen: u64, b: u64, blen: u64) -> bool {
     a < b.saturating_add(blen) && b < a.saturating_add(alen)
 }
@@ -584,7 +576,7 @@ impl RdmaHost {
             let cfg = rnic.config();
             (cfg.source_for(ip).is_some(), ip == cfg.local_ip || cfg.more_ips.contains(&ip))
         };
-        if !family_ok || !is_unicast(ip) {
+        if !family_ok || !snic_nic::is_unicast(ip) {
             return Err(Response::error(
                 "bad_request",
                 format!(

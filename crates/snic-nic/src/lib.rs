@@ -231,6 +231,16 @@ impl Nic {
     }
 }
 
+/// True for a unicast address: not unspecified, multicast or (IPv4) broadcast. A NIC's RoCE
+/// address and a QP's peer must be one (loopback is judged by the caller: a QP over kernel UDP
+/// may use it, a NIC's wire may not).
+pub fn is_unicast(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(a) => !a.is_unspecified() && !a.is_multicast() && !a.is_broadcast(),
+        IpAddr::V6(a) => !a.is_unspecified() && !a.is_multicast(),
+    }
+}
+
 /// Source, destination and EtherType of an IP packet, from its first bytes.
 fn ip_ends(ip: &[u8]) -> Option<(IpAddr, IpAddr, EtherType)> {
     match ip.first()? >> 4 {
