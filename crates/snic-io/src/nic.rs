@@ -15,7 +15,7 @@
 
 use crate::port::{Port, PortCounters};
 use crate::runtime::RunError;
-use crate::worker::{Egress, Handler, PortSet, TX_TRACE_CAPACITY, drain_traces, flush_all};
+use crate::worker::{Egress, Handler, Node};
 use snic_nic::{Nic, NicCounters};
 use snic_pipeline::pipeline::{BuildError, PipelineConfig, StageSpec};
 use snic_pipeline::trace::{TraceEvent, TraceRing};
@@ -31,11 +31,9 @@ const TX_PER_ROUND: usize = 4 * MAX_BATCH;
 /// A NIC's pipeline, ports and own-packet handling (see the module doc).
 #[derive(Debug)]
 pub struct NicNode {
-    name: String,
-    pipeline: Pipeline,
-    ports: PortSet,
+    /// The pipeline, its ports and the transmit trace, as any node has them.
+    node: Node,
     nic: Nic,
-    trace: TraceRing,
     local: Batch,
     tx: Batch,
 }
@@ -77,11 +75,8 @@ impl NicNode {
         batch_size: usize,
     ) -> Self {
         NicNode {
-            name: name.into(),
-            pipeline,
-            ports: PortSet::new(ports, batch_size),
+            node: Node::new(name, pipeline, ports, batch_size),
             nic,
-            trace: TraceRing::new(TX_TRACE_CAPACITY),
             local: Batch::new(MAX_BATCH),
             tx: Batch::new(MAX_BATCH),
         }
@@ -89,13 +84,14 @@ impl NicNode {
 
     /// The NIC's name.
     pub fn name(&self) -> &str {
-        &self.name
+        self.node.name()
     }
 
     /// One round (see the module doc). Returns how many packets moved: received, released by
     /// stages, or sent by the engine and the neighbour table.
     pub fn poll(&mut self, now: Instant, rnic: &mut Rnic) -> usize {
-        let NicNode { pipeline, ports, nic, trace, local, tx, .. } = self;
+        let NicNode { node, nic, local, tx } = self;
+        let Node { pipeline, ports, trace, .. } = node;
         let mut moved = ports.round(now, &mut NicInline { pipeline, trace, nic, rnic, local });
         if let Some(n) = ports.release_held(now, pipeline, trace) {
             moved += n;
@@ -122,11 +118,9 @@ impl NicNode {
 
     /// The earliest deadline of the ports, the stages, the engine and the neighbour table.
     pub fn poll_timeout(&self, rnic: &Rnic) -> Option<Instant> {
-        self.ports
-            .ports()
-            .iter()
-            .filter_map(|p| p.poll_timeout())
-            .chain(self.pipeline.poll_timeout())
+        self.node
+            .poll_timeout()
+            .into_iter()
             .chain(rnic.poll_timeout())
             .chain(self.nic.poll_timeout())
             .min()
@@ -134,14 +128,12 @@ impl NicNode {
 
     /// The poll descriptors of the ports that have one.
     pub fn poll_fds(&self, out: &mut Vec<std::os::fd::RawFd>) {
-        out.extend(self.ports.ports().iter().filter_map(|p| p.poll_fd()));
+        self.node.poll_fds(out);
     }
 
     /// Pipeline counters merged with the I/O side's.
     pub fn counters(&self) -> Counters {
-        let mut c = self.pipeline.counters();
-        c.merge(self.ports.io());
-        c
+        self.node.counters()
     }
 
     /// The NIC's own counters (engine and neighbour traffic).
@@ -161,22 +153,22 @@ impl NicNode {
 
     /// Each port's name and own counters.
     pub fn port_counters(&self) -> Vec<(String, PortCounters)> {
-        self.ports.port_counters()
+        self.node.port_counters()
     }
 
     /// Take the trace events recorded so far, by packet sequence number.
     pub fn drain_trace(&mut self) -> Vec<TraceEvent> {
-        drain_traces(&mut self.pipeline, &mut self.trace)
+        self.node.drain_trace()
     }
 
     /// Flush the ports and the pipeline's capture stages.
     pub fn flush(&mut self) -> io::Result<()> {
-        flush_all(&mut self.ports, &mut self.pipeline)
+        self.node.flush()
     }
 
     /// The pipeline (for control-plane changes between rounds).
     pub fn pipeline_mut(&mut self) -> &mut Pipeline {
-        &mut self.pipeline
+        self.node.pipeline_mut()
     }
 }
 

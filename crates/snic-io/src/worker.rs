@@ -435,9 +435,9 @@ impl PortSet {
 #[derive(Debug)]
 pub struct Node {
     name: String,
-    pipeline: Pipeline,
-    ports: PortSet,
-    trace: TraceRing,
+    pub(crate) pipeline: Pipeline,
+    pub(crate) ports: PortSet,
+    pub(crate) trace: TraceRing,
 }
 
 /// Most transmit-step trace events a [`Node`] keeps (as many as a pipeline keeps by default).
@@ -477,7 +477,11 @@ impl Node {
     /// Take the trace events recorded so far: the pipeline's and the transmit step's, grouped
     /// by packet sequence number, each packet's pipeline events before its transmit events.
     pub fn drain_trace(&mut self) -> Vec<TraceEvent> {
-        drain_traces(&mut self.pipeline, &mut self.trace)
+        let mut ev: Vec<TraceEvent> = self.pipeline.drain_trace().collect();
+        ev.extend(self.trace.drain());
+        // Stable: within one packet, the pipeline's stage order, then the transmit step.
+        ev.sort_by_key(|e| e.seq);
+        ev
     }
 
     /// The earliest [`Port::poll_timeout`] of the node's ports and of its pipeline's stages.
@@ -515,31 +519,15 @@ impl Node {
 
     /// Flush the ports and the pipeline's capture stages.
     pub fn flush(&mut self) -> io::Result<()> {
-        flush_all(&mut self.ports, &mut self.pipeline)
+        let first = self.ports.flush();
+        let second = self.pipeline.flush();
+        first.and(second)
     }
 
     /// The pipeline (for control-plane changes between rounds).
     pub fn pipeline_mut(&mut self) -> &mut Pipeline {
         &mut self.pipeline
     }
-}
-
-/// Flush `ports` and `pipeline`'s capture stages; the first error is returned after trying
-/// both.
-pub fn flush_all(ports: &mut PortSet, pipeline: &mut Pipeline) -> io::Result<()> {
-    let first = ports.flush();
-    let second = pipeline.flush();
-    first.and(second)
-}
-
-/// The trace events of a pipeline and of its transmit step (`tx`), grouped by packet sequence
-/// number, each packet's pipeline events before its transmit events.
-pub fn drain_traces(pipeline: &mut Pipeline, tx: &mut TraceRing) -> Vec<TraceEvent> {
-    let mut ev: Vec<TraceEvent> = pipeline.drain_trace().collect();
-    ev.extend(tx.drain());
-    // Stable: within one packet, the pipeline's stage order, then the transmit step.
-    ev.sort_by_key(|e| e.seq);
-    ev
 }
 
 /// Shortest wait of a worker whose stages hold packets (so an idle worker does not spin).
