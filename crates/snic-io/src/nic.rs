@@ -1,6 +1,6 @@
 //! One NIC's data path on one thread: its ports, its pipeline, its own packets
 //! ([`snic_nic::Nic`]) and its RDMA engine, driven by the one receive -> process -> transmit
-//! loop ([`PortSet::round`]).
+//! loop ([`crate::worker::PortSet::round`]).
 //!
 //! A round: receive a batch from each port and run it through the pipeline; the packets the
 //! `local` stage delivered to the device go to the engine or the neighbour table
