@@ -22,3 +22,4 @@ pub mod parse;
 pub mod pre;
 pub mod span;
 pub mod stf;
+pub mod table;
