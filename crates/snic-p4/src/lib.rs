@@ -10,10 +10,13 @@
 //! - [`stf`]: p4c's STF test format, parsed into commands.
 //!
 //! - [`builtin`]: our own `core.p4` and `v1model.p4`.
+//! - [`algo`]: the pure computations of a v1model executor, bit-exact with BMv2: the input
+//!   buffer of hashes and checksums, the hash algorithms, and two-rate three-colour meters.
 //!
 //! The crate reads no file itself: includes are resolved through a [`pre::Loader`] the caller
 //! gives ([`builtin::Builtins`] knows the built-in files; the CLI's will add the disk).
 
+pub mod algo;
 pub mod ast;
 pub mod builtin;
 pub mod diag;
