@@ -145,7 +145,7 @@ extern void mark_to_drop();
 @pure
 extern void mark_to_drop(inout standard_metadata_t standard_metadata);
 
-/* result = base + (hash of data) mod max (max 0: no modulo). */
+/* result = base + (hash of data) mod max; max 0: result = base (BMv2 takes max 0 as 1). */
 @pure
 extern void hash<O, T, D, M>(out O result, in HashAlgorithm algo, in T base, in D data, in M max);
 
