@@ -87,8 +87,9 @@
 //! data list (p4c passes it as the separate `target`). `verify` passes when the target's
 //! header is invalid or the condition is false; otherwise it passes when the calculation's
 //! 64-bit result equals the field's value. `update` (when the condition holds) sets the field
-//! to the result, cut to the field's width. On a failed verify `simple_switch` sets
-//! `standard_metadata.checksum_error` to 1.
+//! to the result, cut to the field's width. After parsing, `simple_switch` sets
+//! `standard_metadata.checksum_error` to 1 when any verify failed (`ingress_thread` in
+//! `targets/simple_switch/simple_switch.cpp`: `packet->get_checksum_error() ? 1 : 0`).
 //!
 //! ## Meters ([`Meter`])
 //!
