@@ -12,6 +12,9 @@
 //! - [`builtin`]: our own `core.p4` and `v1model.p4`.
 //! - [`algo`]: the pure computations of a v1model executor, bit-exact with BMv2: the input
 //!   buffer of hashes and checksums, the hash algorithms, and two-rate three-colour meters.
+//! - [`cli`]: BMv2 `simple_switch_CLI` command lines (table entries files, runtime commands),
+//!   parsed into commands, with the key and parameter value conversions.
+//! - [`table`]: match-action table key types.
 //!
 //! The crate reads no file itself: includes are resolved through a [`pre::Loader`] the caller
 //! gives ([`builtin::Builtins`] knows the built-in files; the CLI's will add the disk).
@@ -19,6 +22,7 @@
 pub mod algo;
 pub mod ast;
 pub mod builtin;
+pub mod cli;
 pub mod diag;
 pub mod lex;
 pub mod parse;
