@@ -694,6 +694,16 @@ fn split2<'a>(text: &'a str, sep: &str, form: &str) -> Result<(&'a str, &'a str)
 /// [`param_value`] does.
 pub fn key_match(text: &str, kind: MatchKind, width: u32) -> Result<FieldMatch, CliError> {
     check_width(width)?;
+    key_match_inner(text, kind, width).map_err(|e| {
+        if e.message.contains(&format!("`{text}`")) {
+            e
+        } else {
+            e.context(&format!("key `{text}`"))
+        }
+    })
+}
+
+fn key_match_inner(text: &str, kind: MatchKind, width: u32) -> Result<FieldMatch, CliError> {
     let m = width_mask(width);
     let r = match kind {
         MatchKind::Exact => FieldMatch::Exact(param_value(text, width)?),
@@ -872,6 +882,19 @@ fn at_least(cmd: &str, args: &[&str], n: usize, usage: &str) -> Result<(), CliEr
     Ok(())
 }
 
+fn at_most(cmd: &str, args: &[&str], n: usize, usage: &str) -> Result<(), CliError> {
+    if args.len() > n {
+        return Err(CliError::new(
+            ErrorKind::Arguments,
+            format!(
+                "{cmd} takes at most {n} argument(s), got {}: usage: {cmd} {usage}",
+                args.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn parse_tokens(cmd: &str, a: &[&str]) -> Result<Command, CliError> {
     let s = |i: usize| a[i].to_string();
     let c = match cmd {
@@ -951,9 +974,7 @@ fn parse_tokens(cmd: &str, a: &[&str]) -> Result<Command, CliError> {
         }
         "register_read" => {
             at_least(cmd, a, 1, "NAME [INDEX]")?;
-            if a.len() > 2 {
-                exactly(cmd, a, 2, "NAME [INDEX]")?;
-            }
+            at_most(cmd, a, 2, "NAME [INDEX]")?;
             let index = a.get(1).map(|i| u32_arg(i, "index")).transpose()?;
             Command::RegisterRead { name: s(0), index }
         }
@@ -1073,9 +1094,7 @@ fn parse_tokens(cmd: &str, a: &[&str]) -> Result<Command, CliError> {
             }
         }
         "help" => {
-            if a.len() > 1 {
-                exactly(cmd, a, 1, "[COMMAND]")?;
-            }
+            at_most(cmd, a, 1, "[COMMAND]")?;
             Command::Help { topic: a.first().map(|t| t.to_string()) }
         }
         "show_tables" => {
