@@ -2,7 +2,7 @@
 //!
 //! Keys are a list of fields, each at most 128 bits wide, given as `u128` values.
 //! (skeleton: types shared by the executor, the entries parser and the runtime; the structure
-//! behind [`Table`] is being written)
+//! behind `Table` is being written)
 
 /// A key field's match kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
