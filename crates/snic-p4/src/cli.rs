@@ -45,7 +45,10 @@
 //! - `exact`: a value.
 //! - `ternary`: `VALUE&&&MASK` (no spaces: the line is split on whitespace first).
 //! - `lpm`: `VALUE/LEN`, `LEN` a decimal integer (Python `int()`), at most the width.
-//! - `range`: `LO->HI`, an error when `LO > HI`.
+//! - `range`: `LO->HI`, an error when `LO > HI` (before or after masking to the width).
+//!
+//! A ternary value's bits outside its mask and an lpm value's bits past its prefix are kept as
+//! written (masked to the width only); the table compares only the bits that count.
 //! - `optional`: BMv2's CLI has no such match kind (its JSON loader knows exact, lpm, ternary,
 //!   valid and range). Here an optional field takes a value (an exact match) or the ternary form
 //!   with an all-ones mask (the same) or a zero mask (the wildcard, e.g. `0&&&0`); any other mask
@@ -55,10 +58,10 @@
 //!
 //! `table_add TABLE ACTION KEY... => PARAM... [PRIORITY]`: the priority is the *last* argument,
 //! after the action parameters, and BMv2 takes it only when the table's match type is `ternary`
-//! or `range` (p4c makes a table `ternary` when a key field is ternary or optional, `range` when
-//! one is range). It is read with Python's `int()` (decimal, optional sign). Whether the last
-//! token is a priority therefore depends on the table: [`split_priority`] takes it off once the
-//! executor knows.
+//! or `range` (p4c's BMv2 back end makes a table `ternary` when a key field is ternary or
+//! optional, `range` when one is range). It is read with Python's `int()` (decimal, optional
+//! sign). Whether the last token is a priority therefore depends on the table: [`split_priority`]
+//! takes it off once the executor knows.
 
 use core::fmt;
 use std::net::Ipv6Addr;
