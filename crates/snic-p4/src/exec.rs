@@ -1,0 +1,223 @@
+//! The interpreter of [`crate::ir`]: expressions, statements, parsers and deparsers over one
+//! packet's frame. [`crate::v1model`] drives it through the architecture's blocks.
+
+use crate::ir::*;
+
+/// How a block ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flow {
+    /// It ran to its end.
+    Next,
+    /// `exit`: the whole top-level block stops.
+    Exit,
+    /// `return`: the current action, function or control stops.
+    Return,
+    /// `break` out of a loop.
+    Break,
+    /// `continue` a loop.
+    Continue,
+    /// A parser error (the error's code).
+    Reject(u32),
+}
+
+/// Read `w` bits (at most 128) at bit offset `off` of `data`, most significant first. The
+/// caller checks bounds.
+pub(crate) fn get_bits(data: &[u8], off: usize, w: u32) -> u128 {
+    if off % 8 == 0 && w % 8 == 0 {
+        let start = off / 8;
+        let n = (w / 8) as usize;
+        let mut v = 0u128;
+        for b in &data[start..start + n] {
+            v = (v << 8) | u128::from(*b);
+        }
+        return v;
+    }
+    let mut v = 0u128;
+    let mut bit = off;
+    let mut rem = w;
+    while rem > 0 {
+        let byte = data[bit / 8];
+        let in_byte = (bit % 8) as u32;
+        let avail = 8 - in_byte;
+        let take = avail.min(rem);
+        let chunk = (u32::from(byte) >> (avail - take)) & ((1u32 << take) - 1);
+        v = if take == 128 { u128::from(chunk) } else { (v << take) | u128::from(chunk) };
+        bit += take as usize;
+        rem -= take;
+    }
+    v
+}
+
+/// A bit string being built most significant bit first.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct BitWriter {
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) bits: usize,
+}
+
+impl BitWriter {
+    pub(crate) fn clear(&mut self) {
+        self.bytes.clear();
+        self.bits = 0;
+    }
+
+    /// Append the low `w` bits of `v`.
+    pub(crate) fn push(&mut self, v: u128, w: u32) {
+        if self.bits % 8 == 0 && w % 8 == 0 {
+            for i in (0..w / 8).rev() {
+                self.bytes.push((v >> (i * 8)) as u8);
+            }
+            self.bits += w as usize;
+            return;
+        }
+        let mut rem = w;
+        while rem > 0 {
+            let in_byte = (self.bits % 8) as u32;
+            if in_byte == 0 {
+                self.bytes.push(0);
+            }
+            let avail = 8 - in_byte;
+            let take = avail.min(rem);
+            let chunk = ((v >> (rem - take)) as u32) & ((1u32 << take) - 1);
+            let last = self.bytes.len() - 1;
+            self.bytes[last] |= (chunk << (avail - take)) as u8;
+            self.bits += take as usize;
+            rem -= take;
+        }
+    }
+}
+
+/// The result of a binary operator on values of `a`'s width.
+pub(crate) fn binop(op: Op, x: u128, y: u128, a: Arith) -> u128 {
+    let m = a.mask();
+    let w = a.width;
+    match op {
+        Op::Add => x.wrapping_add(y) & m,
+        Op::Sub => x.wrapping_sub(y) & m,
+        Op::Mul => x.wrapping_mul(y) & m,
+        Op::Div => {
+            if y == 0 {
+                0
+            } else if a.signed {
+                (a.extend(x).wrapping_div(a.extend(y)) as u128) & m
+            } else {
+                x / y
+            }
+        }
+        Op::Mod => {
+            if y == 0 {
+                0
+            } else if a.signed {
+                (a.extend(x).wrapping_rem(a.extend(y)) as u128) & m
+            } else {
+                x % y
+            }
+        }
+        Op::And => x & y,
+        Op::Or => x | y,
+        Op::Xor => x ^ y,
+        Op::Shl => {
+            if y >= u128::from(w) {
+                0
+            } else {
+                (x << y) & m
+            }
+        }
+        Op::Shr => {
+            if a.signed {
+                let sx = a.extend(x);
+                let s = if y >= u128::from(w) { 127 } else { y as u32 };
+                ((sx >> s.min(127)) as u128) & m
+            } else if y >= u128::from(w) {
+                0
+            } else {
+                x >> y
+            }
+        }
+        Op::AddSat => {
+            if a.signed {
+                let (lo, hi) = signed_bounds(w);
+                let r = a.extend(x).saturating_add(a.extend(y)).clamp(lo, hi);
+                (r as u128) & m
+            } else {
+                let r = x.saturating_add(y);
+                if r > m { m } else { r }
+            }
+        }
+        Op::SubSat => {
+            if a.signed {
+                let (lo, hi) = signed_bounds(w);
+                let r = a.extend(x).saturating_sub(a.extend(y)).clamp(lo, hi);
+                (r as u128) & m
+            } else {
+                x.saturating_sub(y)
+            }
+        }
+    }
+}
+
+fn signed_bounds(w: u32) -> (i128, i128) {
+    if w >= 128 {
+        (i128::MIN, i128::MAX)
+    } else {
+        (-(1i128 << (w - 1)), (1i128 << (w - 1)) - 1)
+    }
+}
+
+pub(crate) fn compare(c: Cmp, x: u128, y: u128, a: Arith) -> bool {
+    if a.signed {
+        let (x, y) = (a.extend(x), a.extend(y));
+        match c {
+            Cmp::Eq => x == y,
+            Cmp::Ne => x != y,
+            Cmp::Lt => x < y,
+            Cmp::Le => x <= y,
+            Cmp::Gt => x > y,
+            Cmp::Ge => x >= y,
+        }
+    } else {
+        match c {
+            Cmp::Eq => x == y,
+            Cmp::Ne => x != y,
+            Cmp::Lt => x < y,
+            Cmp::Le => x <= y,
+            Cmp::Gt => x > y,
+            Cmp::Ge => x >= y,
+        }
+    }
+}
+
+pub(crate) fn cast(v: u128, from: Arith, to: Arith) -> u128 {
+    let x = if from.signed { from.extend(v) as u128 } else { v & from.mask() };
+    x & to.mask()
+}
+
+/// The value of an expression made only of constants (the compiler's folding), or `None`.
+pub fn eval_const(e: &Ex) -> Option<u128> {
+    Some(match e {
+        Ex::Const(v) => *v,
+        Ex::Not(a) => u128::from(eval_const(a)? == 0),
+        Ex::BitNot(a, ar) => !eval_const(a)? & ar.mask(),
+        Ex::Neg(a, ar) => eval_const(a)?.wrapping_neg() & ar.mask(),
+        Ex::Bin(op, a, b, ar) => binop(*op, eval_const(a)?, eval_const(b)?, *ar),
+        Ex::Cmp(c, a, b, ar) => u128::from(compare(*c, eval_const(a)?, eval_const(b)?, *ar)),
+        Ex::And(a, b) => u128::from(eval_const(a)? != 0 && eval_const(b)? != 0),
+        Ex::Or(a, b) => u128::from(eval_const(a)? != 0 || eval_const(b)? != 0),
+        Ex::Cond(c, a, b) => {
+            if eval_const(c)? != 0 {
+                eval_const(a)?
+            } else {
+                eval_const(b)?
+            }
+        }
+        Ex::Slice(a, lo, m) => (eval_const(a)? >> lo) & m,
+        Ex::Concat(a, b, lw) => {
+            let lo = eval_const(b)?;
+            let hi = eval_const(a)?;
+            if *lw >= 128 { lo } else { (hi << lw) | lo }
+        }
+        Ex::Cast(a, f, t) => cast(eval_const(a)?, *f, *t),
+        Ex::NonZero(a) => u128::from(eval_const(a)? != 0),
+        _ => return None,
+    })
+}

@@ -1,0 +1,1807 @@
+//! The v1model architecture, as BMv2's `simple_switch` runs it: parser, verifyChecksum,
+//! ingress, the traffic manager (clones, resubmits, multicast, drops), egress,
+//! computeChecksum, deparser, recirculation.
+//!
+//! A [`Switch`] holds one compiled program and its state (table entries, registers, counters,
+//! meters, multicast groups, mirror sessions). [`Switch::process`] runs one packet to
+//! completion, including every packet derived from it, and returns what leaves by which port.
+//! Nothing here does I/O or reads a clock: the caller passes the time.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::algo::{self, BitBuf, Calculation, CrcParams, HashAlgorithm, Meter, MeterKind, MeterRate};
+use crate::exec::{BitWriter, Flow, binop, cast, compare, get_bits};
+use crate::ir::*;
+use crate::table::{FieldMatch, MatchKind};
+
+/// The port number that drops (`egress_spec = 511`).
+pub const DROP_PORT: u32 = 511;
+
+/// `standard_metadata.instance_type` values (BMv2's).
+pub mod instance {
+    /// A packet from a port.
+    pub const NORMAL: u128 = 0;
+    /// An ingress-to-egress clone.
+    pub const INGRESS_CLONE: u128 = 1;
+    /// An egress-to-egress clone.
+    pub const EGRESS_CLONE: u128 = 2;
+    /// A recirculated packet.
+    pub const RECIRC: u128 = 4;
+    /// A multicast replica.
+    pub const REPLICATION: u128 = 5;
+    /// A resubmitted packet.
+    pub const RESUBMIT: u128 = 6;
+}
+
+/// A refused runtime operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RuntimeError {
+    /// No table, action, instance... of that name or index.
+    NotFound(String),
+    /// The entry's key is already in the table.
+    Duplicate,
+    /// The table is full.
+    Full,
+    /// A value does not fit, a key has the wrong shape, an index is out of range...
+    Invalid(String),
+    /// The program marks it `const`.
+    Const(String),
+}
+
+impl core::fmt::Display for RuntimeError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            RuntimeError::NotFound(s) => write!(f, "not found: {s}"),
+            RuntimeError::Duplicate => f.write_str("an entry with this key exists"),
+            RuntimeError::Full => f.write_str("the table is full"),
+            RuntimeError::Invalid(s) => write!(f, "invalid: {s}"),
+            RuntimeError::Const(s) => write!(f, "{s} is const"),
+        }
+    }
+}
+
+impl std::error::Error for RuntimeError {}
+
+/// An entry's handle, stable while the entry exists.
+pub type Handle = u32;
+
+/// A table entry as the control plane sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EntryView {
+    /// Its handle.
+    pub handle: Handle,
+    /// Its match, one per key field.
+    pub matches: Vec<FieldMatch>,
+    /// Its priority (larger wins), for tables that use priorities.
+    pub priority: Option<i64>,
+    /// Its action and arguments.
+    pub call: ActionCall,
+    /// Its direct counter: packets and bytes.
+    pub counter: (u64, u64),
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    matches: Vec<FieldMatch>,
+    priority: i64,
+    call: ActionCall,
+    counter: (u64, u64),
+    meter: Option<Meter>,
+    seq: u64,
+}
+
+/// One table's entries. Lookup picks, among matching entries, the longest prefix (tables with
+/// lpm and exact keys only) or the largest priority (tables with ternary, range or optional
+/// keys), ties going to the oldest entry.
+#[derive(Debug, Clone, Default)]
+struct TableState {
+    entries: BTreeMap<Handle, Entry>,
+    next_handle: Handle,
+    next_seq: u64,
+    default: Option<ActionCall>,
+    uses_priority: bool,
+    kinds: Vec<(MatchKind, u32)>,
+    exact: std::collections::HashMap<Vec<u128>, Handle>,
+    all_exact: bool,
+    default_counter: (u64, u64),
+}
+
+fn field_matches(m: &FieldMatch, k: u128, width: u32) -> bool {
+    match *m {
+        FieldMatch::Exact(v) => k == v,
+        FieldMatch::Ternary { value, mask } => k & mask == value & mask,
+        FieldMatch::Lpm { value, len } => {
+            if len == 0 {
+                true
+            } else {
+                let m = crate::ir::mask(len) << (width - len);
+                k & m == value & m
+            }
+        }
+        FieldMatch::Range { lo, hi } => lo <= k && k <= hi,
+        FieldMatch::Optional(v) => v.is_none_or(|v| v == k),
+    }
+}
+
+impl TableState {
+    fn rank(&self, e: &Entry) -> i64 {
+        if self.uses_priority {
+            e.priority
+        } else {
+            e.matches
+                .iter()
+                .map(|m| match m {
+                    FieldMatch::Lpm { len, .. } => i64::from(*len),
+                    _ => 0,
+                })
+                .sum()
+        }
+    }
+
+    fn lookup(&self, key: &[u128]) -> Option<Handle> {
+        if self.all_exact {
+            return self.exact.get(key).copied();
+        }
+        let mut best: Option<(i64, u64, Handle)> = None;
+        for (h, e) in &self.entries {
+            if e.matches.iter().zip(key).zip(&self.kinds).all(|((m, k), (_, w))| field_matches(m, *k, *w)) {
+                let r = self.rank(e);
+                let better = match best {
+                    None => true,
+                    Some((br, bs, _)) => r > br || (r == br && e.seq < bs),
+                };
+                if better {
+                    best = Some((r, e.seq, *h));
+                }
+            }
+        }
+        best.map(|b| b.2)
+    }
+
+    fn normalise(&self, matches: &mut [FieldMatch]) -> Result<(), RuntimeError> {
+        if matches.len() != self.kinds.len() {
+            return Err(RuntimeError::Invalid(format!(
+                "{} key fields given, the table has {}",
+                matches.len(),
+                self.kinds.len()
+            )));
+        }
+        for (m, (kind, w)) in matches.iter_mut().zip(&self.kinds) {
+            let mk = crate::ir::mask(*w);
+            let fits = |v: u128| v & !mk == 0;
+            let ok = match (kind, *m) {
+                (MatchKind::Exact, FieldMatch::Exact(v)) => fits(v),
+                (MatchKind::Ternary, FieldMatch::Ternary { value, mask }) => {
+                    *m = FieldMatch::Ternary { value: value & mask, mask };
+                    fits(value) && fits(mask)
+                }
+                (MatchKind::Ternary, FieldMatch::Exact(v)) => {
+                    *m = FieldMatch::Ternary { value: v, mask: mk };
+                    fits(v)
+                }
+                (MatchKind::Lpm, FieldMatch::Lpm { value, len }) => {
+                    let pm = if len == 0 { 0 } else { crate::ir::mask(len) << (w - len.min(*w)) };
+                    *m = FieldMatch::Lpm { value: value & pm, len };
+                    fits(value) && len <= *w
+                }
+                (MatchKind::Lpm, FieldMatch::Exact(v)) => {
+                    *m = FieldMatch::Lpm { value: v, len: *w };
+                    fits(v)
+                }
+                (MatchKind::Range, FieldMatch::Range { lo, hi }) => fits(lo) && fits(hi) && lo <= hi,
+                (MatchKind::Range, FieldMatch::Exact(v)) => {
+                    *m = FieldMatch::Range { lo: v, hi: v };
+                    fits(v)
+                }
+                (MatchKind::Optional, FieldMatch::Optional(v)) => v.is_none_or(fits),
+                (MatchKind::Optional, FieldMatch::Exact(v)) => {
+                    *m = FieldMatch::Optional(Some(v));
+                    fits(v)
+                }
+                (MatchKind::Optional, FieldMatch::Ternary { value, mask }) if mask == 0 || mask == mk => {
+                    *m = FieldMatch::Optional(if mask == 0 { None } else { Some(value) });
+                    fits(value)
+                }
+                _ => false,
+            };
+            if !ok {
+                return Err(RuntimeError::Invalid(format!("key value {m:?} does not fit a {w}-bit {kind:?} field")));
+            }
+        }
+        Ok(())
+    }
+
+    fn add(&mut self, mut matches: Vec<FieldMatch>, priority: Option<i64>, call: ActionCall, meter: Option<Meter>, size: usize) -> Result<Handle, RuntimeError> {
+        self.normalise(&mut matches)?;
+        let priority = if self.uses_priority { priority.unwrap_or(0) } else { 0 };
+        if self.entries.values().any(|e| e.matches == matches && (!self.uses_priority || e.priority == priority)) {
+            return Err(RuntimeError::Duplicate);
+        }
+        if self.entries.len() >= size {
+            return Err(RuntimeError::Full);
+        }
+        let h = self.next_handle;
+        self.next_handle += 1;
+        if self.all_exact {
+            let key = matches.iter().map(|m| if let FieldMatch::Exact(v) = m { *v } else { 0 }).collect();
+            self.exact.insert(key, h);
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.entries.insert(h, Entry { matches, priority, call, counter: (0, 0), meter, seq });
+        Ok(h)
+    }
+
+    fn remove(&mut self, h: Handle) -> Result<Entry, RuntimeError> {
+        let e = self.entries.remove(&h).ok_or_else(|| RuntimeError::NotFound(format!("entry handle {h}")))?;
+        if self.all_exact {
+            let key: Vec<u128> = e.matches.iter().map(|m| if let FieldMatch::Exact(v) = m { *v } else { 0 }).collect();
+            self.exact.remove(&key);
+        }
+        Ok(e)
+    }
+}
+
+/// A multicast replica: (replication id, port).
+pub type Replica = (u16, u32);
+
+/// Per-packet flags set by externs.
+#[derive(Debug, Clone, Default)]
+struct Flags {
+    clone: Option<(bool, u32, Option<u32>)>,
+    resubmit: Option<Option<u32>>,
+    recirculate: Option<Option<u32>>,
+    truncate: Option<u32>,
+    assert_failed: bool,
+}
+
+/// What a packet trace records, one line per event (like BMv2's `--log-console`).
+pub type Trace = Vec<String>;
+
+/// A mirror session's destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MirrorSession {
+    /// The egress port of the copies.
+    pub port: Option<u32>,
+    /// Or a multicast group.
+    pub mgrp: Option<u16>,
+}
+
+#[derive(Debug, Clone)]
+enum Work {
+    Ingress { data: Vec<u8>, port: u32, itype: u128, keep: Vec<(Slot, Vec<u128>)> },
+    Egress { frame: Vec<u128>, payload: Vec<u8>, port: u32, itype: u128, rid: u16, keep: Option<Vec<(Slot, Vec<u128>)>>, len: u32 },
+}
+
+/// Counters of what the switch did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Packets given to [`Switch::process`].
+    pub received: u64,
+    /// Packets sent out of a port.
+    pub sent: u64,
+    /// Dropped by `mark_to_drop` or egress port 511 in ingress.
+    pub dropped_ingress: u64,
+    /// Dropped by `mark_to_drop` in egress.
+    pub dropped_egress: u64,
+    /// Packets whose parser ended in an error.
+    pub parser_errors: u64,
+    /// Derived packets dropped because one packet made too many.
+    pub derived_limit: u64,
+    /// `assert`/`assume` failures.
+    pub assert_failures: u64,
+}
+
+/// One packet's work at most: derived packets (clones, replicas, resubmits, recirculations)
+/// beyond this are dropped and counted, so a program that loops cannot hang the switch.
+pub const MAX_DERIVED: usize = 4096;
+
+/// The parser takes at most this many state transitions per packet (then `ParserTimeout`).
+pub const MAX_PARSER_STEPS: u32 = 100_000;
+
+/// A running v1model program.
+#[derive(Debug, Clone)]
+pub struct Switch {
+    prog: Compiled,
+    tables: Vec<TableState>,
+    registers: Vec<Vec<u128>>,
+    counters: Vec<Vec<(u64, u64)>>,
+    meters: Vec<Vec<Meter>>,
+    meter_last: Vec<u128>,
+    calcs: Vec<Calculation>,
+    value_sets: Vec<Vec<(u128, u128)>>,
+    mc_groups: BTreeMap<u16, Vec<u32>>,
+    mc_nodes: BTreeMap<u32, (u16, Vec<u32>)>,
+    next_node: u32,
+    mirrors: BTreeMap<u32, MirrorSession>,
+    rng: u64,
+    frame: Vec<u128>,
+    key: Vec<u128>,
+    errs: Errs,
+    stats: Stats,
+    trace: Option<Trace>,
+    digests: Vec<Vec<u128>>,
+    now_ns: u64,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Errs {
+    packet_too_short: u32,
+    no_match: u32,
+    stack_oob: u32,
+    header_too_short: u32,
+    timeout: u32,
+}
+
+impl Switch {
+    /// A switch running `prog`, with its `const entries` installed.
+    pub fn new(prog: Compiled) -> Result<Switch, RuntimeError> {
+        let mut tables = Vec::new();
+        for t in &prog.tables {
+            let kinds: Vec<(MatchKind, u32)> = t.keys.iter().map(|k| (k.kind, k.width)).collect();
+            let uses_priority = kinds.iter().any(|k| matches!(k.0, MatchKind::Ternary | MatchKind::Range | MatchKind::Optional));
+            let all_exact = kinds.iter().all(|k| k.0 == MatchKind::Exact);
+            tables.push(TableState { default: Some(t.default.clone()), uses_priority, kinds, all_exact, ..TableState::default() });
+        }
+        let mut registers = Vec::new();
+        let mut counters = Vec::new();
+        let mut meters = Vec::new();
+        for i in &prog.instances {
+            registers.push(match i.kind {
+                InstanceKind::Register { size, .. } => vec![0; size as usize],
+                _ => Vec::new(),
+            });
+            counters.push(match i.kind {
+                InstanceKind::Counter { size, .. } => vec![(0, 0); size as usize],
+                _ => Vec::new(),
+            });
+            meters.push(match i.kind {
+                InstanceKind::Meter { size, bytes } => {
+                    vec![Meter::new(if bytes { MeterKind::Bytes } else { MeterKind::Packets }); size as usize]
+                }
+                _ => Vec::new(),
+            });
+        }
+        let calcs = prog.calcs.iter().map(|(_, a)| Calculation::new(HashAlgorithm::ALL[(*a as usize).min(7)])).collect();
+        let find = |n: &str| prog.errors.iter().position(|e| e == n).unwrap_or(0) as u32;
+        let errs = Errs {
+            packet_too_short: find("PacketTooShort"),
+            no_match: find("NoMatch"),
+            stack_oob: find("StackOutOfBounds"),
+            header_too_short: find("HeaderTooShort"),
+            timeout: find("ParserTimeout"),
+        };
+        let n_inst = prog.instances.len();
+        let value_sets = vec![Vec::new(); prog.value_sets.len()];
+        let frame = vec![0; prog.frame_len as usize];
+        let mut sw = Switch {
+            tables,
+            registers,
+            counters,
+            meters,
+            meter_last: vec![0; n_inst],
+            calcs,
+            value_sets,
+            mc_groups: BTreeMap::new(),
+            mc_nodes: BTreeMap::new(),
+            next_node: 0,
+            mirrors: BTreeMap::new(),
+            rng: 0x9E37_79B9_7F4A_7C15,
+            frame,
+            key: Vec::new(),
+            errs,
+            stats: Stats::default(),
+            trace: None,
+            digests: Vec::new(),
+            now_ns: 0,
+            prog,
+        };
+        for t in 0..sw.prog.tables.len() {
+            let entries = sw.prog.tables[t].entries.clone();
+            for e in entries {
+                sw.add_entry(t, e.matches, e.priority, e.call)?;
+            }
+        }
+        Ok(sw)
+    }
+
+    /// The compiled program.
+    pub fn program(&self) -> &Compiled {
+        &self.prog
+    }
+
+    /// What the switch did so far.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// Start (or stop) recording a trace of every packet.
+    pub fn set_trace(&mut self, on: bool) {
+        self.trace = if on { Some(Vec::new()) } else { None };
+    }
+
+    /// The trace lines recorded since the last call.
+    pub fn take_trace(&mut self) -> Trace {
+        self.trace.as_mut().map(core::mem::take).unwrap_or_default()
+    }
+
+    /// Digests sent since the last call (each the list's values).
+    pub fn take_digests(&mut self) -> Vec<Vec<u128>> {
+        core::mem::take(&mut self.digests)
+    }
+
+    // ------------------------------------------------------------------ control plane
+
+    /// The index of the table named `name` (exactly).
+    pub fn table_index(&self, name: &str) -> Option<usize> {
+        self.prog.tables.iter().position(|t| t.name == name)
+    }
+
+    fn table_check(&self, t: usize) -> Result<&TableIr, RuntimeError> {
+        self.prog.tables.get(t).ok_or_else(|| RuntimeError::NotFound(format!("table {t}")))
+    }
+
+    fn check_call(&self, t: usize, call: &ActionCall, default: bool) -> Result<(), RuntimeError> {
+        let ti = self.table_check(t)?;
+        let Some(ta) = ti.actions.get(call.action as usize) else {
+            return Err(RuntimeError::NotFound(format!("action {} of table {}", call.action, ti.name)));
+        };
+        let a = &self.prog.actions[ta.action as usize];
+        if default && ta.table_only {
+            return Err(RuntimeError::Invalid(format!("{} is @tableonly", a.name)));
+        }
+        if !default && ta.default_only {
+            return Err(RuntimeError::Invalid(format!("{} is @defaultonly", a.name)));
+        }
+        let data: Vec<&ParamIr> = a.params.iter().filter(|p| p.data).collect();
+        if data.len() != call.args.len() {
+            return Err(RuntimeError::Invalid(format!("{} takes {} arguments", a.name, data.len())));
+        }
+        for (p, v) in data.iter().zip(&call.args) {
+            if *v & !mask(p.width) != 0 {
+                return Err(RuntimeError::Invalid(format!("{} does not fit {}'s {} bits", v, p.name, p.width)));
+            }
+        }
+        Ok(())
+    }
+
+    fn add_entry(&mut self, t: usize, matches: Vec<FieldMatch>, priority: Option<i64>, call: ActionCall) -> Result<Handle, RuntimeError> {
+        self.check_call(t, &call, false)?;
+        let size = self.prog.tables[t].size.max(1);
+        let meter = self.prog.tables[t].direct_meter.map(|m| match self.prog.instances[m as usize].kind {
+            InstanceKind::DirectMeter { bytes: true } => Meter::new(MeterKind::Bytes),
+            _ => Meter::new(MeterKind::Packets),
+        });
+        self.tables[t].add(matches, priority, call, meter, size)
+    }
+
+    /// Add an entry to table `t`; `priority` (larger wins) matters for tables with ternary,
+    /// range or optional keys.
+    pub fn table_add(&mut self, t: usize, matches: Vec<FieldMatch>, priority: Option<i64>, call: ActionCall) -> Result<Handle, RuntimeError> {
+        let ti = self.table_check(t)?;
+        if ti.entries_const {
+            return Err(RuntimeError::Const(format!("the entries of {}", ti.name)));
+        }
+        self.add_entry(t, matches, priority, call)
+    }
+
+    /// Change an entry's action.
+    pub fn table_modify(&mut self, t: usize, h: Handle, call: ActionCall) -> Result<(), RuntimeError> {
+        let ti = self.table_check(t)?;
+        if ti.entries_const {
+            return Err(RuntimeError::Const(format!("the entries of {}", ti.name)));
+        }
+        self.check_call(t, &call, false)?;
+        match self.tables[t].entries.get_mut(&h) {
+            Some(e) => {
+                e.call = call;
+                Ok(())
+            }
+            None => Err(RuntimeError::NotFound(format!("entry handle {h}"))),
+        }
+    }
+
+    /// Delete an entry.
+    pub fn table_delete(&mut self, t: usize, h: Handle) -> Result<(), RuntimeError> {
+        let ti = self.table_check(t)?;
+        if ti.entries_const {
+            return Err(RuntimeError::Const(format!("the entries of {}", ti.name)));
+        }
+        self.tables[t].remove(h).map(|_| ())
+    }
+
+    /// Delete every entry (const entries stay).
+    pub fn table_clear(&mut self, t: usize) -> Result<(), RuntimeError> {
+        let ti = self.table_check(t)?;
+        if ti.entries_const {
+            return Err(RuntimeError::Const(format!("the entries of {}", ti.name)));
+        }
+        let hs: Vec<Handle> = self.tables[t].entries.keys().copied().collect();
+        for h in hs {
+            self.tables[t].remove(h)?;
+        }
+        Ok(())
+    }
+
+    /// Set the default action.
+    pub fn table_set_default(&mut self, t: usize, call: ActionCall) -> Result<(), RuntimeError> {
+        let ti = self.table_check(t)?;
+        if ti.default_const {
+            return Err(RuntimeError::Const(format!("the default action of {}", ti.name)));
+        }
+        self.check_call(t, &call, true)?;
+        self.tables[t].default = Some(call);
+        Ok(())
+    }
+
+    /// Restore the program's default action.
+    pub fn table_reset_default(&mut self, t: usize) -> Result<(), RuntimeError> {
+        let d = self.table_check(t)?.default.clone();
+        self.tables[t].default = Some(d);
+        Ok(())
+    }
+
+    /// The current default action.
+    pub fn table_default(&self, t: usize) -> Option<ActionCall> {
+        self.tables.get(t).and_then(|s| s.default.clone())
+    }
+
+    /// Every entry, in handle order.
+    pub fn table_entries(&self, t: usize) -> Vec<EntryView> {
+        let Some(s) = self.tables.get(t) else { return Vec::new() };
+        s.entries
+            .iter()
+            .map(|(h, e)| EntryView {
+                handle: *h,
+                matches: e.matches.clone(),
+                priority: s.uses_priority.then_some(e.priority),
+                call: e.call.clone(),
+                counter: e.counter,
+            })
+            .collect()
+    }
+
+    /// The handle of the entry with exactly this match (and priority, where it matters).
+    pub fn table_find(&self, t: usize, matches: &[FieldMatch], priority: Option<i64>) -> Option<Handle> {
+        let s = self.tables.get(t)?;
+        let mut m = matches.to_vec();
+        s.normalise(&mut m).ok()?;
+        s.entries
+            .iter()
+            .find(|(_, e)| e.matches == m && (!s.uses_priority || priority.is_none_or(|p| p == e.priority)))
+            .map(|(h, _)| *h)
+    }
+
+    /// Whether table `t` orders entries by priority.
+    pub fn table_uses_priority(&self, t: usize) -> bool {
+        self.tables.get(t).is_some_and(|s| s.uses_priority)
+    }
+
+    /// The index of the extern instance named `name`.
+    pub fn instance_index(&self, name: &str) -> Option<usize> {
+        self.prog.instances.iter().position(|i| i.name == name)
+    }
+
+    /// Read an indexed counter cell (packets, bytes).
+    pub fn counter_read(&self, inst: usize, index: usize) -> Result<(u64, u64), RuntimeError> {
+        self.counters
+            .get(inst)
+            .and_then(|c| c.get(index))
+            .copied()
+            .ok_or_else(|| RuntimeError::Invalid(format!("counter {inst}[{index}]")))
+    }
+
+    /// Set an indexed counter cell.
+    pub fn counter_write(&mut self, inst: usize, index: usize, v: (u64, u64)) -> Result<(), RuntimeError> {
+        match self.counters.get_mut(inst).and_then(|c| c.get_mut(index)) {
+            Some(c) => {
+                *c = v;
+                Ok(())
+            }
+            None => Err(RuntimeError::Invalid(format!("counter {inst}[{index}]"))),
+        }
+    }
+
+    /// Zero every cell of a counter (indexed or direct).
+    pub fn counter_reset(&mut self, inst: usize) -> Result<(), RuntimeError> {
+        if inst >= self.counters.len() {
+            return Err(RuntimeError::NotFound(format!("counter {inst}")));
+        }
+        self.counters[inst].iter_mut().for_each(|c| *c = (0, 0));
+        for (t, ti) in self.prog.tables.iter().enumerate() {
+            if ti.direct_counter == Some(inst as u32) {
+                self.tables[t].entries.values_mut().for_each(|e| e.counter = (0, 0));
+                self.tables[t].default_counter = (0, 0);
+            }
+        }
+        Ok(())
+    }
+
+    /// The direct counter of table `t`'s entry `h`.
+    pub fn direct_counter_read(&self, t: usize, h: Handle) -> Result<(u64, u64), RuntimeError> {
+        self.tables
+            .get(t)
+            .and_then(|s| s.entries.get(&h))
+            .map(|e| e.counter)
+            .ok_or_else(|| RuntimeError::NotFound(format!("entry handle {h}")))
+    }
+
+    /// Read a register cell.
+    pub fn register_read(&self, inst: usize, index: usize) -> Result<u128, RuntimeError> {
+        self.registers
+            .get(inst)
+            .and_then(|r| r.get(index))
+            .copied()
+            .ok_or_else(|| RuntimeError::Invalid(format!("register {inst}[{index}]")))
+    }
+
+    /// Write a register cell.
+    pub fn register_write(&mut self, inst: usize, index: usize, v: u128) -> Result<(), RuntimeError> {
+        let w = match self.prog.instances.get(inst).map(|i| &i.kind) {
+            Some(InstanceKind::Register { width, .. }) => *width,
+            _ => return Err(RuntimeError::NotFound(format!("register {inst}"))),
+        };
+        if v & !mask(w) != 0 {
+            return Err(RuntimeError::Invalid(format!("{v} does not fit {w} bits")));
+        }
+        match self.registers.get_mut(inst).and_then(|r| r.get_mut(index)) {
+            Some(c) => {
+                *c = v;
+                Ok(())
+            }
+            None => Err(RuntimeError::Invalid(format!("register index {index}"))),
+        }
+    }
+
+    /// Zero a register.
+    pub fn register_reset(&mut self, inst: usize) -> Result<(), RuntimeError> {
+        match self.registers.get_mut(inst) {
+            Some(r) => {
+                r.iter_mut().for_each(|c| *c = 0);
+                Ok(())
+            }
+            None => Err(RuntimeError::NotFound(format!("register {inst}"))),
+        }
+    }
+
+    /// Set an indexed meter's rates (`None`: every cell); rates per microsecond.
+    pub fn meter_set_rates(&mut self, inst: usize, index: Option<usize>, cir: MeterRate, pir: MeterRate) -> Result<(), RuntimeError> {
+        let cells = self.meters.get_mut(inst).ok_or_else(|| RuntimeError::NotFound(format!("meter {inst}")))?;
+        let range = match index {
+            Some(i) if i < cells.len() => i..i + 1,
+            Some(i) => return Err(RuntimeError::Invalid(format!("meter index {i}"))),
+            None => 0..cells.len(),
+        };
+        for m in &mut cells[range] {
+            m.set_rates(cir, pir).map_err(|e| RuntimeError::Invalid(format!("{e:?}")))?;
+        }
+        Ok(())
+    }
+
+    /// Set a direct meter's rates for table `t`'s entry `h`.
+    pub fn direct_meter_set_rates(&mut self, t: usize, h: Handle, cir: MeterRate, pir: MeterRate) -> Result<(), RuntimeError> {
+        let e = self.tables.get_mut(t).and_then(|s| s.entries.get_mut(&h)).ok_or_else(|| RuntimeError::NotFound(format!("entry {h}")))?;
+        match &mut e.meter {
+            Some(m) => m.set_rates(cir, pir).map_err(|e| RuntimeError::Invalid(format!("{e:?}"))),
+            None => Err(RuntimeError::Invalid("the table has no direct meter".into())),
+        }
+    }
+
+    /// Configure a custom CRC calculation by its name (`calc`, `calc_0`, ...) or index.
+    pub fn set_crc_parameters(&mut self, calc: usize, p: CrcParams) -> Result<(), RuntimeError> {
+        match self.calcs.get_mut(calc) {
+            Some(c) => c.set_crc_params(p).map_err(|e| RuntimeError::Invalid(format!("{e:?}"))),
+            None => Err(RuntimeError::NotFound(format!("calculation {calc}"))),
+        }
+    }
+
+    /// Add a value (and mask) to a parser value set.
+    pub fn value_set_add(&mut self, vs: usize, value: u128, mask_: u128) -> Result<(), RuntimeError> {
+        let info = self.prog.value_sets.get(vs).ok_or_else(|| RuntimeError::NotFound(format!("value set {vs}")))?;
+        let set = &mut self.value_sets[vs];
+        if set.len() >= info.size as usize {
+            return Err(RuntimeError::Full);
+        }
+        set.push((value & mask_, mask_));
+        Ok(())
+    }
+
+    /// Create a multicast group.
+    pub fn mc_group_create(&mut self, g: u16) -> Result<(), RuntimeError> {
+        if self.mc_groups.contains_key(&g) {
+            return Err(RuntimeError::Duplicate);
+        }
+        self.mc_groups.insert(g, Vec::new());
+        Ok(())
+    }
+
+    /// Destroy a multicast group.
+    pub fn mc_group_destroy(&mut self, g: u16) -> Result<(), RuntimeError> {
+        self.mc_groups.remove(&g).map(|_| ()).ok_or_else(|| RuntimeError::NotFound(format!("group {g}")))
+    }
+
+    /// Create a node (a replication id and its ports); returns its handle.
+    pub fn mc_node_create(&mut self, rid: u16, ports: Vec<u32>) -> Handle {
+        let h = self.next_node;
+        self.next_node += 1;
+        self.mc_nodes.insert(h, (rid, ports));
+        h
+    }
+
+    /// Change a node's ports.
+    pub fn mc_node_update(&mut self, h: Handle, ports: Vec<u32>) -> Result<(), RuntimeError> {
+        match self.mc_nodes.get_mut(&h) {
+            Some(n) => {
+                n.1 = ports;
+                Ok(())
+            }
+            None => Err(RuntimeError::NotFound(format!("node {h}"))),
+        }
+    }
+
+    /// Destroy a node (and remove it from every group).
+    pub fn mc_node_destroy(&mut self, h: Handle) -> Result<(), RuntimeError> {
+        self.mc_nodes.remove(&h).ok_or_else(|| RuntimeError::NotFound(format!("node {h}")))?;
+        for g in self.mc_groups.values_mut() {
+            g.retain(|n| *n != h);
+        }
+        Ok(())
+    }
+
+    /// Put a node in a group.
+    pub fn mc_node_associate(&mut self, g: u16, h: Handle) -> Result<(), RuntimeError> {
+        if !self.mc_nodes.contains_key(&h) {
+            return Err(RuntimeError::NotFound(format!("node {h}")));
+        }
+        let grp = self.mc_groups.get_mut(&g).ok_or_else(|| RuntimeError::NotFound(format!("group {g}")))?;
+        if grp.contains(&h) {
+            return Err(RuntimeError::Duplicate);
+        }
+        grp.push(h);
+        Ok(())
+    }
+
+    /// Take a node out of a group.
+    pub fn mc_node_dissociate(&mut self, g: u16, h: Handle) -> Result<(), RuntimeError> {
+        let grp = self.mc_groups.get_mut(&g).ok_or_else(|| RuntimeError::NotFound(format!("group {g}")))?;
+        let before = grp.len();
+        grp.retain(|n| *n != h);
+        if grp.len() == before {
+            return Err(RuntimeError::NotFound(format!("node {h} in group {g}")));
+        }
+        Ok(())
+    }
+
+    /// The replicas of a group, in order.
+    pub fn mc_replicas(&self, g: u16) -> Vec<Replica> {
+        let mut v = Vec::new();
+        if let Some(nodes) = self.mc_groups.get(&g) {
+            for n in nodes {
+                if let Some((rid, ports)) = self.mc_nodes.get(n) {
+                    let mut ps = ports.clone();
+                    ps.sort_unstable();
+                    for p in ps {
+                        v.push((*rid, p));
+                    }
+                }
+            }
+        }
+        v
+    }
+
+    /// Add (or replace) a mirror session.
+    pub fn mirroring_add(&mut self, session: u32, s: MirrorSession) {
+        self.mirrors.insert(session, s);
+    }
+
+    /// Remove a mirror session.
+    pub fn mirroring_delete(&mut self, session: u32) -> Result<(), RuntimeError> {
+        self.mirrors.remove(&session).map(|_| ()).ok_or_else(|| RuntimeError::NotFound(format!("session {session}")))
+    }
+
+    /// A mirror session.
+    pub fn mirroring_get(&self, session: u32) -> Option<MirrorSession> {
+        self.mirrors.get(&session).copied()
+    }
+
+    // ------------------------------------------------------------------ data plane
+
+    /// Run one packet arriving on `port` at time `now_ns` to completion; the packets that
+    /// leave are appended to `out` as (port, bytes), in the order they leave.
+    pub fn process(&mut self, port: u32, data: &[u8], now_ns: u64, out: &mut Vec<(u32, Vec<u8>)>) {
+        self.stats.received += 1;
+        self.now_ns = now_ns;
+        let mut work = VecDeque::new();
+        work.push_back(Work::Ingress { data: data.to_vec(), port, itype: instance::NORMAL, keep: Vec::new() });
+        let mut done = 0usize;
+        while let Some(w) = work.pop_front() {
+            done += 1;
+            if done > MAX_DERIVED {
+                self.stats.derived_limit += work.len() as u64 + 1;
+                break;
+            }
+            match w {
+                Work::Ingress { data, port, itype, keep } => self.ingress(data, port, itype, keep, &mut work),
+                Work::Egress { frame, payload, port, itype, rid, keep, len } => {
+                    self.egress(frame, payload, port, itype, rid, keep, len, &mut work, out)
+                }
+            }
+        }
+    }
+
+    fn tr(&mut self, f: impl FnOnce() -> String) {
+        if let Some(t) = &mut self.trace {
+            t.push(f());
+        }
+    }
+
+    fn keep_list(&self, list: Option<u32>, frame: &[u128]) -> Vec<(Slot, Vec<u128>)> {
+        let Some(id) = list else { return Vec::new() };
+        self.prog
+            .field_lists
+            .iter()
+            .filter(|l| l.0 == id)
+            .flat_map(|l| l.1.iter())
+            .map(|&(s, n)| (s, frame[s as usize..(s + n) as usize].to_vec()))
+            .collect()
+    }
+
+    /// Parse `data` into the (zeroed) frame; returns the payload offset in bytes.
+    fn parse(&mut self, data: &[u8], port: u32, itype: u128) -> usize {
+        let std = self.prog.std;
+        let mut frame = core::mem::take(&mut self.frame);
+        frame.iter_mut().for_each(|v| *v = 0);
+        set(&mut frame, std.ingress_port, u128::from(port));
+        set(&mut frame, std.instance_type, itype);
+        set(&mut frame, std.packet_length, data.len() as u128);
+        set(&mut frame, std.ingress_global_timestamp, u128::from(self.now_ns / 1000) & mask(48));
+        let mut flags = Flags::default();
+        let mut ex = Exec::new(self, &mut frame, data, &mut flags);
+        let r = ex.parser(ex.sw.prog.parser);
+        let cursor = ex.cursor;
+        let p = ex.sw.prog.parser;
+        if let Err(e) = r {
+            self.stats.parser_errors += 1;
+            set(&mut frame, std.parser_error, u128::from(e));
+            let name = self.prog.errors.get(e as usize).cloned().unwrap_or_default();
+            self.tr(|| format!("parser {}: error {name}", p));
+        }
+        self.frame = frame;
+        cursor.div_ceil(8).min(data.len())
+    }
+
+    fn ingress(&mut self, data: Vec<u8>, port: u32, itype: u128, keep: Vec<(Slot, Vec<u128>)>, work: &mut VecDeque<Work>) {
+        self.tr(|| format!("ingress: port {port}, {} bytes, instance_type {itype}", data.len()));
+        let off = self.parse(&data, port, itype);
+        let std = self.prog.std;
+        let mut frame = core::mem::take(&mut self.frame);
+        for (s, vals) in &keep {
+            frame[*s as usize..*s as usize + vals.len()].copy_from_slice(vals);
+        }
+        let mut flags = Flags::default();
+        {
+            let mut ex = Exec::new(self, &mut frame, &data, &mut flags);
+            ex.cursor = off * 8;
+            let (v, i) = (ex.sw.prog.verify, ex.sw.prog.ingress);
+            ex.control(v);
+            ex.control(i);
+        }
+        if flags.assert_failed {
+            self.stats.assert_failures += 1;
+        }
+        let payload = data[off..].to_vec();
+        // Ingress clone: the packet as it arrived, parsed again, to the session's port.
+        if let Some((false, session, list)) = flags.clone {
+            if let Some(ms) = self.mirrors.get(&session).copied() {
+                let kept = self.keep_list(list, &frame);
+                let saved = core::mem::take(&mut self.frame);
+                self.frame = saved;
+                let off2 = self.parse(&data, port, itype);
+                let mut cf = self.frame.clone();
+                set(&mut cf, std.instance_type, instance::INGRESS_CLONE);
+                for (s, vals) in &kept {
+                    cf[*s as usize..*s as usize + vals.len()].copy_from_slice(vals);
+                }
+                let p2 = data[off2..].to_vec();
+                self.enqueue_mirror(ms, cf, p2, instance::INGRESS_CLONE, Some(kept), data.len() as u32, work);
+            } else {
+                self.tr(|| format!("clone: session {session} is not configured"));
+            }
+        }
+        if let Some(list) = flags.resubmit {
+            let kept = self.keep_list(list, &frame);
+            self.tr(|| "resubmit".into());
+            work.push_back(Work::Ingress { data, port, itype: instance::RESUBMIT, keep: kept });
+            self.frame = frame;
+            return;
+        }
+        let mgrp = get(&frame, std.mcast_grp) as u16;
+        if mgrp != 0 {
+            let reps = self.mc_replicas(mgrp);
+            self.tr(|| format!("multicast group {mgrp}: {} replicas", reps.len()));
+            for (rid, p) in reps {
+                work.push_back(Work::Egress {
+                    frame: frame.clone(),
+                    payload: payload.clone(),
+                    port: p,
+                    itype: instance::REPLICATION,
+                    rid,
+                    keep: None,
+                    len: data.len() as u32,
+                });
+            }
+            self.frame = frame;
+            return;
+        }
+        let spec = get(&frame, std.egress_spec) as u32;
+        if spec == DROP_PORT {
+            self.stats.dropped_ingress += 1;
+            self.tr(|| "ingress: dropped".into());
+            self.frame = frame;
+            return;
+        }
+        self.tr(|| format!("ingress: egress_spec {spec}"));
+        work.push_back(Work::Egress { frame: frame.clone(), payload, port: spec, itype, rid: 0, keep: None, len: data.len() as u32 });
+        self.frame = frame;
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn enqueue_mirror(&mut self, ms: MirrorSession, frame: Vec<u128>, payload: Vec<u8>, itype: u128, keep: Option<Vec<(Slot, Vec<u128>)>>, len: u32, work: &mut VecDeque<Work>) {
+        if let Some(p) = ms.port {
+            work.push_back(Work::Egress { frame: frame.clone(), payload: payload.clone(), port: p, itype, rid: 0, keep: keep.clone(), len });
+        }
+        if let Some(g) = ms.mgrp {
+            for (rid, p) in self.mc_replicas(g) {
+                work.push_back(Work::Egress { frame: frame.clone(), payload: payload.clone(), port: p, itype, rid, keep: keep.clone(), len });
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn egress(
+        &mut self,
+        mut frame: Vec<u128>,
+        payload: Vec<u8>,
+        port: u32,
+        itype: u128,
+        rid: u16,
+        keep: Option<Vec<(Slot, Vec<u128>)>>,
+        len: u32,
+        work: &mut VecDeque<Work>,
+        out: &mut Vec<(u32, Vec<u8>)>,
+    ) {
+        let std = self.prog.std;
+        if let Some(keep) = &keep {
+            // A clone: metadata starts from zero, with the preserved fields.
+            let (mb, ml) = self.prog.meta;
+            frame[mb as usize..(mb + ml) as usize].iter_mut().for_each(|v| *v = 0);
+            let ingress_port = get(&frame, std.ingress_port);
+            frame[std.base as usize..(std.base + std.len) as usize].iter_mut().for_each(|v| *v = 0);
+            set(&mut frame, std.ingress_port, ingress_port);
+            for (s, vals) in keep {
+                frame[*s as usize..*s as usize + vals.len()].copy_from_slice(vals);
+            }
+        }
+        set(&mut frame, std.egress_port, u128::from(port));
+        set(&mut frame, std.egress_spec, 0);
+        set(&mut frame, std.instance_type, itype);
+        set(&mut frame, std.egress_rid, u128::from(rid));
+        set(&mut frame, std.packet_length, u128::from(len));
+        set(&mut frame, std.egress_global_timestamp, u128::from(self.now_ns / 1000) & mask(48));
+        self.tr(|| format!("egress: port {port}, instance_type {itype}, rid {rid}"));
+        let mut flags = Flags::default();
+        {
+            let mut ex = Exec::new(self, &mut frame, &payload, &mut flags);
+            let e = ex.sw.prog.egress;
+            ex.control(e);
+        }
+        if flags.assert_failed {
+            self.stats.assert_failures += 1;
+        }
+        if let Some((true, session, list)) = flags.clone {
+            if let Some(ms) = self.mirrors.get(&session).copied() {
+                let kept = self.keep_list(list, &frame);
+                self.enqueue_mirror(ms, frame.clone(), payload.clone(), instance::EGRESS_CLONE, Some(kept), len, work);
+            } else {
+                self.tr(|| format!("clone: session {session} is not configured"));
+            }
+        }
+        if get(&frame, std.egress_spec) as u32 == DROP_PORT {
+            self.stats.dropped_egress += 1;
+            self.tr(|| "egress: dropped".into());
+            return;
+        }
+        // computeChecksum, then the deparser.
+        let mut flags2 = Flags::default();
+        let bytes = {
+            let mut ex = Exec::new(self, &mut frame, &payload, &mut flags2);
+            let (c, d) = (ex.sw.prog.compute, ex.sw.prog.deparser);
+            ex.control(c);
+            ex.out.clear();
+            ex.control(d);
+            let mut b = core::mem::take(&mut ex.out.bytes);
+            b.extend_from_slice(&payload);
+            b
+        };
+        if let Some(list) = flags.recirculate {
+            let kept = self.keep_list(list, &frame);
+            self.tr(|| "recirculate".into());
+            let p = get(&frame, std.ingress_port) as u32;
+            work.push_back(Work::Ingress { data: bytes, port: p, itype: instance::RECIRC, keep: kept });
+            return;
+        }
+        let mut bytes = bytes;
+        if let Some(t) = flags.truncate {
+            bytes.truncate(t as usize);
+        }
+        self.stats.sent += 1;
+        self.tr(|| format!("transmit: port {port}, {} bytes", bytes.len()));
+        out.push((port, bytes));
+    }
+}
+
+fn set(frame: &mut [u128], s: Slot, v: u128) {
+    if let Some(x) = frame.get_mut(s as usize) {
+        *x = v;
+    }
+}
+
+fn get(frame: &[u128], s: Slot) -> u128 {
+    frame.get(s as usize).copied().unwrap_or(0)
+}
+
+/// One block's execution over a frame.
+struct Exec<'s> {
+    sw: &'s mut Switch,
+    f: &'s mut [u128],
+    pkt: &'s [u8],
+    cursor: usize,
+    out: BitWriter,
+    flags: &'s mut Flags,
+    pending: Option<u32>,
+}
+
+impl<'s> Exec<'s> {
+    fn new(sw: &'s mut Switch, f: &'s mut [u128], pkt: &'s [u8], flags: &'s mut Flags) -> Self {
+        Exec { sw, f, pkt, cursor: 0, out: BitWriter::default(), flags, pending: None }
+    }
+
+    fn slot(&mut self, p: &Place) -> Option<usize> {
+        match &p.index {
+            None => Some(p.base as usize),
+            Some(d) => {
+                let i = self.ev(&d.index);
+                if i >= u128::from(d.count) { None } else { Some(p.base as usize + i as usize * d.stride as usize) }
+            }
+        }
+    }
+
+    fn load(&mut self, p: &Place) -> u128 {
+        match self.slot(p) {
+            Some(s) => self.f.get(s).copied().unwrap_or(0),
+            None => 0,
+        }
+    }
+
+    fn ev(&mut self, e: &Ex) -> u128 {
+        match e {
+            Ex::Const(v) => *v,
+            Ex::Load(p) => self.load(p),
+            Ex::Not(a) => u128::from(self.ev(a) == 0),
+            Ex::BitNot(a, ar) => !self.ev(a) & ar.mask(),
+            Ex::Neg(a, ar) => self.ev(a).wrapping_neg() & ar.mask(),
+            Ex::Bin(op, a, b, ar) => {
+                let x = self.ev(a);
+                let y = self.ev(b);
+                binop(*op, x, y, *ar)
+            }
+            Ex::Cmp(c, a, b, ar) => {
+                let x = self.ev(a);
+                let y = self.ev(b);
+                u128::from(compare(*c, x, y, *ar))
+            }
+            Ex::EqSlots(a, b, n) => {
+                let (Some(x), Some(y)) = (self.slot(a), self.slot(b)) else { return 0 };
+                let n = *n as usize;
+                u128::from(self.f.get(x..x + n) == self.f.get(y..y + n))
+            }
+            Ex::And(a, b) => u128::from(self.ev(a) != 0 && self.ev(b) != 0),
+            Ex::Or(a, b) => u128::from(self.ev(a) != 0 || self.ev(b) != 0),
+            Ex::Cond(c, a, b) => {
+                if self.ev(c) != 0 {
+                    self.ev(a)
+                } else {
+                    self.ev(b)
+                }
+            }
+            Ex::Slice(a, lo, m) => (self.ev(a) >> lo) & m,
+            Ex::Concat(a, b, lw) => {
+                let hi = self.ev(a);
+                let lo = self.ev(b);
+                if *lw >= 128 { lo } else { (hi << lw) | lo }
+            }
+            Ex::Cast(a, from, to) => cast(self.ev(a), *from, *to),
+            Ex::NonZero(a) => u128::from(self.ev(a) != 0),
+            Ex::Apply(t, what) => {
+                let (hit, action, _flow) = self.apply(*t);
+                match what {
+                    ApplyResult::Hit => u128::from(hit),
+                    ApplyResult::Miss => u128::from(!hit),
+                    ApplyResult::ActionRun => u128::from(action),
+                }
+            }
+            Ex::Call(c, ret) => {
+                let _ = self.call(c);
+                self.f.get(*ret as usize).copied().unwrap_or(0)
+            }
+            Ex::AnyValid(p, members) => {
+                let Some(s) = self.slot(p) else { return 0 };
+                u128::from(members.iter().any(|m| self.f.get(s + *m as usize).copied().unwrap_or(0) != 0))
+            }
+            Ex::LastIndex(p) => self.load(p).wrapping_sub(1) & 0xffff_ffff,
+            Ex::Lookahead(w) => {
+                if self.cursor + *w as usize > self.pkt.len() * 8 {
+                    self.pending = Some(self.sw.errs.packet_too_short);
+                    0
+                } else {
+                    get_bits(self.pkt, self.cursor, *w)
+                }
+            }
+            Ex::PacketLength => self.pkt.len() as u128,
+            Ex::Extern(x) => {
+                let _ = self.ext(x);
+                0
+            }
+            Ex::Seq(sts, v) => {
+                for s in sts.iter() {
+                    let _ = self.st(s);
+                }
+                self.ev(v)
+            }
+        }
+    }
+
+    fn block(&mut self, sts: &[St]) -> Flow {
+        for s in sts {
+            let fl = self.st(s);
+            if fl != Flow::Next {
+                return fl;
+            }
+            if let Some(e) = self.pending.take() {
+                return Flow::Reject(e);
+            }
+        }
+        Flow::Next
+    }
+
+    fn st(&mut self, s: &St) -> Flow {
+        match s {
+            St::Set(p, e) => {
+                let v = self.ev(e);
+                if let Some(i) = self.slot(p)
+                    && let Some(x) = self.f.get_mut(i)
+                {
+                    *x = v;
+                }
+            }
+            St::Copy(d, sp, n) => {
+                let (Some(di), Some(si)) = (self.slot(d), self.slot(sp)) else { return Flow::Next };
+                let n = *n as usize;
+                if di + n <= self.f.len() && si + n <= self.f.len() {
+                    self.f.copy_within(si..si + n, di);
+                }
+            }
+            St::Zero(p, n) => {
+                if let Some(i) = self.slot(p)
+                    && let Some(r) = self.f.get_mut(i..i + *n as usize)
+                {
+                    r.iter_mut().for_each(|v| *v = 0);
+                }
+            }
+            St::SetValid { hdr, valid, len, union } => {
+                let Some(i) = self.slot(hdr) else { return Flow::Next };
+                if *valid {
+                    if self.f[i] == 0 {
+                        self.f[i + 1..i + *len as usize].iter_mut().for_each(|v| *v = 0);
+                    }
+                    self.f[i] = 1;
+                    for (off, _) in union {
+                        let j = (i as i64 + i64::from(*off)) as usize;
+                        if let Some(v) = self.f.get_mut(j) {
+                            *v = 0;
+                        }
+                    }
+                } else {
+                    self.f[i] = 0;
+                }
+            }
+            St::If(c, t, e) => {
+                return if self.ev(c) != 0 { self.block(t) } else { self.block(e) };
+            }
+            St::Switch(v, arms, default, blocks) => {
+                let x = self.ev(v);
+                let b = arms.iter().find(|(vals, _)| vals.contains(&x)).map(|a| a.1).or(*default);
+                if let Some(b) = b {
+                    return self.block(&blocks[b as usize]);
+                }
+            }
+            St::Apply(t) => {
+                let (_, _, fl) = self.apply(*t);
+                return fl;
+            }
+            St::Call(c) => return self.call(c),
+            St::Extern(x) => return self.ext(x),
+            St::Exit => return Flow::Exit,
+            St::Return => return Flow::Return,
+            St::Break => return Flow::Break,
+            St::Continue => return Flow::Continue,
+            St::Loop { cond, body, update } => {
+                let mut guard = 0u32;
+                loop {
+                    guard += 1;
+                    if guard > 1_000_000 {
+                        break;
+                    }
+                    if let Some(c) = cond
+                        && self.ev(c) == 0
+                    {
+                        break;
+                    }
+                    match self.block(body) {
+                        Flow::Break => break,
+                        Flow::Next | Flow::Continue => {}
+                        other => return other,
+                    }
+                    let _ = self.block(update);
+                }
+            }
+            St::Block(b) => return self.block(b),
+            St::StackShift { stack, count, stride, by } => {
+                let Some(s) = self.slot(stack) else { return Flow::Next };
+                let (count, stride) = (*count as usize, *stride as usize);
+                let base = s + 1;
+                let ni = self.f[s] as usize;
+                if *by > 0 {
+                    let k = (*by as usize).min(count);
+                    for i in (0..count).rev() {
+                        let dst = base + i * stride;
+                        if i >= k {
+                            let src = base + (i - k) * stride;
+                            self.f.copy_within(src..src + stride, dst);
+                        } else {
+                            self.f[dst..dst + stride].iter_mut().for_each(|v| *v = 0);
+                        }
+                    }
+                    self.f[s] = (ni + k).min(count) as u128;
+                } else if *by < 0 {
+                    let k = ((-*by) as usize).min(count);
+                    for i in 0..count {
+                        let dst = base + i * stride;
+                        if i + k < count {
+                            let src = base + (i + k) * stride;
+                            self.f.copy_within(src..src + stride, dst);
+                        } else {
+                            self.f[dst..dst + stride].iter_mut().for_each(|v| *v = 0);
+                        }
+                    }
+                    self.f[s] = ni.saturating_sub(k) as u128;
+                }
+            }
+            St::UnionFixup { union, members, at } => {
+                let Some(u) = self.slot(union) else { return Flow::Next };
+                if self.f.get(u + *at as usize).copied().unwrap_or(0) != 0 {
+                    for m in members {
+                        if m != at
+                            && let Some(v) = self.f.get_mut(u + *m as usize)
+                        {
+                            *v = 0;
+                        }
+                    }
+                }
+            }
+            St::Log(msg, data) => {
+                if self.sw.trace.is_some() {
+                    let vals: Vec<String> = data.iter().map(|(e, _)| format!("{}", self.ev(e))).collect();
+                    let line = format!("log_msg: {msg} {}", vals.join(", "));
+                    self.sw.tr(|| line);
+                }
+            }
+        }
+        Flow::Next
+    }
+
+    fn call(&mut self, c: &Call) -> Flow {
+        for s in &c.copy_in {
+            let _ = self.st(s);
+        }
+        let prog: *const Compiled = &self.sw.prog;
+        let fl = match c.body {
+            Body::Action(a) => {
+                let body = self.sw.prog.actions[a as usize].body.clone();
+                self.block(&body)
+            }
+            Body::Function(f) => {
+                let body = self.sw.prog.functions[f as usize].body.clone();
+                self.block(&body)
+            }
+            Body::Control(k) => {
+                let body = self.sw.prog.controls[k as usize].body.clone();
+                self.block(&body)
+            }
+            Body::Parser(p) => match self.parser(p) {
+                Ok(()) => Flow::Next,
+                Err(e) => Flow::Reject(e),
+            },
+        };
+        let _ = prog;
+        for s in &c.copy_out {
+            let _ = self.st(s);
+        }
+        match fl {
+            Flow::Exit => Flow::Exit,
+            Flow::Reject(e) => Flow::Reject(e),
+            _ => Flow::Next,
+        }
+    }
+
+    fn control(&mut self, k: u32) {
+        let body = self.sw.prog.controls[k as usize].body.clone();
+        let _ = self.block(&body);
+    }
+
+    fn parser(&mut self, p: u32) -> Result<(), u32> {
+        let parser = self.sw.prog.parsers[p as usize].clone();
+        let mut state = 0usize;
+        let mut steps = 0u32;
+        loop {
+            let Some(s) = parser.states.get(state) else { return Err(self.sw.errs.no_match) };
+            self.sw.tr(|| format!("parser {}: state {}", parser.name, s.name));
+            match self.block(&s.body) {
+                Flow::Reject(e) => return Err(e),
+                _ => {}
+            }
+            if let Some(e) = self.pending.take() {
+                return Err(e);
+            }
+            let next = match &s.next {
+                Trans::Goto(n) => *n,
+                Trans::Select(keys, cases) => {
+                    let mut vals = [0u128; 16];
+                    let mut big = Vec::new();
+                    for (i, (k, _)) in keys.iter().enumerate() {
+                        let v = self.ev(k);
+                        if i < 16 {
+                            vals[i] = v;
+                        } else {
+                            big.push(v);
+                        }
+                    }
+                    if let Some(e) = self.pending.take() {
+                        return Err(e);
+                    }
+                    let val = |i: usize| if i < 16 { vals[i] } else { big[i - 16] };
+                    let found = cases.iter().find(|(sets, _)| {
+                        sets.iter().enumerate().all(|(i, ks)| match ks {
+                            KeySet::Any => true,
+                            KeySet::Mask(v, m) => val(i) & m == *v,
+                            KeySet::Range(lo, hi) => *lo <= val(i) && val(i) <= *hi,
+                            KeySet::ValueSet(vs) => self.sw.value_sets[*vs as usize].iter().any(|(v, m)| val(i) & m == *v),
+                        })
+                    });
+                    match found {
+                        Some((_, n)) => *n,
+                        None => return Err(self.sw.errs.no_match),
+                    }
+                }
+            };
+            match next {
+                Next::Accept => return Ok(()),
+                Next::Reject => {
+                    let e = get(self.f, self.sw.prog.std.parser_error) as u32;
+                    return Err(e);
+                }
+                Next::State(i) => state = i as usize,
+            }
+            steps += 1;
+            if steps > MAX_PARSER_STEPS {
+                return Err(self.sw.errs.timeout);
+            }
+        }
+    }
+
+    /// Apply a table: (hit, action index in the table's list, flow of the action).
+    fn apply(&mut self, t: u32) -> (bool, u32, Flow) {
+        let ti = t as usize;
+        let mut key = core::mem::take(&mut self.sw.key);
+        key.clear();
+        let nkeys = self.sw.prog.tables[ti].keys.len();
+        for k in 0..nkeys {
+            let e = self.sw.prog.tables[ti].keys[k].ex.clone();
+            let v = self.ev(&e);
+            key.push(v);
+        }
+        let found = self.sw.tables[ti].lookup(&key);
+        let len = get(self.f, self.sw.prog.std.packet_length) as u64;
+        let (hit, call) = match found {
+            Some(h) => {
+                let dc = self.sw.prog.tables[ti].direct_counter.is_some();
+                let now = self.sw.now_ns;
+                let e = self.sw.tables[ti].entries.get_mut(&h).expect("found entry");
+                if dc {
+                    e.counter.0 += 1;
+                    e.counter.1 += len;
+                }
+                if let Some(m) = &mut e.meter
+                    && let Some(mi) = self.sw.prog.tables[ti].direct_meter
+                {
+                    let c = m.execute(now, len);
+                    self.sw.meter_last[mi as usize] = u128::from(c.value());
+                }
+                (true, e.call.clone())
+            }
+            None => (false, self.sw.tables[ti].default.clone().unwrap_or(ActionCall { action: 0, args: Vec::new() })),
+        };
+        if self.sw.trace.is_some() {
+            let tn = self.sw.prog.tables[ti].name.clone();
+            let ks: Vec<String> = self.sw.prog.tables[ti]
+                .keys
+                .iter()
+                .zip(&key)
+                .map(|(k, v)| format!("{} = 0x{:x}", k.name, v))
+                .collect();
+            let an = self
+                .sw
+                .prog
+                .tables[ti]
+                .actions
+                .get(call.action as usize)
+                .map(|a| self.sw.prog.actions[a.action as usize].name.clone())
+                .unwrap_or_default();
+            let line = format!(
+                "table {tn}: key {{{}}} {} action {an}({})",
+                ks.join(", "),
+                if hit { "hit" } else { "miss" },
+                call.args.iter().map(|a| format!("0x{a:x}")).collect::<Vec<_>>().join(", ")
+            );
+            self.sw.tr(|| line);
+        }
+        self.sw.key = key;
+        set(self.f, self.sw.prog.tables[ti].hit_slot, u128::from(hit));
+        set(self.f, self.sw.prog.tables[ti].action_slot, u128::from(call.action));
+        let fl = self.run_action(ti, &call);
+        (hit, call.action, fl)
+    }
+
+    fn run_action(&mut self, ti: usize, call: &ActionCall) -> Flow {
+        let Some(ta) = self.sw.prog.tables[ti].actions.get(call.action as usize) else { return Flow::Next };
+        let aid = ta.action as usize;
+        let bound = ta.bound.clone();
+        for s in &bound {
+            let _ = self.st(s);
+        }
+        let mut args = call.args.iter();
+        let nparams = self.sw.prog.actions[aid].params.len();
+        for i in 0..nparams {
+            let p = &self.sw.prog.actions[aid].params[i];
+            if p.data {
+                let v = args.next().copied().unwrap_or(0);
+                let slot = p.slot;
+                set(self.f, slot, v);
+            }
+        }
+        let body = self.sw.prog.actions[aid].body.clone();
+        match self.block(&body) {
+            Flow::Exit => Flow::Exit,
+            _ => Flow::Next,
+        }
+    }
+
+    fn leaves(&mut self, data: &[Leaf], buf: &mut BitBuf) {
+        for l in data {
+            if let Some(v) = &l.valid
+                && self.load(v) == 0
+            {
+                continue;
+            }
+            let v = self.ev(&l.ex);
+            buf.push(v, l.width);
+        }
+    }
+
+    fn next_random(&mut self) -> u64 {
+        // xorshift64*
+        let mut x = self.sw.rng;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.sw.rng = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn extract(&mut self, hdr: &Place, layout: u32, varbits: Option<&Ex>, next_of: &Option<(Place, u32, u32)>) -> Result<(), u32> {
+        let base = match next_of {
+            Some((sp, count, stride)) => {
+                let Some(s) = self.slot(sp) else { return Err(self.sw.errs.stack_oob) };
+                let ni = self.f[s];
+                if ni >= u128::from(*count) {
+                    return Err(self.sw.errs.stack_oob);
+                }
+                s + 1 + ni as usize * *stride as usize
+            }
+            None => match self.slot(hdr) {
+                Some(s) => s,
+                None => return Err(self.sw.errs.stack_oob),
+            },
+        };
+        let lv = self.sw.prog.layouts[layout as usize].varbit;
+        let fixed = self.sw.prog.layouts[layout as usize].fixed_bits;
+        let vb = match (varbits, lv) {
+            (Some(e), Some((_, max))) => {
+                let n = self.ev(e);
+                if n > u128::from(max) {
+                    return Err(self.sw.errs.header_too_short);
+                }
+                n as usize
+            }
+            _ => 0,
+        };
+        let total = fixed as usize + vb;
+        if self.cursor + total > self.pkt.len() * 8 {
+            return Err(self.sw.errs.packet_too_short);
+        }
+        let mut at = self.cursor;
+        let l = self.sw.prog.layouts[layout as usize].clone();
+        for (i, (off, w)) in l.fields.iter().enumerate() {
+            let s = base + *off as usize;
+            if l.varbit.is_some_and(|v| v.0 == i) {
+                self.f[s] = vb as u128;
+                let mut rem = vb;
+                let mut k = 1;
+                while rem > 0 {
+                    let take = rem.min(128);
+                    self.f[s + k] = get_bits(self.pkt, at, take as u32);
+                    at += take;
+                    rem -= take;
+                    k += 1;
+                }
+                continue;
+            }
+            self.f[s] = get_bits(self.pkt, at, *w);
+            at += *w as usize;
+        }
+        self.f[base] = 1;
+        self.cursor = at;
+        if let Some((sp, _, _)) = next_of
+            && let Some(s) = self.slot(sp)
+        {
+            self.f[s] += 1;
+        }
+        Ok(())
+    }
+
+    fn emit(&mut self, base: usize, shape: &Shape) {
+        match shape {
+            Shape::Header(l) => {
+                if self.f.get(base).copied().unwrap_or(0) == 0 {
+                    return;
+                }
+                let l = &self.sw.prog.layouts[*l as usize];
+                for (i, (off, w)) in l.fields.iter().enumerate() {
+                    let s = base + *off as usize;
+                    if l.varbit.is_some_and(|v| v.0 == i) {
+                        let mut rem = self.f[s] as usize;
+                        let mut k = 1;
+                        while rem > 0 {
+                            let take = rem.min(128);
+                            self.out.push(self.f[s + k], take as u32);
+                            rem -= take;
+                            k += 1;
+                        }
+                        continue;
+                    }
+                    self.out.push(self.f[s], *w);
+                }
+            }
+            Shape::Union(ms) | Shape::Struct(ms) => {
+                for (off, s) in ms {
+                    self.emit(base + *off as usize, s);
+                }
+            }
+            Shape::Stack { count, stride, elem } => {
+                for i in 0..*count {
+                    self.emit(base + 1 + (i * stride) as usize, elem);
+                }
+            }
+            Shape::Scalar => {}
+        }
+    }
+
+    fn ext(&mut self, x: &ExternCall) -> Flow {
+        let std = self.sw.prog.std;
+        match x {
+            ExternCall::Extract { hdr, layout, varbits, next_of } => {
+                if let Err(e) = self.extract(hdr, *layout, varbits.as_ref(), next_of) {
+                    return Flow::Reject(e);
+                }
+            }
+            ExternCall::LookaheadInto { dst, fields, valid } => {
+                let total: usize = fields.iter().map(|f| f.1 as usize).sum();
+                if self.cursor + total > self.pkt.len() * 8 {
+                    self.pending = Some(self.sw.errs.packet_too_short);
+                    return Flow::Next;
+                }
+                let Some(b) = self.slot(dst) else { return Flow::Next };
+                let mut at = self.cursor;
+                for (off, w) in fields {
+                    self.f[b + *off as usize] = get_bits(self.pkt, at, *w);
+                    at += *w as usize;
+                }
+                if let Some(v) = valid {
+                    self.f[b + *v as usize] = 1;
+                }
+            }
+            ExternCall::Advance(e) => {
+                let n = self.ev(e) as usize;
+                if self.cursor + n > self.pkt.len() * 8 {
+                    return Flow::Reject(self.sw.errs.packet_too_short);
+                }
+                self.cursor += n;
+            }
+            ExternCall::Verify(c, e) => {
+                if self.ev(c) == 0 {
+                    let e = self.ev(e) as u32;
+                    return Flow::Reject(e);
+                }
+            }
+            ExternCall::Emit(p, shape) => {
+                if let Some(b) = self.slot(p) {
+                    self.emit(b, shape);
+                }
+            }
+            ExternCall::MarkToDrop => {
+                set(self.f, std.egress_spec, u128::from(DROP_PORT));
+                set(self.f, std.mcast_grp, 0);
+            }
+            ExternCall::RegisterRead(r, dst, i) => {
+                let i = self.ev(i) as usize;
+                let v = self.sw.registers[*r as usize].get(i).copied().unwrap_or(0);
+                if let Some(s) = self.slot(dst) {
+                    self.f[s] = v;
+                }
+            }
+            ExternCall::RegisterWrite(r, i, v) => {
+                let i = self.ev(i) as usize;
+                let v = self.ev(v);
+                if let Some(c) = self.sw.registers[*r as usize].get_mut(i) {
+                    *c = v;
+                }
+            }
+            ExternCall::Count(c, i) => {
+                let i = self.ev(i) as usize;
+                let len = get(self.f, std.packet_length) as u64;
+                if let Some(c) = self.sw.counters[*c as usize].get_mut(i) {
+                    c.0 += 1;
+                    c.1 += len;
+                }
+            }
+            ExternCall::DirectCount(_) => {}
+            ExternCall::Meter(m, i, dst, w) => {
+                let i = self.ev(i) as usize;
+                let len = get(self.f, std.packet_length) as u64;
+                let now = self.sw.now_ns;
+                let c = self.sw.meters[*m as usize].get_mut(i).map_or(0, |m| m.execute(now, len).value());
+                if let Some(s) = self.slot(dst) {
+                    self.f[s] = u128::from(c) & mask(*w);
+                }
+            }
+            ExternCall::DirectMeterRead(m, dst, w) => {
+                let v = self.sw.meter_last[*m as usize];
+                if let Some(s) = self.slot(dst) {
+                    self.f[s] = v & mask(*w);
+                }
+            }
+            ExternCall::Hash { calc, dst, width, algo: _, base, data, max } => {
+                let mut buf = BitBuf::new();
+                self.leaves(data, &mut buf);
+                let b = self.ev(base) as u64;
+                let m = self.ev(max) as u64;
+                let r = self.next_random();
+                let mut rng = move || r;
+                let h = self.sw.calcs[*calc as usize].hash(buf.as_bytes(), b, m, (*width).min(64), &mut rng);
+                if let Some(s) = self.slot(dst) {
+                    self.f[s] = u128::from(h) & mask(*width);
+                }
+            }
+            ExternCall::Checksum { calc, field_valid, update, with_payload, cond, data, field, width, algo: _ } => {
+                let c = self.ev(cond) != 0;
+                let mut buf = BitBuf::new();
+                self.leaves(data, &mut buf);
+                if *with_payload {
+                    buf.push_payload(self.pkt_payload());
+                }
+                let r = self.next_random();
+                let mut rng = move || r;
+                let calc = &self.sw.calcs[*calc as usize];
+                if *update {
+                    if let Some(v) = algo::update_checksum(calc, c, buf.as_bytes(), *width, &mut rng)
+                        && let Some(s) = self.slot(field)
+                    {
+                        self.f[s] = u128::from(v);
+                    }
+                } else {
+                    let target_valid = match field_valid {
+                        Some(p) => self.load(p) != 0,
+                        None => true,
+                    };
+                    let cur = self.load(field) as u64;
+                    let calc = &self.sw.calcs[match x {
+                        ExternCall::Checksum { calc, .. } => *calc as usize,
+                        _ => 0,
+                    }];
+                    if !algo::verify_checksum(calc, c, target_valid, buf.as_bytes(), cur, &mut rng) {
+                        set(self.f, std.checksum_error, 1);
+                    }
+                }
+            }
+            ExternCall::Checksum16Get { dst, data } => {
+                let mut buf = BitBuf::new();
+                self.leaves(data, &mut buf);
+                let v = algo::csum16(buf.as_bytes());
+                if let Some(s) = self.slot(dst) {
+                    self.f[s] = u128::from(v);
+                }
+            }
+            ExternCall::Random(dst, w, lo, hi) => {
+                let lo = self.ev(lo);
+                let hi = self.ev(hi);
+                let r = u128::from(self.next_random());
+                let v = if hi <= lo { lo } else { lo + r % (hi - lo + 1) };
+                if let Some(s) = self.slot(dst) {
+                    self.f[s] = v & mask(*w);
+                }
+            }
+            ExternCall::Clone { e2e, session, list } => {
+                let s = self.ev(session) as u32;
+                self.flags.clone = Some((*e2e, s, *list));
+            }
+            ExternCall::Resubmit(l) => self.flags.resubmit = Some(*l),
+            ExternCall::Recirculate(l) => self.flags.recirculate = Some(*l),
+            ExternCall::Truncate(l) => {
+                let l = self.ev(l) as u32;
+                self.flags.truncate = Some(l);
+            }
+            ExternCall::Digest(data) => {
+                let vals: Vec<u128> = data.iter().map(|l| self.ev(&l.ex)).collect();
+                self.sw.digests.push(vals);
+            }
+            ExternCall::Assert(c) => {
+                if self.ev(c) == 0 {
+                    self.flags.assert_failed = true;
+                    self.sw.tr(|| "assert failed".into());
+                }
+            }
+        }
+        Flow::Next
+    }
+
+    /// The packet's bytes after the headers: in a parser-side block the unparsed rest, in the
+    /// deparser the payload.
+    fn pkt_payload(&self) -> &[u8] {
+        self.pkt.get(self.cursor.div_ceil(8)..).unwrap_or(&[])
+    }
+}
+
+/// Whether a value set matches (for tests).
+pub fn keyset_matches(ks: &KeySet, v: u128) -> bool {
+    match ks {
+        KeySet::Any => true,
+        KeySet::Mask(x, m) => v & m == *x,
+        KeySet::Range(lo, hi) => *lo <= v && v <= *hi,
+        KeySet::ValueSet(_) => false,
+    }
+}
+
+/// The rates of a meter as `simple_switch_CLI` gives them.
+pub fn meter_rates(cir: (f64, u64), pir: (f64, u64)) -> (MeterRate, MeterRate) {
+    (MeterRate::new(cir.0, cir.1), MeterRate::new(pir.0, pir.1))
+}
