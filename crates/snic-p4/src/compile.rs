@@ -346,7 +346,10 @@ impl<'a> Compiler<'a> {
             Ty::Header(i) | Ty::Union(i) | Ty::Struct(i) => self.aggs[*i as usize].name.clone(),
             Ty::Stack(e, n) => format!("{}[{n}]", self.ty_name(e)),
             Ty::Tuple(ts) => {
-                format!("tuple<{}>", ts.iter().map(|t| self.ty_name(t)).collect::<Vec<_>>().join(", "))
+                format!(
+                    "tuple<{}>",
+                    ts.iter().map(|t| self.ty_name(t)).collect::<Vec<_>>().join(", ")
+                )
             }
             Ty::Void => "void".into(),
             Ty::Extern(n, _) => n.clone(),
@@ -364,7 +367,10 @@ impl<'a> Compiler<'a> {
                 Some(w) => {
                     let w = self.const_u32(w)?;
                     if w > 128 {
-                        return unsupported(t.loc, format!("bit strings wider than 128 bits ({w})"));
+                        return unsupported(
+                            t.loc,
+                            format!("bit strings wider than 128 bits ({w})"),
+                        );
                     }
                     if *signed && w == 0 {
                         return err(t.loc, "int<0> is not a type");
@@ -472,7 +478,13 @@ impl<'a> Compiler<'a> {
             off += self.slots(ty);
         }
         let id = self.out.layouts.len() as u32;
-        self.out.layouts.push(HeaderLayout { name: a.name.clone(), fields, varbit, slots: off, fixed_bits: fixed });
+        self.out.layouts.push(HeaderLayout {
+            name: a.name.clone(),
+            fields,
+            varbit,
+            slots: off,
+            fixed_bits: fixed,
+        });
         self.aggs[agg as usize].layout = Some(id);
         id
     }
@@ -490,7 +502,9 @@ impl<'a> Compiler<'a> {
                 }
                 if matches!(ty, Ty::Union(_)) { Shape::Union(v) } else { Shape::Struct(v) }
             }
-            Ty::Stack(e, n) => Shape::Stack { count: *n, stride: self.slots(e), elem: Box::new(self.shape(e)) },
+            Ty::Stack(e, n) => {
+                Shape::Stack { count: *n, stride: self.slots(e), elem: Box::new(self.shape(e)) }
+            }
             Ty::Tuple(ts) => {
                 let mut off = 0;
                 let mut v = Vec::new();
@@ -561,7 +575,10 @@ impl<'a> Compiler<'a> {
                         && !matches!(ty, Ty::Bits(_) | Ty::Varbit(_) | Ty::Bool)
                         && !matches!(ty, Ty::Enum(e) if self.enums[e as usize].repr.is_some())
                     {
-                        return err(f.loc, format!("a header field cannot be `{}`", self.ty_name(&ty)));
+                        return err(
+                            f.loc,
+                            format!("a header field cannot be `{}`", self.ty_name(&ty)),
+                        );
                     }
                     fs.push((f.name.text.clone(), ty, f.annotations.clone()));
                 }
@@ -585,7 +602,9 @@ impl<'a> Compiler<'a> {
                 let repr_a = match repr {
                     Some(t) => match self.resolve_ty(t)? {
                         Ty::Bits(a) => Some(a),
-                        _ => return err(t.loc, "a serializable enum needs a bit<W> or int<W> type"),
+                        _ => {
+                            return err(t.loc, "a serializable enum needs a bit<W> or int<W> type");
+                        }
                     },
                     None => None,
                 };
@@ -600,7 +619,9 @@ impl<'a> Compiler<'a> {
                                 None => return err(e.loc, "an enum value must be a constant"),
                             }
                         }
-                        (None, Some(_)) => return err(m.name.loc, "a serializable enum member needs a value"),
+                        (None, Some(_)) => {
+                            return err(m.name.loc, "a serializable enum member needs a value");
+                        }
                         _ => i as u128,
                     };
                     ms.push((m.name.text.clone(), v));
@@ -667,8 +688,13 @@ impl<'a> Compiler<'a> {
                 let ret_slot = self.alloc(rs.max(1));
                 let params = self.params(&proto.params)?;
                 let id = self.out.functions.len() as u32;
-                self.out.functions.push(FunctionIr { name: proto.name.text.clone(), body: Vec::new() });
-                self.bind(&proto.name.text, Ent::Function(id, params.clone(), ret.clone(), ret_slot));
+                self.out
+                    .functions
+                    .push(FunctionIr { name: proto.name.text.clone(), body: Vec::new() });
+                self.bind(
+                    &proto.name.text,
+                    Ent::Function(id, params.clone(), ret.clone(), ret_slot),
+                );
                 self.push();
                 for p in &params {
                     self.bind(&p.name, Ent::Var(p.place.clone(), p.ty.clone()));
@@ -721,7 +747,11 @@ impl<'a> Compiler<'a> {
     }
 
     fn qualify(&self, name: &str) -> String {
-        if self.ctx.prefix.is_empty() { name.to_string() } else { format!("{}.{name}", self.ctx.prefix) }
+        if self.ctx.prefix.is_empty() {
+            name.to_string()
+        } else {
+            format!("{}.{name}", self.ctx.prefix)
+        }
     }
 
     fn params(&mut self, ps: &[ast::Param]) -> R<Vec<ParamInfo>> {
@@ -741,7 +771,13 @@ impl<'a> Compiler<'a> {
         Ok(v)
     }
 
-    fn action(&mut self, d: &Decl, name: &ast::Name, params: &[ast::Param], body: &'a ast::Block) -> R<()> {
+    fn action(
+        &mut self,
+        d: &Decl,
+        name: &ast::Name,
+        params: &[ast::Param],
+        body: &'a ast::Block,
+    ) -> R<()> {
         let ps = self.params(params)?;
         let mut data_seen = false;
         let mut irp = Vec::new();
@@ -782,7 +818,13 @@ impl<'a> Compiler<'a> {
         Ok(())
     }
 
-    fn instance(&mut self, d: &'a Decl, ty: &ast::Type, args: &[ast::Arg], name: &ast::Name) -> R<()> {
+    fn instance(
+        &mut self,
+        d: &'a Decl,
+        ty: &ast::Type,
+        args: &[ast::Arg],
+        name: &ast::Name,
+    ) -> R<()> {
         let (tname, targs) = match &ty.kind {
             ast::TypeKind::Named { name, args } => (name.text.clone(), args.clone()),
             _ => return err(ty.loc, "only externs, parsers and controls can be instantiated"),
@@ -829,14 +871,22 @@ impl<'a> Compiler<'a> {
         }
     }
 
-    fn extern_instance(&mut self, tname: &str, targs: &[Ty], args: &[ast::Arg], loc: Loc) -> R<InstanceKind> {
+    fn extern_instance(
+        &mut self,
+        tname: &str,
+        targs: &[Ty],
+        args: &[ast::Arg],
+        loc: Loc,
+    ) -> R<InstanceKind> {
         Ok(match tname {
             "register" => {
                 let size = self.ctor_arg(args, 0, loc)? as u32;
                 let width = match targs.first() {
                     Some(Ty::Bits(a)) => a.width,
                     Some(Ty::Bool) => 1,
-                    Some(t) => return unsupported(loc, format!("registers of `{}`", self.ty_name(t))),
+                    Some(t) => {
+                        return unsupported(loc, format!("registers of `{}`", self.ty_name(t)));
+                    }
                     None => return err(loc, "register needs a type argument"),
                 };
                 InstanceKind::Register { size, width }
@@ -897,7 +947,10 @@ impl<'a> Compiler<'a> {
             _ => "",
         };
         if tname != "V1Switch" {
-            return unsupported(ty.loc, format!("the `{tname}` architecture (snic runs v1model's V1Switch)"));
+            return unsupported(
+                ty.loc,
+                format!("the `{tname}` architecture (snic runs v1model's V1Switch)"),
+            );
         }
         if args.len() != 6 {
             return err(d.loc, "V1Switch takes six blocks");
@@ -963,11 +1016,7 @@ impl<'a> Compiler<'a> {
             }
             self.out.field_lists = lists;
         }
-        let shared = [
-            Place::at(hdr),
-            Place::at(meta),
-            Place::at(std),
-        ];
+        let shared = [Place::at(hdr), Place::at(meta), Place::at(std)];
         let tys = [h, m, s];
         // The six blocks, each with its parameters bound to the shared storage.
         let roles: [(&str, &[usize]); 6] = [
@@ -980,11 +1029,14 @@ impl<'a> Compiler<'a> {
         ];
         let mut ids = [0u32; 6];
         for (i, (role, binds)) in roles.iter().enumerate() {
-            let (decl, cargs) = if i == 0 { (pdecl, pargs.clone()) } else { self.block_arg(&args[i])? };
+            let (decl, cargs) =
+                if i == 0 { (pdecl, pargs.clone()) } else { self.block_arg(&args[i])? };
             let proto_params = match &decl.kind {
                 DeclKind::Parser { proto, .. } if i == 0 => &proto.params,
                 DeclKind::Control { proto, .. } if i > 0 => &proto.params,
-                _ => return err(args[i].loc, format!("V1Switch's {role} block has the wrong kind")),
+                _ => {
+                    return err(args[i].loc, format!("V1Switch's {role} block has the wrong kind"));
+                }
             };
             if proto_params.len() != binds.len() {
                 return err(decl.loc, format!("the {role} block takes {} parameters", binds.len()));
@@ -999,7 +1051,9 @@ impl<'a> Compiler<'a> {
                 bound.push((p.name.text.clone(), e));
             }
             let name = match &decl.kind {
-                DeclKind::Parser { proto, .. } | DeclKind::Control { proto, .. } => proto.name.text.clone(),
+                DeclKind::Parser { proto, .. } | DeclKind::Control { proto, .. } => {
+                    proto.name.text.clone()
+                }
                 _ => String::new(),
             };
             let name = anno_string(&decl.annotations, "name").unwrap_or(name);
@@ -1061,9 +1115,8 @@ impl<'a> Compiler<'a> {
         bound: Option<Vec<(String, Ent<'a>)>>,
     ) -> R<(Body, Vec<ParamInfo>)> {
         let (proto, ctor_params) = match &decl.kind {
-            DeclKind::Parser { proto, ctor_params, .. } | DeclKind::Control { proto, ctor_params, .. } => {
-                (proto, ctor_params)
-            }
+            DeclKind::Parser { proto, ctor_params, .. }
+            | DeclKind::Control { proto, ctor_params, .. } => (proto, ctor_params),
             _ => return err(decl.loc, "not a parser or control"),
         };
         if !proto.type_params.is_empty() {
@@ -1071,7 +1124,10 @@ impl<'a> Compiler<'a> {
         }
         // Constructor parameters are compile-time constants.
         if ctor_params.len() != cargs.len() {
-            return err(decl.loc, format!("`{}` takes {} constructor arguments", proto.name.text, ctor_params.len()));
+            return err(
+                decl.loc,
+                format!("`{}` takes {} constructor arguments", proto.name.text, ctor_params.len()),
+            );
         }
         for (p, a) in ctor_params.iter().zip(cargs) {
             let ty = self.resolve_ty(&p.ty)?;
@@ -1129,7 +1185,9 @@ impl<'a> Compiler<'a> {
                     self.local_decl(l, &mut init)?;
                 }
                 let id = self.out.parsers.len() as u32;
-                self.out.parsers.push(ParserIr { name: self.ctx.prefix.clone(), states: Vec::new() });
+                self.out
+                    .parsers
+                    .push(ParserIr { name: self.ctx.prefix.clone(), states: Vec::new() });
                 let mut names: Vec<&str> = vec!["start"];
                 for s in states {
                     if s.name.text == "accept" || s.name.text == "reject" {
@@ -1137,7 +1195,10 @@ impl<'a> Compiler<'a> {
                     }
                     if s.name.text != "start" {
                         if names.contains(&s.name.text.as_str()) {
-                            return err(s.name.loc, format!("state `{}` is defined twice", s.name.text));
+                            return err(
+                                s.name.loc,
+                                format!("state `{}` is defined twice", s.name.text),
+                            );
                         }
                         names.push(&s.name.text);
                     }
@@ -1170,7 +1231,9 @@ impl<'a> Compiler<'a> {
             DeclKind::Control { locals, apply, .. } => {
                 self.ctx.in_parser = false;
                 let id = self.out.controls.len() as u32;
-                self.out.controls.push(ControlIr { name: self.ctx.prefix.clone(), body: Vec::new() });
+                self.out
+                    .controls
+                    .push(ControlIr { name: self.ctx.prefix.clone(), body: Vec::new() });
                 let mut body = Vec::new();
                 for l in locals {
                     self.local_decl(l, &mut body)?;
@@ -1217,7 +1280,9 @@ impl<'a> Compiler<'a> {
                 let mut out = Vec::new();
                 for c in cases {
                     let next = self.next_state(&c.next, names)?;
-                    let sets = if c.keyset.len() == 1 && matches!(c.keyset[0].kind, ExprKind::Default | ExprKind::DontCare) {
+                    let sets = if c.keyset.len() == 1
+                        && matches!(c.keyset[0].kind, ExprKind::Default | ExprKind::DontCare)
+                    {
                         vec![KeySet::Any; keys.len()]
                     } else if c.keyset.len() == 1 && keys.len() > 1 {
                         match &c.keyset[0].kind {
@@ -1228,7 +1293,9 @@ impl<'a> Compiler<'a> {
                                 }
                                 v
                             }
-                            _ => return err(c.loc, format!("this case needs {} values", keys.len())),
+                            _ => {
+                                return err(c.loc, format!("this case needs {} values", keys.len()));
+                            }
                         }
                     } else {
                         if c.keyset.len() != keys.len() {
@@ -1319,7 +1386,12 @@ impl<'a> Compiler<'a> {
                                 self.enums[*e as usize].repr.map_or(0, |r| r.width)
                             }
                             Ty::Error | Ty::Enum(_) => 32,
-                            t => return err(k.expr.loc, format!("a key cannot be `{}`", self.ty_name(t))),
+                            t => {
+                                return err(
+                                    k.expr.loc,
+                                    format!("a key cannot be `{}`", self.ty_name(t)),
+                                );
+                            }
                         };
                         let kind = match k.match_kind.text.as_str() {
                             "exact" => MatchKind::Exact,
@@ -1332,9 +1404,15 @@ impl<'a> Compiler<'a> {
                                 // match.
                                 continue;
                             }
-                            other => return unsupported(k.match_kind.loc, format!("match kind `{other}`")),
+                            other => {
+                                return unsupported(
+                                    k.match_kind.loc,
+                                    format!("match kind `{other}`"),
+                                );
+                            }
                         };
-                        let kname = anno_string(&k.annotations, "name").unwrap_or_else(|| self.key_name(&k.expr));
+                        let kname = anno_string(&k.annotations, "name")
+                            .unwrap_or_else(|| self.key_name(&k.expr));
                         t.keys.push(KeyIr { name: kname, ex: te.ex, width, kind });
                     }
                 }
@@ -1358,10 +1436,16 @@ impl<'a> Compiler<'a> {
                                 return err(a.loc, "too many arguments");
                             };
                             if p.dir == Direction::None {
-                                return unsupported(a.loc, "action data bound in an `actions` list");
+                                return unsupported(
+                                    a.loc,
+                                    "action data bound in an `actions` list",
+                                );
                             }
                             if matches!(p.dir, Direction::Out | Direction::InOut) {
-                                return unsupported(a.loc, "out arguments bound in an `actions` list");
+                                return unsupported(
+                                    a.loc,
+                                    "out arguments bound in an `actions` list",
+                                );
                             }
                             bound.extend(self.assign_into(p.place.clone(), &p.ty, &a.value)?);
                         }
@@ -1387,11 +1471,15 @@ impl<'a> Compiler<'a> {
                     "meters" => t.direct_meter = Some(self.instance_ref(value)?),
                     "implementation" => {
                         t.implementation = Some(self.instance_ref(value)?);
-                        return unsupported(value.loc, "action profiles and selectors (`implementation`)");
+                        return unsupported(
+                            value.loc,
+                            "action profiles and selectors (`implementation`)",
+                        );
                     }
                     "largest_priority_wins" => largest_wins = self.const_i128(value)? != 0,
                     "priority_delta" => priority_delta = self.const_i128(value)? as i64,
-                    "support_timeout" | "idle_timeout" | "psa_direct_counter" | "psa_direct_meter" => {}
+                    "support_timeout" | "idle_timeout" | "psa_direct_counter"
+                    | "psa_direct_meter" => {}
                     _ => {}
                 },
             }
@@ -1402,7 +1490,10 @@ impl<'a> Compiler<'a> {
             None => {
                 let noaction = ast::Expr { kind: ExprKind::Name("NoAction".into()), loc: name.loc };
                 if !matches!(self.lookup("NoAction"), Some(Ent::Action(..))) {
-                    return err(name.loc, "the table has no default_action and NoAction is not declared");
+                    return err(
+                        name.loc,
+                        "the table has no default_action and NoAction is not declared",
+                    );
                 }
                 self.action_call(&mut t, &noaction, true)?
             }
@@ -1431,7 +1522,8 @@ impl<'a> Compiler<'a> {
                     },
                 };
                 last = Some(prio);
-                let prio = if largest_wins || explicit.is_none() && last.is_none() { prio } else { -prio };
+                let prio =
+                    if largest_wins || explicit.is_none() && last.is_none() { prio } else { -prio };
                 t.entries.push(ConstEntry { matches, priority: Some(prio), call });
             }
         }
@@ -1469,7 +1561,12 @@ impl<'a> Compiler<'a> {
     }
 
     fn src(&self, loc: Loc) -> String {
-        self.text.get(loc.start as usize..loc.end as usize).unwrap_or("").split_whitespace().collect::<Vec<_>>().join(" ")
+        self.text
+            .get(loc.start as usize..loc.end as usize)
+            .unwrap_or("")
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 
     fn entry_keys(&mut self, t: &TableIr, ks: &[ast::Expr], loc: Loc) -> R<Vec<FieldMatch>> {
@@ -1483,7 +1580,10 @@ impl<'a> Compiler<'a> {
             ks.iter().collect()
         };
         if items.len() != t.keys.len() {
-            return err(loc, format!("the entry has {} key values, the table {}", items.len(), t.keys.len()));
+            return err(
+                loc,
+                format!("the entry has {} key values, the table {}", items.len(), t.keys.len()),
+            );
         }
         let mut out = Vec::new();
         for (k, e) in t.keys.iter().zip(items) {
@@ -1521,7 +1621,10 @@ impl<'a> Compiler<'a> {
                     if any {
                         FieldMatch::Range { lo: 0, hi: m }
                     } else if let ExprKind::Binary { op: BinOp::Range, lhs, rhs } = &e.kind {
-                        FieldMatch::Range { lo: self.const_key(lhs, &ty)?, hi: self.const_key(rhs, &ty)? }
+                        FieldMatch::Range {
+                            lo: self.const_key(lhs, &ty)?,
+                            hi: self.const_key(rhs, &ty)?,
+                        }
                     } else {
                         let v = self.const_key(e, &ty)?;
                         FieldMatch::Range { lo: v, hi: v }
@@ -1561,7 +1664,12 @@ impl<'a> Compiler<'a> {
             Some(i) => i,
             None => {
                 if default && aname == "NoAction" {
-                    t.actions.push(TableAction { action: aid, bound: Vec::new(), default_only: false, table_only: false });
+                    t.actions.push(TableAction {
+                        action: aid,
+                        bound: Vec::new(),
+                        default_only: false,
+                        table_only: false,
+                    });
                     t.actions.len() - 1
                 } else {
                     return err(loc, format!("action `{aname}` is not in the table's actions"));
@@ -1693,11 +1801,17 @@ impl<'a> Compiler<'a> {
                             };
                             let l = self.expr(lhs, want.as_ref())?;
                             let h = self.expr(rhs, want.as_ref())?;
-                            let vty = want.unwrap_or_else(|| if l.ty == Ty::Int { h.ty.clone() } else { l.ty.clone() });
+                            let vty = want.unwrap_or_else(|| {
+                                if l.ty == Ty::Int { h.ty.clone() } else { l.ty.clone() }
+                            });
                             if vty == Ty::Int {
                                 return err(range.loc, "the loop variable needs a type");
                             }
-                            (self.coerce(l, &vty, range.loc)?, self.coerce(h, &vty, range.loc)?, vty)
+                            (
+                                self.coerce(l, &vty, range.loc)?,
+                                self.coerce(h, &vty, range.loc)?,
+                                vty,
+                            )
                         }
                         _ => return unsupported(range.loc, "for-in over anything but a range"),
                     };
@@ -1709,17 +1823,35 @@ impl<'a> Compiler<'a> {
                     out.push(St::Set(Place::at(hi_slot), hi.ex));
                     let mut b = Vec::new();
                     self.stmt(body, &mut b)?;
-                    let cond = Ex::Cmp(Cmp::Le, Box::new(Ex::Load(Place::at(slot))), Box::new(Ex::Load(Place::at(hi_slot))), a);
+                    let cond = Ex::Cmp(
+                        Cmp::Le,
+                        Box::new(Ex::Load(Place::at(slot))),
+                        Box::new(Ex::Load(Place::at(hi_slot))),
+                        a,
+                    );
                     // Stop before wrapping around at the top of the type.
-                    let at_top = Ex::Cmp(Cmp::Eq, Box::new(Ex::Load(Place::at(slot))), Box::new(Ex::Load(Place::at(hi_slot))), a);
+                    let at_top = Ex::Cmp(
+                        Cmp::Eq,
+                        Box::new(Ex::Load(Place::at(slot))),
+                        Box::new(Ex::Load(Place::at(hi_slot))),
+                        a,
+                    );
                     let done = self.alloc(1);
                     out.push(St::Set(Place::at(done), Ex::Const(0)));
-                    let cond = Ex::And(Box::new(Ex::Not(Box::new(Ex::Load(Place::at(done))))), Box::new(cond));
+                    let cond = Ex::And(
+                        Box::new(Ex::Not(Box::new(Ex::Load(Place::at(done))))),
+                        Box::new(cond),
+                    );
                     let update = vec![
                         St::Set(Place::at(done), at_top),
                         St::Set(
                             Place::at(slot),
-                            Ex::Bin(Op::Add, Box::new(Ex::Load(Place::at(slot))), Box::new(Ex::Const(1)), a),
+                            Ex::Bin(
+                                Op::Add,
+                                Box::new(Ex::Load(Place::at(slot))),
+                                Box::new(Ex::Const(1)),
+                                a,
+                            ),
                         ),
                     ];
                     out.push(St::Loop { cond: Some(cond), body: b, update });
@@ -1745,7 +1877,8 @@ impl<'a> Compiler<'a> {
                         // e is base.member where base is a union.
                         if let ExprKind::Member { member, .. } = &e.kind {
                             let members = self.union_members(u);
-                            let (off, _) = self.field(&Ty::Union(u), &member.text).unwrap_or((0, Ty::Void));
+                            let (off, _) =
+                                self.field(&Ty::Union(u), &member.text).unwrap_or((0, Ty::Void));
                             out.push(St::UnionFixup { union: bp, members, at: off });
                         }
                         return Ok(());
@@ -1773,7 +1906,8 @@ impl<'a> Compiler<'a> {
         let table = match &expr.kind {
             ExprKind::Member { base, member } if member.text == "action_run" => match &base.kind {
                 ExprKind::Call { callee, .. } => match &callee.kind {
-                    ExprKind::Member { base: tb, member: m } if m.text == "apply" => match &tb.kind {
+                    ExprKind::Member { base: tb, member: m } if m.text == "apply" => match &tb.kind
+                    {
                         ExprKind::Name(n) => match self.lookup(n) {
                             Some(Ent::Table(t)) => Some(*t),
                             _ => None,
@@ -1791,7 +1925,10 @@ impl<'a> Compiler<'a> {
             None => {
                 let te = self.expr(expr, None)?;
                 if !matches!(te.ty, Ty::Bits(_) | Ty::Enum(_) | Ty::Error | Ty::Bool) {
-                    return err(expr.loc, "switch needs a table's action_run, a bit string or an enum");
+                    return err(
+                        expr.loc,
+                        "switch needs a table's action_run, a bit string or an enum",
+                    );
                 }
                 (te.ex, Some(te.ty))
             }
@@ -1816,9 +1953,18 @@ impl<'a> Compiler<'a> {
                             Some(Ent::Action(a, _)) => *a,
                             _ => return err(c.label.loc, format!("no action `{n}`")),
                         };
-                        match self.out.tables[t as usize].actions.iter().position(|a| a.action == aid) {
+                        match self.out.tables[t as usize]
+                            .actions
+                            .iter()
+                            .position(|a| a.action == aid)
+                        {
                             Some(i) => i as u128,
-                            None => return err(c.label.loc, format!("`{n}` is not an action of this table")),
+                            None => {
+                                return err(
+                                    c.label.loc,
+                                    format!("`{n}` is not an action of this table"),
+                                );
+                            }
                         }
                     }
                     (None, Some(ty)) => self.const_of_ty(&c.label, ty)?,
@@ -1861,7 +2007,15 @@ impl<'a> Compiler<'a> {
             ExprKind::List(items) if !self.is_scalar(ty) => {
                 let fields = self.fields_of(ty, src.loc)?;
                 if fields.len() != items.len() {
-                    return err(src.loc, format!("`{}` has {} fields, the list {}", self.ty_name(ty), fields.len(), items.len()));
+                    return err(
+                        src.loc,
+                        format!(
+                            "`{}` has {} fields, the list {}",
+                            self.ty_name(ty),
+                            fields.len(),
+                            items.len()
+                        ),
+                    );
                 }
                 if matches!(ty, Ty::Header(_)) {
                     out.push(St::Set(dst.clone(), Ex::Const(1)));
@@ -1876,19 +2030,31 @@ impl<'a> Compiler<'a> {
                 }
                 for (n, it) in items {
                     let Some((off, fty)) = self.field(ty, &n.text) else {
-                        return err(n.loc, format!("`{}` has no field `{}`", self.ty_name(ty), n.text));
+                        return err(
+                            n.loc,
+                            format!("`{}` has no field `{}`", self.ty_name(ty), n.text),
+                        );
                     };
                     out.extend(self.assign_into(dst.offset(off), &fty, it)?);
                 }
             }
             _ => {
                 let te = self.expr(src, Some(ty))?;
-                if self.is_scalar(ty) || matches!(ty, Ty::Varbit(_)) && !matches!(te.ex, Ex::Load(_)) {
+                if self.is_scalar(ty)
+                    || matches!(ty, Ty::Varbit(_)) && !matches!(te.ex, Ex::Load(_))
+                {
                     let te = self.coerce(te, ty, src.loc)?;
                     out.push(St::Set(dst, te.ex));
                 } else {
                     if !self.same_type(&te.ty, ty) {
-                        return err(src.loc, format!("cannot assign `{}` to `{}`", self.ty_name(&te.ty), self.ty_name(ty)));
+                        return err(
+                            src.loc,
+                            format!(
+                                "cannot assign `{}` to `{}`",
+                                self.ty_name(&te.ty),
+                                self.ty_name(ty)
+                            ),
+                        );
                     }
                     match te.ex {
                         Ex::Load(p) => out.push(St::Copy(dst, p, self.slots(ty))),
@@ -1973,16 +2139,29 @@ impl<'a> Compiler<'a> {
                                 return unsupported(e.loc, "nested run-time indices");
                             }
                             Ok((
-                                Place { base: bp.base + 1, index: Some(Box::new(DynIndex { index: idx, stride, count: *n })) },
+                                Place {
+                                    base: bp.base + 1,
+                                    index: Some(Box::new(DynIndex {
+                                        index: idx,
+                                        stride,
+                                        count: *n,
+                                    })),
+                                },
                                 (**elem).clone(),
                             ))
                         }
-                        _ => err(member.loc, format!("a header stack has no member `{}`", member.text)),
+                        _ => err(
+                            member.loc,
+                            format!("a header stack has no member `{}`", member.text),
+                        ),
                     };
                 }
                 match self.field(&bty, &member.text) {
                     Some((off, fty)) => Ok((bp.offset(off), fty)),
-                    None => err(member.loc, format!("`{}` has no field `{}`", self.ty_name(&bty), member.text)),
+                    None => err(
+                        member.loc,
+                        format!("`{}` has no field `{}`", self.ty_name(&bty), member.text),
+                    ),
                 }
             }
             ExprKind::Index { base, index } => {
@@ -1994,7 +2173,10 @@ impl<'a> Compiler<'a> {
                         if let Some(k) = iv.konst() {
                             let k = if iv.ty == Ty::Int { k as i128 } else { k as i128 };
                             if k < 0 || k >= i128::from(*n) {
-                                return err(index.loc, format!("index {k} is out of the stack's bounds (size {n})"));
+                                return err(
+                                    index.loc,
+                                    format!("index {k} is out of the stack's bounds (size {n})"),
+                                );
                             }
                             Ok((bp.offset(1 + k as u32 * stride), (**elem).clone()))
                         } else {
@@ -2002,14 +2184,23 @@ impl<'a> Compiler<'a> {
                                 return unsupported(e.loc, "nested run-time indices");
                             }
                             Ok((
-                                Place { base: bp.base + 1, index: Some(Box::new(DynIndex { index: iv.ex, stride, count: *n })) },
+                                Place {
+                                    base: bp.base + 1,
+                                    index: Some(Box::new(DynIndex {
+                                        index: iv.ex,
+                                        stride,
+                                        count: *n,
+                                    })),
+                                },
                                 (**elem).clone(),
                             ))
                         }
                     }
                     Ty::Tuple(ts) => {
                         let k = self.const_u32(index)? as usize;
-                        let Some(t) = ts.get(k) else { return err(index.loc, "tuple index out of range") };
+                        let Some(t) = ts.get(k) else {
+                            return err(index.loc, "tuple index out of range");
+                        };
                         let off: u32 = ts[..k].iter().map(|t| self.slots(t)).sum();
                         Ok((bp.offset(off), t.clone()))
                     }
@@ -2032,7 +2223,9 @@ impl<'a> Compiler<'a> {
             },
             (Ty::Int, Ty::Int) => Ok(te),
             (Ty::Int, Ty::Bool) => err(loc, "an integer is not a bool"),
-            (Ty::Bits(a), Ty::Bits(b)) if a.width == b.width => Ok(TE { ex: te.ex, ty: want.clone() }),
+            (Ty::Bits(a), Ty::Bits(b)) if a.width == b.width => {
+                Ok(TE { ex: te.ex, ty: want.clone() })
+            }
             (Ty::Bits(a), Ty::Bits(b)) => err(
                 loc,
                 format!(
@@ -2041,7 +2234,9 @@ impl<'a> Compiler<'a> {
                     self.ty_name(&Ty::Bits(*b))
                 ),
             ),
-            (Ty::Enum(e), Ty::Bits(b)) if self.enums[*e as usize].repr.is_some_and(|r| r.width == b.width) => {
+            (Ty::Enum(e), Ty::Bits(b))
+                if self.enums[*e as usize].repr.is_some_and(|r| r.width == b.width) =>
+            {
                 Ok(TE { ex: te.ex, ty: want.clone() })
             }
             (Ty::Int, Ty::Enum(e)) if self.enums[*e as usize].repr.is_some() => {
@@ -2053,7 +2248,9 @@ impl<'a> Compiler<'a> {
             }
             (a, b) if a == b => Ok(te),
             (_, Ty::Var(_)) | (_, Ty::DontCare) => Ok(te),
-            (a, b) => err(loc, format!("`{}` where `{}` is expected", self.ty_name(a), self.ty_name(b))),
+            (a, b) => {
+                err(loc, format!("`{}` where `{}` is expected", self.ty_name(a), self.ty_name(b)))
+            }
         }
     }
 
@@ -2106,7 +2303,10 @@ impl<'a> Compiler<'a> {
                                 }
                                 let w = h - l + 1;
                                 let a = Arith { width: w, signed: false };
-                                Ok(TE { ex: Ex::Const(((v as i128) >> l) as u128 & a.mask()), ty: Ty::Bits(a) })
+                                Ok(TE {
+                                    ex: Ex::Const(((v as i128) >> l) as u128 & a.mask()),
+                                    ty: Ty::Bits(a),
+                                })
                             }
                             None => err(e.loc, "slice of a non-constant integer"),
                         };
@@ -2122,7 +2322,9 @@ impl<'a> Compiler<'a> {
                 let ra = Arith { width: w, signed: false };
                 Ok(self.fold(TE { ex: Ex::Slice(Box::new(b.ex), l, ra.mask()), ty: Ty::Bits(ra) }))
             }
-            ExprKind::Call { callee, type_args, args } => self.call_expr(e, callee, type_args, args),
+            ExprKind::Call { callee, type_args, args } => {
+                self.call_expr(e, callee, type_args, args)
+            }
             ExprKind::Cast { ty, expr } => {
                 let t = self.resolve_ty(ty)?;
                 let v = self.expr(expr, Some(&t))?;
@@ -2138,7 +2340,9 @@ impl<'a> Compiler<'a> {
                         Ok(self.fold(TE { ex: Ex::Not(Box::new(v.ex)), ty: Ty::Bool }))
                     }
                     ast::UnOp::BitNot => match v.ty {
-                        Ty::Bits(a) => Ok(self.fold(TE { ex: Ex::BitNot(Box::new(v.ex), a), ty: v.ty })),
+                        Ty::Bits(a) => {
+                            Ok(self.fold(TE { ex: Ex::BitNot(Box::new(v.ex), a), ty: v.ty }))
+                        }
                         Ty::Int => match v.konst() {
                             Some(x) => Ok(TE { ex: Ex::Const(!(x as i128) as u128), ty: Ty::Int }),
                             None => err(e.loc, "`~` of an integer of unknown width"),
@@ -2146,9 +2350,14 @@ impl<'a> Compiler<'a> {
                         _ => err(e.loc, "`~` needs a bit string"),
                     },
                     ast::UnOp::Neg => match v.ty {
-                        Ty::Bits(a) => Ok(self.fold(TE { ex: Ex::Neg(Box::new(v.ex), a), ty: v.ty })),
+                        Ty::Bits(a) => {
+                            Ok(self.fold(TE { ex: Ex::Neg(Box::new(v.ex), a), ty: v.ty }))
+                        }
                         Ty::Int => match v.konst() {
-                            Some(x) => Ok(TE { ex: Ex::Const((x as i128).wrapping_neg() as u128), ty: Ty::Int }),
+                            Some(x) => Ok(TE {
+                                ex: Ex::Const((x as i128).wrapping_neg() as u128),
+                                ty: Ty::Int,
+                            }),
                             None => err(e.loc, "`-` of an unknown integer"),
                         },
                         _ => err(e.loc, "`-` needs a number"),
@@ -2181,14 +2390,18 @@ impl<'a> Compiler<'a> {
                 }
                 let f = self.coerce(f, &t.ty, els.loc)?;
                 let ty = t.ty.clone();
-                Ok(self.fold(TE { ex: Ex::Cond(Box::new(c.ex), Box::new(t.ex), Box::new(f.ex)), ty }))
+                Ok(self
+                    .fold(TE { ex: Ex::Cond(Box::new(c.ex), Box::new(t.ex), Box::new(f.ex)), ty }))
             }
             ExprKind::List(_) | ExprKind::StructInit(_) => match want {
                 Some(t) if !self.is_scalar(t) => {
                     let n = self.slots(t);
                     let tmp = Place::at(self.alloc(n));
                     let sts = self.assign_into(tmp.clone(), t, e)?;
-                    Ok(TE { ex: Ex::Seq(sts.into_boxed_slice(), Box::new(Ex::Load(tmp))), ty: t.clone() })
+                    Ok(TE {
+                        ex: Ex::Seq(sts.into_boxed_slice(), Box::new(Ex::Load(tmp))),
+                        ty: t.clone(),
+                    })
                 }
                 _ => err(e.loc, "a list or struct initialiser needs a known type here"),
             },
@@ -2196,10 +2409,21 @@ impl<'a> Compiler<'a> {
         }
     }
 
-    fn operands(&mut self, op: BinOp, lhs: &ast::Expr, rhs: &ast::Expr, want: Option<&Ty>) -> R<(TE, TE)> {
+    fn operands(
+        &mut self,
+        op: BinOp,
+        lhs: &ast::Expr,
+        rhs: &ast::Expr,
+        want: Option<&Ty>,
+    ) -> R<(TE, TE)> {
         let shift = matches!(op, BinOp::Shl | BinOp::Shr);
-        let cmp = matches!(op, BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge);
-        let lwant = if cmp || op == BinOp::Concat || op == BinOp::And || op == BinOp::Or { None } else { want };
+        let cmp =
+            matches!(op, BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge);
+        let lwant = if cmp || op == BinOp::Concat || op == BinOp::And || op == BinOp::Or {
+            None
+        } else {
+            want
+        };
         let mut l = self.expr(lhs, lwant)?;
         let r_want = if shift || op == BinOp::Concat {
             None
@@ -2248,7 +2472,10 @@ impl<'a> Compiler<'a> {
                     if !(0..127).contains(&b) {
                         return err(loc, "shift amount out of range");
                     }
-                    a.checked_shl(b as u32).filter(|v| v >> b == a).ok_or(()).or_else(|_| err(loc, "constant overflow"))?
+                    a.checked_shl(b as u32)
+                        .filter(|v| v >> b == a)
+                        .ok_or(())
+                        .or_else(|_| err(loc, "constant overflow"))?
                 }
                 B::Shr => {
                     if b < 0 {
@@ -2278,7 +2505,11 @@ impl<'a> Compiler<'a> {
                 if l.ty != Ty::Bool || r.ty != Ty::Bool {
                     return err(loc, "`&&` and `||` need bools");
                 }
-                let ex = if op == B::And { Ex::And(Box::new(l.ex), Box::new(r.ex)) } else { Ex::Or(Box::new(l.ex), Box::new(r.ex)) };
+                let ex = if op == B::And {
+                    Ex::And(Box::new(l.ex), Box::new(r.ex))
+                } else {
+                    Ex::Or(Box::new(l.ex), Box::new(r.ex))
+                };
                 TE { ex, ty: Ty::Bool }
             }
             B::Eq | B::Ne => {
@@ -2287,7 +2518,10 @@ impl<'a> Compiler<'a> {
                         return err(loc, "`==` of different types");
                     }
                     let (Ex::Load(a), Ex::Load(b)) = (&l.ex, &r.ex) else {
-                        return unsupported(loc, "comparing composite values that are not variables");
+                        return unsupported(
+                            loc,
+                            "comparing composite values that are not variables",
+                        );
                     };
                     let eq = Ex::EqSlots(a.clone(), b.clone(), self.slots(&l.ty));
                     let ex = if op == B::Eq { eq } else { Ex::Not(Box::new(eq)) };
@@ -2363,14 +2597,23 @@ impl<'a> Compiler<'a> {
     /// Fold an expression whose operands are constants.
     fn fold(&self, te: TE) -> TE {
         let all_const = match &te.ex {
-            Ex::Bin(_, a, b, _) | Ex::Cmp(_, a, b, _) | Ex::Concat(a, b, _) | Ex::And(a, b) | Ex::Or(a, b) => {
-                matches!(**a, Ex::Const(_)) && matches!(**b, Ex::Const(_))
-            }
-            Ex::Not(a) | Ex::BitNot(a, _) | Ex::Neg(a, _) | Ex::Slice(a, _, _) | Ex::Cast(a, _, _) | Ex::NonZero(a) => {
+            Ex::Bin(_, a, b, _)
+            | Ex::Cmp(_, a, b, _)
+            | Ex::Concat(a, b, _)
+            | Ex::And(a, b)
+            | Ex::Or(a, b) => matches!(**a, Ex::Const(_)) && matches!(**b, Ex::Const(_)),
+            Ex::Not(a)
+            | Ex::BitNot(a, _)
+            | Ex::Neg(a, _)
+            | Ex::Slice(a, _, _)
+            | Ex::Cast(a, _, _)
+            | Ex::NonZero(a) => {
                 matches!(**a, Ex::Const(_))
             }
             Ex::Cond(c, a, b) => {
-                matches!(**c, Ex::Const(_)) && matches!(**a, Ex::Const(_)) && matches!(**b, Ex::Const(_))
+                matches!(**c, Ex::Const(_))
+                    && matches!(**a, Ex::Const(_))
+                    && matches!(**b, Ex::Const(_))
             }
             _ => false,
         };
@@ -2390,7 +2633,9 @@ impl<'a> Compiler<'a> {
                 Some(x) => TE { ex: Ex::Const(x & a.mask()), ty: t.clone() },
                 None => return err(loc, "cast of an unknown integer"),
             },
-            (Ty::Bits(a), Ty::Bits(b)) => TE { ex: Ex::Cast(Box::new(v.ex), *a, *b), ty: t.clone() },
+            (Ty::Bits(a), Ty::Bits(b)) => {
+                TE { ex: Ex::Cast(Box::new(v.ex), *a, *b), ty: t.clone() }
+            }
             (Ty::Bool, Ty::Bits(b)) if b.width == 1 => TE { ex: v.ex, ty: t.clone() },
             (Ty::Bits(a), Ty::Bool) if a.width == 1 => TE { ex: v.ex, ty: Ty::Bool },
             (Ty::Int, Ty::Bool) => match v.konst() {
@@ -2412,10 +2657,19 @@ impl<'a> Compiler<'a> {
             },
             (Ty::Int, Ty::Int) => v,
             (a, b) if a == b => v,
-            (a, b) if !self.is_scalar(a) && matches!(v.ex, Ex::Load(_) | Ex::Seq(..)) && self.slots(a) == self.slots(b) => {
+            (a, b)
+                if !self.is_scalar(a)
+                    && matches!(v.ex, Ex::Load(_) | Ex::Seq(..))
+                    && self.slots(a) == self.slots(b) =>
+            {
                 TE { ex: v.ex, ty: t.clone() }
             }
-            (a, b) => return err(loc, format!("cannot cast `{}` to `{}`", self.ty_name(a), self.ty_name(b))),
+            (a, b) => {
+                return err(
+                    loc,
+                    format!("cannot cast `{}` to `{}`", self.ty_name(a), self.ty_name(b)),
+                );
+            }
         };
         Ok(self.fold(out))
     }
@@ -2429,7 +2683,13 @@ impl<'a> Compiler<'a> {
         }
     }
 
-    fn member_expr(&mut self, e: &ast::Expr, base: &ast::Expr, member: &ast::Name, _want: Option<&Ty>) -> R<TE> {
+    fn member_expr(
+        &mut self,
+        e: &ast::Expr,
+        base: &ast::Expr,
+        member: &ast::Name,
+        _want: Option<&Ty>,
+    ) -> R<TE> {
         // Type-qualified members: error.X, Enum.X.
         if let ExprKind::Name(n) = &base.kind {
             if n == "error" {
@@ -2443,7 +2703,9 @@ impl<'a> Compiler<'a> {
                 let en = &self.enums[id as usize];
                 return match en.members.iter().find(|m| m.0 == member.text) {
                     Some((_, v)) => Ok(TE { ex: Ex::Const(*v), ty: Ty::Enum(id) }),
-                    None => err(member.loc, format!("`{}` has no member `{}`", en.name, member.text)),
+                    None => {
+                        err(member.loc, format!("`{}` has no member `{}`", en.name, member.text))
+                    }
                 };
             }
         }
@@ -2502,10 +2764,15 @@ impl<'a> Compiler<'a> {
                         }
                         return Ok(St::Apply(t));
                     }
-                    Some(Ent::Extern(id, tname)) => return self.extern_method(id, &tname, member, args, e.loc),
+                    Some(Ent::Extern(id, tname)) => {
+                        return self.extern_method(id, &tname, member, args, e.loc);
+                    }
                     Some(Ent::Sub(body, params)) => {
                         if member.text != "apply" {
-                            return err(member.loc, "a parser or control instance has one method, apply()");
+                            return err(
+                                member.loc,
+                                "a parser or control instance has one method, apply()",
+                            );
                         }
                         let call = self.call(&params, args, body, e.loc)?;
                         return Ok(St::Call(Box::new(call)));
@@ -2521,7 +2788,12 @@ impl<'a> Compiler<'a> {
                     };
                     let len = self.slots(&t);
                     let union = self.union_siblings(base)?;
-                    return Ok(St::SetValid { hdr: p, valid: member.text == "setValid", len, union });
+                    return Ok(St::SetValid {
+                        hdr: p,
+                        valid: member.text == "setValid",
+                        len,
+                        union,
+                    });
                 }
                 "push_front" | "pop_front" => {
                     let (p, t) = self.place(base)?;
@@ -2575,7 +2847,13 @@ impl<'a> Compiler<'a> {
         Ok(Vec::new())
     }
 
-    fn packet_in(&mut self, member: &ast::Name, type_args: &[ast::Type], args: &[ast::Arg], loc: Loc) -> R<St> {
+    fn packet_in(
+        &mut self,
+        member: &ast::Name,
+        type_args: &[ast::Type],
+        args: &[ast::Arg],
+        loc: Loc,
+    ) -> R<St> {
         match member.text.as_str() {
             "extract" => {
                 let Some(a0) = args.first() else { return err(loc, "extract needs a header") };
@@ -2607,7 +2885,10 @@ impl<'a> Compiler<'a> {
                             _ => return err(a.loc, "the varbit size must be a number"),
                         };
                         if self.out.layouts[layout as usize].varbit.is_none() {
-                            return err(a.loc, "two-argument extract needs a header with a varbit field");
+                            return err(
+                                a.loc,
+                                "two-argument extract needs a header with a varbit field",
+                            );
                         }
                         Some(v.ex)
                     }
@@ -2651,14 +2932,24 @@ impl<'a> Compiler<'a> {
                 }
                 let _ = base;
                 let valid = if matches!(ty, Ty::Header(_)) { Some(0) } else { None };
-                let st = St::Extern(Box::new(ExternCall::LookaheadInto { dst: dst.clone(), fields, valid }));
+                let st = St::Extern(Box::new(ExternCall::LookaheadInto {
+                    dst: dst.clone(),
+                    fields,
+                    valid,
+                }));
                 Ok(TE { ex: Ex::Seq(vec![st].into_boxed_slice(), Box::new(Ex::Load(dst))), ty })
             }
             _ => unsupported(loc, format!("lookahead of `{}`", self.ty_name(&ty))),
         }
     }
 
-    fn call_expr(&mut self, e: &ast::Expr, callee: &ast::Expr, type_args: &[ast::Type], args: &[ast::Arg]) -> R<TE> {
+    fn call_expr(
+        &mut self,
+        e: &ast::Expr,
+        callee: &ast::Expr,
+        type_args: &[ast::Type],
+        args: &[ast::Arg],
+    ) -> R<TE> {
         if let ExprKind::Member { base, member } = &callee.kind {
             if let ExprKind::Name(n) = &base.kind {
                 match self.lookup(n).cloned() {
@@ -2668,7 +2959,13 @@ impl<'a> Compiler<'a> {
                             "length" => Ok(TE { ex: Ex::PacketLength, ty: Ty::Bits(A32) }),
                             _ => {
                                 let st = self.packet_in(member, type_args, args, e.loc)?;
-                                Ok(TE { ex: Ex::Seq(vec![st].into_boxed_slice(), Box::new(Ex::Const(0))), ty: Ty::Void })
+                                Ok(TE {
+                                    ex: Ex::Seq(
+                                        vec![st].into_boxed_slice(),
+                                        Box::new(Ex::Const(0)),
+                                    ),
+                                    ty: Ty::Void,
+                                })
                             }
                         };
                     }
@@ -2679,7 +2976,10 @@ impl<'a> Compiler<'a> {
                         let st = self.extern_method(id, &tname, member, args, e.loc)?;
                         return match st {
                             St::Extern(x) => Ok(TE { ex: Ex::Extern(x), ty: Ty::Void }),
-                            other => Ok(TE { ex: Ex::Seq(vec![other].into_boxed_slice(), Box::new(Ex::Const(0))), ty: Ty::Void }),
+                            other => Ok(TE {
+                                ex: Ex::Seq(vec![other].into_boxed_slice(), Box::new(Ex::Const(0))),
+                                ty: Ty::Void,
+                            }),
                         };
                     }
                     _ => {}
@@ -2700,10 +3000,12 @@ impl<'a> Compiler<'a> {
                 "minSizeInBits" | "minSizeInBytes" | "maxSizeInBits" | "maxSizeInBytes" => {
                     let t = match &base.kind {
                         ExprKind::Type(t) => self.resolve_ty(t)?,
-                        ExprKind::Name(n) if matches!(self.lookup(n), Some(Ent::Type(_))) => match self.lookup(n) {
-                            Some(Ent::Type(t)) => t.clone(),
-                            _ => Ty::Void,
-                        },
+                        ExprKind::Name(n) if matches!(self.lookup(n), Some(Ent::Type(_))) => {
+                            match self.lookup(n) {
+                                Some(Ent::Type(t)) => t.clone(),
+                                _ => Ty::Void,
+                            }
+                        }
                         _ => self.expr(base, None)?.ty,
                     };
                     let (min, max) = self.size_bits(&t, base.loc)?;
@@ -2718,7 +3020,10 @@ impl<'a> Compiler<'a> {
                 _ => {}
             }
             let st = self.call_stmt_member(e)?;
-            return Ok(TE { ex: Ex::Seq(vec![st].into_boxed_slice(), Box::new(Ex::Const(0))), ty: Ty::Void });
+            return Ok(TE {
+                ex: Ex::Seq(vec![st].into_boxed_slice(), Box::new(Ex::Const(0))),
+                ty: Ty::Void,
+            });
         }
         let ExprKind::Name(n) = &callee.kind else {
             return err(callee.loc, "this cannot be called");
@@ -2742,7 +3047,10 @@ impl<'a> Compiler<'a> {
         // SAFETY of recursion: call_stmt only comes back here for plain calls.
         let ExprKind::Call { callee, .. } = &e.kind else { return err(e.loc, "not a call") };
         if let ExprKind::Member { member, .. } = &callee.kind
-            && matches!(member.text.as_str(), "setValid" | "setInvalid" | "push_front" | "pop_front" | "emit" | "apply")
+            && matches!(
+                member.text.as_str(),
+                "setValid" | "setInvalid" | "push_front" | "pop_front" | "emit" | "apply"
+            )
         {
             return self.call_stmt(e);
         }
@@ -2816,14 +3124,28 @@ impl<'a> Compiler<'a> {
                     None => return err(loc, format!("missing argument `{}`", p.name)),
                 },
                 Direction::Out | Direction::InOut => {
-                    let Some(v) = value else { return err(loc, format!("missing argument `{}`", p.name)) };
+                    let Some(v) = value else {
+                        return err(loc, format!("missing argument `{}`", p.name));
+                    };
                     if matches!(v.kind, ExprKind::DontCare) {
                         copy_in.push(St::Zero(p.place.clone(), n));
                         continue;
                     }
                     let (ap, aty) = self.place(&v)?;
-                    if !self.same_type(&aty, &p.ty) && !(self.is_scalar(&aty) && self.slots(&aty) == n && matches!((&aty, &p.ty), (Ty::Bits(a), Ty::Bits(b)) if a.width == b.width)) {
-                        return err(v.loc, format!("`{}` passed for `{}` of type `{}`", self.ty_name(&aty), p.name, self.ty_name(&p.ty)));
+                    if !self.same_type(&aty, &p.ty)
+                        && !(self.is_scalar(&aty)
+                            && self.slots(&aty) == n
+                            && matches!((&aty, &p.ty), (Ty::Bits(a), Ty::Bits(b)) if a.width == b.width))
+                    {
+                        return err(
+                            v.loc,
+                            format!(
+                                "`{}` passed for `{}` of type `{}`",
+                                self.ty_name(&aty),
+                                p.name,
+                                self.ty_name(&p.ty)
+                            ),
+                        );
                     }
                     if p.dir == Direction::InOut {
                         copy_in.push(St::Copy(p.place.clone(), ap.clone(), n));
@@ -2873,7 +3195,9 @@ impl<'a> Compiler<'a> {
                     }
                     Ty::Int => err(e.loc, "an integer of unknown width in a field list"),
                     Ty::Header(_) | Ty::Struct(_) | Ty::Union(_) | Ty::Stack(..) | Ty::Tuple(_) => {
-                        let Ex::Load(p) = te.ex else { return unsupported(e.loc, "this value in a field list") };
+                        let Ex::Load(p) = te.ex else {
+                            return unsupported(e.loc, "this value in a field list");
+                        };
                         self.place_leaves(&p, &te.ty, valid, out);
                         Ok(())
                     }
@@ -2949,7 +3273,13 @@ impl<'a> Compiler<'a> {
         self.enum_member_index(&a.value)
     }
 
-    fn extern_function(&mut self, n: &str, type_args: &[ast::Type], args: &[ast::Arg], loc: Loc) -> R<TE> {
+    fn extern_function(
+        &mut self,
+        n: &str,
+        type_args: &[ast::Type],
+        args: &[ast::Arg],
+        loc: Loc,
+    ) -> R<TE> {
         let x = |c: ExternCall| Ok(TE { ex: Ex::Extern(Box::new(c)), ty: Ty::Void });
         match n {
             "mark_to_drop" => x(ExternCall::MarkToDrop),
@@ -2971,7 +3301,10 @@ impl<'a> Compiler<'a> {
                 let calc = self.new_calc(algo);
                 x(ExternCall::Hash { calc, dst, width, algo, base, data, max })
             }
-            "verify_checksum" | "update_checksum" | "verify_checksum_with_payload" | "update_checksum_with_payload" => {
+            "verify_checksum"
+            | "update_checksum"
+            | "verify_checksum_with_payload"
+            | "update_checksum_with_payload" => {
                 let cond = self.scalar_arg(args, 0, &Ty::Bool, loc)?;
                 let mut data = Vec::new();
                 match args.get(1) {
@@ -3028,11 +3361,19 @@ impl<'a> Compiler<'a> {
                 x(ExternCall::Recirculate(Some(l)))
             }
             "resubmit" | "recirculate" => {
-                let empty = matches!(args.first().map(|a| &a.value.kind), Some(ExprKind::List(v)) if v.is_empty()) || args.is_empty();
+                let empty = matches!(args.first().map(|a| &a.value.kind), Some(ExprKind::List(v)) if v.is_empty())
+                    || args.is_empty();
                 if !empty {
-                    return unsupported(loc, format!("{n}(data) with fields (use {n}_preserving_field_list)"));
+                    return unsupported(
+                        loc,
+                        format!("{n}(data) with fields (use {n}_preserving_field_list)"),
+                    );
                 }
-                x(if n == "resubmit" { ExternCall::Resubmit(None) } else { ExternCall::Recirculate(None) })
+                x(if n == "resubmit" {
+                    ExternCall::Resubmit(None)
+                } else {
+                    ExternCall::Recirculate(None)
+                })
             }
             "truncate" => {
                 let l = self.scalar_arg(args, 0, &Ty::Bits(A32), loc)?;
@@ -3060,10 +3401,19 @@ impl<'a> Compiler<'a> {
                     self.leaves(&a.value, &mut leaves)?;
                     data = leaves.into_iter().map(|l| (l.ex, l.width)).collect();
                 }
-                Ok(TE { ex: Ex::Seq(vec![St::Log(msg, data)].into_boxed_slice(), Box::new(Ex::Const(0))), ty: Ty::Void })
+                Ok(TE {
+                    ex: Ex::Seq(
+                        vec![St::Log(msg, data)].into_boxed_slice(),
+                        Box::new(Ex::Const(0)),
+                    ),
+                    ty: Ty::Void,
+                })
             }
             "static_assert" => {
-                let c = self.const_i128(&args.first().map_or_else(|| ast::Expr { kind: ExprKind::Bool(false), loc }, |a| a.value.clone()))?;
+                let c = self.const_i128(&args.first().map_or_else(
+                    || ast::Expr { kind: ExprKind::Bool(false), loc },
+                    |a| a.value.clone(),
+                ))?;
                 if c == 0 {
                     return err(loc, "static_assert failed");
                 }
@@ -3083,7 +3433,14 @@ impl<'a> Compiler<'a> {
         }
     }
 
-    fn extern_method(&mut self, id: u32, tname: &str, member: &ast::Name, args: &[ast::Arg], loc: Loc) -> R<St> {
+    fn extern_method(
+        &mut self,
+        id: u32,
+        tname: &str,
+        member: &ast::Name,
+        args: &[ast::Arg],
+        loc: Loc,
+    ) -> R<St> {
         let x = |c: ExternCall| Ok(St::Extern(Box::new(c)));
         let kind = self.out.instances[id as usize].kind.clone();
         match (tname, member.text.as_str()) {
@@ -3098,7 +3455,8 @@ impl<'a> Compiler<'a> {
                     InstanceKind::Register { width, .. } => width,
                     _ => 32,
                 };
-                let v = self.scalar_arg(args, 1, &Ty::Bits(Arith { width: w, signed: false }), loc)?;
+                let v =
+                    self.scalar_arg(args, 1, &Ty::Bits(Arith { width: w, signed: false }), loc)?;
                 x(ExternCall::RegisterWrite(id, i, v))
             }
             ("counter", "count") => {

@@ -157,11 +157,7 @@ pub(crate) fn binop(op: Op, x: u128, y: u128, a: Arith) -> u128 {
 }
 
 fn signed_bounds(w: u32) -> (i128, i128) {
-    if w >= 128 {
-        (i128::MIN, i128::MAX)
-    } else {
-        (-(1i128 << (w - 1)), (1i128 << (w - 1)) - 1)
-    }
+    if w >= 128 { (i128::MIN, i128::MAX) } else { (-(1i128 << (w - 1)), (1i128 << (w - 1)) - 1) }
 }
 
 pub(crate) fn compare(c: Cmp, x: u128, y: u128, a: Arith) -> bool {

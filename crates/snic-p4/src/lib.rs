@@ -30,6 +30,7 @@ pub mod ir;
 pub mod lex;
 pub mod parse;
 pub mod pre;
+pub mod runner;
 pub mod span;
 pub mod stf;
 pub mod table;

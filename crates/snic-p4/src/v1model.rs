@@ -9,7 +9,9 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use crate::algo::{self, BitBuf, Calculation, CrcParams, HashAlgorithm, Meter, MeterKind, MeterRate};
+use crate::algo::{
+    self, BitBuf, Calculation, CrcParams, HashAlgorithm, Meter, MeterKind, MeterRate,
+};
 use crate::exec::{BitWriter, Flow, binop, cast, compare, get_bits};
 use crate::ir::*;
 use crate::table::{FieldMatch, MatchKind};
@@ -144,7 +146,12 @@ impl TableState {
         }
         let mut best: Option<(i64, u64, Handle)> = None;
         for (h, e) in &self.entries {
-            if e.matches.iter().zip(key).zip(&self.kinds).all(|((m, k), (_, w))| field_matches(m, *k, *w)) {
+            if e.matches
+                .iter()
+                .zip(key)
+                .zip(&self.kinds)
+                .all(|((m, k), (_, w))| field_matches(m, *k, *w))
+            {
                 let r = self.rank(e);
                 let better = match best {
                     None => true,
@@ -188,7 +195,9 @@ impl TableState {
                     *m = FieldMatch::Lpm { value: v, len: *w };
                     fits(v)
                 }
-                (MatchKind::Range, FieldMatch::Range { lo, hi }) => fits(lo) && fits(hi) && lo <= hi,
+                (MatchKind::Range, FieldMatch::Range { lo, hi }) => {
+                    fits(lo) && fits(hi) && lo <= hi
+                }
                 (MatchKind::Range, FieldMatch::Exact(v)) => {
                     *m = FieldMatch::Range { lo: v, hi: v };
                     fits(v)
@@ -198,23 +207,38 @@ impl TableState {
                     *m = FieldMatch::Optional(Some(v));
                     fits(v)
                 }
-                (MatchKind::Optional, FieldMatch::Ternary { value, mask }) if mask == 0 || mask == mk => {
+                (MatchKind::Optional, FieldMatch::Ternary { value, mask })
+                    if mask == 0 || mask == mk =>
+                {
                     *m = FieldMatch::Optional(if mask == 0 { None } else { Some(value) });
                     fits(value)
                 }
                 _ => false,
             };
             if !ok {
-                return Err(RuntimeError::Invalid(format!("key value {m:?} does not fit a {w}-bit {kind:?} field")));
+                return Err(RuntimeError::Invalid(format!(
+                    "key value {m:?} does not fit a {w}-bit {kind:?} field"
+                )));
             }
         }
         Ok(())
     }
 
-    fn add(&mut self, mut matches: Vec<FieldMatch>, priority: Option<i64>, call: ActionCall, meter: Option<Meter>, size: usize) -> Result<Handle, RuntimeError> {
+    fn add(
+        &mut self,
+        mut matches: Vec<FieldMatch>,
+        priority: Option<i64>,
+        call: ActionCall,
+        meter: Option<Meter>,
+        size: usize,
+    ) -> Result<Handle, RuntimeError> {
         self.normalise(&mut matches)?;
         let priority = if self.uses_priority { priority.unwrap_or(0) } else { 0 };
-        if self.entries.values().any(|e| e.matches == matches && (!self.uses_priority || e.priority == priority)) {
+        if self
+            .entries
+            .values()
+            .any(|e| e.matches == matches && (!self.uses_priority || e.priority == priority))
+        {
             return Err(RuntimeError::Duplicate);
         }
         if self.entries.len() >= size {
@@ -223,7 +247,8 @@ impl TableState {
         let h = self.next_handle;
         self.next_handle += 1;
         if self.all_exact {
-            let key = matches.iter().map(|m| if let FieldMatch::Exact(v) = m { *v } else { 0 }).collect();
+            let key =
+                matches.iter().map(|m| if let FieldMatch::Exact(v) = m { *v } else { 0 }).collect();
             self.exact.insert(key, h);
         }
         let seq = self.next_seq;
@@ -233,9 +258,16 @@ impl TableState {
     }
 
     fn remove(&mut self, h: Handle) -> Result<Entry, RuntimeError> {
-        let e = self.entries.remove(&h).ok_or_else(|| RuntimeError::NotFound(format!("entry handle {h}")))?;
+        let e = self
+            .entries
+            .remove(&h)
+            .ok_or_else(|| RuntimeError::NotFound(format!("entry handle {h}")))?;
         if self.all_exact {
-            let key: Vec<u128> = e.matches.iter().map(|m| if let FieldMatch::Exact(v) = m { *v } else { 0 }).collect();
+            let key: Vec<u128> = e
+                .matches
+                .iter()
+                .map(|m| if let FieldMatch::Exact(v) = m { *v } else { 0 })
+                .collect();
             self.exact.remove(&key);
         }
         Ok(e)
@@ -269,8 +301,21 @@ pub struct MirrorSession {
 
 #[derive(Debug, Clone)]
 enum Work {
-    Ingress { data: Vec<u8>, port: u32, itype: u128, keep: Vec<(Slot, Vec<u128>)> },
-    Egress { frame: Vec<u128>, payload: Vec<u8>, port: u32, itype: u128, rid: u16, keep: Option<Vec<(Slot, Vec<u128>)>>, len: u32 },
+    Ingress {
+        data: Vec<u8>,
+        port: u32,
+        itype: u128,
+        keep: Vec<(Slot, Vec<u128>)>,
+    },
+    Egress {
+        frame: Vec<u128>,
+        payload: Vec<u8>,
+        port: u32,
+        itype: u128,
+        rid: u16,
+        keep: Option<Vec<(Slot, Vec<u128>)>>,
+        len: u32,
+    },
 }
 
 /// Counters of what the switch did.
@@ -339,9 +384,17 @@ impl Switch {
         let mut tables = Vec::new();
         for t in &prog.tables {
             let kinds: Vec<(MatchKind, u32)> = t.keys.iter().map(|k| (k.kind, k.width)).collect();
-            let uses_priority = kinds.iter().any(|k| matches!(k.0, MatchKind::Ternary | MatchKind::Range | MatchKind::Optional));
+            let uses_priority = kinds.iter().any(|k| {
+                matches!(k.0, MatchKind::Ternary | MatchKind::Range | MatchKind::Optional)
+            });
             let all_exact = kinds.iter().all(|k| k.0 == MatchKind::Exact);
-            tables.push(TableState { default: Some(t.default.clone()), uses_priority, kinds, all_exact, ..TableState::default() });
+            tables.push(TableState {
+                default: Some(t.default.clone()),
+                uses_priority,
+                kinds,
+                all_exact,
+                ..TableState::default()
+            });
         }
         let mut registers = Vec::new();
         let mut counters = Vec::new();
@@ -357,12 +410,19 @@ impl Switch {
             });
             meters.push(match i.kind {
                 InstanceKind::Meter { size, bytes } => {
-                    vec![Meter::new(if bytes { MeterKind::Bytes } else { MeterKind::Packets }); size as usize]
+                    vec![
+                        Meter::new(if bytes { MeterKind::Bytes } else { MeterKind::Packets });
+                        size as usize
+                    ]
                 }
                 _ => Vec::new(),
             });
         }
-        let calcs = prog.calcs.iter().map(|(_, a)| Calculation::new(HashAlgorithm::ALL[(*a as usize).min(7)])).collect();
+        let calcs = prog
+            .calcs
+            .iter()
+            .map(|(_, a)| Calculation::new(HashAlgorithm::ALL[(*a as usize).min(7)]))
+            .collect();
         let find = |n: &str| prog.errors.iter().position(|e| e == n).unwrap_or(0) as u32;
         let errs = Errs {
             packet_too_short: find("PacketTooShort"),
@@ -444,7 +504,10 @@ impl Switch {
     fn check_call(&self, t: usize, call: &ActionCall, default: bool) -> Result<(), RuntimeError> {
         let ti = self.table_check(t)?;
         let Some(ta) = ti.actions.get(call.action as usize) else {
-            return Err(RuntimeError::NotFound(format!("action {} of table {}", call.action, ti.name)));
+            return Err(RuntimeError::NotFound(format!(
+                "action {} of table {}",
+                call.action, ti.name
+            )));
         };
         let a = &self.prog.actions[ta.action as usize];
         if default && ta.table_only {
@@ -455,29 +518,49 @@ impl Switch {
         }
         let data: Vec<&ParamIr> = a.params.iter().filter(|p| p.data).collect();
         if data.len() != call.args.len() {
-            return Err(RuntimeError::Invalid(format!("{} takes {} arguments", a.name, data.len())));
+            return Err(RuntimeError::Invalid(format!(
+                "{} takes {} arguments",
+                a.name,
+                data.len()
+            )));
         }
         for (p, v) in data.iter().zip(&call.args) {
             if *v & !mask(p.width) != 0 {
-                return Err(RuntimeError::Invalid(format!("{} does not fit {}'s {} bits", v, p.name, p.width)));
+                return Err(RuntimeError::Invalid(format!(
+                    "{} does not fit {}'s {} bits",
+                    v, p.name, p.width
+                )));
             }
         }
         Ok(())
     }
 
-    fn add_entry(&mut self, t: usize, matches: Vec<FieldMatch>, priority: Option<i64>, call: ActionCall) -> Result<Handle, RuntimeError> {
+    fn add_entry(
+        &mut self,
+        t: usize,
+        matches: Vec<FieldMatch>,
+        priority: Option<i64>,
+        call: ActionCall,
+    ) -> Result<Handle, RuntimeError> {
         self.check_call(t, &call, false)?;
         let size = self.prog.tables[t].size.max(1);
-        let meter = self.prog.tables[t].direct_meter.map(|m| match self.prog.instances[m as usize].kind {
-            InstanceKind::DirectMeter { bytes: true } => Meter::new(MeterKind::Bytes),
-            _ => Meter::new(MeterKind::Packets),
-        });
+        let meter =
+            self.prog.tables[t].direct_meter.map(|m| match self.prog.instances[m as usize].kind {
+                InstanceKind::DirectMeter { bytes: true } => Meter::new(MeterKind::Bytes),
+                _ => Meter::new(MeterKind::Packets),
+            });
         self.tables[t].add(matches, priority, call, meter, size)
     }
 
     /// Add an entry to table `t`; `priority` (larger wins) matters for tables with ternary,
     /// range or optional keys.
-    pub fn table_add(&mut self, t: usize, matches: Vec<FieldMatch>, priority: Option<i64>, call: ActionCall) -> Result<Handle, RuntimeError> {
+    pub fn table_add(
+        &mut self,
+        t: usize,
+        matches: Vec<FieldMatch>,
+        priority: Option<i64>,
+        call: ActionCall,
+    ) -> Result<Handle, RuntimeError> {
         let ti = self.table_check(t)?;
         if ti.entries_const {
             return Err(RuntimeError::Const(format!("the entries of {}", ti.name)));
@@ -486,7 +569,12 @@ impl Switch {
     }
 
     /// Change an entry's action.
-    pub fn table_modify(&mut self, t: usize, h: Handle, call: ActionCall) -> Result<(), RuntimeError> {
+    pub fn table_modify(
+        &mut self,
+        t: usize,
+        h: Handle,
+        call: ActionCall,
+    ) -> Result<(), RuntimeError> {
         let ti = self.table_check(t)?;
         if ti.entries_const {
             return Err(RuntimeError::Const(format!("the entries of {}", ti.name)));
@@ -562,13 +650,20 @@ impl Switch {
     }
 
     /// The handle of the entry with exactly this match (and priority, where it matters).
-    pub fn table_find(&self, t: usize, matches: &[FieldMatch], priority: Option<i64>) -> Option<Handle> {
+    pub fn table_find(
+        &self,
+        t: usize,
+        matches: &[FieldMatch],
+        priority: Option<i64>,
+    ) -> Option<Handle> {
         let s = self.tables.get(t)?;
         let mut m = matches.to_vec();
         s.normalise(&mut m).ok()?;
         s.entries
             .iter()
-            .find(|(_, e)| e.matches == m && (!s.uses_priority || priority.is_none_or(|p| p == e.priority)))
+            .find(|(_, e)| {
+                e.matches == m && (!s.uses_priority || priority.is_none_or(|p| p == e.priority))
+            })
             .map(|(h, _)| *h)
     }
 
@@ -592,7 +687,12 @@ impl Switch {
     }
 
     /// Set an indexed counter cell.
-    pub fn counter_write(&mut self, inst: usize, index: usize, v: (u64, u64)) -> Result<(), RuntimeError> {
+    pub fn counter_write(
+        &mut self,
+        inst: usize,
+        index: usize,
+        v: (u64, u64),
+    ) -> Result<(), RuntimeError> {
         match self.counters.get_mut(inst).and_then(|c| c.get_mut(index)) {
             Some(c) => {
                 *c = v;
@@ -636,7 +736,12 @@ impl Switch {
     }
 
     /// Write a register cell.
-    pub fn register_write(&mut self, inst: usize, index: usize, v: u128) -> Result<(), RuntimeError> {
+    pub fn register_write(
+        &mut self,
+        inst: usize,
+        index: usize,
+        v: u128,
+    ) -> Result<(), RuntimeError> {
         let w = match self.prog.instances.get(inst).map(|i| &i.kind) {
             Some(InstanceKind::Register { width, .. }) => *width,
             _ => return Err(RuntimeError::NotFound(format!("register {inst}"))),
@@ -665,8 +770,17 @@ impl Switch {
     }
 
     /// Set an indexed meter's rates (`None`: every cell); rates per microsecond.
-    pub fn meter_set_rates(&mut self, inst: usize, index: Option<usize>, cir: MeterRate, pir: MeterRate) -> Result<(), RuntimeError> {
-        let cells = self.meters.get_mut(inst).ok_or_else(|| RuntimeError::NotFound(format!("meter {inst}")))?;
+    pub fn meter_set_rates(
+        &mut self,
+        inst: usize,
+        index: Option<usize>,
+        cir: MeterRate,
+        pir: MeterRate,
+    ) -> Result<(), RuntimeError> {
+        let cells = self
+            .meters
+            .get_mut(inst)
+            .ok_or_else(|| RuntimeError::NotFound(format!("meter {inst}")))?;
         let range = match index {
             Some(i) if i < cells.len() => i..i + 1,
             Some(i) => return Err(RuntimeError::Invalid(format!("meter index {i}"))),
@@ -679,8 +793,18 @@ impl Switch {
     }
 
     /// Set a direct meter's rates for table `t`'s entry `h`.
-    pub fn direct_meter_set_rates(&mut self, t: usize, h: Handle, cir: MeterRate, pir: MeterRate) -> Result<(), RuntimeError> {
-        let e = self.tables.get_mut(t).and_then(|s| s.entries.get_mut(&h)).ok_or_else(|| RuntimeError::NotFound(format!("entry {h}")))?;
+    pub fn direct_meter_set_rates(
+        &mut self,
+        t: usize,
+        h: Handle,
+        cir: MeterRate,
+        pir: MeterRate,
+    ) -> Result<(), RuntimeError> {
+        let e = self
+            .tables
+            .get_mut(t)
+            .and_then(|s| s.entries.get_mut(&h))
+            .ok_or_else(|| RuntimeError::NotFound(format!("entry {h}")))?;
         match &mut e.meter {
             Some(m) => m.set_rates(cir, pir).map_err(|e| RuntimeError::Invalid(format!("{e:?}"))),
             None => Err(RuntimeError::Invalid("the table has no direct meter".into())),
@@ -696,8 +820,17 @@ impl Switch {
     }
 
     /// Add a value (and mask) to a parser value set.
-    pub fn value_set_add(&mut self, vs: usize, value: u128, mask_: u128) -> Result<(), RuntimeError> {
-        let info = self.prog.value_sets.get(vs).ok_or_else(|| RuntimeError::NotFound(format!("value set {vs}")))?;
+    pub fn value_set_add(
+        &mut self,
+        vs: usize,
+        value: u128,
+        mask_: u128,
+    ) -> Result<(), RuntimeError> {
+        let info = self
+            .prog
+            .value_sets
+            .get(vs)
+            .ok_or_else(|| RuntimeError::NotFound(format!("value set {vs}")))?;
         let set = &mut self.value_sets[vs];
         if set.len() >= info.size as usize {
             return Err(RuntimeError::Full);
@@ -717,7 +850,10 @@ impl Switch {
 
     /// Destroy a multicast group.
     pub fn mc_group_destroy(&mut self, g: u16) -> Result<(), RuntimeError> {
-        self.mc_groups.remove(&g).map(|_| ()).ok_or_else(|| RuntimeError::NotFound(format!("group {g}")))
+        self.mc_groups
+            .remove(&g)
+            .map(|_| ())
+            .ok_or_else(|| RuntimeError::NotFound(format!("group {g}")))
     }
 
     /// Create a node (a replication id and its ports); returns its handle.
@@ -753,7 +889,10 @@ impl Switch {
         if !self.mc_nodes.contains_key(&h) {
             return Err(RuntimeError::NotFound(format!("node {h}")));
         }
-        let grp = self.mc_groups.get_mut(&g).ok_or_else(|| RuntimeError::NotFound(format!("group {g}")))?;
+        let grp = self
+            .mc_groups
+            .get_mut(&g)
+            .ok_or_else(|| RuntimeError::NotFound(format!("group {g}")))?;
         if grp.contains(&h) {
             return Err(RuntimeError::Duplicate);
         }
@@ -763,7 +902,10 @@ impl Switch {
 
     /// Take a node out of a group.
     pub fn mc_node_dissociate(&mut self, g: u16, h: Handle) -> Result<(), RuntimeError> {
-        let grp = self.mc_groups.get_mut(&g).ok_or_else(|| RuntimeError::NotFound(format!("group {g}")))?;
+        let grp = self
+            .mc_groups
+            .get_mut(&g)
+            .ok_or_else(|| RuntimeError::NotFound(format!("group {g}")))?;
         let before = grp.len();
         grp.retain(|n| *n != h);
         if grp.len() == before {
@@ -796,7 +938,10 @@ impl Switch {
 
     /// Remove a mirror session.
     pub fn mirroring_delete(&mut self, session: u32) -> Result<(), RuntimeError> {
-        self.mirrors.remove(&session).map(|_| ()).ok_or_else(|| RuntimeError::NotFound(format!("session {session}")))
+        self.mirrors
+            .remove(&session)
+            .map(|_| ())
+            .ok_or_else(|| RuntimeError::NotFound(format!("session {session}")))
     }
 
     /// A mirror session.
@@ -812,7 +957,12 @@ impl Switch {
         self.stats.received += 1;
         self.now_ns = now_ns;
         let mut work = VecDeque::new();
-        work.push_back(Work::Ingress { data: data.to_vec(), port, itype: instance::NORMAL, keep: Vec::new() });
+        work.push_back(Work::Ingress {
+            data: data.to_vec(),
+            port,
+            itype: instance::NORMAL,
+            keep: Vec::new(),
+        });
         let mut done = 0usize;
         while let Some(w) = work.pop_front() {
             done += 1;
@@ -821,7 +971,9 @@ impl Switch {
                 break;
             }
             match w {
-                Work::Ingress { data, port, itype, keep } => self.ingress(data, port, itype, keep, &mut work),
+                Work::Ingress { data, port, itype, keep } => {
+                    self.ingress(data, port, itype, keep, &mut work)
+                }
                 Work::Egress { frame, payload, port, itype, rid, keep, len } => {
                     self.egress(frame, payload, port, itype, rid, keep, len, &mut work, out)
                 }
@@ -870,7 +1022,14 @@ impl Switch {
         cursor.div_ceil(8).min(data.len())
     }
 
-    fn ingress(&mut self, data: Vec<u8>, port: u32, itype: u128, keep: Vec<(Slot, Vec<u128>)>, work: &mut VecDeque<Work>) {
+    fn ingress(
+        &mut self,
+        data: Vec<u8>,
+        port: u32,
+        itype: u128,
+        keep: Vec<(Slot, Vec<u128>)>,
+        work: &mut VecDeque<Work>,
+    ) {
         self.tr(|| format!("ingress: port {port}, {} bytes, instance_type {itype}", data.len()));
         let off = self.parse(&data, port, itype);
         let std = self.prog.std;
@@ -903,7 +1062,15 @@ impl Switch {
                     cf[*s as usize..*s as usize + vals.len()].copy_from_slice(vals);
                 }
                 let p2 = data[off2..].to_vec();
-                self.enqueue_mirror(ms, cf, p2, instance::INGRESS_CLONE, Some(kept), data.len() as u32, work);
+                self.enqueue_mirror(
+                    ms,
+                    cf,
+                    p2,
+                    instance::INGRESS_CLONE,
+                    Some(kept),
+                    data.len() as u32,
+                    work,
+                );
             } else {
                 self.tr(|| format!("clone: session {session} is not configured"));
             }
@@ -941,18 +1108,51 @@ impl Switch {
             return;
         }
         self.tr(|| format!("ingress: egress_spec {spec}"));
-        work.push_back(Work::Egress { frame: frame.clone(), payload, port: spec, itype, rid: 0, keep: None, len: data.len() as u32 });
+        work.push_back(Work::Egress {
+            frame: frame.clone(),
+            payload,
+            port: spec,
+            itype,
+            rid: 0,
+            keep: None,
+            len: data.len() as u32,
+        });
         self.frame = frame;
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn enqueue_mirror(&mut self, ms: MirrorSession, frame: Vec<u128>, payload: Vec<u8>, itype: u128, keep: Option<Vec<(Slot, Vec<u128>)>>, len: u32, work: &mut VecDeque<Work>) {
+    fn enqueue_mirror(
+        &mut self,
+        ms: MirrorSession,
+        frame: Vec<u128>,
+        payload: Vec<u8>,
+        itype: u128,
+        keep: Option<Vec<(Slot, Vec<u128>)>>,
+        len: u32,
+        work: &mut VecDeque<Work>,
+    ) {
         if let Some(p) = ms.port {
-            work.push_back(Work::Egress { frame: frame.clone(), payload: payload.clone(), port: p, itype, rid: 0, keep: keep.clone(), len });
+            work.push_back(Work::Egress {
+                frame: frame.clone(),
+                payload: payload.clone(),
+                port: p,
+                itype,
+                rid: 0,
+                keep: keep.clone(),
+                len,
+            });
         }
         if let Some(g) = ms.mgrp {
             for (rid, p) in self.mc_replicas(g) {
-                work.push_back(Work::Egress { frame: frame.clone(), payload: payload.clone(), port: p, itype, rid, keep: keep.clone(), len });
+                work.push_back(Work::Egress {
+                    frame: frame.clone(),
+                    payload: payload.clone(),
+                    port: p,
+                    itype,
+                    rid,
+                    keep: keep.clone(),
+                    len,
+                });
             }
         }
     }
@@ -1001,7 +1201,15 @@ impl Switch {
         if let Some((true, session, list)) = flags.clone {
             if let Some(ms) = self.mirrors.get(&session).copied() {
                 let kept = self.keep_list(list, &frame);
-                self.enqueue_mirror(ms, frame.clone(), payload.clone(), instance::EGRESS_CLONE, Some(kept), len, work);
+                self.enqueue_mirror(
+                    ms,
+                    frame.clone(),
+                    payload.clone(),
+                    instance::EGRESS_CLONE,
+                    Some(kept),
+                    len,
+                    work,
+                );
             } else {
                 self.tr(|| format!("clone: session {session} is not configured"));
             }
@@ -1027,7 +1235,12 @@ impl Switch {
             let kept = self.keep_list(list, &frame);
             self.tr(|| "recirculate".into());
             let p = get(&frame, std.ingress_port) as u32;
-            work.push_back(Work::Ingress { data: bytes, port: p, itype: instance::RECIRC, keep: kept });
+            work.push_back(Work::Ingress {
+                data: bytes,
+                port: p,
+                itype: instance::RECIRC,
+                keep: kept,
+            });
             return;
         }
         let mut bytes = bytes;
@@ -1071,7 +1284,11 @@ impl<'s> Exec<'s> {
             None => Some(p.base as usize),
             Some(d) => {
                 let i = self.ev(&d.index);
-                if i >= u128::from(d.count) { None } else { Some(p.base as usize + i as usize * d.stride as usize) }
+                if i >= u128::from(d.count) {
+                    None
+                } else {
+                    Some(p.base as usize + i as usize * d.stride as usize)
+                }
             }
         }
     }
@@ -1136,7 +1353,9 @@ impl<'s> Exec<'s> {
             }
             Ex::AnyValid(p, members) => {
                 let Some(s) = self.slot(p) else { return 0 };
-                u128::from(members.iter().any(|m| self.f.get(s + *m as usize).copied().unwrap_or(0) != 0))
+                u128::from(
+                    members.iter().any(|m| self.f.get(s + *m as usize).copied().unwrap_or(0) != 0),
+                )
             }
             Ex::LastIndex(p) => self.load(p).wrapping_sub(1) & 0xffff_ffff,
             Ex::Lookahead(w) => {
@@ -1301,7 +1520,8 @@ impl<'s> Exec<'s> {
             }
             St::Log(msg, data) => {
                 if self.sw.trace.is_some() {
-                    let vals: Vec<String> = data.iter().map(|(e, _)| format!("{}", self.ev(e))).collect();
+                    let vals: Vec<String> =
+                        data.iter().map(|(e, _)| format!("{}", self.ev(e))).collect();
                     let line = format!("log_msg: {msg} {}", vals.join(", "));
                     self.sw.tr(|| line);
                 }
@@ -1385,7 +1605,9 @@ impl<'s> Exec<'s> {
                             KeySet::Any => true,
                             KeySet::Mask(v, m) => val(i) & m == *v,
                             KeySet::Range(lo, hi) => *lo <= val(i) && val(i) <= *hi,
-                            KeySet::ValueSet(vs) => self.sw.value_sets[*vs as usize].iter().any(|(v, m)| val(i) & m == *v),
+                            KeySet::ValueSet(vs) => self.sw.value_sets[*vs as usize]
+                                .iter()
+                                .any(|(v, m)| val(i) & m == *v),
                         })
                     });
                     match found {
@@ -1439,7 +1661,13 @@ impl<'s> Exec<'s> {
                 }
                 (true, e.call.clone())
             }
-            None => (false, self.sw.tables[ti].default.clone().unwrap_or(ActionCall { action: 0, args: Vec::new() })),
+            None => (
+                false,
+                self.sw.tables[ti]
+                    .default
+                    .clone()
+                    .unwrap_or(ActionCall { action: 0, args: Vec::new() }),
+            ),
         };
         if self.sw.trace.is_some() {
             let tn = self.sw.prog.tables[ti].name.clone();
@@ -1449,10 +1677,7 @@ impl<'s> Exec<'s> {
                 .zip(&key)
                 .map(|(k, v)| format!("{} = 0x{:x}", k.name, v))
                 .collect();
-            let an = self
-                .sw
-                .prog
-                .tables[ti]
+            let an = self.sw.prog.tables[ti]
                 .actions
                 .get(call.action as usize)
                 .map(|a| self.sw.prog.actions[a.action as usize].name.clone())
@@ -1473,7 +1698,9 @@ impl<'s> Exec<'s> {
     }
 
     fn run_action(&mut self, ti: usize, call: &ActionCall) -> Flow {
-        let Some(ta) = self.sw.prog.tables[ti].actions.get(call.action as usize) else { return Flow::Next };
+        let Some(ta) = self.sw.prog.tables[ti].actions.get(call.action as usize) else {
+            return Flow::Next;
+        };
         let aid = ta.action as usize;
         let bound = ta.bound.clone();
         for s in &bound {
@@ -1518,7 +1745,13 @@ impl<'s> Exec<'s> {
         x.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
 
-    fn extract(&mut self, hdr: &Place, layout: u32, varbits: Option<&Ex>, next_of: &Option<(Place, u32, u32)>) -> Result<(), u32> {
+    fn extract(
+        &mut self,
+        hdr: &Place,
+        layout: u32,
+        varbits: Option<&Ex>,
+        next_of: &Option<(Place, u32, u32)>,
+    ) -> Result<(), u32> {
         let base = match next_of {
             Some((sp, count, stride)) => {
                 let Some(s) = self.slot(sp) else { return Err(self.sw.errs.stack_oob) };
@@ -1689,7 +1922,9 @@ impl<'s> Exec<'s> {
                 let i = self.ev(i) as usize;
                 let len = get(self.f, std.packet_length) as u64;
                 let now = self.sw.now_ns;
-                let c = self.sw.meters[*m as usize].get_mut(i).map_or(0, |m| m.execute(now, len).value());
+                let c = self.sw.meters[*m as usize]
+                    .get_mut(i)
+                    .map_or(0, |m| m.execute(now, len).value());
                 if let Some(s) = self.slot(dst) {
                     self.f[s] = u128::from(c) & mask(*w);
                 }
@@ -1707,12 +1942,28 @@ impl<'s> Exec<'s> {
                 let m = self.ev(max) as u64;
                 let r = self.next_random();
                 let mut rng = move || r;
-                let h = self.sw.calcs[*calc as usize].hash(buf.as_bytes(), b, m, (*width).min(64), &mut rng);
+                let h = self.sw.calcs[*calc as usize].hash(
+                    buf.as_bytes(),
+                    b,
+                    m,
+                    (*width).min(64),
+                    &mut rng,
+                );
                 if let Some(s) = self.slot(dst) {
                     self.f[s] = u128::from(h) & mask(*width);
                 }
             }
-            ExternCall::Checksum { calc, field_valid, update, with_payload, cond, data, field, width, algo: _ } => {
+            ExternCall::Checksum {
+                calc,
+                field_valid,
+                update,
+                with_payload,
+                cond,
+                data,
+                field,
+                width,
+                algo: _,
+            } => {
                 let c = self.ev(cond) != 0;
                 let mut buf = BitBuf::new();
                 self.leaves(data, &mut buf);
@@ -1723,7 +1974,8 @@ impl<'s> Exec<'s> {
                 let mut rng = move || r;
                 let calc = &self.sw.calcs[*calc as usize];
                 if *update {
-                    if let Some(v) = algo::update_checksum(calc, c, buf.as_bytes(), *width, &mut rng)
+                    if let Some(v) =
+                        algo::update_checksum(calc, c, buf.as_bytes(), *width, &mut rng)
                         && let Some(s) = self.slot(field)
                     {
                         self.f[s] = u128::from(v);
@@ -1738,7 +1990,8 @@ impl<'s> Exec<'s> {
                         ExternCall::Checksum { calc, .. } => *calc as usize,
                         _ => 0,
                     }];
-                    if !algo::verify_checksum(calc, c, target_valid, buf.as_bytes(), cur, &mut rng) {
+                    if !algo::verify_checksum(calc, c, target_valid, buf.as_bytes(), cur, &mut rng)
+                    {
                         set(self.f, std.checksum_error, 1);
                     }
                 }

@@ -24,3 +24,29 @@ control CC(inout headers_t hdr, inout meta_t m) { apply { } }
 control D(packet_out pkt, in headers_t hdr) { apply { pkt.emit(hdr.eth); } }
 V1Switch(P(), VC(), I(), E(), CC(), D()) main;
 "#;
+
+/// Compile a v1model program given as text (built-in includes only); panics with the rendered
+/// diagnostics when it does not compile.
+pub fn compile(src: &str) -> snic_p4::ir::Compiled {
+    try_compile(src).unwrap_or_else(|e| panic!("compile failed:\n{e}"))
+}
+
+/// Compile a program; `Err` is the rendered diagnostics.
+pub fn try_compile(src: &str) -> Result<snic_p4::ir::Compiled, String> {
+    let mut map = snic_p4::span::SourceMap::new();
+    let main = map.add("test.p4", src);
+    snic_p4::runner::build(&mut map, main, &mut snic_p4::builtin::Builtins, &Default::default())
+        .map(|b| b.program)
+        .map_err(|d| d.iter().map(|d| d.render(&map)).collect::<Vec<_>>().join("\n"))
+}
+
+/// Run an STF text against a program; `Ok(true)` when the verdict passes. Failures print the
+/// verdict.
+pub fn stf(src: &str, stf: &str) -> Result<bool, String> {
+    let prog = try_compile(src)?;
+    let run = snic_p4::runner::run_stf(prog, stf, false).map_err(|e| e.to_string())?;
+    if !run.verdict.passed() {
+        eprintln!("{:#?}\nnotes: {:?}", run.verdict, run.notes);
+    }
+    Ok(run.verdict.passed())
+}
