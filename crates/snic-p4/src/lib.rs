@@ -14,7 +14,8 @@
 //!   buffer of hashes and checksums, the hash algorithms, and two-rate three-colour meters.
 //! - [`cli`]: BMv2 `simple_switch_CLI` command lines (table entries files, runtime commands),
 //!   parsed into commands, with the key and parameter value conversions.
-//! - [`table`]: match-action table key types.
+//! - [`table`]: match-action tables (exact, lpm, ternary, range, optional) with BMv2's
+//!   semantics, for the executor.
 //!
 //! The crate reads no file itself: includes are resolved through a [`pre::Loader`] the caller
 //! gives ([`builtin::Builtins`] knows the built-in files; the CLI's will add the disk).
