@@ -322,11 +322,70 @@ struct Slot<A> {
     stored: Option<Stored<A>>,
 }
 
-/// The entries of a group sharing a masked key, best first (rank down, then seq up).
+/// A masked key, held inline when it has at most two fields (most keys) so that probing a
+/// bucket reads no other memory.
+#[derive(Debug, Clone)]
+enum MaskedKey {
+    Inline { len: u8, vals: [u128; 2] },
+    Heap(Box<[u128]>),
+}
+
+impl MaskedKey {
+    fn new(key: Box<[u128]>) -> Self {
+        match *key {
+            [] => MaskedKey::Inline { len: 0, vals: [0; 2] },
+            [a] => MaskedKey::Inline { len: 1, vals: [a, 0] },
+            [a, b] => MaskedKey::Inline { len: 2, vals: [a, b] },
+            _ => MaskedKey::Heap(key),
+        }
+    }
+
+    fn as_slice(&self) -> &[u128] {
+        match self {
+            MaskedKey::Inline { len, vals } => &vals[..usize::from(*len)],
+            MaskedKey::Heap(v) => v,
+        }
+    }
+}
+
+/// The entries of a group sharing a masked key, best first (rank down, then seq up). The
+/// first is held inline: in exact and LPM tables it is the only one.
 #[derive(Debug, Clone)]
 struct Bucket {
-    key: Box<[u128]>,
-    slots: Vec<u32>,
+    key: MaskedKey,
+    first: u32,
+    rest: Vec<u32>,
+}
+
+impl Bucket {
+    fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+        std::iter::once(self.first).chain(self.rest.iter().copied())
+    }
+
+    /// The index of the first slot `pred` is false for (`pred` true then false, as the order).
+    fn partition_point(&self, pred: impl Fn(u32) -> bool) -> usize {
+        if pred(self.first) { 1 + self.rest.partition_point(|&s| pred(s)) } else { 0 }
+    }
+
+    fn insert(&mut self, at: usize, slot: u32) {
+        if at == 0 {
+            self.rest.insert(0, std::mem::replace(&mut self.first, slot));
+        } else {
+            self.rest.insert(at - 1, slot);
+        }
+    }
+
+    /// Removes `slot`; false if that leaves the bucket empty.
+    fn remove(&mut self, slot: u32) -> bool {
+        if self.first != slot {
+            self.rest.retain(|&s| s != slot);
+        } else if self.rest.is_empty() {
+            return false;
+        } else {
+            self.first = self.rest.remove(0);
+        }
+        true
+    }
 }
 
 /// The entries sharing a mask tuple.
@@ -479,7 +538,7 @@ impl<A> Table<A> {
         let matches = self.normalize(matches)?;
         let (rank, priority) = self.rank(&matches, priority)?;
         let (masks, key) = self.tuple(&matches);
-        if let Some(h) = self.find_normalized(&matches, priority, &masks, &key) {
+        if let Some(h) = self.find_normalized(&matches, (rank, priority), &masks, &key) {
             return Err(TableError::Duplicate(h));
         }
         if self.len >= self.size {
@@ -508,19 +567,19 @@ impl<A> Table<A> {
         let masks = &group.masks;
         match group.buckets.entry(
             hash,
-            |b| same_masked(&b.key, &key, masks),
-            |b| hash_masked(hasher, &b.key, masks),
+            |b| same_masked(b.key.as_slice(), &key, masks),
+            |b| hash_masked(hasher, b.key.as_slice(), masks),
         ) {
             TableEntry::Occupied(mut o) => {
                 let b = o.get_mut();
                 // Existing entries all have smaller seqs: the new one goes after its rank's.
-                let at = b.slots.partition_point(|&s| {
+                let at = b.partition_point(|s| {
                     slots[s as usize].stored.as_ref().is_some_and(|st| st.rank >= rank)
                 });
-                b.slots.insert(at, index);
+                b.insert(at, index);
             }
             TableEntry::Vacant(v) => {
-                v.insert(Bucket { key, slots: vec![index] });
+                v.insert(Bucket { key: MaskedKey::new(key), first: index, rest: Vec::new() });
             }
         }
         *group.ranks.entry(rank).or_insert(0) += 1;
@@ -564,12 +623,11 @@ impl<A> Table<A> {
         let group = &mut self.groups[gid as usize];
         let hash = hash_masked(&self.hasher, &key, &group.masks);
         let masks = &group.masks;
-        if let Ok(mut o) = group.buckets.find_entry(hash, |b| same_masked(&b.key, &key, masks)) {
-            let b = o.get_mut();
-            b.slots.retain(|&s| s != handle.index);
-            if b.slots.is_empty() {
-                o.remove();
-            }
+        if let Ok(mut o) =
+            group.buckets.find_entry(hash, |b| same_masked(b.key.as_slice(), &key, masks))
+            && !o.get_mut().remove(handle.index)
+        {
+            o.remove();
         }
         if let Some(n) = group.ranks.get_mut(&stored.rank) {
             *n -= 1;
@@ -629,9 +687,9 @@ impl<A> Table<A> {
         priority: Option<i64>,
     ) -> Result<Option<EntryHandle>, TableError> {
         let matches = self.normalize(matches)?;
-        let (_, priority) = self.rank(&matches, priority)?;
+        let rank = self.rank(&matches, priority)?;
         let (masks, key) = self.tuple(&matches);
-        Ok(self.find_normalized(&matches, priority, &masks, &key))
+        Ok(self.find_normalized(&matches, rank, &masks, &key))
     }
 
     /// The entry `key` (one value per field, each truncated to its field's width) hits, with
@@ -648,10 +706,12 @@ impl<A> Table<A> {
             }
             let masks = &group.masks;
             let hash = hash_masked(&self.hasher, key, masks);
-            let Some(bucket) = group.buckets.find(hash, |b| same_masked(&b.key, key, masks)) else {
+            let Some(bucket) =
+                group.buckets.find(hash, |b| same_masked(b.key.as_slice(), key, masks))
+            else {
                 continue;
             };
-            for &s in &bucket.slots {
+            for s in bucket.iter() {
                 let Some(st) = self.slots[s as usize].stored.as_ref() else {
                     continue;
                 };
@@ -765,19 +825,23 @@ impl<A> Table<A> {
         (masks.into_boxed_slice(), key.into_boxed_slice())
     }
 
-    /// The entry with this normalised match and priority.
+    /// The entry with this normalised match, rank and priority (its masks and masked key
+    /// given).
     fn find_normalized(
         &self,
         matches: &[FieldMatch],
-        priority: Option<i64>,
+        (rank, priority): (i64, Option<i64>),
         masks: &[u128],
         key: &[u128],
     ) -> Option<EntryHandle> {
         let &gid = self.group_ids.get(masks)?;
         let group = &self.groups[gid as usize];
         let hash = hash_masked(&self.hasher, key, masks);
-        let bucket = group.buckets.find(hash, |b| same_masked(&b.key, key, masks))?;
-        bucket.slots.iter().find_map(|&s| {
+        let bucket = group.buckets.find(hash, |b| same_masked(b.key.as_slice(), key, masks))?;
+        // The bucket is sorted by rank: only the entries of this rank can be the same.
+        let rank_of = |s: u32| self.slots[s as usize].stored.as_ref().map(|st| st.rank);
+        let start = bucket.partition_point(|s| rank_of(s) > Some(rank));
+        bucket.iter().skip(start).take_while(|&s| rank_of(s) == Some(rank)).find_map(|s| {
             let slot = &self.slots[s as usize];
             let st = slot.stored.as_ref()?;
             (*st.entry.matches == *matches && st.entry.priority == priority)
