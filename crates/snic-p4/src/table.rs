@@ -32,6 +32,20 @@
 //! `lpm` values lose the bits outside the prefix, so [`Table::iter`] shows what matches and
 //! [`Table::find`] finds an entry however its don't-care bits were written. Values with bits
 //! beyond the field's width are an error. Lookup keys are truncated to each field's width.
+//!
+//! # Duplicates, priorities and ties
+//!
+//! - Two entries are duplicates when their normalised matches are equal field by field and, in
+//!   a priority table, their priorities are equal too. The same match with another priority is
+//!   a separate entry (the one with the smaller priority only wins where the other is deleted).
+//! - Priorities matter in priority tables only; elsewhere the priority given is ignored and
+//!   not kept ([`Entry::priority`] is `None`).
+//! - Among matching entries of equal priority, the one inserted first wins (BMv2 leaves such
+//!   ties to the order of its internal entry store). [`Table::modify`] keeps an entry's place.
+//! - A key of the wrong length matches nothing; a table without key fields has no entries
+//!   ([`TableError::NoKey`]), only its default action, which the caller keeps.
+//! - Checks happen in this order: the match (field count, then field by field), the priority,
+//!   duplicates, then the size.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -401,6 +415,29 @@ struct Group {
 /// A match-action table holding entries with action data `A`.
 ///
 /// See the [module documentation](self) for the semantics.
+///
+/// ```
+/// use snic_p4::table::{FieldMatch, MatchKind, Table, TableError};
+///
+/// // key = { hdr.ipv4.dst : lpm; }
+/// let mut t = Table::new(&[(MatchKind::Lpm, 32)], 1024)?;
+/// t.insert(&[FieldMatch::Lpm { value: 0x0a00_0000, len: 8 }], None, "port 1")?;
+/// let h = t.insert(&[FieldMatch::Lpm { value: 0x0a01_0000, len: 16 }], None, "port 2")?;
+/// assert_eq!(t.lookup(&[0x0a01_0203]), Some((h, &"port 2")));
+/// assert_eq!(t.lookup(&[0x0a02_0203]).map(|(_, a)| *a), Some("port 1"));
+/// assert_eq!(t.lookup(&[0x0b00_0000]), None);
+///
+/// // key = { hdr.tcp.dport : range; meta.flag : ternary; }: the largest priority wins.
+/// let mut acl = Table::new(&[(MatchKind::Range, 16), (MatchKind::Ternary, 8)], 64)?;
+/// let any = FieldMatch::Ternary { value: 0, mask: 0 };
+/// acl.insert(&[FieldMatch::Range { lo: 0, hi: 1023 }, any], Some(10), "deny")?;
+/// acl.insert(&[FieldMatch::Range { lo: 22, hi: 22 }, any], Some(20), "allow")?;
+/// assert_eq!(acl.lookup(&[22, 0]).map(|(_, a)| *a), Some("allow"));
+/// assert_eq!(acl.lookup(&[23, 0]).map(|(_, a)| *a), Some("deny"));
+/// let no_priority = acl.insert(&[FieldMatch::Range { lo: 0, hi: 9 }, any], None, "x");
+/// assert_eq!(no_priority, Err(TableError::MissingPriority));
+/// # Ok::<(), TableError>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct Table<A> {
     fields: Box<[Field]>,
