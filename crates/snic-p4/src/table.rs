@@ -458,9 +458,9 @@ pub struct Table<A> {
     hasher: DefaultHashBuilder,
 }
 
-/// The `width` low bits set.
+/// The `width` low bits set (all of them from 128 on).
 fn width_mask(width: u32) -> u128 {
-    u128::MAX.checked_shr(128 - width).unwrap_or(0)
+    u128::MAX.checked_shr(128u32.saturating_sub(width)).unwrap_or(0)
 }
 
 /// The top `len` of `width` bits set.
@@ -1189,6 +1189,9 @@ mod tests {
         assert!(Range { lo: 1, hi: 2 }.matches(2, 8));
         assert!(Optional(None).matches(9, 8));
         assert!(!Optional(Some(1)).matches(9, 8));
+        // Out-of-range widths and lengths do not panic.
+        assert!(Lpm { value: 1, len: 300 }.matches(1, 200));
+        assert!(!Lpm { value: 1, len: 9 }.matches(0, 8));
     }
 
     #[test]
