@@ -561,7 +561,7 @@ fn of_kinds(kinds: &'static [MatchKind]) -> impl Strategy<Value = Vec<(MatchKind
 use MatchKind::{Exact as E, Lpm as L, Optional as O, Range as R, Ternary as T};
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 192, ..ProptestConfig::default() })]
 
     #[test]
     fn exact(fields in prop_oneof![of_kinds(&[E]), of_kinds(&[E, E]), of_kinds(&[E, E, E])],
