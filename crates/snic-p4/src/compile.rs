@@ -1294,7 +1294,10 @@ impl<'a> Compiler<'a> {
                                 v
                             }
                             _ => {
-                                return err(c.loc, format!("this case needs {} values", keys.len()));
+                                return err(
+                                    c.loc,
+                                    format!("this case needs {} values", keys.len()),
+                                );
                             }
                         }
                     } else {

@@ -7,6 +7,7 @@
 //! completion, including every packet derived from it, and returns what leaves by which port.
 //! Nothing here does I/O or reads a clock: the caller passes the time.
 
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
 
 use crate::algo::{
@@ -14,7 +15,7 @@ use crate::algo::{
 };
 use crate::exec::{BitWriter, Flow, binop, cast, compare, get_bits};
 use crate::ir::*;
-use crate::table::{FieldMatch, MatchKind};
+use crate::table::{EntryHandle, FieldMatch, MatchKind, Table, TableError};
 
 /// The port number that drops (`egress_spec = 511`).
 pub const DROP_PORT: u32 = 511;
@@ -64,8 +65,9 @@ impl core::fmt::Display for RuntimeError {
 
 impl std::error::Error for RuntimeError {}
 
-/// An entry's handle, stable while the entry exists.
-pub type Handle = u32;
+/// An entry's handle, stable while the entry exists (the table's
+/// [`EntryHandle`](crate::table::EntryHandle) as a number).
+pub type Handle = u64;
 
 /// A table entry as the control plane sees it.
 #[derive(Debug, Clone, PartialEq)]
@@ -82,197 +84,50 @@ pub struct EntryView {
     pub counter: (u64, u64),
 }
 
+/// What a table entry holds beside its match: the action, and the direct counter and meter
+/// cells, which lookups update through a shared reference.
 #[derive(Debug, Clone)]
-struct Entry {
-    matches: Vec<FieldMatch>,
-    priority: i64,
+struct EntryData {
     call: ActionCall,
-    counter: (u64, u64),
-    meter: Option<Meter>,
-    seq: u64,
+    counter: Cell<(u64, u64)>,
+    meter: Option<RefCell<Meter>>,
 }
 
-/// One table's entries. Lookup picks, among matching entries, the longest prefix (tables with
-/// lpm and exact keys only) or the largest priority (tables with ternary, range or optional
-/// keys), ties going to the oldest entry.
-#[derive(Debug, Clone, Default)]
+/// One table's entries and default action.
+#[derive(Debug, Clone)]
 struct TableState {
-    entries: BTreeMap<Handle, Entry>,
-    next_handle: Handle,
-    next_seq: u64,
+    table: Table<EntryData>,
     default: Option<ActionCall>,
     uses_priority: bool,
-    kinds: Vec<(MatchKind, u32)>,
-    exact: std::collections::HashMap<Vec<u128>, Handle>,
-    all_exact: bool,
-    default_counter: (u64, u64),
 }
 
-fn field_matches(m: &FieldMatch, k: u128, width: u32) -> bool {
-    match *m {
-        FieldMatch::Exact(v) => k == v,
-        FieldMatch::Ternary { value, mask } => k & mask == value & mask,
-        FieldMatch::Lpm { value, len } => {
-            if len == 0 {
-                true
-            } else {
-                let m = crate::ir::mask(len) << (width - len);
-                k & m == value & m
-            }
+fn table_error(e: TableError) -> RuntimeError {
+    match e {
+        TableError::Duplicate(_) => RuntimeError::Duplicate,
+        TableError::Full { .. } => RuntimeError::Full,
+        TableError::UnknownHandle(h) => {
+            RuntimeError::NotFound(format!("entry handle {}", h.to_raw()))
         }
-        FieldMatch::Range { lo, hi } => lo <= k && k <= hi,
-        FieldMatch::Optional(v) => v.is_none_or(|v| v == k),
+        other => RuntimeError::Invalid(other.to_string()),
     }
 }
 
 impl TableState {
-    fn rank(&self, e: &Entry) -> i64 {
-        if self.uses_priority {
-            e.priority
-        } else {
-            e.matches
-                .iter()
-                .map(|m| match m {
-                    FieldMatch::Lpm { len, .. } => i64::from(*len),
-                    _ => 0,
-                })
-                .sum()
-        }
-    }
-
-    fn lookup(&self, key: &[u128]) -> Option<Handle> {
-        if self.all_exact {
-            return self.exact.get(key).copied();
-        }
-        let mut best: Option<(i64, u64, Handle)> = None;
-        for (h, e) in &self.entries {
-            if e.matches
-                .iter()
-                .zip(key)
-                .zip(&self.kinds)
-                .all(|((m, k), (_, w))| field_matches(m, *k, *w))
-            {
-                let r = self.rank(e);
-                let better = match best {
-                    None => true,
-                    Some((br, bs, _)) => r > br || (r == br && e.seq < bs),
-                };
-                if better {
-                    best = Some((r, e.seq, *h));
-                }
-            }
-        }
-        best.map(|b| b.2)
-    }
-
-    fn normalise(&self, matches: &mut [FieldMatch]) -> Result<(), RuntimeError> {
-        if matches.len() != self.kinds.len() {
-            return Err(RuntimeError::Invalid(format!(
-                "{} key fields given, the table has {}",
-                matches.len(),
-                self.kinds.len()
-            )));
-        }
-        for (m, (kind, w)) in matches.iter_mut().zip(&self.kinds) {
-            let mk = crate::ir::mask(*w);
-            let fits = |v: u128| v & !mk == 0;
-            let ok = match (kind, *m) {
-                (MatchKind::Exact, FieldMatch::Exact(v)) => fits(v),
-                (MatchKind::Ternary, FieldMatch::Ternary { value, mask }) => {
-                    *m = FieldMatch::Ternary { value: value & mask, mask };
-                    fits(value) && fits(mask)
-                }
-                (MatchKind::Ternary, FieldMatch::Exact(v)) => {
-                    *m = FieldMatch::Ternary { value: v, mask: mk };
-                    fits(v)
-                }
-                (MatchKind::Lpm, FieldMatch::Lpm { value, len }) => {
-                    let pm = if len == 0 { 0 } else { crate::ir::mask(len) << (w - len.min(*w)) };
-                    *m = FieldMatch::Lpm { value: value & pm, len };
-                    fits(value) && len <= *w
-                }
-                (MatchKind::Lpm, FieldMatch::Exact(v)) => {
-                    *m = FieldMatch::Lpm { value: v, len: *w };
-                    fits(v)
-                }
-                (MatchKind::Range, FieldMatch::Range { lo, hi }) => {
-                    fits(lo) && fits(hi) && lo <= hi
-                }
-                (MatchKind::Range, FieldMatch::Exact(v)) => {
-                    *m = FieldMatch::Range { lo: v, hi: v };
-                    fits(v)
-                }
-                (MatchKind::Optional, FieldMatch::Optional(v)) => v.is_none_or(fits),
-                (MatchKind::Optional, FieldMatch::Exact(v)) => {
-                    *m = FieldMatch::Optional(Some(v));
-                    fits(v)
-                }
-                (MatchKind::Optional, FieldMatch::Ternary { value, mask })
-                    if mask == 0 || mask == mk =>
-                {
-                    *m = FieldMatch::Optional(if mask == 0 { None } else { Some(value) });
-                    fits(value)
-                }
-                _ => false,
-            };
-            if !ok {
-                return Err(RuntimeError::Invalid(format!(
-                    "key value {m:?} does not fit a {w}-bit {kind:?} field"
-                )));
-            }
-        }
-        Ok(())
-    }
-
     fn add(
         &mut self,
-        mut matches: Vec<FieldMatch>,
+        matches: Vec<FieldMatch>,
         priority: Option<i64>,
         call: ActionCall,
         meter: Option<Meter>,
-        size: usize,
     ) -> Result<Handle, RuntimeError> {
-        self.normalise(&mut matches)?;
-        let priority = if self.uses_priority { priority.unwrap_or(0) } else { 0 };
-        if self
-            .entries
-            .values()
-            .any(|e| e.matches == matches && (!self.uses_priority || e.priority == priority))
-        {
-            return Err(RuntimeError::Duplicate);
-        }
-        if self.entries.len() >= size {
-            return Err(RuntimeError::Full);
-        }
-        let h = self.next_handle;
-        self.next_handle += 1;
-        if self.all_exact {
-            let key =
-                matches.iter().map(|m| if let FieldMatch::Exact(v) = m { *v } else { 0 }).collect();
-            self.exact.insert(key, h);
-        }
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        self.entries.insert(h, Entry { matches, priority, call, counter: (0, 0), meter, seq });
-        Ok(h)
-    }
-
-    fn remove(&mut self, h: Handle) -> Result<Entry, RuntimeError> {
-        let e = self
-            .entries
-            .remove(&h)
-            .ok_or_else(|| RuntimeError::NotFound(format!("entry handle {h}")))?;
-        if self.all_exact {
-            let key: Vec<u128> = e
-                .matches
-                .iter()
-                .map(|m| if let FieldMatch::Exact(v) = m { *v } else { 0 })
-                .collect();
-            self.exact.remove(&key);
-        }
-        Ok(e)
+        let priority = if self.uses_priority { Some(priority.unwrap_or(0)) } else { None };
+        let data = EntryData { call, counter: Cell::new((0, 0)), meter: meter.map(RefCell::new) };
+        self.table.insert(&matches, priority, data).map(EntryHandle::to_raw).map_err(table_error)
     }
 }
+
+/// A multicast node's handle (0, 1, 2... in creation order, as BMv2 numbers them).
+pub type NodeHandle = u32;
 
 /// A multicast replica: (replication id, port).
 pub type Replica = (u16, u32);
@@ -387,14 +242,9 @@ impl Switch {
             let uses_priority = kinds.iter().any(|k| {
                 matches!(k.0, MatchKind::Ternary | MatchKind::Range | MatchKind::Optional)
             });
-            let all_exact = kinds.iter().all(|k| k.0 == MatchKind::Exact);
-            tables.push(TableState {
-                default: Some(t.default.clone()),
-                uses_priority,
-                kinds,
-                all_exact,
-                ..TableState::default()
-            });
+            let table = Table::new(&kinds, t.size.max(1))
+                .map_err(|e| RuntimeError::Invalid(format!("table {}: {e}", t.name)))?;
+            tables.push(TableState { table, default: Some(t.default.clone()), uses_priority });
         }
         let mut registers = Vec::new();
         let mut counters = Vec::new();
@@ -543,13 +393,12 @@ impl Switch {
         call: ActionCall,
     ) -> Result<Handle, RuntimeError> {
         self.check_call(t, &call, false)?;
-        let size = self.prog.tables[t].size.max(1);
         let meter =
             self.prog.tables[t].direct_meter.map(|m| match self.prog.instances[m as usize].kind {
                 InstanceKind::DirectMeter { bytes: true } => Meter::new(MeterKind::Bytes),
                 _ => Meter::new(MeterKind::Packets),
             });
-        self.tables[t].add(matches, priority, call, meter, size)
+        self.tables[t].add(matches, priority, call, meter)
     }
 
     /// Add an entry to table `t`; `priority` (larger wins) matters for tables with ternary,
@@ -580,13 +429,17 @@ impl Switch {
             return Err(RuntimeError::Const(format!("the entries of {}", ti.name)));
         }
         self.check_call(t, &call, false)?;
-        match self.tables[t].entries.get_mut(&h) {
-            Some(e) => {
-                e.call = call;
-                Ok(())
-            }
-            None => Err(RuntimeError::NotFound(format!("entry handle {h}"))),
-        }
+        let h = EntryHandle::from_raw(h);
+        let old = self.tables[t]
+            .table
+            .get(h)
+            .ok_or_else(|| RuntimeError::NotFound(format!("entry handle {}", h.to_raw())))?;
+        let data = EntryData {
+            call,
+            counter: old.action().counter.clone(),
+            meter: old.action().meter.clone(),
+        };
+        self.tables[t].table.modify(h, data).map(|_| ()).map_err(table_error)
     }
 
     /// Delete an entry.
@@ -595,7 +448,7 @@ impl Switch {
         if ti.entries_const {
             return Err(RuntimeError::Const(format!("the entries of {}", ti.name)));
         }
-        self.tables[t].remove(h).map(|_| ())
+        self.tables[t].table.delete(EntryHandle::from_raw(h)).map(|_| ()).map_err(table_error)
     }
 
     /// Delete every entry (const entries stay).
@@ -604,10 +457,7 @@ impl Switch {
         if ti.entries_const {
             return Err(RuntimeError::Const(format!("the entries of {}", ti.name)));
         }
-        let hs: Vec<Handle> = self.tables[t].entries.keys().copied().collect();
-        for h in hs {
-            self.tables[t].remove(h)?;
-        }
+        self.tables[t].table.clear();
         Ok(())
     }
 
@@ -637,16 +487,19 @@ impl Switch {
     /// Every entry, in handle order.
     pub fn table_entries(&self, t: usize) -> Vec<EntryView> {
         let Some(s) = self.tables.get(t) else { return Vec::new() };
-        s.entries
+        let mut v: Vec<EntryView> = s
+            .table
             .iter()
             .map(|(h, e)| EntryView {
-                handle: *h,
-                matches: e.matches.clone(),
-                priority: s.uses_priority.then_some(e.priority),
-                call: e.call.clone(),
-                counter: e.counter,
+                handle: h.to_raw(),
+                matches: e.matches().to_vec(),
+                priority: e.priority(),
+                call: e.action().call.clone(),
+                counter: e.action().counter.get(),
             })
-            .collect()
+            .collect();
+        v.sort_by_key(|e| e.handle);
+        v
     }
 
     /// The handle of the entry with exactly this match (and priority, where it matters).
@@ -657,14 +510,8 @@ impl Switch {
         priority: Option<i64>,
     ) -> Option<Handle> {
         let s = self.tables.get(t)?;
-        let mut m = matches.to_vec();
-        s.normalise(&mut m).ok()?;
-        s.entries
-            .iter()
-            .find(|(_, e)| {
-                e.matches == m && (!s.uses_priority || priority.is_none_or(|p| p == e.priority))
-            })
-            .map(|(h, _)| *h)
+        let p = if s.uses_priority { Some(priority.unwrap_or(0)) } else { None };
+        s.table.find(matches, p).ok().flatten().map(EntryHandle::to_raw)
     }
 
     /// Whether table `t` orders entries by priority.
@@ -710,8 +557,7 @@ impl Switch {
         self.counters[inst].iter_mut().for_each(|c| *c = (0, 0));
         for (t, ti) in self.prog.tables.iter().enumerate() {
             if ti.direct_counter == Some(inst as u32) {
-                self.tables[t].entries.values_mut().for_each(|e| e.counter = (0, 0));
-                self.tables[t].default_counter = (0, 0);
+                self.tables[t].table.iter().for_each(|(_, e)| e.action().counter.set((0, 0)));
             }
         }
         Ok(())
@@ -721,8 +567,8 @@ impl Switch {
     pub fn direct_counter_read(&self, t: usize, h: Handle) -> Result<(u64, u64), RuntimeError> {
         self.tables
             .get(t)
-            .and_then(|s| s.entries.get(&h))
-            .map(|e| e.counter)
+            .and_then(|s| s.table.get(EntryHandle::from_raw(h)))
+            .map(|e| e.action().counter.get())
             .ok_or_else(|| RuntimeError::NotFound(format!("entry handle {h}")))
     }
 
@@ -802,11 +648,14 @@ impl Switch {
     ) -> Result<(), RuntimeError> {
         let e = self
             .tables
-            .get_mut(t)
-            .and_then(|s| s.entries.get_mut(&h))
+            .get(t)
+            .and_then(|s| s.table.get(EntryHandle::from_raw(h)))
             .ok_or_else(|| RuntimeError::NotFound(format!("entry {h}")))?;
-        match &mut e.meter {
-            Some(m) => m.set_rates(cir, pir).map_err(|e| RuntimeError::Invalid(format!("{e:?}"))),
+        match &e.action().meter {
+            Some(m) => m
+                .borrow_mut()
+                .set_rates(cir, pir)
+                .map_err(|e| RuntimeError::Invalid(format!("{e:?}"))),
             None => Err(RuntimeError::Invalid("the table has no direct meter".into())),
         }
     }
@@ -857,7 +706,7 @@ impl Switch {
     }
 
     /// Create a node (a replication id and its ports); returns its handle.
-    pub fn mc_node_create(&mut self, rid: u16, ports: Vec<u32>) -> Handle {
+    pub fn mc_node_create(&mut self, rid: u16, ports: Vec<u32>) -> NodeHandle {
         let h = self.next_node;
         self.next_node += 1;
         self.mc_nodes.insert(h, (rid, ports));
@@ -865,7 +714,7 @@ impl Switch {
     }
 
     /// Change a node's ports.
-    pub fn mc_node_update(&mut self, h: Handle, ports: Vec<u32>) -> Result<(), RuntimeError> {
+    pub fn mc_node_update(&mut self, h: NodeHandle, ports: Vec<u32>) -> Result<(), RuntimeError> {
         match self.mc_nodes.get_mut(&h) {
             Some(n) => {
                 n.1 = ports;
@@ -876,7 +725,7 @@ impl Switch {
     }
 
     /// Destroy a node (and remove it from every group).
-    pub fn mc_node_destroy(&mut self, h: Handle) -> Result<(), RuntimeError> {
+    pub fn mc_node_destroy(&mut self, h: NodeHandle) -> Result<(), RuntimeError> {
         self.mc_nodes.remove(&h).ok_or_else(|| RuntimeError::NotFound(format!("node {h}")))?;
         for g in self.mc_groups.values_mut() {
             g.retain(|n| *n != h);
@@ -885,7 +734,7 @@ impl Switch {
     }
 
     /// Put a node in a group.
-    pub fn mc_node_associate(&mut self, g: u16, h: Handle) -> Result<(), RuntimeError> {
+    pub fn mc_node_associate(&mut self, g: u16, h: NodeHandle) -> Result<(), RuntimeError> {
         if !self.mc_nodes.contains_key(&h) {
             return Err(RuntimeError::NotFound(format!("node {h}")));
         }
@@ -901,7 +750,7 @@ impl Switch {
     }
 
     /// Take a node out of a group.
-    pub fn mc_node_dissociate(&mut self, g: u16, h: Handle) -> Result<(), RuntimeError> {
+    pub fn mc_node_dissociate(&mut self, g: u16, h: NodeHandle) -> Result<(), RuntimeError> {
         let grp = self
             .mc_groups
             .get_mut(&g)
@@ -1642,21 +1491,17 @@ impl<'s> Exec<'s> {
             let v = self.ev(&e);
             key.push(v);
         }
-        let found = self.sw.tables[ti].lookup(&key);
         let len = get(self.f, self.sw.prog.std.packet_length) as u64;
-        let (hit, call) = match found {
-            Some(h) => {
-                let dc = self.sw.prog.tables[ti].direct_counter.is_some();
-                let now = self.sw.now_ns;
-                let e = self.sw.tables[ti].entries.get_mut(&h).expect("found entry");
-                if dc {
-                    e.counter.0 += 1;
-                    e.counter.1 += len;
+        let (hit, call) = match self.sw.tables[ti].table.lookup(&key) {
+            Some((_, e)) => {
+                if self.sw.prog.tables[ti].direct_counter.is_some() {
+                    let (p, b) = e.counter.get();
+                    e.counter.set((p + 1, b + len));
                 }
-                if let Some(m) = &mut e.meter
+                if let Some(m) = &e.meter
                     && let Some(mi) = self.sw.prog.tables[ti].direct_meter
                 {
-                    let c = m.execute(now, len);
+                    let c = m.borrow_mut().execute(self.sw.now_ns, len);
                     self.sw.meter_last[mi as usize] = u128::from(c.value());
                 }
                 (true, e.call.clone())
