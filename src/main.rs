@@ -26,6 +26,7 @@
 mod control;
 mod decode;
 mod dma;
+mod p4;
 mod rdma;
 mod report;
 mod run;
@@ -70,6 +71,8 @@ enum Command {
     /// DMA transfers to/from snic device memory (as Xilinx dma_to_device/dma_from_device),
     /// bandwidth sweeps with plots, and the host-interface benchmark.
     Dma(dma::DmaArgs),
+    /// P4-16 programs on v1model: run STF tests, check programs, print their tables.
+    P4(p4::P4Args),
 }
 
 /// Arguments of `snic decode`.
@@ -116,6 +119,10 @@ fn main() -> Result<()> {
         Command::Rdma(args) => rdma::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Dma(args) => dma::run(args),
+        Command::P4(args) => match p4::run(args) {
+            0 => Ok(()),
+            code => std::process::exit(i32::from(code)),
+        },
     }
 }
 
