@@ -9,6 +9,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
 use crate::algo::{
     self, BitBuf, Calculation, CrcParams, HashAlgorithm, Meter, MeterKind, MeterRate,
@@ -202,7 +203,7 @@ pub const MAX_PARSER_STEPS: u32 = 100_000;
 /// A running v1model program.
 #[derive(Debug, Clone)]
 pub struct Switch {
-    prog: Compiled,
+    prog: Arc<Compiled>,
     tables: Vec<TableState>,
     registers: Vec<Vec<u128>>,
     counters: Vec<Vec<(u64, u64)>>,
@@ -304,7 +305,7 @@ impl Switch {
             trace: None,
             digests: Vec::new(),
             now_ns: 0,
-            prog,
+            prog: Arc::new(prog),
         };
         for t in 0..sw.prog.tables.len() {
             let entries = sw.prog.tables[t].entries.clone();
@@ -857,10 +858,11 @@ impl Switch {
         set(&mut frame, std.packet_length, data.len() as u128);
         set(&mut frame, std.ingress_global_timestamp, u128::from(self.now_ns / 1000) & mask(48));
         let mut flags = Flags::default();
-        let mut ex = Exec::new(self, &mut frame, data, &mut flags);
-        let r = ex.parser(ex.sw.prog.parser);
+        let prog = Arc::clone(&self.prog);
+        let mut ex = Exec::new(&prog, self, &mut frame, data, &mut flags);
+        let r = ex.parser(ex.prog.parser);
         let cursor = ex.cursor;
-        let p = ex.sw.prog.parser;
+        let p = ex.prog.parser;
         if let Err(e) = r {
             self.stats.parser_errors += 1;
             set(&mut frame, std.parser_error, u128::from(e));
@@ -888,9 +890,10 @@ impl Switch {
         }
         let mut flags = Flags::default();
         {
-            let mut ex = Exec::new(self, &mut frame, &data, &mut flags);
+            let prog = Arc::clone(&self.prog);
+            let mut ex = Exec::new(&prog, self, &mut frame, &data, &mut flags);
             ex.cursor = off * 8;
-            let (v, i) = (ex.sw.prog.verify, ex.sw.prog.ingress);
+            let (v, i) = (ex.prog.verify, ex.prog.ingress);
             ex.control(v);
             ex.control(i);
         }
@@ -1040,8 +1043,9 @@ impl Switch {
         self.tr(|| format!("egress: port {port}, instance_type {itype}, rid {rid}"));
         let mut flags = Flags::default();
         {
-            let mut ex = Exec::new(self, &mut frame, &payload, &mut flags);
-            let e = ex.sw.prog.egress;
+            let prog = Arc::clone(&self.prog);
+            let mut ex = Exec::new(&prog, self, &mut frame, &payload, &mut flags);
+            let e = ex.prog.egress;
             ex.control(e);
         }
         if flags.assert_failed {
@@ -1071,8 +1075,9 @@ impl Switch {
         // computeChecksum, then the deparser.
         let mut flags2 = Flags::default();
         let bytes = {
-            let mut ex = Exec::new(self, &mut frame, &payload, &mut flags2);
-            let (c, d) = (ex.sw.prog.compute, ex.sw.prog.deparser);
+            let prog = Arc::clone(&self.prog);
+            let mut ex = Exec::new(&prog, self, &mut frame, &payload, &mut flags2);
+            let (c, d) = (ex.prog.compute, ex.prog.deparser);
             ex.control(c);
             ex.out.clear();
             ex.control(d);
@@ -1114,6 +1119,7 @@ fn get(frame: &[u128], s: Slot) -> u128 {
 
 /// One block's execution over a frame.
 struct Exec<'s> {
+    prog: &'s Compiled,
     sw: &'s mut Switch,
     f: &'s mut [u128],
     pkt: &'s [u8],
@@ -1124,8 +1130,14 @@ struct Exec<'s> {
 }
 
 impl<'s> Exec<'s> {
-    fn new(sw: &'s mut Switch, f: &'s mut [u128], pkt: &'s [u8], flags: &'s mut Flags) -> Self {
-        Exec { sw, f, pkt, cursor: 0, out: BitWriter::default(), flags, pending: None }
+    fn new(
+        prog: &'s Compiled,
+        sw: &'s mut Switch,
+        f: &'s mut [u128],
+        pkt: &'s [u8],
+        flags: &'s mut Flags,
+    ) -> Self {
+        Exec { prog, sw, f, pkt, cursor: 0, out: BitWriter::default(), flags, pending: None }
     }
 
     fn slot(&mut self, p: &Place) -> Option<usize> {
@@ -1383,26 +1395,24 @@ impl<'s> Exec<'s> {
         for s in &c.copy_in {
             let _ = self.st(s);
         }
-        let prog: *const Compiled = &self.sw.prog;
         let fl = match c.body {
             Body::Action(a) => {
-                let body = self.sw.prog.actions[a as usize].body.clone();
-                self.block(&body)
+                let prog = self.prog;
+                self.block(&prog.actions[a as usize].body)
             }
             Body::Function(f) => {
-                let body = self.sw.prog.functions[f as usize].body.clone();
-                self.block(&body)
+                let prog = self.prog;
+                self.block(&prog.functions[f as usize].body)
             }
             Body::Control(k) => {
-                let body = self.sw.prog.controls[k as usize].body.clone();
-                self.block(&body)
+                let prog = self.prog;
+                self.block(&prog.controls[k as usize].body)
             }
             Body::Parser(p) => match self.parser(p) {
                 Ok(()) => Flow::Next,
                 Err(e) => Flow::Reject(e),
             },
         };
-        let _ = prog;
         for s in &c.copy_out {
             let _ = self.st(s);
         }
@@ -1414,12 +1424,13 @@ impl<'s> Exec<'s> {
     }
 
     fn control(&mut self, k: u32) {
-        let body = self.sw.prog.controls[k as usize].body.clone();
-        let _ = self.block(&body);
+        let prog = self.prog;
+        let _ = self.block(&prog.controls[k as usize].body);
     }
 
     fn parser(&mut self, p: u32) -> Result<(), u32> {
-        let parser = self.sw.prog.parsers[p as usize].clone();
+        let prog = self.prog;
+        let parser = &prog.parsers[p as usize];
         let mut state = 0usize;
         let mut steps = 0u32;
         loop {
@@ -1468,7 +1479,7 @@ impl<'s> Exec<'s> {
             match next {
                 Next::Accept => return Ok(()),
                 Next::Reject => {
-                    let e = get(self.f, self.sw.prog.std.parser_error) as u32;
+                    let e = get(self.f, self.prog.std.parser_error) as u32;
                     return Err(e);
                 }
                 Next::State(i) => state = i as usize,
@@ -1485,21 +1496,21 @@ impl<'s> Exec<'s> {
         let ti = t as usize;
         let mut key = core::mem::take(&mut self.sw.key);
         key.clear();
-        let nkeys = self.sw.prog.tables[ti].keys.len();
+        let nkeys = self.prog.tables[ti].keys.len();
         for k in 0..nkeys {
-            let e = self.sw.prog.tables[ti].keys[k].ex.clone();
-            let v = self.ev(&e);
+            let prog = self.prog;
+            let v = self.ev(&prog.tables[ti].keys[k].ex);
             key.push(v);
         }
-        let len = get(self.f, self.sw.prog.std.packet_length) as u64;
+        let len = get(self.f, self.prog.std.packet_length) as u64;
         let (hit, call) = match self.sw.tables[ti].table.lookup(&key) {
             Some((_, e)) => {
-                if self.sw.prog.tables[ti].direct_counter.is_some() {
+                if self.prog.tables[ti].direct_counter.is_some() {
                     let (p, b) = e.counter.get();
                     e.counter.set((p + 1, b + len));
                 }
                 if let Some(m) = &e.meter
-                    && let Some(mi) = self.sw.prog.tables[ti].direct_meter
+                    && let Some(mi) = self.prog.tables[ti].direct_meter
                 {
                     let c = m.borrow_mut().execute(self.sw.now_ns, len);
                     self.sw.meter_last[mi as usize] = u128::from(c.value());
@@ -1515,17 +1526,17 @@ impl<'s> Exec<'s> {
             ),
         };
         if self.sw.trace.is_some() {
-            let tn = self.sw.prog.tables[ti].name.clone();
-            let ks: Vec<String> = self.sw.prog.tables[ti]
+            let tn = self.prog.tables[ti].name.clone();
+            let ks: Vec<String> = self.prog.tables[ti]
                 .keys
                 .iter()
                 .zip(&key)
                 .map(|(k, v)| format!("{} = 0x{:x}", k.name, v))
                 .collect();
-            let an = self.sw.prog.tables[ti]
+            let an = self.prog.tables[ti]
                 .actions
                 .get(call.action as usize)
-                .map(|a| self.sw.prog.actions[a.action as usize].name.clone())
+                .map(|a| self.prog.actions[a.action as usize].name.clone())
                 .unwrap_or_default();
             let line = format!(
                 "table {tn}: key {{{}}} {} action {an}({})",
@@ -1536,33 +1547,33 @@ impl<'s> Exec<'s> {
             self.sw.tr(|| line);
         }
         self.sw.key = key;
-        set(self.f, self.sw.prog.tables[ti].hit_slot, u128::from(hit));
-        set(self.f, self.sw.prog.tables[ti].action_slot, u128::from(call.action));
+        set(self.f, self.prog.tables[ti].hit_slot, u128::from(hit));
+        set(self.f, self.prog.tables[ti].action_slot, u128::from(call.action));
         let fl = self.run_action(ti, &call);
         (hit, call.action, fl)
     }
 
     fn run_action(&mut self, ti: usize, call: &ActionCall) -> Flow {
-        let Some(ta) = self.sw.prog.tables[ti].actions.get(call.action as usize) else {
+        let Some(ta) = self.prog.tables[ti].actions.get(call.action as usize) else {
             return Flow::Next;
         };
         let aid = ta.action as usize;
-        let bound = ta.bound.clone();
-        for s in &bound {
+        let prog = self.prog;
+        let bound = &prog.tables[ti].actions[call.action as usize].bound;
+        for s in bound {
             let _ = self.st(s);
         }
         let mut args = call.args.iter();
-        let nparams = self.sw.prog.actions[aid].params.len();
+        let nparams = self.prog.actions[aid].params.len();
         for i in 0..nparams {
-            let p = &self.sw.prog.actions[aid].params[i];
+            let p = &self.prog.actions[aid].params[i];
             if p.data {
                 let v = args.next().copied().unwrap_or(0);
                 let slot = p.slot;
                 set(self.f, slot, v);
             }
         }
-        let body = self.sw.prog.actions[aid].body.clone();
-        match self.block(&body) {
+        match self.block(&prog.actions[aid].body) {
             Flow::Exit => Flow::Exit,
             _ => Flow::Next,
         }
@@ -1611,8 +1622,8 @@ impl<'s> Exec<'s> {
                 None => return Err(self.sw.errs.stack_oob),
             },
         };
-        let lv = self.sw.prog.layouts[layout as usize].varbit;
-        let fixed = self.sw.prog.layouts[layout as usize].fixed_bits;
+        let lv = self.prog.layouts[layout as usize].varbit;
+        let fixed = self.prog.layouts[layout as usize].fixed_bits;
         let vb = match (varbits, lv) {
             (Some(e), Some((_, max))) => {
                 let n = self.ev(e);
@@ -1628,7 +1639,8 @@ impl<'s> Exec<'s> {
             return Err(self.sw.errs.packet_too_short);
         }
         let mut at = self.cursor;
-        let l = self.sw.prog.layouts[layout as usize].clone();
+        let prog = self.prog;
+        let l = &prog.layouts[layout as usize];
         for (i, (off, w)) in l.fields.iter().enumerate() {
             let s = base + *off as usize;
             if l.varbit.is_some_and(|v| v.0 == i) {
@@ -1663,7 +1675,7 @@ impl<'s> Exec<'s> {
                 if self.f.get(base).copied().unwrap_or(0) == 0 {
                     return;
                 }
-                let l = &self.sw.prog.layouts[*l as usize];
+                let l = &self.prog.layouts[*l as usize];
                 for (i, (off, w)) in l.fields.iter().enumerate() {
                     let s = base + *off as usize;
                     if l.varbit.is_some_and(|v| v.0 == i) {
@@ -1695,7 +1707,7 @@ impl<'s> Exec<'s> {
     }
 
     fn ext(&mut self, x: &ExternCall) -> Flow {
-        let std = self.sw.prog.std;
+        let std = self.prog.std;
         match x {
             ExternCall::Extract { hdr, layout, varbits, next_of } => {
                 if let Err(e) = self.extract(hdr, *layout, varbits.as_ref(), next_of) {
