@@ -193,6 +193,22 @@ pub struct Stats {
     pub assert_failures: u64,
 }
 
+/// What became of the last packet given to [`Switch::process`] (and the packets derived
+/// from it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// The parser's error code, when the (first) parse ended in an error.
+    pub parser_error: Option<u32>,
+    /// Dropped at the end of ingress (`mark_to_drop`, egress_spec 511).
+    pub dropped_ingress: bool,
+    /// Copies dropped at the end of egress.
+    pub dropped_egress: u32,
+    /// Packets sent out of a port.
+    pub sent: u32,
+    /// Derived packets dropped over [`MAX_DERIVED`].
+    pub over_limit: bool,
+}
+
 /// One packet's work at most: derived packets (clones, replicas, resubmits, recirculations)
 /// beyond this are dropped and counted, so a program that loops cannot hang the switch.
 pub const MAX_DERIVED: usize = 4096;
@@ -223,6 +239,7 @@ pub struct Switch {
     trace: Option<Trace>,
     digests: Vec<Vec<u128>>,
     now_ns: u64,
+    last: Outcome,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -305,6 +322,7 @@ impl Switch {
             trace: None,
             digests: Vec::new(),
             now_ns: 0,
+            last: Outcome::default(),
             prog: Arc::new(prog),
         };
         for t in 0..sw.prog.tables.len() {
@@ -329,6 +347,11 @@ impl Switch {
     /// Start (or stop) recording a trace of every packet.
     pub fn set_trace(&mut self, on: bool) {
         self.trace = if on { Some(Vec::new()) } else { None };
+    }
+
+    /// What became of the last packet given to [`Switch::process`].
+    pub fn outcome(&self) -> Outcome {
+        self.last
     }
 
     /// The trace lines recorded since the last call.
@@ -806,6 +829,7 @@ impl Switch {
     pub fn process(&mut self, port: u32, data: &[u8], now_ns: u64, out: &mut Vec<(u32, Vec<u8>)>) {
         self.stats.received += 1;
         self.now_ns = now_ns;
+        self.last = Outcome::default();
         let mut work = VecDeque::new();
         work.push_back(Work::Ingress {
             data: data.to_vec(),
@@ -818,6 +842,7 @@ impl Switch {
             done += 1;
             if done > MAX_DERIVED {
                 self.stats.derived_limit += work.len() as u64 + 1;
+                self.last.over_limit = true;
                 break;
             }
             match w {
@@ -865,6 +890,9 @@ impl Switch {
         let p = ex.prog.parser;
         if let Err(e) = r {
             self.stats.parser_errors += 1;
+            if self.last.parser_error.is_none() {
+                self.last.parser_error = Some(e);
+            }
             set(&mut frame, std.parser_error, u128::from(e));
             let name = self.prog.errors.get(e as usize).cloned().unwrap_or_default();
             self.tr(|| format!("parser {}: error {name}", p));
@@ -955,6 +983,7 @@ impl Switch {
         let spec = get(&frame, std.egress_spec) as u32;
         if spec == DROP_PORT {
             self.stats.dropped_ingress += 1;
+            self.last.dropped_ingress = true;
             self.tr(|| "ingress: dropped".into());
             self.frame = frame;
             return;
@@ -1069,6 +1098,7 @@ impl Switch {
         }
         if get(&frame, std.egress_spec) as u32 == DROP_PORT {
             self.stats.dropped_egress += 1;
+            self.last.dropped_egress += 1;
             self.tr(|| "egress: dropped".into());
             return;
         }
@@ -1102,6 +1132,7 @@ impl Switch {
             bytes.truncate(t as usize);
         }
         self.stats.sent += 1;
+        self.last.sent += 1;
         self.tr(|| format!("transmit: port {port}, {} bytes", bytes.len()));
         out.push((port, bytes));
     }
