@@ -1214,12 +1214,16 @@ impl<'a> Compiler<'a> {
                     if idx == 0 {
                         body.append(&mut init);
                     }
-                    let b = self.block(&s.stmts);
-                    let next = match b {
-                        Ok(b) => {
-                            body.extend(b);
-                            self.transition(&s.transition, &names)
+                    // The state's statements and its transition share one scope.
+                    let mut r = Ok(());
+                    for st in &s.stmts {
+                        r = self.stmt(st, &mut body);
+                        if r.is_err() {
+                            break;
                         }
+                    }
+                    let next = match r {
+                        Ok(()) => self.transition(&s.transition, &names),
                         Err(e) => Err(e),
                     };
                     self.pop();

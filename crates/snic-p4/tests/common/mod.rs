@@ -50,3 +50,69 @@ pub fn stf(src: &str, stf: &str) -> Result<bool, String> {
     }
     Ok(run.verdict.passed())
 }
+
+/// Includes from the built-ins, then from `dir` (for programs on disk).
+#[derive(Debug)]
+pub struct DirLoader(pub std::path::PathBuf);
+
+impl snic_p4::pre::Loader for DirLoader {
+    fn load(
+        &mut self,
+        name: &str,
+        kind: snic_p4::pre::IncludeKind,
+        from: &str,
+    ) -> Result<snic_p4::pre::Loaded, snic_p4::pre::LoadError> {
+        if kind == snic_p4::pre::IncludeKind::System
+            && let Some(t) = snic_p4::builtin::lookup(name)
+        {
+            return Ok(snic_p4::pre::Loaded { name: format!("<{name}>"), text: t.to_string() });
+        }
+        let dir =
+            std::path::Path::new(from).parent().map(|p| p.to_path_buf()).unwrap_or(self.0.clone());
+        for c in [dir.join(name), self.0.join(name)] {
+            if let Ok(text) = std::fs::read_to_string(&c) {
+                return Ok(snic_p4::pre::Loaded { name: c.display().to_string(), text });
+            }
+        }
+        match snic_p4::builtin::lookup(name) {
+            Some(t) => Ok(snic_p4::pre::Loaded { name: format!("<{name}>"), text: t.to_string() }),
+            None => Err(snic_p4::pre::LoadError::NotFound),
+        }
+    }
+}
+
+/// Every `X.p4` with an `X.stf` beside it in `dir`, sorted.
+pub fn stf_pairs(dir: &std::path::Path) -> Vec<(std::path::PathBuf, std::path::PathBuf)> {
+    let mut v = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.extension().is_some_and(|x| x == "p4") {
+                let s = p.with_extension("stf");
+                if s.exists() {
+                    v.push((p, s));
+                }
+            }
+        }
+    }
+    v.sort();
+    v
+}
+
+/// Compile the program at `p4` and run the STF at `stf`: `Err` says what failed.
+pub fn run_stf_files(p4: &std::path::Path, stf: &std::path::Path) -> Result<(), String> {
+    let src = std::fs::read_to_string(p4).map_err(|e| e.to_string())?;
+    let stf_text = std::fs::read_to_string(stf).map_err(|e| e.to_string())?;
+    let mut map = snic_p4::span::SourceMap::new();
+    let main = map.add(p4.display().to_string(), src);
+    let dir = p4.parent().map(|d| d.to_path_buf()).unwrap_or_default();
+    let built = snic_p4::runner::build(&mut map, main, &mut DirLoader(dir), &Default::default())
+        .map_err(|d| d.iter().map(|d| d.render(&map)).collect::<Vec<_>>().join("\n"))?;
+    let run =
+        snic_p4::runner::run_stf(built.program, &stf_text, false).map_err(|e| e.to_string())?;
+    if run.verdict.passed() {
+        Ok(())
+    } else {
+        Err(format!("{:#?}\nnotes: {:?}", run.verdict.failures, run.notes))
+    }
+}
