@@ -591,7 +591,7 @@ impl<'a> Compiler<'a> {
                 if *kind == StructKind::Header {
                     let l = self.layout_of(id);
                     let layout = &self.out.layouts[l as usize];
-                    if layout.varbit.is_none() && layout.fixed_bits % 8 != 0 {
+                    if layout.varbit.is_none() && !layout.fixed_bits.is_multiple_of(8) {
                         // p4c refuses these for BMv2; we accept and pad nothing (emit packs bits).
                     }
                 }
@@ -699,7 +699,7 @@ impl<'a> Compiler<'a> {
                 for p in &params {
                     self.bind(&p.name, Ent::Var(p.place.clone(), p.ty.clone()));
                 }
-                let saved = core::mem::replace(&mut self.ctx.ret, Some((ret_slot, ret)));
+                let saved = self.ctx.ret.replace((ret_slot, ret));
                 let b = self.block(&body.stmts);
                 self.ctx.ret = saved;
                 self.pop();
@@ -2178,7 +2178,10 @@ impl<'a> Compiler<'a> {
                         let stride = self.slots(elem);
                         let iv = self.expr(index, None)?;
                         if let Some(k) = iv.konst() {
-                            let k = if iv.ty == Ty::Int { k as i128 } else { k as i128 };
+                            let k = match &iv.ty {
+                                Ty::Bits(a) => a.extend(k),
+                                _ => k as i128,
+                            };
                             if k < 0 || k >= i128::from(*n) {
                                 return err(
                                     index.loc,
@@ -2445,13 +2448,14 @@ impl<'a> Compiler<'a> {
                 l = self.coerce(l, &r.ty.clone(), lhs.loc)?;
             } else if r.ty == Ty::Int && l.ty != Ty::Int && self.is_scalar(&l.ty) {
                 r = self.coerce(r, &l.ty.clone(), rhs.loc)?;
-            } else if l.ty == Ty::Int && r.ty == Ty::Int && !cmp {
-                if let Some(w @ Ty::Bits(_)) = want {
-                    if l.konst().is_none() || r.konst().is_none() {
-                        l = self.coerce(l, w, lhs.loc)?;
-                        r = self.coerce(r, w, rhs.loc)?;
-                    }
-                }
+            } else if l.ty == Ty::Int
+                && r.ty == Ty::Int
+                && !cmp
+                && let Some(w @ Ty::Bits(_)) = want
+                && (l.konst().is_none() || r.konst().is_none())
+            {
+                l = self.coerce(l, w, lhs.loc)?;
+                r = self.coerce(r, w, rhs.loc)?;
             }
         }
         Ok((l, r))
@@ -3139,11 +3143,9 @@ impl<'a> Compiler<'a> {
                         continue;
                     }
                     let (ap, aty) = self.place(&v)?;
-                    if !self.same_type(&aty, &p.ty)
-                        && !(self.is_scalar(&aty)
-                            && self.slots(&aty) == n
-                            && matches!((&aty, &p.ty), (Ty::Bits(a), Ty::Bits(b)) if a.width == b.width))
-                    {
+                    let same_bits =
+                        matches!((&aty, &p.ty), (Ty::Bits(a), Ty::Bits(b)) if a.width == b.width);
+                    if !(self.same_type(&aty, &p.ty) || same_bits) {
                         return err(
                             v.loc,
                             format!(

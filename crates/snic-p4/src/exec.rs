@@ -23,7 +23,7 @@ pub(crate) enum Flow {
 /// Read `w` bits (at most 128) at bit offset `off` of `data`, most significant first. The
 /// caller checks bounds.
 pub(crate) fn get_bits(data: &[u8], off: usize, w: u32) -> u128 {
-    if off % 8 == 0 && w % 8 == 0 {
+    if off.is_multiple_of(8) && w.is_multiple_of(8) {
         let start = off / 8;
         let n = (w / 8) as usize;
         let mut v = 0u128;
@@ -63,7 +63,7 @@ impl BitWriter {
 
     /// Append the low `w` bits of `v`.
     pub(crate) fn push(&mut self, v: u128, w: u32) {
-        if self.bits % 8 == 0 && w % 8 == 0 {
+        if self.bits.is_multiple_of(8) && w.is_multiple_of(8) {
             for i in (0..w / 8).rev() {
                 self.bytes.push((v >> (i * 8)) as u8);
             }

@@ -1467,9 +1467,8 @@ impl<'s> Exec<'s> {
         loop {
             let Some(s) = parser.states.get(state) else { return Err(self.sw.errs.no_match) };
             self.sw.tr(|| format!("parser {}: state {}", parser.name, s.name));
-            match self.block(&s.body) {
-                Flow::Reject(e) => return Err(e),
-                _ => {}
+            if let Flow::Reject(e) = self.block(&s.body) {
+                return Err(e);
             }
             if let Some(e) = self.pending.take() {
                 return Err(e);
