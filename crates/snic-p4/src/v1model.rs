@@ -877,7 +877,8 @@ impl Switch {
     fn parse(&mut self, data: &[u8], port: u32, itype: u128) -> usize {
         let std = self.prog.std;
         let mut frame = core::mem::take(&mut self.frame);
-        frame.iter_mut().for_each(|v| *v = 0);
+        frame.clear();
+        frame.resize(self.prog.frame_len as usize, 0);
         set(&mut frame, std.ingress_port, u128::from(port));
         set(&mut frame, std.instance_type, itype);
         set(&mut frame, std.packet_length, data.len() as u128);
@@ -933,8 +934,6 @@ impl Switch {
         if let Some((false, session, list)) = flags.clone {
             if let Some(ms) = self.mirrors.get(&session).copied() {
                 let kept = self.keep_list(list, &frame);
-                let saved = core::mem::take(&mut self.frame);
-                self.frame = saved;
                 let off2 = self.parse(&data, port, itype);
                 let mut cf = self.frame.clone();
                 set(&mut cf, std.instance_type, instance::INGRESS_CLONE);
