@@ -90,7 +90,6 @@ control MyEgress(inout headers_t hdr, inout meta_t meta,
         meta.threshold = qdepth;
     }
     table ecn_threshold {
-        key = { }
         actions = { set_threshold; }
         default_action = set_threshold(0x7FFFF);
     }
