@@ -31,7 +31,7 @@ fn files(dir: &Path, ext: &str) -> Vec<PathBuf> {
 fn front_end(path: &Path) -> Option<String> {
     let src = std::fs::read_to_string(path).unwrap();
     let mut map = SourceMap::new();
-    let main = map.add(&path.display().to_string(), &src);
+    let main = map.add(path.display().to_string(), &src);
     let out = match preprocess(&mut map, main, &mut Builtins, &Options::default()) {
         Ok(out) => out,
         Err(d) => return Some(d.iter().map(|d| d.render(&map)).collect::<Vec<_>>().join("\n")),
