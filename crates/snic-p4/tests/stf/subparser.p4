@@ -2,7 +2,10 @@
  * arguments; a reject in the sub-parser rejects the caller.
  *
  * Packet: h_t { n, count, code } then n option headers opt_t { kind, val } (n = 0, 1 or 2).
- * OptParser extracts one opt_t, counts it (inout), and verifies kind != 0 (NoMatch).
+ * OptParser first verifies that the next byte (the kind, by lookahead) is not 0, else it
+ * rejects with NoMatch before extracting anything; then it extracts one opt_t and counts it
+ * (inout). (Rejecting before any change keeps the test independent of whether the out and
+ * inout arguments are copied out when a sub-parser rejects.)
  * Two instances parse the first and the second option into hdr.o1 / hdr.o2.
  * Ingress: count = the number counted (meta.count); code = 1 on NoMatch, else 0.
  * Out on port 1.
@@ -18,9 +21,9 @@ struct meta_t { bit<8> count; }
 
 parser OptParser(packet_in pkt, out opt_t o, inout bit<8> count) {
     state start {
+        verify(pkt.lookahead<bit<8>>() != 0, error.NoMatch);
         pkt.extract(o);
         count = count + 1;
-        verify(o.kind != 0, error.NoMatch);
         transition accept;
     }
 }
