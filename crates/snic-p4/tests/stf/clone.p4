@@ -4,10 +4,12 @@
  * Ingress: egress_spec = 1; mark = 0x11 (an ingress change);
  *   op 1: clone(I2E, 5);
  *   op 3: clone(I2E, 6), then mark_to_drop: the original is dropped, the clone still goes;
- *   op 4: clone(I2E, 9), a session the control plane never configured: no clone.
+ *   op 4: clone(I2E, 9), a session the control plane never configured: no clone;
+ *   op 5: clone(I2E, 8), a session that sends to multicast group 1 (ports 5 and 6).
  * Egress: inst = instance_type, port = egress_port;
  *   op 2 on the original (instance_type 0): clone(E2E, 7).
- * Sessions: 5 -> port 2, 6 -> port 3, 7 -> port 4.
+ * Sessions: 5 -> port 2, 6 -> port 3, 7 -> port 4, 8 -> multicast group 1 (mirroring_add_mc);
+ * the copies of a clone to a group keep instance_type 1.
  *
  * What the clones carry (BMv2 simple_switch):
  *   I2E: the packet as it came in, parsed again: ingress changes (mark) are not in it;
@@ -42,6 +44,8 @@ control MyIngress(inout headers_t hdr, inout meta_t meta,
             mark_to_drop(standard_metadata);
         } else if (hdr.h.op == 4) {
             clone(CloneType.I2E, 9);
+        } else if (hdr.h.op == 5) {
+            clone(CloneType.I2E, 8);
         }
     }
 }
