@@ -6,7 +6,8 @@
  *     two VLAN tags (0x8100, 0x88A8 or 0x9100, like the native walk);
  *   - a complete BTH follows (transport version 0) whose opcode is a reliable-connection (RC)
  *     opcode the IBTA defines, or the RoCEv2 CNP (0x81);
- *   - every extension header the opcode implies is there, and the headers plus the 4-byte
+ *   - every extension header the opcode implies is there (an AETH with a reserved syndrome
+ *     does not count, as in snic-wire), and the headers plus the 4-byte
  *     ICRC fit in the UDP datagram with the opcode's payload rules (no payload for READ
  *     requests, ACKs, atomics, FLUSH and CNP; exactly 8 bytes for ATOMIC WRITE; pad count at
  *     most the payload).
@@ -42,6 +43,8 @@ const PortId_t RDMA_PORT = 1;
 const PortId_t OTHER_PORT = 2;
 const bit<16> ROCEV2_UDP_PORT = 4791;
 
+error { ReservedAethSyndrome }
+
 header ethernet_t { bit<48> dstAddr; bit<48> srcAddr; bit<16> etherType; }
 header vlan_t { bit<3> pcp; bit<1> dei; bit<12> vid; bit<16> etherType; }
 header ipv4_t {
@@ -76,7 +79,7 @@ header immdt_t { bit<32> imm; }
 /* Invalidate Extended Transport Header, 4 bytes. */
 header ieth_t { bit<32> rkey; }
 /* FLUSH Extended Transport Header, 4 bytes. */
-header feth_t { bit<26> resv; bit<2> placementType; bit<4> selectivityLevel; }
+header feth_t { bit<26> resv; bit<2> selectivityLevel; bit<4> placementType; }
 /* The 16 reserved bytes of a CNP. */
 header cnp_t { bit<128> resv; }
 
@@ -189,7 +192,7 @@ parser MyParser(packet_in pkt, out headers_t hdr, inout meta_t meta,
             0x0F: parse_aeth;
             0x10: parse_aeth;
             0x11: parse_aeth_no_payload;
-            0x12: parse_aeth_atomic_ack;
+            0x12: parse_aeth_no_payload;    /* AETH, then AtomicAckETH */
             0x13: parse_atomic_eth;
             0x14: parse_atomic_eth;
             0x16: parse_ieth;
@@ -227,18 +230,24 @@ parser MyParser(packet_in pkt, out headers_t hdr, inout meta_t meta,
     }
     state parse_aeth {
         pkt.extract(hdr.aeth);
+        /* syndrome 000xxxxx ACK, 001xxxxx RNR NAK, 011xxxxx NAK with codes 0-4; the rest
+         * (bit 7 set, type 10, NAK codes 5-31) is reserved */
+        verify(hdr.aeth.syndrome[7:6] == 0
+               || (hdr.aeth.syndrome[7:5] == 3 && hdr.aeth.syndrome[4:0] <= 4),
+               error.ReservedAethSyndrome);
         meta.roce_hdr_len = meta.roce_hdr_len + 4;
-        transition accept;
+        transition select(hdr.bth.opcode) {
+            0x12: parse_atomic_ack_eth;
+            default: accept;
+        }
     }
     state parse_aeth_no_payload {
         meta.no_payload = 1;
         transition parse_aeth;
     }
-    state parse_aeth_atomic_ack {
-        pkt.extract(hdr.aeth);
+    state parse_atomic_ack_eth {
         pkt.extract(hdr.atomic_ack_eth);
-        meta.roce_hdr_len = meta.roce_hdr_len + 12;
-        meta.no_payload = 1;
+        meta.roce_hdr_len = meta.roce_hdr_len + 8;
         transition accept;
     }
     state parse_atomic_eth {
