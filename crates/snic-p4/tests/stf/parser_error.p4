@@ -3,7 +3,12 @@
  *
  * Packet: h_t { version, kind, code } then, for kind 1, x_t (4 bytes).
  *   verify(version == 1, error.BadVersion)   the program's own error
- *   select(kind) { 1: x_t; 3: accept }       any other kind: no case matches -> NoMatch
+ *   select(kind) { 1: x_t; 3: accept; default: no_match }
+ *                                             any other kind: verify(false, error.NoMatch)
+ *   (The P4-16 spec says a select with no matching case and no default rejects with NoMatch,
+ *   but according to p4c PR 5746 p4c's simple_switch back end lacked the HandleNoMatch pass,
+ *   so BMv2 took "no case matches" as accept with no error. The explicit default state keeps
+ *   this test independent of that difference.)
  *   extract(x) on fewer than 4 bytes          -> PacketTooShort (x stays invalid)
  * Ingress writes the error into h.code: NoError 0, BadVersion 1, NoMatch 2,
  * PacketTooShort 3; and h.kind |= 0x80 when x is valid. Out on port 1.
@@ -27,7 +32,12 @@ parser MyParser(packet_in pkt, out headers_t hdr, inout meta_t meta,
         transition select(hdr.h.kind) {
             1: parse_x;
             3: accept;
+            default: no_match;
         }
+    }
+    state no_match {
+        verify(false, error.NoMatch);
+        transition accept;  /* never reached: verify(false, ...) always stops the parser */
     }
     state parse_x {
         pkt.extract(hdr.x);
