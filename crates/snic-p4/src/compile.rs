@@ -1721,6 +1721,54 @@ impl<'a> Compiler<'a> {
             StmtKind::Block(b) => out.push(St::Block(self.block(&b.stmts)?)),
             StmtKind::Empty => {}
             StmtKind::Assign { lhs, op, rhs } => {
+                if let ExprKind::Slice { base, hi, lo } = &lhs.kind {
+                    let (place, ty) = self.place(base)?;
+                    let Ty::Bits(a) = ty else {
+                        return err(base.loc, "only bit strings can be sliced");
+                    };
+                    let h = self.const_u32(hi)?;
+                    let l = self.const_u32(lo)?;
+                    if h < l || h >= a.width {
+                        return err(
+                            lhs.loc,
+                            format!("slice [{h}:{l}] out of a {}-bit value", a.width),
+                        );
+                    }
+                    let sw = Arith { width: h - l + 1, signed: false };
+                    let cur = TE {
+                        ex: Ex::Slice(Box::new(Ex::Load(place.clone())), l, sw.mask()),
+                        ty: Ty::Bits(sw),
+                    };
+                    let v = self.expr(rhs, Some(&Ty::Bits(sw)))?;
+                    let v = match op {
+                        None => self.coerce(v, &Ty::Bits(sw), rhs.loc)?,
+                        Some(op) => {
+                            let r = self.binary(*op, cur, v, s.loc)?;
+                            self.coerce(r, &Ty::Bits(sw), s.loc)?
+                        }
+                    };
+                    let keep = a.mask() & !(sw.mask() << l);
+                    let ua = Arith { width: a.width, signed: false };
+                    let widened = Ex::Cast(Box::new(v.ex), sw, ua);
+                    let ex = Ex::Bin(
+                        Op::Or,
+                        Box::new(Ex::Bin(
+                            Op::And,
+                            Box::new(Ex::Load(place.clone())),
+                            Box::new(Ex::Const(keep)),
+                            ua,
+                        )),
+                        Box::new(Ex::Bin(
+                            Op::Shl,
+                            Box::new(widened),
+                            Box::new(Ex::Const(u128::from(l))),
+                            ua,
+                        )),
+                        ua,
+                    );
+                    out.push(St::Set(place, ex));
+                    return Ok(());
+                }
                 let (place, ty) = self.place(lhs)?;
                 match op {
                     None => {
@@ -2745,6 +2793,32 @@ impl<'a> Compiler<'a> {
                     TE { ex: Ex::LastIndex(bp), ty: Ty::Bits(A32) }
                 });
             }
+        }
+        // A field of a call's result: `pkt.lookahead<h_t>().f`, `f().x`.
+        if let ExprKind::Call { .. } = &base.kind {
+            let te = self.expr(base, None)?;
+            let Some((off, fty)) = self.field(&te.ty, &member.text) else {
+                return err(
+                    member.loc,
+                    format!("`{}` has no field `{}`", self.ty_name(&te.ty), member.text),
+                );
+            };
+            return match te.ex {
+                Ex::Seq(sts, inner) => match *inner {
+                    Ex::Load(p) => {
+                        Ok(TE { ex: Ex::Seq(sts, Box::new(Ex::Load(p.offset(off)))), ty: fty })
+                    }
+                    _ => err(e.loc, "this value has no fields"),
+                },
+                Ex::Call(call, ret) => Ok(TE {
+                    ex: Ex::Seq(
+                        vec![St::Call(call)].into_boxed_slice(),
+                        Box::new(Ex::Load(Place::at(ret + off))),
+                    ),
+                    ty: fty,
+                }),
+                _ => err(e.loc, "this value has no fields"),
+            };
         }
         let (p, t) = self.place(e)?;
         Ok(TE { ex: Ex::Load(p), ty: t })

@@ -171,6 +171,7 @@ enum Work {
         rid: u16,
         keep: Option<Vec<(Slot, Vec<u128>)>>,
         len: u32,
+        truncate: Option<u32>,
     },
 }
 
@@ -849,9 +850,8 @@ impl Switch {
                 Work::Ingress { data, port, itype, keep } => {
                     self.ingress(data, port, itype, keep, &mut work)
                 }
-                Work::Egress { frame, payload, port, itype, rid, keep, len } => {
-                    self.egress(frame, payload, port, itype, rid, keep, len, &mut work, out)
-                }
+                Work::Egress { frame, payload, port, itype, rid, keep, len, truncate } => self
+                    .egress(frame, payload, port, itype, rid, keep, len, truncate, &mut work, out),
             }
         }
     }
@@ -974,6 +974,7 @@ impl Switch {
                     rid,
                     keep: None,
                     len: data.len() as u32,
+                    truncate: flags.truncate,
                 });
             }
             self.frame = frame;
@@ -996,6 +997,7 @@ impl Switch {
             rid: 0,
             keep: None,
             len: data.len() as u32,
+            truncate: flags.truncate,
         });
         self.frame = frame;
     }
@@ -1020,6 +1022,7 @@ impl Switch {
                 rid: 0,
                 keep: keep.clone(),
                 len,
+                truncate: None,
             });
         }
         if let Some(g) = ms.mgrp {
@@ -1032,6 +1035,7 @@ impl Switch {
                     rid,
                     keep: keep.clone(),
                     len,
+                    truncate: None,
                 });
             }
         }
@@ -1047,6 +1051,7 @@ impl Switch {
         rid: u16,
         keep: Option<Vec<(Slot, Vec<u128>)>>,
         len: u32,
+        truncate: Option<u32>,
         work: &mut VecDeque<Work>,
         out: &mut Vec<(u32, Vec<u8>)>,
     ) {
@@ -1069,7 +1074,7 @@ impl Switch {
         set(&mut frame, std.packet_length, u128::from(len));
         set(&mut frame, std.egress_global_timestamp, u128::from(self.now_ns / 1000) & mask(48));
         self.tr(|| format!("egress: port {port}, instance_type {itype}, rid {rid}"));
-        let mut flags = Flags::default();
+        let mut flags = Flags { truncate, ..Flags::default() };
         {
             let prog = Arc::clone(&self.prog);
             let mut ex = Exec::new(&prog, self, &mut frame, &payload, &mut flags);
