@@ -478,12 +478,24 @@ impl<'a> Compiler<'a> {
             off += self.slots(ty);
         }
         let id = self.out.layouts.len() as u32;
+        let mut bit_offs = Vec::with_capacity(fields.len());
+        let mut at = 0;
+        for (_, w) in &fields {
+            bit_offs.push(at);
+            at += w;
+        }
+        let fast = varbit.is_none()
+            && fixed.is_multiple_of(8)
+            && fixed <= 512
+            && fields.iter().all(|(_, w)| *w <= 120);
         self.out.layouts.push(HeaderLayout {
             name: a.name.clone(),
             fields,
             varbit,
             slots: off,
             fixed_bits: fixed,
+            bit_offs,
+            fast,
         });
         self.aggs[agg as usize].layout = Some(id);
         id

@@ -48,42 +48,88 @@ pub(crate) fn get_bits(data: &[u8], off: usize, w: u32) -> u128 {
     v
 }
 
-/// A bit string being built most significant bit first.
+/// A bit string being built most significant bit first. Bits gather in a 128-bit
+/// accumulator and go to `bytes` a whole byte at a time; [`BitWriter::finish`] pads the last
+/// byte with zeros and returns the bytes.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct BitWriter {
-    pub(crate) bytes: Vec<u8>,
-    pub(crate) bits: usize,
+    bytes: Vec<u8>,
+    acc: u128,
+    nacc: u32,
 }
 
 impl BitWriter {
     pub(crate) fn clear(&mut self) {
         self.bytes.clear();
-        self.bits = 0;
+        self.acc = 0;
+        self.nacc = 0;
     }
 
-    /// Append the low `w` bits of `v`.
+    /// Append the low `w` bits of `v` (`w` up to 128).
+    #[inline]
     pub(crate) fn push(&mut self, v: u128, w: u32) {
-        if self.bits.is_multiple_of(8) && w.is_multiple_of(8) {
-            for i in (0..w / 8).rev() {
-                self.bytes.push((v >> (i * 8)) as u8);
-            }
-            self.bits += w as usize;
+        if w > 64 {
+            self.push(v >> 64, w - 64);
+            self.push(v & u128::from(u64::MAX), 64);
             return;
         }
-        let mut rem = w;
-        while rem > 0 {
-            let in_byte = (self.bits % 8) as u32;
-            if in_byte == 0 {
-                self.bytes.push(0);
-            }
-            let avail = 8 - in_byte;
-            let take = avail.min(rem);
-            let chunk = ((v >> (rem - take)) as u32) & ((1u32 << take) - 1);
-            let last = self.bytes.len() - 1;
-            self.bytes[last] |= (chunk << (avail - take)) as u8;
-            self.bits += take as usize;
-            rem -= take;
+        // nacc < 64 here, so nacc + w < 128.
+        let v = v & crate::ir::mask(w);
+        self.acc = (self.acc << w) | v;
+        self.nacc += w;
+        if self.nacc >= 64 {
+            self.nacc -= 64;
+            let word = (self.acc >> self.nacc) as u64;
+            self.bytes.extend_from_slice(&word.to_be_bytes());
+            self.acc &= crate::ir::mask(self.nacc);
         }
+    }
+
+    /// Move the accumulator's whole bytes out.
+    fn drain(&mut self) {
+        while self.nacc >= 8 {
+            self.nacc -= 8;
+            self.bytes.push((self.acc >> self.nacc) as u8);
+        }
+        self.acc &= crate::ir::mask(self.nacc);
+    }
+
+    /// Append whole bytes (after padding the bits so far to a byte boundary).
+    pub(crate) fn extend_bytes(&mut self, b: &[u8]) {
+        self.pad();
+        self.bytes.extend_from_slice(b);
+    }
+
+    fn pad(&mut self) {
+        self.drain();
+        if self.nacc > 0 {
+            self.bytes.push((self.acc << (8 - self.nacc)) as u8);
+            self.acc = 0;
+            self.nacc = 0;
+        }
+    }
+
+    /// The bytes, the last one padded with zeros.
+    pub(crate) fn finish(&mut self) -> &[u8] {
+        self.pad();
+        &self.bytes
+    }
+
+    /// The bytes (padded), leaving the writer empty.
+    pub(crate) fn take(&mut self) -> Vec<u8> {
+        self.pad();
+        core::mem::take(&mut self.bytes)
+    }
+
+    /// No partial byte is pending.
+    #[inline]
+    pub(crate) fn aligned(&self) -> bool {
+        self.nacc == 0
+    }
+
+    /// Room for `n` more bytes.
+    pub(crate) fn reserve(&mut self, n: usize) {
+        self.bytes.reserve(n);
     }
 }
 

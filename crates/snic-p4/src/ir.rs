@@ -322,6 +322,11 @@ pub struct HeaderLayout {
     pub slots: u32,
     /// Fixed bits (the varbit counts as zero).
     pub fixed_bits: u32,
+    /// Each field's bit offset from the header's start (the varbit's data counts as zero).
+    pub bit_offs: Vec<u32>,
+    /// The header can be read and written through a byte window: no varbit, whole bytes,
+    /// at most 64 bytes, no field wider than 120 bits.
+    pub fast: bool,
 }
 
 /// A composite's layout for `emit` and `extract`.

@@ -11,9 +11,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
-use crate::algo::{
-    self, BitBuf, Calculation, CrcParams, HashAlgorithm, Meter, MeterKind, MeterRate,
-};
+use crate::algo::{self, Calculation, CrcParams, HashAlgorithm, Meter, MeterKind, MeterRate};
 use crate::exec::{BitWriter, Flow, binop, cast, compare, get_bits};
 use crate::ir::*;
 use crate::table::{EntryHandle, FieldMatch, MatchKind, Table, TableError};
@@ -241,6 +239,8 @@ pub struct Switch {
     digests: Vec<Vec<u128>>,
     now_ns: u64,
     last: Outcome,
+    work: VecDeque<Work>,
+    scratch: BitWriter,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -324,6 +324,8 @@ impl Switch {
             digests: Vec::new(),
             now_ns: 0,
             last: Outcome::default(),
+            work: VecDeque::new(),
+            scratch: BitWriter::default(),
             prog: Arc::new(prog),
         };
         for t in 0..sw.prog.tables.len() {
@@ -831,29 +833,70 @@ impl Switch {
         self.stats.received += 1;
         self.now_ns = now_ns;
         self.last = Outcome::default();
-        let mut work = VecDeque::new();
-        work.push_back(Work::Ingress {
-            data: data.to_vec(),
-            port,
-            itype: instance::NORMAL,
-            keep: Vec::new(),
-        });
-        let mut done = 0usize;
+        let mut work = core::mem::take(&mut self.work);
+        work.clear();
+        // The common case runs on the switch's own frame and the caller's bytes: ingress, then
+        // (unless ingress made other packets, which must keep their order) egress in place.
+        if let Some(u) = self.ingress(data, port, instance::NORMAL, &[], &mut work) {
+            let mut frame = core::mem::take(&mut self.frame);
+            if work.is_empty() {
+                self.egress(
+                    &mut frame,
+                    &data[u.off..],
+                    u.port,
+                    instance::NORMAL,
+                    0,
+                    None,
+                    data.len() as u32,
+                    u.truncate,
+                    &mut work,
+                    out,
+                );
+            } else {
+                work.push_back(Work::Egress {
+                    frame: frame.clone(),
+                    payload: data[u.off..].to_vec(),
+                    port: u.port,
+                    itype: instance::NORMAL,
+                    rid: 0,
+                    keep: None,
+                    len: data.len() as u32,
+                    truncate: u.truncate,
+                });
+            }
+            self.frame = frame;
+        }
+        let mut done = 1usize;
         while let Some(w) = work.pop_front() {
             done += 1;
             if done > MAX_DERIVED {
                 self.stats.derived_limit += work.len() as u64 + 1;
                 self.last.over_limit = true;
+                work.clear();
                 break;
             }
             match w {
                 Work::Ingress { data, port, itype, keep } => {
-                    self.ingress(data, port, itype, keep, &mut work)
+                    if let Some(u) = self.ingress(&data, port, itype, &keep, &mut work) {
+                        work.push_back(Work::Egress {
+                            frame: self.frame.clone(),
+                            payload: data[u.off..].to_vec(),
+                            port: u.port,
+                            itype,
+                            rid: 0,
+                            keep: None,
+                            len: data.len() as u32,
+                            truncate: u.truncate,
+                        });
+                    }
                 }
-                Work::Egress { frame, payload, port, itype, rid, keep, len, truncate } => self
-                    .egress(frame, payload, port, itype, rid, keep, len, truncate, &mut work, out),
+                Work::Egress { mut frame, payload, port, itype, rid, keep, len, truncate } => self
+                    .egress(
+                        &mut frame, &payload, port, itype, rid, keep, len, truncate, &mut work, out,
+                    ),
             }
         }
+        self.work = work;
     }
 
     fn tr(&mut self, f: impl FnOnce() -> String) {
@@ -886,9 +929,8 @@ impl Switch {
         let mut flags = Flags::default();
         let prog = Arc::clone(&self.prog);
         let mut ex = Exec::new(&prog, self, &mut frame, data, &mut flags);
-        let r = ex.parser(ex.prog.parser);
+        let r = ex.parser(prog.parser);
         let cursor = ex.cursor;
-        let p = ex.prog.parser;
         if let Err(e) = r {
             self.stats.parser_errors += 1;
             if self.last.parser_error.is_none() {
@@ -896,45 +938,45 @@ impl Switch {
             }
             set(&mut frame, std.parser_error, u128::from(e));
             let name = self.prog.errors.get(e as usize).cloned().unwrap_or_default();
-            self.tr(|| format!("parser {}: error {name}", p));
+            self.tr(|| format!("parser: error {name}"));
         }
         self.frame = frame;
         cursor.div_ceil(8).min(data.len())
     }
 
+    /// Parse and run ingress; the frame is left in `self.frame`. Packets other than the
+    /// original (clones, replicas, resubmits) go to `work`; a unicast original is returned.
     fn ingress(
         &mut self,
-        data: Vec<u8>,
+        data: &[u8],
         port: u32,
         itype: u128,
-        keep: Vec<(Slot, Vec<u128>)>,
+        keep: &[(Slot, Vec<u128>)],
         work: &mut VecDeque<Work>,
-    ) {
+    ) -> Option<Unicast> {
         self.tr(|| format!("ingress: port {port}, {} bytes, instance_type {itype}", data.len()));
-        let off = self.parse(&data, port, itype);
+        let off = self.parse(data, port, itype);
         let std = self.prog.std;
         let mut frame = core::mem::take(&mut self.frame);
-        for (s, vals) in &keep {
+        for (s, vals) in keep {
             frame[*s as usize..*s as usize + vals.len()].copy_from_slice(vals);
         }
         let mut flags = Flags::default();
         {
             let prog = Arc::clone(&self.prog);
-            let mut ex = Exec::new(&prog, self, &mut frame, &data, &mut flags);
+            let mut ex = Exec::new(&prog, self, &mut frame, data, &mut flags);
             ex.cursor = off * 8;
-            let (v, i) = (ex.prog.verify, ex.prog.ingress);
-            ex.control(v);
-            ex.control(i);
+            ex.control(prog.verify);
+            ex.control(prog.ingress);
         }
         if flags.assert_failed {
             self.stats.assert_failures += 1;
         }
-        let payload = data[off..].to_vec();
         // Ingress clone: the packet as it arrived, parsed again, to the session's port.
         if let Some((false, session, list)) = flags.clone {
             if let Some(ms) = self.mirrors.get(&session).copied() {
                 let kept = self.keep_list(list, &frame);
-                let off2 = self.parse(&data, port, itype);
+                let off2 = self.parse(data, port, itype);
                 let mut cf = self.frame.clone();
                 set(&mut cf, std.instance_type, instance::INGRESS_CLONE);
                 for (s, vals) in &kept {
@@ -954,52 +996,47 @@ impl Switch {
                 self.tr(|| format!("clone: session {session} is not configured"));
             }
         }
-        if let Some(list) = flags.resubmit {
+        let result = if let Some(list) = flags.resubmit {
             let kept = self.keep_list(list, &frame);
             self.tr(|| "resubmit".into());
-            work.push_back(Work::Ingress { data, port, itype: instance::RESUBMIT, keep: kept });
-            self.frame = frame;
-            return;
-        }
-        let mgrp = get(&frame, std.mcast_grp) as u16;
-        if mgrp != 0 {
-            let reps = self.mc_replicas(mgrp);
-            self.tr(|| format!("multicast group {mgrp}: {} replicas", reps.len()));
-            for (rid, p) in reps {
-                work.push_back(Work::Egress {
-                    frame: frame.clone(),
-                    payload: payload.clone(),
-                    port: p,
-                    itype: instance::REPLICATION,
-                    rid,
-                    keep: None,
-                    len: data.len() as u32,
-                    truncate: flags.truncate,
-                });
+            work.push_back(Work::Ingress {
+                data: data.to_vec(),
+                port,
+                itype: instance::RESUBMIT,
+                keep: kept,
+            });
+            None
+        } else {
+            let mgrp = get(&frame, std.mcast_grp) as u16;
+            let spec = get(&frame, std.egress_spec) as u32;
+            if mgrp != 0 {
+                let reps = self.mc_replicas(mgrp);
+                self.tr(|| format!("multicast group {mgrp}: {} replicas", reps.len()));
+                for (rid, p) in reps {
+                    work.push_back(Work::Egress {
+                        frame: frame.clone(),
+                        payload: data[off..].to_vec(),
+                        port: p,
+                        itype: instance::REPLICATION,
+                        rid,
+                        keep: None,
+                        len: data.len() as u32,
+                        truncate: flags.truncate,
+                    });
+                }
+                None
+            } else if spec == DROP_PORT {
+                self.stats.dropped_ingress += 1;
+                self.last.dropped_ingress = true;
+                self.tr(|| "ingress: dropped".into());
+                None
+            } else {
+                self.tr(|| format!("ingress: egress_spec {spec}"));
+                Some(Unicast { port: spec, off, truncate: flags.truncate })
             }
-            self.frame = frame;
-            return;
-        }
-        let spec = get(&frame, std.egress_spec) as u32;
-        if spec == DROP_PORT {
-            self.stats.dropped_ingress += 1;
-            self.last.dropped_ingress = true;
-            self.tr(|| "ingress: dropped".into());
-            self.frame = frame;
-            return;
-        }
-        self.tr(|| format!("ingress: egress_spec {spec}"));
-        work.push_back(Work::Egress {
-            frame: frame.clone(),
-            payload,
-            port: spec,
-            itype,
-            rid: 0,
-            keep: None,
-            len: data.len() as u32,
-            truncate: flags.truncate,
-        });
+        };
         self.frame = frame;
+        result
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1044,8 +1081,8 @@ impl Switch {
     #[allow(clippy::too_many_arguments)]
     fn egress(
         &mut self,
-        mut frame: Vec<u128>,
-        payload: Vec<u8>,
+        frame: &mut [u128],
+        payload: &[u8],
         port: u32,
         itype: u128,
         rid: u16,
@@ -1060,37 +1097,36 @@ impl Switch {
             // A clone: metadata starts from zero, with the preserved fields.
             let (mb, ml) = self.prog.meta;
             frame[mb as usize..(mb + ml) as usize].iter_mut().for_each(|v| *v = 0);
-            let ingress_port = get(&frame, std.ingress_port);
+            let ingress_port = get(frame, std.ingress_port);
             frame[std.base as usize..(std.base + std.len) as usize].iter_mut().for_each(|v| *v = 0);
-            set(&mut frame, std.ingress_port, ingress_port);
+            set(frame, std.ingress_port, ingress_port);
             for (s, vals) in keep {
                 frame[*s as usize..*s as usize + vals.len()].copy_from_slice(vals);
             }
         }
-        set(&mut frame, std.egress_port, u128::from(port));
-        set(&mut frame, std.egress_spec, 0);
-        set(&mut frame, std.instance_type, itype);
-        set(&mut frame, std.egress_rid, u128::from(rid));
-        set(&mut frame, std.packet_length, u128::from(len));
-        set(&mut frame, std.egress_global_timestamp, u128::from(self.now_ns / 1000) & mask(48));
+        set(frame, std.egress_port, u128::from(port));
+        set(frame, std.egress_spec, 0);
+        set(frame, std.instance_type, itype);
+        set(frame, std.egress_rid, u128::from(rid));
+        set(frame, std.packet_length, u128::from(len));
+        set(frame, std.egress_global_timestamp, u128::from(self.now_ns / 1000) & mask(48));
         self.tr(|| format!("egress: port {port}, instance_type {itype}, rid {rid}"));
         let mut flags = Flags { truncate, ..Flags::default() };
+        let prog = Arc::clone(&self.prog);
         {
-            let prog = Arc::clone(&self.prog);
-            let mut ex = Exec::new(&prog, self, &mut frame, &payload, &mut flags);
-            let e = ex.prog.egress;
-            ex.control(e);
+            let mut ex = Exec::new(&prog, self, frame, payload, &mut flags);
+            ex.control(prog.egress);
         }
         if flags.assert_failed {
             self.stats.assert_failures += 1;
         }
         if let Some((true, session, list)) = flags.clone {
             if let Some(ms) = self.mirrors.get(&session).copied() {
-                let kept = self.keep_list(list, &frame);
+                let kept = self.keep_list(list, frame);
                 self.enqueue_mirror(
                     ms,
-                    frame.clone(),
-                    payload.clone(),
+                    frame.to_vec(),
+                    payload.to_vec(),
                     instance::EGRESS_CLONE,
                     Some(kept),
                     len,
@@ -1100,7 +1136,7 @@ impl Switch {
                 self.tr(|| format!("clone: session {session} is not configured"));
             }
         }
-        if get(&frame, std.egress_spec) as u32 == DROP_PORT {
+        if get(frame, std.egress_spec) as u32 == DROP_PORT {
             self.stats.dropped_egress += 1;
             self.last.dropped_egress += 1;
             self.tr(|| "egress: dropped".into());
@@ -1108,21 +1144,20 @@ impl Switch {
         }
         // computeChecksum, then the deparser.
         let mut flags2 = Flags::default();
-        let bytes = {
-            let prog = Arc::clone(&self.prog);
-            let mut ex = Exec::new(&prog, self, &mut frame, &payload, &mut flags2);
-            let (c, d) = (ex.prog.compute, ex.prog.deparser);
-            ex.control(c);
+        let mut bytes = {
+            let mut ex = Exec::new(&prog, self, frame, payload, &mut flags2);
+            ex.control(prog.compute);
             ex.out.clear();
-            ex.control(d);
-            let mut b = core::mem::take(&mut ex.out.bytes);
-            b.extend_from_slice(&payload);
+            ex.out.reserve(payload.len() + 64);
+            ex.control(prog.deparser);
+            let mut b = ex.out.take();
+            b.extend_from_slice(payload);
             b
         };
         if let Some(list) = flags.recirculate {
-            let kept = self.keep_list(list, &frame);
+            let kept = self.keep_list(list, frame);
             self.tr(|| "recirculate".into());
-            let p = get(&frame, std.ingress_port) as u32;
+            let p = get(frame, std.ingress_port) as u32;
             work.push_back(Work::Ingress {
                 data: bytes,
                 port: p,
@@ -1131,7 +1166,6 @@ impl Switch {
             });
             return;
         }
-        let mut bytes = bytes;
         if let Some(t) = flags.truncate {
             bytes.truncate(t as usize);
         }
@@ -1140,6 +1174,14 @@ impl Switch {
         self.tr(|| format!("transmit: port {port}, {} bytes", bytes.len()));
         out.push((port, bytes));
     }
+}
+
+/// The original packet leaving ingress for one port.
+#[derive(Debug, Clone, Copy)]
+struct Unicast {
+    port: u32,
+    off: usize,
+    truncate: Option<u32>,
 }
 
 fn set(frame: &mut [u128], s: Slot, v: u128) {
@@ -1613,8 +1655,20 @@ impl<'s> Exec<'s> {
         }
     }
 
-    fn leaves(&mut self, data: &[Leaf], buf: &mut BitBuf) {
+    fn leaves(&mut self, data: &[Leaf], buf: &mut BitWriter) {
         for l in data {
+            // The common case: a field at a fixed slot of a header at a fixed slot.
+            if let Ex::Load(Place { base, index: None }) = &l.ex {
+                let ok = match &l.valid {
+                    Some(Place { base: vb, index: None }) => self.f[*vb as usize] != 0,
+                    Some(v) => self.load(v) != 0,
+                    None => true,
+                };
+                if ok {
+                    buf.push(self.f[*base as usize], l.width);
+                }
+                continue;
+            }
             if let Some(v) = &l.valid
                 && self.load(v) == 0
             {
@@ -1675,6 +1729,27 @@ impl<'s> Exec<'s> {
         let mut at = self.cursor;
         let prog = self.prog;
         let l = &prog.layouts[layout as usize];
+        if l.fast && at.is_multiple_of(8) {
+            // Whole bytes at a byte boundary: every field through a 16-byte window.
+            let start = at / 8;
+            let n = (l.fixed_bits / 8) as usize;
+            let mut buf = [0u8; 80];
+            buf[..n].copy_from_slice(&self.pkt[start..start + n]);
+            for ((off, w), bo) in l.fields.iter().zip(&l.bit_offs) {
+                let b = (bo / 8) as usize;
+                let win = u128::from_be_bytes(buf[b..b + 16].try_into().unwrap_or([0; 16]));
+                self.f[base + *off as usize] =
+                    if *w == 0 { 0 } else { (win << (bo % 8)) >> (128 - w) };
+            }
+            self.f[base] = 1;
+            self.cursor = at + n * 8;
+            if let Some((sp, _, _)) = next_of
+                && let Some(s) = self.slot(sp)
+            {
+                self.f[s] += 1;
+            }
+            return Ok(());
+        }
         for (i, (off, w)) in l.fields.iter().enumerate() {
             let s = base + *off as usize;
             if l.varbit.is_some_and(|v| v.0 == i) {
@@ -1710,6 +1785,22 @@ impl<'s> Exec<'s> {
                     return;
                 }
                 let l = &self.prog.layouts[*l as usize];
+                if l.fast && self.out.aligned() {
+                    let n = (l.fixed_bits / 8) as usize;
+                    let mut buf = [0u8; 80];
+                    for ((off, w), bo) in l.fields.iter().zip(&l.bit_offs) {
+                        if *w == 0 {
+                            continue;
+                        }
+                        let b = (bo / 8) as usize;
+                        let v = self.f[base + *off as usize] & crate::ir::mask(*w);
+                        let win = u128::from_be_bytes(buf[b..b + 16].try_into().unwrap_or([0; 16]))
+                            | ((v << (128 - w)) >> (bo % 8));
+                        buf[b..b + 16].copy_from_slice(&win.to_be_bytes());
+                    }
+                    self.out.extend_bytes(&buf[..n]);
+                    return;
+                }
                 for (i, (off, w)) in l.fields.iter().enumerate() {
                     let s = base + *off as usize;
                     if l.varbit.is_some_and(|v| v.0 == i) {
@@ -1827,19 +1918,21 @@ impl<'s> Exec<'s> {
                 }
             }
             ExternCall::Hash { calc, dst, width, algo: _, base, data, max } => {
-                let mut buf = BitBuf::new();
+                let mut buf = core::mem::take(&mut self.sw.scratch);
+                buf.clear();
                 self.leaves(data, &mut buf);
                 let b = self.ev(base) as u64;
                 let m = self.ev(max) as u64;
                 let r = self.next_random();
                 let mut rng = move || r;
                 let h = self.sw.calcs[*calc as usize].hash(
-                    buf.as_bytes(),
+                    buf.finish(),
                     b,
                     m,
                     (*width).min(64),
                     &mut rng,
                 );
+                self.sw.scratch = buf;
                 if let Some(s) = self.slot(dst) {
                     self.f[s] = u128::from(h) & mask(*width);
                 }
@@ -1856,17 +1949,26 @@ impl<'s> Exec<'s> {
                 algo: _,
             } => {
                 let c = self.ev(cond) != 0;
-                let mut buf = BitBuf::new();
+                let mut buf = core::mem::take(&mut self.sw.scratch);
+                buf.clear();
                 self.leaves(data, &mut buf);
                 if *with_payload {
-                    buf.push_payload(self.pkt_payload());
+                    let pl = self.pkt_payload();
+                    buf.extend_bytes(pl);
                 }
                 let r = self.next_random();
                 let mut rng = move || r;
-                let calc = &self.sw.calcs[*calc as usize];
+                let ci = *calc as usize;
                 if *update {
-                    if let Some(v) =
-                        algo::update_checksum(calc, c, buf.as_bytes(), *width, &mut rng)
+                    let v = algo::update_checksum(
+                        &self.sw.calcs[ci],
+                        c,
+                        buf.finish(),
+                        *width,
+                        &mut rng,
+                    );
+                    self.sw.scratch = buf;
+                    if let Some(v) = v
                         && let Some(s) = self.slot(field)
                     {
                         self.f[s] = u128::from(v);
@@ -1877,20 +1979,26 @@ impl<'s> Exec<'s> {
                         None => true,
                     };
                     let cur = self.load(field) as u64;
-                    let calc = &self.sw.calcs[match x {
-                        ExternCall::Checksum { calc, .. } => *calc as usize,
-                        _ => 0,
-                    }];
-                    if !algo::verify_checksum(calc, c, target_valid, buf.as_bytes(), cur, &mut rng)
-                    {
+                    let ok = algo::verify_checksum(
+                        &self.sw.calcs[ci],
+                        c,
+                        target_valid,
+                        buf.finish(),
+                        cur,
+                        &mut rng,
+                    );
+                    self.sw.scratch = buf;
+                    if !ok {
                         set(self.f, std.checksum_error, 1);
                     }
                 }
             }
             ExternCall::Checksum16Get { dst, data } => {
-                let mut buf = BitBuf::new();
+                let mut buf = core::mem::take(&mut self.sw.scratch);
+                buf.clear();
                 self.leaves(data, &mut buf);
-                let v = algo::csum16(buf.as_bytes());
+                let v = algo::csum16(buf.finish());
+                self.sw.scratch = buf;
                 if let Some(s) = self.slot(dst) {
                     self.f[s] = u128::from(v);
                 }
