@@ -16,6 +16,12 @@ use crate::ir::*;
 use crate::lex::TokenKind;
 use crate::table::{FieldMatch, MatchKind};
 
+/// The most slots a program's per-packet state may take (16 bytes each).
+pub const MAX_FRAME_SLOTS: u32 = 1 << 20;
+
+/// The most cells an indexed extern (register, counter, meter) may have.
+pub const MAX_EXTERN_CELLS: u32 = 1 << 24;
+
 /// A compilation error.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CompileError {
@@ -220,6 +226,15 @@ pub fn compile(program: &ast::Program, text: &str) -> Result<Output, CompileErro
         return err(Loc::default(), "the program has no `main` instantiation");
     };
     c.main(main)?;
+    if c.next_slot > MAX_FRAME_SLOTS {
+        return err(
+            main.loc,
+            format!(
+                "unsupported: a program whose state needs {} slots (the limit is {MAX_FRAME_SLOTS})",
+                c.next_slot
+            ),
+        );
+    }
     c.out.frame_len = c.next_slot;
     c.out.errors = c.errors.clone();
     Ok(Output { program: c.out, warnings: c.warnings })
@@ -890,6 +905,29 @@ impl<'a> Compiler<'a> {
         args: &[ast::Arg],
         loc: Loc,
     ) -> R<InstanceKind> {
+        let kind = self.extern_kind(tname, targs, args, loc)?;
+        let cells = match kind {
+            InstanceKind::Register { size, .. }
+            | InstanceKind::Counter { size, .. }
+            | InstanceKind::Meter { size, .. } => size,
+            _ => 0,
+        };
+        if cells > MAX_EXTERN_CELLS {
+            return unsupported(
+                loc,
+                format!("an extern with {cells} cells (the limit is {MAX_EXTERN_CELLS})"),
+            );
+        }
+        Ok(kind)
+    }
+
+    fn extern_kind(
+        &mut self,
+        tname: &str,
+        targs: &[Ty],
+        args: &[ast::Arg],
+        loc: Loc,
+    ) -> R<InstanceKind> {
         Ok(match tname {
             "register" => {
                 let size = self.ctor_arg(args, 0, loc)? as u32;
@@ -1385,6 +1423,7 @@ impl<'a> Compiler<'a> {
             direct_counter: None,
             direct_meter: None,
             implementation: None,
+            selector_keys: Vec::new(),
             hit_slot,
             action_slot: hit_slot + 1,
             meter_out: None,
@@ -1421,6 +1460,7 @@ impl<'a> Compiler<'a> {
                             "selector" => {
                                 // Selector keys feed the action selector's hash; they do not
                                 // match.
+                                self.leaves(&k.expr, &mut t.selector_keys)?;
                                 continue;
                             }
                             other => {
@@ -1489,11 +1529,31 @@ impl<'a> Compiler<'a> {
                     "counters" => t.direct_counter = Some(self.instance_ref(value)?),
                     "meters" => t.direct_meter = Some(self.instance_ref(value)?),
                     "implementation" => {
-                        t.implementation = Some(self.instance_ref(value)?);
-                        return unsupported(
-                            value.loc,
-                            "action profiles and selectors (`implementation`)",
-                        );
+                        t.implementation = Some(match &value.kind {
+                            ExprKind::Call { callee, args, .. } => {
+                                // An instance created in the property: `action_profile(128)`.
+                                let tname = match &callee.kind {
+                                    ExprKind::Name(n) => n.clone(),
+                                    _ => return err(value.loc, "an action profile is needed here"),
+                                };
+                                let kind = self.extern_instance(&tname, &[], args, value.loc)?;
+                                let id = self.out.instances.len() as u32;
+                                let nm = format!("{}_profile", t.name);
+                                self.out.instances.push(InstanceIr { name: nm, kind });
+                                id
+                            }
+                            _ => self.instance_ref(value)?,
+                        });
+                        let k = &self.out.instances[t.implementation.unwrap_or(0) as usize].kind;
+                        if !matches!(
+                            k,
+                            InstanceKind::ActionProfile(_) | InstanceKind::ActionSelector { .. }
+                        ) {
+                            return err(
+                                value.loc,
+                                "`implementation` needs an action_profile or action_selector",
+                            );
+                        }
                     }
                     "largest_priority_wins" => largest_wins = self.const_i128(value)? != 0,
                     "priority_delta" => priority_delta = self.const_i128(value)? as i64,

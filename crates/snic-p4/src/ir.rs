@@ -628,8 +628,11 @@ pub struct TableIr {
     pub direct_counter: Option<u32>,
     /// `meters = m` (a direct meter instance).
     pub direct_meter: Option<u32>,
-    /// `implementation = p` (an action profile or selector).
+    /// `implementation = p` (an action profile or selector): entries name the profile's
+    /// members or groups instead of actions.
     pub implementation: Option<u32>,
+    /// The `selector` key fields, hashed by an action selector to choose a group's member.
+    pub selector_keys: Vec<Leaf>,
     /// The slot holding the last application's hit flag.
     pub hit_slot: Slot,
     /// The slot holding the last application's action index.

@@ -88,8 +88,29 @@ pub struct EntryView {
 #[derive(Debug, Clone)]
 struct EntryData {
     call: ActionCall,
+    indirect: Option<Indirect>,
     counter: Cell<(u64, u64)>,
     meter: Option<RefCell<Meter>>,
+}
+
+/// What an entry of a table with an action profile names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Indirect {
+    /// A member (an action with its arguments) of the profile.
+    Member(u32),
+    /// A group of members; an action selector picks one by a hash of the selector keys.
+    Group(u32),
+}
+
+/// An action profile's members and groups.
+#[derive(Debug, Clone, Default)]
+struct Profile {
+    /// Member id -> (the action's global index, its data arguments).
+    members: BTreeMap<u32, (u32, Vec<u128>)>,
+    /// Group id -> member ids.
+    groups: BTreeMap<u32, Vec<u32>>,
+    next_member: u32,
+    next_group: u32,
 }
 
 /// One table's entries and default action.
@@ -120,7 +141,12 @@ impl TableState {
         meter: Option<Meter>,
     ) -> Result<Handle, RuntimeError> {
         let priority = if self.uses_priority { Some(priority.unwrap_or(0)) } else { None };
-        let data = EntryData { call, counter: Cell::new((0, 0)), meter: meter.map(RefCell::new) };
+        let data = EntryData {
+            call,
+            indirect: None,
+            counter: Cell::new((0, 0)),
+            meter: meter.map(RefCell::new),
+        };
         self.table.insert(&matches, priority, data).map(EntryHandle::to_raw).map_err(table_error)
     }
 }
@@ -241,6 +267,8 @@ pub struct Switch {
     last: Outcome,
     work: VecDeque<Work>,
     scratch: BitWriter,
+    profiles: Vec<Profile>,
+    default_indirect: Vec<Option<Indirect>>,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -301,6 +329,7 @@ impl Switch {
             timeout: find("ParserTimeout"),
         };
         let n_inst = prog.instances.len();
+        let n_tables = prog.tables.len();
         let value_sets = vec![Vec::new(); prog.value_sets.len()];
         let frame = vec![0; prog.frame_len as usize];
         let mut sw = Switch {
@@ -326,6 +355,8 @@ impl Switch {
             last: Outcome::default(),
             work: VecDeque::new(),
             scratch: BitWriter::default(),
+            profiles: vec![Profile::default(); n_inst],
+            default_indirect: vec![None; n_tables],
             prog: Arc::new(prog),
         };
         for t in 0..sw.prog.tables.len() {
@@ -441,6 +472,12 @@ impl Switch {
         if ti.entries_const {
             return Err(RuntimeError::Const(format!("the entries of {}", ti.name)));
         }
+        if ti.implementation.is_some() {
+            return Err(RuntimeError::Invalid(format!(
+                "table {} has an action profile: add members or groups (table_indirect_add)",
+                ti.name
+            )));
+        }
         self.add_entry(t, matches, priority, call)
     }
 
@@ -463,6 +500,7 @@ impl Switch {
             .ok_or_else(|| RuntimeError::NotFound(format!("entry handle {}", h.to_raw())))?;
         let data = EntryData {
             call,
+            indirect: old.action().indirect,
             counter: old.action().counter.clone(),
             meter: old.action().meter.clone(),
         };
@@ -544,6 +582,186 @@ impl Switch {
     /// Whether table `t` orders entries by priority.
     pub fn table_uses_priority(&self, t: usize) -> bool {
         self.tables.get(t).is_some_and(|s| s.uses_priority)
+    }
+
+    fn profile_of(&self, inst: usize) -> Result<(), RuntimeError> {
+        match self.prog.instances.get(inst).map(|i| &i.kind) {
+            Some(InstanceKind::ActionProfile(_) | InstanceKind::ActionSelector { .. }) => Ok(()),
+            _ => Err(RuntimeError::NotFound(format!("action profile {inst}"))),
+        }
+    }
+
+    fn profile_size(&self, inst: usize) -> usize {
+        match self.prog.instances.get(inst).map(|i| &i.kind) {
+            Some(InstanceKind::ActionProfile(n)) => *n as usize,
+            Some(InstanceKind::ActionSelector { size, .. }) => *size as usize,
+            _ => 0,
+        }
+    }
+
+    /// Add a member (an action, by its global index, with its data) to action profile
+    /// `inst`; returns the member's id.
+    pub fn act_prof_create_member(
+        &mut self,
+        inst: usize,
+        action: u32,
+        args: Vec<u128>,
+    ) -> Result<u32, RuntimeError> {
+        self.profile_of(inst)?;
+        let a = self
+            .prog
+            .actions
+            .get(action as usize)
+            .ok_or_else(|| RuntimeError::NotFound(format!("action {action}")))?;
+        let data: Vec<&ParamIr> = a.params.iter().filter(|p| p.data).collect();
+        if data.len() != args.len() {
+            return Err(RuntimeError::Invalid(format!(
+                "{} takes {} arguments",
+                a.name,
+                data.len()
+            )));
+        }
+        for (p, v) in data.iter().zip(&args) {
+            if *v & !mask(p.width) != 0 {
+                return Err(RuntimeError::Invalid(format!(
+                    "{v} does not fit {}'s {} bits",
+                    p.name, p.width
+                )));
+            }
+        }
+        let size = self.profile_size(inst);
+        let p = &mut self.profiles[inst];
+        if p.members.len() >= size {
+            return Err(RuntimeError::Full);
+        }
+        let id = p.next_member;
+        p.next_member += 1;
+        p.members.insert(id, (action, args));
+        Ok(id)
+    }
+
+    /// Remove a member (it must be in no group).
+    pub fn act_prof_delete_member(&mut self, inst: usize, member: u32) -> Result<(), RuntimeError> {
+        self.profile_of(inst)?;
+        let p = &mut self.profiles[inst];
+        if p.groups.values().any(|g| g.contains(&member)) {
+            return Err(RuntimeError::Invalid(format!("member {member} is in a group")));
+        }
+        p.members
+            .remove(&member)
+            .map(|_| ())
+            .ok_or_else(|| RuntimeError::NotFound(format!("member {member}")))
+    }
+
+    /// Create an empty group; returns its id.
+    pub fn act_prof_create_group(&mut self, inst: usize) -> Result<u32, RuntimeError> {
+        self.profile_of(inst)?;
+        let p = &mut self.profiles[inst];
+        let id = p.next_group;
+        p.next_group += 1;
+        p.groups.insert(id, Vec::new());
+        Ok(id)
+    }
+
+    /// Delete a group.
+    pub fn act_prof_delete_group(&mut self, inst: usize, group: u32) -> Result<(), RuntimeError> {
+        self.profile_of(inst)?;
+        self.profiles[inst]
+            .groups
+            .remove(&group)
+            .map(|_| ())
+            .ok_or_else(|| RuntimeError::NotFound(format!("group {group}")))
+    }
+
+    /// Put a member in a group.
+    pub fn act_prof_add_member_to_group(
+        &mut self,
+        inst: usize,
+        member: u32,
+        group: u32,
+    ) -> Result<(), RuntimeError> {
+        self.profile_of(inst)?;
+        let p = &mut self.profiles[inst];
+        if !p.members.contains_key(&member) {
+            return Err(RuntimeError::NotFound(format!("member {member}")));
+        }
+        let g = p
+            .groups
+            .get_mut(&group)
+            .ok_or_else(|| RuntimeError::NotFound(format!("group {group}")))?;
+        if g.contains(&member) {
+            return Err(RuntimeError::Duplicate);
+        }
+        g.push(member);
+        Ok(())
+    }
+
+    /// Take a member out of a group.
+    pub fn act_prof_remove_member_from_group(
+        &mut self,
+        inst: usize,
+        member: u32,
+        group: u32,
+    ) -> Result<(), RuntimeError> {
+        self.profile_of(inst)?;
+        let g = self.profiles[inst]
+            .groups
+            .get_mut(&group)
+            .ok_or_else(|| RuntimeError::NotFound(format!("group {group}")))?;
+        let before = g.len();
+        g.retain(|m| *m != member);
+        if g.len() == before {
+            return Err(RuntimeError::NotFound(format!("member {member} in group {group}")));
+        }
+        Ok(())
+    }
+
+    /// Add an entry naming a member or group of the table's action profile.
+    pub fn table_indirect_add(
+        &mut self,
+        t: usize,
+        matches: Vec<FieldMatch>,
+        priority: Option<i64>,
+        target: Indirect,
+    ) -> Result<Handle, RuntimeError> {
+        let ti = self.table_check(t)?;
+        let Some(inst) = ti.implementation else {
+            return Err(RuntimeError::Invalid(format!("table {} has no action profile", ti.name)));
+        };
+        self.check_indirect(inst as usize, target)?;
+        let ts = &mut self.tables[t];
+        let priority = if ts.uses_priority { Some(priority.unwrap_or(0)) } else { None };
+        let data = EntryData {
+            call: ActionCall { action: 0, args: Vec::new() },
+            indirect: Some(target),
+            counter: Cell::new((0, 0)),
+            meter: None,
+        };
+        ts.table.insert(&matches, priority, data).map(EntryHandle::to_raw).map_err(table_error)
+    }
+
+    /// Make a member or group the table's default.
+    pub fn table_indirect_set_default(
+        &mut self,
+        t: usize,
+        target: Indirect,
+    ) -> Result<(), RuntimeError> {
+        let ti = self.table_check(t)?;
+        let Some(inst) = ti.implementation else {
+            return Err(RuntimeError::Invalid(format!("table {} has no action profile", ti.name)));
+        };
+        self.check_indirect(inst as usize, target)?;
+        self.default_indirect[t] = Some(target);
+        Ok(())
+    }
+
+    fn check_indirect(&self, inst: usize, target: Indirect) -> Result<(), RuntimeError> {
+        let p = &self.profiles[inst];
+        let ok = match target {
+            Indirect::Member(m) => p.members.contains_key(&m),
+            Indirect::Group(g) => p.groups.contains_key(&g),
+        };
+        if ok { Ok(()) } else { Err(RuntimeError::NotFound(format!("{target:?}"))) }
     }
 
     /// The index of the extern instance named `name`.
@@ -1591,15 +1809,15 @@ impl<'s> Exec<'s> {
                     let c = m.borrow_mut().execute(self.sw.now_ns, len);
                     self.sw.meter_last[mi as usize] = u128::from(c.value());
                 }
-                (true, e.call.clone())
+                match e.indirect {
+                    None => (true, e.call.clone()),
+                    Some(ind) => match self.resolve_indirect(ti, ind) {
+                        Some(c) => (true, c),
+                        None => (false, self.table_default(ti)),
+                    },
+                }
             }
-            None => (
-                false,
-                self.sw.tables[ti]
-                    .default
-                    .clone()
-                    .unwrap_or(ActionCall { action: 0, args: Vec::new() }),
-            ),
+            None => (false, self.table_default(ti)),
         };
         if self.sw.trace.is_some() {
             let tn = self.prog.tables[ti].name.clone();
@@ -1627,6 +1845,48 @@ impl<'s> Exec<'s> {
         set(self.f, self.prog.tables[ti].action_slot, u128::from(call.action));
         let fl = self.run_action(ti, &call);
         (hit, call.action, fl)
+    }
+
+    fn table_default(&mut self, ti: usize) -> ActionCall {
+        if let Some(ind) = self.sw.default_indirect[ti]
+            && let Some(c) = self.resolve_indirect(ti, ind)
+        {
+            return c;
+        }
+        self.sw.tables[ti].default.clone().unwrap_or(ActionCall { action: 0, args: Vec::new() })
+    }
+
+    /// The action a member or group names, as the table's action index and arguments; a
+    /// group's member is chosen by the selector's hash of the selector keys.
+    fn resolve_indirect(&mut self, ti: usize, ind: Indirect) -> Option<ActionCall> {
+        let prog = self.prog;
+        let inst = prog.tables[ti].implementation? as usize;
+        let member = match ind {
+            Indirect::Member(m) => m,
+            Indirect::Group(g) => {
+                let n = self.sw.profiles[inst].groups.get(&g)?.len();
+                if n == 0 {
+                    return None;
+                }
+                let h = match prog.instances[inst].kind {
+                    InstanceKind::ActionSelector { algo, .. } => {
+                        let mut buf = core::mem::take(&mut self.sw.scratch);
+                        buf.clear();
+                        self.leaves(&prog.tables[ti].selector_keys, &mut buf);
+                        let calc = Calculation::new(HashAlgorithm::ALL[(algo as usize).min(7)]);
+                        let r = self.next_random();
+                        let h = calc.compute(buf.finish(), &mut move || r);
+                        self.sw.scratch = buf;
+                        h
+                    }
+                    _ => 0,
+                };
+                self.sw.profiles[inst].groups.get(&g)?[(h % n as u64) as usize]
+            }
+        };
+        let (action, args) = self.sw.profiles[inst].members.get(&member)?.clone();
+        let idx = prog.tables[ti].actions.iter().position(|a| a.action == action)?;
+        Some(ActionCall { action: idx as u32, args })
     }
 
     fn run_action(&mut self, ti: usize, call: &ActionCall) -> Flow {

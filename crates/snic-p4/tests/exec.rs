@@ -13,3 +13,73 @@ fn small_forwards_by_exact_match_and_drops_on_miss_with_noaction() {
              expect 0 000000000009 000000000002 0800 ab\n";
     assert_eq!(stf(SMALL, t), Ok(true));
 }
+
+const PROFILE: &str = r#"#include <core.p4>
+#include <v1model.p4>
+header h_t { bit<8> k; bit<8> sel; bit<8> res; }
+struct headers_t { h_t h; }
+struct meta_t { }
+parser P(packet_in pkt, out headers_t hdr, inout meta_t m, inout standard_metadata_t sm) {
+    state start { pkt.extract(hdr.h); transition accept; }
+}
+control VC(inout headers_t hdr, inout meta_t m) { apply { } }
+control I(inout headers_t hdr, inout meta_t m, inout standard_metadata_t sm) {
+    action set(bit<8> v, PortId_t p) { hdr.h.res = v; sm.egress_spec = p; }
+    action_selector(HashAlgorithm.identity, 16, 8) sel;
+    table t {
+        key = { hdr.h.k : exact; hdr.h.sel : selector; }
+        actions = { set; NoAction; }
+        implementation = sel;
+    }
+    table u {
+        key = { hdr.h.k : exact; }
+        actions = { set; NoAction; }
+        implementation = action_profile(4);
+    }
+    apply { if (hdr.h.k < 10) { t.apply(); } else { u.apply(); } }
+}
+control E(inout headers_t hdr, inout meta_t m, inout standard_metadata_t sm) { apply { } }
+control CC(inout headers_t hdr, inout meta_t m) { apply { } }
+control D(packet_out pkt, in headers_t hdr) { apply { pkt.emit(hdr.h); } }
+V1Switch(P(), VC(), I(), E(), CC(), D()) main;
+"#;
+
+#[test]
+fn action_profiles_and_selectors_pick_members() {
+    use snic_p4::table::FieldMatch;
+    use snic_p4::v1model::{Indirect, Switch};
+    let prog = common::compile(PROFILE);
+    let mut sw = Switch::new(prog).unwrap();
+    let t = sw.table_index("I.t").unwrap();
+    let u = sw.table_index("I.u").unwrap();
+    let sel = sw.program().tables[t].implementation.unwrap() as usize;
+    let prof = sw.program().tables[u].implementation.unwrap() as usize;
+    let set = sw.program().actions.iter().position(|a| a.name == "I.set").unwrap() as u32;
+    // Direct entries are refused on a table with a profile.
+    let call = snic_p4::ir::ActionCall { action: 0, args: vec![1, 1] };
+    assert!(sw.table_add(t, vec![FieldMatch::Exact(1)], None, call).is_err());
+    let m0 = sw.act_prof_create_member(sel, set, vec![0xa0, 1]).unwrap();
+    let m1 = sw.act_prof_create_member(sel, set, vec![0xa1, 2]).unwrap();
+    let g = sw.act_prof_create_group(sel).unwrap();
+    sw.act_prof_add_member_to_group(sel, m0, g).unwrap();
+    sw.act_prof_add_member_to_group(sel, m1, g).unwrap();
+    sw.table_indirect_add(t, vec![FieldMatch::Exact(1)], None, Indirect::Group(g)).unwrap();
+    sw.table_indirect_add(t, vec![FieldMatch::Exact(2)], None, Indirect::Member(m1)).unwrap();
+    let pm = sw.act_prof_create_member(prof, set, vec![0xb0, 3]).unwrap();
+    sw.table_indirect_add(u, vec![FieldMatch::Exact(20)], None, Indirect::Member(pm)).unwrap();
+    let mut out = Vec::new();
+    // identity hash of the 8-bit selector key: even -> member 0, odd -> member 1.
+    for (k, selv, want_port, want) in
+        [(1u8, 4u8, 1u32, 0xa0u8), (1, 5, 2, 0xa1), (2, 4, 2, 0xa1), (20, 0, 3, 0xb0)]
+    {
+        out.clear();
+        sw.process(0, &[k, selv, 0], 0, &mut out);
+        assert_eq!(out, vec![(want_port, vec![k, selv, want])], "k {k} sel {selv}");
+    }
+    // A miss runs the default (NoAction): port 0, out unchanged.
+    out.clear();
+    sw.process(0, &[3, 0, 0], 0, &mut out);
+    assert_eq!(out, vec![(0, vec![3, 0, 0])]);
+    // A member in a group cannot be deleted.
+    assert!(sw.act_prof_delete_member(sel, m0).is_err());
+}
