@@ -164,6 +164,8 @@ struct Compiler<'a> {
     ctx: Ctx,
     warnings: Vec<Warning>,
     text: &'a str,
+    /// Locals declared without a value and not written yet, by first slot.
+    uninit: HashMap<Slot, (String, Loc)>,
 }
 
 /// The compiled program and the compiler's warnings.
@@ -211,6 +213,7 @@ pub fn compile(program: &ast::Program, text: &str) -> Result<Output, CompileErro
         ctx: Ctx::default(),
         warnings: Vec::new(),
         text,
+        uninit: HashMap::new(),
     };
     let mut main = None;
     for d in &program.decls {
@@ -699,7 +702,14 @@ impl<'a> Compiler<'a> {
                         let sts = self.assign_into(place.clone(), &t, v)?;
                         init.extend(sts);
                     }
-                    None => init.push(St::Zero(place.clone(), n)),
+                    None => {
+                        init.push(St::Zero(place.clone(), n));
+                        // Headers start invalid, which is well defined; other locals are
+                        // watched for a read before any write.
+                        if !matches!(t, Ty::Header(_) | Ty::Union(_) | Ty::Stack(..)) {
+                            self.uninit.insert(place.base, (name.text.clone(), name.loc));
+                        }
+                    }
                 }
                 self.bind(&name.text, Ent::Var(place, t));
             }
@@ -1845,6 +1855,7 @@ impl<'a> Compiler<'a> {
                 match op {
                     None => {
                         let sts = self.assign_into(place.clone(), &ty, rhs)?;
+                        self.note_write(lhs);
                         out.extend(sts);
                     }
                     Some(op) => {
@@ -2384,7 +2395,57 @@ impl<'a> Compiler<'a> {
         }
     }
 
+    /// The variable at the root of a place expression (`m` in `m.a.b[1]`), as its first slot.
+    fn root_slot(&self, e: &ast::Expr) -> Option<Slot> {
+        let mut e = e;
+        loop {
+            match &e.kind {
+                ExprKind::Name(n) => {
+                    return match self.lookup(n) {
+                        Some(Ent::Var(p, _)) => Some(p.base),
+                        _ => None,
+                    };
+                }
+                ExprKind::Member { base, .. }
+                | ExprKind::Index { base, .. }
+                | ExprKind::Slice { base, .. } => e = base,
+                _ => return None,
+            }
+        }
+    }
+
+    /// A read of `e`: warn once if it reads a local that was never written.
+    fn note_read(&mut self, e: &ast::Expr) {
+        if self.uninit.is_empty() {
+            return;
+        }
+        if let Some(s) = self.root_slot(e)
+            && let Some((name, _)) = self.uninit.remove(&s)
+        {
+            self.warnings.push(Warning {
+                loc: e.loc,
+                message: format!("`{name}` may be read before it is written (it reads as 0)"),
+            });
+        }
+    }
+
+    /// A write of `e`: its variable is initialised from here on.
+    fn note_write(&mut self, e: &ast::Expr) {
+        if let Some(s) = self.root_slot(e) {
+            self.uninit.remove(&s);
+        }
+    }
+
     fn expr(&mut self, e: &ast::Expr, want: Option<&Ty>) -> R<TE> {
+        if matches!(
+            e.kind,
+            ExprKind::Name(_)
+                | ExprKind::Member { .. }
+                | ExprKind::Index { .. }
+                | ExprKind::Slice { .. }
+        ) {
+            self.note_read(e);
+        }
         match &e.kind {
             ExprKind::Int(lit) => {
                 let Some(v) = lit.value.to_u128() else {
@@ -3288,6 +3349,10 @@ impl<'a> Compiler<'a> {
                         copy_in.push(St::Zero(p.place.clone(), n));
                         continue;
                     }
+                    if p.dir == Direction::InOut {
+                        self.note_read(&v);
+                    }
+                    self.note_write(&v);
                     let (ap, aty) = self.place(&v)?;
                     let same_bits =
                         matches!((&aty, &p.ty), (Ty::Bits(a), Ty::Bits(b)) if a.width == b.width);
@@ -3418,6 +3483,7 @@ impl<'a> Compiler<'a> {
 
     fn out_arg(&mut self, args: &[ast::Arg], i: usize, loc: Loc) -> R<(Place, u32)> {
         let Some(a) = args.get(i) else { return err(loc, format!("missing argument {}", i + 1)) };
+        self.note_write(&a.value);
         let (p, t) = self.place(&a.value)?;
         let w = self.width_of(&t, a.loc)?;
         Ok((p, w))

@@ -83,3 +83,27 @@ fn action_profiles_and_selectors_pick_members() {
     // A member in a group cannot be deleted.
     assert!(sw.act_prof_delete_member(sel, m0).is_err());
 }
+
+#[test]
+fn reads_of_locals_never_written_are_warned_once_and_read_as_zero() {
+    let src = SMALL.replace(
+        "apply { t.apply(); }",
+        "apply { bit<8> x; bit<8> y; y = 2; hdr.eth.type = (bit<16>)(x + y + x); t.apply(); }",
+    );
+    let mut map = snic_p4::span::SourceMap::new();
+    let main = map.add("w.p4", src.clone());
+    let built = snic_p4::runner::build(
+        &mut map,
+        main,
+        &mut snic_p4::builtin::Builtins,
+        &Default::default(),
+    )
+    .unwrap();
+    let w: Vec<String> = built.warnings.iter().map(|d| d.render(&map)).collect();
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(w[0].contains("`x` may be read before it is written"), "{}", w[0]);
+    assert!(w[0].starts_with("w.p4:"), "{}", w[0]);
+    // x reads as 0: the type becomes 2.
+    let t = "packet 0 000000000009 000000000002 0800\nexpect 0 000000000009 000000000002 0002\n";
+    assert_eq!(stf(&src, t), Ok(true));
+}
