@@ -69,12 +69,18 @@ impl BitWriter {
     #[inline]
     pub(crate) fn push(&mut self, v: u128, w: u32) {
         if w > 64 {
-            self.push(v >> 64, w - 64);
-            self.push(v & u128::from(u64::MAX), 64);
-            return;
+            self.push64((v >> 64) as u64, w - 64);
+            self.push64(v as u64, 64);
+        } else {
+            self.push64(v as u64, w);
         }
+    }
+
+    /// Append the low `w` bits of `v` (`w` up to 64).
+    #[inline(always)]
+    fn push64(&mut self, v: u64, w: u32) {
         // nacc < 64 here, so nacc + w < 128.
-        let v = v & crate::ir::mask(w);
+        let v = u128::from(v) & crate::ir::mask(w);
         self.acc = (self.acc << w) | v;
         self.nacc += w;
         if self.nacc >= 64 {

@@ -1993,11 +1993,18 @@ impl<'s> Exec<'s> {
             // Whole bytes at a byte boundary: every field through a 16-byte window.
             let start = at / 8;
             let n = (l.fixed_bits / 8) as usize;
+            // Read 16-byte windows straight from the packet when they fit, else from a copy
+            // padded with zeros.
             let mut buf = [0u8; 80];
-            buf[..n].copy_from_slice(&self.pkt[start..start + n]);
+            let src: &[u8] = if self.pkt.len() >= start + n + 16 {
+                &self.pkt[start..]
+            } else {
+                buf[..n].copy_from_slice(&self.pkt[start..start + n]);
+                &buf
+            };
             for ((off, w), bo) in l.fields.iter().zip(&l.bit_offs) {
                 let b = (bo / 8) as usize;
-                let win = u128::from_be_bytes(buf[b..b + 16].try_into().unwrap_or([0; 16]));
+                let win = u128::from_be_bytes(src[b..b + 16].try_into().unwrap_or([0; 16]));
                 self.f[base + *off as usize] =
                     if *w == 0 { 0 } else { (win << (bo % 8)) >> (128 - w) };
             }
@@ -2046,19 +2053,40 @@ impl<'s> Exec<'s> {
                 }
                 let l = &self.prog.layouts[*l as usize];
                 if l.fast && self.out.aligned() {
+                    // Fields gather in a register, 8 bytes at a time go to a local buffer.
                     let n = (l.fixed_bits / 8) as usize;
-                    let mut buf = [0u8; 80];
-                    for ((off, w), bo) in l.fields.iter().zip(&l.bit_offs) {
-                        if *w == 0 {
-                            continue;
-                        }
-                        let b = (bo / 8) as usize;
+                    let mut buf = [0u8; 72];
+                    let mut pos = 0usize;
+                    let mut acc: u128 = 0;
+                    let mut nacc: u32 = 0;
+                    for (off, w) in &l.fields {
                         let v = self.f[base + *off as usize] & crate::ir::mask(*w);
-                        let win = u128::from_be_bytes(buf[b..b + 16].try_into().unwrap_or([0; 16]))
-                            | ((v << (128 - w)) >> (bo % 8));
-                        buf[b..b + 16].copy_from_slice(&win.to_be_bytes());
+                        let (hi, lo, wl) = if *w > 64 {
+                            (v >> 64, v & u128::from(u64::MAX), 64)
+                        } else {
+                            (0, v, *w)
+                        };
+                        for (part, pw) in [(hi, w.saturating_sub(64)), (lo, wl)] {
+                            if pw == 0 {
+                                continue;
+                            }
+                            acc = (acc << pw) | part;
+                            nacc += pw;
+                            if nacc >= 64 {
+                                nacc -= 64;
+                                buf[pos..pos + 8]
+                                    .copy_from_slice(&((acc >> nacc) as u64).to_be_bytes());
+                                pos += 8;
+                                acc &= crate::ir::mask(nacc);
+                            }
+                        }
                     }
-                    self.out.extend_bytes(&buf[..n]);
+                    while nacc >= 8 {
+                        nacc -= 8;
+                        buf[pos] = (acc >> nacc) as u8;
+                        pos += 1;
+                    }
+                    self.out.extend_bytes(&buf[..n.min(pos)]);
                     return;
                 }
                 for (i, (off, w)) in l.fields.iter().enumerate() {
