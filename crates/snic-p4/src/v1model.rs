@@ -1797,8 +1797,10 @@ impl<'s> Exec<'s> {
             key.push(v);
         }
         let len = get(self.f, self.prog.std.packet_length) as u64;
+        let mut matched = None;
         let (hit, call) = match self.sw.tables[ti].table.lookup(&key) {
-            Some((_, e)) => {
+            Some((h, e)) => {
+                matched = Some(h.to_raw());
                 if self.prog.tables[ti].direct_counter.is_some() {
                     let (p, b) = e.counter.get();
                     e.counter.set((p + 1, b + len));
@@ -1835,7 +1837,11 @@ impl<'s> Exec<'s> {
             let line = format!(
                 "table {tn}: key {{{}}} {} action {an}({})",
                 ks.join(", "),
-                if hit { "hit" } else { "miss" },
+                match matched {
+                    Some(h) if hit => format!("hit entry {h}"),
+                    Some(h) => format!("hit entry {h} (empty group: default)"),
+                    None => "miss".to_string(),
+                },
                 call.args.iter().map(|a| format!("0x{a:x}")).collect::<Vec<_>>().join(", ")
             );
             self.sw.tr(|| line);
