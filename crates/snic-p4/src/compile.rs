@@ -2715,7 +2715,7 @@ impl<'a> Compiler<'a> {
                             "comparing composite values that are not variables",
                         );
                     };
-                    let eq = Ex::EqSlots(a.clone(), b.clone(), self.slots(&l.ty));
+                    let eq = Ex::EqShape(a.clone(), b.clone(), Box::new(self.shape(&l.ty)));
                     let ex = if op == B::Eq { eq } else { Ex::Not(Box::new(eq)) };
                     return Ok(TE { ex, ty: Ty::Bool });
                 }
@@ -3112,7 +3112,31 @@ impl<'a> Compiler<'a> {
                     }
                     None => None,
                 };
-                Ok(St::Extern(Box::new(ExternCall::Extract { hdr: hp, layout, varbits, next_of })))
+                // Extracting into a member of a header union invalidates the other members.
+                let union = match &a0.value.kind {
+                    ExprKind::Member { member, .. } if member.text != "next" => {
+                        self.union_siblings(&a0.value)?
+                    }
+                    _ => Vec::new(),
+                };
+                let ex = St::Extern(Box::new(ExternCall::Extract {
+                    hdr: hp.clone(),
+                    layout,
+                    varbits,
+                    next_of,
+                }));
+                if union.is_empty() {
+                    return Ok(ex);
+                }
+                let len = self.out.layouts[layout as usize].slots;
+                Ok(St::Block(vec![
+                    ex,
+                    St::If(
+                        Ex::Load(hp.clone()),
+                        vec![St::SetValid { hdr: hp, valid: true, len, union }],
+                        Vec::new(),
+                    ),
+                ]))
             }
             "advance" => {
                 let Some(a) = args.first() else { return err(loc, "advance needs a size") };

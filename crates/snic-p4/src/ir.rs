@@ -161,8 +161,11 @@ pub enum Ex {
     Bin(Op, Box<Ex>, Box<Ex>, Arith),
     /// A comparison of two values of one type (signed when `Arith::signed`).
     Cmp(Cmp, Box<Ex>, Box<Ex>, Arith),
-    /// Slot ranges compared for equality (structs, headers, stacks): `len` slots.
+    /// Slot ranges compared for equality: `len` slots.
     EqSlots(Place, Place, u32),
+    /// Composite values compared for equality by their shape: two invalid headers are equal
+    /// whatever their stale fields hold.
+    EqShape(Place, Place, Box<Shape>),
     /// Short-circuit `&&`.
     And(Box<Ex>, Box<Ex>),
     /// Short-circuit `||`.

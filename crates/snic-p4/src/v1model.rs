@@ -1478,6 +1478,10 @@ impl<'s> Exec<'s> {
                 let n = *n as usize;
                 u128::from(self.f.get(x..x + n) == self.f.get(y..y + n))
             }
+            Ex::EqShape(a, b, shape) => {
+                let (Some(x), Some(y)) = (self.slot(a), self.slot(b)) else { return 0 };
+                u128::from(self.eq_shape(x, y, shape))
+            }
             Ex::And(a, b) => u128::from(self.ev(a) != 0 && self.ev(b) != 0),
             Ex::Or(a, b) => u128::from(self.ev(a) != 0 || self.ev(b) != 0),
             Ex::Cond(c, a, b) => {
@@ -1533,6 +1537,29 @@ impl<'s> Exec<'s> {
                 }
                 self.ev(v)
             }
+        }
+    }
+
+    fn eq_shape(&self, a: usize, b: usize, shape: &Shape) -> bool {
+        let f = |i: usize| self.f.get(i).copied().unwrap_or(0);
+        match shape {
+            Shape::Header(l) => {
+                if f(a) != f(b) {
+                    return false;
+                }
+                if f(a) == 0 {
+                    return true;
+                }
+                let n = self.prog.layouts[*l as usize].slots as usize;
+                (1..n).all(|k| f(a + k) == f(b + k))
+            }
+            Shape::Union(ms) | Shape::Struct(ms) => {
+                ms.iter().all(|(off, s)| self.eq_shape(a + *off as usize, b + *off as usize, s))
+            }
+            Shape::Stack { count, stride, elem } => (0..*count as usize).all(|i| {
+                self.eq_shape(a + 1 + i * *stride as usize, b + 1 + i * *stride as usize, elem)
+            }),
+            Shape::Scalar => f(a) == f(b),
         }
     }
 
