@@ -48,6 +48,12 @@ pub(crate) fn get_bits(data: &[u8], off: usize, w: u32) -> u128 {
     v
 }
 
+/// `w` bits (at most 128) at bit offset `off` of `data`, most significant first (for tests;
+/// panics past the end).
+pub fn get_bits_pub(data: &[u8], off: usize, w: u32) -> u128 {
+    get_bits(data, off, w)
+}
+
 /// A bit string being built most significant bit first. Bits gather in a 128-bit
 /// accumulator and go to `bytes` a whole byte at a time; [`BitWriter::finish`] pads the last
 /// byte with zeros and returns the bytes.
