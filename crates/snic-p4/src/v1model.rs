@@ -1975,7 +1975,7 @@ impl<'s> Exec<'s> {
     /// RFC 1071's checksum of the leaves' bit string (zero-padded to whole 16-bit words), the
     /// fields of invalid headers left out: what `csum16` gives over the same bytes.
     fn csum16_leaves(&mut self, data: &[Leaf]) -> u16 {
-        let mut acc: u128 = 0;
+        let mut acc: u64 = 0;
         let mut nacc: u32 = 0;
         let mut sum: u64 = 0;
         for l in data {
@@ -1998,29 +1998,32 @@ impl<'s> Exec<'s> {
             };
             let w = l.width;
             let v = v & mask(w);
-            // Feed at most 64 bits at a time so the accumulator never overflows.
-            let mut parts = [(0u128, 0u32); 2];
-            if w > 64 {
-                parts[0] = (v >> 64, w - 64);
-                parts[1] = (v & u128::from(u64::MAX), 64);
-            } else {
-                parts[1] = (v, w);
+            // Feed at most 48 bits at a time so the 64-bit accumulator (under 16 bits between
+            // feeds) never overflows.
+            #[inline(always)]
+            fn feed(acc: &mut u64, nacc: &mut u32, sum: &mut u64, v: u64, w: u32) {
+                *acc = (*acc << w) | v;
+                *nacc += w;
+                while *nacc >= 16 {
+                    *nacc -= 16;
+                    *sum += (*acc >> *nacc) & 0xffff;
+                }
+                *acc &= (1u64 << *nacc) - 1;
             }
-            for (pv, pw) in parts {
-                if pw == 0 {
-                    continue;
+            if w <= 48 {
+                feed(&mut acc, &mut nacc, &mut sum, v as u64, w);
+            } else {
+                let mut rem = w;
+                while rem > 0 {
+                    let take = if rem % 32 == 0 { 32 } else { rem % 32 };
+                    rem -= take;
+                    let part = ((v >> rem) as u64) & ((1u64 << take) - 1);
+                    feed(&mut acc, &mut nacc, &mut sum, part, take);
                 }
-                acc = (acc << pw) | pv;
-                nacc += pw;
-                while nacc >= 16 {
-                    nacc -= 16;
-                    sum += ((acc >> nacc) & 0xffff) as u64;
-                }
-                acc &= mask(nacc);
             }
         }
         if nacc > 0 {
-            sum += ((acc << (16 - nacc)) & 0xffff) as u64;
+            sum += (acc << (16 - nacc)) & 0xffff;
         }
         while sum > 0xffff {
             sum = (sum & 0xffff) + (sum >> 16);
@@ -2142,31 +2145,28 @@ impl<'s> Exec<'s> {
                 }
                 let l = &self.prog.layouts[*l as usize];
                 if l.fast && self.out.aligned() {
-                    // Fields gather in a register, 8 bytes at a time go to a local buffer.
+                    // Fields gather in a 64-bit register in pieces of at most 32 bits; 4 bytes
+                    // at a time go to a local buffer.
                     let n = (l.fixed_bits / 8) as usize;
                     let mut buf = [0u8; 72];
                     let mut pos = 0usize;
-                    let mut acc: u128 = 0;
+                    let mut acc: u64 = 0;
                     let mut nacc: u32 = 0;
                     for (off, w) in &l.fields {
                         let v = self.f[base + *off as usize] & crate::ir::mask(*w);
-                        let (hi, lo, wl) = if *w > 64 {
-                            (v >> 64, v & u128::from(u64::MAX), 64)
-                        } else {
-                            (0, v, *w)
-                        };
-                        for (part, pw) in [(hi, w.saturating_sub(64)), (lo, wl)] {
-                            if pw == 0 {
-                                continue;
-                            }
-                            acc = (acc << pw) | part;
-                            nacc += pw;
-                            if nacc >= 64 {
-                                nacc -= 64;
-                                buf[pos..pos + 8]
-                                    .copy_from_slice(&((acc >> nacc) as u64).to_be_bytes());
-                                pos += 8;
-                                acc &= crate::ir::mask(nacc);
+                        let mut rem = *w;
+                        while rem > 0 {
+                            let take = if rem % 32 == 0 { 32 } else { rem % 32 };
+                            rem -= take;
+                            let part = ((v >> rem) as u64) & ((1u64 << take) - 1);
+                            acc = (acc << take) | part;
+                            nacc += take;
+                            if nacc >= 32 {
+                                nacc -= 32;
+                                buf[pos..pos + 4]
+                                    .copy_from_slice(&((acc >> nacc) as u32).to_be_bytes());
+                                pos += 4;
+                                acc &= (1u64 << nacc) - 1;
                             }
                         }
                     }
