@@ -3214,6 +3214,24 @@ impl<'a> Compiler<'a> {
                     Some(Ent::Table(t)) if member.text == "apply" => {
                         return Ok(TE { ex: Ex::Apply(t, ApplyResult::Hit), ty: Ty::Void });
                     }
+                    Some(Ent::Extern(_, tname))
+                        if tname == "Checksum16" && member.text == "get" =>
+                    {
+                        let mut data = Vec::new();
+                        match args.first() {
+                            Some(a) => self.leaves(&a.value, &mut data)?,
+                            None => return err(e.loc, "get needs data"),
+                        }
+                        let dst = Place::at(self.alloc(1));
+                        let st = St::Extern(Box::new(ExternCall::Checksum16Get {
+                            dst: dst.clone(),
+                            data,
+                        }));
+                        return Ok(TE {
+                            ex: Ex::Seq(vec![st].into_boxed_slice(), Box::new(Ex::Load(dst))),
+                            ty: Ty::Bits(Arith { width: 16, signed: false }),
+                        });
+                    }
                     Some(Ent::Extern(id, tname)) => {
                         let st = self.extern_method(id, &tname, member, args, e.loc)?;
                         return match st {
@@ -3720,7 +3738,7 @@ impl<'a> Compiler<'a> {
             }
             ("Checksum16", "get") => {
                 let _ = kind;
-                unsupported(loc, "Checksum16.get (use update_checksum)")
+                err(loc, "Checksum16.get gives a value: use it in an expression")
             }
             (t, m) => unsupported(member.loc, format!("method `{m}` of extern `{t}`")),
         }
