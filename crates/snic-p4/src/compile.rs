@@ -871,9 +871,13 @@ impl<'a> Compiler<'a> {
             _ => return err(ty.loc, format!("`{tname}` cannot be instantiated")),
         };
         match &decl.kind {
-            DeclKind::Parser { .. } | DeclKind::Control { .. } => {
+            DeclKind::Parser { proto, .. } | DeclKind::Control { proto, .. } => {
                 let prefix = self.qualify(&name.text);
-                let (body, params) = self.elaborate_block(decl, args, &prefix, None)?;
+                let mut tb = Vec::new();
+                for (tp, ta) in proto.type_params.iter().zip(&targs) {
+                    tb.push((tp.text.clone(), self.resolve_ty(ta)?));
+                }
+                let (body, params) = self.elaborate_block(decl, args, &prefix, None, tb)?;
                 self.bind(&name.text, Ent::Sub(body, params));
                 Ok(())
             }
@@ -1025,8 +1029,43 @@ impl<'a> Compiler<'a> {
         if pparams.len() != 4 {
             return err(pdecl.loc, "a v1model parser takes four parameters");
         }
-        let h = self.resolve_ty(&pparams[1].ty)?;
-        let m = self.resolve_ty(&pparams[2].ty)?;
+        // H and M from the parser, or, when it is generic, from the first block that names them.
+        let mut candidates: Vec<(&ast::Type, &ast::Type)> = vec![(&pparams[1].ty, &pparams[2].ty)];
+        for a in &args[1..5] {
+            if let Ok((d, _)) = self.block_arg(a)
+                && let DeclKind::Control { proto, .. } = &d.kind
+                && proto.params.len() >= 2
+            {
+                candidates.push((&proto.params[0].ty, &proto.params[1].ty));
+            }
+        }
+        let mut hm = (None, None);
+        for (ht, mt) in &candidates {
+            if hm.0.is_none() {
+                hm.0 = self.resolve_ty(ht).ok();
+            }
+            if hm.1.is_none() {
+                hm.1 = self.resolve_ty(mt).ok();
+            }
+        }
+        let h = match hm.0 {
+            Some(t) => t,
+            None => {
+                return Err(self
+                    .resolve_ty(&pparams[1].ty)
+                    .err()
+                    .unwrap_or(CompileError { loc: d.loc, message: "no header type".into() }));
+            }
+        };
+        let m = match hm.1 {
+            Some(t) => t,
+            None => {
+                return Err(self
+                    .resolve_ty(&pparams[2].ty)
+                    .err()
+                    .unwrap_or(CompileError { loc: d.loc, message: "no metadata type".into() }));
+            }
+        };
         let s = self.resolve_ty(&pparams[3].ty)?;
         let hn = self.slots(&h);
         let hdr = self.alloc(hn);
@@ -1102,6 +1141,25 @@ impl<'a> Compiler<'a> {
                 return err(decl.loc, format!("the {role} block takes {} parameters", binds.len()));
             }
             let mut bound = Vec::new();
+            // A generic block's type parameters take the types of the storage they are bound
+            // to (`control C<H>(inout H hdr, ...)`).
+            let type_params: &[ast::Name] = match &decl.kind {
+                DeclKind::Parser { proto, .. } | DeclKind::Control { proto, .. } => {
+                    &proto.type_params
+                }
+                _ => &[],
+            };
+            let mut tb: Vec<(String, Ty)> = Vec::new();
+            for (p, &b) in proto_params.iter().zip(binds.iter()) {
+                if b < 3
+                    && let ast::TypeKind::Named { name: tn, args } = &p.ty.kind
+                    && args.is_empty()
+                    && type_params.iter().any(|t| t.text == tn.text)
+                    && !tb.iter().any(|x| x.0 == tn.text)
+                {
+                    tb.push((tn.text.clone(), tys[b].clone()));
+                }
+            }
             for (p, &b) in proto_params.iter().zip(binds.iter()) {
                 let e = match b {
                     9 => Ent::PacketIn,
@@ -1117,7 +1175,7 @@ impl<'a> Compiler<'a> {
                 _ => String::new(),
             };
             let name = anno_string(&decl.annotations, "name").unwrap_or(name);
-            let (body, _) = self.elaborate_block(decl, &cargs, &name, Some(bound))?;
+            let (body, _) = self.elaborate_block(decl, &cargs, &name, Some(bound), tb)?;
             ids[i] = match body {
                 Body::Parser(p) | Body::Control(p) => p,
                 _ => 0,
@@ -1155,12 +1213,16 @@ impl<'a> Compiler<'a> {
         cargs: &[ast::Arg],
         prefix: &str,
         bound: Option<Vec<(String, Ent<'a>)>>,
+        type_args: Vec<(String, Ty)>,
     ) -> R<(Body, Vec<ParamInfo>)> {
         let saved_ctx = core::mem::take(&mut self.ctx);
         self.ctx.prefix = prefix.to_string();
         // Blocks see only the global scope and their own names.
         let saved_scopes = self.scopes.split_off(1);
         self.push();
+        for (n, t) in type_args {
+            self.bind(&n, Ent::Type(t));
+        }
         let r = self.elaborate_inner(decl, cargs, bound);
         self.scopes.truncate(1);
         self.scopes.extend(saved_scopes);
@@ -1179,8 +1241,13 @@ impl<'a> Compiler<'a> {
             | DeclKind::Control { proto, ctor_params, .. } => (proto, ctor_params),
             _ => return err(decl.loc, "not a parser or control"),
         };
-        if !proto.type_params.is_empty() {
-            return unsupported(decl.loc, "generic parsers and controls");
+        if let Some(tp) =
+            proto.type_params.iter().find(|t| !matches!(self.lookup(&t.text), Some(Ent::Type(_))))
+        {
+            return unsupported(
+                tp.loc,
+                format!("a generic parser or control whose `{}` is not known here", tp.text),
+            );
         }
         // Constructor parameters are compile-time constants.
         if ctor_params.len() != cargs.len() {
