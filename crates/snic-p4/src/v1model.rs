@@ -2407,7 +2407,14 @@ impl<'s> Exec<'s> {
                 let lo = self.ev(lo);
                 let hi = self.ev(hi);
                 let r = u128::from(self.next_random());
-                let v = if hi <= lo { lo } else { lo + r % (hi - lo + 1) };
+                let v = if hi <= lo {
+                    lo
+                } else {
+                    match (hi - lo).checked_add(1) {
+                        Some(span) => lo + r % span,
+                        None => r,
+                    }
+                };
                 if let Some(s) = self.slot(dst) {
                     self.f[s] = v & mask(*w);
                 }
