@@ -2637,6 +2637,14 @@ impl<'a> Compiler<'a> {
                 } else if f.ty == Ty::Int && t.ty != Ty::Int {
                     f = self.coerce(f, &t.ty.clone(), els.loc)?;
                 }
+                if t.ty == Ty::Int
+                    && f.ty == Ty::Int
+                    && let Some(w @ (Ty::Bits(_) | Ty::Enum(_))) = want
+                    && c.konst().is_none()
+                {
+                    t = self.coerce(t, w, then.loc)?;
+                    f = self.coerce(f, w, els.loc)?;
+                }
                 if t.ty == Ty::Int && f.ty == Ty::Int {
                     return match c.konst() {
                         Some(cv) => Ok(if cv != 0 { t } else { f }),
