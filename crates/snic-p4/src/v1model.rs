@@ -65,7 +65,7 @@ impl core::fmt::Display for RuntimeError {
 impl std::error::Error for RuntimeError {}
 
 /// An entry's handle, stable while the entry exists (the table's
-/// [`EntryHandle`](crate::table::EntryHandle) as a number).
+/// [`EntryHandle`] as a number).
 pub type Handle = u64;
 
 /// A table entry as the control plane sees it.
