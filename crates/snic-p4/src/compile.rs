@@ -3684,7 +3684,10 @@ impl<'a> Compiler<'a> {
                 let list = if n == "clone_preserving_field_list" {
                     Some(self.list_id(args, 2, loc)?)
                 } else if n == "clone3" {
-                    return unsupported(loc, "clone3 (use clone_preserving_field_list)");
+                    match args.get(2) {
+                        Some(a) => Some(self.data_field_list(&a.value)?),
+                        None => return err(loc, "clone3 needs data"),
+                    }
                 } else {
                     None
                 };
@@ -3699,18 +3702,15 @@ impl<'a> Compiler<'a> {
                 x(ExternCall::Recirculate(Some(l)))
             }
             "resubmit" | "recirculate" => {
-                let empty = matches!(args.first().map(|a| &a.value.kind), Some(ExprKind::List(v)) if v.is_empty())
-                    || args.is_empty();
-                if !empty {
-                    return unsupported(
-                        loc,
-                        format!("{n}(data) with fields (use {n}_preserving_field_list)"),
-                    );
-                }
+                // The old form names the fields to keep; they become a field list of their own.
+                let list = match args.first() {
+                    Some(a) => Some(self.data_field_list(&a.value)?),
+                    None => None,
+                };
                 x(if n == "resubmit" {
-                    ExternCall::Resubmit(None)
+                    ExternCall::Resubmit(list)
                 } else {
-                    ExternCall::Recirculate(None)
+                    ExternCall::Recirculate(list)
                 })
             }
             "truncate" => {
@@ -3762,6 +3762,23 @@ impl<'a> Compiler<'a> {
                 unsupported(loc, format!("extern function `{n}`"))
             }
         }
+    }
+
+    /// The fields of a `clone3` / `resubmit(data)` / `recirculate(data)` list as a field list
+    /// of their own (an id above any `@field_list` a program can write).
+    fn data_field_list(&mut self, e: &ast::Expr) -> R<u32> {
+        let mut leaves = Vec::new();
+        self.leaves(e, &mut leaves)?;
+        let mut slots = Vec::new();
+        for l in leaves {
+            match l.ex {
+                Ex::Load(Place { base, index: None }) => slots.push((base, 1)),
+                _ => return unsupported(e.loc, "a preserved field that is not a variable's field"),
+            }
+        }
+        let id = 0x1_0000 + self.out.field_lists.len() as u32;
+        self.out.field_lists.push((id, slots));
+        Ok(id)
     }
 
     fn list_id(&mut self, args: &[ast::Arg], i: usize, loc: Loc) -> R<u32> {
