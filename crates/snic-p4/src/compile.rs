@@ -1603,24 +1603,10 @@ impl<'a> Compiler<'a> {
                         t.default_const = p.is_const;
                     }
                     "size" => t.size = self.const_u32(value)? as usize,
-                    "counters" => t.direct_counter = Some(self.instance_ref(value)?),
-                    "meters" => t.direct_meter = Some(self.instance_ref(value)?),
+                    "counters" => t.direct_counter = Some(self.instance_ref(value, &t.name)?),
+                    "meters" => t.direct_meter = Some(self.instance_ref(value, &t.name)?),
                     "implementation" => {
-                        t.implementation = Some(match &value.kind {
-                            ExprKind::Call { callee, args, .. } => {
-                                // An instance created in the property: `action_profile(128)`.
-                                let tname = match &callee.kind {
-                                    ExprKind::Name(n) => n.clone(),
-                                    _ => return err(value.loc, "an action profile is needed here"),
-                                };
-                                let kind = self.extern_instance(&tname, &[], args, value.loc)?;
-                                let id = self.out.instances.len() as u32;
-                                let nm = format!("{}_profile", t.name);
-                                self.out.instances.push(InstanceIr { name: nm, kind });
-                                id
-                            }
-                            _ => self.instance_ref(value)?,
-                        });
+                        t.implementation = Some(self.instance_ref(value, &t.name)?);
                         let k = &self.out.instances[t.implementation.unwrap_or(0) as usize].kind;
                         if !matches!(
                             k,
@@ -1689,13 +1675,29 @@ impl<'a> Compiler<'a> {
         Ok(())
     }
 
-    fn instance_ref(&mut self, e: &ast::Expr) -> R<u32> {
+    /// The extern instance a table property names, or creates (`counters =
+    /// direct_counter(CounterType.packets)`, named after the table).
+    fn instance_ref(&mut self, e: &ast::Expr, table: &str) -> R<u32> {
         match &e.kind {
             ExprKind::Name(n) => match self.lookup(n) {
                 Some(Ent::Extern(id, _)) => Ok(*id),
                 _ => err(e.loc, format!("`{n}` is not an extern instance")),
             },
-            _ => unsupported(e.loc, "an instance created in a table property"),
+            ExprKind::Call { callee, args, type_args } => {
+                let tname = match &callee.kind {
+                    ExprKind::Name(n) => n.clone(),
+                    _ => return err(e.loc, "an extern instantiation is needed here"),
+                };
+                let mut targs = Vec::new();
+                for t in type_args {
+                    targs.push(self.resolve_ty(t)?);
+                }
+                let kind = self.extern_instance(&tname, &targs, args, e.loc)?;
+                let id = self.out.instances.len() as u32;
+                self.out.instances.push(InstanceIr { name: format!("{table}_{tname}"), kind });
+                Ok(id)
+            }
+            _ => err(e.loc, "an extern instance is needed here"),
         }
     }
 
