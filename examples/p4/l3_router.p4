@@ -71,7 +71,7 @@ control MyIngress(inout headers_t hdr, inout meta_t meta,
         key = { hdr.ipv4.dstAddr : lpm; }
         actions = { set_nhop; drop; }
         default_action = drop();
-        size = 1024;
+        size = 131072;
     }
     apply {
         if (standard_metadata.parser_error != error.NoError

@@ -1402,6 +1402,17 @@ struct Unicast {
     truncate: Option<u32>,
 }
 
+/// Write an action call's data arguments into the action's parameter slots.
+fn write_data(prog: &Compiled, ti: usize, call: &ActionCall, f: &mut [u128]) {
+    let Some(ta) = prog.tables[ti].actions.get(call.action as usize) else { return };
+    let mut args = call.args.iter();
+    for p in &prog.actions[ta.action as usize].params {
+        if p.data {
+            set(f, p.slot, args.next().copied().unwrap_or(0));
+        }
+    }
+}
+
 fn set(frame: &mut [u128], s: Slot, v: u128) {
     if let Some(x) = frame.get_mut(s as usize) {
         *x = v;
@@ -1825,41 +1836,83 @@ impl<'s> Exec<'s> {
         }
         let len = get(self.f, self.prog.std.packet_length) as u64;
         let mut matched = None;
-        let (hit, call) = match self.sw.tables[ti].table.lookup(&key) {
-            Some((h, e)) => {
-                matched = Some(h.to_raw());
-                if self.prog.tables[ti].direct_counter.is_some() {
-                    let (p, b) = e.counter.get();
-                    e.counter.set((p + 1, b + len));
+        // The common case writes the entry's data straight into the action's parameter slots
+        // while the entry is borrowed: no copy of the arguments.
+        enum Chosen {
+            Direct(u32),
+            Indirect(Indirect),
+            DefaultIndirect(Indirect),
+        }
+        let (mut hit, chosen) = {
+            let prog = self.prog;
+            let sw = &mut *self.sw;
+            let f = &mut *self.f;
+            match sw.tables[ti].table.lookup(&key) {
+                Some((h, e)) => {
+                    matched = Some(h.to_raw());
+                    if prog.tables[ti].direct_counter.is_some() {
+                        let (p, b) = e.counter.get();
+                        e.counter.set((p + 1, b + len));
+                    }
+                    if let Some(m) = &e.meter
+                        && let Some(mi) = prog.tables[ti].direct_meter
+                    {
+                        let c = m.borrow_mut().execute(sw.now_ns, len);
+                        sw.meter_last[mi as usize] = u128::from(c.value());
+                    }
+                    match e.indirect {
+                        None => {
+                            write_data(prog, ti, &e.call, f);
+                            (true, Chosen::Direct(e.call.action))
+                        }
+                        Some(ind) => (true, Chosen::Indirect(ind)),
+                    }
                 }
-                if let Some(m) = &e.meter
-                    && let Some(mi) = self.prog.tables[ti].direct_meter
-                {
-                    let c = m.borrow_mut().execute(self.sw.now_ns, len);
-                    self.sw.meter_last[mi as usize] = u128::from(c.value());
-                }
-                match e.indirect {
-                    None => (true, e.call.clone()),
-                    Some(ind) => match self.resolve_indirect(ti, ind) {
-                        Some(c) => (true, c),
-                        None => (false, self.table_default(ti)),
-                    },
-                }
+                None => match (sw.default_indirect[ti], &sw.tables[ti].default) {
+                    (Some(ind), _) => (false, Chosen::DefaultIndirect(ind)),
+                    (None, Some(d)) => {
+                        write_data(prog, ti, d, f);
+                        (false, Chosen::Direct(d.action))
+                    }
+                    (None, None) => (false, Chosen::Direct(0)),
+                },
             }
-            None => (false, self.table_default(ti)),
+        };
+        let action = match chosen {
+            Chosen::Direct(a) => a,
+            Chosen::Indirect(ind) | Chosen::DefaultIndirect(ind) => {
+                let c = match self.resolve_indirect(ti, ind) {
+                    Some(c) => Some(c),
+                    None => {
+                        hit = false;
+                        Some(self.table_default(ti))
+                    }
+                };
+                let c = c.unwrap_or(ActionCall { action: 0, args: Vec::new() });
+                write_data(self.prog, ti, &c, self.f);
+                c.action
+            }
         };
         if self.sw.trace.is_some() {
-            let tn = self.prog.tables[ti].name.clone();
-            let ks: Vec<String> = self.prog.tables[ti]
+            let prog = self.prog;
+            let tn = prog.tables[ti].name.clone();
+            let ks: Vec<String> = prog.tables[ti]
                 .keys
                 .iter()
                 .zip(&key)
                 .map(|(k, v)| format!("{} = 0x{:x}", k.name, v))
                 .collect();
-            let an = self.prog.tables[ti]
-                .actions
-                .get(call.action as usize)
-                .map(|a| self.prog.actions[a.action as usize].name.clone())
+            let aid = prog.tables[ti].actions.get(action as usize).map(|a| a.action as usize);
+            let an = aid.map(|a| prog.actions[a].name.clone()).unwrap_or_default();
+            let args: Vec<String> = aid
+                .map(|a| {
+                    prog.actions[a]
+                        .params
+                        .iter()
+                        .filter(|p| p.data)
+                        .map(|p| format!("0x{:x}", get(self.f, p.slot)))
+                        .collect()
+                })
                 .unwrap_or_default();
             let line = format!(
                 "table {tn}: key {{{}}} {} action {an}({})",
@@ -1869,15 +1922,15 @@ impl<'s> Exec<'s> {
                     Some(h) => format!("hit entry {h} (empty group: default)"),
                     None => "miss".to_string(),
                 },
-                call.args.iter().map(|a| format!("0x{a:x}")).collect::<Vec<_>>().join(", ")
+                args.join(", ")
             );
             self.sw.tr(|| line);
         }
         self.sw.key = key;
         set(self.f, self.prog.tables[ti].hit_slot, u128::from(hit));
-        set(self.f, self.prog.tables[ti].action_slot, u128::from(call.action));
-        let fl = self.run_action(ti, &call);
-        (hit, call.action, fl)
+        set(self.f, self.prog.tables[ti].action_slot, u128::from(action));
+        let fl = self.run_action(ti, action);
+        (hit, action, fl)
     }
 
     fn table_default(&mut self, ti: usize) -> ActionCall {
@@ -1922,27 +1975,16 @@ impl<'s> Exec<'s> {
         Some(ActionCall { action: idx as u32, args })
     }
 
-    fn run_action(&mut self, ti: usize, call: &ActionCall) -> Flow {
-        let Some(ta) = self.prog.tables[ti].actions.get(call.action as usize) else {
+    /// Run the table's action `action` (its data parameters already written).
+    fn run_action(&mut self, ti: usize, action: u32) -> Flow {
+        let prog = self.prog;
+        let Some(ta) = prog.tables[ti].actions.get(action as usize) else {
             return Flow::Next;
         };
-        let aid = ta.action as usize;
-        let prog = self.prog;
-        let bound = &prog.tables[ti].actions[call.action as usize].bound;
-        for s in bound {
+        for s in &ta.bound {
             let _ = self.st(s);
         }
-        let mut args = call.args.iter();
-        let nparams = self.prog.actions[aid].params.len();
-        for i in 0..nparams {
-            let p = &self.prog.actions[aid].params[i];
-            if p.data {
-                let v = args.next().copied().unwrap_or(0);
-                let slot = p.slot;
-                set(self.f, slot, v);
-            }
-        }
-        match self.block(&prog.actions[aid].body) {
+        match self.block(&prog.actions[ta.action as usize].body) {
             Flow::Exit => Flow::Exit,
             _ => Flow::Next,
         }
