@@ -3380,16 +3380,25 @@ impl<'a> Compiler<'a> {
     }
 
     fn call_stmt_member(&mut self, e: &ast::Expr) -> R<St> {
-        // Re-dispatch through call_stmt for setValid and friends.
-        // SAFETY of recursion: call_stmt only comes back here for plain calls.
+        // Only what `call_stmt` handles without coming back here: methods of a packet_out,
+        // table or sub-block instance, and header / stack methods.
         let ExprKind::Call { callee, .. } = &e.kind else { return err(e.loc, "not a call") };
-        if let ExprKind::Member { member, .. } = &callee.kind
-            && matches!(
-                member.text.as_str(),
-                "setValid" | "setInvalid" | "push_front" | "pop_front" | "emit" | "apply"
-            )
-        {
-            return self.call_stmt(e);
+        if let ExprKind::Member { base, member } = &callee.kind {
+            let instance = match &base.kind {
+                ExprKind::Name(n) => {
+                    matches!(self.lookup(n), Some(Ent::PacketOut | Ent::Table(_) | Ent::Sub(..)))
+                }
+                _ => false,
+            };
+            if instance
+                || matches!(
+                    member.text.as_str(),
+                    "setValid" | "setInvalid" | "push_front" | "pop_front"
+                )
+            {
+                return self.call_stmt(e);
+            }
+            return err(member.loc, format!("no method `{}` here", member.text));
         }
         err(e.loc, "unknown method")
     }
