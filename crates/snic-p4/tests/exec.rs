@@ -162,3 +162,33 @@ proptest::proptest! {
         proptest::prop_assert_eq!(got, want);
     }
 }
+
+#[test]
+fn parser_value_sets_match_what_the_control_plane_adds() {
+    let src = SMALL.replace(
+        "state start { pkt.extract(hdr.eth); transition accept; }",
+        "value_set<bit<16>>(4) types;\n    state start { pkt.extract(hdr.eth); transition select(hdr.eth.type) { types: reject; default: accept; } }",
+    );
+    let mut sw = snic_p4::v1model::Switch::new(common::compile(&src)).unwrap();
+    let pkt = |t: u16| {
+        let mut p = vec![0u8; 14];
+        p[12..14].copy_from_slice(&t.to_be_bytes());
+        p
+    };
+    let mut out = Vec::new();
+    sw.process(0, &pkt(0x88b5), 0, &mut out);
+    assert_eq!(sw.outcome().parser_error, None);
+    sw.value_set_add(0, 0x88b5, 0xffff).unwrap();
+    sw.value_set_add(0, 0x9000, 0xff00).unwrap();
+    for (t, rejected) in [(0x88b5u16, true), (0x9042, true), (0x0800, false)] {
+        out.clear();
+        sw.process(0, &pkt(t), 0, &mut out);
+        // An explicit reject leaves parser_error NoError but counts as a parser error.
+        assert_eq!(sw.outcome().parser_error.is_some(), rejected, "type {t:#x}");
+        assert_eq!(out.len(), 1, "the packet still goes on after a reject");
+    }
+    // A value set holds at most its size.
+    sw.value_set_add(0, 1, 0xffff).unwrap();
+    sw.value_set_add(0, 2, 0xffff).unwrap();
+    assert!(sw.value_set_add(0, 3, 0xffff).is_err());
+}
