@@ -143,6 +143,7 @@ enum Ent<'a> {
     PacketIn,
     PacketOut,
     ExternFn,
+    GenericFn(&'a Decl),
 }
 
 /// Per-block naming context for control-plane names.
@@ -166,6 +167,8 @@ struct Compiler<'a> {
     text: &'a str,
     /// Locals declared without a value and not written yet, by first slot.
     uninit: HashMap<Slot, (String, Loc)>,
+    /// Generic functions compiled so far, by name and type arguments.
+    generics: HashMap<String, (u32, Vec<ParamInfo>, Ty, Slot)>,
 }
 
 /// The compiled program and the compiler's warnings.
@@ -214,6 +217,7 @@ pub fn compile(program: &ast::Program, text: &str) -> Result<Output, CompileErro
         warnings: Vec::new(),
         text,
         uninit: HashMap::new(),
+        generics: HashMap::new(),
     };
     let mut main = None;
     for d in &program.decls {
@@ -718,29 +722,12 @@ impl<'a> Compiler<'a> {
             }
             DeclKind::Function { proto, body } => {
                 if !proto.type_params.is_empty() {
-                    return unsupported(d.loc, "generic functions");
+                    // Compiled per type-argument list at its calls.
+                    self.bind(&proto.name.text, Ent::GenericFn(d));
+                    return Ok(());
                 }
-                let ret = self.resolve_ty(&proto.ret)?;
-                let rs = self.slots(&ret);
-                let ret_slot = self.alloc(rs.max(1));
-                let params = self.params(&proto.params)?;
-                let id = self.out.functions.len() as u32;
-                self.out
-                    .functions
-                    .push(FunctionIr { name: proto.name.text.clone(), body: Vec::new() });
-                self.bind(
-                    &proto.name.text,
-                    Ent::Function(id, params.clone(), ret.clone(), ret_slot),
-                );
-                self.push();
-                for p in &params {
-                    self.bind(&p.name, Ent::Var(p.place.clone(), p.ty.clone()));
-                }
-                let saved = self.ctx.ret.replace((ret_slot, ret));
-                let b = self.block(&body.stmts);
-                self.ctx.ret = saved;
-                self.pop();
-                self.out.functions[id as usize].body = b?;
+                let f = self.function(proto, body, proto.name.text.clone())?;
+                self.bind(&proto.name.text, Ent::Function(f.0, f.1, f.2, f.3));
             }
             DeclKind::Table { name, props } => self.table(d, name, props)?,
             DeclKind::Instance { ty, args, name, init: ainit } => {
@@ -771,6 +758,100 @@ impl<'a> Compiler<'a> {
             DeclKind::ExternFunction(p) => self.bind(&p.name.text, Ent::ExternFn),
         }
         Ok(())
+    }
+
+    /// Compile a function body; the function is bound under its name before its body, so a
+    /// call to itself resolves (and is refused by P4's no-recursion rule elsewhere).
+    fn function(
+        &mut self,
+        proto: &'a ast::FunctionProto,
+        body: &'a ast::Block,
+        name: String,
+    ) -> R<(u32, Vec<ParamInfo>, Ty, Slot)> {
+        let ret = self.resolve_ty(&proto.ret)?;
+        let rs = self.slots(&ret);
+        let ret_slot = self.alloc(rs.max(1));
+        let params = self.params(&proto.params)?;
+        let id = self.out.functions.len() as u32;
+        self.out.functions.push(FunctionIr { name, body: Vec::new() });
+        self.push();
+        for p in &params {
+            self.bind(&p.name, Ent::Var(p.place.clone(), p.ty.clone()));
+        }
+        let saved = self.ctx.ret.replace((ret_slot, ret.clone()));
+        let b = self.block(&body.stmts);
+        self.ctx.ret = saved;
+        self.pop();
+        self.out.functions[id as usize].body = b?;
+        Ok((id, params, ret, ret_slot))
+    }
+
+    /// A generic function compiled for the type arguments of one call (explicit, or taken
+    /// from the arguments whose parameter type is a type parameter). Specialisations are kept
+    /// per type list.
+    fn generic_call(
+        &mut self,
+        d: &'a Decl,
+        type_args: &[ast::Type],
+        args: &[ast::Arg],
+        loc: Loc,
+    ) -> R<TE> {
+        let DeclKind::Function { proto, body } = &d.kind else { return err(loc, "not a function") };
+        let mut tys: Vec<Option<Ty>> = vec![None; proto.type_params.len()];
+        for (i, t) in type_args.iter().enumerate() {
+            if i < tys.len() {
+                tys[i] = Some(self.resolve_ty(t)?);
+            }
+        }
+        for (p, a) in proto.params.iter().zip(args) {
+            if let ast::TypeKind::Named { name, args: targs } = &p.ty.kind
+                && targs.is_empty()
+                && let Some(k) = proto.type_params.iter().position(|t| t.text == name.text)
+                && tys[k].is_none()
+            {
+                let t = self.expr(&a.value, None)?.ty;
+                if t == Ty::Int {
+                    return err(
+                        a.loc,
+                        format!("cannot infer `{}` from an integer of unknown width", name.text),
+                    );
+                }
+                tys[k] = Some(t);
+            }
+        }
+        let mut bound = Vec::new();
+        for (tp, t) in proto.type_params.iter().zip(tys) {
+            match t {
+                Some(t) => bound.push((tp.text.clone(), t)),
+                None => return err(loc, format!("cannot infer type argument `{}`", tp.text)),
+            }
+        }
+        let key = format!(
+            "{}<{}>",
+            proto.name.text,
+            bound.iter().map(|b| self.ty_name(&b.1)).collect::<Vec<_>>().join(",")
+        );
+        let f = match self.generics.get(&key) {
+            Some(f) => f.clone(),
+            None => {
+                // The body sees the global scope and the type arguments only.
+                let saved_scopes = self.scopes.split_off(1);
+                let saved_ctx = core::mem::take(&mut self.ctx);
+                self.push();
+                for (n, t) in &bound {
+                    self.bind(n, Ent::Type(t.clone()));
+                }
+                let r = self.function(proto, body, key.clone());
+                self.scopes.truncate(1);
+                self.scopes.extend(saved_scopes);
+                self.ctx = saved_ctx;
+                let f = r?;
+                self.generics.insert(key, f.clone());
+                f
+            }
+        };
+        let call = self.call(&f.1, args, Body::Function(f.0), loc)?;
+        Ok(TE { ex: Ex::Call(Box::new(call), f.3), ty: f.2 })
     }
 
     /// The control-plane name of a declaration in the current block: `@name` when given (a
@@ -3375,6 +3456,7 @@ impl<'a> Compiler<'a> {
                 Ok(TE { ex: Ex::Call(Box::new(call), slot), ty: ret })
             }
             Some(Ent::ExternFn) => self.extern_function(n, type_args, args, e.loc),
+            Some(Ent::GenericFn(d)) => self.generic_call(d, type_args, args, e.loc),
             _ => err(callee.loc, format!("`{n}` cannot be called")),
         }
     }
