@@ -14,6 +14,8 @@
 //!   buffer of hashes and checksums, the hash algorithms, and two-rate three-colour meters.
 //! - [`cli`]: BMv2 `simple_switch_CLI` command lines (table entries files, runtime commands),
 //!   parsed into commands, with the key and parameter value conversions.
+//! - [`runtime`]: `simple_switch_CLI` commands applied to running switches (table entries,
+//!   counters, registers, meters, multicast, mirroring), with the CLI's answers as text.
 //! - [`table`]: match-action tables (exact, lpm, ternary, range, optional) with BMv2's
 //!   semantics, for the executor.
 //!
@@ -32,6 +34,7 @@ pub mod lex;
 pub mod parse;
 pub mod pre;
 pub mod runner;
+pub mod runtime;
 pub mod span;
 pub mod stf;
 pub mod table;

@@ -883,6 +883,36 @@ impl Switch {
         Ok(())
     }
 
+    /// An indexed meter cell's (committed, peak) rates, `None` when never set.
+    pub fn meter_get_rates(
+        &self,
+        inst: usize,
+        index: usize,
+    ) -> Result<Option<(MeterRate, MeterRate)>, RuntimeError> {
+        self.meters
+            .get(inst)
+            .and_then(|m| m.get(index))
+            .map(Meter::rates)
+            .ok_or_else(|| RuntimeError::Invalid(format!("meter {inst}[{index}]")))
+    }
+
+    /// Table `t`'s entry `h`'s direct meter rates, `None` when never set.
+    pub fn direct_meter_get_rates(
+        &self,
+        t: usize,
+        h: Handle,
+    ) -> Result<Option<(MeterRate, MeterRate)>, RuntimeError> {
+        let e = self
+            .tables
+            .get(t)
+            .and_then(|s| s.table.get(EntryHandle::from_raw(h)))
+            .ok_or_else(|| RuntimeError::NotFound(format!("entry {h}")))?;
+        match &e.action().meter {
+            Some(m) => Ok(m.borrow().rates()),
+            None => Err(RuntimeError::Invalid("the table has no direct meter".into())),
+        }
+    }
+
     /// Set a direct meter's rates for table `t`'s entry `h`.
     pub fn direct_meter_set_rates(
         &mut self,
@@ -1006,6 +1036,16 @@ impl Switch {
             return Err(RuntimeError::NotFound(format!("node {h} in group {g}")));
         }
         Ok(())
+    }
+
+    /// Every multicast group and its nodes, in group order.
+    pub fn mc_groups(&self) -> Vec<(u16, Vec<NodeHandle>)> {
+        self.mc_groups.iter().map(|(g, n)| (*g, n.clone())).collect()
+    }
+
+    /// A multicast node's replication id and ports.
+    pub fn mc_node(&self, h: NodeHandle) -> Option<(u16, Vec<u32>)> {
+        self.mc_nodes.get(&h).cloned()
     }
 
     /// The replicas of a group, in order.
