@@ -6,10 +6,13 @@
 //! written, keyed by their stable names) and prints as an aligned table.
 //!
 //! Invariant (checked by tests): for every stage,
-//! `packets_in == packets_out + sum(drops) + held + local`, where `held` is what a stage keeps
+//! `packets_in + created == packets_out + sum(drops) + held + local`, where `created` counts the
+//! packets the stage made itself (a P4 program's multicast replicas and clones: one packet in,
+//! several out; zero for every other stage), `held` is what a stage keeps
 //! queued right now (a vSwitch exception queue, a shaper; zero for stages that never hold
 //! packets) and `local` counts the packets the stage delivered to the device itself
-//! ([`PortId::LOCAL`]: the RoCE engine, the neighbour responder).
+//! ([`PortId::LOCAL`]: the RoCE engine, the neighbour responder). [`StageCounters::balanced`]
+//! checks it.
 //! A stage that classifies (`classify`) also counts each packet it was handed by the class it
 //! gave ([`ClassCounts`]), so there `packets_in == classes.rdma + classes.other`.
 
@@ -146,6 +149,11 @@ pub struct StageCounters {
     /// pipeline for the RoCE engine or the neighbour responder. Zero for most stages.
     #[serde(skip_serializing_if = "is_zero")]
     pub local: u64,
+    /// Packets the stage made itself beside the ones it was handed (a P4 program's multicast
+    /// replicas and clones): they join `packets_in` on the left of the invariant. Zero for most
+    /// stages.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub created: u64,
     /// Packets the stage classified, by class (only the classify stage counts these; in JSON
     /// only when non-zero).
     #[serde(skip_serializing_if = "ClassCounts::is_zero")]
@@ -158,6 +166,12 @@ impl StageCounters {
         StageCounters { name: name.into(), ..Default::default() }
     }
 
+    /// The stage's invariant: `packets_in + created == packets_out + drops + held + local`.
+    pub fn balanced(&self) -> bool {
+        self.packets_in + self.created
+            == self.packets_out + self.drops.total() + self.held + self.local
+    }
+
     /// Add `other`'s counts to these.
     pub fn merge(&mut self, other: &StageCounters) {
         self.packets_in += other.packets_in;
@@ -166,6 +180,7 @@ impl StageCounters {
         self.errors += other.errors;
         self.held += other.held;
         self.local += other.local;
+        self.created += other.created;
         self.drops.merge(&other.drops);
         self.classes.merge(&other.classes);
     }
@@ -269,6 +284,12 @@ impl Counters {
             + self.ports.iter().map(|p| p.rx_drops.total() + p.tx_drops.total()).sum::<u64>()
     }
 
+    /// Packets the stages made themselves (P4 multicast replicas and clones), summed: what
+    /// left plus what was dropped is what arrived plus this.
+    pub fn created_total(&self) -> u64 {
+        self.stages.iter().map(|s| s.created).sum()
+    }
+
     /// Drops for `reason` summed over every stage and port.
     pub fn drops_for(&self, reason: DropReason) -> u64 {
         self.stages.iter().map(|s| s.drops.get(reason)).sum::<u64>()
@@ -324,6 +345,9 @@ impl fmt::Display for Counters {
                 s.drops.total(),
                 s.errors
             )?;
+            if s.created != 0 {
+                writeln!(f, "  created {:<27} {:>14}", "(replicas, clones)", s.created)?;
+            }
             if !s.classes.is_zero() {
                 writeln!(f, "  class {:<29} {:>14}", "rdma", s.classes.rdma)?;
                 writeln!(f, "  class {:<29} {:>14}", "other", s.classes.other)?;

@@ -18,7 +18,7 @@ const WIRE: usize = WireError::NAMES.len();
 pub const DROP_REASONS: usize = WIRE + OTHER_NAMES.len();
 
 /// Names of the non-`Malformed` reasons, in slot order after the wire errors.
-const OTHER_NAMES: [&str; 18] = [
+const OTHER_NAMES: [&str; 20] = [
     "no_egress",
     "tx_queue_full",
     "tx_error",
@@ -37,6 +37,8 @@ const OTHER_NAMES: [&str; 18] = [
     "not_a_flow",
     "transpose_failed",
     "local_full",
+    "p4_drop",
+    "p4_parser_error",
 ];
 
 /// Why a packet was dropped. Names ([`DropReason::name`], `Display`) are lower-case and stable:
@@ -85,6 +87,12 @@ pub enum DropReason {
     /// A packet for the device itself ([`crate::PortId::LOCAL`]) found the pipeline's local
     /// queue full (the driver did not take the earlier ones).
     LocalFull,
+    /// A P4 program dropped the packet (`mark_to_drop`, egress port 511, an empty multicast
+    /// group, a clone-only path): it produced no output.
+    P4Drop,
+    /// A P4 program's parser ended in an error and the packet then produced no output (v1model
+    /// goes on into ingress after a parser error, so an error alone is not a drop).
+    P4ParserError,
 }
 
 impl DropReason {
@@ -110,6 +118,8 @@ impl DropReason {
             DropReason::NotAFlow => WIRE + 15,
             DropReason::TransposeFailed => WIRE + 16,
             DropReason::LocalFull => WIRE + 17,
+            DropReason::P4Drop => WIRE + 18,
+            DropReason::P4ParserError => WIRE + 19,
         }
     }
 
@@ -187,6 +197,8 @@ mod tests {
             DropReason::NotAFlow,
             DropReason::TransposeFailed,
             DropReason::LocalFull,
+            DropReason::P4Drop,
+            DropReason::P4ParserError,
         ];
         let mut seen = [false; DROP_REASONS];
         for r in all {

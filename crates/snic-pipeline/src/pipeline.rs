@@ -50,6 +50,7 @@ use std::io::Write;
 /// | `tap:PATH` | copy packets to a pcap capture opened by the I/O layer |
 /// | `vswitch` | the vSwitch (VFP slow path + GFT fast path); built by the I/O layer, which owns the policy |
 /// | `local` | the NIC's own packets to the device (RoCE engine, neighbour table); built by the NIC, which owns the addresses |
+/// | `p4:PROG.p4[,entries=FILE][,I=DIR]...` | a P4-16 v1model program; compiled and run by the I/O layer (`snic-io`), which reads the files |
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub enum StageSpec {
@@ -75,6 +76,16 @@ pub enum StageSpec {
     /// device ([`crate::PortId::LOCAL`]); built by the layer that runs a whole NIC
     /// (`snic-nic`), which knows the addresses.
     Local,
+    /// `p4:PROG.p4[,entries=FILE][,I=DIR]...`: a P4-16 program (v1model) run on every packet;
+    /// the I/O layer reads and compiles the files and gives each worker its own switch.
+    P4 {
+        /// The program's path.
+        program: String,
+        /// A `simple_switch_CLI` entries file applied before the first packet.
+        entries: Option<String>,
+        /// `#include` search directories, in order.
+        include: Vec<String>,
+    },
 }
 
 /// A stage string that does not name a stage; says what was wrong.
@@ -126,8 +137,30 @@ impl FromStr for StageSpec {
             ("vswitch", Some(_)) => Err(bad("takes no option (the policy is a run setting)")),
             ("local", None) => Ok(StageSpec::Local),
             ("local", Some(_)) => Err(bad("takes no option (the addresses are the NIC's)")),
+            ("p4", Some(args)) => {
+                let mut parts = args.split(',');
+                let program = parts.next().unwrap_or_default();
+                if program.is_empty() || program.contains('=') {
+                    return Err(bad("needs a program first: p4:PROG.p4[,entries=FILE][,I=DIR]"));
+                }
+                let (mut entries, mut include) = (None, Vec::new());
+                for part in parts {
+                    match part.split_once('=') {
+                        Some(("entries", f)) if !f.is_empty() && entries.is_none() => {
+                            entries = Some(f.to_owned())
+                        }
+                        Some(("entries", _)) => {
+                            return Err(bad("entries= takes one non-empty file, once"));
+                        }
+                        Some(("I", d)) if !d.is_empty() => include.push(d.to_owned()),
+                        _ => return Err(bad("options are entries=FILE and I=DIR")),
+                    }
+                }
+                Ok(StageSpec::P4 { program: program.to_owned(), entries, include })
+            }
+            ("p4", None) => Err(bad("needs a program: p4:PROG.p4[,entries=FILE][,I=DIR]")),
             ("parse" | "classify", Some(_)) => Err(bad("unknown option")),
-            _ => Err(bad("unknown stage (parse, classify, l2fwd, tap, vswitch, local)")),
+            _ => Err(bad("unknown stage (parse, classify, l2fwd, tap, vswitch, local, p4)")),
         }
     }
 }
@@ -161,6 +194,16 @@ impl fmt::Display for StageSpec {
             StageSpec::Tap(path) => write!(f, "tap:{path}"),
             StageSpec::VSwitch => f.write_str("vswitch"),
             StageSpec::Local => f.write_str("local"),
+            StageSpec::P4 { program, entries, include } => {
+                write!(f, "p4:{program}")?;
+                if let Some(e) = entries {
+                    write!(f, ",entries={e}")?;
+                }
+                for d in include {
+                    write!(f, ",I={d}")?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -442,6 +485,15 @@ impl Pipeline {
                         ));
                     }
                 },
+                StageSpec::P4 { .. } => match factory(spec) {
+                    Some(stage) => stage?,
+                    None => {
+                        return Err(BuildError::Unsupported(
+                            "the p4 stage is built by the I/O layer (snic run), which reads and \
+                             compiles the program",
+                        ));
+                    }
+                },
                 StageSpec::Local => match factory(spec) {
                     Some(stage) => stage?,
                     None => {
@@ -646,6 +698,8 @@ mod tests {
             "l2fwd:0=1,1=0,2=3",
             "l2fwd:learn",
             "tap:/tmp/x.pcap",
+            "p4:a.p4",
+            "p4:dir/a.p4,entries=e.txt,I=inc,I=/usr/share/p4",
         ] {
             let spec: StageSpec = s.parse().unwrap();
             assert_eq!(spec.to_string(), s);
@@ -667,6 +721,11 @@ mod tests {
             ("l2fwd:0=x", "bad port"),
             ("l2fwd:0=65535", "reserved"),
             ("parse:maybe", "unknown option"),
+            ("p4", "needs a program"),
+            ("p4:", "needs a program"),
+            ("p4:entries=x", "needs a program"),
+            ("p4:a.p4,frob=1", "options are"),
+            ("p4:a.p4,entries=a,entries=b", "once"),
         ] {
             let e = s.parse::<StageSpec>().unwrap_err();
             assert!(e.0.contains(why), "{s}: {e}");

@@ -4,7 +4,9 @@
 //! if it must, its bytes), and removes the packets it drops. Drops go through one function,
 //! [`StageCtx::each`] (or [`StageCtx::drop_packet`] inside a custom `Batch::retain`), which
 //! counts the drop under exactly one [`DropReason`] and records it in the trace, so that for
-//! every stage `packets_in == packets_out + sum(drops) + held`.
+//! every stage `packets_in + created == packets_out + sum(drops) + held` (`created`: packets a
+//! stage made itself, a P4 program's replicas and clones, counted in
+//! [`StageCounters::created`]).
 //!
 //! A stage may *hold* packets (an exception queue waiting for the slow path, a shaped egress
 //! queue): it removes them from one batch and releases them into a later one. It reports how
@@ -83,7 +85,8 @@ impl<'a> StageCtx<'a> {
 /// Contract: `process` leaves in `batch` only the packets that go on, in order; each packet it
 /// removed was counted once through [`StageCtx::drop_packet`] (or [`StageCtx::each`]), or is
 /// held (counted by [`Stage::pending`]). A stage
-/// adds packets only to release ones it held earlier. Stages are sans-IO: they read no clock (time is `now`) and open nothing.
+/// adds packets only to release ones it held earlier, or as copies it made (multicast
+/// replicas, clones), each counted in [`StageCounters::created`]. Stages are sans-IO: they read no clock (time is `now`) and open nothing.
 pub trait Stage: Send {
     /// A short name for counters and traces (`"parse"`, `"l2fwd"`).
     fn name(&self) -> &str;

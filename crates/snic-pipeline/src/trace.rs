@@ -61,6 +61,9 @@ pub enum TraceWhat {
     Modified(&'static str),
     /// Anything else worth saying.
     Note(&'static str),
+    /// A line of a stage's own trace (a P4 program's parser states, table lookups, actions
+    /// and egress decision, like BMv2's `--log-console`). Made only for traced packets.
+    Detail(String),
     /// The I/O layer handed the packet to its egress port, which took it.
     Sent {
         /// The port.
@@ -150,6 +153,7 @@ impl fmt::Display for TraceWhat {
             TraceWhat::Tapped => f.write_str("copied to capture"),
             TraceWhat::Modified(how) => write!(f, "modified: {how}"),
             TraceWhat::Note(s) => f.write_str(s),
+            TraceWhat::Detail(s) => f.write_str(s),
             TraceWhat::Sent { port, name } => write!(f, "sent out port {} ({name})", port.0),
             TraceWhat::Segmented { port, segments } => {
                 write!(f, "segmented into {segments} segments for port {}", port.0)

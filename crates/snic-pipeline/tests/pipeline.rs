@@ -51,7 +51,7 @@ fn mixed() -> (Batch, Vec<&'static str>) {
 fn assert_stage_invariant(c: &Counters) {
     for s in &c.stages {
         assert_eq!(
-            s.packets_in,
+            s.packets_in + s.created,
             s.packets_out + s.drops.total() + s.held + s.local,
             "stage {}: in {} != out {} + drops {} + held + local",
             s.name,
