@@ -16,6 +16,8 @@
 //! - [`worker`], [`runtime`], [`signal`]: real threads, the real clock, clean shutdown.
 //! - [`nic`]: one whole NIC's data path (pipeline, the device's own packets, the RDMA engine)
 //!   on one thread, for real ports and for the testbed.
+//! - [`p4`]: the `p4` stage (a P4-16 v1model program per worker, `snic-p4`) and its control
+//!   plane; the program and its entries file are read and compiled here.
 //! - [`sys`]: every libc helper (socket options, `mmsghdr` set-up, `poll`, `madvise`).
 
 pub mod port;
@@ -32,6 +34,7 @@ pub mod udp;
 pub mod vlink;
 
 pub mod nic;
+pub mod p4;
 pub mod runtime;
 pub mod signal;
 pub mod sys;

@@ -25,6 +25,7 @@
 //! The embedded default ([`RunConfig::default`]) needs no root and no files: a generator feeds
 //! parse → classify → l2fwd, which forwards to a null sink.
 
+use crate::p4::P4Program;
 use crate::port::{Port, PortCounters};
 use crate::spec::PortSpec;
 use crate::worker::{Egress, Handler, Inline, PortSet, WorkerPool};
@@ -349,6 +350,29 @@ pub struct Runtime {
     clock: MonotonicClock,
     fds: Vec<RawFd>,
     vswitch: Option<snic_vswitch::engine::VSwitch>,
+    p4: Option<P4Program>,
+}
+
+/// Compile the program of the `p4` stage, if the stages have one (at most one), with a switch
+/// per worker.
+fn load_p4(stages: &[StageSpec], workers: usize) -> Result<Option<P4Program>, RunError> {
+    let mut specs = stages.iter().filter_map(|s| match s {
+        StageSpec::P4 { program, entries, include } => Some((program, entries, include)),
+        _ => None,
+    });
+    let Some((program, entries, include)) = specs.next() else { return Ok(None) };
+    if specs.next().is_some() {
+        return Err(RunError::Config("one p4 stage per run".into()));
+    }
+    let include: Vec<std::path::PathBuf> = include.iter().map(Into::into).collect();
+    P4Program::load(
+        std::path::Path::new(program),
+        entries.as_deref().map(std::path::Path::new),
+        &include,
+        workers,
+    )
+    .map(Some)
+    .map_err(|e| RunError::Config(format!("p4 stage: {e}")))
 }
 
 impl Runtime {
@@ -384,15 +408,24 @@ impl Runtime {
         } else {
             None
         };
+        let p4 = load_p4(&cfg.stages, cfg.workers)?;
         let mut pipelines = Vec::with_capacity(cfg.workers);
         for k in 0..cfg.workers {
             let mut opener = open_tap(k);
-            let mut factory = |spec: &StageSpec| match (spec, &vswitch) {
-                (StageSpec::VSwitch, Some(vs)) => {
+            let mut factory = |spec: &StageSpec| match (spec, &vswitch, &p4) {
+                (StageSpec::VSwitch, Some(vs), _) => {
                     Some(vs.stage().map(|s| Box::new(s) as Box<dyn snic_pipeline::Stage>).map_err(
                         |e| BuildError::Stage { stage: "vswitch".into(), why: e.to_string() },
                     ))
                 }
+                (StageSpec::P4 { .. }, _, Some(prog)) => Some(
+                    prog.stage(k).map(|s| Box::new(s) as Box<dyn snic_pipeline::Stage>).ok_or_else(
+                        || BuildError::Stage {
+                            stage: "p4".into(),
+                            why: format!("no switch for worker {k}"),
+                        },
+                    ),
+                ),
                 _ => None,
             };
             pipelines.push(
@@ -436,7 +469,13 @@ impl Runtime {
             clock,
             fds,
             vswitch,
+            p4,
         })
+    }
+
+    /// The program of the pipeline's `p4` stage, for the control plane.
+    pub fn p4(&self) -> Option<&P4Program> {
+        self.p4.as_ref()
     }
 
     /// The clock the run uses (packet times, flow ages).
