@@ -76,6 +76,15 @@ pub enum Request {
         /// The edits, applied in order, all or none.
         edits: Vec<Edit>,
     },
+    /// `{"cmd":"p4.cli","text":"table_add ..."}`: `simple_switch_CLI` commands (one a line)
+    /// for the run's `p4` stage, each applied to every worker's switch between batches, all
+    /// or none; the lines run in order and stop at the first refused one. Answer:
+    /// `{"ok":true,"output":"..."}` with what `simple_switch_CLI` prints.
+    #[serde(rename = "p4.cli")]
+    P4 {
+        /// The command lines.
+        text: String,
+    },
 }
 
 /// One policy edit of a `vswitch.apply` request: `{"op": "...", ...}`. Rules, layers and

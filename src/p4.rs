@@ -1,10 +1,14 @@
-//! `snic p4`: compile P4 programs, run STF tests, print a program's control-plane view.
+//! `snic p4`: compile P4 programs, run STF tests, print a program's control-plane view, and
+//! program the tables of a running `snic run --stage p4:PROG.p4 --control PATH` with
+//! `simple_switch_CLI` commands (`snic p4 table-add --control PATH TABLE ACTION KEY... => ...`,
+//! or any command line with `snic p4 cli --control PATH 'LINE'...`).
 
 use std::path::{Path, PathBuf};
 
-use snic_p4::builtin;
+use serde_json::{Value, json};
+use snic_io::p4::{DiskLoader, P4Control};
 use snic_p4::diag::Diagnostic;
-use snic_p4::pre::{IncludeKind, LoadError, Loaded, Loader, Options};
+use snic_p4::pre::Options;
 use snic_p4::runner::{self, Built};
 use snic_p4::span::SourceMap;
 use snic_p4::stf::Failure;
@@ -53,41 +57,175 @@ enum P4Cmd {
         #[command(flatten)]
         opts: CompileOpts,
     },
+    /// Send simple_switch_CLI command lines to the p4 stage of a running `snic run --control`.
+    Cli {
+        /// The control socket of the run.
+        #[arg(long, value_name = "PATH")]
+        control: PathBuf,
+        /// Read the command lines from this file (an entries file) after the ones given.
+        #[arg(short = 'f', long, value_name = "FILE")]
+        file: Option<PathBuf>,
+        /// Command lines, e.g. 'table_add ipv4_lpm ipv4_forward 10.0.0.1/32 => 00:00:00:00:00:01 1'.
+        lines: Vec<String>,
+    },
+    #[command(
+        about = "simple_switch_CLI's `table_add TABLE ACTION KEY... => PARAM... [PRIORITY]` on a running snic"
+    )]
+    TableAdd(Remote),
+    #[command(about = "simple_switch_CLI's `table_delete TABLE HANDLE` on a running snic")]
+    TableDelete(Remote),
+    #[command(
+        about = "simple_switch_CLI's `table_modify TABLE ACTION HANDLE [=>] PARAM...` on a running snic"
+    )]
+    TableModify(Remote),
+    #[command(
+        about = "simple_switch_CLI's `table_set_default TABLE ACTION PARAM...` on a running snic"
+    )]
+    TableSetDefault(Remote),
+    #[command(about = "simple_switch_CLI's `table_reset_default TABLE` on a running snic")]
+    TableResetDefault(Remote),
+    #[command(about = "simple_switch_CLI's `table_clear TABLE` on a running snic")]
+    TableClear(Remote),
+    #[command(about = "simple_switch_CLI's `table_dump TABLE` on a running snic")]
+    TableDump(Remote),
+    #[command(about = "simple_switch_CLI's `table_dump_entry TABLE HANDLE` on a running snic")]
+    TableDumpEntry(Remote),
+    #[command(about = "simple_switch_CLI's `table_num_entries TABLE` on a running snic")]
+    TableNumEntries(Remote),
+    #[command(about = "simple_switch_CLI's `table_info TABLE` on a running snic")]
+    TableInfo(Remote),
+    #[command(about = "simple_switch_CLI's `show_tables` on a running snic")]
+    ShowTables(Remote),
+    #[command(about = "simple_switch_CLI's `show_actions` on a running snic")]
+    ShowActions(Remote),
+    #[command(about = "simple_switch_CLI's `counter_read NAME INDEX` on a running snic")]
+    CounterRead(Remote),
+    #[command(about = "simple_switch_CLI's `counter_reset NAME` on a running snic")]
+    CounterReset(Remote),
+    #[command(
+        about = "simple_switch_CLI's `counter_write NAME INDEX PACKETS BYTES` on a running snic"
+    )]
+    CounterWrite(Remote),
+    #[command(about = "simple_switch_CLI's `register_read NAME [INDEX]` on a running snic")]
+    RegisterRead(Remote),
+    #[command(about = "simple_switch_CLI's `register_write NAME INDEX VALUE` on a running snic")]
+    RegisterWrite(Remote),
+    #[command(about = "simple_switch_CLI's `register_reset NAME` on a running snic")]
+    RegisterReset(Remote),
+    #[command(
+        about = "simple_switch_CLI's `meter_set_rates NAME INDEX RATE:BURST RATE:BURST` on a running snic"
+    )]
+    MeterSetRates(Remote),
+    #[command(
+        about = "simple_switch_CLI's `meter_array_set_rates NAME RATE:BURST RATE:BURST` on a running snic"
+    )]
+    MeterArraySetRates(Remote),
+    #[command(about = "simple_switch_CLI's `meter_get_rates NAME INDEX` on a running snic")]
+    MeterGetRates(Remote),
+    #[command(about = "simple_switch_CLI's `mc_mgrp_create MGRP` on a running snic")]
+    McMgrpCreate(Remote),
+    #[command(about = "simple_switch_CLI's `mc_mgrp_destroy MGRP` on a running snic")]
+    McMgrpDestroy(Remote),
+    #[command(about = "simple_switch_CLI's `mc_node_create RID PORT...` on a running snic")]
+    McNodeCreate(Remote),
+    #[command(about = "simple_switch_CLI's `mc_node_update HANDLE PORT...` on a running snic")]
+    McNodeUpdate(Remote),
+    #[command(about = "simple_switch_CLI's `mc_node_associate MGRP HANDLE` on a running snic")]
+    McNodeAssociate(Remote),
+    #[command(about = "simple_switch_CLI's `mc_node_dissociate MGRP HANDLE` on a running snic")]
+    McNodeDissociate(Remote),
+    #[command(about = "simple_switch_CLI's `mc_node_destroy HANDLE` on a running snic")]
+    McNodeDestroy(Remote),
+    #[command(about = "simple_switch_CLI's `mc_dump` on a running snic")]
+    McDump(Remote),
+    #[command(about = "simple_switch_CLI's `mirroring_add SESSION PORT` on a running snic")]
+    MirroringAdd(Remote),
+    #[command(about = "simple_switch_CLI's `mirroring_add_mc SESSION MGRP` on a running snic")]
+    MirroringAddMc(Remote),
+    #[command(about = "simple_switch_CLI's `mirroring_delete SESSION` on a running snic")]
+    MirroringDelete(Remote),
+    #[command(about = "simple_switch_CLI's `mirroring_get SESSION` on a running snic")]
+    MirroringGet(Remote),
 }
 
-/// Resolves includes on disk: `<name>` in the built-ins then the `-I` directories, `"name"` in
-/// the including file's folder first.
-#[derive(Debug, Clone)]
-pub struct DiskLoader {
-    /// The `-I` directories in order.
-    pub dirs: Vec<PathBuf>,
+/// The control socket and the words of one `simple_switch_CLI` command.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Remote {
+    /// The control socket of the run (`snic run --control PATH`).
+    #[arg(long, value_name = "PATH")]
+    control: PathBuf,
+    /// The command's arguments, as simple_switch_CLI takes them.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<String>,
 }
 
-impl Loader for DiskLoader {
-    fn load(&mut self, name: &str, kind: IncludeKind, from: &str) -> Result<Loaded, LoadError> {
-        let mut candidates = Vec::new();
-        if kind == IncludeKind::Quote {
-            let dir = Path::new(from).parent().map(Path::to_path_buf).unwrap_or_default();
-            candidates.push(dir.join(name));
-        }
-        if let Some(text) = builtin::lookup(name) {
-            if kind == IncludeKind::System || !candidates[0].exists() {
-                return Ok(Loaded { name: format!("<{name}>"), text: text.to_string() });
+impl P4Cmd {
+    /// The `simple_switch_CLI` command a remote sub-command stands for, with its arguments.
+    fn remote(&self) -> Option<(&'static str, &Remote)> {
+        match self {
+            P4Cmd::TableAdd(r) => Some(("table_add", r)),
+            P4Cmd::TableDelete(r) => Some(("table_delete", r)),
+            P4Cmd::TableModify(r) => Some(("table_modify", r)),
+            P4Cmd::TableSetDefault(r) => Some(("table_set_default", r)),
+            P4Cmd::TableResetDefault(r) => Some(("table_reset_default", r)),
+            P4Cmd::TableClear(r) => Some(("table_clear", r)),
+            P4Cmd::TableDump(r) => Some(("table_dump", r)),
+            P4Cmd::TableDumpEntry(r) => Some(("table_dump_entry", r)),
+            P4Cmd::TableNumEntries(r) => Some(("table_num_entries", r)),
+            P4Cmd::TableInfo(r) => Some(("table_info", r)),
+            P4Cmd::ShowTables(r) => Some(("show_tables", r)),
+            P4Cmd::ShowActions(r) => Some(("show_actions", r)),
+            P4Cmd::CounterRead(r) => Some(("counter_read", r)),
+            P4Cmd::CounterReset(r) => Some(("counter_reset", r)),
+            P4Cmd::CounterWrite(r) => Some(("counter_write", r)),
+            P4Cmd::RegisterRead(r) => Some(("register_read", r)),
+            P4Cmd::RegisterWrite(r) => Some(("register_write", r)),
+            P4Cmd::RegisterReset(r) => Some(("register_reset", r)),
+            P4Cmd::MeterSetRates(r) => Some(("meter_set_rates", r)),
+            P4Cmd::MeterArraySetRates(r) => Some(("meter_array_set_rates", r)),
+            P4Cmd::MeterGetRates(r) => Some(("meter_get_rates", r)),
+            P4Cmd::McMgrpCreate(r) => Some(("mc_mgrp_create", r)),
+            P4Cmd::McMgrpDestroy(r) => Some(("mc_mgrp_destroy", r)),
+            P4Cmd::McNodeCreate(r) => Some(("mc_node_create", r)),
+            P4Cmd::McNodeUpdate(r) => Some(("mc_node_update", r)),
+            P4Cmd::McNodeAssociate(r) => Some(("mc_node_associate", r)),
+            P4Cmd::McNodeDissociate(r) => Some(("mc_node_dissociate", r)),
+            P4Cmd::McNodeDestroy(r) => Some(("mc_node_destroy", r)),
+            P4Cmd::McDump(r) => Some(("mc_dump", r)),
+            P4Cmd::MirroringAdd(r) => Some(("mirroring_add", r)),
+            P4Cmd::MirroringAddMc(r) => Some(("mirroring_add_mc", r)),
+            P4Cmd::MirroringDelete(r) => Some(("mirroring_delete", r)),
+            P4Cmd::MirroringGet(r) => Some(("mirroring_get", r)),
+            P4Cmd::Test { .. } | P4Cmd::Check { .. } | P4Cmd::Info { .. } | P4Cmd::Cli { .. } => {
+                None
             }
         }
-        candidates.extend(self.dirs.iter().map(|d| d.join(name)));
-        for c in candidates {
-            match std::fs::read(&c) {
-                Ok(bytes) => {
-                    let text = String::from_utf8(bytes)
-                        .map_err(|_| LoadError::Failed(format!("{} is not UTF-8", c.display())))?;
-                    return Ok(Loaded { name: c.display().to_string(), text });
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(LoadError::Failed(format!("{}: {e}", c.display()))),
-            }
+    }
+}
+
+/// What the control socket answers when the run has no p4 stage.
+pub const NO_P4: &str = "this run has no p4 stage";
+
+/// Answer one `p4.cli` request with the run's p4 control (`None`: the run has no p4 stage).
+pub fn serve(p4: Option<&P4Control>, text: &str) -> Value {
+    let Some(p4) = p4 else { return json!({"ok": false, "error": NO_P4}) };
+    match p4.apply_text(text) {
+        Ok(output) => json!({"ok": true, "output": output}),
+        Err(e) => json!({"ok": false, "error": e}),
+    }
+}
+
+/// Send `text` (command lines) to the run behind `control`; print the answer.
+fn remote(control: &Path, text: String) -> u8 {
+    match crate::control::request(control, &crate::control::Request::P4 { text }) {
+        Ok(v) => {
+            print!("{}", v.get("output").and_then(Value::as_str).unwrap_or_default());
+            0
         }
-        Err(LoadError::NotFound)
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            1
+        }
     }
 }
 
@@ -132,6 +270,14 @@ fn print_diags(d: &[Diagnostic], map: &SourceMap) {
 
 /// Run `snic p4`.
 pub fn run(args: P4Args) -> u8 {
+    if let Some((name, r)) = args.cmd.remote() {
+        let mut line = name.to_string();
+        for a in &r.args {
+            line.push(' ');
+            line.push_str(a);
+        }
+        return remote(&r.control, line);
+    }
     match args.cmd {
         P4Cmd::Test { opts, stf, trace } => test(&opts, &stf, trace),
         P4Cmd::Check { opts } => match compile(&opts) {
@@ -156,6 +302,23 @@ pub fn run(args: P4Args) -> u8 {
             }
             None => 2,
         },
+        P4Cmd::Cli { control, file, lines } => {
+            let mut text = lines.join("\n");
+            if let Some(f) = file {
+                match std::fs::read_to_string(&f) {
+                    Ok(t) => {
+                        text.push('\n');
+                        text.push_str(&t);
+                    }
+                    Err(e) => {
+                        eprintln!("error: {}: {e}", f.display());
+                        return 2;
+                    }
+                }
+            }
+            remote(&control, text)
+        }
+        _ => 2,
     }
 }
 

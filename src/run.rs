@@ -12,7 +12,9 @@
 //! counters so far on stderr. With `--control PATH`, `snic stats --control PATH` reads them as
 //! JSON while the run goes on, and with a `vswitch` stage `snic vswitch ... --control PATH`
 //! inspects and changes the vSwitch's policy (`--policy FILE`, `--flows N`, `--flow-idle-ms MS`
-//! set it up; they are refused without a `vswitch` stage).
+//! set it up; they are refused without a `vswitch` stage), and with a `p4` stage
+//! `snic p4 table-add ... --control PATH` (and the other `simple_switch_CLI` commands) programs
+//! the P4 program's tables.
 //!
 //! Classes are reported twice. "Classified" comes from the classify stage's own counters (every
 //! packet it was handed, by the class it gave, including packets it or a later stage then
@@ -55,10 +57,14 @@ pub struct RunArgs {
                 or null. Repeat for more ports; port ids follow the order given (0, 1, ...)."
     )]
     pub ports: Vec<String>,
-    /// A pipeline stage, in order: parse, parse:pass, classify, classify:mark, l2fwd,
-    /// l2fwd:I=E,..., l2fwd:learn, tap:PATH, vswitch. Repeat the option for each stage.
-    /// Default: parse, classify, l2fwd (between ports 0 and 1).
-    #[arg(long = "stage", value_name = "NAME")]
+    #[arg(
+        long = "stage",
+        value_name = "NAME",
+        help = "A pipeline stage, in order: parse, parse:pass, classify, classify:mark, l2fwd, \
+                l2fwd:I=E,..., l2fwd:learn, tap:PATH, vswitch, p4:PROG.p4[,entries=FILE][,I=DIR]. \
+                Repeat the option for each stage. Default: parse, classify, l2fwd (between ports \
+                0 and 1)."
+    )]
     pub stages: Vec<String>,
     /// Worker threads (each runs its own pipeline; flows are spread by RSS hash).
     #[arg(long, value_name = "N")]
@@ -380,6 +386,11 @@ pub fn run(args: RunArgs) -> Result<()> {
         finite.push(spec.is_finite_source());
     }
     let runtime = Runtime::with_ports(cfg, ports, finite).context("cannot start the runtime")?;
+    if let Some(p4) = runtime.p4() {
+        for w in p4.warnings() {
+            eprintln!("{w}");
+        }
+    }
 
     let signals = Signals::install().context("cannot install signal handlers")?;
     let done = Arc::new(AtomicBool::new(false));
@@ -410,6 +421,7 @@ pub fn run(args: RunArgs) -> Result<()> {
             let handler = crate::vswitch::control_handler(
                 Arc::clone(&latest),
                 runtime.vswitch().cloned(),
+                runtime.p4().map(|p| p.control()),
                 runtime.clock(),
             );
             let server = ControlServer::spawn(path, handler)?;

@@ -144,6 +144,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             let handler = crate::vswitch::control_handler(
                 Arc::clone(&latest),
                 vswitch,
+                None,
                 snic_time::MonotonicClock::new(),
             );
             Some(ControlServer::spawn(path, handler)?)

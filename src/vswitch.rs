@@ -413,10 +413,11 @@ pub const NO_VSWITCH: &str = "this run has no vswitch stage";
 /// counters).
 /// The control socket's handler of a run or a NIC: the counters document from `latest` (a
 /// snapshot the caller refreshes), vSwitch requests through `vs` timed with `clock` (the run's
-/// clock, so flow ages are right).
+/// clock, so flow ages are right), `p4.cli` requests through `p4` (the `p4` stage's control).
 pub fn control_handler(
     latest: std::sync::Arc<std::sync::Mutex<String>>,
     vs: Option<VSwitch>,
+    p4: Option<snic_io::p4::P4Control>,
     clock: snic_time::MonotonicClock,
 ) -> impl FnMut(crate::control::Incoming) -> String + Send + 'static {
     use crate::control::Incoming;
@@ -428,6 +429,9 @@ pub fn control_handler(
             Incoming::Request(Request::Stats) => {
                 format!("{{\"ok\":true,\"counters\":{}}}", counters())
             }
+            Incoming::Request(Request::P4 { text }) => {
+                crate::p4::serve(p4.as_ref(), &text).to_string()
+            }
             Incoming::Request(r) => serve(vs.as_ref(), clock.now(), r).to_string(),
         }
     }
@@ -437,6 +441,7 @@ pub fn serve(vs: Option<&VSwitch>, now: Instant, req: Request) -> Value {
     let Some(vs) = vs else { return error(NO_VSWITCH) };
     match req {
         Request::Stats => error("stats is answered by the run, not the vswitch"),
+        Request::P4 { .. } => error("p4 requests are answered by the p4 stage, not the vswitch"),
         Request::VSwitchShow => json!({"ok": true, "vswitch": show_json(vs)}),
         Request::DumpFlows { limit, text } => {
             if limit > MAX_DUMP_LIMIT {
