@@ -157,13 +157,16 @@ fn cli_priorities_smaller_wins_and_dump_shows_them_as_given() {
     assert!(matches!(e, ApplyError::Value(_)), "{e}");
 }
 
+/// What a refused command's error must look like.
+type Want = fn(&ApplyError) -> bool;
+
 #[test]
 fn refused_commands_change_nothing_and_say_why() {
     let mut sw = switch(RT);
     ok(&mut sw, "table_add l2 fwd 1 => 3");
     ok(&mut sw, "mc_mgrp_create 1");
     let before = state(&sw);
-    let cases: &[(&str, fn(&ApplyError) -> bool)] = &[
+    let cases: &[(&str, Want)] = &[
         ("table_add l2 fwd 1 => 4", |e| matches!(e, ApplyError::Refused(RuntimeError::Duplicate))),
         ("table_add nope fwd 1 => 4", |e| matches!(e, ApplyError::NotFound { what: "table", .. })),
         ("table_add l2 frob 1 => 4", |e| matches!(e, ApplyError::NotFound { what: "action", .. })),
