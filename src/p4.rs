@@ -318,6 +318,7 @@ pub fn run(args: P4Args) -> u8 {
             }
             remote(&control, text)
         }
+        // The remote sub-commands were sent above.
         _ => 2,
     }
 }
@@ -426,4 +427,43 @@ pub fn info(p: &snic_p4::ir::Compiled) -> String {
         let _ = writeln!(s, "value_set {} bit<{}> size {}", v.name, v.width, v.size);
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct T {
+        #[command(flatten)]
+        p4: P4Args,
+    }
+
+    fn parse(args: &[&str]) -> P4Cmd {
+        T::try_parse_from(std::iter::once("p4").chain(args.iter().copied())).expect("parses").p4.cmd
+    }
+
+    #[test]
+    fn remote_subcommands_name_their_cli_command_and_keep_every_word() {
+        let cmd = parse(&["table-add", "--control", "/s", "l2", "fwd", "-1", "=>", "1", "5"]);
+        let (name, r) = cmd.remote().expect("remote");
+        assert_eq!(name, "table_add");
+        assert_eq!(r.control, PathBuf::from("/s"));
+        assert_eq!(r.args, ["l2", "fwd", "-1", "=>", "1", "5"]);
+        let cmd = parse(&["mc-dump", "--control", "/s"]);
+        assert_eq!(cmd.remote().map(|(n, r)| (n, r.args.len())), Some(("mc_dump", 0)));
+        let cmd = parse(&["mirroring-add-mc", "--control", "/s", "1", "2"]);
+        assert_eq!(cmd.remote().map(|(n, _)| n), Some("mirroring_add_mc"));
+        assert!(parse(&["check", "x.p4"]).remote().is_none());
+        match parse(&["cli", "--control", "/s", "table_clear t", "mc_dump"]) {
+            P4Cmd::Cli { lines, file: None, .. } => assert_eq!(lines, ["table_clear t", "mc_dump"]),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn serve_without_a_p4_stage_says_so() {
+        assert_eq!(serve(None, "show_tables"), json!({"ok": false, "error": NO_P4}));
+    }
 }
