@@ -180,3 +180,71 @@ fn load_errors_name_the_file() {
     let e = P4Program::load(&f.prog.with_file_name("missing.p4"), None, &[], 1).unwrap_err();
     assert!(e.0.contains("missing.p4"), "{e}");
 }
+
+/// Any bytes from any port: every packet leaves or counts exactly one drop, copies included.
+#[test]
+fn any_frames_leave_or_count_one_drop() {
+    use rand::{Rng, SeedableRng};
+    let f = files(
+        "table_add l2 fwd 00:00:00:00:00:01 => 1\ntable_add l2 set_mc 0xffffffffffff => 7\n\
+         mc_mgrp_create 7\nmc_node_create 0 0 1 2\nmc_node_associate 7 0\n\
+         table_add l2 fwd 00:00:00:00:00:02 => 511\n",
+    );
+    let prog = P4Program::load(&f.prog, Some(&f.entries), &[], 1).unwrap();
+    let mut p = pipeline(&prog, 0);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+    let (mut sent, mut left) = (0u64, 0u64);
+    for _ in 0..40 {
+        let mut b = Batch::new(64);
+        for _ in 0..rng.gen_range(1..48) {
+            let mut fr = frame(rng.gen_range(0..4), if rng.gen_bool(0.8) { 0x800 } else { 0x86dd });
+            if rng.gen_bool(0.2) {
+                fr[..6].fill(0xff);
+            }
+            fr.truncate(rng.gen_range(0..fr.len() + 1));
+            b.push_frame(&fr).unwrap().meta.ingress = snic_pipeline::PortId(rng.gen_range(0..3));
+            sent += 1;
+        }
+        p.process(Instant::from_secs(1), &mut b);
+        assert!(b.iter().all(|x| x.meta.egress.is_some()));
+        left += b.len() as u64;
+    }
+    let c = p.counters();
+    let s = c.stage("p4").unwrap();
+    assert!(s.balanced(), "{s:?}");
+    assert_eq!(left + c.total_drops(), sent + c.created_total(), "{c}");
+    assert!(s.created > 0 && s.drops.get(DropReason::P4Drop) > 0, "{s:?}");
+    assert!(s.drops.get(DropReason::P4ParserError) > 0, "{s:?}");
+}
+
+/// The run configuration takes the stage as a string; one `p4` stage per run.
+#[test]
+fn runtime_builds_the_stage_from_its_spec_and_refuses_two() {
+    use snic_io::runtime::{RunConfig, RunError, Runtime};
+    let f = files(
+        "table_add l2 set_mc 0xffffffffffff => 7\nmc_mgrp_create 7\nmc_node_create 0 0 1\nmc_node_associate 7 0\n",
+    );
+    let stage = format!("p4:{},entries={}", f.prog.display(), f.entries.display());
+    let cfg = RunConfig::from_toml(&format!(
+        "ports = [\"gen:10\", \"null\"]\nstages = [{:?}]\nworkers = 2\n",
+        stage
+    ))
+    .unwrap();
+    let rt = Runtime::new(cfg.clone()).unwrap();
+    assert!(rt.p4().is_some_and(|p| p.control().workers() == 2));
+    let never = std::sync::atomic::AtomicBool::new(false);
+    let r = rt.run(&never, &never, |_| {}).unwrap();
+    let c = &r.counters;
+    // Every generated frame leaves or is one counted drop, copies included.
+    assert_eq!(c.port(snic_pipeline::PortId(0)).map_or(0, |p| p.rx_packets), 10);
+    assert_eq!(
+        c.total_drops() + c.port(snic_pipeline::PortId(1)).map_or(0, |p| p.tx_packets),
+        10 + c.created_total()
+    );
+    let mut two = cfg;
+    two.stages.push(stage.parse().unwrap());
+    match Runtime::new(two) {
+        Err(RunError::Config(why)) => assert!(why.contains("one p4 stage"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+}
