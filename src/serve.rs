@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::{Context, Result, bail};
 use snic_device::{Server, ServerConfig, Wire, default_socket_path};
 use snic_io::PortSpec;
-use snic_io::nic::{NicNode, build_pipeline};
+use snic_io::nic::{NicNode, build_pipeline_with};
 use snic_io::runtime::VSwitchSettings;
 use snic_io::signal::Signals;
 use snic_nic::neigh::NeighConfig;
@@ -109,12 +109,12 @@ pub fn run(args: ServeArgs) -> Result<()> {
     };
     let signals = Signals::install().context("installing signal handlers")?;
     let (on_chip, on_board, workers) = (cfg.on_chip, cfg.on_board, cfg.workers);
-    let (wire, nic_desc, vswitch) = match &args.port {
+    let (wire, nic_desc, vswitch, p4) = match &args.port {
         Some(spec) => {
-            let (w, desc, vs) = open_nic(spec, &args)?;
-            (Some(w), Some(desc), vs)
+            let (w, desc, vs, p4) = open_nic(spec, &args)?;
+            (Some(w), Some(desc), vs, p4)
         }
-        None => (None, None, None),
+        None => (None, None, None, None),
     };
     let server = Server::start_with(cfg.clone(), wire)
         .with_context(|| format!("starting the server on {}", cfg.socket.display()))?;
@@ -144,7 +144,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             let handler = crate::vswitch::control_handler(
                 Arc::clone(&latest),
                 vswitch,
-                None,
+                p4.map(|p| p.control()),
                 snic_time::MonotonicClock::new(),
             );
             Some(ControlServer::spawn(path, handler)?)
@@ -217,9 +217,13 @@ pub fn parse_mac(s: &str) -> Result<EthernetAddress> {
     Ok(EthernetAddress(b))
 }
 
-/// Open the NIC's ports and build its data path; also a one-line description and the vSwitch
-/// (its control handle), when a stage is one.
-fn open_nic(spec: &PortSpec, args: &ServeArgs) -> Result<(Wire, String, Option<VSwitch>)> {
+/// The NIC's wire, its description, and the vSwitch and P4 program of its stages (for the
+/// control socket).
+type OpenNic = (Wire, String, Option<VSwitch>, Option<snic_io::p4::P4Program>);
+
+/// Open the NIC's ports and build its data path; also a one-line description, and the vSwitch
+/// and the P4 program (their control handles) when stages are ones.
+fn open_nic(spec: &PortSpec, args: &ServeArgs) -> Result<OpenNic> {
     if args.rdma_ip.is_empty() {
         bail!("a NIC needs --rdma-ip (its RoCE address)");
     }
@@ -271,7 +275,14 @@ fn open_nic(spec: &PortSpec, args: &ServeArgs) -> Result<(Wire, String, Option<V
         wire: PortId(0),
         neigh: NeighConfig::default(),
     });
-    let pipeline = build_pipeline(&pcfg, &nic, vswitch.as_ref())?;
+    let p4 = snic_io::p4::P4Program::from_stages(&pcfg.stages, 1)
+        .map_err(|e| anyhow::anyhow!("p4 stage: {e}"))?;
+    if let Some(p) = &p4 {
+        for w in p.warnings() {
+            eprintln!("{w}");
+        }
+    }
+    let pipeline = build_pipeline_with(&pcfg, &nic, vswitch.as_ref(), p4.as_ref())?;
     let names: Vec<&str> = pipeline.stage_names().collect();
     let ports_desc: Vec<String> = ports.iter().map(|p| p.name().to_string()).collect();
     let desc = format!(
@@ -281,7 +292,7 @@ fn open_nic(spec: &PortSpec, args: &ServeArgs) -> Result<(Wire, String, Option<V
         ips.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(", "),
     );
     let node = NicNode::new("nic", pipeline, ports, nic, snic_pipeline::MAX_BATCH);
-    Ok((Wire { node, ips, link_mtu }, desc, vswitch))
+    Ok((Wire { node, ips, link_mtu }, desc, vswitch, p4))
 }
 
 #[cfg(test)]

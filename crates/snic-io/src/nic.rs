@@ -209,6 +209,12 @@ pub fn nic_stages(stages: &[StageSpec]) -> Result<Vec<StageSpec>, RunError> {
         Some(_) => {}
         None => s.insert(classify + 1, StageSpec::Local),
     }
+    // A P4 program rewrites headers too: the NIC's packets are taken before it.
+    let local = find(&s, |x| *x == StageSpec::Local);
+    let p4 = find(&s, |x| matches!(x, StageSpec::P4 { .. }));
+    if p4.is_some_and(|p| local.is_some_and(|l| p < l)) {
+        return Err(RunError::Config("local must come before p4 (after classify)".into()));
+    }
     Ok(s)
 }
 
@@ -218,6 +224,17 @@ pub fn build_pipeline(
     cfg: &PipelineConfig,
     nic: &Nic,
     vswitch: Option<&snic_vswitch::engine::VSwitch>,
+) -> Result<Pipeline, RunError> {
+    build_pipeline_with(cfg, nic, vswitch, None)
+}
+
+/// [`build_pipeline`], with the program of a `p4` stage (worker 0's switch: a NIC runs one
+/// pipeline).
+pub fn build_pipeline_with(
+    cfg: &PipelineConfig,
+    nic: &Nic,
+    vswitch: Option<&snic_vswitch::engine::VSwitch>,
+    p4: Option<&crate::p4::P4Program>,
 ) -> Result<Pipeline, RunError> {
     let mut cfg = cfg.clone();
     cfg.stages = nic_stages(&cfg.stages)?;
@@ -230,6 +247,12 @@ pub fn build_pipeline(
             vs.stage()
                 .map(|s| Box::new(s) as Box<dyn Stage>)
                 .map_err(|e| BuildError::Stage { stage: "vswitch".into(), why: e.to_string() })
+        }),
+        StageSpec::P4 { .. } => p4.map(|p| {
+            p.stage(0).map(|s| Box::new(s) as Box<dyn Stage>).ok_or_else(|| BuildError::Stage {
+                stage: "p4".into(),
+                why: "the program has no switch".into(),
+            })
         }),
         _ => None,
     };
@@ -254,9 +277,16 @@ mod tests {
         );
         let given = specs(&["parse", "classify", "tap:x.pcap", "local", "l2fwd"]);
         assert_eq!(nic_stages(&given).unwrap(), given);
-        for bad in
-            [&["parse", "l2fwd"][..], &["classify", "parse"], &["parse", "local", "classify"]]
-        {
+        assert_eq!(
+            names(nic_stages(&specs(&["parse", "classify", "p4:x.p4"])).unwrap()),
+            ["parse", "classify", "local", "p4:x.p4"]
+        );
+        for bad in [
+            &["parse", "l2fwd"][..],
+            &["classify", "parse"],
+            &["parse", "local", "classify"],
+            &["parse", "p4:x.p4", "classify"],
+        ] {
             assert!(nic_stages(&specs(bad)).is_err(), "{bad:?}");
         }
     }

@@ -147,6 +147,27 @@ impl P4Program {
         Ok(P4Program { switches: Arc::new(switches), warnings, entries_output })
     }
 
+    /// Load the program of the `p4` stage among `stages`, if there is one (at most one: a
+    /// second is an error), with a switch per worker.
+    pub fn from_stages(
+        stages: &[snic_pipeline::StageSpec],
+        workers: usize,
+    ) -> Result<Option<P4Program>, P4Error> {
+        let mut specs = stages.iter().filter_map(|s| match s {
+            snic_pipeline::StageSpec::P4 { program, entries, include } => {
+                Some((program, entries, include))
+            }
+            _ => None,
+        });
+        let Some((program, entries, include)) = specs.next() else { return Ok(None) };
+        if specs.next().is_some() {
+            return Err(P4Error("one p4 stage per run".into()));
+        }
+        let include: Vec<PathBuf> = include.iter().map(Into::into).collect();
+        P4Program::load(Path::new(program), entries.as_deref().map(Path::new), &include, workers)
+            .map(Some)
+    }
+
     /// What the compiler warned about, rendered.
     pub fn warnings(&self) -> &[String] {
         &self.warnings

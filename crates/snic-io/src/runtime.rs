@@ -353,28 +353,6 @@ pub struct Runtime {
     p4: Option<P4Program>,
 }
 
-/// Compile the program of the `p4` stage, if the stages have one (at most one), with a switch
-/// per worker.
-fn load_p4(stages: &[StageSpec], workers: usize) -> Result<Option<P4Program>, RunError> {
-    let mut specs = stages.iter().filter_map(|s| match s {
-        StageSpec::P4 { program, entries, include } => Some((program, entries, include)),
-        _ => None,
-    });
-    let Some((program, entries, include)) = specs.next() else { return Ok(None) };
-    if specs.next().is_some() {
-        return Err(RunError::Config("one p4 stage per run".into()));
-    }
-    let include: Vec<std::path::PathBuf> = include.iter().map(Into::into).collect();
-    P4Program::load(
-        std::path::Path::new(program),
-        entries.as_deref().map(std::path::Path::new),
-        &include,
-        workers,
-    )
-    .map(Some)
-    .map_err(|e| RunError::Config(format!("p4 stage: {e}")))
-}
-
 impl Runtime {
     /// Open the configured ports and build the pipelines.
     pub fn new(cfg: RunConfig) -> Result<Self, RunError> {
@@ -408,7 +386,8 @@ impl Runtime {
         } else {
             None
         };
-        let p4 = load_p4(&cfg.stages, cfg.workers)?;
+        let p4 = P4Program::from_stages(&cfg.stages, cfg.workers)
+            .map_err(|e| RunError::Config(format!("p4 stage: {e}")))?;
         let mut pipelines = Vec::with_capacity(cfg.workers);
         for k in 0..cfg.workers {
             let mut opener = open_tap(k);

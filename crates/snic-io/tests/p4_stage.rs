@@ -248,3 +248,29 @@ fn runtime_builds_the_stage_from_its_spec_and_refuses_two() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A whole NIC's pipeline takes the stage too, after its `local` stage.
+#[test]
+fn nic_pipeline_takes_the_p4_stage_after_local() {
+    use snic_nic::{Nic, NicConfig};
+    let f = files("table_add l2 fwd 00:00:00:00:00:01 => 1\n");
+    let stage = format!("p4:{},entries={}", f.prog.display(), f.entries.display());
+    let cfg = snic_pipeline::PipelineConfig::from_strs(&["parse", "classify", &stage]).unwrap();
+    let prog = P4Program::from_stages(&cfg.stages, 1).unwrap().unwrap();
+    let nic = Nic::new(NicConfig {
+        mac: snic_wire::ethernet::EthernetAddress([2, 0, 0, 0, 9, 1]),
+        ips: vec!["10.9.0.1".parse().unwrap()],
+        wire: snic_pipeline::PortId(0),
+        neigh: Default::default(),
+    });
+    let mut p = snic_io::nic::build_pipeline_with(&cfg, &nic, None, Some(&prog)).unwrap();
+    assert_eq!(p.stage_names().collect::<Vec<_>>(), ["parse", "classify", "local", "p4"]);
+    assert!(snic_io::nic::build_pipeline(&cfg, &nic, None).is_err(), "no program, no stage");
+    let mut b = Batch::new(4);
+    b.push_frame(&frame(1, 0x800)).unwrap();
+    p.process(Instant::from_secs(1), &mut b);
+    let c = p.counters();
+    let s = c.stage("p4").unwrap();
+    assert!(s.balanced(), "{s:?}");
+    assert_eq!(s.packets_in, c.stage("local").unwrap().packets_out, "{c}");
+}
