@@ -163,7 +163,7 @@ fn control_changes_every_worker_or_none() {
     assert!(e.contains("exists"), "{e}");
     assert_eq!(run(&mut a, &[frame(1, 0x800)])[0].0, 2, "the refused entry changed nothing");
     let text = ctl.apply_text("counter_read seen 0").unwrap();
-    assert_eq!(text, "I.seen[0]=  BmCounterValue(packets=4, bytes=240)\n", "summed over workers");
+    assert_eq!(text, "seen[0]=  BmCounterValue(packets=4, bytes=240)\n", "summed over workers");
     let e = ctl.apply_text("table_add l2 fwd 1 => 3\ntable_frob").unwrap_err();
     assert!(e.contains("line 2"), "{e}");
 }

@@ -405,7 +405,7 @@ impl Exec<'_, '_> {
         let ti = &self.sw().program().tables[t];
         let _ = writeln!(out, "Dumping entry {:#x}", e.handle);
         let _ = writeln!(out, "Match key:");
-        let name_w = ti.keys.iter().map(|k| k.name.len()).max().unwrap_or(0);
+        let name_w = ti.keys.iter().map(|k| k.name.len()).max().unwrap_or(0).max(20);
         for (k, m) in ti.keys.iter().zip(&e.matches) {
             let w = k.width;
             let v = match *m {
@@ -427,8 +427,37 @@ impl Exec<'_, '_> {
         if let Some(p) = e.priority {
             let _ = writeln!(out, "Priority: {}", p.saturating_neg());
         }
-        let (a, args) = self.call_text(t, &e.call);
-        let _ = writeln!(out, "Action entry: {a} - {}", args.replace('\t', ", "));
+        self.action_entry(t, &e.call, out);
+    }
+
+    /// `Action entry: NAME - DATA, DATA` (the data in plain hex, as BMv2 dumps it).
+    fn action_entry(&self, t: usize, call: &ActionCall, out: &mut String) {
+        use fmt::Write as _;
+        let p = self.sw().program();
+        let widths: Vec<u32> = p.tables[t]
+            .actions
+            .get(call.action as usize)
+            .map(|ta| {
+                p.actions[ta.action as usize]
+                    .params
+                    .iter()
+                    .filter(|x| x.data)
+                    .map(|x| x.width)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let data: Vec<String> = call
+            .args
+            .iter()
+            .enumerate()
+            .map(|(i, v)| hex_plain(*v, widths.get(i).copied().unwrap_or(128)))
+            .collect();
+        let _ = writeln!(
+            out,
+            "Action entry: {} - {}",
+            self.action_name(t, call.action),
+            data.join(", ")
+        );
     }
 
     fn counter_sum(&self, f: impl Fn(&Switch) -> Result<(u64, u64), RuntimeError>) -> CounterSum {
@@ -475,10 +504,10 @@ impl Exec<'_, '_> {
                 let h = self.change(|sw| sw.table_add(t, matches.clone(), prio, call.clone()))?;
                 let ti = &self.sw().program().tables[t];
                 let kind = table_match_type(ti.keys.iter().map(|k| k.kind));
-                let (a, args) = self.call_text(t, &call);
-                let _ = writeln!(out, "Adding entry to {kind} match table {}", ti.name);
+                let (_, args) = self.call_text(t, &call);
+                let _ = writeln!(out, "Adding entry to {kind} match table {table}");
                 let _ = writeln!(out, "match key:           {}", self.key_line(t, &matches));
-                let _ = writeln!(out, "action:              {a}");
+                let _ = writeln!(out, "action:              {action}");
                 let _ = writeln!(out, "runtime data:        {args}");
                 let _ = writeln!(out, "Entry has been added with handle {h}");
             }
@@ -486,8 +515,7 @@ impl Exec<'_, '_> {
                 let t = self.table(table)?;
                 let h = u64::from(*handle);
                 self.change(|sw| sw.table_delete(t, h))?;
-                let _ =
-                    writeln!(out, "Deleting entry {h} from {}", self.sw().program().tables[t].name);
+                let _ = writeln!(out, "Deleting entry {h} from {table}");
             }
             Command::TableModify { table, action, handle, params } => {
                 let t = self.table(table)?;
@@ -496,37 +524,24 @@ impl Exec<'_, '_> {
                 self.change(|sw| sw.table_modify(t, h, call.clone()))?;
                 let ti = &self.sw().program().tables[t];
                 let kind = table_match_type(ti.keys.iter().map(|k| k.kind));
-                let (a, args) = self.call_text(t, &call);
-                let _ = writeln!(out, "Modifying entry {h} for {kind} match table {}", ti.name);
-                let _ = writeln!(out, "action:              {a}");
-                let _ = writeln!(out, "runtime data:        {args}");
+                let _ = writeln!(out, "Modifying entry {h} for {kind} match table {table}");
             }
             Command::TableSetDefault { table, action, params } => {
                 let t = self.table(table)?;
                 let call = self.call(t, action, params)?;
                 self.change(|sw| sw.table_set_default(t, call.clone()))?;
-                let (a, args) = self.call_text(t, &call);
-                let _ = writeln!(
-                    out,
-                    "Setting default action of {}",
-                    self.sw().program().tables[t].name
-                );
-                let _ = writeln!(out, "action:              {a}");
+                let (_, args) = self.call_text(t, &call);
+                let _ = writeln!(out, "Setting default action of {table}");
+                let _ = writeln!(out, "action:              {action}");
                 let _ = writeln!(out, "runtime data:        {args}");
             }
             Command::TableResetDefault { table } => {
                 let t = self.table(table)?;
                 self.change(|sw| sw.table_reset_default(t))?;
-                let _ = writeln!(
-                    out,
-                    "Resetting default action of {}",
-                    self.sw().program().tables[t].name
-                );
             }
             Command::TableClear { table } => {
                 let t = self.table(table)?;
                 self.change(|sw| sw.table_clear(t))?;
-                let _ = writeln!(out, "Clearing table {}", self.sw().program().tables[t].name);
             }
             Command::TableDump { table } => {
                 let t = self.table(table)?;
@@ -539,10 +554,7 @@ impl Exec<'_, '_> {
                 let _ = writeln!(out, "==========");
                 let _ = writeln!(out, "Dumping default entry");
                 match self.sw().table_default(t) {
-                    Some(d) => {
-                        let (a, args) = self.call_text(t, &d);
-                        let _ = writeln!(out, "Action entry: {a} - {}", args.replace('\t', ", "));
-                    }
+                    Some(d) => self.action_entry(t, &d, &mut out),
                     None => {
                         let _ = writeln!(out, "EMPTY");
                     }
@@ -589,12 +601,15 @@ impl Exec<'_, '_> {
                     InstanceKind::Counter { .. } => self.counter_sum(|s| s.counter_read(i, idx))?,
                     InstanceKind::DirectCounter(_) => {
                         let t = self.direct_table(i, false)?;
-                        self.counter_sum(|s| s.direct_counter_read(t, u64::from(*index)))?
+                        let r =
+                            self.counter_sum(|s| s.direct_counter_read(t, u64::from(*index)))?;
+                        let tn = &self.sw().program().tables[t].name;
+                        let _ = writeln!(out, "this is the direct counter for table {tn}");
+                        r
                     }
                     _ => return Err(not_a("counter", name)),
                 };
-                let n = &self.sw().program().instances[i].name;
-                let _ = writeln!(out, "{n}[{index}]=  BmCounterValue(packets={p}, bytes={b})");
+                let _ = writeln!(out, "{name}[{index}]=  BmCounterValue(packets={p}, bytes={b})");
             }
             Command::CounterReset { name } => {
                 let i = self.instance("counter", name)?;
@@ -603,6 +618,10 @@ impl Exec<'_, '_> {
                     _ => return Err(not_a("counter", name)),
                 }
                 self.change(|sw| sw.counter_reset(i))?;
+                if let Ok(t) = self.direct_table(i, false) {
+                    let tn = &self.sw().program().tables[t].name;
+                    let _ = writeln!(out, "this is the direct counter for table {tn}");
+                }
             }
             Command::CounterWrite { name, index, packets, bytes } => {
                 let i = self.instance("counter", name)?;
@@ -622,11 +641,12 @@ impl Exec<'_, '_> {
                     sw.counter_write(i, idx, (0, 0))
                         .map_err(|e| ApplyError::Diverged(format!("worker {k}: {e}")))?;
                 }
+                let _ = writeln!(out, "{name}[{index}] has been updated");
             }
             Command::RegisterRead { name, index } => {
                 let i = self.instance("register", name)?;
                 let (size, _) = self.register(i, name)?;
-                let n = self.sw().program().instances[i].name.clone();
+                let n = name;
                 match index {
                     Some(x) => {
                         let x = *x as usize;
@@ -890,7 +910,7 @@ impl Exec<'_, '_> {
     fn table_info(&self, t: usize, out: &mut String) {
         use fmt::Write as _;
         self.table_info_line(t, out);
-        let _ = writeln!(out, "{}", "*".repeat(60));
+        let _ = writeln!(out, "{}", "*".repeat(80));
         let p = self.sw().program();
         for ta in &p.tables[t].actions {
             let a = &p.actions[ta.action as usize];
