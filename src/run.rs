@@ -293,7 +293,9 @@ fn drops_by_reason(report: &RunReport) -> serde_json::Map<String, Value> {
 }
 
 /// The counters of a run as one JSON document (what `--json` and the control socket give):
-/// `classified` is the classify stage's count by class, `classes` the packets forwarded by class.
+/// `classified` is the classify stage's count by class, `classes` the packets forwarded by class,
+/// `created` the packets stages made (P4 replicas and clones: what left plus what was dropped
+/// is what arrived plus this).
 pub fn report_json(report: &RunReport, classes: &ClassCounts) -> Value {
     let ports: Vec<Value> = report
         .ports
@@ -319,6 +321,7 @@ pub fn report_json(report: &RunReport, classes: &ClassCounts) -> Value {
         "ports": ports,
         "stages": report.counters.stages,
         "drops_total": report.counters.total_drops(),
+        "created": report.counters.created_total(),
         "drops": drops_by_reason(report),
         "classified": report.counters.classified(),
         "classes": classes.to_json(),

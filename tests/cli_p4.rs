@@ -31,9 +31,10 @@ control MyIngress(inout headers_t hdr, inout meta_t m, inout standard_metadata_t
     counter(1, CounterType.packets_and_bytes) seen;
     action fwd(bit<9> port) { sm.egress_spec = port; }
     action drop() { mark_to_drop(sm); }
+    action set_mc(bit<16> grp) { sm.mcast_grp = grp; }
     table l2 {
         key = { hdr.eth.dst : exact; }
-        actions = { fwd; drop; }
+        actions = { fwd; drop; set_mc; }
         default_action = drop();
     }
     apply { seen.count(0); l2.apply(); hdr.eth.src = 0x0200000000ff; }
@@ -215,11 +216,36 @@ fn p4_tables_of_a_live_run_over_the_control_socket() {
     peer.send_to(&frame(1, 0x800), addr).unwrap();
     run.wait_until("a second p4_drop", |r| num(&r.stats(), "/drops/p4_drop") == 2);
 
+    // Multicast: one packet in, a replica to each of ports 0 and 1; the extra one is created.
+    let text = run.p4_ok(
+        "cli",
+        &[
+            "mc_mgrp_create 5",
+            "mc_node_create 0 0 1",
+            "mc_node_associate 5 0",
+            "table_add l2 set_mc 02:00:00:00:00:09 => 5",
+        ],
+    );
+    assert!(text.contains("node was created with handle 0"), "{text}");
+    peer.send_to(&frame(9, 0x800), addr).unwrap();
+    let (n, _) = peer.recv_from(&mut buf).expect("the replica for port 0 comes back");
+    assert_eq!(&buf[..6], &frame(9, 0x800)[..6]);
+    assert_eq!(n, 60);
+    run.wait_until("the replica leaves by port 1 and the workers published", |r| {
+        let v = r.stats();
+        num(&v, "/ports/1/tx_packets") == 5 && num(&p4_stage(&v), "/packets_in") == 9
+    });
+
     let v = run.stats();
     let s = p4_stage(&v);
-    assert_eq!(num(&s, "/packets_in"), 8, "{s}");
-    assert_eq!(num(&s, "/packets_out"), 5, "{s}");
+    assert_eq!(num(&s, "/packets_in"), 9, "{s}");
+    assert_eq!(num(&s, "/created"), 1, "{s}");
+    assert_eq!(num(&s, "/packets_out"), 7, "{s}");
     assert_eq!(num(&v, "/drops_total"), 3, "{v}");
+    assert_eq!(num(&v, "/created"), 1, "{v}");
+    // Every packet accounted for: received + created == sent + dropped.
+    let tx = num(&v, "/ports/0/tx_packets") + num(&v, "/ports/1/tx_packets");
+    assert_eq!(num(&v, "/ports/0/rx_packets") + 1, tx + 3, "{v}");
     run.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
