@@ -27,9 +27,10 @@ control I(inout headers_t hdr, inout meta_t m, inout standard_metadata_t sm) {
     action fwd(bit<9> port) { sm.egress_spec = port; }
     action drop() { mark_to_drop(sm); }
     action set_mc(bit<16> grp) { sm.mcast_grp = grp; }
+    action mirror(bit<32> session) { clone(CloneType.I2E, session); }
     table l2 {
         key = { hdr.eth.dst : exact; }
-        actions = { fwd; drop; set_mc; NoAction; }
+        actions = { fwd; drop; set_mc; mirror; NoAction; }
         default_action = drop();
     }
     table acl {
@@ -273,6 +274,22 @@ fn multicast_and_mirroring() {
     assert_eq!(ok(&mut sw, "mirroring_get 5"), "MirroringSessionConfig(port=3, mgid=None)\n");
     ok(&mut sw, "mirroring_delete 5");
     assert!(run(&mut sw, "mirroring_get 5").is_err());
+}
+
+/// Found by the `p4_runtime` fuzz target: an ingress clone to a configured mirror session
+/// re-parsed the packet into the frame buffer the ingress run had taken (empty), and panicked
+/// with an index out of bounds.
+#[test]
+fn ingress_clone_to_a_mirror_session_does_not_panic() {
+    let mut sw = switch(RT);
+    ok(&mut sw, "mirroring_add 5 3");
+    ok(&mut sw, "table_add l2 mirror 1 => 5");
+    let mut out = Vec::new();
+    sw.process(0, &frame(1, 2, 0x800), 1_000, &mut out);
+    let mut ports: Vec<u32> = out.iter().map(|(p, _)| *p).collect();
+    ports.sort_unstable();
+    assert_eq!(ports, vec![0, 3], "the packet (egress_spec 0) and its clone");
+    assert!(out.iter().all(|(_, f)| f == &frame(1, 2, 0x800)));
 }
 
 #[test]
