@@ -1,7 +1,9 @@
 //! Fuzz target `p4_runtime`: arbitrary `simple_switch_CLI` command lines applied with
 //! `snic_p4::runtime::apply_all` to two switches running one small program (an exact table, a
 //! ternary + lpm table with a direct counter and a priority, a counter, a register, a meter,
-//! multicast, mirroring), with a packet run through both after every command.
+//! multicast, mirroring), with a packet run through both after every command. The input is the
+//! text, then (after a `0xff` byte, never part of UTF-8) the packet's bytes; without one the
+//! packet is a 60-byte frame to a destination that changes with each command.
 //!
 //! Checks, besides "never panics": a refused command leaves the control-plane state of both
 //! switches as it was (entries, defaults, multicast groups); the two switches' control-plane
@@ -83,7 +85,11 @@ fn state(sw: &Switch) -> String {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else { return };
+    let (text, packet) = match data.iter().position(|&b| b == 0xff) {
+        Some(i) => (&data[..i], Some(&data[i + 1..])),
+        None => (data, None),
+    };
+    let Ok(text) = std::str::from_utf8(text) else { return };
     let Ok(cmds) = parse_file(text) else { return };
     let mut a = Switch::new(program().clone()).expect("switch");
     let mut b = a.clone();
@@ -98,9 +104,16 @@ fuzz_target!(|data: &[u8]| {
             }
         }
         assert_eq!(state(&a), state(&b), "workers diverged after {cmd}");
-        let frame = [&[0u8, 0, 0, 0, 0, (n % 4) as u8][..], &[2, 0, 0, 0, 0, 1, 8, 0], &[0; 46]]
-            .concat();
+        let frame = match packet {
+            Some(p) => p.to_vec(),
+            None => [&[0u8, 0, 0, 0, 0, (n % 4) as u8][..], &[2, 0, 0, 0, 0, 1, 8, 0], &[0; 46]]
+                .concat(),
+        };
         out.clear();
         a.process(n as u32 % 4, &frame, n as u64 * 1000, &mut out);
+        for (port, f) in &out {
+            assert!(*port < 512, "port {port}");
+            let _ = f.len();
+        }
     }
 });
