@@ -1,4 +1,6 @@
-//! P4-16 for snic: a front end and (to come) a v1model executor, sans-IO.
+//! P4-16 for snic: a front end, a v1model executor (`v1model::Switch`) and its control plane
+//! (`runtime`), sans-IO. The pipeline stage that runs a program on live traffic is in
+//! `snic-io`, which reads the files.
 //!
 //! What is here so far:
 //! - [`span`]: the source map (every file the front end read, by [`span::FileId`]) and
