@@ -21,6 +21,9 @@
 //! group). A traced packet carries the switch's own trace lines (parser states, tables,
 //! actions, the egress decision) as [`TraceWhat::Detail`] events.
 //!
+//! `digest` messages have no receiver yet: each counts as one of the stage's `errors` (and
+//! shows in the trace), none is kept.
+//!
 //! The executor allocates per packet (it copies the frame into its own state): the P4 stage is
 //! the documented exception to "no allocation on the fast path", as the vSwitch's slow path is.
 //!
@@ -284,6 +287,12 @@ impl Stage for P4Stage {
                     ctx.trace(p, || TraceWhat::Detail(line));
                 }
                 sw.set_trace(false);
+            }
+            // Digests have no receiver yet: each is counted (and traced), never kept, so a
+            // program that sends them cannot grow the switch's memory.
+            for d in sw.take_digests() {
+                ctx.error();
+                ctx.trace(p, || TraceWhat::Detail(format!("digest {d:?} (no receiver)")));
             }
             let mut outs = out.drain(..);
             let Some((first_port, first)) = outs.next() else {

@@ -41,9 +41,13 @@ struct Files {
 }
 
 fn files(entries: &str) -> Files {
+    files_with(PROG, entries)
+}
+
+fn files_with(src: &str, entries: &str) -> Files {
     let dir = tempfile::tempdir().unwrap();
     let prog = dir.path().join("l2.p4");
-    std::fs::write(&prog, PROG).unwrap();
+    std::fs::write(&prog, src).unwrap();
     let e = dir.path().join("entries.txt");
     std::fs::write(&e, entries).unwrap();
     Files { prog, entries: e, _dir: dir }
@@ -273,4 +277,19 @@ fn nic_pipeline_takes_the_p4_stage_after_local() {
     let s = c.stage("p4").unwrap();
     assert!(s.balanced(), "{s:?}");
     assert_eq!(s.packets_in, c.stage("local").unwrap().packets_out, "{c}");
+}
+
+/// Digests have no receiver: each is counted as an error of the stage and traced, none kept.
+#[test]
+fn digests_are_counted_not_kept() {
+    let src = PROG.replace("seen.count(0);", "seen.count(0); digest<bit<48>>(1, hdr.eth.dst);");
+    let f = files_with(&src, "table_add l2 fwd 00:00:00:00:00:01 => 1\n");
+    let prog = P4Program::load(&f.prog, Some(&f.entries), &[], 1).unwrap();
+    let mut p = pipeline(&prog, 0);
+    p.set_trace_filter(Some(TraceFilter::parse("seq 2").unwrap()));
+    assert_eq!(run(&mut p, &[frame(1, 0x800), frame(1, 0x800), frame(9, 0x800)]).len(), 2);
+    let c = p.counters();
+    assert_eq!(c.stage("p4").unwrap().errors, 3);
+    let text: Vec<String> = p.drain_trace().map(|e| e.to_string()).collect();
+    assert!(text.iter().any(|l| l.contains("digest [1] (no receiver)")), "{text:?}");
 }
