@@ -21,6 +21,10 @@
 //! group). A traced packet carries the switch's own trace lines (parser states, tables,
 //! actions, the egress decision) as [`TraceWhat::Detail`] events.
 //!
+//! A panic in the executor (a bug) is caught: the packet is a `p4_fault` drop and the switch's
+//! scratch state is restored ([`Switch::recover`]), so one bad packet never takes a worker
+//! down.
+//!
 //! `digest` messages have no receiver yet: each counts as one of the stage's `errors` (and
 //! shows in the trace), none is kept.
 //!
@@ -281,7 +285,19 @@ impl Stage for P4Stage {
             if traced {
                 sw.set_trace(true);
             }
-            sw.process(u32::from(p.meta.ingress.0), p.data(), now_ns, out);
+            let ingress = u32::from(p.meta.ingress.0);
+            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                sw.process(ingress, p.data(), now_ns, out)
+            }));
+            if ran.is_err() {
+                // A bug in the executor must not take the worker down: drop the packet, count
+                // it, and restore the switch's scratch state (its tables are untouched).
+                sw.recover();
+                sw.set_trace(false);
+                out.clear();
+                verdicts.push(Some(DropReason::P4Fault));
+                continue;
+            }
             if traced {
                 for line in sw.take_trace() {
                     ctx.trace(p, || TraceWhat::Detail(line));

@@ -393,6 +393,17 @@ impl Switch {
         self.trace.as_mut().map(core::mem::take).unwrap_or_default()
     }
 
+    /// Put the per-packet scratch state back in shape after a [`Switch::process`] that did not
+    /// return (a panic a caller caught): the frame buffer it had taken, the trace. Tables,
+    /// externs and every control-plane setting are untouched.
+    pub fn recover(&mut self) {
+        self.frame = vec![0; self.prog.frame_len as usize];
+        self.key.clear();
+        if self.trace.is_some() {
+            self.trace = Some(Vec::new());
+        }
+    }
+
     /// Digests sent since the last call (each the list's values).
     pub fn take_digests(&mut self) -> Vec<Vec<u128>> {
         core::mem::take(&mut self.digests)

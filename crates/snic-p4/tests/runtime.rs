@@ -293,6 +293,16 @@ fn ingress_clone_to_a_mirror_session_does_not_panic() {
 }
 
 #[test]
+fn recover_keeps_the_control_plane_and_the_switch_runs_on() {
+    let mut sw = switch(RT);
+    ok(&mut sw, "table_add l2 fwd 1 => 3");
+    let before = state(&sw);
+    sw.recover();
+    assert_eq!(state(&sw), before);
+    assert_eq!(send(&mut sw, 0, &frame(1, 0, 0x800)), vec![3]);
+}
+
+#[test]
 fn info_commands_list_tables_and_actions() {
     let mut sw = switch(RT);
     let t = ok(&mut sw, "show_tables");

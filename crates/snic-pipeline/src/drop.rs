@@ -18,7 +18,7 @@ const WIRE: usize = WireError::NAMES.len();
 pub const DROP_REASONS: usize = WIRE + OTHER_NAMES.len();
 
 /// Names of the non-`Malformed` reasons, in slot order after the wire errors.
-const OTHER_NAMES: [&str; 20] = [
+const OTHER_NAMES: [&str; 21] = [
     "no_egress",
     "tx_queue_full",
     "tx_error",
@@ -39,6 +39,7 @@ const OTHER_NAMES: [&str; 20] = [
     "local_full",
     "p4_drop",
     "p4_parser_error",
+    "p4_fault",
 ];
 
 /// Why a packet was dropped. Names ([`DropReason::name`], `Display`) are lower-case and stable:
@@ -93,6 +94,9 @@ pub enum DropReason {
     /// A P4 program's parser ended in an error and the packet then produced no output (v1model
     /// goes on into ingress after a parser error, so an error alone is not a drop).
     P4ParserError,
+    /// The P4 executor failed on this packet (a bug in snic, reported on stderr); the stage
+    /// caught it, dropped the packet and went on.
+    P4Fault,
 }
 
 impl DropReason {
@@ -120,6 +124,7 @@ impl DropReason {
             DropReason::LocalFull => WIRE + 17,
             DropReason::P4Drop => WIRE + 18,
             DropReason::P4ParserError => WIRE + 19,
+            DropReason::P4Fault => WIRE + 20,
         }
     }
 
@@ -199,6 +204,7 @@ mod tests {
             DropReason::LocalFull,
             DropReason::P4Drop,
             DropReason::P4ParserError,
+            DropReason::P4Fault,
         ];
         let mut seen = [false; DROP_REASONS];
         for r in all {
