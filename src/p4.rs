@@ -57,7 +57,8 @@ enum P4Cmd {
         #[command(flatten)]
         opts: CompileOpts,
     },
-    /// Send simple_switch_CLI command lines to the p4 stage of a running `snic run --control`.
+    /// Send simple_switch_CLI command lines to the p4 stage of a running `snic run --control`
+    /// (with neither lines nor a file, they are read from stdin, as `simple_switch_CLI < FILE`).
     Cli {
         /// The control socket of the run.
         #[arg(long, value_name = "PATH")]
@@ -304,6 +305,13 @@ pub fn run(args: P4Args) -> u8 {
         },
         P4Cmd::Cli { control, file, lines } => {
             let mut text = lines.join("\n");
+            if lines.is_empty() && file.is_none() {
+                use std::io::Read as _;
+                if let Err(e) = std::io::stdin().read_to_string(&mut text) {
+                    eprintln!("error: reading stdin: {e}");
+                    return 2;
+                }
+            }
             if let Some(f) = file {
                 match std::fs::read_to_string(&f) {
                     Ok(t) => {

@@ -213,6 +213,22 @@ fn p4_tables_of_a_live_run_over_the_control_socket() {
     // Any command line through `snic p4 cli`; the deleted entry's packets are dropped again.
     let text = run.p4_ok("cli", &["table_delete l2 1", "table_num_entries l2"]);
     assert_eq!(text, "Deleting entry 1 from l2\n1\n");
+    // Or from stdin, as `simple_switch_CLI < FILE`.
+    let mut child = snic()
+        .args(["p4", "cli", "--control"])
+        .arg(&run.sock)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write as _;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"# from stdin\ntable_num_entries MyIngress.l2\n").unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "1\n");
     peer.send_to(&frame(1, 0x800), addr).unwrap();
     run.wait_until("a second p4_drop", |r| num(&r.stats(), "/drops/p4_drop") == 2);
 
