@@ -395,6 +395,86 @@ pub enum Command {
     ShowTables,
     /// `show_actions`.
     ShowActions,
+    /// `act_prof_create_member PROFILE ACTION PARAM...`.
+    ActProfCreateMember {
+        /// The action profile (or selector).
+        profile: String,
+        /// The action.
+        action: String,
+        /// Its parameters.
+        params: Vec<String>,
+    },
+    /// `act_prof_delete_member PROFILE MEMBER`.
+    ActProfDeleteMember {
+        /// The profile.
+        profile: String,
+        /// The member.
+        member: u32,
+    },
+    /// `act_prof_create_group PROFILE`.
+    ActProfCreateGroup {
+        /// The profile.
+        profile: String,
+    },
+    /// `act_prof_delete_group PROFILE GROUP`.
+    ActProfDeleteGroup {
+        /// The profile.
+        profile: String,
+        /// The group.
+        group: u32,
+    },
+    /// `act_prof_add_member_to_group PROFILE MEMBER GROUP`.
+    ActProfAddMemberToGroup {
+        /// The profile.
+        profile: String,
+        /// The member.
+        member: u32,
+        /// The group.
+        group: u32,
+    },
+    /// `act_prof_remove_member_from_group PROFILE MEMBER GROUP`.
+    ActProfRemoveMemberFromGroup {
+        /// The profile.
+        profile: String,
+        /// The member.
+        member: u32,
+        /// The group.
+        group: u32,
+    },
+    /// `table_indirect_add TABLE KEY... => MEMBER [PRIORITY]`, or with `_with_group` a group.
+    TableIndirectAdd {
+        /// The table.
+        table: String,
+        /// The key values.
+        keys: Vec<String>,
+        /// The member or group.
+        target: u32,
+        /// A group rather than a member.
+        group: bool,
+        /// The priority, for tables that use one.
+        priority: Option<i32>,
+    },
+    /// `table_indirect_set_default TABLE MEMBER`, or with `_with_group` a group.
+    TableIndirectSetDefault {
+        /// The table.
+        table: String,
+        /// The member or group.
+        target: u32,
+        /// A group rather than a member.
+        group: bool,
+    },
+    /// `pvs_add NAME VALUE[&&&MASK]`: add to a parser value set.
+    PvsAdd {
+        /// The value set.
+        name: String,
+        /// The value (and mask).
+        value: String,
+    },
+    /// `pvs_clear NAME`.
+    PvsClear {
+        /// The value set.
+        name: String,
+    },
 }
 
 /// simple_switch_CLI commands this parser knows of but snic does not take: a clearer error than
@@ -403,11 +483,7 @@ const UNSUPPORTED: &[&str] = &[
     "table_set_timeout",
     "table_show_actions",
     "table_dump_entry_from_key",
-    "table_indirect_add",
-    "table_indirect_add_with_group",
     "table_indirect_delete",
-    "table_indirect_set_default",
-    "table_indirect_set_default_with_group",
     "table_indirect_reset_default",
     "table_indirect_create_member",
     "table_indirect_delete_member",
@@ -418,13 +494,7 @@ const UNSUPPORTED: &[&str] = &[
     "table_indirect_remove_member_from_group",
     "table_dump_member",
     "table_dump_group",
-    "act_prof_create_member",
-    "act_prof_delete_member",
     "act_prof_modify_member",
-    "act_prof_create_group",
-    "act_prof_delete_group",
-    "act_prof_add_member_to_group",
-    "act_prof_remove_member_from_group",
     "act_prof_dump_member",
     "act_prof_dump_group",
     "act_prof_dump",
@@ -916,6 +986,79 @@ fn parse_tokens(cmd: &str, a: &[&str]) -> Result<Command, CliError> {
                 params: strings(&a[3 + arrow..]),
             }
         }
+        "act_prof_create_member" => {
+            at_least(cmd, a, 2, "PROFILE ACTION PARAM...")?;
+            Command::ActProfCreateMember { profile: s(0), action: s(1), params: strings(&a[2..]) }
+        }
+        "act_prof_delete_member" => {
+            exactly(cmd, a, 2, "PROFILE MEMBER")?;
+            Command::ActProfDeleteMember { profile: s(0), member: u32_arg(a[1], "member")? }
+        }
+        "act_prof_create_group" => {
+            exactly(cmd, a, 1, "PROFILE")?;
+            Command::ActProfCreateGroup { profile: s(0) }
+        }
+        "act_prof_delete_group" => {
+            exactly(cmd, a, 2, "PROFILE GROUP")?;
+            Command::ActProfDeleteGroup { profile: s(0), group: u32_arg(a[1], "group")? }
+        }
+        "act_prof_add_member_to_group" | "act_prof_remove_member_from_group" => {
+            exactly(cmd, a, 3, "PROFILE MEMBER GROUP")?;
+            let (profile, member, group) =
+                (s(0), u32_arg(a[1], "member")?, u32_arg(a[2], "group")?);
+            if cmd == "act_prof_add_member_to_group" {
+                Command::ActProfAddMemberToGroup { profile, member, group }
+            } else {
+                Command::ActProfRemoveMemberFromGroup { profile, member, group }
+            }
+        }
+        "table_indirect_add" | "table_indirect_add_with_group" => {
+            at_least(cmd, a, 3, "TABLE KEY... => MEMBER|GROUP [PRIORITY]")?;
+            let Some(arrow) = a[1..].iter().position(|t| *t == "=>") else {
+                return Err(CliError::new(
+                    ErrorKind::Arguments,
+                    format!("{cmd}: missing `=>` before the member or group"),
+                ));
+            };
+            let rest = &a[2 + arrow..];
+            if rest.is_empty() || rest.len() > 2 {
+                return Err(CliError::new(
+                    ErrorKind::Arguments,
+                    format!(
+                        "{cmd}: `=>` is followed by a member or group and an optional priority"
+                    ),
+                ));
+            }
+            let priority = match rest.get(1) {
+                Some(p) => Some(p.parse::<i32>().map_err(|_| {
+                    CliError::new(ErrorKind::BadNumber, format!("bad priority {p}"))
+                })?),
+                None => None,
+            };
+            Command::TableIndirectAdd {
+                table: s(0),
+                keys: strings(&a[1..1 + arrow]),
+                target: u32_arg(rest[0], "member or group")?,
+                group: cmd.ends_with("_with_group"),
+                priority,
+            }
+        }
+        "table_indirect_set_default" | "table_indirect_set_default_with_group" => {
+            exactly(cmd, a, 2, "TABLE MEMBER|GROUP")?;
+            Command::TableIndirectSetDefault {
+                table: s(0),
+                target: u32_arg(a[1], "member or group")?,
+                group: cmd.ends_with("_with_group"),
+            }
+        }
+        "pvs_add" => {
+            exactly(cmd, a, 2, "NAME VALUE[&&&MASK]")?;
+            Command::PvsAdd { name: s(0), value: s(1) }
+        }
+        "pvs_clear" => {
+            exactly(cmd, a, 1, "NAME")?;
+            Command::PvsClear { name: s(0) }
+        }
         "table_delete" => {
             exactly(cmd, a, 2, "TABLE HANDLE")?;
             Command::TableDelete { table: s(0), handle: u32_arg(a[1], "entry handle")? }
@@ -1182,6 +1325,41 @@ fn rates(f: &mut fmt::Formatter<'_>, rates: &[MeterRate]) -> fmt::Result {
 impl fmt::Display for Command {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Command::ActProfCreateMember { profile, action, params } => {
+                write!(f, "act_prof_create_member {profile} {action}")?;
+                join(f, params)
+            }
+            Command::ActProfDeleteMember { profile, member } => {
+                write!(f, "act_prof_delete_member {profile} {member}")
+            }
+            Command::ActProfCreateGroup { profile } => write!(f, "act_prof_create_group {profile}"),
+            Command::ActProfDeleteGroup { profile, group } => {
+                write!(f, "act_prof_delete_group {profile} {group}")
+            }
+            Command::ActProfAddMemberToGroup { profile, member, group } => {
+                write!(f, "act_prof_add_member_to_group {profile} {member} {group}")
+            }
+            Command::ActProfRemoveMemberFromGroup { profile, member, group } => {
+                write!(f, "act_prof_remove_member_from_group {profile} {member} {group}")
+            }
+            Command::TableIndirectAdd { table, keys, target, group, priority } => {
+                write!(f, "table_indirect_add{} {table}", if *group { "_with_group" } else { "" })?;
+                join(f, keys)?;
+                write!(f, " => {target}")?;
+                match priority {
+                    Some(p) => write!(f, " {p}"),
+                    None => Ok(()),
+                }
+            }
+            Command::TableIndirectSetDefault { table, target, group } => {
+                write!(
+                    f,
+                    "table_indirect_set_default{} {table} {target}",
+                    if *group { "_with_group" } else { "" }
+                )
+            }
+            Command::PvsAdd { name, value } => write!(f, "pvs_add {name} {value}"),
+            Command::PvsClear { name } => write!(f, "pvs_clear {name}"),
             Command::TableAdd { table, action, keys, params } => {
                 write!(f, "table_add {table} {action}")?;
                 join(f, keys)?;

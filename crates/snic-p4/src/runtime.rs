@@ -27,7 +27,7 @@ use crate::algo::{CrcParams, CrcWidth, MeterRate};
 use crate::cli::{self, CliError, Command};
 use crate::ir::{ActionCall, InstanceKind};
 use crate::table::{FieldMatch, MatchKind};
-use crate::v1model::{EntryView, MirrorSession, RuntimeError, Switch};
+use crate::v1model::{EntryView, Indirect, MirrorSession, RuntimeError, Switch};
 
 /// Why a command was refused.
 #[derive(Debug, Clone, PartialEq)]
@@ -576,6 +576,86 @@ impl Exec<'_, '_> {
             Command::TableInfo { table } => {
                 let t = self.table(table)?;
                 self.table_info(t, &mut out);
+            }
+            Command::ActProfCreateMember { profile, action, params } => {
+                let inst = self.instance("action profile", profile)?;
+                let p = self.sw().program();
+                let aid = resolve("action", action, p.actions.iter().map(|a| a.name.as_str()))?;
+                let act = &p.actions[aid];
+                let data: Vec<_> = act.params.iter().filter(|x| x.data).collect();
+                if data.len() != params.len() {
+                    return Err(ApplyError::Arguments(format!(
+                        "action {} takes {} parameter(s), got {}",
+                        act.name,
+                        data.len(),
+                        params.len()
+                    )));
+                }
+                let mut args = Vec::new();
+                for (x, text) in data.iter().zip(params) {
+                    args.push(cli::param_value(text, x.width).map_err(|e| {
+                        ApplyError::Value(prefix(e, &format!("parameter {}", x.name)))
+                    })?);
+                }
+                let m =
+                    self.change(|sw| sw.act_prof_create_member(inst, aid as u32, args.clone()))?;
+                let _ = writeln!(out, "Member has been created with handle {m}");
+            }
+            Command::ActProfDeleteMember { profile, member } => {
+                let inst = self.instance("action profile", profile)?;
+                self.change(|sw| sw.act_prof_delete_member(inst, *member))?;
+            }
+            Command::ActProfCreateGroup { profile } => {
+                let inst = self.instance("action profile", profile)?;
+                let g = self.change(|sw| sw.act_prof_create_group(inst))?;
+                let _ = writeln!(out, "Group has been created with handle {g}");
+            }
+            Command::ActProfDeleteGroup { profile, group } => {
+                let inst = self.instance("action profile", profile)?;
+                self.change(|sw| sw.act_prof_delete_group(inst, *group))?;
+            }
+            Command::ActProfAddMemberToGroup { profile, member, group } => {
+                let inst = self.instance("action profile", profile)?;
+                self.change(|sw| sw.act_prof_add_member_to_group(inst, *member, *group))?;
+            }
+            Command::ActProfRemoveMemberFromGroup { profile, member, group } => {
+                let inst = self.instance("action profile", profile)?;
+                self.change(|sw| sw.act_prof_remove_member_from_group(inst, *member, *group))?;
+            }
+            Command::TableIndirectAdd { table, keys, target, group, priority } => {
+                let t = self.table(table)?;
+                let matches = self.keys(t, keys)?;
+                let prio = priority.map(|p| -i64::from(p));
+                let ind = if *group { Indirect::Group(*target) } else { Indirect::Member(*target) };
+                let h = self.change(|sw| sw.table_indirect_add(t, matches.clone(), prio, ind))?;
+                let _ = writeln!(out, "Entry has been added with handle {h}");
+            }
+            Command::TableIndirectSetDefault { table, target, group } => {
+                let t = self.table(table)?;
+                let ind = if *group { Indirect::Group(*target) } else { Indirect::Member(*target) };
+                self.change(|sw| sw.table_indirect_set_default(t, ind))?;
+            }
+            Command::PvsAdd { name, value } => {
+                let p = self.sw().program();
+                let vs = resolve("value set", name, p.value_sets.iter().map(|v| v.name.as_str()))?;
+                let width = p.value_sets[vs].width;
+                let (v, m) = match cli::key_match(value, crate::table::MatchKind::Ternary, width)
+                    .map_err(|e| ApplyError::Value(prefix(e, "value")))?
+                {
+                    FieldMatch::Ternary { value, mask } => (value, mask),
+                    FieldMatch::Exact(v) => (v, crate::ir::mask(width)),
+                    _ => {
+                        return Err(ApplyError::Arguments(
+                            "a value set takes VALUE or VALUE&&&MASK".into(),
+                        ));
+                    }
+                };
+                self.change(|sw| sw.value_set_add(vs, v, m))?;
+            }
+            Command::PvsClear { name } => {
+                let p = self.sw().program();
+                let vs = resolve("value set", name, p.value_sets.iter().map(|v| v.name.as_str()))?;
+                self.change(|sw| sw.value_set_clear(vs))?;
             }
             Command::ShowTables => {
                 for t in 0..self.sw().program().tables.len() {

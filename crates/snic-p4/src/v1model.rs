@@ -974,6 +974,17 @@ impl Switch {
         Ok(())
     }
 
+    /// Empty a parser value set.
+    pub fn value_set_clear(&mut self, vs: usize) -> Result<(), RuntimeError> {
+        match self.value_sets.get_mut(vs) {
+            Some(set) => {
+                set.clear();
+                Ok(())
+            }
+            None => Err(RuntimeError::NotFound(format!("value set {vs}"))),
+        }
+    }
+
     /// Create a multicast group.
     pub fn mc_group_create(&mut self, g: u16) -> Result<(), RuntimeError> {
         if self.mc_groups.contains_key(&g) {

@@ -73,11 +73,57 @@ fn unknown_and_unsupported_commands() {
     let e = err("frobnicate x");
     assert_eq!(e.kind, ErrorKind::UnknownCommand);
     assert!(e.message.contains("unknown command `frobnicate`"), "{e}");
-    let e = err("act_prof_create_member p a");
+    let e = err("act_prof_dump p");
     assert_eq!(e.kind, ErrorKind::UnknownCommand);
     assert!(e.message.contains("does not support"), "{e}");
     // Command names are case-sensitive, as in Python's `cmd`.
     assert_eq!(err("TABLE_CLEAR t").kind, ErrorKind::UnknownCommand);
+}
+
+// ---- action profiles and value sets ----
+
+#[test]
+fn action_profile_and_value_set_commands() {
+    assert_eq!(
+        one("act_prof_create_member sel set 0xa0 1"),
+        Command::ActProfCreateMember {
+            profile: "sel".into(),
+            action: "set".into(),
+            params: s(&["0xa0", "1"])
+        }
+    );
+    assert_eq!(
+        one("act_prof_add_member_to_group sel 3 4"),
+        Command::ActProfAddMemberToGroup { profile: "sel".into(), member: 3, group: 4 }
+    );
+    assert_eq!(
+        one("table_indirect_add_with_group t 1 0x0a&&&0xff => 7 10"),
+        Command::TableIndirectAdd {
+            table: "t".into(),
+            keys: s(&["1", "0x0a&&&0xff"]),
+            target: 7,
+            group: true,
+            priority: Some(10)
+        }
+    );
+    assert_eq!(
+        one("table_indirect_set_default t 2"),
+        Command::TableIndirectSetDefault { table: "t".into(), target: 2, group: false }
+    );
+    assert_eq!(
+        one("pvs_add vs 0x30&&&0xf0"),
+        Command::PvsAdd { name: "vs".into(), value: "0x30&&&0xf0".into() }
+    );
+    assert_eq!(err("table_indirect_add t 1 2").kind, ErrorKind::Arguments);
+    assert_eq!(err("table_indirect_add t 1 => 2 3 4").kind, ErrorKind::Arguments);
+    for c in [
+        "act_prof_create_group sel",
+        "act_prof_delete_group sel 1",
+        "pvs_clear vs",
+        "table_indirect_add t 1 => 2",
+    ] {
+        assert_eq!(one(c).to_string(), c);
+    }
 }
 
 // ---- table commands ----

@@ -357,3 +357,76 @@ fn entries_files_stop_at_the_first_error_and_name_the_line() {
     let out = apply_file(&mut sw, "table_add l2 fwd 1 => 3\nmc_mgrp_create 2\n").unwrap();
     assert!(out.ends_with("Creating multicast group 2\n"), "{out}");
 }
+
+const PROFILED: &str = r#"#include <core.p4>
+#include <v1model.p4>
+header h_t { bit<8> k; bit<8> sel; bit<8> res; }
+struct headers_t { h_t h; }
+struct meta_t { bit<1> drop; }
+parser P(packet_in pkt, out headers_t hdr, inout meta_t m, inout standard_metadata_t sm) {
+    value_set<bit<8>>(4) drop_keys;
+    state start { pkt.extract(hdr.h); transition select(hdr.h.k) { drop_keys: mark; default: accept; } }
+    state mark { m.drop = 1; transition accept; }
+}
+control VC(inout headers_t hdr, inout meta_t m) { apply { } }
+control I(inout headers_t hdr, inout meta_t m, inout standard_metadata_t sm) {
+    action set(bit<8> v, PortId_t p) { hdr.h.res = v; sm.egress_spec = p; }
+    action_selector(HashAlgorithm.identity, 16, 8) sel;
+    table t {
+        key = { hdr.h.k : exact; hdr.h.sel : selector; }
+        actions = { set; NoAction; }
+        implementation = sel;
+    }
+    apply { if (m.drop == 1) { mark_to_drop(sm); } else { t.apply(); } }
+}
+control E(inout headers_t hdr, inout meta_t m, inout standard_metadata_t sm) { apply { } }
+control CC(inout headers_t hdr, inout meta_t m) { apply { } }
+control D(packet_out pkt, in headers_t hdr) { apply { pkt.emit(hdr.h); } }
+V1Switch(P(), VC(), I(), E(), CC(), D()) main;
+"#;
+
+#[test]
+fn action_profile_and_value_set_commands_program_the_switch() {
+    let mut sw = snic_p4::v1model::Switch::new(common::compile(PROFILED)).unwrap();
+    let out = snic_p4::runtime::apply_file(
+        &mut sw,
+        "act_prof_create_member sel set 0xa0 1\n\
+         act_prof_create_member sel set 0xa1 2\n\
+         act_prof_create_group sel\n\
+         act_prof_add_member_to_group sel 0 0\n\
+         act_prof_add_member_to_group sel 1 0\n\
+         table_indirect_add_with_group t 1 => 0\n\
+         table_indirect_add t 2 => 1\n\
+         pvs_add drop_keys 0x30&&&0xf0\n",
+    )
+    .unwrap();
+    assert!(out.contains("Member has been created with handle 1"), "{out}");
+    assert!(out.contains("Group has been created with handle 0"), "{out}");
+    let mut got = Vec::new();
+    for (k, s) in [(1u8, 4u8), (1, 5), (2, 4), (0x35, 0), (3, 0)] {
+        let mut out = Vec::new();
+        sw.process(0, &[k, s, 0], 0, &mut out);
+        got.push(out);
+    }
+    assert_eq!(got[0], vec![(1, vec![1, 4, 0xa0])]);
+    assert_eq!(got[1], vec![(2, vec![1, 5, 0xa1])]);
+    assert_eq!(got[2], vec![(2, vec![2, 4, 0xa1])]);
+    assert_eq!(got[3], vec![], "the value set matches 0x3X and ingress drops it");
+    assert_eq!(got[4], vec![(0, vec![3, 0, 0])], "a miss runs NoAction");
+    // A refused command changes nothing: member 0 is in a group.
+    assert!(
+        snic_p4::runtime::apply(
+            &mut sw,
+            &snic_p4::cli::parse_line("act_prof_delete_member sel 0", 1).unwrap().unwrap()
+        )
+        .is_err()
+    );
+    snic_p4::runtime::apply(
+        &mut sw,
+        &snic_p4::cli::parse_line("pvs_clear drop_keys", 1).unwrap().unwrap(),
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    sw.process(0, &[0x35, 0, 0], 0, &mut out);
+    assert_eq!(out.len(), 1);
+}
