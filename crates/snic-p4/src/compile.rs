@@ -3164,7 +3164,11 @@ impl<'a> Compiler<'a> {
                     };
                     let len = self.slots(&t);
                     let union = self.union_siblings(base)?;
+                    let Ty::Header(hi) = t else { unreachable!() };
+                    let l = self.layout_of(hi);
+                    let bytes = self.out.layouts[l as usize].fixed_bits / 8;
                     return Ok(St::SetValid {
+                        bytes,
                         hdr: p,
                         valid: member.text == "setValid",
                         len,
@@ -3241,7 +3245,22 @@ impl<'a> Compiler<'a> {
                         };
                         let stride = self.slots(&elem);
                         let (hp, ht) = self.place(&a0.value)?;
-                        (Some((sp, n, stride)), hp, ht)
+                        (Some((sp, n, stride, 0)), hp, ht)
+                    }
+                    ExprKind::Member { base: nb, member: um } if matches!(&nb.kind, ExprKind::Member { member: m, .. } if m.text == "next") =>
+                    {
+                        // `stack.next.member` on a stack of header unions.
+                        let ExprKind::Member { base: sb, .. } = &nb.kind else { unreachable!() };
+                        let (sp, st) = self.place(sb)?;
+                        let Ty::Stack(elem, n) = st else {
+                            return err(a0.loc, "`.next` needs a header stack");
+                        };
+                        let stride = self.slots(&elem);
+                        let Some((off, _)) = self.field(&elem, &um.text) else {
+                            return err(um.loc, format!("no member `{}`", um.text));
+                        };
+                        let (hp, ht) = self.place(&a0.value)?;
+                        (Some((sp, n, stride, off)), hp, ht)
                     }
                     _ => {
                         let (hp, ht) = self.place(&a0.value)?;
@@ -3277,24 +3296,13 @@ impl<'a> Compiler<'a> {
                     }
                     _ => Vec::new(),
                 };
-                let ex = St::Extern(Box::new(ExternCall::Extract {
-                    hdr: hp.clone(),
+                Ok(St::Extern(Box::new(ExternCall::Extract {
+                    hdr: hp,
                     layout,
                     varbits,
                     next_of,
-                }));
-                if union.is_empty() {
-                    return Ok(ex);
-                }
-                let len = self.out.layouts[layout as usize].slots;
-                Ok(St::Block(vec![
-                    ex,
-                    St::If(
-                        Ex::Load(hp.clone()),
-                        vec![St::SetValid { hdr: hp, valid: true, len, union }],
-                        Vec::new(),
-                    ),
-                ]))
+                    union,
+                })))
             }
             "advance" => {
                 let Some(a) = args.first() else { return err(loc, "advance needs a size") };

@@ -248,6 +248,9 @@ pub enum St {
     /// offsets of the other members of the header union it belongs to (relative to `hdr`), which
     /// `setValid` invalidates.
     SetValid {
+        /// The header's size in bytes: BMv2 adds it to (or takes it from) the packet's length
+        /// when the validity changes.
+        bytes: u32,
         /// The header.
         hdr: Place,
         /// Valid or not.
@@ -366,8 +369,12 @@ pub enum ExternCall {
         layout: u32,
         /// The varbit's length in bits, for the two-argument form.
         varbits: Option<Ex>,
-        /// `stack.next`: the stack's nextIndex place, element count and stride.
-        next_of: Option<(Place, u32, u32)>,
+        /// `stack.next` (or `stack.next.member` for a stack of header unions): the stack's
+        /// nextIndex place, element count, stride and the member's offset in an element.
+        next_of: Option<(Place, u32, u32, u32)>,
+        /// The validity slots of the other members of the header union the header belongs to,
+        /// as offsets from the header's (invalidated by a successful extract).
+        union: Vec<(i32, u32)>,
     },
     /// `packet_in.lookahead<T>()` of a header or struct written to `dst` with a shape.
     LookaheadInto {

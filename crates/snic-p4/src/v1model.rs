@@ -165,6 +165,8 @@ struct Flags {
     recirculate: Option<Option<u32>>,
     truncate: Option<u32>,
     assert_failed: bool,
+    /// Bytes added (or removed) by setValid / setInvalid, as BMv2's packet length register.
+    len_delta: i64,
 }
 
 /// What a packet trace records, one line per event (like BMv2's `--log-console`).
@@ -1127,7 +1129,7 @@ impl Switch {
                     instance::NORMAL,
                     0,
                     None,
-                    data.len() as u32,
+                    u.len,
                     u.truncate,
                     &mut work,
                     out,
@@ -1140,7 +1142,7 @@ impl Switch {
                     itype: instance::NORMAL,
                     rid: 0,
                     keep: None,
-                    len: data.len() as u32,
+                    len: u.len,
                     truncate: u.truncate,
                 });
             }
@@ -1158,14 +1160,15 @@ impl Switch {
             match w {
                 Work::Ingress { data, port, itype, keep } => {
                     if let Some(u) = self.ingress(&data, port, itype, &keep, &mut work) {
+                        // BMv2 sets instance_type to NORMAL before the unicast enqueue.
                         work.push_back(Work::Egress {
                             frame: self.frame.clone(),
                             payload: data[u.off..].to_vec(),
                             port: u.port,
-                            itype,
+                            itype: instance::NORMAL,
                             rid: 0,
                             keep: None,
-                            len: data.len() as u32,
+                            len: u.len,
                             truncate: u.truncate,
                         });
                     }
@@ -1197,12 +1200,26 @@ impl Switch {
     }
 
     /// Parse `data` into the (zeroed) frame; returns the payload offset in bytes.
-    fn parse(&mut self, data: &[u8], port: u32, itype: u128) -> usize {
+    /// Parse `data` into a fresh frame. A packet from a port has its `ingress_port`; a derived
+    /// packet (resubmit, recirculation, clone) starts from reset metadata, as BMv2's does, with
+    /// only the preserved fields (`keep`) set, before the parser runs.
+    fn parse(
+        &mut self,
+        data: &[u8],
+        port: Option<u32>,
+        itype: u128,
+        keep: &[(Slot, Vec<u128>)],
+    ) -> usize {
         let std = self.prog.std;
         let mut frame = core::mem::take(&mut self.frame);
         frame.clear();
         frame.resize(self.prog.frame_len as usize, 0);
-        set(&mut frame, std.ingress_port, u128::from(port));
+        if let Some(port) = port {
+            set(&mut frame, std.ingress_port, u128::from(port));
+        }
+        for (s, vals) in keep {
+            frame[*s as usize..*s as usize + vals.len()].copy_from_slice(vals);
+        }
         set(&mut frame, std.instance_type, itype);
         set(&mut frame, std.packet_length, data.len() as u128);
         set(&mut frame, std.ingress_global_timestamp, u128::from(self.now_ns / 1000) & mask(48));
@@ -1235,12 +1252,10 @@ impl Switch {
         work: &mut VecDeque<Work>,
     ) -> Option<Unicast> {
         self.tr(|| format!("ingress: port {port}, {} bytes, instance_type {itype}", data.len()));
-        let off = self.parse(data, port, itype);
+        let from_port = (itype == instance::NORMAL).then_some(port);
+        let off = self.parse(data, from_port, itype, keep);
         let std = self.prog.std;
         let mut frame = core::mem::take(&mut self.frame);
-        for (s, vals) in keep {
-            frame[*s as usize..*s as usize + vals.len()].copy_from_slice(vals);
-        }
         let mut flags = Flags::default();
         {
             let prog = Arc::clone(&self.prog);
@@ -1256,7 +1271,7 @@ impl Switch {
         if let Some((false, session, list)) = flags.clone {
             if let Some(ms) = self.mirrors.get(&session).copied() {
                 let kept = self.keep_list(list, &frame);
-                let off2 = self.parse(data, port, itype);
+                let off2 = self.parse(data, None, itype, &[]);
                 let mut cf = self.frame.clone();
                 set(&mut cf, std.instance_type, instance::INGRESS_CLONE);
                 for (s, vals) in &kept {
@@ -1276,6 +1291,7 @@ impl Switch {
                 self.tr(|| format!("clone: session {session} is not configured"));
             }
         }
+        let plen = (data.len() as i64 + flags.len_delta).clamp(0, i64::from(u32::MAX)) as u32;
         let result = if let Some(list) = flags.resubmit {
             let kept = self.keep_list(list, &frame);
             self.tr(|| "resubmit".into());
@@ -1300,7 +1316,7 @@ impl Switch {
                         itype: instance::REPLICATION,
                         rid,
                         keep: None,
-                        len: data.len() as u32,
+                        len: plen,
                         truncate: flags.truncate,
                     });
                 }
@@ -1312,7 +1328,7 @@ impl Switch {
                 None
             } else {
                 self.tr(|| format!("ingress: egress_spec {spec}"));
-                Some(Unicast { port: spec, off, truncate: flags.truncate })
+                Some(Unicast { port: spec, off, truncate: flags.truncate, len: plen })
             }
         };
         self.frame = frame;
@@ -1374,12 +1390,11 @@ impl Switch {
     ) {
         let std = self.prog.std;
         if let Some(keep) = &keep {
-            // A clone: metadata starts from zero, with the preserved fields.
+            // A clone: metadata (standard metadata included) starts from zero, with the
+            // preserved fields, as BMv2's reset_metadata leaves it.
             let (mb, ml) = self.prog.meta;
             frame[mb as usize..(mb + ml) as usize].iter_mut().for_each(|v| *v = 0);
-            let ingress_port = get(frame, std.ingress_port);
             frame[std.base as usize..(std.base + std.len) as usize].iter_mut().for_each(|v| *v = 0);
-            set(frame, std.ingress_port, ingress_port);
             for (s, vals) in keep {
                 frame[*s as usize..*s as usize + vals.len()].copy_from_slice(vals);
             }
@@ -1462,6 +1477,8 @@ struct Unicast {
     port: u32,
     off: usize,
     truncate: Option<u32>,
+    /// The packet length egress sees (BMv2's length register).
+    len: u32,
 }
 
 /// Write an action call's data arguments into the action's parameter slots.
@@ -1495,6 +1512,9 @@ struct Exec<'s> {
     out: BitWriter,
     flags: &'s mut Flags,
     pending: Option<u32>,
+    /// An `exit` happened where no flow could carry it (a table applied or an action called
+    /// inside an expression): the enclosing block stops at its next statement.
+    exiting: bool,
 }
 
 impl<'s> Exec<'s> {
@@ -1505,7 +1525,17 @@ impl<'s> Exec<'s> {
         pkt: &'s [u8],
         flags: &'s mut Flags,
     ) -> Self {
-        Exec { prog, sw, f, pkt, cursor: 0, out: BitWriter::default(), flags, pending: None }
+        Exec {
+            prog,
+            sw,
+            f,
+            pkt,
+            cursor: 0,
+            out: BitWriter::default(),
+            flags,
+            pending: None,
+            exiting: false,
+        }
     }
 
     fn slot(&mut self, p: &Place) -> Option<usize> {
@@ -1573,7 +1603,10 @@ impl<'s> Exec<'s> {
             Ex::Cast(a, from, to) => cast(self.ev(a), *from, *to),
             Ex::NonZero(a) => u128::from(self.ev(a) != 0),
             Ex::Apply(t, what) => {
-                let (hit, action, _flow) = self.apply(*t);
+                let (hit, action, flow) = self.apply(*t);
+                if flow == Flow::Exit {
+                    self.exiting = true;
+                }
                 match what {
                     ApplyResult::Hit => u128::from(hit),
                     ApplyResult::Miss => u128::from(!hit),
@@ -1581,7 +1614,9 @@ impl<'s> Exec<'s> {
                 }
             }
             Ex::Call(c, ret) => {
-                let _ = self.call(c);
+                if self.call(c) == Flow::Exit {
+                    self.exiting = true;
+                }
                 self.f.get(*ret as usize).copied().unwrap_or(0)
             }
             Ex::AnyValid(p, members) => {
@@ -1606,7 +1641,9 @@ impl<'s> Exec<'s> {
             }
             Ex::Seq(sts, v) => {
                 for s in sts.iter() {
-                    let _ = self.st(s);
+                    if self.st(s) == Flow::Exit {
+                        self.exiting = true;
+                    }
                 }
                 self.ev(v)
             }
@@ -1639,6 +1676,9 @@ impl<'s> Exec<'s> {
     fn block(&mut self, sts: &[St]) -> Flow {
         for s in sts {
             let fl = self.st(s);
+            if self.exiting {
+                return Flow::Exit;
+            }
             if fl != Flow::Next {
                 return fl;
             }
@@ -1673,8 +1713,14 @@ impl<'s> Exec<'s> {
                     r.iter_mut().for_each(|v| *v = 0);
                 }
             }
-            St::SetValid { hdr, valid, len, union } => {
+            St::SetValid { bytes, hdr, valid, len, union } => {
                 let Some(i) = self.slot(hdr) else { return Flow::Next };
+                // BMv2's add_header / remove_header move the packet's length register.
+                match (self.f[i] != 0, *valid) {
+                    (false, true) => self.flags.len_delta += i64::from(*bytes),
+                    (true, false) => self.flags.len_delta -= i64::from(*bytes),
+                    _ => {}
+                }
                 if *valid {
                     if self.f[i] == 0 {
                         self.f[i + 1..i + *len as usize].iter_mut().for_each(|v| *v = 0);
@@ -1691,10 +1737,17 @@ impl<'s> Exec<'s> {
                 }
             }
             St::If(c, t, e) => {
-                return if self.ev(c) != 0 { self.block(t) } else { self.block(e) };
+                let v = self.ev(c);
+                if self.exiting {
+                    return Flow::Exit;
+                }
+                return if v != 0 { self.block(t) } else { self.block(e) };
             }
             St::Switch(v, arms, default, blocks) => {
                 let x = self.ev(v);
+                if self.exiting {
+                    return Flow::Exit;
+                }
                 let b = arms.iter().find(|(vals, _)| vals.contains(&x)).map(|a| a.1).or(*default);
                 if let Some(b) = b {
                     return self.block(&blocks[b as usize]);
@@ -1819,6 +1872,7 @@ impl<'s> Exec<'s> {
     }
 
     fn control(&mut self, k: u32) {
+        self.exiting = false;
         let prog = self.prog;
         let _ = self.block(&prog.controls[k as usize].body);
     }
@@ -1866,7 +1920,10 @@ impl<'s> Exec<'s> {
                     });
                     match found {
                         Some((_, n)) => *n,
-                        None => return Err(self.sw.errs.no_match),
+                        // BMv2 (with p4c's simple_switch back end) ends the parse without an
+                        // error when no case matches and there is no default, where the spec
+                        // says reject with NoMatch; snic does what the target does.
+                        None => Next::Accept,
                     }
                 }
             };
@@ -2150,16 +2207,17 @@ impl<'s> Exec<'s> {
         hdr: &Place,
         layout: u32,
         varbits: Option<&Ex>,
-        next_of: &Option<(Place, u32, u32)>,
+        next_of: &Option<(Place, u32, u32, u32)>,
+        union: &[(i32, u32)],
     ) -> Result<(), u32> {
         let base = match next_of {
-            Some((sp, count, stride)) => {
+            Some((sp, count, stride, member)) => {
                 let Some(s) = self.slot(sp) else { return Err(self.sw.errs.stack_oob) };
                 let ni = self.f[s];
                 if ni >= u128::from(*count) {
                     return Err(self.sw.errs.stack_oob);
                 }
-                s + 1 + ni as usize * *stride as usize
+                s + 1 + ni as usize * *stride as usize + *member as usize
             }
             None => match self.slot(hdr) {
                 Some(s) => s,
@@ -2205,8 +2263,9 @@ impl<'s> Exec<'s> {
                     if *w == 0 { 0 } else { (win << (bo % 8)) >> (128 - w) };
             }
             self.f[base] = 1;
+            self.invalidate_siblings(base, union);
             self.cursor = at + n * 8;
-            if let Some((sp, _, _)) = next_of
+            if let Some((sp, _, _, _)) = next_of
                 && let Some(s) = self.slot(sp)
             {
                 self.f[s] += 1;
@@ -2232,13 +2291,24 @@ impl<'s> Exec<'s> {
             at += *w as usize;
         }
         self.f[base] = 1;
+        self.invalidate_siblings(base, union);
         self.cursor = at;
-        if let Some((sp, _, _)) = next_of
+        if let Some((sp, _, _, _)) = next_of
             && let Some(s) = self.slot(sp)
         {
             self.f[s] += 1;
         }
         Ok(())
+    }
+
+    /// The other members of a header union become invalid.
+    fn invalidate_siblings(&mut self, base: usize, union: &[(i32, u32)]) {
+        for (off, _) in union {
+            let j = (base as i64 + i64::from(*off)) as usize;
+            if let Some(v) = self.f.get_mut(j) {
+                *v = 0;
+            }
+        }
     }
 
     fn emit(&mut self, base: usize, shape: &Shape) {
@@ -2315,8 +2385,8 @@ impl<'s> Exec<'s> {
     fn ext(&mut self, x: &ExternCall) -> Flow {
         let std = self.prog.std;
         match x {
-            ExternCall::Extract { hdr, layout, varbits, next_of } => {
-                if let Err(e) = self.extract(hdr, *layout, varbits.as_ref(), next_of) {
+            ExternCall::Extract { hdr, layout, varbits, next_of, union } => {
+                if let Err(e) = self.extract(hdr, *layout, varbits.as_ref(), next_of, union) {
                     return Flow::Reject(e);
                 }
             }

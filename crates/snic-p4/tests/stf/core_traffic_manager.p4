@@ -24,7 +24,7 @@ control I(inout headers_t hdr, inout meta_t m, inout standard_metadata_t sm) {
         }
         else if (hdr.h.op == 3) { sm.mcast_grp = 1; }
         else if (hdr.h.op == 4) { mark_to_drop(sm); }
-        else if (hdr.h.op == 6) { if (sm.instance_type == 4) { hdr.h.a = m.kept; hdr.h.b = m.lost; } }
+        else if (hdr.h.op == 6) { if (m.kept == 3) { hdr.h.a = m.kept; hdr.h.b = m.lost; } }
     }
 }
 control E(inout headers_t hdr, inout meta_t m, inout standard_metadata_t sm) {
@@ -32,7 +32,7 @@ control E(inout headers_t hdr, inout meta_t m, inout standard_metadata_t sm) {
         hdr.h.itype = sm.instance_type;
         hdr.h.rid = sm.egress_rid;
         if (hdr.h.op == 5 && sm.instance_type == 0) { clone(CloneType.E2E, 5); hdr.h.a = 0x11; }
-        if (hdr.h.op == 6 && sm.instance_type == 0) { m.kept = 3; m.lost = 4; recirculate_preserving_field_list(1); }
+        if (hdr.h.op == 6 && m.kept == 0) { m.kept = 3; m.lost = 4; recirculate_preserving_field_list(1); }
         if (hdr.h.op == 7) { truncate(3); }
         if (sm.egress_port == 3 && hdr.h.op == 3) { mark_to_drop(sm); }
     }
