@@ -1177,23 +1177,11 @@ impl<'a> Compiler<'a> {
             parser_error: f(self, "parser_error"),
             priority: f(self, "priority"),
         };
-        // Field lists (@field_list(N) on metadata fields).
-        if let Ty::Struct(mi) = m {
+        // Field lists (@field_list(N) on metadata fields, at any depth: an annotated struct
+        // field keeps all of it).
+        if let Ty::Struct(_) = m {
             let mut lists: Vec<(u32, Vec<(Slot, u32)>)> = Vec::new();
-            let mut off = 0;
-            for (_, fty, annos) in self.aggs[mi as usize].fields.clone() {
-                let n = self.slots(&fty);
-                if let Some(ids) = anno_ints(&annos, "field_list") {
-                    for id in ids {
-                        let id = id as u32;
-                        match lists.iter_mut().find(|l| l.0 == id) {
-                            Some(l) => l.1.push((meta + off, n)),
-                            None => lists.push((id, vec![(meta + off, n)])),
-                        }
-                    }
-                }
-                off += n;
-            }
+            self.collect_field_lists(&m, meta, &mut lists);
             self.out.field_lists = lists;
         }
         let shared = [Place::at(hdr), Place::at(meta), Place::at(std)];
@@ -1269,6 +1257,26 @@ impl<'a> Compiler<'a> {
         self.out.compute = ids[4];
         self.out.deparser = ids[5];
         Ok(())
+    }
+
+    fn collect_field_lists(&self, ty: &Ty, base: Slot, lists: &mut Vec<(u32, Vec<(Slot, u32)>)>) {
+        let Ty::Struct(mi) = ty else { return };
+        let mut off = 0;
+        for (_, fty, annos) in &self.aggs[*mi as usize].fields {
+            let n = self.slots(fty);
+            if let Some(ids) = anno_ints(annos, "field_list") {
+                for id in ids {
+                    let id = id as u32;
+                    match lists.iter_mut().find(|l| l.0 == id) {
+                        Some(l) => l.1.push((base + off, n)),
+                        None => lists.push((id, vec![(base + off, n)])),
+                    }
+                }
+            } else {
+                self.collect_field_lists(fty, base + off, lists);
+            }
+            off += n;
+        }
     }
 
     /// A block argument of a package: `P(args)` or the name of an instance.
@@ -2290,6 +2298,20 @@ impl<'a> Compiler<'a> {
     /// Store the value of `src` (of type `ty`) into `dst`: scalars by `Set`, places by `Copy`,
     /// lists and struct initialisers field by field.
     fn assign_into(&mut self, dst: Place, ty: &Ty, src: &ast::Expr) -> R<Vec<St>> {
+        // A list or struct initialiser is built aside and copied in whole, so items that read
+        // the destination see its old value (`h = {h.b, h.a}` swaps).
+        if matches!(src.kind, ExprKind::List(_) | ExprKind::StructInit(_)) && !self.is_scalar(ty) {
+            let n = self.slots(ty);
+            let tmp = Place::at(self.alloc(n));
+            let mut out = vec![St::Zero(tmp.clone(), n)];
+            out.extend(self.assign_direct(tmp.clone(), ty, src)?);
+            out.push(St::Copy(dst, tmp, n));
+            return Ok(out);
+        }
+        self.assign_direct(dst, ty, src)
+    }
+
+    fn assign_direct(&mut self, dst: Place, ty: &Ty, src: &ast::Expr) -> R<Vec<St>> {
         let mut out = Vec::new();
         match &src.kind {
             ExprKind::List(items) if !self.is_scalar(ty) => {
@@ -3571,7 +3593,14 @@ impl<'a> Compiler<'a> {
                         self.note_read(&v);
                     }
                     self.note_write(&v);
-                    let (ap, aty) = self.place(&v)?;
+                    let (mut ap, aty) = self.place(&v)?;
+                    // The argument's place is evaluated once, at the call: a run-time index is
+                    // kept aside for the copy-out.
+                    if let Some(d) = &mut ap.index {
+                        let ts = self.alloc(1);
+                        copy_in.push(St::Set(Place::at(ts), d.index.clone()));
+                        d.index = Ex::Load(Place::at(ts));
+                    }
                     let same_bits =
                         matches!((&aty, &p.ty), (Ty::Bits(a), Ty::Bits(b)) if a.width == b.width);
                     if !(self.same_type(&aty, &p.ty) || same_bits) {

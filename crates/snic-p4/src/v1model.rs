@@ -1005,7 +1005,10 @@ impl Switch {
     }
 
     /// Create a node (a replication id and its ports); returns its handle.
-    pub fn mc_node_create(&mut self, rid: u16, ports: Vec<u32>) -> NodeHandle {
+    pub fn mc_node_create(&mut self, rid: u16, mut ports: Vec<u32>) -> NodeHandle {
+        // A node's ports are a set (BMv2 keeps a bitmap): one copy per port.
+        ports.sort_unstable();
+        ports.dedup();
         let h = self.next_node;
         self.next_node += 1;
         self.mc_nodes.insert(h, (rid, ports));
@@ -1013,7 +1016,13 @@ impl Switch {
     }
 
     /// Change a node's ports.
-    pub fn mc_node_update(&mut self, h: NodeHandle, ports: Vec<u32>) -> Result<(), RuntimeError> {
+    pub fn mc_node_update(
+        &mut self,
+        h: NodeHandle,
+        mut ports: Vec<u32>,
+    ) -> Result<(), RuntimeError> {
+        ports.sort_unstable();
+        ports.dedup();
         match self.mc_nodes.get_mut(&h) {
             Some(n) => {
                 n.1 = ports;
