@@ -2757,7 +2757,21 @@ impl<'a> Compiler<'a> {
                     };
                 }
                 if !self.is_scalar(&t.ty) {
-                    return unsupported(e.loc, "`?:` on composite values");
+                    // Composite values: the chosen one is copied into a temporary.
+                    if !self.same_type(&t.ty, &f.ty) {
+                        return err(e.loc, "the two sides of `?:` have different types");
+                    }
+                    let n = self.slots(&t.ty);
+                    let tmp = Place::at(self.alloc(n));
+                    let (mut ts, pt) = self.materialize(t.ex, e.loc)?;
+                    let (mut fs, pf) = self.materialize(f.ex, e.loc)?;
+                    ts.push(St::Copy(tmp.clone(), pt, n));
+                    fs.push(St::Copy(tmp.clone(), pf, n));
+                    let st = St::If(c.ex, ts, fs);
+                    return Ok(TE {
+                        ex: Ex::Seq(vec![st].into_boxed_slice(), Box::new(Ex::Load(tmp))),
+                        ty: t.ty,
+                    });
                 }
                 let f = self.coerce(f, &t.ty, els.loc)?;
                 let ty = t.ty.clone();
@@ -2889,13 +2903,16 @@ impl<'a> Compiler<'a> {
                     if !self.same_type(&l.ty, &r.ty) {
                         return err(loc, "`==` of different types");
                     }
-                    let (Ex::Load(a), Ex::Load(b)) = (&l.ex, &r.ex) else {
-                        return unsupported(
-                            loc,
-                            "comparing composite values that are not variables",
-                        );
+                    let shape = Box::new(self.shape(&l.ty));
+                    let (mut pre, a) = self.materialize(l.ex, loc)?;
+                    let (pre_b, b) = self.materialize(r.ex, loc)?;
+                    pre.extend(pre_b);
+                    let eq = Ex::EqShape(a, b, shape);
+                    let eq = if pre.is_empty() {
+                        eq
+                    } else {
+                        Ex::Seq(pre.into_boxed_slice(), Box::new(eq))
                     };
-                    let eq = Ex::EqShape(a.clone(), b.clone(), Box::new(self.shape(&l.ty)));
                     let ex = if op == B::Eq { eq } else { Ex::Not(Box::new(eq)) };
                     return Ok(TE { ex, ty: Ty::Bool });
                 }
@@ -2964,6 +2981,19 @@ impl<'a> Compiler<'a> {
             }
         };
         Ok(self.fold(te))
+    }
+
+    /// A composite value as statements that compute it and the place that then holds it.
+    fn materialize(&mut self, ex: Ex, loc: Loc) -> R<(Vec<St>, Place)> {
+        match ex {
+            Ex::Load(p) => Ok((Vec::new(), p)),
+            Ex::Seq(sts, inner) => match *inner {
+                Ex::Load(p) => Ok((sts.into_vec(), p)),
+                _ => unsupported(loc, "this composite value"),
+            },
+            Ex::Call(c, ret) => Ok((vec![St::Call(c)], Place::at(ret))),
+            _ => unsupported(loc, "this composite value"),
+        }
     }
 
     /// Fold an expression whose operands are constants.
