@@ -3622,6 +3622,54 @@ impl<'a> Compiler<'a> {
                     if p.dir == Direction::InOut {
                         self.note_read(&v);
                     }
+                    if let ExprKind::Slice { base, hi, lo } = &v.kind {
+                        // A slice as an out/inout argument: its bits are read at the call and
+                        // written back into the rest of the value after it.
+                        let (bp, bty) = self.place(base)?;
+                        let Ty::Bits(a) = bty else {
+                            return err(base.loc, "only bit strings can be sliced");
+                        };
+                        let h = self.const_u32(hi)?;
+                        let l = self.const_u32(lo)?;
+                        if h < l || h >= a.width {
+                            return err(v.loc, "slice out of range");
+                        }
+                        let sw = Arith { width: h - l + 1, signed: false };
+                        if !matches!(&p.ty, Ty::Bits(pa) if pa.width == sw.width) {
+                            return err(
+                                v.loc,
+                                format!("a {}-bit slice passed for `{}`", sw.width, p.name),
+                            );
+                        }
+                        let ua = Arith { width: a.width, signed: false };
+                        if p.dir == Direction::InOut {
+                            copy_in.push(St::Set(
+                                p.place.clone(),
+                                Ex::Slice(Box::new(Ex::Load(bp.clone())), l, sw.mask()),
+                            ));
+                        } else {
+                            copy_in.push(St::Zero(p.place.clone(), n));
+                        }
+                        let keep = a.mask() & !(sw.mask() << l);
+                        let back = Ex::Bin(
+                            Op::Or,
+                            Box::new(Ex::Bin(
+                                Op::And,
+                                Box::new(Ex::Load(bp.clone())),
+                                Box::new(Ex::Const(keep)),
+                                ua,
+                            )),
+                            Box::new(Ex::Bin(
+                                Op::Shl,
+                                Box::new(Ex::Cast(Box::new(Ex::Load(p.place.clone())), sw, ua)),
+                                Box::new(Ex::Const(u128::from(l))),
+                                ua,
+                            )),
+                            ua,
+                        );
+                        copy_out.push(St::Set(bp, back));
+                        continue;
+                    }
                     self.note_write(&v);
                     let (mut ap, aty) = self.place(&v)?;
                     // The argument's place is evaluated once, at the call: a run-time index is
