@@ -24,7 +24,7 @@ header ethernet_t { bit<48> dst; bit<48> src; bit<16> type; }
 struct headers_t { ethernet_t eth; }
 struct meta_t { }
 parser P(packet_in pkt, out headers_t hdr, inout meta_t m, inout standard_metadata_t sm) {
-    state start { pkt.extract(hdr.eth); transition select(hdr.eth.type) { 0x800: accept; } }
+    state start { pkt.extract(hdr.eth); verify(hdr.eth.type == 0x800, error.NoMatch); transition accept; }
 }
 control VC(inout headers_t hdr, inout meta_t m) { apply { } }
 control MyIngress(inout headers_t hdr, inout meta_t m, inout standard_metadata_t sm) {
@@ -191,8 +191,8 @@ fn p4_tables_of_a_live_run_over_the_control_socket() {
     want[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 0xff]);
     assert_eq!(&buf[..n], &want[..]);
 
-    // Not IPv4: the parser ends in NoMatch; with no entry for 02:..:03 nothing leaves, and the
-    // drop names the parser error.
+    // Not IPv4: the parser's verify fails with NoMatch; with no entry for 02:..:03 nothing
+    // leaves, and the drop names the parser error.
     peer.send_to(&frame(3, 0x1234), addr).unwrap();
     run.wait_until("a p4_parser_error drop", |r| num(&r.stats(), "/drops/p4_parser_error") == 1);
 
