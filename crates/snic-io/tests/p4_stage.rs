@@ -13,7 +13,7 @@ header ethernet_t { bit<48> dst; bit<48> src; bit<16> type; }
 struct headers_t { ethernet_t eth; }
 struct meta_t { }
 parser P(packet_in pkt, out headers_t hdr, inout meta_t m, inout standard_metadata_t sm) {
-    state start { pkt.extract(hdr.eth); transition select(hdr.eth.type) { 0x800: accept; } }
+    state start { pkt.extract(hdr.eth); verify(hdr.eth.type == 0x800, error.NoMatch); transition accept; }
 }
 control VC(inout headers_t hdr, inout meta_t m) { apply { } }
 control I(inout headers_t hdr, inout meta_t m, inout standard_metadata_t sm) {
@@ -88,7 +88,7 @@ fn forwards_rewrites_and_counts_drops_by_reason() {
         &[
             frame(1, 0x800),  // forwarded to 1, source rewritten
             frame(2, 0x800),  // no entry: the default drops (p4_drop)
-            frame(2, 0x1234), // parser error (NoMatch), then no output (p4_parser_error)
+            frame(2, 0x1234), // parser error (verify: NoMatch), then no output (p4_parser_error)
             frame(1, 0x1234), // parser error, but ingress still forwards it
         ],
     );
