@@ -351,12 +351,12 @@ impl Exec<'_, '_> {
             })
     }
 
-    fn call_text(&self, t: usize, call: &ActionCall) -> (String, String) {
+    /// The widths of the data parameters of table `t`'s action `a` (empty for no such action).
+    fn data_widths(&self, t: usize, a: u32) -> Vec<u32> {
         let p = self.sw().program();
-        let ti = &p.tables[t];
-        let widths: Vec<u32> = ti
+        p.tables[t]
             .actions
-            .get(call.action as usize)
+            .get(a as usize)
             .map(|ta| {
                 p.actions[ta.action as usize]
                     .params
@@ -365,7 +365,11 @@ impl Exec<'_, '_> {
                     .map(|x| x.width)
                     .collect()
             })
-            .unwrap_or_default();
+            .unwrap_or_default()
+    }
+
+    fn call_text(&self, t: usize, call: &ActionCall) -> (String, String) {
+        let widths = self.data_widths(t, call.action);
         let args: Vec<String> = call
             .args
             .iter()
@@ -433,19 +437,7 @@ impl Exec<'_, '_> {
     /// `Action entry: NAME - DATA, DATA` (the data in plain hex, as BMv2 dumps it).
     fn action_entry(&self, t: usize, call: &ActionCall, out: &mut String) {
         use fmt::Write as _;
-        let p = self.sw().program();
-        let widths: Vec<u32> = p.tables[t]
-            .actions
-            .get(call.action as usize)
-            .map(|ta| {
-                p.actions[ta.action as usize]
-                    .params
-                    .iter()
-                    .filter(|x| x.data)
-                    .map(|x| x.width)
-                    .collect()
-            })
-            .unwrap_or_default();
+        let widths = self.data_widths(t, call.action);
         let data: Vec<String> = call
             .args
             .iter()
