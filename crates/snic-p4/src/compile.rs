@@ -103,6 +103,37 @@ struct EnumDef {
     repr: Option<Arith>,
 }
 
+/// The bits `lo .. lo + width` of the bit string at `place` (`whole` bits wide).
+#[derive(Debug, Clone)]
+struct SlicePlace {
+    place: Place,
+    whole: Arith,
+    lo: u32,
+    width: Arith,
+}
+
+impl SlicePlace {
+    /// The slice's value.
+    fn read(&self) -> Ex {
+        Ex::Slice(Box::new(Ex::Load(self.place.clone())), self.lo, self.width.mask())
+    }
+
+    /// Store `v` (of the slice's width) into the slice, the other bits unchanged.
+    fn store(&self, v: Ex) -> St {
+        let ua = Arith { width: self.whole.width, signed: false };
+        let keep = self.whole.mask() & !(self.width.mask() << self.lo);
+        let kept =
+            Ex::Bin(Op::And, Box::new(Ex::Load(self.place.clone())), Box::new(Ex::Const(keep)), ua);
+        let moved = Ex::Bin(
+            Op::Shl,
+            Box::new(Ex::Cast(Box::new(v), self.width, ua)),
+            Box::new(Ex::Const(u128::from(self.lo))),
+            ua,
+        );
+        St::Set(self.place.clone(), Ex::Bin(Op::Or, Box::new(kept), Box::new(moved), ua))
+    }
+}
+
 /// A typed expression.
 #[derive(Debug, Clone)]
 struct TE {
@@ -1962,23 +1993,9 @@ impl<'a> Compiler<'a> {
             StmtKind::Empty => {}
             StmtKind::Assign { lhs, op, rhs } => {
                 if let ExprKind::Slice { base, hi, lo } = &lhs.kind {
-                    let (place, ty) = self.place(base)?;
-                    let Ty::Bits(a) = ty else {
-                        return err(base.loc, "only bit strings can be sliced");
-                    };
-                    let h = self.const_u32(hi)?;
-                    let l = self.const_u32(lo)?;
-                    if h < l || h >= a.width {
-                        return err(
-                            lhs.loc,
-                            format!("slice [{h}:{l}] out of a {}-bit value", a.width),
-                        );
-                    }
-                    let sw = Arith { width: h - l + 1, signed: false };
-                    let cur = TE {
-                        ex: Ex::Slice(Box::new(Ex::Load(place.clone())), l, sw.mask()),
-                        ty: Ty::Bits(sw),
-                    };
+                    let sl = self.slice_place(base, hi, lo, lhs.loc)?;
+                    let sw = sl.width;
+                    let cur = TE { ex: sl.read(), ty: Ty::Bits(sw) };
                     let v = self.expr(rhs, Some(&Ty::Bits(sw)))?;
                     let v = match op {
                         None => self.coerce(v, &Ty::Bits(sw), rhs.loc)?,
@@ -1987,26 +2004,7 @@ impl<'a> Compiler<'a> {
                             self.coerce(r, &Ty::Bits(sw), s.loc)?
                         }
                     };
-                    let keep = a.mask() & !(sw.mask() << l);
-                    let ua = Arith { width: a.width, signed: false };
-                    let widened = Ex::Cast(Box::new(v.ex), sw, ua);
-                    let ex = Ex::Bin(
-                        Op::Or,
-                        Box::new(Ex::Bin(
-                            Op::And,
-                            Box::new(Ex::Load(place.clone())),
-                            Box::new(Ex::Const(keep)),
-                            ua,
-                        )),
-                        Box::new(Ex::Bin(
-                            Op::Shl,
-                            Box::new(widened),
-                            Box::new(Ex::Const(u128::from(l))),
-                            ua,
-                        )),
-                        ua,
-                    );
-                    out.push(St::Set(place, ex));
+                    out.push(sl.store(v.ex));
                     return Ok(());
                 }
                 let (place, ty) = self.place(lhs)?;
@@ -2565,6 +2563,26 @@ impl<'a> Compiler<'a> {
                 err(loc, format!("`{}` where `{}` is expected", self.ty_name(a), self.ty_name(b)))
             }
         }
+    }
+
+    /// `base[hi:lo]` as a place that can be read and written.
+    fn slice_place(
+        &mut self,
+        base: &ast::Expr,
+        hi: &ast::Expr,
+        lo: &ast::Expr,
+        loc: Loc,
+    ) -> R<SlicePlace> {
+        let (place, ty) = self.place(base)?;
+        let Ty::Bits(whole) = ty else {
+            return err(base.loc, "only bit strings can be sliced");
+        };
+        let h = self.const_u32(hi)?;
+        let l = self.const_u32(lo)?;
+        if h < l || h >= whole.width {
+            return err(loc, format!("slice [{h}:{l}] out of a {}-bit value", whole.width));
+        }
+        Ok(SlicePlace { place, whole, lo: l, width: Arith { width: h - l + 1, signed: false } })
     }
 
     /// The variable at the root of a place expression (`m` in `m.a.b[1]`), as its first slot.
@@ -3625,49 +3643,20 @@ impl<'a> Compiler<'a> {
                     if let ExprKind::Slice { base, hi, lo } = &v.kind {
                         // A slice as an out/inout argument: its bits are read at the call and
                         // written back into the rest of the value after it.
-                        let (bp, bty) = self.place(base)?;
-                        let Ty::Bits(a) = bty else {
-                            return err(base.loc, "only bit strings can be sliced");
-                        };
-                        let h = self.const_u32(hi)?;
-                        let l = self.const_u32(lo)?;
-                        if h < l || h >= a.width {
-                            return err(v.loc, "slice out of range");
-                        }
-                        let sw = Arith { width: h - l + 1, signed: false };
+                        let sl = self.slice_place(base, hi, lo, v.loc)?;
+                        let sw = sl.width;
                         if !matches!(&p.ty, Ty::Bits(pa) if pa.width == sw.width) {
                             return err(
                                 v.loc,
                                 format!("a {}-bit slice passed for `{}`", sw.width, p.name),
                             );
                         }
-                        let ua = Arith { width: a.width, signed: false };
                         if p.dir == Direction::InOut {
-                            copy_in.push(St::Set(
-                                p.place.clone(),
-                                Ex::Slice(Box::new(Ex::Load(bp.clone())), l, sw.mask()),
-                            ));
+                            copy_in.push(St::Set(p.place.clone(), sl.read()));
                         } else {
                             copy_in.push(St::Zero(p.place.clone(), n));
                         }
-                        let keep = a.mask() & !(sw.mask() << l);
-                        let back = Ex::Bin(
-                            Op::Or,
-                            Box::new(Ex::Bin(
-                                Op::And,
-                                Box::new(Ex::Load(bp.clone())),
-                                Box::new(Ex::Const(keep)),
-                                ua,
-                            )),
-                            Box::new(Ex::Bin(
-                                Op::Shl,
-                                Box::new(Ex::Cast(Box::new(Ex::Load(p.place.clone())), sw, ua)),
-                                Box::new(Ex::Const(u128::from(l))),
-                                ua,
-                            )),
-                            ua,
-                        );
-                        copy_out.push(St::Set(bp, back));
+                        copy_out.push(sl.store(Ex::Load(p.place.clone())));
                         continue;
                     }
                     self.note_write(&v);
