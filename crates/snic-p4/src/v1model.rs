@@ -698,15 +698,7 @@ impl Switch {
         if !p.members.contains_key(&member) {
             return Err(RuntimeError::NotFound(format!("member {member}")));
         }
-        let g = p
-            .groups
-            .get_mut(&group)
-            .ok_or_else(|| RuntimeError::NotFound(format!("group {group}")))?;
-        if g.contains(&member) {
-            return Err(RuntimeError::Duplicate);
-        }
-        g.push(member);
-        Ok(())
+        group_add(&mut p.groups, group, member)
     }
 
     /// Take a member out of a group.
@@ -717,16 +709,7 @@ impl Switch {
         group: u32,
     ) -> Result<(), RuntimeError> {
         self.profile_of(inst)?;
-        let g = self.profiles[inst]
-            .groups
-            .get_mut(&group)
-            .ok_or_else(|| RuntimeError::NotFound(format!("group {group}")))?;
-        let before = g.len();
-        g.retain(|m| *m != member);
-        if g.len() == before {
-            return Err(RuntimeError::NotFound(format!("member {member} in group {group}")));
-        }
-        Ok(())
+        group_remove(&mut self.profiles[inst].groups, group, member, "member")
     }
 
     /// Add an entry naming a member or group of the table's action profile.
@@ -1046,29 +1029,12 @@ impl Switch {
         if !self.mc_nodes.contains_key(&h) {
             return Err(RuntimeError::NotFound(format!("node {h}")));
         }
-        let grp = self
-            .mc_groups
-            .get_mut(&g)
-            .ok_or_else(|| RuntimeError::NotFound(format!("group {g}")))?;
-        if grp.contains(&h) {
-            return Err(RuntimeError::Duplicate);
-        }
-        grp.push(h);
-        Ok(())
+        group_add(&mut self.mc_groups, g, h)
     }
 
     /// Take a node out of a group.
     pub fn mc_node_dissociate(&mut self, g: u16, h: NodeHandle) -> Result<(), RuntimeError> {
-        let grp = self
-            .mc_groups
-            .get_mut(&g)
-            .ok_or_else(|| RuntimeError::NotFound(format!("group {g}")))?;
-        let before = grp.len();
-        grp.retain(|n| *n != h);
-        if grp.len() == before {
-            return Err(RuntimeError::NotFound(format!("node {h} in group {g}")));
-        }
-        Ok(())
+        group_remove(&mut self.mc_groups, g, h, "node")
     }
 
     /// Every multicast group and its nodes, in group order.
@@ -1488,6 +1454,38 @@ struct Unicast {
     truncate: Option<u32>,
     /// The packet length egress sees (BMv2's length register).
     len: u32,
+}
+
+/// Put `item` in `groups[group]` (multicast groups' nodes, action profile groups' members).
+fn group_add<K: Ord + core::fmt::Display>(
+    groups: &mut BTreeMap<K, Vec<u32>>,
+    group: K,
+    item: u32,
+) -> Result<(), RuntimeError> {
+    let g =
+        groups.get_mut(&group).ok_or_else(|| RuntimeError::NotFound(format!("group {group}")))?;
+    if g.contains(&item) {
+        return Err(RuntimeError::Duplicate);
+    }
+    g.push(item);
+    Ok(())
+}
+
+/// Take `item` (a `what`) out of `groups[group]`.
+fn group_remove<K: Ord + core::fmt::Display>(
+    groups: &mut BTreeMap<K, Vec<u32>>,
+    group: K,
+    item: u32,
+    what: &str,
+) -> Result<(), RuntimeError> {
+    let g =
+        groups.get_mut(&group).ok_or_else(|| RuntimeError::NotFound(format!("group {group}")))?;
+    let before = g.len();
+    g.retain(|m| *m != item);
+    if g.len() == before {
+        return Err(RuntimeError::NotFound(format!("{what} {item} in group {group}")));
+    }
+    Ok(())
 }
 
 /// Write an action call's data arguments into the action's parameter slots.
