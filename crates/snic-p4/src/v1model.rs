@@ -2116,27 +2116,26 @@ impl<'s> Exec<'s> {
         }
     }
 
+    /// A field list leaf's value, or `None` when it belongs to an invalid header (BMv2 leaves
+    /// those fields out).
+    #[inline]
+    fn leaf_value(&mut self, l: &Leaf) -> Option<u128> {
+        if let Some(v) = &l.valid
+            && self.load(v) == 0
+        {
+            return None;
+        }
+        Some(match &l.ex {
+            Ex::Load(p) => self.load(p),
+            ex => self.ev(ex),
+        })
+    }
+
     fn leaves(&mut self, data: &[Leaf], buf: &mut BitWriter) {
         for l in data {
-            // The common case: a field at a fixed slot of a header at a fixed slot.
-            if let Ex::Load(Place { base, index: None }) = &l.ex {
-                let ok = match &l.valid {
-                    Some(Place { base: vb, index: None }) => self.f[*vb as usize] != 0,
-                    Some(v) => self.load(v) != 0,
-                    None => true,
-                };
-                if ok {
-                    buf.push(self.f[*base as usize], l.width);
-                }
-                continue;
+            if let Some(v) = self.leaf_value(l) {
+                buf.push(v, l.width);
             }
-            if let Some(v) = &l.valid
-                && self.load(v) == 0
-            {
-                continue;
-            }
-            let v = self.ev(&l.ex);
-            buf.push(v, l.width);
         }
     }
 
@@ -2147,23 +2146,7 @@ impl<'s> Exec<'s> {
         let mut nacc: u32 = 0;
         let mut sum: u64 = 0;
         for l in data {
-            let v = match (&l.ex, &l.valid) {
-                (Ex::Load(Place { base, index: None }), None) => self.f[*base as usize],
-                (Ex::Load(Place { base, index: None }), Some(Place { base: vb, index: None })) => {
-                    if self.f[*vb as usize] == 0 {
-                        continue;
-                    }
-                    self.f[*base as usize]
-                }
-                (ex, valid) => {
-                    if let Some(v) = valid
-                        && self.load(v) == 0
-                    {
-                        continue;
-                    }
-                    self.ev(ex)
-                }
-            };
+            let Some(v) = self.leaf_value(l) else { continue };
             let w = l.width;
             let v = v & mask(w);
             // Feed at most 48 bits at a time so the 64-bit accumulator (under 16 bits between
