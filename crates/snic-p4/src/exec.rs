@@ -133,12 +133,6 @@ impl BitWriter {
         core::mem::take(&mut self.bytes)
     }
 
-    /// No partial byte is pending.
-    #[inline]
-    pub(crate) fn aligned(&self) -> bool {
-        self.nacc == 0
-    }
-
     /// Room for `n` more bytes.
     pub(crate) fn reserve(&mut self, n: usize) {
         self.bytes.reserve(n);

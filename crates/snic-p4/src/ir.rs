@@ -330,7 +330,7 @@ pub struct HeaderLayout {
     pub fixed_bits: u32,
     /// Each field's bit offset from the header's start (the varbit's data counts as zero).
     pub bit_offs: Vec<u32>,
-    /// The header can be read and written through a byte window: no varbit, whole bytes,
+    /// The header can be read through a 16-byte window: no varbit, whole bytes,
     /// at most 64 bytes, no field wider than 120 bits.
     pub fast: bool,
 }

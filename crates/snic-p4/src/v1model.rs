@@ -2308,40 +2308,6 @@ impl<'s> Exec<'s> {
                     return;
                 }
                 let l = &self.prog.layouts[*l as usize];
-                if l.fast && self.out.aligned() {
-                    // Fields gather in a 64-bit register in pieces of at most 32 bits; 4 bytes
-                    // at a time go to a local buffer.
-                    let n = (l.fixed_bits / 8) as usize;
-                    let mut buf = [0u8; 72];
-                    let mut pos = 0usize;
-                    let mut acc: u64 = 0;
-                    let mut nacc: u32 = 0;
-                    for (off, w) in &l.fields {
-                        let v = self.f[base + *off as usize] & crate::ir::mask(*w);
-                        let mut rem = *w;
-                        while rem > 0 {
-                            let take = if rem % 32 == 0 { 32 } else { rem % 32 };
-                            rem -= take;
-                            let part = ((v >> rem) as u64) & ((1u64 << take) - 1);
-                            acc = (acc << take) | part;
-                            nacc += take;
-                            if nacc >= 32 {
-                                nacc -= 32;
-                                buf[pos..pos + 4]
-                                    .copy_from_slice(&((acc >> nacc) as u32).to_be_bytes());
-                                pos += 4;
-                                acc &= (1u64 << nacc) - 1;
-                            }
-                        }
-                    }
-                    while nacc >= 8 {
-                        nacc -= 8;
-                        buf[pos] = (acc >> nacc) as u8;
-                        pos += 1;
-                    }
-                    self.out.extend_bytes(&buf[..n.min(pos)]);
-                    return;
-                }
                 for (i, (off, w)) in l.fields.iter().enumerate() {
                     let s = base + *off as usize;
                     if l.varbit.is_some_and(|v| v.0 == i) {
