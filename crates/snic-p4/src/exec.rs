@@ -213,25 +213,14 @@ fn signed_bounds(w: u32) -> (i128, i128) {
 }
 
 pub(crate) fn compare(c: Cmp, x: u128, y: u128, a: Arith) -> bool {
-    if a.signed {
-        let (x, y) = (a.extend(x), a.extend(y));
-        match c {
-            Cmp::Eq => x == y,
-            Cmp::Ne => x != y,
-            Cmp::Lt => x < y,
-            Cmp::Le => x <= y,
-            Cmp::Gt => x > y,
-            Cmp::Ge => x >= y,
-        }
-    } else {
-        match c {
-            Cmp::Eq => x == y,
-            Cmp::Ne => x != y,
-            Cmp::Lt => x < y,
-            Cmp::Le => x <= y,
-            Cmp::Gt => x > y,
-            Cmp::Ge => x >= y,
-        }
+    let ord = if a.signed { a.extend(x).cmp(&a.extend(y)) } else { x.cmp(&y) };
+    match c {
+        Cmp::Eq => ord.is_eq(),
+        Cmp::Ne => ord.is_ne(),
+        Cmp::Lt => ord.is_lt(),
+        Cmp::Le => ord.is_le(),
+        Cmp::Gt => ord.is_gt(),
+        Cmp::Ge => ord.is_ge(),
     }
 }
 
