@@ -350,26 +350,24 @@ fn parse_rates(
 }
 
 fn resolve_table(sw: &Switch, name: &str) -> Result<usize, String> {
-    let names: Vec<&str> = sw.program().tables.iter().map(|t| t.name.as_str()).collect();
-    if let Some(i) = names.iter().position(|n| *n == name) {
-        return Ok(i);
-    }
-    match stf::table_matches(name, &names) {
-        Ok(i) => Ok(i),
-        Err(v) if v.is_empty() => Err(format!("no table {name}")),
-        Err(v) => Err(format!("table name {name} is ambiguous ({} tables)", v.len())),
-    }
+    by_name("table", name, sw.program().tables.iter().map(|t| t.name.as_str()))
 }
 
 fn resolve_instance(sw: &Switch, name: &str) -> Result<usize, String> {
-    let names: Vec<&str> = sw.program().instances.iter().map(|t| t.name.as_str()).collect();
-    if let Some(i) = names.iter().position(|n| *n == name) {
-        return Ok(i);
-    }
-    match stf::table_matches(name, &names) {
+    by_name("extern instance", name, sw.program().instances.iter().map(|i| i.name.as_str()))
+}
+
+/// The driver's rule for names: an exact match, else the one name it is a suffix of.
+fn by_name<'a>(
+    what: &str,
+    name: &str,
+    names: impl Iterator<Item = &'a str>,
+) -> Result<usize, String> {
+    let names: Vec<&str> = names.collect();
+    match stf::action_matches(name, &names) {
         Ok(i) => Ok(i),
-        Err(v) if v.is_empty() => Err(format!("no extern instance {name}")),
-        Err(_) => Err(format!("name {name} is ambiguous")),
+        Err(v) if v.is_empty() => Err(format!("no {what} {name}")),
+        Err(v) => Err(format!("{what} name {name} is ambiguous ({} matches)", v.len())),
     }
 }
 
