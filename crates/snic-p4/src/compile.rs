@@ -2165,7 +2165,7 @@ impl<'a> Compiler<'a> {
         loop {
             match &e.kind {
                 ExprKind::Member { base, .. } => {
-                    if let Ok((bp, bty)) = self.place_quiet(base)
+                    if let Ok((bp, bty)) = self.place(base)
                         && let Ty::Union(u) = bty
                     {
                         // e is base.member where base is a union.
@@ -2418,10 +2418,6 @@ impl<'a> Compiler<'a> {
     }
 
     // ---------------------------------------------------------------- places
-
-    fn place_quiet(&mut self, e: &ast::Expr) -> R<(Place, Ty)> {
-        self.place(e)
-    }
 
     /// An lvalue (or any storage the expression names).
     fn place(&mut self, e: &ast::Expr) -> R<(Place, Ty)> {

@@ -21,8 +21,8 @@ pub(crate) enum Flow {
 }
 
 /// Read `w` bits (at most 128) at bit offset `off` of `data`, most significant first. The
-/// caller checks bounds.
-pub(crate) fn get_bits(data: &[u8], off: usize, w: u32) -> u128 {
+/// caller checks bounds (it panics past the end).
+pub fn get_bits(data: &[u8], off: usize, w: u32) -> u128 {
     if off.is_multiple_of(8) && w.is_multiple_of(8) {
         let start = off / 8;
         let n = (w / 8) as usize;
@@ -46,12 +46,6 @@ pub(crate) fn get_bits(data: &[u8], off: usize, w: u32) -> u128 {
         rem -= take;
     }
     v
-}
-
-/// `w` bits (at most 128) at bit offset `off` of `data`, most significant first (for tests;
-/// panics past the end).
-pub fn get_bits_pub(data: &[u8], off: usize, w: u32) -> u128 {
-    get_bits(data, off, w)
 }
 
 /// A bit string being built most significant bit first. Bits gather in a 128-bit

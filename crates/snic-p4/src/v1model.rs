@@ -2579,18 +2579,3 @@ impl<'s> Exec<'s> {
         self.pkt.get(self.cursor.div_ceil(8)..).unwrap_or(&[])
     }
 }
-
-/// Whether a value set matches (for tests).
-pub fn keyset_matches(ks: &KeySet, v: u128) -> bool {
-    match ks {
-        KeySet::Any => true,
-        KeySet::Mask(x, m) => v & m == *x,
-        KeySet::Range(lo, hi) => *lo <= v && v <= *hi,
-        KeySet::ValueSet(_) => false,
-    }
-}
-
-/// The rates of a meter as `simple_switch_CLI` gives them.
-pub fn meter_rates(cir: (f64, u64), pir: (f64, u64)) -> (MeterRate, MeterRate) {
-    (MeterRate::new(cir.0, cir.1), MeterRate::new(pir.0, pir.1))
-}

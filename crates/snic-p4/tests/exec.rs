@@ -138,7 +138,7 @@ proptest::proptest! {
     #[test]
     fn csum16_of_fields_matches_the_buffer_checksum(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 20..=20), x in 0u8..3) {
         use snic_p4::algo::{BitBuf, csum16};
-        use snic_p4::exec::get_bits_pub as gb;
+        use snic_p4::exec::get_bits as gb;
         let mut sw = snic_p4::v1model::Switch::new(common::compile(CSUM)).unwrap();
         // h is 17 bytes (its checksum field last), then o.x, then payload.
         let mut pkt = bytes[..17].to_vec();
