@@ -242,6 +242,8 @@ pub fn compile(program: &ast::Program, text: &str) -> Result<Output, CompileErro
             hdr: (0, 0),
             meta: (0, 0),
             field_lists: Vec::new(),
+            digests: Vec::new(),
+            controller_headers: Vec::new(),
             calcs: Vec::new(),
         },
         ctx: Ctx::default(),
@@ -303,6 +305,11 @@ fn anno_ints(annos: &[ast::Annotation], name: &str) -> Option<Vec<i64>> {
         }
     }
     Some(out)
+}
+
+/// `@id(N)`: the P4Runtime id the program asks for.
+fn anno_id(annos: &[ast::Annotation]) -> Option<u32> {
+    anno_ints(annos, "id").and_then(|v| v.first().copied()).and_then(|v| u32::try_from(v).ok())
 }
 
 fn has_anno(annos: &[ast::Annotation], name: &str) -> bool {
@@ -653,6 +660,26 @@ impl<'a> Compiler<'a> {
                     StructKind::HeaderUnion => Ty::Union(id),
                     StructKind::Struct => Ty::Struct(id),
                 };
+                if *kind == StructKind::Header
+                    && let Some(ch) = anno_string(&d.annotations, "controller_header")
+                {
+                    let mut fields = Vec::new();
+                    for (fname, fty, fannos) in &self.aggs[id as usize].fields {
+                        let w = match fty {
+                            Ty::Bits(a) => a.width,
+                            Ty::Bool => 1,
+                            Ty::Enum(e) => self.enums[*e as usize].repr.map_or(0, |r| r.width),
+                            _ => return unsupported(d.loc, "a controller header with a varbit"),
+                        };
+                        fields.push(CpField { name: fname.clone(), width: w, id: anno_id(fannos) });
+                    }
+                    self.out.controller_headers.push(ControllerHeaderIr {
+                        name: ch,
+                        id: anno_id(&d.annotations),
+                        type_name: name.text.clone(),
+                        fields,
+                    });
+                }
                 if *kind == StructKind::Header {
                     let l = self.layout_of(id);
                     let layout = &self.out.layouts[l as usize];
@@ -776,7 +803,12 @@ impl<'a> Compiler<'a> {
                 let size = self.const_u32(size)?;
                 let id = self.out.value_sets.len() as u32;
                 let nm = self.cp_name(&d.annotations, &name.text);
-                self.out.value_sets.push(ValueSetIr { name: nm, size, width });
+                self.out.value_sets.push(ValueSetIr {
+                    name: nm,
+                    size,
+                    width,
+                    id: anno_id(&d.annotations),
+                });
                 self.bind(&name.text, Ent::ValueSet(id));
             }
             DeclKind::Parser { proto, .. } | DeclKind::Control { proto, .. } => {
@@ -953,7 +985,8 @@ impl<'a> Compiler<'a> {
         }
         let id = self.out.actions.len() as u32;
         let cp = self.cp_name(&d.annotations, &name.text);
-        self.out.actions.push(ActionIr { name: cp, params: irp, body: Vec::new() });
+        let pid = anno_id(&d.annotations);
+        self.out.actions.push(ActionIr { name: cp, params: irp, body: Vec::new(), id: pid });
         self.bind(&name.text, Ent::Action(id, ps.clone()));
         self.push();
         for p in &ps {
@@ -1001,7 +1034,7 @@ impl<'a> Compiler<'a> {
                 }
                 let kind = self.extern_instance(&tname, &targ_tys, args, ty.loc)?;
                 let id = self.out.instances.len() as u32;
-                self.out.instances.push(InstanceIr { name: cp, kind });
+                self.out.instances.push(InstanceIr { name: cp, kind, id: anno_id(&d.annotations) });
                 self.bind(&name.text, Ent::Extern(id, tname));
                 Ok(())
             }
@@ -1610,6 +1643,7 @@ impl<'a> Compiler<'a> {
         let hit_slot = self.alloc(2);
         let mut t = TableIr {
             name: cp,
+            id: anno_id(&d.annotations),
             keys: Vec::new(),
             actions: Vec::new(),
             default: ActionCall { action: 0, args: Vec::new() },
@@ -1814,7 +1848,11 @@ impl<'a> Compiler<'a> {
                 }
                 let kind = self.extern_instance(&tname, &targs, args, e.loc)?;
                 let id = self.out.instances.len() as u32;
-                self.out.instances.push(InstanceIr { name: format!("{table}_{tname}"), kind });
+                self.out.instances.push(InstanceIr {
+                    name: format!("{table}_{tname}"),
+                    kind,
+                    id: None,
+                });
                 Ok(id)
             }
             _ => err(e.loc, "an extern instance is needed here"),
@@ -3768,6 +3806,62 @@ impl<'a> Compiler<'a> {
         None
     }
 
+    /// The digest type of a `digest<T>(receiver, data)` call: `T` (or the data's own struct or
+    /// header type) by name with its fields, one per leaf; a list expression without a type is
+    /// an anonymous digest named after its position. Calls with the same type share an index.
+    fn digest_type(
+        &mut self,
+        type_args: &[ast::Type],
+        data: Option<&ast::Arg>,
+        leaves: &[Leaf],
+    ) -> R<u32> {
+        let ty = match type_args.first() {
+            Some(t) => Some(self.resolve_ty(t)?),
+            None => match data {
+                Some(a) => self.place(&a.value).ok().map(|(_, t)| t),
+                None => None,
+            },
+        };
+        let (name, names) = match &ty {
+            Some(t @ (Ty::Struct(_) | Ty::Header(_))) => {
+                let mut names = Vec::new();
+                self.leaf_names(t, "", &mut names);
+                (self.ty_name(t), names)
+            }
+            _ => (format!("digest_{}", self.out.digests.len()), Vec::new()),
+        };
+        if let Some(i) = self.out.digests.iter().position(|d| d.type_name == name) {
+            return Ok(i as u32);
+        }
+        let fields = leaves
+            .iter()
+            .enumerate()
+            .map(|(i, l)| {
+                let n = names.get(i).cloned().unwrap_or_else(|| format!("f{i}"));
+                CpField { name: n, width: l.width, id: None }
+            })
+            .collect();
+        let id = self.out.digests.len() as u32;
+        self.out.digests.push(DigestIr { type_name: name, fields });
+        Ok(id)
+    }
+
+    /// The names of the scalar leaves of `ty`, in field-list order (`a.b` for nested ones).
+    fn leaf_names(&self, ty: &Ty, prefix: &str, out: &mut Vec<String>) {
+        match ty {
+            Ty::Header(i) | Ty::Struct(i) => {
+                for (n, fty, _) in &self.aggs[*i as usize].fields {
+                    let full = if prefix.is_empty() { n.clone() } else { format!("{prefix}.{n}") };
+                    match fty {
+                        Ty::Header(_) | Ty::Struct(_) => self.leaf_names(fty, &full, out),
+                        _ => out.push(full),
+                    }
+                }
+            }
+            _ => out.push(prefix.to_string()),
+        }
+    }
+
     fn new_calc(&mut self, algo: u32) -> u32 {
         let id = self.out.calcs.len() as u32;
         let name = if id == 0 { "calc".to_string() } else { format!("calc_{}", id - 1) };
@@ -3915,7 +4009,8 @@ impl<'a> Compiler<'a> {
                 if let Some(a) = args.get(1) {
                     self.leaves(&a.value, &mut data)?;
                 }
-                x(ExternCall::Digest(data))
+                let d = self.digest_type(type_args, args.get(1), &data)?;
+                x(ExternCall::Digest(d, data))
             }
             "assert" | "assume" => {
                 let c = self.scalar_arg(args, 0, &Ty::Bool, loc)?;

@@ -467,8 +467,9 @@ pub enum ExternCall {
     Recirculate(Option<u32>),
     /// `truncate(length)`.
     Truncate(Ex),
-    /// `digest(receiver, data)`.
-    Digest(Vec<Leaf>),
+    /// `digest(receiver, data)`: the digest type (index into [`Compiled::digests`]) and the
+    /// values.
+    Digest(u32, Vec<Leaf>),
     /// `assert(c)` / `assume(c)`.
     Assert(Ex),
 }
@@ -536,6 +537,8 @@ pub struct ActionIr {
     pub params: Vec<ParamIr>,
     /// The body.
     pub body: Vec<St>,
+    /// `@id(N)`
+    pub id: Option<u32>,
 }
 
 /// An action parameter.
@@ -620,6 +623,8 @@ pub struct ConstEntry {
 pub struct TableIr {
     /// Its control-plane name (`MyIngress.ipv4_lpm`).
     pub name: String,
+    /// `@id(N)`
+    pub id: Option<u32>,
     /// The key.
     pub keys: Vec<KeyIr>,
     /// The actions it may run.
@@ -704,6 +709,8 @@ pub struct InstanceIr {
     pub name: String,
     /// What it is.
     pub kind: InstanceKind,
+    /// `@id(N)`
+    pub id: Option<u32>,
 }
 
 /// A value set.
@@ -715,6 +722,41 @@ pub struct ValueSetIr {
     pub size: u32,
     /// Its width.
     pub width: u32,
+    /// `@id(N)`
+    pub id: Option<u32>,
+}
+
+/// A named scalar field the control plane sees (a digest's or a controller header's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CpField {
+    /// Its name (`a.b` for a field of a nested struct).
+    pub name: String,
+    /// Its width in bits.
+    pub width: u32,
+    /// `@id(N)` on the field, if any.
+    pub id: Option<u32>,
+}
+
+/// A digest type: what `digest<T>(...)` sends to the control plane.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DigestIr {
+    /// The type's name (`mac_learn_digest_t`).
+    pub type_name: String,
+    /// Its scalar fields in order.
+    pub fields: Vec<CpField>,
+}
+
+/// A header annotated `@controller_header("packet_in")` (or `"packet_out"`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControllerHeaderIr {
+    /// The annotation's name: `packet_in` or `packet_out`.
+    pub name: String,
+    /// `@id(N)` on the header type.
+    pub id: Option<u32>,
+    /// The header type's name.
+    pub type_name: String,
+    /// Its fields in header order.
+    pub fields: Vec<CpField>,
 }
 
 /// The slots of `standard_metadata` the architecture reads and writes.
@@ -804,4 +846,8 @@ pub struct Compiled {
     pub calcs: Vec<(String, u32)>,
     /// Field lists for `@field_list(N)`: for each list id, the slots (and lengths) to keep.
     pub field_lists: Vec<(u32, Vec<(Slot, u32)>)>,
+    /// The digest types, in order of first use.
+    pub digests: Vec<DigestIr>,
+    /// Headers annotated `@controller_header`.
+    pub controller_headers: Vec<ControllerHeaderIr>,
 }

@@ -264,7 +264,7 @@ pub struct Switch {
     errs: Errs,
     stats: Stats,
     trace: Option<Trace>,
-    digests: Vec<Vec<u128>>,
+    digests: Vec<(u32, Vec<u128>)>,
     now_ns: u64,
     last: Outcome,
     work: VecDeque<Work>,
@@ -407,7 +407,7 @@ impl Switch {
     }
 
     /// Digests sent since the last call (each the list's values).
-    pub fn take_digests(&mut self) -> Vec<Vec<u128>> {
+    pub fn take_digests(&mut self) -> Vec<(u32, Vec<u128>)> {
         core::mem::take(&mut self.digests)
     }
 
@@ -2559,9 +2559,9 @@ impl<'s> Exec<'s> {
                 let l = self.ev(l) as u32;
                 self.flags.truncate = Some(l);
             }
-            ExternCall::Digest(data) => {
+            ExternCall::Digest(d, data) => {
                 let vals: Vec<u128> = data.iter().map(|l| self.ev(&l.ex)).collect();
-                self.sw.digests.push(vals);
+                self.sw.digests.push((*d, vals));
             }
             ExternCall::Assert(c) => {
                 if self.ev(c) == 0 {
