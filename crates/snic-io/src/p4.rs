@@ -25,8 +25,16 @@
 //! scratch state is restored ([`Switch::recover`]), so one bad packet never takes a worker
 //! down.
 //!
-//! `digest` messages have no receiver yet: each counts as one of the stage's `errors` (and
-//! shows in the trace), none is kept.
+//! # The controller's packets and digests ([`P4Io`])
+//!
+//! With a CPU port set ([`P4Io::set_cpu_port`], by the P4Runtime server), a packet the program
+//! sends to that port goes to the controller instead of a snic port: it leaves the batch and is
+//! counted in the stage's `local` (delivered to the device itself), or is a `p4_cpu_full` drop
+//! when no controller listens or its queue is full. Packets from the controller
+//! ([`P4Io::packet_out`]) enter the program on the CPU port at the stage's next call (the stage
+//! asks to be polled while any wait); what they produce joins the batch as `created`.
+//! `digest` messages go to the controller the same way; without one listening, each counts
+//! as one of the stage's `errors` (and shows in the trace), none is kept.
 //!
 //! The executor allocates per packet (it copies the frame into its own state): the P4 stage is
 //! the documented exception to "no allocation on the fast path", as the vSwitch's slow path is.
@@ -38,7 +46,9 @@
 //! with [`snic_p4::runtime::apply_all`]: between two batches of every worker, all or none
 //! (the first worker decides; a refused command changes nothing anywhere).
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use snic_p4::builtin;
@@ -112,8 +122,38 @@ pub fn compile(
 ) -> Result<(Built, SourceMap), P4Error> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| P4Error(format!("error: {}: {e}", path.display())))?;
+    compile_source(&path.display().to_string(), text, include, defines)
+}
+
+/// The program a `p4` stage without one runs until a controller pushes one: it drops every
+/// packet (`p4_drop`).
+pub const NO_PROGRAM: &str = "#include <core.p4>
+#include <v1model.p4>
+struct no_headers_t {}
+struct no_meta_t {}
+parser NoParser(packet_in p, out no_headers_t h, inout no_meta_t m,
+                inout standard_metadata_t s) { state start { transition accept; } }
+control NoChecksum(inout no_headers_t h, inout no_meta_t m) { apply {} }
+control NoIngress(inout no_headers_t h, inout no_meta_t m, inout standard_metadata_t s) {
+    apply { mark_to_drop(s); }
+}
+control NoEgress(inout no_headers_t h, inout no_meta_t m, inout standard_metadata_t s) {
+    apply {}
+}
+control NoDeparser(packet_out p, in no_headers_t h) { apply {} }
+V1Switch(NoParser(), NoChecksum(), NoIngress(), NoEgress(), NoChecksum(), NoDeparser()) main;
+";
+
+/// Compile program text `text` named `name` (includes from the built-ins, the folder of
+/// `name`, and `include`).
+pub fn compile_source(
+    name: &str,
+    text: String,
+    include: &[PathBuf],
+    defines: Vec<(String, String)>,
+) -> Result<(Built, SourceMap), P4Error> {
     let mut map = SourceMap::new();
-    let main = map.add(path.display().to_string(), text);
+    let main = map.add(name.to_string(), text);
     let mut loader = DiskLoader { dirs: include.to_vec() };
     let o = Options { defines, ..Options::default() };
     match runner::build(&mut map, main, &mut loader, &o) {
@@ -126,6 +166,7 @@ pub fn compile(
 #[derive(Debug, Clone)]
 pub struct P4Program {
     switches: Arc<Vec<Arc<Mutex<Switch>>>>,
+    io: Arc<P4Io>,
     warnings: Vec<String>,
     entries_output: String,
 }
@@ -138,7 +179,11 @@ impl P4Program {
         include: &[PathBuf],
         workers: usize,
     ) -> Result<P4Program, P4Error> {
-        let (built, map) = compile(program, include, Vec::new())?;
+        let (built, map) = if program.as_os_str().is_empty() {
+            compile_source("<no program>", NO_PROGRAM.to_string(), include, Vec::new())?
+        } else {
+            compile(program, include, Vec::new())?
+        };
         let warnings = built.warnings.iter().map(|w| w.render(&map)).collect();
         let mut sw = Switch::new(built.program)
             .map_err(|e| P4Error(format!("{}: {e}", program.display())))?;
@@ -151,7 +196,12 @@ impl P4Program {
         }
         let switches =
             (0..workers.max(1)).map(|_| Arc::new(Mutex::new(sw.clone()))).collect::<Vec<_>>();
-        Ok(P4Program { switches: Arc::new(switches), warnings, entries_output })
+        Ok(P4Program {
+            switches: Arc::new(switches),
+            io: Arc::new(P4Io::default()),
+            warnings,
+            entries_output,
+        })
     }
 
     /// Load the program of the `p4` stage among `stages`, if there is one (at most one: a
@@ -187,12 +237,12 @@ impl P4Program {
 
     /// The stage of worker `k` (`None` past the number of workers).
     pub fn stage(&self, k: usize) -> Option<P4Stage> {
-        self.switches.get(k).map(|sw| P4Stage::new(Arc::clone(sw)))
+        self.switches.get(k).map(|sw| P4Stage::new(Arc::clone(sw), Arc::clone(&self.io)))
     }
 
     /// The control plane of every worker's switch.
     pub fn control(&self) -> P4Control {
-        P4Control { switches: Arc::clone(&self.switches) }
+        P4Control { switches: Arc::clone(&self.switches), io: Arc::clone(&self.io) }
     }
 }
 
@@ -206,11 +256,13 @@ fn lock(m: &Mutex<Switch>) -> MutexGuard<'_, Switch> {
 #[derive(Debug, Clone)]
 pub struct P4Control {
     switches: Arc<Vec<Arc<Mutex<Switch>>>>,
+    io: Arc<P4Io>,
 }
 
 impl P4Control {
-    /// Run `f` with every worker's switch locked, in worker order.
-    fn with_all<T>(&self, f: impl FnOnce(&mut [&mut Switch]) -> T) -> T {
+    /// Run `f` with every worker's switch locked, in worker order: no worker runs a batch
+    /// while `f` runs, so packets see the switches as they were before or after `f`.
+    pub fn with_all<T>(&self, f: impl FnOnce(&mut [&mut Switch]) -> T) -> T {
         let mut guards: Vec<MutexGuard<'_, Switch>> =
             self.switches.iter().map(|m| lock(m)).collect();
         let mut refs: Vec<&mut Switch> = guards.iter_mut().map(|g| &mut **g).collect();
@@ -246,20 +298,176 @@ impl P4Control {
     pub fn workers(&self) -> usize {
         self.switches.len()
     }
+
+    /// Replace every worker's switch by a copy of `sw` (a new program), between two batches
+    /// of each worker: no packet of another stage is lost, and every packet runs wholly on
+    /// the old program or wholly on the new one.
+    pub fn replace(&self, sw: &Switch) {
+        self.with_all(|sws| {
+            for s in sws.iter_mut() {
+                **s = sw.clone();
+            }
+        });
+    }
+
+    /// The controller's packet and digest queues.
+    pub fn io(&self) -> &Arc<P4Io> {
+        &self.io
+    }
+}
+
+/// Most packets (or digests) waiting for the controller; more are dropped (or counted).
+pub const IO_QUEUE: usize = 4096;
+
+/// What the controller sends and receives through the stage (see the module doc).
+#[derive(Default)]
+pub struct P4Io {
+    /// The CPU port, `u64::MAX` for none.
+    cpu_port: AtomicU64,
+    /// Packet-outs waiting (mirrors `queues.packet_out.len()`, read without the lock).
+    out_pending: AtomicUsize,
+    queues: Mutex<IoQueues>,
+    waker: Mutex<Option<Waker>>,
+}
+
+/// Called (from a worker) when something was queued for the controller.
+pub type Waker = Arc<dyn Fn() + Send + Sync>;
+
+#[derive(Debug, Default)]
+struct IoQueues {
+    packet_out: VecDeque<Vec<u8>>,
+    packet_in: VecDeque<(u32, Vec<u8>)>,
+    digests: VecDeque<(u32, Vec<u128>)>,
+    listening: bool,
+    dropped_in: u64,
+}
+
+impl core::fmt::Debug for P4Io {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("P4Io")
+            .field("cpu_port", &self.cpu_port())
+            .field("out_pending", &self.out_pending.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl P4Io {
+    fn q(&self) -> MutexGuard<'_, IoQueues> {
+        self.queues.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The CPU port, if one is set.
+    pub fn cpu_port(&self) -> Option<u32> {
+        u32::try_from(self.cpu_port.load(Ordering::Relaxed)).ok()
+    }
+
+    /// Set (or clear) the CPU port.
+    pub fn set_cpu_port(&self, port: Option<u32>) {
+        self.cpu_port.store(port.map_or(u64::MAX, u64::from), Ordering::Relaxed);
+    }
+
+    /// A controller starts (`true`) or stops listening; `waker` is called when something
+    /// is queued for it. Stopping empties the queues.
+    pub fn set_listener(&self, waker: Option<Waker>) {
+        let mut q = self.q();
+        q.listening = waker.is_some();
+        if !q.listening {
+            q.packet_in.clear();
+            q.digests.clear();
+        }
+        *self.waker.lock().unwrap_or_else(|p| p.into_inner()) = waker;
+    }
+
+    fn wake(&self) {
+        let w = self.waker.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(w) = w {
+            w();
+        }
+    }
+
+    /// Queue a packet from the controller (its `packet_out` header already built). `false`
+    /// when the queue is full.
+    pub fn packet_out(&self, frame: Vec<u8>) -> bool {
+        let mut q = self.q();
+        if q.packet_out.len() >= IO_QUEUE {
+            return false;
+        }
+        q.packet_out.push_back(frame);
+        self.out_pending.store(q.packet_out.len(), Ordering::Release);
+        true
+    }
+
+    fn take_packet_outs(&self) -> VecDeque<Vec<u8>> {
+        let mut q = self.q();
+        self.out_pending.store(0, Ordering::Release);
+        core::mem::take(&mut q.packet_out)
+    }
+
+    /// Hand a packet the program sent to the CPU port to the controller. `false`: nobody
+    /// listens or the queue is full (the caller drops it).
+    fn packet_in(&self, ingress: u32, frame: Vec<u8>) -> bool {
+        let mut q = self.q();
+        if !q.listening || q.packet_in.len() >= IO_QUEUE {
+            q.dropped_in += 1;
+            return false;
+        }
+        q.packet_in.push_back((ingress, frame));
+        drop(q);
+        self.wake();
+        true
+    }
+
+    /// Hand a digest to the controller; `false` when nobody listens or the queue is full.
+    fn digest(&self, d: u32, vals: Vec<u128>) -> bool {
+        let mut q = self.q();
+        if !q.listening || q.digests.len() >= IO_QUEUE {
+            return false;
+        }
+        q.digests.push_back((d, vals));
+        drop(q);
+        self.wake();
+        true
+    }
+
+    /// Take the packets for the controller: (the P4 ingress port of the packet that made
+    /// each, its bytes with the `packet_in` header).
+    pub fn take_packet_ins(&self) -> Vec<(u32, Vec<u8>)> {
+        self.q().packet_in.drain(..).collect()
+    }
+
+    /// Take the digests for the controller: (digest type index, values).
+    pub fn take_digests(&self) -> Vec<(u32, Vec<u128>)> {
+        self.q().digests.drain(..).collect()
+    }
+
+    /// Packets for the controller dropped so far (nobody listening, or a full queue).
+    pub fn packet_ins_dropped(&self) -> u64 {
+        self.q().dropped_in
+    }
 }
 
 /// One worker's P4 stage (see the module doc).
 #[derive(Debug)]
 pub struct P4Stage {
     sw: Arc<Mutex<Switch>>,
+    io: Arc<P4Io>,
     out: Vec<(u32, Vec<u8>)>,
-    verdicts: Vec<Option<DropReason>>,
+    verdicts: Vec<Verdict>,
     extra: Vec<(Metadata, PortId, Vec<u8>)>,
 }
 
+/// What became of one packet of the batch.
+#[derive(Debug, Clone, Copy)]
+enum Verdict {
+    Keep,
+    Drop(DropReason),
+    /// Taken by the controller (counted in `local`).
+    Cpu,
+}
+
 impl P4Stage {
-    fn new(sw: Arc<Mutex<Switch>>) -> Self {
-        P4Stage { sw, out: Vec::new(), verdicts: Vec::new(), extra: Vec::new() }
+    fn new(sw: Arc<Mutex<Switch>>, io: Arc<P4Io>) -> Self {
+        P4Stage { sw, io, out: Vec::new(), verdicts: Vec::new(), extra: Vec::new() }
     }
 }
 
@@ -268,15 +476,41 @@ fn port(p: u32) -> Option<PortId> {
     u16::try_from(p).ok().filter(|p| *p < PortId::LOCAL.0).map(PortId)
 }
 
+/// Run the switch on one packet, catching a panic of the executor (a bug): `false` then, with
+/// the switch's scratch state restored and `out` empty.
+fn run_one(
+    sw: &mut Switch,
+    ingress: u32,
+    data: &[u8],
+    now_ns: u64,
+    out: &mut Vec<(u32, Vec<u8>)>,
+) -> bool {
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        sw.process(ingress, data, now_ns, out)
+    }));
+    if ran.is_err() {
+        sw.recover();
+        sw.set_trace(false);
+        out.clear();
+        return false;
+    }
+    true
+}
+
 impl Stage for P4Stage {
     fn name(&self) -> &str {
         "p4"
     }
 
+    fn poll_timeout(&self) -> Option<Instant> {
+        (self.io.out_pending.load(Ordering::Acquire) > 0).then_some(Instant::ZERO)
+    }
+
     fn process(&mut self, now: Instant, batch: &mut Batch, ctx: &mut StageCtx<'_>) {
-        let P4Stage { sw, out, verdicts, extra } = self;
+        let P4Stage { sw, io, out, verdicts, extra } = self;
         let mut sw = lock(sw);
         let now_ns = now.as_nanos();
+        let cpu = io.cpu_port();
         verdicts.clear();
         extra.clear();
         for p in batch.iter_mut() {
@@ -286,16 +520,10 @@ impl Stage for P4Stage {
                 sw.set_trace(true);
             }
             let ingress = u32::from(p.meta.ingress.0);
-            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                sw.process(ingress, p.data(), now_ns, out)
-            }));
-            if ran.is_err() {
+            if !run_one(&mut sw, ingress, p.data(), now_ns, out) {
                 // A bug in the executor must not take the worker down: drop the packet, count
-                // it, and restore the switch's scratch state (its tables are untouched).
-                sw.recover();
-                sw.set_trace(false);
-                out.clear();
-                verdicts.push(Some(DropReason::P4Fault));
+                // it; the switch's tables are untouched.
+                verdicts.push(Verdict::Drop(DropReason::P4Fault));
                 continue;
             }
             if traced {
@@ -304,11 +532,16 @@ impl Stage for P4Stage {
                 }
                 sw.set_trace(false);
             }
-            // Digests have no receiver yet: each is counted (and traced), never kept, so a
-            // program that sends them cannot grow the switch's memory.
-            for d in sw.take_digests() {
-                ctx.error();
-                ctx.trace(p, || TraceWhat::Detail(format!("digest {d:?} (no receiver)")));
+            // Digests go to the controller; without one, each is counted (and traced), never
+            // kept, so a program that sends them cannot grow the switch's memory.
+            for (d, vals) in sw.take_digests() {
+                let shown = traced.then(|| format!("digest {d} {vals:?}"));
+                if !io.digest(d, vals) {
+                    ctx.error();
+                    if let Some(s) = shown {
+                        ctx.trace(p, || TraceWhat::Detail(format!("{s} (no receiver)")));
+                    }
+                }
             }
             let mut outs = out.drain(..);
             let Some((first_port, first)) = outs.next() else {
@@ -317,24 +550,39 @@ impl Stage for P4Stage {
                 } else {
                     DropReason::P4Drop
                 };
-                verdicts.push(Some(reason));
+                verdicts.push(Verdict::Drop(reason));
                 continue;
             };
             let changed = first != p.data();
             for (q, bytes) in outs {
+                ctx.counters.created += 1;
+                if Some(q) == cpu {
+                    if io.packet_in(ingress, bytes) {
+                        ctx.counters.local += 1;
+                    } else {
+                        ctx.counters.drops.add(DropReason::P4CpuFull);
+                    }
+                    continue;
+                }
                 let mut meta = p.meta.clone();
                 meta.stack = Default::default();
                 meta.parsed = false;
                 match port(q) {
                     Some(q) => extra.push((meta, q, bytes)),
-                    None => {
-                        ctx.counters.created += 1;
-                        ctx.counters.drops.add(DropReason::P4Drop);
-                    }
+                    None => ctx.counters.drops.add(DropReason::P4Drop),
                 }
             }
+            if Some(first_port) == cpu {
+                let v = if io.packet_in(ingress, first) {
+                    Verdict::Cpu
+                } else {
+                    Verdict::Drop(DropReason::P4CpuFull)
+                };
+                verdicts.push(v);
+                continue;
+            }
             let Some(first_port) = port(first_port) else {
-                verdicts.push(Some(DropReason::P4Drop));
+                verdicts.push(Verdict::Drop(DropReason::P4Drop));
                 continue;
             };
             if changed {
@@ -344,20 +592,60 @@ impl Stage for P4Stage {
             }
             p.meta.egress = Some(first_port);
             ctx.trace(p, || TraceWhat::Forwarded { port: first_port, how: "p4" });
-            verdicts.push(None);
+            verdicts.push(Verdict::Keep);
+        }
+        // Packets from the controller enter on the CPU port; what they make is new.
+        if let Some(cpu) = cpu
+            && io.out_pending.load(Ordering::Acquire) > 0
+        {
+            for frame in io.take_packet_outs() {
+                out.clear();
+                if !run_one(&mut sw, cpu, &frame, now_ns, out) {
+                    ctx.error();
+                    continue;
+                }
+                for (d, vals) in sw.take_digests() {
+                    if !io.digest(d, vals) {
+                        ctx.error();
+                    }
+                }
+                for (q, bytes) in out.drain(..) {
+                    ctx.counters.created += 1;
+                    if q == cpu {
+                        if io.packet_in(cpu, bytes) {
+                            ctx.counters.local += 1;
+                        } else {
+                            ctx.counters.drops.add(DropReason::P4CpuFull);
+                        }
+                        continue;
+                    }
+                    match port(q) {
+                        Some(q) => {
+                            let ingress = port(cpu).unwrap_or_default();
+                            let meta = Metadata { ingress, ..Metadata::default() };
+                            extra.push((meta, q, bytes));
+                        }
+                        None => ctx.counters.drops.add(DropReason::P4Drop),
+                    }
+                }
+            }
         }
         drop(sw);
         let mut i = 0;
         batch.retain(|p| {
-            let v = verdicts.get(i).copied().flatten();
+            let v = verdicts.get(i).copied().unwrap_or(Verdict::Keep);
             i += 1;
             match v {
-                None => true,
-                Some(r) => ctx.drop_packet(p, r),
+                Verdict::Keep => true,
+                Verdict::Drop(r) => ctx.drop_packet(p, r),
+                Verdict::Cpu => {
+                    ctx.counters.local += 1;
+                    false
+                }
             }
         });
         for (meta, q, bytes) in extra.drain(..) {
-            ctx.counters.created += 1;
+            // Replicas and clones were counted in `created` when made; packet-out results too.
             match batch.push_slot() {
                 Some(slot) => {
                     slot.set_frame(&bytes);

@@ -279,7 +279,7 @@ fn nic_pipeline_takes_the_p4_stage_after_local() {
     assert_eq!(s.packets_in, c.stage("local").unwrap().packets_out, "{c}");
 }
 
-/// Digests have no receiver: each is counted as an error of the stage and traced, none kept.
+/// Digests without a controller listening: each is counted as an error of the stage and traced, none kept.
 #[test]
 fn digests_are_counted_not_kept() {
     let src = PROG.replace("seen.count(0);", "seen.count(0); digest<bit<48>>(1, hdr.eth.dst);");
@@ -291,5 +291,5 @@ fn digests_are_counted_not_kept() {
     let c = p.counters();
     assert_eq!(c.stage("p4").unwrap().errors, 3);
     let text: Vec<String> = p.drain_trace().map(|e| e.to_string()).collect();
-    assert!(text.iter().any(|l| l.contains("digest [1] (no receiver)")), "{text:?}");
+    assert!(text.iter().any(|l| l.contains("digest 0 [1] (no receiver)")), "{text:?}");
 }

@@ -18,7 +18,7 @@ const WIRE: usize = WireError::NAMES.len();
 pub const DROP_REASONS: usize = WIRE + OTHER_NAMES.len();
 
 /// Names of the non-`Malformed` reasons, in slot order after the wire errors.
-const OTHER_NAMES: [&str; 21] = [
+const OTHER_NAMES: [&str; 22] = [
     "no_egress",
     "tx_queue_full",
     "tx_error",
@@ -40,6 +40,7 @@ const OTHER_NAMES: [&str; 21] = [
     "p4_drop",
     "p4_parser_error",
     "p4_fault",
+    "p4_cpu_full",
 ];
 
 /// Why a packet was dropped. Names ([`DropReason::name`], `Display`) are lower-case and stable:
@@ -97,6 +98,9 @@ pub enum DropReason {
     /// The P4 executor failed on this packet (a bug in snic, reported on stderr); the stage
     /// caught it, dropped the packet and went on.
     P4Fault,
+    /// A P4 program sent the packet to the CPU port and no controller took it: none is
+    /// connected, or its packet-in queue was full.
+    P4CpuFull,
 }
 
 impl DropReason {
@@ -125,6 +129,7 @@ impl DropReason {
             DropReason::P4Drop => WIRE + 18,
             DropReason::P4ParserError => WIRE + 19,
             DropReason::P4Fault => WIRE + 20,
+            DropReason::P4CpuFull => WIRE + 21,
         }
     }
 
@@ -205,6 +210,7 @@ mod tests {
             DropReason::P4Drop,
             DropReason::P4ParserError,
             DropReason::P4Fault,
+            DropReason::P4CpuFull,
         ];
         let mut seen = [false; DROP_REASONS];
         for r in all {

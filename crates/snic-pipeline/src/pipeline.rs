@@ -77,7 +77,9 @@ pub enum StageSpec {
     /// (`snic-nic`), which knows the addresses.
     Local,
     /// `p4:PROG.p4[,entries=FILE][,I=DIR]...`: a P4-16 program (v1model) run on every packet;
-    /// the I/O layer reads and compiles the files and gives each worker its own switch.
+    /// the I/O layer reads and compiles the files and gives each worker its own switch. `p4`
+    /// alone (an empty `program`) starts with no program: every packet is a `p4_drop` until a
+    /// P4Runtime client pushes one.
     P4 {
         /// The program's path.
         program: String,
@@ -158,7 +160,10 @@ impl FromStr for StageSpec {
                 }
                 Ok(StageSpec::P4 { program: program.to_owned(), entries, include })
             }
-            ("p4", None) => Err(bad("needs a program: p4:PROG.p4[,entries=FILE][,I=DIR]")),
+            // No program yet: a P4Runtime client pushes one (SetForwardingPipelineConfig).
+            ("p4", None) => {
+                Ok(StageSpec::P4 { program: String::new(), entries: None, include: Vec::new() })
+            }
             ("parse" | "classify", Some(_)) => Err(bad("unknown option")),
             _ => Err(bad("unknown stage (parse, classify, l2fwd, tap, vswitch, local, p4)")),
         }
@@ -194,6 +199,7 @@ impl fmt::Display for StageSpec {
             StageSpec::Tap(path) => write!(f, "tap:{path}"),
             StageSpec::VSwitch => f.write_str("vswitch"),
             StageSpec::Local => f.write_str("local"),
+            StageSpec::P4 { program, .. } if program.is_empty() => f.write_str("p4"),
             StageSpec::P4 { program, entries, include } => {
                 write!(f, "p4:{program}")?;
                 if let Some(e) = entries {
@@ -721,7 +727,6 @@ mod tests {
             ("l2fwd:0=x", "bad port"),
             ("l2fwd:0=65535", "reserved"),
             ("parse:maybe", "unknown option"),
-            ("p4", "needs a program"),
             ("p4:", "needs a program"),
             ("p4:entries=x", "needs a program"),
             ("p4:a.p4,frob=1", "options are"),
