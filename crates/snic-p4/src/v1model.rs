@@ -81,6 +81,9 @@ pub struct EntryView {
     pub call: ActionCall,
     /// Its direct counter: packets and bytes.
     pub counter: (u64, u64),
+    /// For a table with an action profile: the member or group it names (`call` is then
+    /// meaningless).
+    pub indirect: Option<Indirect>,
 }
 
 /// What a table entry holds beside its match: the action, and the direct counter and meter
@@ -574,6 +577,7 @@ impl Switch {
                 priority: e.priority(),
                 call: e.action().call.clone(),
                 counter: e.action().counter.get(),
+                indirect: e.action().indirect,
             })
             .collect();
         v.sort_by_key(|e| e.handle);
@@ -621,6 +625,39 @@ impl Switch {
         args: Vec<u128>,
     ) -> Result<u32, RuntimeError> {
         self.profile_of(inst)?;
+        self.check_member(action, &args)?;
+        let size = self.profile_size(inst);
+        let p = &mut self.profiles[inst];
+        if p.members.len() >= size {
+            return Err(RuntimeError::Full);
+        }
+        let id = p.next_member;
+        p.next_member += 1;
+        p.members.insert(id, (action, args));
+        Ok(id)
+    }
+
+    /// Change a member's action and arguments (the groups holding it follow).
+    pub fn act_prof_modify_member(
+        &mut self,
+        inst: usize,
+        member: u32,
+        action: u32,
+        args: Vec<u128>,
+    ) -> Result<(), RuntimeError> {
+        self.profile_of(inst)?;
+        self.check_member(action, &args)?;
+        match self.profiles[inst].members.get_mut(&member) {
+            Some(m) => {
+                *m = (action, args);
+                Ok(())
+            }
+            None => Err(RuntimeError::NotFound(format!("member {member}"))),
+        }
+    }
+
+    /// `args` are right for `action`'s data parameters.
+    fn check_member(&self, action: u32, args: &[u128]) -> Result<(), RuntimeError> {
         let a = self
             .prog
             .actions
@@ -634,7 +671,7 @@ impl Switch {
                 data.len()
             )));
         }
-        for (p, v) in data.iter().zip(&args) {
+        for (p, v) in data.iter().zip(args) {
             if *v & !mask(p.width) != 0 {
                 return Err(RuntimeError::Invalid(format!(
                     "{v} does not fit {}'s {} bits",
@@ -642,15 +679,7 @@ impl Switch {
                 )));
             }
         }
-        let size = self.profile_size(inst);
-        let p = &mut self.profiles[inst];
-        if p.members.len() >= size {
-            return Err(RuntimeError::Full);
-        }
-        let id = p.next_member;
-        p.next_member += 1;
-        p.members.insert(id, (action, args));
-        Ok(id)
+        Ok(())
     }
 
     /// Remove a member (it must be in no group).
@@ -736,6 +765,32 @@ impl Switch {
         ts.table.insert(&matches, priority, data).map(EntryHandle::to_raw).map_err(table_error)
     }
 
+    /// Change the member or group an entry of a table with an action profile names.
+    pub fn table_indirect_modify(
+        &mut self,
+        t: usize,
+        h: Handle,
+        target: Indirect,
+    ) -> Result<(), RuntimeError> {
+        let ti = self.table_check(t)?;
+        let Some(inst) = ti.implementation else {
+            return Err(RuntimeError::Invalid(format!("table {} has no action profile", ti.name)));
+        };
+        self.check_indirect(inst as usize, target)?;
+        let h = EntryHandle::from_raw(h);
+        let old = self.tables[t]
+            .table
+            .get(h)
+            .ok_or_else(|| RuntimeError::NotFound(format!("entry handle {}", h.to_raw())))?;
+        let data = EntryData { indirect: Some(target), ..old.action().clone() };
+        self.tables[t].table.modify(h, data).map(|_| ()).map_err(table_error)
+    }
+
+    /// The member or group a table with an action profile uses when no entry matches.
+    pub fn table_indirect_default(&self, t: usize) -> Option<Indirect> {
+        self.default_indirect.get(t).copied().flatten()
+    }
+
     /// Make a member or group the table's default.
     pub fn table_indirect_set_default(
         &mut self,
@@ -810,6 +865,20 @@ impl Switch {
             .get(t)
             .and_then(|s| s.table.get(EntryHandle::from_raw(h)))
             .map(|e| e.action().counter.get())
+            .ok_or_else(|| RuntimeError::NotFound(format!("entry handle {h}")))
+    }
+
+    /// Set an entry's direct counter: (packets, bytes).
+    pub fn direct_counter_write(
+        &mut self,
+        t: usize,
+        h: Handle,
+        v: (u64, u64),
+    ) -> Result<(), RuntimeError> {
+        self.tables
+            .get(t)
+            .and_then(|s| s.table.get(EntryHandle::from_raw(h)))
+            .map(|e| e.action().counter.set(v))
             .ok_or_else(|| RuntimeError::NotFound(format!("entry handle {h}")))
     }
 
