@@ -52,10 +52,15 @@ enum P4Cmd {
         #[command(flatten)]
         opts: CompileOpts,
     },
-    /// Print the control-plane view: tables, keys, actions, parameters, externs.
+    /// Print the control-plane view: tables, keys, actions, parameters, externs; with
+    /// `--p4info FILE`, write the P4Runtime P4Info instead (text format; binary protobuf when
+    /// FILE ends in `.bin`).
     Info {
         #[command(flatten)]
         opts: CompileOpts,
+        /// Write the P4Info here (`-` for stdout).
+        #[arg(long, value_name = "FILE")]
+        p4info: Option<PathBuf>,
     },
     /// Send simple_switch_CLI command lines to the p4 stage of a running `snic run --control`
     /// (with neither lines nor a file, they are read from stdin, as `simple_switch_CLI < FILE`).
@@ -296,11 +301,15 @@ pub fn run(args: P4Args) -> u8 {
             }
             None => 2,
         },
-        P4Cmd::Info { opts } => match compile(&opts) {
+        P4Cmd::Info { opts, p4info: None } => match compile(&opts) {
             Some((b, _)) => {
                 print!("{}", info(&b.program));
                 0
             }
+            None => 2,
+        },
+        P4Cmd::Info { opts, p4info: Some(out) } => match compile(&opts) {
+            Some((b, _)) => write_p4info(&opts.program, &b.program, &out),
             None => 2,
         },
         P4Cmd::Cli { control, file, lines } => {
@@ -473,5 +482,93 @@ mod tests {
     #[test]
     fn serve_without_a_p4_stage_says_so() {
         assert_eq!(serve(None, "show_tables"), json!({"ok": false, "error": NO_P4}));
+    }
+}
+
+/// Write the P4Info of `prog` (compiled from `path`) to `out`: 0, or 2 with a message.
+fn write_p4info(path: &std::path::Path, prog: &snic_p4::ir::Compiled, out: &std::path::Path) -> u8 {
+    let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let info = match snic_p4rt::p4info::for_program(prog, &name) {
+        Ok(i) => i,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 2;
+        }
+    };
+    let bytes = if out.extension().is_some_and(|e| e == "bin") {
+        prost::Message::encode_to_vec(&info)
+    } else {
+        snic_p4rt::p4info::to_text(&info).into_bytes()
+    };
+    let r = if out.as_os_str() == "-" {
+        use std::io::Write as _;
+        std::io::stdout().write_all(&bytes)
+    } else {
+        std::fs::write(out, bytes)
+    };
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("error: {}: {e}", out.display());
+            2
+        }
+    }
+}
+
+/// The P4Runtime server options of `snic run` and `snic serve`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct P4RuntimeArgs {
+    /// Serve P4Runtime v1 (gRPC) for the `p4` stage on this address (`127.0.0.1:9559`; the
+    /// port defaults to 9559). Clients push programs (SetForwardingPipelineConfig with the P4
+    /// source as `p4_device_config`) and write tables; `--stage p4` alone starts empty.
+    #[arg(long, value_name = "ADDR")]
+    pub p4runtime: Option<String>,
+    /// The P4Runtime device id.
+    #[arg(long = "p4runtime-device-id", value_name = "N", default_value_t = 1)]
+    pub p4runtime_device_id: u64,
+    /// The P4 port that reaches the P4Runtime controller (packet-in / packet-out).
+    #[arg(long = "cpu-port", value_name = "N", default_value_t = 255)]
+    pub cpu_port: u32,
+}
+
+impl P4RuntimeArgs {
+    /// Start the server when asked (`p4`: the run's p4 stage, which it needs).
+    pub fn start(
+        &self,
+        p4: Option<P4Control>,
+    ) -> anyhow::Result<Option<snic_p4rt::server::Handle>> {
+        use anyhow::Context as _;
+        use std::net::ToSocketAddrs as _;
+        let Some(a) = &self.p4runtime else { return Ok(None) };
+        let Some(control) = p4 else {
+            anyhow::bail!("--p4runtime needs a p4 stage (--stage p4 or --stage p4:PROG.p4)");
+        };
+        let with_port = if a.parse::<std::net::SocketAddr>().is_ok()
+            || a.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+        {
+            a.clone()
+        } else {
+            format!("{a}:9559")
+        };
+        let addr = with_port
+            .to_socket_addrs()
+            .with_context(|| format!("--p4runtime {a}"))?
+            .next()
+            .with_context(|| format!("--p4runtime {a}: no address"))?;
+        let opts = snic_p4rt::server::Options {
+            addr,
+            device_id: self.p4runtime_device_id,
+            cpu_port: self.cpu_port,
+            include: Vec::new(),
+        };
+        let h = snic_p4rt::server::spawn(control, opts)
+            .with_context(|| format!("--p4runtime {addr}"))?;
+        eprintln!(
+            "snic: P4Runtime on {} (device {}, CPU port {})",
+            h.addr(),
+            self.p4runtime_device_id,
+            self.cpu_port
+        );
+        Ok(Some(h))
     }
 }

@@ -91,6 +91,8 @@ pub struct RunArgs {
     /// Idle timeout of the vSwitch's cached flows, in milliseconds.
     #[arg(long = "flow-idle-ms", value_name = "MS")]
     pub flow_idle_ms: Option<u64>,
+    #[command(flatten)]
+    pub p4rt: crate::p4::P4RuntimeArgs,
 }
 
 impl RunArgs {
@@ -107,6 +109,7 @@ impl RunArgs {
             && self.policy.is_none()
             && self.flows.is_none()
             && self.flow_idle_ms.is_none()
+            && self.p4rt.p4runtime.is_none()
     }
 
     /// The duration as a `Duration`, rejecting negative and non-finite values.
@@ -394,6 +397,8 @@ pub fn run(args: RunArgs) -> Result<()> {
             eprintln!("{w}");
         }
     }
+
+    let _p4runtime = args.p4rt.start(runtime.p4().map(|p| p.control()))?;
 
     let signals = Signals::install().context("cannot install signal handlers")?;
     let done = Arc::new(AtomicBool::new(false));

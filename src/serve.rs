@@ -85,6 +85,8 @@ pub struct ServeArgs {
     /// with a `vswitch` stage, `snic vswitch ... --control PATH` on this Unix socket.
     #[arg(long, value_name = "PATH")]
     pub control: Option<PathBuf>,
+    #[command(flatten)]
+    pub p4rt: crate::p4::P4RuntimeArgs,
 }
 
 /// Parse a memory size as [`crate::dma::parse_size`] does (e.g. `4M`: K, M and G are powers
@@ -137,6 +139,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         }
         out.flush()?;
     }
+    let _p4runtime = args.p4rt.start(p4.as_ref().map(|p| p.control()))?;
     // The control socket answers from a snapshot the loop below refreshes.
     let latest = Arc::new(Mutex::new(server.stats().to_string()));
     let _control = match &args.control {

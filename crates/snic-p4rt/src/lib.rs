@@ -1,0 +1,10 @@
+//! P4Runtime v1 for snic.
+#![allow(missing_docs)]
+
+pub mod device;
+pub mod p4info;
+pub mod proto;
+pub mod schema;
+pub mod server;
+pub mod status;
+pub mod text;
