@@ -448,10 +448,10 @@ pub fn run(args: RunArgs) -> Result<()> {
     let stats_flag: &AtomicBool = if args.control.is_some() { &poke } else { &signals.stats };
     let on_stats = |r: &RunReport| {
         let print = args.control.is_none() || signals.take_stats_request();
-        if args.control.is_some() {
-            if let Ok(mut l) = latest.lock() {
-                *l = report_json(r, &classes).to_string();
-            }
+        if args.control.is_some()
+            && let Ok(mut l) = latest.lock()
+        {
+            *l = report_json(r, &classes).to_string();
         }
         if print {
             let mut err = io::stderr().lock();

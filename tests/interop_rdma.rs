@@ -248,7 +248,7 @@ fn workload(v6: bool) -> Vec<Vec<u8>> {
     let atomic_off = 220_000u64; // B's atomic word (8-aligned)
     let atomic_word = bed.b.buf + atomic_off;
     bed.b.nic.mem_mut().write_u64(atomic_word, 40).unwrap();
-    let sz = |i: u64| if i % 2 == 0 { LONG } else { SHORT };
+    let sz = |i: u64| if i.is_multiple_of(2) { LONG } else { SHORT };
     let mut wrs = Vec::new();
     let mut push = |op: WrOp, sgl: SgList| {
         let id = wrs.len() as u64 + 1;

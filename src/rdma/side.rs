@@ -242,11 +242,11 @@ impl Side {
             // While packets flow the control socket is looked at only every 64 rounds: a
             // message is never urgent, a read per round would cost a syscall per batch.
             rounds = rounds.wrapping_add(1);
-            if !busy || rounds % 64 == 0 {
-                if let Some(m) = self.ctrl.try_recv()? {
-                    self.touch();
-                    return Ok(m);
-                }
+            if (!busy || rounds.is_multiple_of(64))
+                && let Some(m) = self.ctrl.try_recv()?
+            {
+                self.touch();
+                return Ok(m);
             }
             busy = self.progress()?;
             // Send completions of the passive side are not waited for; drain them so the CQ
