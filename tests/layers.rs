@@ -30,6 +30,7 @@ const LAYERS: &[(&str, u8)] = &[
     // What is built on the I/O layer.
     ("snic-roce", 4),
     ("snic-testbed", 4),
+    ("snic-p4rt", 4),
     ("snic-device", 5),
     // The binary.
     ("snic", 6),

@@ -7,4 +7,6 @@ pub mod proto;
 pub mod schema;
 pub mod server;
 pub mod status;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod text;
