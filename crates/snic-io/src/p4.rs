@@ -299,6 +299,19 @@ impl P4Control {
         self.switches.len()
     }
 
+    /// A copy of the first worker's switch (tables, registers, counters as they are now),
+    /// taken under that worker's lock only: a long read works on the copy while every worker
+    /// goes on. Counters of other workers are not summed in ([`P4Control::snapshots`]).
+    pub fn snapshot(&self) -> Option<Switch> {
+        self.switches.first().map(|m| lock(m).clone())
+    }
+
+    /// A copy of every worker's switch, each taken under its own lock (counters are per
+    /// worker: a reader sums them).
+    pub fn snapshots(&self) -> Vec<Switch> {
+        self.switches.iter().map(|m| lock(m).clone()).collect()
+    }
+
     /// Replace every worker's switch by a copy of `sw` (a new program), between two batches
     /// of each worker: no packet of another stage is lost, and every packet runs wholly on
     /// the old program or wholly on the new one.

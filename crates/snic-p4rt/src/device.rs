@@ -368,10 +368,9 @@ impl Device {
             wild(E::DigestEntry(p4::DigestEntry::default())),
         ];
         self.control.with_all(|sws| -> Result<(), Fail> {
-            let sw: &Switch =
-                sws.first().map(|s| &**s).ok_or_else(|| Fail::new(Code::Internal, "no switch"))?;
+            let snaps: Vec<Switch> = sws.iter().map(|s| (**s).clone()).collect();
             for q in &queries {
-                entities.extend(read_one(old, &self.obj, sw, q)?);
+                entities.extend(read_one(old, &self.obj, &snaps, q)?);
             }
             Ok(())
         })?;
@@ -488,15 +487,13 @@ impl Device {
         let Some(p) = &self.pipeline else {
             return Err(Fail::new(Code::FailedPrecondition, "no pipeline: set one first"));
         };
-        self.control.with_all(|sws| {
-            let sw: &Switch =
-                sws.first().map(|s| &**s).ok_or_else(|| Fail::new(Code::Internal, "no switch"))?;
-            let mut out = Vec::new();
-            for e in &req.entities {
-                out.extend(read_one(p, &self.obj, sw, e)?);
-            }
-            Ok(out)
-        })
+        // Work on a copy: a read of many entries must not hold the data plane up.
+        let sws = self.control.snapshots();
+        let mut out = Vec::new();
+        for e in &req.entities {
+            out.extend(read_one(p, &self.obj, &sws, e)?);
+        }
+        Ok(out)
     }
 
     // ------------------------------------------------------------ packet I/O
@@ -1438,14 +1435,30 @@ fn entity(e: p4::entity::Entity) -> p4::Entity {
     p4::Entity { entity: Some(e) }
 }
 
+/// Sum a counter over every worker's switch.
+fn summed(
+    sws: &[Switch],
+    f: impl Fn(&Switch) -> Result<(u64, u64), RuntimeError>,
+) -> Result<(u64, u64), Fail> {
+    let mut t = (0u64, 0u64);
+    for s in sws {
+        let (p, b) = f(s).map_err(rt)?;
+        t = (t.0 + p, t.1 + b);
+    }
+    Ok(t)
+}
+
+/// Answer one read query from `sws`, every worker's switch (copies): tables from the first,
+/// counters summed over all.
 fn read_one(
     p: &Pipeline,
     obj: &Objects,
-    sw: &Switch,
+    sws: &[Switch],
     e: &p4::Entity,
 ) -> Result<Vec<p4::Entity>, Fail> {
     use p4::entity::Entity as E;
     let schema = &p.schema;
+    let sw = sws.first().ok_or_else(|| Fail::new(Code::Internal, "no switch"))?;
     let Some(ent) = &e.entity else { return Err(inv("a read needs an entity")) };
     let mut out = Vec::new();
     match ent {
@@ -1458,7 +1471,7 @@ fn read_one(
                 vec![schema.table(q.table_id)?]
             };
             for ts in tables {
-                read_table(schema, obj, sw, ts, q, &mut out)?;
+                read_table(schema, obj, sws, ts, q, &mut out)?;
             }
         }
         E::ActionProfileMember(q) => {
@@ -1510,7 +1523,7 @@ fn read_one(
                     None => (0..is.size as usize).collect(),
                 };
                 for i in cells {
-                    let (pk, by) = sw.counter_read(is.index, i).map_err(rt)?;
+                    let (pk, by) = summed(sws, |s| s.counter_read(is.index, i))?;
                     out.push(entity(E::CounterEntry(p4::CounterEntry {
                         counter_id: id,
                         index: Some(p4::Index { index: i as i64 }),
@@ -1526,7 +1539,7 @@ fn read_one(
             let te = q.table_entry.clone().unwrap_or_default();
             let mut rows = Vec::new();
             let tq = p4::TableEntry { counter_data: None, ..te };
-            read_tables(schema, obj, sw, &tq, &mut rows)?;
+            read_tables(schema, obj, sws, &tq, &mut rows)?;
             for r in rows {
                 let Some(E::TableEntry(t)) = r.entity else { continue };
                 let ts = schema.table(t.table_id)?;
@@ -1536,7 +1549,7 @@ fn read_one(
                 let ms = matches(ts, &t.r#match)?;
                 let pr = priority(ts, t.priority)?;
                 if let Some(h) = sw.table_find(ts.index, &ms, pr) {
-                    let (pk, by) = sw.direct_counter_read(ts.index, h).map_err(rt)?;
+                    let (pk, by) = summed(sws, |s| s.direct_counter_read(ts.index, h))?;
                     out.push(entity(E::DirectCounterEntry(p4::DirectCounterEntry {
                         table_entry: Some(p4::TableEntry { action: None, ..t }),
                         data: Some(p4::CounterData {
@@ -1569,7 +1582,7 @@ fn read_one(
         E::DirectMeterEntry(q) => {
             let te = q.table_entry.clone().unwrap_or_default();
             let mut rows = Vec::new();
-            read_tables(schema, obj, sw, &te, &mut rows)?;
+            read_tables(schema, obj, sws, &te, &mut rows)?;
             for r in rows {
                 let Some(E::TableEntry(t)) = r.entity else { continue };
                 let ts = schema.table(t.table_id)?;
@@ -1686,7 +1699,7 @@ fn instances_of(schema: &Schema, id: u32, p: Prefix) -> Result<Vec<u32>, Fail> {
 fn read_tables(
     schema: &Schema,
     obj: &Objects,
-    sw: &Switch,
+    sws: &[Switch],
     q: &p4::TableEntry,
     out: &mut Vec<p4::Entity>,
 ) -> Result<(), Fail> {
@@ -1694,22 +1707,23 @@ fn read_tables(
         let mut v: Vec<_> = schema.tables.values().collect();
         v.sort_by_key(|t| t.index);
         for ts in v {
-            read_table(schema, obj, sw, ts, q, out)?;
+            read_table(schema, obj, sws, ts, q, out)?;
         }
         Ok(())
     } else {
-        read_table(schema, obj, sw, schema.table(q.table_id)?, q, out)
+        read_table(schema, obj, sws, schema.table(q.table_id)?, q, out)
     }
 }
 
 fn read_table(
     schema: &Schema,
     obj: &Objects,
-    sw: &Switch,
+    sws: &[Switch],
     ts: &TableSchema,
     q: &p4::TableEntry,
     out: &mut Vec<p4::Entity>,
 ) -> Result<(), Fail> {
+    let sw = sws.first().ok_or_else(|| Fail::new(Code::Internal, "no switch"))?;
     use p4::entity::Entity as E;
     let reverse = |ind: Indirect| -> Option<p4::TableAction> {
         let prof = obj.profiles.get(&ts.profile?)?;
@@ -1758,11 +1772,16 @@ fn read_table(
             }),
         };
         let extra = obj.extras.get(&(ts.index, e.handle)).cloned().unwrap_or_default();
-        let counter_data =
-            (q.counter_data.is_some() && ts.direct_counter.is_some()).then_some(p4::CounterData {
-                byte_count: e.counter.1 as i64,
-                packet_count: e.counter.0 as i64,
-            });
+        let counter_data = if q.counter_data.is_some() && ts.direct_counter.is_some() {
+            // This worker's count plus the others' (the same handle in every worker).
+            let others = summed(&sws[1..], |s| s.direct_counter_read(ts.index, e.handle))?;
+            Some(p4::CounterData {
+                byte_count: (e.counter.1 + others.1) as i64,
+                packet_count: (e.counter.0 + others.0) as i64,
+            })
+        } else {
+            None
+        };
         let meter_config = if q.meter_config.is_some() && ts.direct_meter.is_some() {
             meter_config(sw.direct_meter_get_rates(ts.index, e.handle).ok().flatten())
         } else {

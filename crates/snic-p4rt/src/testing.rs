@@ -59,8 +59,8 @@ pub struct Kit {
     pub client: P4RuntimeClient<Channel>,
     /// The p4 stage's program.
     pub prog: P4Program,
-    /// The stage's pipeline (the p4 stage alone).
-    pub pipeline: Pipeline,
+    /// Each worker's pipeline (its p4 stage alone).
+    pub pipelines: Vec<Pipeline>,
     server: Handle,
     now_s: u64,
 }
@@ -68,7 +68,12 @@ pub struct Kit {
 impl Kit {
     /// A p4 stage without a program and a server for it.
     pub fn new() -> Kit {
-        let prog = P4Program::load(Path::new(""), None, &[], 1).expect("empty program");
+        Kit::with_workers(1)
+    }
+
+    /// The same with `workers` switches (one stage each).
+    pub fn with_workers(workers: usize) -> Kit {
+        let prog = P4Program::load(Path::new(""), None, &[], workers).expect("empty program");
         let opts = Options {
             addr: "127.0.0.1:0".parse().expect("addr"),
             device_id: DEVICE,
@@ -93,9 +98,14 @@ impl Kit {
             }
             panic!("cannot connect to {url}");
         });
-        let mut pipeline = Pipeline::new();
-        pipeline.push(Box::new(prog.stage(0).expect("stage")));
-        Kit { rt, client, prog, pipeline, server, now_s: 1 }
+        let pipelines = (0..workers)
+            .map(|w| {
+                let mut p = Pipeline::new();
+                p.push(Box::new(prog.stage(w).expect("stage")));
+                p
+            })
+            .collect();
+        Kit { rt, client, prog, pipelines, server, now_s: 1 }
     }
 
     /// Open a stream and send an arbitration update with election id `e` (default role).
@@ -228,13 +238,18 @@ impl Kit {
     /// Run frames `(port, bytes)` through the stage (and whatever packet-outs wait): the
     /// frames that left, with their port.
     pub fn run(&mut self, frames: &[(u16, Vec<u8>)]) -> Vec<(u16, Vec<u8>)> {
+        self.run_on(0, frames)
+    }
+
+    /// The same on worker `w`'s stage.
+    pub fn run_on(&mut self, w: usize, frames: &[(u16, Vec<u8>)]) -> Vec<(u16, Vec<u8>)> {
         let mut b = Batch::new(64);
         for (port, f) in frames {
             let slot = b.push_frame(f).expect("batch room");
             slot.meta.ingress = PortId(*port);
         }
         self.now_s += 1;
-        self.pipeline.process(Instant::from_secs(self.now_s), &mut b);
+        self.pipelines[w].process(Instant::from_secs(self.now_s), &mut b);
         b.iter().filter_map(|x| Some((x.meta.egress?.0, x.data().to_vec()))).collect()
     }
 

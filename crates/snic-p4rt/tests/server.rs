@@ -344,10 +344,8 @@ fn counters_registers_meters_and_value_sets() {
     let all = p4::CounterEntry { counter_id: n["I.port_ctr"], index: None, data: None };
     assert_eq!(k.read(vec![p4::Entity { entity: Some(E::CounterEntry(all)) }]).unwrap().len(), 16);
     // Write a cell, read it back; an index out of range is OUT_OF_RANGE.
-    let set = p4::CounterEntry {
-        data: Some(p4::CounterData { packet_count: 100, byte_count: 7 }),
-        ..q
-    };
+    let set =
+        p4::CounterEntry { data: Some(p4::CounterData { packet_count: 100, byte_count: 7 }), ..q };
     k.write(10, 0, vec![update(MODIFY, E::CounterEntry(set))]).unwrap();
     let got = k.read(vec![p4::Entity { entity: Some(E::CounterEntry(q)) }]).unwrap();
     let Some(E::CounterEntry(c)) = &got[0].entity else { panic!() };
@@ -650,4 +648,30 @@ fn capabilities_names_the_api_version() {
             .unwrap()
             .into_inner();
     assert_eq!(v.p4runtime_api_version, "1.4.1");
+}
+
+#[test]
+fn every_worker_gets_the_writes_and_counters_are_summed() {
+    let mut k = Kit::with_workers(2);
+    let _s = k.primary_with(10, TEST_PROGRAM);
+    let n = names();
+    k.write(10, 0, vec![update(INSERT, E::TableEntry(fwd_entry(&n, MAC1, 3)))]).unwrap();
+    assert_eq!(k.run_on(0, &[(2, eth(MAC1, MAC2, 0x0800))])[0].0, 3);
+    assert_eq!(k.run_on(1, &[(2, eth(MAC1, MAC2, 0x0800)), (2, eth(MAC1, MAC2, 0x0800))])[0].0, 3);
+    let q = p4::CounterEntry {
+        counter_id: n["I.port_ctr"],
+        index: Some(p4::Index { index: 2 }),
+        data: None,
+    };
+    let got = k.read(vec![p4::Entity { entity: Some(E::CounterEntry(q)) }]).unwrap();
+    let Some(E::CounterEntry(c)) = &got[0].entity else { panic!() };
+    assert_eq!(c.data.unwrap().packet_count, 3, "1 on worker 0 + 2 on worker 1");
+    let q = p4::TableEntry {
+        table_id: n["I.fwd"],
+        counter_data: Some(p4::CounterData::default()),
+        ..Default::default()
+    };
+    let got = k.read(vec![p4::Entity { entity: Some(E::TableEntry(q)) }]).unwrap();
+    let Some(E::TableEntry(t)) = &got[0].entity else { panic!() };
+    assert_eq!(t.counter_data.unwrap().packet_count, 3);
 }
