@@ -58,7 +58,7 @@ fn writes(c: &mut Criterion) {
         })
     });
     // Empty the table between batches: a fresh kit per size keeps inserts real.
-    for batch in [1000u32] {
+    for batch in [100u32, 1000] {
         let (mut k, (t, a)) = router_kit();
         let mut base = 0u32;
         g.throughput(Throughput::Elements(u64::from(batch)));
