@@ -200,6 +200,9 @@ struct Compiler<'a> {
     uninit: HashMap<Slot, (String, Loc)>,
     /// Generic functions compiled so far, by name and type arguments.
     generics: HashMap<String, (u32, Vec<ParamInfo>, Ty, Slot)>,
+    /// PNA `Hash` instances: their algorithm (v1model's `HashAlgorithm` member index) and
+    /// output type.
+    hash_algos: HashMap<u32, (u32, Ty)>,
 }
 
 /// The compiled program and the compiler's warnings.
@@ -245,12 +248,14 @@ pub fn compile(program: &ast::Program, text: &str) -> Result<Output, CompileErro
             digests: Vec::new(),
             controller_headers: Vec::new(),
             calcs: Vec::new(),
+            arch: Arch::V1Model,
         },
         ctx: Ctx::default(),
         warnings: Vec::new(),
         text,
         uninit: HashMap::new(),
         generics: HashMap::new(),
+        hash_algos: HashMap::new(),
     };
     let mut main = None;
     for d in &program.decls {
@@ -322,6 +327,32 @@ fn bool_ty() -> Ty {
 
 const A1: Arith = Arith { width: 1, signed: false };
 const A32: Arith = Arith { width: 32, signed: false };
+const A8: Arith = Arith { width: 8, signed: false };
+
+/// The items of a list or struct expression.
+fn items_of(e: &ast::Expr) -> Vec<&ast::Expr> {
+    match &e.kind {
+        ExprKind::List(items) => items.iter().collect(),
+        ExprKind::StructInit(items) => items.iter().map(|(_, v)| v).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// A call's arguments in the order of `names` when they are named (`f(b = 1, a = 2)`), as
+/// written otherwise.
+fn named_args(args: &[ast::Arg], names: &[&str]) -> Vec<ast::Arg> {
+    if args.iter().all(|a| a.name.is_none()) {
+        return args.to_vec();
+    }
+    let mut out = Vec::new();
+    for n in names {
+        match args.iter().find(|a| a.name.as_ref().is_some_and(|x| x.text == *n)) {
+            Some(a) => out.push(a.clone()),
+            None => break,
+        }
+    }
+    out
+}
 
 impl<'a> Compiler<'a> {
     // ---------------------------------------------------------------- scopes and slots
@@ -1035,6 +1066,19 @@ impl<'a> Compiler<'a> {
                 let kind = self.extern_instance(&tname, &targ_tys, args, ty.loc)?;
                 let id = self.out.instances.len() as u32;
                 self.out.instances.push(InstanceIr { name: cp, kind, id: anno_id(&d.annotations) });
+                if tname == "Hash" {
+                    // PNA_HashAlgorithm_t -> v1model's HashAlgorithm: TARGET_DEFAULT and
+                    // CRC32 are crc32, then crc16, csum16, identity.
+                    let a = match args.first() {
+                        Some(a) => self.enum_member_index(&a.value)?,
+                        None => return err(ty.loc, "Hash needs an algorithm"),
+                    };
+                    let algo = [0, 0, 2, 6, 5].get(a as usize).copied().unwrap_or(0);
+                    let Some(out) = targ_tys.first().cloned() else {
+                        return err(ty.loc, "Hash needs an output type");
+                    };
+                    self.hash_algos.insert(id, (algo, out));
+                }
                 self.bind(&name.text, Ent::Extern(id, tname));
                 Ok(())
             }
@@ -1143,6 +1187,35 @@ impl<'a> Compiler<'a> {
                 }
             }
             "Checksum16" => InstanceKind::Stateless,
+            // PNA's externs that map onto v1model's.
+            "Counter" => {
+                let size = self.ctor_arg(args, 0, loc)? as u32;
+                let kind = match args.get(1) {
+                    Some(a) => self.enum_member_index(&a.value)?,
+                    None => return err(loc, "Counter needs a type"),
+                };
+                InstanceKind::Counter { size, kind }
+            }
+            "DirectCounter" => match args.first() {
+                Some(a) => InstanceKind::DirectCounter(self.enum_member_index(&a.value)?),
+                None => return err(loc, "DirectCounter needs a type"),
+            },
+            "Register" => {
+                if args.len() > 1 {
+                    return unsupported(loc, "Register with an initial value");
+                }
+                let size = self.ctor_arg(args, 0, loc)? as u32;
+                let width = match targs.first() {
+                    Some(Ty::Bits(a)) => a.width,
+                    Some(Ty::Bool) => 1,
+                    Some(t) => {
+                        return unsupported(loc, format!("registers of `{}`", self.ty_name(t)));
+                    }
+                    None => return err(loc, "Register needs a type argument"),
+                };
+                InstanceKind::Register { size, width }
+            }
+            "Hash" => InstanceKind::Stateless,
             other => return unsupported(loc, format!("extern `{other}`")),
         })
     }
@@ -1155,10 +1228,13 @@ impl<'a> Compiler<'a> {
             ast::TypeKind::Named { name, .. } => name.text.as_str(),
             _ => "",
         };
+        if tname == "PNA_NIC" {
+            return self.main_pna(d, args);
+        }
         if tname != "V1Switch" {
             return unsupported(
                 ty.loc,
-                format!("the `{tname}` architecture (snic runs v1model's V1Switch)"),
+                format!("the `{tname}` architecture (snic runs v1model's V1Switch and PNA_NIC)"),
             );
         }
         if args.len() != 6 {
@@ -1320,6 +1396,177 @@ impl<'a> Compiler<'a> {
         self.out.egress = ids[3];
         self.out.compute = ids[4];
         self.out.deparser = ids[5];
+        Ok(())
+    }
+
+    /// `PNA_NIC(main_parser, pre_control, main_control, main_deparser) main`: the headers
+    /// and metadata are shared by the four blocks (the pre control runs on the main parser's);
+    /// each intrinsic metadata struct gets its own storage.
+    fn main_pna(&mut self, d: &'a Decl, args: &[ast::Arg]) -> R<()> {
+        if args.len() != 4 {
+            return err(d.loc, "PNA_NIC takes four blocks");
+        }
+        let (pdecl, _) = self.block_arg(&args[0])?;
+        let pparams = match &pdecl.kind {
+            DeclKind::Parser { proto, .. } if proto.params.len() == 4 => &proto.params,
+            DeclKind::Parser { .. } => {
+                return err(pdecl.loc, "a PNA main parser takes four parameters");
+            }
+            _ => return err(args[0].loc, "the first block of PNA_NIC must be a parser"),
+        };
+        // MH and MM from the parser, or from the main control when the parser is generic.
+        let mut hm = (self.resolve_ty(&pparams[1].ty).ok(), self.resolve_ty(&pparams[2].ty).ok());
+        if (hm.0.is_none() || hm.1.is_none())
+            && let Ok((cd, _)) = self.block_arg(&args[2])
+            && let DeclKind::Control { proto, .. } = &cd.kind
+            && proto.params.len() == 4
+        {
+            if hm.0.is_none() {
+                hm.0 = self.resolve_ty(&proto.params[0].ty).ok();
+            }
+            if hm.1.is_none() {
+                hm.1 = self.resolve_ty(&proto.params[1].ty).ok();
+            }
+        }
+        let (Some(h), Some(m)) = hm else {
+            return err(d.loc, "the PNA main parser's header and metadata types are not known");
+        };
+        let hn = self.slots(&h);
+        let hdr = self.alloc(hn);
+        let mn = self.slots(&m);
+        let meta = self.alloc(mn);
+        self.out.hdr = (hdr, hn);
+        self.out.meta = (meta, mn);
+        // The v1model standard metadata does not exist; only its packet length (a hidden
+        // slot, for byte counters) is kept.
+        let plen = self.alloc(1);
+        self.out.std = StdMeta {
+            base: plen,
+            len: 1,
+            ingress_port: u32::MAX,
+            egress_spec: u32::MAX,
+            egress_port: u32::MAX,
+            instance_type: u32::MAX,
+            packet_length: plen,
+            enq_timestamp: u32::MAX,
+            enq_qdepth: u32::MAX,
+            deq_timedelta: u32::MAX,
+            deq_qdepth: u32::MAX,
+            ingress_global_timestamp: u32::MAX,
+            egress_global_timestamp: u32::MAX,
+            mcast_grp: u32::MAX,
+            egress_rid: u32::MAX,
+            checksum_error: u32::MAX,
+            parser_error: u32::MAX,
+            priority: u32::MAX,
+        };
+        // The blocks: parser(pkt, hdr, meta, parser istd), pre(hdr, meta, pre istd, pre ostd),
+        // main(hdr, meta, main istd, main ostd), deparser(pkt, hdr, meta, main ostd).
+        // Storage indices: 0 hdr, 1 meta, 2 parser istd, 3 pre istd, 4 pre ostd, 5 main istd,
+        // 6 main ostd; 9 packet_in, 8 packet_out.
+        let roles: [(&str, [usize; 4]); 4] = [
+            ("main parser", [9, 0, 1, 2]),
+            ("pre control", [0, 1, 3, 4]),
+            ("main control", [0, 1, 5, 6]),
+            ("main deparser", [8, 0, 1, 6]),
+        ];
+        let mut shared: Vec<Option<(Place, Ty)>> = vec![None; 7];
+        shared[0] = Some((Place::at(hdr), h));
+        shared[1] = Some((Place::at(meta), m));
+        let mut decls = Vec::new();
+        for (i, (role, _)) in roles.iter().enumerate() {
+            let (decl, cargs) = self.block_arg(&args[i])?;
+            let params = match &decl.kind {
+                DeclKind::Parser { proto, .. } if i == 0 => &proto.params,
+                DeclKind::Control { proto, .. } if i > 0 => &proto.params,
+                _ => return err(args[i].loc, format!("PNA_NIC's {role} has the wrong kind")),
+            };
+            if params.len() != 4 {
+                return err(decl.loc, format!("the {role} takes four parameters"));
+            }
+            decls.push((decl, cargs));
+        }
+        // The intrinsic metadata, typed from the blocks that take it.
+        for (i, (_, binds)) in roles.iter().enumerate() {
+            let (DeclKind::Parser { proto, .. } | DeclKind::Control { proto, .. }) =
+                &decls[i].0.kind
+            else {
+                continue;
+            };
+            for (p, &b) in proto.params.iter().zip(binds.iter()) {
+                if (2..7).contains(&b) && shared[b].is_none() {
+                    let ty = self.resolve_ty(&p.ty)?;
+                    let n = self.slots(&ty);
+                    let base = self.alloc(n);
+                    shared[b] = Some((Place::at(base), ty));
+                }
+            }
+        }
+        let field = |c: &Self, k: usize, n: &str| match &shared[k] {
+            Some((p, ty)) => c.field(ty, n).map_or(u32::MAX, |(o, _)| p.base + o),
+            None => u32::MAX,
+        };
+        let three = |c: &Self, n: &str| [field(c, 2, n), field(c, 3, n), field(c, 5, n)];
+        let pna = PnaMeta {
+            pre: 0,
+            input_port: three(self, "input_port"),
+            direction: three(self, "direction"),
+            pass: three(self, "pass"),
+            loopedback: three(self, "loopedback"),
+            parser_error: [field(self, 3, "parser_error"), field(self, 5, "parser_error")],
+            timestamp: field(self, 5, "timestamp"),
+        };
+        let mut ids = [0u32; 4];
+        for (i, (_, binds)) in roles.iter().enumerate() {
+            let (decl, cargs) = decls[i].clone();
+            let (proto_params, type_params) = match &decl.kind {
+                DeclKind::Parser { proto, .. } | DeclKind::Control { proto, .. } => {
+                    (&proto.params, &proto.type_params)
+                }
+                _ => continue,
+            };
+            let mut tb: Vec<(String, Ty)> = Vec::new();
+            let mut bound = Vec::new();
+            for (p, &b) in proto_params.iter().zip(binds.iter()) {
+                let e = match b {
+                    9 => Ent::PacketIn,
+                    8 => Ent::PacketOut,
+                    k => {
+                        let Some((place, ty)) = shared[k].clone() else {
+                            return err(p.loc, "this parameter's storage is missing");
+                        };
+                        if let ast::TypeKind::Named { name: tn, args } = &p.ty.kind
+                            && args.is_empty()
+                            && type_params.iter().any(|t| t.text == tn.text)
+                            && !tb.iter().any(|x| x.0 == tn.text)
+                        {
+                            tb.push((tn.text.clone(), ty.clone()));
+                        }
+                        Ent::Var(place, ty)
+                    }
+                };
+                bound.push((p.name.text.clone(), e));
+            }
+            let name = match &decl.kind {
+                DeclKind::Parser { proto, .. } | DeclKind::Control { proto, .. } => {
+                    proto.name.text.clone()
+                }
+                _ => String::new(),
+            };
+            let name = anno_string(&decl.annotations, "name").unwrap_or(name);
+            let (body, _) = self.elaborate_block(decl, &cargs, &name, Some(bound), tb)?;
+            ids[i] = match body {
+                Body::Parser(p) | Body::Control(p) => p,
+                _ => 0,
+            };
+        }
+        self.out.parser = ids[0];
+        self.out.verify = ids[1];
+        self.out.ingress = ids[2];
+        self.out.egress = ids[2];
+        self.out.compute = ids[1];
+        self.out.deparser = ids[3];
+        self.out.arch = Arch::Pna(PnaMeta { pre: ids[1], ..pna });
         Ok(())
     }
 
@@ -1658,6 +1905,8 @@ impl<'a> Compiler<'a> {
             hit_slot,
             action_slot: hit_slot + 1,
             meter_out: None,
+            add_on_miss: false,
+            idle: IdleTimeout::None,
         };
         let mut default_expr = None;
         let mut entries = None;
@@ -1774,8 +2023,26 @@ impl<'a> Compiler<'a> {
                     }
                     "largest_priority_wins" => largest_wins = self.const_i128(value)? != 0,
                     "priority_delta" => priority_delta = self.const_i128(value)? as i64,
-                    "support_timeout" | "idle_timeout" | "psa_direct_counter"
-                    | "psa_direct_meter" => {}
+                    "pna_direct_counter" => {
+                        t.direct_counter = Some(self.instance_ref(value, &t.name)?);
+                    }
+                    "add_on_miss" => t.add_on_miss = self.const_i128(value)? != 0,
+                    "support_timeout" | "idle_timeout" | "idle_timeout_with_auto_delete" => {
+                        let on = self.const_i128(value)? != 0;
+                        t.idle = match (on, pn.text.as_str()) {
+                            (false, _) => t.idle,
+                            (true, "idle_timeout_with_auto_delete") => IdleTimeout::AutoDelete,
+                            (true, _) => IdleTimeout::Notify,
+                        };
+                    }
+                    "pna_idle_timeout" => {
+                        t.idle = match self.enum_member_index(value)? {
+                            0 => IdleTimeout::None,
+                            1 => IdleTimeout::Notify,
+                            _ => IdleTimeout::AutoDelete,
+                        };
+                    }
+                    "psa_direct_counter" | "psa_direct_meter" => {}
                     _ => {}
                 },
             }
@@ -3502,6 +3769,12 @@ impl<'a> Compiler<'a> {
                             ty: Ty::Bits(Arith { width: 16, signed: false }),
                         });
                     }
+                    Some(Ent::Extern(id, tname))
+                        if (tname == "Register" && member.text == "read")
+                            || (tname == "Hash" && member.text == "get_hash") =>
+                    {
+                        return self.pna_value_method(id, &tname, type_args, args, e.loc);
+                    }
                     Some(Ent::Extern(id, tname)) => {
                         let st = self.extern_method(id, &tname, member, args, e.loc)?;
                         return match st {
@@ -3908,6 +4181,31 @@ impl<'a> Compiler<'a> {
         let x = |c: ExternCall| Ok(TE { ex: Ex::Extern(Box::new(c)), ty: Ty::Void });
         match n {
             "mark_to_drop" => x(ExternCall::MarkToDrop),
+            "send_to_port" => {
+                let args = named_args(args, &["dest_port"]);
+                let p = self.scalar_arg(&args, 0, &Ty::Bits(A32), loc)?;
+                x(ExternCall::SendToPort(p))
+            }
+            "drop_packet" => x(ExternCall::DropPacket),
+            "restart_expire_timer" => x(ExternCall::RestartExpireTimer),
+            "set_entry_expire_time" => {
+                let args = named_args(args, &["expire_time_profile_id"]);
+                let p = self.scalar_arg(&args, 0, &Ty::Bits(A8), loc)?;
+                x(ExternCall::SetEntryExpireTime(p))
+            }
+            "add_entry" => self.add_entry(args, loc),
+            "SelectByDirection" => {
+                let args = named_args(args, &["direction", "n2h_value", "h2n_value"]);
+                let Some(d) = args.first() else { return err(loc, "a direction is needed") };
+                let dir = self.expr(&d.value, None)?;
+                if !matches!(dir.ty, Ty::Enum(_)) {
+                    return err(d.loc, "the direction must be a PNA_Direction_t");
+                }
+                let (a, ty) = self.any_scalar_arg(&args, 1, loc)?;
+                let b = self.scalar_arg(&args, 2, &ty, loc)?;
+                let n2h = Ex::Cmp(Cmp::Eq, Box::new(dir.ex), Box::new(Ex::Const(0)), A32);
+                Ok(TE { ex: Ex::Cond(Box::new(n2h), Box::new(a), Box::new(b)), ty })
+            }
             "verify" => {
                 let c = self.scalar_arg(args, 0, &Ty::Bool, loc)?;
                 let e = self.scalar_arg(args, 1, &Ty::Error, loc)?;
@@ -4052,6 +4350,112 @@ impl<'a> Compiler<'a> {
         }
     }
 
+    /// PNA's extern methods that give a value: `Register.read(index)` and
+    /// `Hash.get_hash(data)` / `get_hash(base, data, max)`.
+    fn pna_value_method(
+        &mut self,
+        id: u32,
+        tname: &str,
+        type_args: &[ast::Type],
+        args: &[ast::Arg],
+        loc: Loc,
+    ) -> R<TE> {
+        let _ = type_args;
+        let ty = match (&self.out.instances[id as usize].kind, self.hash_algos.get(&id)) {
+            (InstanceKind::Register { width, .. }, _) => {
+                Ty::Bits(Arith { width: *width, signed: false })
+            }
+            (_, Some((_, t))) => t.clone(),
+            _ => return err(loc, format!("{tname}'s value type is not known")),
+        };
+        let width = match &ty {
+            Ty::Bits(a) => a.width,
+            Ty::Bool => 1,
+            t => return unsupported(loc, format!("{tname} of `{}`", self.ty_name(t))),
+        };
+        let dst = Place::at(self.alloc(1));
+        let st = if tname == "Register" {
+            let (i, _) = self.any_scalar_arg(args, 0, loc)?;
+            ExternCall::RegisterRead(id, dst.clone(), i)
+        } else {
+            let algo = self.hash_algos.get(&id).map_or(0, |h| h.0);
+            let (base, data_arg, max) = match args.len() {
+                1 => {
+                    // No modulo: the hash cut to the result's width.
+                    let max = if width < 64 { 1u128 << width } else { u128::from(u64::MAX) };
+                    (Ex::Const(0), &args[0], Ex::Const(max))
+                }
+                3 => {
+                    let (b, _) = self.any_scalar_arg(args, 0, loc)?;
+                    let (m, _) = self.any_scalar_arg(args, 2, loc)?;
+                    (b, &args[1], m)
+                }
+                _ => return err(loc, "get_hash takes data, or base, data and max"),
+            };
+            let mut data = Vec::new();
+            self.leaves(&data_arg.value, &mut data)?;
+            let calc = self.new_calc(algo);
+            ExternCall::Hash { calc, dst: dst.clone(), width, algo, base, data, max }
+        };
+        Ok(TE {
+            ex: Ex::Seq(vec![St::Extern(Box::new(st))].into_boxed_slice(), Box::new(Ex::Load(dst))),
+            ty,
+        })
+    }
+
+    /// PNA `add_entry(action_name, action_params, expire_time_profile_id)`: a bool.
+    fn add_entry(&mut self, args: &[ast::Arg], loc: Loc) -> R<TE> {
+        let args = named_args(args, &["action_name", "action_params", "expire_time_profile_id"]);
+        if args.len() != 3 {
+            return err(loc, "add_entry takes an action name, its parameters and a profile");
+        }
+        let ExprKind::Str(aname) = &args[0].value.kind else {
+            return err(args[0].loc, "add_entry's action name must be a string literal");
+        };
+        let (action, params) = match self.lookup(aname) {
+            Some(Ent::Action(a, ps)) => (*a, ps.clone()),
+            _ => return err(args[0].loc, format!("no action `{aname}`")),
+        };
+        let data: Vec<ParamInfo> =
+            params.into_iter().filter(|p| p.dir == Direction::None).collect();
+        let pe = &args[1].value;
+        let mut vals = Vec::new();
+        match &pe.kind {
+            ExprKind::List(_) | ExprKind::StructInit(_) => {
+                let items = items_of(pe);
+                if items.len() != data.len() {
+                    return err(
+                        pe.loc,
+                        format!("`{aname}` takes {} action parameters", data.len()),
+                    );
+                }
+                for (it, p) in items.iter().zip(&data) {
+                    let v = self.expr(it, Some(&p.ty))?;
+                    let v = self.coerce(v, &p.ty, it.loc)?;
+                    vals.push(v.ex);
+                }
+            }
+            _ => {
+                let mut leaves = Vec::new();
+                self.leaves(pe, &mut leaves)?;
+                if leaves.len() != data.len() {
+                    return err(
+                        pe.loc,
+                        format!("`{aname}` takes {} action parameters", data.len()),
+                    );
+                }
+                vals = leaves.into_iter().map(|l| l.ex).collect();
+            }
+        }
+        let profile = self.scalar_arg(&args, 2, &Ty::Bits(A8), loc)?;
+        let dst = self.alloc(1);
+        let st = St::Extern(Box::new(ExternCall::AddEntry { action, args: vals, profile, dst }));
+        Ok(TE {
+            ex: Ex::Seq(vec![st].into_boxed_slice(), Box::new(Ex::Load(Place::at(dst)))),
+            ty: Ty::Bool,
+        })
+    }
+
     /// The fields of a `clone3` / `resubmit(data)` / `recirculate(data)` list as a field list
     /// of their own (an id above any `@field_list` a program can write).
     fn data_field_list(&mut self, e: &ast::Expr) -> R<u32> {
@@ -4106,7 +4510,27 @@ impl<'a> Compiler<'a> {
                 let (i, _) = self.any_scalar_arg(args, 0, loc)?;
                 x(ExternCall::Count(id, i))
             }
-            ("direct_counter", "count") => x(ExternCall::DirectCount(id)),
+            ("direct_counter" | "DirectCounter", "count") => x(ExternCall::DirectCount(id)),
+            ("Counter", "count") => {
+                if args.len() > 1 {
+                    return unsupported(loc, "Counter.count with an increment");
+                }
+                let (i, _) = self.any_scalar_arg(args, 0, loc)?;
+                x(ExternCall::Count(id, i))
+            }
+            ("Register", "write") => {
+                let (i, _) = self.any_scalar_arg(args, 0, loc)?;
+                let w = match kind {
+                    InstanceKind::Register { width, .. } => width,
+                    _ => 32,
+                };
+                let v =
+                    self.scalar_arg(args, 1, &Ty::Bits(Arith { width: w, signed: false }), loc)?;
+                x(ExternCall::RegisterWrite(id, i, v))
+            }
+            ("Register", "read") | ("Hash", "get_hash") => {
+                err(loc, format!("{tname}.{} gives a value: use it in an expression", member.text))
+            }
             ("meter", "execute_meter") => {
                 let (i, _) = self.any_scalar_arg(args, 0, loc)?;
                 let (dst, w) = self.out_arg(args, 1, loc)?;

@@ -472,6 +472,28 @@ pub enum ExternCall {
     Digest(u32, Vec<Leaf>),
     /// `assert(c)` / `assume(c)`.
     Assert(Ex),
+    /// PNA `send_to_port(port)`: the packet leaves by `port` (the last forwarding call wins).
+    SendToPort(Ex),
+    /// PNA `drop_packet()`: the packet is dropped (the last forwarding call wins).
+    DropPacket,
+    /// PNA `add_entry(action, params, profile)` in the default action of an `add_on_miss`
+    /// table: an entry keyed by the table's current key values; `dst` gets whether it was
+    /// added.
+    AddEntry {
+        /// The action (index into [`Compiled::actions`]).
+        action: u32,
+        /// The values of its data parameters, in order.
+        args: Vec<Ex>,
+        /// The expire time profile.
+        profile: Ex,
+        /// Where the result (a bool) goes.
+        dst: Slot,
+    },
+    /// PNA `restart_expire_timer()`: the hit entry's idle time starts again.
+    RestartExpireTimer,
+    /// PNA `set_entry_expire_time(profile)`: the hit entry's time to live becomes the
+    /// profile's, its idle time starting again.
+    SetEntryExpireTime(Ex),
 }
 
 /// A parser's compiled state machine.
@@ -654,6 +676,22 @@ pub struct TableIr {
     pub action_slot: Slot,
     /// Slots of the result of the last lookup's direct meter, if any: (place, width).
     pub meter_out: Option<(Place, u32)>,
+    /// PNA `add_on_miss = true`: the default action may `add_entry`.
+    pub add_on_miss: bool,
+    /// What happens to idle entries (`support_timeout`, `pna_idle_timeout`).
+    pub idle: IdleTimeout,
+}
+
+/// What happens to a table's entries once idle past their time to live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IdleTimeout {
+    /// Nothing: entries live until deleted.
+    #[default]
+    None,
+    /// The control plane is told (v1model `support_timeout = true`, PNA `NOTIFY_CONTROL`).
+    Notify,
+    /// The entry is deleted (PNA `AUTO_DELETE`).
+    AutoDelete,
 }
 
 /// The kinds of extern instance the executor keeps state for.
@@ -800,7 +838,38 @@ pub struct StdMeta {
     pub priority: Slot,
 }
 
-/// A whole compiled v1model program.
+/// The architecture a program is written for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Arch {
+    /// BMv2's v1model (`V1Switch`).
+    #[default]
+    V1Model,
+    /// P4.org's Portable NIC Architecture (`PNA_NIC`).
+    Pna(PnaMeta),
+}
+
+/// The slots of a PNA program's intrinsic metadata the architecture fills in, and its pre
+/// control. A field a program's structs lack is `u32::MAX` (never written).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PnaMeta {
+    /// The pre control (index into [`Compiled::controls`]); the main parser, control and
+    /// deparser are [`Compiled::parser`], [`Compiled::ingress`], [`Compiled::deparser`].
+    pub pre: u32,
+    /// `input_port` of the main parser's, the pre control's and the main control's input.
+    pub input_port: [Slot; 3],
+    /// `direction` of the same three.
+    pub direction: [Slot; 3],
+    /// `pass` of the same three.
+    pub pass: [Slot; 3],
+    /// `loopedback` of the same three.
+    pub loopedback: [Slot; 3],
+    /// `parser_error` of the pre control's and the main control's input.
+    pub parser_error: [Slot; 2],
+    /// `timestamp` of the main control's input (nanoseconds).
+    pub timestamp: Slot,
+}
+
+/// A whole compiled program.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Compiled {
     /// Slots in a packet's frame.
@@ -850,4 +919,6 @@ pub struct Compiled {
     pub digests: Vec<DigestIr>,
     /// Headers annotated `@controller_header`.
     pub controller_headers: Vec<ControllerHeaderIr>,
+    /// The architecture.
+    pub arch: Arch,
 }

@@ -84,6 +84,10 @@ pub struct EntryView {
     /// For a table with an action profile: the member or group it names (`call` is then
     /// meaningless).
     pub indirect: Option<Indirect>,
+    /// Its time to live once idle, in a table with idle timeouts (`None`: it never expires).
+    pub ttl_ns: Option<u64>,
+    /// Nanoseconds since it was last hit (or added), at the time of the last packet.
+    pub idle_ns: u64,
 }
 
 /// What a table entry holds beside its match: the action, and the direct counter and meter
@@ -94,6 +98,41 @@ struct EntryData {
     indirect: Option<Indirect>,
     counter: Cell<(u64, u64)>,
     meter: Option<RefCell<Meter>>,
+    /// Idle timeout state (unused in tables without one).
+    idle: IdleState,
+}
+
+/// An entry's idle timeout state: when it was last hit, when its expire timer started (every
+/// hit in v1model; `add_entry`, `restart_expire_timer` and `set_entry_expire_time` in PNA),
+/// its time to live, and whether the control plane was told it is idle.
+#[derive(Debug, Clone, Default)]
+struct IdleState {
+    last_hit: Cell<u64>,
+    timer: Cell<u64>,
+    ttl: Cell<Option<u64>>,
+    notified: Cell<bool>,
+}
+
+impl IdleState {
+    fn new(now: u64, ttl: Option<u64>) -> Self {
+        IdleState {
+            last_hit: Cell::new(now),
+            timer: Cell::new(now),
+            ttl: Cell::new(ttl),
+            notified: Cell::new(false),
+        }
+    }
+
+    /// The expire timer starts again at `now`.
+    fn restart(&self, now: u64) {
+        self.timer.set(now);
+        self.notified.set(false);
+    }
+
+    /// Idle past its time to live at `now`.
+    fn expired(&self, now: u64) -> bool {
+        self.ttl.get().is_some_and(|t| now.saturating_sub(self.timer.get()) >= t)
+    }
 }
 
 /// What an entry of a table with an action profile names.
@@ -142,6 +181,7 @@ impl TableState {
         priority: Option<i64>,
         call: ActionCall,
         meter: Option<Meter>,
+        idle: IdleState,
     ) -> Result<Handle, RuntimeError> {
         let priority = if self.uses_priority { Some(priority.unwrap_or(0)) } else { None };
         let data = EntryData {
@@ -149,6 +189,7 @@ impl TableState {
             indirect: None,
             counter: Cell::new((0, 0)),
             meter: meter.map(RefCell::new),
+            idle,
         };
         self.table.insert(&matches, priority, data).map(EntryHandle::to_raw).map_err(table_error)
     }
@@ -168,6 +209,8 @@ struct Flags {
     recirculate: Option<Option<u32>>,
     truncate: Option<u32>,
     assert_failed: bool,
+    /// PNA: the port of the last `send_to_port` (`None`: drop).
+    pna_dest: Option<u32>,
     /// Bytes added (or removed) by setValid / setInvalid, as BMv2's packet length register.
     len_delta: i64,
 }
@@ -221,6 +264,10 @@ pub struct Stats {
     pub derived_limit: u64,
     /// `assert`/`assume` failures.
     pub assert_failures: u64,
+    /// Entries deleted by an idle timeout (PNA `AUTO_DELETE`).
+    pub expired: u64,
+    /// Entries added by the data plane (PNA `add_entry`).
+    pub learned: u64,
 }
 
 /// What became of the last packet given to [`Switch::process`] (and the packets derived
@@ -245,6 +292,15 @@ pub const MAX_DERIVED: usize = 4096;
 
 /// The parser takes at most this many state transitions per packet (then `ParserTimeout`).
 pub const MAX_PARSER_STEPS: u32 = 100_000;
+
+/// The time to live of every PNA expire time profile until the control plane sets it
+/// ([`Switch::set_expire_time_profile`]): 30 seconds.
+pub const DEFAULT_EXPIRE_TIME_NS: u64 = 30_000_000_000;
+
+/// How often [`Switch::process`] looks for entries to delete by idle timeout, at most
+/// ([`Switch::set_expiry_sweep_interval`]): every 100 ms of packet time. A hit on an expired
+/// entry deletes it (and misses) whenever it happens.
+pub const DEFAULT_SWEEP_INTERVAL_NS: u64 = 100_000_000;
 
 /// A running v1model program.
 #[derive(Debug, Clone)]
@@ -274,6 +330,14 @@ pub struct Switch {
     scratch: BitWriter,
     profiles: Vec<Profile>,
     default_indirect: Vec<Option<Indirect>>,
+    /// PNA: ports whose packets are HOST_TO_NET (sorted).
+    host_ports: Vec<u32>,
+    /// PNA expire time profiles: time to live by profile id.
+    expire_profiles: Vec<u64>,
+    /// Some table deletes idle entries.
+    auto_delete: bool,
+    next_sweep_ns: u64,
+    sweep_interval_ns: u64,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -362,6 +426,11 @@ impl Switch {
             scratch: BitWriter::default(),
             profiles: vec![Profile::default(); n_inst],
             default_indirect: vec![None; n_tables],
+            host_ports: Vec::new(),
+            expire_profiles: vec![DEFAULT_EXPIRE_TIME_NS; 256],
+            auto_delete: prog.tables.iter().any(|t| t.idle == IdleTimeout::AutoDelete),
+            next_sweep_ns: 0,
+            sweep_interval_ns: DEFAULT_SWEEP_INTERVAL_NS,
             prog: Arc::new(prog),
         };
         for t in 0..sw.prog.tables.len() {
@@ -472,7 +541,8 @@ impl Switch {
                 InstanceKind::DirectMeter { bytes: true } => Meter::new(MeterKind::Bytes),
                 _ => Meter::new(MeterKind::Packets),
             });
-        self.tables[t].add(matches, priority, call, meter)
+        let idle = IdleState::new(self.now_ns, None);
+        self.tables[t].add(matches, priority, call, meter, idle)
     }
 
     /// Add an entry to table `t`; `priority` (larger wins) matters for tables with ternary,
@@ -519,6 +589,7 @@ impl Switch {
             indirect: old.action().indirect,
             counter: old.action().counter.clone(),
             meter: old.action().meter.clone(),
+            idle: old.action().idle.clone(),
         };
         self.tables[t].table.modify(h, data).map(|_| ()).map_err(table_error)
     }
@@ -578,6 +649,8 @@ impl Switch {
                 call: e.action().call.clone(),
                 counter: e.action().counter.get(),
                 indirect: e.action().indirect,
+                ttl_ns: e.action().idle.ttl.get(),
+                idle_ns: self.now_ns.saturating_sub(e.action().idle.last_hit.get()),
             })
             .collect();
         v.sort_by_key(|e| e.handle);
@@ -761,6 +834,7 @@ impl Switch {
             indirect: Some(target),
             counter: Cell::new((0, 0)),
             meter: None,
+            idle: IdleState::new(self.now_ns, None),
         };
         ts.table.insert(&matches, priority, data).map(EntryHandle::to_raw).map_err(table_error)
     }
@@ -1151,6 +1225,125 @@ impl Switch {
         self.mirrors.get(&session).copied()
     }
 
+    // ------------------------------------------------------------------ idle timeouts
+
+    /// Whether table `t`'s entries can time out (v1model `support_timeout = true`, PNA
+    /// `pna_idle_timeout` other than `NO_TIMEOUT`).
+    pub fn table_supports_idle_timeout(&self, t: usize) -> bool {
+        self.prog.tables.get(t).is_some_and(|ti| ti.idle != IdleTimeout::None)
+    }
+
+    /// Set an entry's time to live once idle (`None`: it never expires). Its idle time
+    /// starts again from the time of the last packet.
+    pub fn table_set_entry_ttl(
+        &mut self,
+        t: usize,
+        h: Handle,
+        ttl_ns: Option<u64>,
+    ) -> Result<(), RuntimeError> {
+        let ti = self.table_check(t)?;
+        if ti.idle == IdleTimeout::None {
+            return Err(RuntimeError::Invalid(format!(
+                "table {} does not support idle timeouts",
+                ti.name
+            )));
+        }
+        let e = self.tables[t]
+            .table
+            .get(EntryHandle::from_raw(h))
+            .ok_or_else(|| RuntimeError::NotFound(format!("entry handle {h}")))?;
+        e.action().idle.ttl.set(ttl_ns);
+        e.action().idle.restart(self.now_ns);
+        Ok(())
+    }
+
+    /// The entries of tables that notify (`support_timeout`, `NOTIFY_CONTROL`) idle past their
+    /// time to live at `now_ns`. Each is reported once per idle period: again only after its
+    /// expire timer restarted (a hit in v1model, `restart_expire_timer` in PNA) and it went
+    /// idle again.
+    pub fn take_idle_expired(&mut self, now_ns: u64) -> Vec<(usize, Handle)> {
+        let mut out = Vec::new();
+        for (t, ti) in self.prog.tables.iter().enumerate() {
+            if ti.idle != IdleTimeout::Notify {
+                continue;
+            }
+            let mut hs: Vec<Handle> = self.tables[t]
+                .table
+                .iter()
+                .filter(|(_, e)| {
+                    let i = &e.action().idle;
+                    !i.notified.get() && i.expired(now_ns)
+                })
+                .map(|(h, e)| {
+                    e.action().idle.notified.set(true);
+                    h.to_raw()
+                })
+                .collect();
+            hs.sort_unstable();
+            out.extend(hs.into_iter().map(|h| (t, h)));
+        }
+        out
+    }
+
+    /// Delete the entries of `AUTO_DELETE` tables idle past their time to live at `now_ns`;
+    /// returns them. [`Switch::process`] does this too, every
+    /// [`Switch::set_expiry_sweep_interval`] of packet time.
+    pub fn expire(&mut self, now_ns: u64) -> Vec<(usize, Handle)> {
+        let mut out = Vec::new();
+        for (t, ti) in self.prog.tables.iter().enumerate() {
+            if ti.idle != IdleTimeout::AutoDelete {
+                continue;
+            }
+            let mut hs: Vec<EntryHandle> = self.tables[t]
+                .table
+                .iter()
+                .filter(|(_, e)| e.action().idle.expired(now_ns))
+                .map(|(h, _)| h)
+                .collect();
+            hs.sort_unstable_by_key(|h| h.to_raw());
+            for h in hs {
+                if self.tables[t].table.delete(h).is_ok() {
+                    self.stats.expired += 1;
+                    out.push((t, h.to_raw()));
+                }
+            }
+        }
+        out
+    }
+
+    /// Set PNA expire time profile `id`'s time to live (every profile starts at
+    /// [`DEFAULT_EXPIRE_TIME_NS`]).
+    pub fn set_expire_time_profile(&mut self, id: u8, ttl_ns: u64) {
+        self.expire_profiles[usize::from(id)] = ttl_ns;
+    }
+
+    /// PNA expire time profile `id`'s time to live.
+    pub fn expire_time_profile(&self, id: u8) -> u64 {
+        self.expire_profiles[usize::from(id)]
+    }
+
+    /// How often (in packet time) [`Switch::process`] deletes idle `AUTO_DELETE` entries
+    /// ([`DEFAULT_SWEEP_INTERVAL_NS`] until set; 0: at every packet).
+    pub fn set_expiry_sweep_interval(&mut self, ns: u64) {
+        self.sweep_interval_ns = ns;
+        self.next_sweep_ns = self.now_ns;
+    }
+
+    // ------------------------------------------------------------------ PNA
+
+    /// PNA: the ports whose packets go HOST_TO_NET (the host's vports); packets from any
+    /// other port are NET_TO_HOST. None until set.
+    pub fn set_host_ports(&mut self, ports: &[u32]) {
+        self.host_ports = ports.to_vec();
+        self.host_ports.sort_unstable();
+        self.host_ports.dedup();
+    }
+
+    /// PNA: the host ports.
+    pub fn host_ports(&self) -> &[u32] {
+        &self.host_ports
+    }
+
     // ------------------------------------------------------------------ data plane
 
     /// Run one packet arriving on `port` at time `now_ns` to completion; the packets that
@@ -1159,6 +1352,14 @@ impl Switch {
         self.stats.received += 1;
         self.now_ns = now_ns;
         self.last = Outcome::default();
+        if self.auto_delete && now_ns >= self.next_sweep_ns {
+            self.expire(now_ns);
+            self.next_sweep_ns = now_ns.saturating_add(self.sweep_interval_ns);
+        }
+        if let Arch::Pna(pna) = self.prog.arch {
+            self.process_pna(&pna, port, data, out);
+            return;
+        }
         let mut work = core::mem::take(&mut self.work);
         work.clear();
         // The common case runs on the switch's own frame and the caller's bytes: ingress, then
@@ -1224,6 +1425,80 @@ impl Switch {
             }
         }
         self.work = work;
+    }
+
+    /// One PNA packet: main parser, pre control, main control, main deparser; it leaves by
+    /// the port of the last `send_to_port`, or is dropped.
+    fn process_pna(
+        &mut self,
+        pna: &PnaMeta,
+        port: u32,
+        data: &[u8],
+        out: &mut Vec<(u32, Vec<u8>)>,
+    ) {
+        let h2n = self.host_ports.binary_search(&port).is_ok();
+        self.tr(|| {
+            let dir = if h2n { "HOST_TO_NET" } else { "NET_TO_HOST" };
+            format!("main parser: port {port}, {} bytes, {dir}", data.len())
+        });
+        let mut frame = core::mem::take(&mut self.frame);
+        frame.clear();
+        frame.resize(self.prog.frame_len as usize, 0);
+        for i in 0..3 {
+            set(&mut frame, pna.input_port[i], u128::from(port));
+            set(&mut frame, pna.direction[i], u128::from(h2n));
+        }
+        set(&mut frame, pna.timestamp, u128::from(self.now_ns));
+        set(&mut frame, self.prog.std.packet_length, data.len() as u128);
+        let prog = Arc::clone(&self.prog);
+        let mut flags = Flags::default();
+        let (r, cursor) = {
+            let mut ex = Exec::new(&prog, self, &mut frame, data, &mut flags);
+            let r = ex.parser(prog.parser);
+            (r, ex.cursor)
+        };
+        if let Err(e) = r {
+            self.stats.parser_errors += 1;
+            self.last.parser_error = Some(e);
+            for s in pna.parser_error {
+                set(&mut frame, s, u128::from(e));
+            }
+            let name = self.prog.errors.get(e as usize).cloned().unwrap_or_default();
+            self.tr(|| format!("main parser: error {name}"));
+        }
+        let off = cursor.div_ceil(8).min(data.len());
+        let payload = &data[off..];
+        for k in [pna.pre, prog.ingress] {
+            let mut ex = Exec::new(&prog, self, &mut frame, payload, &mut flags);
+            ex.control(k);
+        }
+        if flags.assert_failed {
+            self.stats.assert_failures += 1;
+        }
+        match flags.pna_dest {
+            None => {
+                self.stats.dropped_ingress += 1;
+                self.last.dropped_ingress = true;
+                self.tr(|| "main control: dropped".into());
+            }
+            Some(p) => {
+                let bytes = {
+                    let mut flags2 = Flags::default();
+                    let mut ex = Exec::new(&prog, self, &mut frame, payload, &mut flags2);
+                    ex.out.clear();
+                    ex.out.reserve(payload.len() + 64);
+                    ex.control(prog.deparser);
+                    let mut b = ex.out.take();
+                    b.extend_from_slice(payload);
+                    b
+                };
+                self.stats.sent += 1;
+                self.last.sent += 1;
+                self.tr(|| format!("transmit: port {p}, {} bytes", bytes.len()));
+                out.push((p, bytes));
+            }
+        }
+        self.frame = frame;
     }
 
     fn tr(&mut self, f: impl FnOnce() -> String) {
@@ -1591,6 +1866,8 @@ struct Exec<'s> {
     /// An `exit` happened where no flow could carry it (a table applied or an action called
     /// inside an expression): the enclosing block stops at its next statement.
     exiting: bool,
+    /// The table whose action runs, and the entry hit (`None`: its default action).
+    applying: Option<(usize, Option<EntryHandle>)>,
 }
 
 impl<'s> Exec<'s> {
@@ -1611,6 +1888,7 @@ impl<'s> Exec<'s> {
             flags,
             pending: None,
             exiting: false,
+            applying: None,
         }
     }
 
@@ -2037,14 +2315,32 @@ impl<'s> Exec<'s> {
             Direct(u32),
             Indirect(Indirect),
             DefaultIndirect(Indirect),
+            /// An entry idle past its time to live in an `AUTO_DELETE` table.
+            Expired(EntryHandle),
         }
         let (mut hit, chosen) = {
             let prog = self.prog;
             let sw = &mut *self.sw;
             let f = &mut *self.f;
+            let idle = prog.tables[ti].idle;
             match sw.tables[ti].table.lookup(&key) {
+                Some((h, _))
+                    if idle == IdleTimeout::AutoDelete
+                        && sw.tables[ti]
+                            .table
+                            .get(h)
+                            .is_some_and(|e| e.action().idle.expired(sw.now_ns)) =>
+                {
+                    (false, Chosen::Expired(h))
+                }
                 Some((h, e)) => {
                     matched = Some(h.to_raw());
+                    if idle != IdleTimeout::None {
+                        e.idle.last_hit.set(sw.now_ns);
+                        if matches!(prog.arch, Arch::V1Model) {
+                            e.idle.restart(sw.now_ns);
+                        }
+                    }
                     if prog.tables[ti].direct_counter.is_some() {
                         let (p, b) = e.counter.get();
                         e.counter.set((p + 1, b + len));
@@ -2074,6 +2370,14 @@ impl<'s> Exec<'s> {
             }
         };
         let action = match chosen {
+            Chosen::Expired(h) => {
+                // Deleted now, and the lookup runs again without it.
+                if self.sw.tables[ti].table.delete(h).is_ok() {
+                    self.sw.stats.expired += 1;
+                }
+                self.sw.key = key;
+                return self.apply(t);
+            }
             Chosen::Direct(a) => a,
             Chosen::Indirect(ind) | Chosen::DefaultIndirect(ind) => {
                 let c = match self.resolve_indirect(ti, ind) {
@@ -2124,7 +2428,9 @@ impl<'s> Exec<'s> {
         self.sw.key = key;
         set(self.f, self.prog.tables[ti].hit_slot, u128::from(hit));
         set(self.f, self.prog.tables[ti].action_slot, u128::from(action));
+        let saved = self.applying.replace((ti, matched.filter(|_| hit).map(EntryHandle::from_raw)));
         let fl = self.run_action(ti, action);
+        self.applying = saved;
         (hit, action, fl)
     }
 
@@ -2168,6 +2474,66 @@ impl<'s> Exec<'s> {
         let (action, args) = self.sw.profiles[inst].members.get(&member)?.clone();
         let idx = prog.tables[ti].actions.iter().position(|a| a.action == action)?;
         Some(ActionCall { action: idx as u32, args })
+    }
+
+    /// The idle state of the entry whose action runs, in a table with idle timeouts.
+    fn hit_idle(&self) -> Option<&IdleState> {
+        let (ti, Some(h)) = self.applying? else { return None };
+        if self.prog.tables[ti].idle == IdleTimeout::None {
+            return None;
+        }
+        self.sw.tables[ti].table.get(h).map(|e| &e.action().idle)
+    }
+
+    /// PNA `add_entry` in the default action of an `add_on_miss` table: an entry keyed by the
+    /// table's key values of this lookup. False outside such an action, for an action the
+    /// table does not list, and when the table is full.
+    fn add_entry(&mut self, action: u32, args: &[Ex], profile: &Ex) -> bool {
+        let Some((ti, None)) = self.applying else { return false };
+        let prog = self.prog;
+        let t = &prog.tables[ti];
+        if !t.add_on_miss {
+            return false;
+        }
+        let Some(idx) = t.actions.iter().position(|a| a.action == action) else { return false };
+        let params: Vec<u32> = prog.actions[action as usize]
+            .params
+            .iter()
+            .filter(|p| p.data)
+            .map(|p| p.width)
+            .collect();
+        let mut vals = Vec::with_capacity(args.len());
+        for (a, w) in args.iter().zip(params) {
+            vals.push(self.ev(a) & mask(w));
+        }
+        let p = (self.ev(profile) & 0xff) as usize;
+        let matches: Vec<FieldMatch> = t
+            .keys
+            .iter()
+            .zip(&self.sw.key)
+            .map(|(k, &v)| match k.kind {
+                MatchKind::Exact => FieldMatch::Exact(v),
+                MatchKind::Ternary => FieldMatch::Ternary { value: v, mask: mask(k.width) },
+                MatchKind::Lpm => FieldMatch::Lpm { value: v, len: k.width },
+                MatchKind::Range => FieldMatch::Range { lo: v, hi: v },
+                MatchKind::Optional => FieldMatch::Optional(Some(v)),
+            })
+            .collect();
+        let call = ActionCall { action: idx as u32, args: vals };
+        let ttl = (t.idle != IdleTimeout::None).then(|| self.sw.expire_profiles[p]);
+        let now = self.sw.now_ns;
+        let r = self.sw.add_entry(ti, matches, None, call);
+        let Ok(h) = r else {
+            self.sw.tr(|| format!("add_entry: {}: not added", t.name));
+            return false;
+        };
+        if let Some(e) = self.sw.tables[ti].table.get(EntryHandle::from_raw(h)) {
+            e.action().idle.ttl.set(ttl);
+            e.action().idle.restart(now);
+        }
+        self.sw.stats.learned += 1;
+        self.sw.tr(|| format!("add_entry: {}: entry {h}", t.name));
+        true
     }
 
     /// Run the table's action `action` (its data parameters already written).
@@ -2447,6 +2813,30 @@ impl<'s> Exec<'s> {
             ExternCall::Emit(p, shape) => {
                 if let Some(b) = self.slot(p) {
                     self.emit(b, shape);
+                }
+            }
+            ExternCall::SendToPort(p) => {
+                let p = self.ev(p) as u32;
+                self.flags.pna_dest = Some(p);
+            }
+            ExternCall::DropPacket => self.flags.pna_dest = None,
+            ExternCall::AddEntry { action, args, profile, dst } => {
+                let ok = self.add_entry(*action, args, profile);
+                set(self.f, *dst, u128::from(ok));
+            }
+            ExternCall::RestartExpireTimer => {
+                let now = self.sw.now_ns;
+                if let Some(i) = self.hit_idle() {
+                    i.restart(now);
+                }
+            }
+            ExternCall::SetEntryExpireTime(p) => {
+                let p = (self.ev(p) & 0xff) as usize;
+                let ttl = self.sw.expire_profiles[p];
+                let now = self.sw.now_ns;
+                if let Some(i) = self.hit_idle() {
+                    i.ttl.set(Some(ttl));
+                    i.restart(now);
                 }
             }
             ExternCall::MarkToDrop => {
