@@ -231,7 +231,8 @@ extern void send_to_port(PortId_t dest_port);
 /* A copy of the packet to a mirror session (not run by snic). */
 extern void mirror_packet(MirrorSlotId_t mirror_slot_id, MirrorSessionId_t mirror_session_id);
 
-/* Run the packet through the main parser again after the deparser (not run by snic). */
+/* After the main control: the deparsed packet goes back to the main parser, `pass` one more
+ * (at most 7 times: then it is dropped); the forwarding calls of this pass are ignored. */
 extern void recirculate();
 
 /* In the default action of a table with `add_on_miss = true`: add an entry keyed by the

@@ -293,6 +293,10 @@ pub const MAX_DERIVED: usize = 4096;
 /// The parser takes at most this many state transitions per packet (then `ParserTimeout`).
 pub const MAX_PARSER_STEPS: u32 = 100_000;
 
+/// A PNA packet recirculates at most this many times (`pass` is 3 bits); one more
+/// `recirculate()` drops it (counted in [`Stats::derived_limit`]).
+pub const PNA_MAX_PASS: u8 = 7;
+
 /// The time to live of every PNA expire time profile until the control plane sets it
 /// ([`Switch::set_expire_time_profile`]): 30 seconds.
 pub const DEFAULT_EXPIRE_TIME_NS: u64 = 30_000_000_000;
@@ -1428,7 +1432,8 @@ impl Switch {
     }
 
     /// One PNA packet: main parser, pre control, main control, main deparser; it leaves by
-    /// the port of the last `send_to_port`, or is dropped.
+    /// the port of the last `send_to_port`, or is dropped. After `recirculate()` the deparsed
+    /// packet runs again (pass + 1), at most [`PNA_MAX_PASS`] times.
     fn process_pna(
         &mut self,
         pna: &PnaMeta,
@@ -1436,10 +1441,41 @@ impl Switch {
         data: &[u8],
         out: &mut Vec<(u32, Vec<u8>)>,
     ) {
+        let mut r = self.pna_pass(pna, port, data, 0);
+        let mut pass = 0;
+        while let PnaEnd::Recirculate(bytes) = r {
+            if pass == PNA_MAX_PASS {
+                self.stats.derived_limit += 1;
+                self.last.over_limit = true;
+                self.tr(|| "recirculate: too many passes: dropped".into());
+                return;
+            }
+            pass += 1;
+            self.tr(|| format!("recirculate: pass {pass}"));
+            r = self.pna_pass(pna, port, &bytes, pass);
+        }
+        match r {
+            PnaEnd::Send(p, bytes) => {
+                self.stats.sent += 1;
+                self.last.sent += 1;
+                self.tr(|| format!("transmit: port {p}, {} bytes", bytes.len()));
+                out.push((p, bytes));
+            }
+            PnaEnd::Drop => {
+                self.stats.dropped_ingress += 1;
+                self.last.dropped_ingress = true;
+                self.tr(|| "main control: dropped".into());
+            }
+            PnaEnd::Recirculate(_) => {}
+        }
+    }
+
+    /// One pass of a PNA packet through the four blocks.
+    fn pna_pass(&mut self, pna: &PnaMeta, port: u32, data: &[u8], pass: u8) -> PnaEnd {
         let h2n = self.host_ports.binary_search(&port).is_ok();
         self.tr(|| {
             let dir = if h2n { "HOST_TO_NET" } else { "NET_TO_HOST" };
-            format!("main parser: port {port}, {} bytes, {dir}", data.len())
+            format!("main parser: port {port}, {} bytes, {dir}, pass {pass}", data.len())
         });
         let mut frame = core::mem::take(&mut self.frame);
         frame.clear();
@@ -1447,6 +1483,7 @@ impl Switch {
         for i in 0..3 {
             set(&mut frame, pna.input_port[i], u128::from(port));
             set(&mut frame, pna.direction[i], u128::from(h2n));
+            set(&mut frame, pna.pass[i], u128::from(pass));
         }
         set(&mut frame, pna.timestamp, u128::from(self.now_ns));
         set(&mut frame, self.prog.std.packet_length, data.len() as u128);
@@ -1459,7 +1496,9 @@ impl Switch {
         };
         if let Err(e) = r {
             self.stats.parser_errors += 1;
-            self.last.parser_error = Some(e);
+            if self.last.parser_error.is_none() {
+                self.last.parser_error = Some(e);
+            }
             for s in pna.parser_error {
                 set(&mut frame, s, u128::from(e));
             }
@@ -1475,30 +1514,29 @@ impl Switch {
         if flags.assert_failed {
             self.stats.assert_failures += 1;
         }
-        match flags.pna_dest {
-            None => {
-                self.stats.dropped_ingress += 1;
-                self.last.dropped_ingress = true;
-                self.tr(|| "main control: dropped".into());
+        let dest = match (flags.recirculate.is_some(), flags.pna_dest) {
+            (false, None) => {
+                self.frame = frame;
+                return PnaEnd::Drop;
             }
-            Some(p) => {
-                let bytes = {
-                    let mut flags2 = Flags::default();
-                    let mut ex = Exec::new(&prog, self, &mut frame, payload, &mut flags2);
-                    ex.out.clear();
-                    ex.out.reserve(payload.len() + 64);
-                    ex.control(prog.deparser);
-                    let mut b = ex.out.take();
-                    b.extend_from_slice(payload);
-                    b
-                };
-                self.stats.sent += 1;
-                self.last.sent += 1;
-                self.tr(|| format!("transmit: port {p}, {} bytes", bytes.len()));
-                out.push((p, bytes));
-            }
-        }
+            (true, _) => None,
+            (false, Some(p)) => Some(p),
+        };
+        let bytes = {
+            let mut flags2 = Flags::default();
+            let mut ex = Exec::new(&prog, self, &mut frame, payload, &mut flags2);
+            ex.out.clear();
+            ex.out.reserve(payload.len() + 64);
+            ex.control(prog.deparser);
+            let mut b = ex.out.take();
+            b.extend_from_slice(payload);
+            b
+        };
         self.frame = frame;
+        match dest {
+            Some(p) => PnaEnd::Send(p, bytes),
+            None => PnaEnd::Recirculate(bytes),
+        }
     }
 
     fn tr(&mut self, f: impl FnOnce() -> String) {
@@ -1788,6 +1826,17 @@ impl Switch {
         self.tr(|| format!("transmit: port {port}, {} bytes", bytes.len()));
         out.push((port, bytes));
     }
+}
+
+/// How one pass of a PNA packet ended.
+#[derive(Debug)]
+enum PnaEnd {
+    /// Out of a port.
+    Send(u32, Vec<u8>),
+    /// Dropped.
+    Drop,
+    /// Back to the main parser, deparsed.
+    Recirculate(Vec<u8>),
 }
 
 /// The original packet leaving ingress for one port.

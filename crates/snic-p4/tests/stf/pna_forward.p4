@@ -4,7 +4,10 @@
  *
  * Packet: h_t { op, port, dir, pre, sel }.
  *   op 1: send_to_port(port).  op 2: send_to_port(port) then drop_packet().
- *   op 3: drop_packet() then send_to_port(port).  Anything else: no call (dropped).
+ *   op 3: drop_packet() then send_to_port(port).
+ *   op 4: recirculate() (ignoring a send_to_port) in passes 0 and 1, then in pass 2
+ *   send_to_port(port + pass).  op 5: recirculate() every pass: dropped after pass 7.
+ *   Anything else: no call (dropped).
  *   dir: the main control's istd.direction (0 NET_TO_HOST, 1 HOST_TO_NET), written back.
  *   pre: the pre control writes 0x77 into meta, which main copies here.
  *   sel: SelectByDirection(istd.direction, 0xa1, 0xb2).
@@ -44,6 +47,15 @@ control MainControlImpl(inout headers_t hdr, inout meta_t meta,
         } else if (hdr.h.op == 3) {
             drop_packet();
             send_to_port(hdr.h.port);
+        } else if (hdr.h.op == 4) {
+            if (istd.pass < 2) {
+                send_to_port(hdr.h.port);
+                recirculate();
+            } else {
+                send_to_port(hdr.h.port + (bit<32>) istd.pass);
+            }
+        } else if (hdr.h.op == 5) {
+            recirculate();
         }
     }
 }

@@ -1,0 +1,278 @@
+//! PNA programs on the `Switch`: direction by host port, entries the data plane adds
+//! (`add_on_miss`), and idle timeouts (PNA `AUTO_DELETE` / `NOTIFY_CONTROL`, v1model
+//! `support_timeout`) with explicit packet times.
+
+mod common;
+
+use snic_p4::ir::ActionCall;
+use snic_p4::table::FieldMatch;
+use snic_p4::v1model::{Handle, Switch};
+
+/// h { op, k, r }: `flows` (exact on k) learns `hit_act(k ^ 0xf0)` on a miss (profile 0) and
+/// writes r = 0xee; a hit writes r = v. In the hit action, op 1 restarts the entry's expire
+/// timer and op 2 sets its expire time to profile 1. Every packet leaves by port 1.
+const LEARN: &str = r#"#include <core.p4>
+#include <pna.p4>
+header h_t { bit<8> op; bit<8> k; bit<8> r; }
+struct headers_t { h_t h; }
+struct meta_t { }
+parser MP(packet_in pkt, out headers_t hdr, inout meta_t m,
+          in pna_main_parser_input_metadata_t istd) {
+    state start { pkt.extract(hdr.h); transition accept; }
+}
+control PC(in headers_t hdr, inout meta_t m, in pna_pre_input_metadata_t istd,
+           inout pna_pre_output_metadata_t ostd) { apply { } }
+control MC(inout headers_t hdr, inout meta_t m, in pna_main_input_metadata_t istd,
+           inout pna_main_output_metadata_t ostd) {
+    action hit_act(bit<8> v) {
+        hdr.h.r = v;
+        if (hdr.h.op == 1) { restart_expire_timer(); }
+        if (hdr.h.op == 2) { set_entry_expire_time(1); }
+    }
+    action learn() {
+        hdr.h.r = 0xee;
+        add_entry("hit_act", {hdr.h.k ^ 0xf0}, (ExpireTimeProfileId_t) 0);
+    }
+    table flows {
+        key = { hdr.h.k : exact; }
+        actions = { hit_act; @defaultonly learn; }
+        default_action = learn;
+        add_on_miss = true;
+        pna_idle_timeout = PNA_IdleTimeout_t.IDLE;
+    }
+    apply { flows.apply(); send_to_port(1); }
+}
+control MD(packet_out pkt, in headers_t hdr, in meta_t m, in pna_main_output_metadata_t ostd) {
+    apply { pkt.emit(hdr.h); }
+}
+PNA_NIC(MP(), PC(), MC(), MD()) main;
+"#;
+
+fn learner(idle: &str) -> (Switch, usize) {
+    let src = LEARN.replace("IDLE", idle);
+    let mut sw = Switch::new(common::compile(&src)).expect("switch");
+    sw.set_expire_time_profile(0, 1000);
+    sw.set_expire_time_profile(1, 5000);
+    // Only lookups and explicit calls delete, unless a test says otherwise.
+    sw.set_expiry_sweep_interval(u64::MAX);
+    let t = sw.table_index("MC.flows").expect("table");
+    (sw, t)
+}
+
+/// Send h { op, k, 0 } at `now`; the r byte that leaves.
+fn send(sw: &mut Switch, op: u8, k: u8, now: u64) -> u8 {
+    let mut out = Vec::new();
+    sw.process(0, &[op, k, 0], now, &mut out);
+    assert_eq!(out.len(), 1, "one packet out");
+    assert_eq!(out[0].0, 1);
+    out[0].1[2]
+}
+
+fn handles(sw: &Switch, t: usize) -> Vec<Handle> {
+    sw.table_entries(t).iter().map(|e| e.handle).collect()
+}
+
+#[test]
+fn learned_entries_are_visible_to_the_control_plane() {
+    let (mut sw, t) = learner("AUTO_DELETE");
+    assert!(sw.table_supports_idle_timeout(t));
+    assert_eq!(send(&mut sw, 0, 7, 0), 0xee);
+    let es = sw.table_entries(t);
+    assert_eq!(es.len(), 1);
+    assert_eq!(es[0].matches, vec![FieldMatch::Exact(7)]);
+    let hit_act = sw.program().tables[t]
+        .actions
+        .iter()
+        .position(|a| sw.program().actions[a.action as usize].name == "MC.hit_act")
+        .expect("hit_act") as u32;
+    assert_eq!(es[0].call, ActionCall { action: hit_act, args: vec![0xf7] });
+    assert_eq!(es[0].ttl_ns, Some(1000));
+    assert_eq!(send(&mut sw, 0, 7, 10), 0xf7);
+    assert_eq!(sw.stats().learned, 1);
+    // The control plane deletes it: the next packet learns it again.
+    sw.table_delete(t, es[0].handle).expect("delete");
+    assert_eq!(send(&mut sw, 0, 7, 20), 0xee);
+    assert_eq!(sw.table_entries(t).len(), 1);
+}
+
+#[test]
+fn auto_delete_removes_an_entry_idle_past_its_ttl() {
+    let (mut sw, t) = learner("AUTO_DELETE");
+    assert_eq!(send(&mut sw, 0, 1, 0), 0xee);
+    // Hits do not restart a PNA entry's timer: it expires 1000 ns after it was added.
+    assert_eq!(send(&mut sw, 0, 1, 500), 0xf1);
+    assert_eq!(send(&mut sw, 0, 1, 999), 0xf1);
+    assert_eq!(send(&mut sw, 0, 1, 1000), 0xee, "expired at its TTL: deleted, learned again");
+    assert_eq!(sw.stats().expired, 1);
+    assert_eq!(sw.table_entries(t).len(), 1);
+    assert_eq!(send(&mut sw, 0, 1, 1001), 0xf1);
+}
+
+#[test]
+fn expire_deletes_idle_entries_without_a_lookup() {
+    let (mut sw, t) = learner("AUTO_DELETE");
+    send(&mut sw, 0, 1, 0);
+    send(&mut sw, 0, 2, 600);
+    assert!(sw.expire(999).is_empty());
+    let h1 = handles(&sw, t)[0];
+    assert_eq!(sw.expire(1000), vec![(t, h1)]);
+    assert_eq!(sw.table_entries(t).len(), 1);
+    assert_eq!(sw.table_entries(t)[0].matches, vec![FieldMatch::Exact(2)]);
+    assert_eq!(sw.expire(1600).len(), 1);
+    assert!(sw.table_entries(t).is_empty());
+    assert_eq!(sw.stats().expired, 2);
+}
+
+#[test]
+fn process_sweeps_idle_entries_at_the_sweep_interval() {
+    let (mut sw, t) = learner("AUTO_DELETE");
+    sw.set_expiry_sweep_interval(0);
+    send(&mut sw, 0, 1, 0);
+    send(&mut sw, 0, 2, 1000);
+    // k 1 was never looked up again, but the sweep at 1000 deleted it.
+    let es = sw.table_entries(t);
+    assert_eq!(es.len(), 1);
+    assert_eq!(es[0].matches, vec![FieldMatch::Exact(2)]);
+}
+
+#[test]
+fn restart_expire_timer_keeps_an_entry_alive() {
+    let (mut sw, _) = learner("AUTO_DELETE");
+    send(&mut sw, 0, 1, 0);
+    assert_eq!(send(&mut sw, 1, 1, 800), 0xf1, "hit; restarts the timer at 800");
+    assert_eq!(send(&mut sw, 0, 1, 1500), 0xf1, "alive: 700 ns idle");
+    assert_eq!(send(&mut sw, 0, 1, 1800), 0xee, "expired 1000 ns after the restart");
+
+    // The same hits without the restart: the entry is gone at 1500.
+    let (mut sw, _) = learner("AUTO_DELETE");
+    send(&mut sw, 0, 1, 0);
+    assert_eq!(send(&mut sw, 0, 1, 800), 0xf1);
+    assert_eq!(send(&mut sw, 0, 1, 1500), 0xee);
+}
+
+#[test]
+fn set_entry_expire_time_changes_the_ttl() {
+    let (mut sw, t) = learner("AUTO_DELETE");
+    send(&mut sw, 0, 1, 0);
+    assert_eq!(send(&mut sw, 2, 1, 100), 0xf1, "profile 1: 5000 ns from 100");
+    assert_eq!(sw.table_entries(t)[0].ttl_ns, Some(5000));
+    assert_eq!(send(&mut sw, 0, 1, 5099), 0xf1);
+    assert_eq!(send(&mut sw, 0, 1, 5100), 0xee);
+}
+
+#[test]
+fn notify_control_reports_each_idle_entry_once_per_idle_period() {
+    let (mut sw, t) = learner("NOTIFY_CONTROL");
+    send(&mut sw, 0, 1, 0);
+    let h = handles(&sw, t)[0];
+    assert!(sw.take_idle_expired(999).is_empty());
+    assert_eq!(sw.take_idle_expired(1000), vec![(t, h)]);
+    assert!(sw.take_idle_expired(2000).is_empty(), "reported once");
+    // Notified entries stay; a hit still hits.
+    assert_eq!(send(&mut sw, 0, 1, 2000), 0xf1);
+    assert!(sw.take_idle_expired(2100).is_empty(), "a hit alone does not restart the timer");
+    assert_eq!(send(&mut sw, 1, 1, 2500), 0xf1, "restart at 2500");
+    assert!(sw.take_idle_expired(3499).is_empty());
+    assert_eq!(sw.take_idle_expired(3500), vec![(t, h)], "idle again: reported again");
+    assert_eq!(sw.stats().expired, 0);
+}
+
+#[test]
+fn no_timeout_tables_keep_entries_and_refuse_ttls() {
+    let (mut sw, t) = learner("NO_TIMEOUT");
+    assert!(!sw.table_supports_idle_timeout(t));
+    send(&mut sw, 0, 1, 0);
+    assert_eq!(sw.table_entries(t)[0].ttl_ns, None);
+    assert_eq!(send(&mut sw, 0, 1, 1_000_000_000), 0xf1);
+    assert!(sw.take_idle_expired(u64::MAX).is_empty());
+    let h = handles(&sw, t)[0];
+    assert!(sw.table_set_entry_ttl(t, h, Some(5)).is_err());
+}
+
+/// v1model: `support_timeout = true` on `t`; the control plane sets each entry's TTL and
+/// every hit restarts the timer (BMv2's ageing).
+#[test]
+fn v1model_support_timeout_notifies_idle_entries() {
+    let src = common::SMALL.replace(
+        "default_action = NoAction(); }",
+        "default_action = NoAction(); support_timeout = true; }",
+    );
+    let mut sw = Switch::new(common::compile(&src)).expect("switch");
+    let t = sw.table_index("I.t").expect("t");
+    assert!(sw.table_supports_idle_timeout(t));
+    let dst = 0x0000_0000_0001u128;
+    let h = sw
+        .table_add(t, vec![FieldMatch::Exact(dst)], None, ActionCall { action: 0, args: vec![2] })
+        .expect("add");
+    assert_eq!(sw.table_entries(t)[0].ttl_ns, None);
+    assert!(sw.take_idle_expired(u64::MAX).is_empty(), "no TTL: never idle");
+    sw.table_set_entry_ttl(t, h, Some(1000)).expect("ttl");
+    assert_eq!(sw.table_entries(t)[0].ttl_ns, Some(1000));
+    let mut pkt = vec![0u8; 14];
+    pkt[5] = 1;
+    let mut out = Vec::new();
+    sw.process(0, &pkt, 500, &mut out);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].0, 2);
+    assert_eq!(sw.table_entries(t)[0].idle_ns, 0);
+    assert!(sw.take_idle_expired(1499).is_empty(), "the hit at 500 restarted the timer");
+    assert_eq!(sw.take_idle_expired(1500), vec![(t, h)]);
+    assert!(sw.take_idle_expired(1600).is_empty());
+    out.clear();
+    sw.process(0, &pkt, 2000, &mut out);
+    assert_eq!(sw.take_idle_expired(3000), vec![(t, h)]);
+    // The entry is still there (v1model tables only notify).
+    assert_eq!(sw.table_entries(t).len(), 1);
+    assert!(sw.table_set_entry_ttl(99, h, None).is_err(), "no table 99");
+    assert!(sw.table_set_entry_ttl(t, h + 1, None).is_err(), "no such entry");
+}
+
+/// pna_forward's blocks, with host ports: port 2 is HOST_TO_NET.
+#[test]
+fn host_ports_set_the_direction() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/stf/pna_forward.p4");
+    let src = std::fs::read_to_string(dir).expect("pna_forward.p4");
+    let mut sw = Switch::new(common::compile(&src)).expect("switch");
+    sw.set_host_ports(&[2, 3]);
+    assert_eq!(sw.host_ports(), &[2, 3]);
+    let pkt = [1, 0, 0, 0, 5, 0, 0, 0];
+    let mut out = Vec::new();
+    sw.process(2, &pkt, 0, &mut out);
+    assert_eq!(out, vec![(5, vec![1, 0, 0, 0, 5, 1, 0x77, 0xb2])]);
+    out.clear();
+    sw.process(1, &pkt, 0, &mut out);
+    assert_eq!(out, vec![(5, vec![1, 0, 0, 0, 5, 0, 0x77, 0xa1])]);
+    // op 5 recirculates forever: dropped, counted.
+    out.clear();
+    sw.process(1, &[5, 0, 0, 0, 5, 0, 0, 0], 0, &mut out);
+    assert!(out.is_empty());
+    assert!(sw.outcome().over_limit);
+    assert_eq!(sw.stats().derived_limit, 1);
+}
+
+#[test]
+fn pna_externs_snic_does_not_run_are_refused_as_unsupported() {
+    let with = |decl: &str, stmt: &str| {
+        LEARN
+            .replace("IDLE", "NO_TIMEOUT")
+            .replace("    action hit_act", &format!("    {decl}\n    action hit_act"))
+            .replace("apply { flows.apply();", &format!("apply {{ {stmt} flows.apply();"))
+    };
+    let e = common::try_compile(&with("InternetChecksum() ck;", "")).expect_err("refused");
+    assert!(e.contains("unsupported: extern `InternetChecksum`"), "{e}");
+    let e = common::try_compile(&with("", "mirror_packet(0, 1);")).expect_err("refused");
+    assert!(e.contains("unsupported: extern function `mirror_packet`"), "{e}");
+    let e = common::try_compile(&with("Register<bit<8>, bit<32>>(4, 8w1) r;", ""))
+        .expect_err("refused");
+    assert!(e.contains("unsupported: Register with an initial value"), "{e}");
+}
+
+#[test]
+fn add_entry_checks_its_action_and_parameters_at_compile_time() {
+    let bad = LEARN.replace("IDLE", "NO_TIMEOUT").replace("\"hit_act\"", "\"nope\"");
+    let e = common::try_compile(&bad).expect_err("refused");
+    assert!(e.contains("no action `nope`"), "{e}");
+    let bad = LEARN.replace("IDLE", "NO_TIMEOUT").replace("{hdr.h.k ^ 0xf0}", "{hdr.h.k, hdr.h.k}");
+    let e = common::try_compile(&bad).expect_err("refused");
+    assert!(e.contains("takes 1 action parameters"), "{e}");
+}
