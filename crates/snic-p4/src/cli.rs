@@ -163,6 +163,16 @@ pub enum Command {
         /// The entry handle.
         handle: u32,
     },
+    /// `table_set_timeout TABLE HANDLE MS`: the entry's idle timeout (0: none), for tables with
+    /// `support_timeout` / `pna_idle_timeout`.
+    TableSetTimeout {
+        /// The table.
+        table: String,
+        /// The entry handle.
+        handle: u32,
+        /// Milliseconds.
+        ms: u32,
+    },
     /// `table_modify TABLE ACTION HANDLE [=>] PARAM...` (BMv2 tolerates the `=>`).
     TableModify {
         /// The table.
@@ -1063,6 +1073,14 @@ fn parse_tokens(cmd: &str, a: &[&str]) -> Result<Command, CliError> {
             exactly(cmd, a, 2, "TABLE HANDLE")?;
             Command::TableDelete { table: s(0), handle: u32_arg(a[1], "entry handle")? }
         }
+        "table_set_timeout" => {
+            exactly(cmd, a, 3, "TABLE HANDLE MS")?;
+            Command::TableSetTimeout {
+                table: s(0),
+                handle: u32_arg(a[1], "entry handle")?,
+                ms: u32_arg(a[2], "timeout")?,
+            }
+        }
         "table_modify" => {
             at_least(cmd, a, 3, "TABLE ACTION HANDLE [=>] PARAM...")?;
             let skip = if a.get(3) == Some(&"=>") { 4 } else { 3 };
@@ -1367,6 +1385,9 @@ impl fmt::Display for Command {
                 join(f, params)
             }
             Command::TableDelete { table, handle } => write!(f, "table_delete {table} {handle}"),
+            Command::TableSetTimeout { table, handle, ms } => {
+                write!(f, "table_set_timeout {table} {handle} {ms}")
+            }
             Command::TableModify { table, action, handle, params } => {
                 write!(f, "table_modify {table} {action} {handle} =>")?;
                 join(f, params)

@@ -509,6 +509,13 @@ impl Exec<'_, '_> {
                 self.change(|sw| sw.table_delete(t, h))?;
                 let _ = writeln!(out, "Deleting entry {h} from {table}");
             }
+            Command::TableSetTimeout { table, handle, ms } => {
+                let t = self.table(table)?;
+                let h = u64::from(*handle);
+                let ttl = (*ms > 0).then(|| u64::from(*ms) * 1_000_000);
+                self.change(|sw| sw.table_set_entry_ttl(t, h, ttl))?;
+                let _ = writeln!(out, "Setting a {ms} ms timeout for entry {h}");
+            }
             Command::TableModify { table, action, handle, params } => {
                 let t = self.table(table)?;
                 let call = self.call(t, action, params)?;
@@ -1037,6 +1044,7 @@ const HELP: &[&str] = &[
     "table_num_entries",
     "table_reset_default",
     "table_set_default",
+    "table_set_timeout",
 ];
 
 fn prefix(mut e: CliError, what: &str) -> CliError {

@@ -430,3 +430,34 @@ fn action_profile_and_value_set_commands_program_the_switch() {
     sw.process(0, &[0x35, 0, 0], 0, &mut out);
     assert_eq!(out.len(), 1);
 }
+
+#[test]
+fn table_set_timeout_sets_an_entry_ttl_in_tables_that_support_it() {
+    let src = RT.replace(
+        "        default_action = drop();\n    }",
+        "        default_action = drop();\n        support_timeout = true;\n    }",
+    );
+    let mut sw = switch(&src);
+    ok(&mut sw, "table_add l2 fwd 0x1 => 3");
+    assert_eq!(ok(&mut sw, "table_set_timeout l2 0 250"), "Setting a 250 ms timeout for entry 0\n");
+    let t = sw.table_index("I.l2").expect("l2");
+    assert_eq!(sw.table_entries(t)[0].ttl_ns, Some(250_000_000));
+    assert!(sw.take_idle_expired(249_999_999).is_empty());
+    assert_eq!(sw.take_idle_expired(250_000_000), vec![(t, 0)]);
+    ok(&mut sw, "table_set_timeout l2 0 0");
+    assert_eq!(sw.table_entries(t)[0].ttl_ns, None, "0 ms: no timeout");
+    assert!(matches!(
+        run(&mut sw, "table_set_timeout l2 7 10"),
+        Err(ApplyError::Refused(RuntimeError::NotFound(_)))
+    ));
+    // acl has no support_timeout.
+    ok(&mut sw, "table_add acl fwd 0x800&&&0xffff 0x0/0 => 2 1");
+    assert!(matches!(
+        run(&mut sw, "table_set_timeout acl 0 10"),
+        Err(ApplyError::Refused(RuntimeError::Invalid(_)))
+    ));
+    assert_eq!(
+        cmd("table_set_timeout l2 3 100"),
+        Command::TableSetTimeout { table: "l2".into(), handle: 3, ms: 100 }
+    );
+}
