@@ -276,3 +276,56 @@ fn add_entry_checks_its_action_and_parameters_at_compile_time() {
     let e = common::try_compile(&bad).expect_err("refused");
     assert!(e.contains("takes 1 action parameters"), "{e}");
 }
+
+/// examples/p4/gft_pna.p4 on a switch: the first packet of a flow takes the slow path and
+/// installs the flow; later packets hit it (its direct counter counts them) and keep it alive;
+/// idle past its expire time, it is deleted.
+#[test]
+fn gft_example_learns_flows_and_ages_them_out() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/p4");
+    let src = std::fs::read_to_string(dir.join("gft_pna.p4")).expect("gft_pna.p4");
+    let mut sw = Switch::new(common::compile(&src)).expect("switch");
+    sw.set_host_ports(&[0]);
+    sw.set_expire_time_profile(0, 1_000_000_000);
+    for line in [
+        "table_add acl allow 0&&&0 0x0a000000&&&0xff000000 0&&&0 0&&&0 => 10",
+        "table_add vnet map 0x0a000002 => 0xc0a86402 0x020000000002 42",
+    ] {
+        let cmd = snic_p4::cli::parse_line(line, 1).expect("parses").expect("a command");
+        snic_p4::runtime::apply(&mut sw, &cmd).unwrap_or_else(|e| panic!("{line}: {e}"));
+    }
+    let flows = sw.table_index("MainControlImpl.flows").expect("flows");
+    // UDP 10.0.0.1:1000 -> 10.0.0.2:9000, 64 bytes.
+    let mut f = vec![0u8; 64];
+    f[0..12].copy_from_slice(&[2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1]);
+    f[12..14].copy_from_slice(&[8, 0]);
+    f[14..34]
+        .copy_from_slice(&[0x45, 0, 0, 50, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
+    f[34..42].copy_from_slice(&[0x03, 0xe8, 0x23, 0x28, 0, 30, 0, 0]);
+    let mut out = Vec::new();
+    sw.process(0, &f, 0, &mut out);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].0, 1);
+    assert_eq!(out[0].1.len(), 114, "50 bytes of outer headers");
+    assert_eq!(sw.stats().learned, 1);
+    let es = sw.table_entries(flows);
+    assert_eq!(es.len(), 1);
+    // direction HOST_TO_NET (1), port 0, the 5-tuple.
+    assert_eq!(
+        es[0].matches,
+        [1, 0, 0x0a00_0001, 0x0a00_0002, 17, 1000, 9000].map(FieldMatch::Exact).to_vec()
+    );
+    assert_eq!(es[0].counter.0, 0, "the first packet took the slow path");
+    let first = out[0].1.clone();
+    for t in [1, 2, 3] {
+        out.clear();
+        sw.process(0, &f, t * 900_000_000, &mut out);
+        assert_eq!(out, vec![(1, first.clone())], "a hit at {t}");
+    }
+    assert_eq!(sw.table_entries(flows)[0].counter.0, 3);
+    assert_eq!(sw.stats().learned, 1, "hits add nothing");
+    // Hits restarted the timer at 2.7 s: the flow lives until 3.7 s.
+    assert!(sw.expire(3_699_999_999).is_empty());
+    assert_eq!(sw.expire(3_700_000_000).len(), 1);
+    assert!(sw.table_entries(flows).is_empty());
+}
