@@ -2,7 +2,8 @@
 //!
 //! One pass in declaration order (P4 declares before use): types are resolved, every name is
 //! bound, every expression gets its type and width, constants are folded, and every variable
-//! gets its slots. The `main` instantiation of `V1Switch` is elaborated block by block; each
+//! gets its slots. The `main` instantiation of `V1Switch` (or of PNA's `PNA_NIC`) is
+//! elaborated block by block; each
 //! instance of a parser or control (the six of `main` and any sub-parser or sub-control) is
 //! compiled on its own, so two instances never share state.
 //!
@@ -214,7 +215,7 @@ pub struct Output {
     pub warnings: Vec<Warning>,
 }
 
-/// Compile a parsed v1model program. `text` is the lexed text (string annotations are read
+/// Compile a parsed v1model or PNA program. `text` is the lexed text (string annotations are read
 /// from it).
 pub fn compile(program: &ast::Program, text: &str) -> Result<Output, CompileError> {
     let mut c = Compiler {

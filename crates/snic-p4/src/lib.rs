@@ -1,5 +1,6 @@
-//! P4-16 for snic: a front end, a v1model executor (`v1model::Switch`) and its control plane
-//! (`runtime`), sans-IO. The pipeline stage that runs a program on live traffic is in
+//! P4-16 for snic: a front end, an executor for two architectures (`v1model::Switch`: BMv2's
+//! v1model, and P4.org's Portable NIC Architecture, PNA) and its control plane (`runtime`),
+//! sans-IO. The pipeline stage that runs a program on live traffic is in
 //! `snic-io`, which reads the files.
 //!
 //! What is here so far:
@@ -11,7 +12,16 @@
 //! - [`lex`]: the lexer, P4-16 tokens with their byte ranges.
 //! - [`stf`]: p4c's STF test format, parsed into commands.
 //!
-//! - [`builtin`]: our own `core.p4` and `v1model.p4`.
+//! - [`builtin`]: our own `core.p4`, `v1model.p4` and `pna.p4`.
+//! - [`compile`] / [`ir`]: the checker and compiler to a slot IR; `main` may be a `V1Switch` or
+//!   a `PNA_NIC` ([`ir::Arch`]).
+//! - [`v1model`]: the [`v1model::Switch`] running either architecture. v1model: BMv2
+//!   `simple_switch`'s pipeline. PNA: main parser, pre control, main control, main deparser;
+//!   the packet leaves by the last `send_to_port`, else is dropped; `recirculate()`; direction
+//!   from [`v1model::Switch::set_host_ports`]. Both: tables the data plane adds to
+//!   (`add_on_miss`, `add_entry`) and idle timeouts in packet time
+//!   ([`v1model::Switch::take_idle_expired`], [`v1model::Switch::expire`],
+//!   [`v1model::Switch::table_set_entry_ttl`], expire time profiles).
 //! - [`algo`]: the pure computations of a v1model executor, bit-exact with BMv2: the input
 //!   buffer of hashes and checksums, the hash algorithms, and two-rate three-colour meters.
 //! - [`cli`]: BMv2 `simple_switch_CLI` command lines (table entries files, runtime commands),

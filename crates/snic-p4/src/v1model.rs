@@ -6,6 +6,27 @@
 //! meters, multicast groups, mirror sessions). [`Switch::process`] runs one packet to
 //! completion, including every packet derived from it, and returns what leaves by which port.
 //! Nothing here does I/O or reads a clock: the caller passes the time.
+//!
+//! The same [`Switch`] runs PNA programs (`PNA_NIC`, [`Arch::Pna`]): per packet the main
+//! parser, the pre control, the main control and the main deparser. The packet leaves by the
+//! port of the last `send_to_port` (ports are 32 bits); without one, or after `drop_packet`, it
+//! is dropped. `recirculate()` sends the deparsed packet back to the main parser with `pass`
+//! one more (at most [`PNA_MAX_PASS`] times). A packet whose input port is one of the host
+//! ports ([`Switch::set_host_ports`]; none by default) is HOST_TO_NET, any other NET_TO_HOST.
+//! The intrinsic metadata's `timestamp` is `now_ns`.
+//!
+//! Idle timeouts, in both architectures: a table with `support_timeout = true` (v1model) or
+//! `pna_idle_timeout` gives each entry a time to live (set by [`Switch::table_set_entry_ttl`],
+//! or from an expire time profile by PNA `add_entry` / `set_entry_expire_time`;
+//! [`Switch::set_expire_time_profile`], each profile [`DEFAULT_EXPIRE_TIME_NS`] until set). An
+//! entry is idle past its TTL once `now_ns` minus the start of its expire timer reaches it. The
+//! timer starts when the entry is added; in v1model every hit restarts it (BMv2's ageing), in
+//! PNA only `restart_expire_timer()` and `set_entry_expire_time()` do (as the DPDK target;
+//! hits still update the last-hit time [`EntryView::idle_ns`] reports). `NOTIFY_CONTROL` and
+//! `support_timeout` entries are reported by [`Switch::take_idle_expired`], once per idle
+//! period; `AUTO_DELETE` entries are deleted by a lookup that finds them expired, by
+//! [`Switch::expire`], and inside [`Switch::process`] every sweep interval
+//! ([`DEFAULT_SWEEP_INTERVAL_NS`]).
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
