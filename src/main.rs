@@ -20,7 +20,7 @@
 //!   table/JSON/plots) and `dma bench` (DMA vs memcpy, batching, completion latency).
 //! - `serve`: the host-interface server: host processes connect to its setup socket and move
 //!   data with shared-memory DMA queues and channels; lookaside kernels; until SIGINT/SIGTERM.
-//! - `p4`: P4-16 programs (v1model): `check`, `info`, STF `test`, and `simple_switch_CLI`
+//! - `p4`: P4-16 programs (v1model, PNA): `check`, `info`, STF `test`, and `simple_switch_CLI`
 //!   commands (`table-add`, `counter-read`, `cli`, ...) for the `p4` stage of a running
 //!   `snic run --control PATH`.
 //!
@@ -74,7 +74,7 @@ enum Command {
     /// DMA transfers to/from snic device memory (as Xilinx dma_to_device/dma_from_device),
     /// bandwidth sweeps with plots, and the host-interface benchmark.
     Dma(dma::DmaArgs),
-    /// P4-16 programs on v1model: run STF tests, check programs, print their tables, and
+    /// P4-16 programs (v1model, PNA): run STF tests, check programs, print their tables, and
     /// program the tables of a running `snic run --stage p4:... --control PATH`.
     P4(p4::P4Args),
 }

@@ -23,9 +23,9 @@ pub struct P4Args {
 /// Options every sub-command that compiles takes.
 #[derive(Debug, Clone, clap::Args)]
 pub struct CompileOpts {
-    /// The program (P4-16, v1model).
+    /// The program (P4-16, v1model or PNA).
     pub program: PathBuf,
-    /// Directories searched by `#include` (after the built-in core.p4 and v1model.p4).
+    /// Directories searched by `#include` (after the built-in core.p4, v1model.p4 and pna.p4).
     #[arg(short = 'I', value_name = "DIR")]
     pub include: Vec<PathBuf>,
     /// Predefined macros: `-D NAME` or `-D NAME=VALUE`.

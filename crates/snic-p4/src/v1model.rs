@@ -2368,6 +2368,16 @@ impl<'s> Exec<'s> {
 
     /// Apply a table: (hit, action index in the table's list, flow of the action).
     fn apply(&mut self, t: u32) -> (bool, u32, Flow) {
+        loop {
+            if let Some(r) = self.apply_once(t) {
+                return r;
+            }
+        }
+    }
+
+    /// [`Exec::apply`], or `None` after deleting an expired `AUTO_DELETE` entry the lookup
+    /// found (the lookup is then made again without it; each round deletes one entry).
+    fn apply_once(&mut self, t: u32) -> Option<(bool, u32, Flow)> {
         let ti = t as usize;
         let mut key = core::mem::take(&mut self.sw.key);
         key.clear();
@@ -2394,13 +2404,7 @@ impl<'s> Exec<'s> {
             let f = &mut *self.f;
             let idle = prog.tables[ti].idle;
             match sw.tables[ti].table.lookup(&key) {
-                Some((h, _))
-                    if idle == IdleTimeout::AutoDelete
-                        && sw.tables[ti]
-                            .table
-                            .get(h)
-                            .is_some_and(|e| e.action().idle.expired(sw.now_ns)) =>
-                {
+                Some((h, e)) if idle == IdleTimeout::AutoDelete && e.idle.expired(sw.now_ns) => {
                     (false, Chosen::Expired(h))
                 }
                 Some((h, e)) => {
@@ -2442,11 +2446,16 @@ impl<'s> Exec<'s> {
         let action = match chosen {
             Chosen::Expired(h) => {
                 // Deleted now, and the lookup runs again without it.
+                self.sw.key = key;
                 if self.sw.tables[ti].table.delete(h).is_ok() {
                     self.sw.stats.expired += 1;
+                    return None;
                 }
-                self.sw.key = key;
-                return self.apply(t);
+                // Not reachable (the lookup just found it); a miss rather than a loop.
+                let c = self.table_default(ti);
+                write_data(self.prog, ti, &c, self.f);
+                let fl = self.run_action(ti, c.action);
+                return Some((false, c.action, fl));
             }
             Chosen::Direct(a) => a,
             Chosen::Indirect(ind) | Chosen::DefaultIndirect(ind) => {
@@ -2501,7 +2510,7 @@ impl<'s> Exec<'s> {
         let saved = self.applying.replace((ti, matched.filter(|_| hit).map(EntryHandle::from_raw)));
         let fl = self.run_action(ti, action);
         self.applying = saved;
-        (hit, action, fl)
+        Some((hit, action, fl))
     }
 
     fn table_default(&mut self, ti: usize) -> ActionCall {
