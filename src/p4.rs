@@ -81,6 +81,10 @@ enum P4Cmd {
     #[command(about = "simple_switch_CLI's `table_delete TABLE HANDLE` on a running snic")]
     TableDelete(Remote),
     #[command(
+        about = "simple_switch_CLI's `table_set_timeout TABLE HANDLE MS` (idle timeout; 0: none) on a running snic"
+    )]
+    TableSetTimeout(Remote),
+    #[command(
         about = "simple_switch_CLI's `table_modify TABLE ACTION HANDLE [=>] PARAM...` on a running snic"
     )]
     TableModify(Remote),
@@ -171,6 +175,7 @@ impl P4Cmd {
         match self {
             P4Cmd::TableAdd(r) => Some(("table_add", r)),
             P4Cmd::TableDelete(r) => Some(("table_delete", r)),
+            P4Cmd::TableSetTimeout(r) => Some(("table_set_timeout", r)),
             P4Cmd::TableModify(r) => Some(("table_modify", r)),
             P4Cmd::TableSetDefault(r) => Some(("table_set_default", r)),
             P4Cmd::TableResetDefault(r) => Some(("table_reset_default", r)),
