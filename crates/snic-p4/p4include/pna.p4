@@ -87,8 +87,8 @@ extern Checksum<W> {
     W    get();
 }
 
-/* The ones' complement checksum of IPv4, TCP and UDP, incremental (RFC 1624) (not run by
- * snic). */
+/* The ones' complement checksum of IPv4, TCP and UDP, incremental (RFC 1624). Its state is
+ * per packet: it starts cleared for every packet. */
 extern InternetChecksum {
     InternetChecksum();
     void clear();

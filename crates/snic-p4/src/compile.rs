@@ -204,6 +204,8 @@ struct Compiler<'a> {
     /// PNA `Hash` instances: their algorithm (v1model's `HashAlgorithm` member index) and
     /// output type.
     hash_algos: HashMap<u32, (u32, Ty)>,
+    /// PNA `InternetChecksum` instances: the slot of their running sum.
+    csum_states: HashMap<u32, Slot>,
 }
 
 /// The compiled program and the compiler's warnings.
@@ -257,6 +259,7 @@ pub fn compile(program: &ast::Program, text: &str) -> Result<Output, CompileErro
         uninit: HashMap::new(),
         generics: HashMap::new(),
         hash_algos: HashMap::new(),
+        csum_states: HashMap::new(),
     };
     let mut main = None;
     for d in &program.decls {
@@ -1067,6 +1070,11 @@ impl<'a> Compiler<'a> {
                 let kind = self.extern_instance(&tname, &targ_tys, args, ty.loc)?;
                 let id = self.out.instances.len() as u32;
                 self.out.instances.push(InstanceIr { name: cp, kind, id: anno_id(&d.annotations) });
+                if tname == "InternetChecksum" {
+                    // Its state lives in the packet's frame: zero (cleared) for every packet.
+                    let slot = self.alloc(1);
+                    self.csum_states.insert(id, slot);
+                }
                 if tname == "Hash" {
                     // PNA_HashAlgorithm_t -> v1model's HashAlgorithm: TARGET_DEFAULT and
                     // CRC32 are crc32, then crc16, csum16, identity.
@@ -1216,7 +1224,7 @@ impl<'a> Compiler<'a> {
                 };
                 InstanceKind::Register { size, width }
             }
-            "Hash" => InstanceKind::Stateless,
+            "Hash" | "InternetChecksum" => InstanceKind::Stateless,
             other => return unsupported(loc, format!("extern `{other}`")),
         })
     }
@@ -3771,6 +3779,17 @@ impl<'a> Compiler<'a> {
                         });
                     }
                     Some(Ent::Extern(id, tname))
+                        if tname == "InternetChecksum"
+                            && matches!(member.text.as_str(), "get" | "get_state") =>
+                    {
+                        let state = self.csum_states.get(&id).copied().unwrap_or(u32::MAX);
+                        let a16 = Arith { width: 16, signed: false };
+                        let sum = Ex::Load(Place::at(state));
+                        let ex =
+                            if member.text == "get" { Ex::BitNot(Box::new(sum), a16) } else { sum };
+                        return Ok(TE { ex, ty: Ty::Bits(a16) });
+                    }
+                    Some(Ent::Extern(id, tname))
                         if (tname == "Register" && member.text == "read")
                             || (tname == "Hash" && member.text == "get_hash") =>
                     {
@@ -4529,7 +4548,26 @@ impl<'a> Compiler<'a> {
                     self.scalar_arg(args, 1, &Ty::Bits(Arith { width: w, signed: false }), loc)?;
                 x(ExternCall::RegisterWrite(id, i, v))
             }
-            ("Register", "read") | ("Hash", "get_hash") => {
+            ("InternetChecksum", m @ ("clear" | "add" | "subtract" | "set_state")) => {
+                let state = self.csum_states.get(&id).copied().unwrap_or(u32::MAX);
+                match m {
+                    "clear" => Ok(St::Set(Place::at(state), Ex::Const(0))),
+                    "set_state" => {
+                        let a16 = Arith { width: 16, signed: false };
+                        let v = self.scalar_arg(args, 0, &Ty::Bits(a16), loc)?;
+                        Ok(St::Set(Place::at(state), v))
+                    }
+                    _ => {
+                        let mut data = Vec::new();
+                        match args.first() {
+                            Some(a) => self.leaves(&a.value, &mut data)?,
+                            None => return err(loc, format!("{m} needs data")),
+                        }
+                        x(ExternCall::CsumAdd { state, data, subtract: m == "subtract" })
+                    }
+                }
+            }
+            ("Register", "read") | ("Hash", "get_hash") | ("InternetChecksum", _) => {
                 err(loc, format!("{tname}.{} gives a value: use it in an expression", member.text))
             }
             ("meter", "execute_meter") => {

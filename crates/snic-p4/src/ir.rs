@@ -489,6 +489,16 @@ pub enum ExternCall {
         /// Where the result (a bool) goes.
         dst: Slot,
     },
+    /// PNA `InternetChecksum.add(data)` / `subtract(data)`: the ones' complement sum in slot
+    /// `state` (16 bits, not complemented) plus (or minus) the data's.
+    CsumAdd {
+        /// The instance's running sum.
+        state: Slot,
+        /// The data (16-bit words, zero-padded).
+        data: Vec<Leaf>,
+        /// `subtract` rather than `add`.
+        subtract: bool,
+    },
     /// PNA `restart_expire_timer()`: the hit entry's idle time starts again.
     RestartExpireTimer,
     /// PNA `set_entry_expire_time(profile)`: the hit entry's time to live becomes the

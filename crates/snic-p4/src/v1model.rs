@@ -2903,6 +2903,15 @@ impl<'s> Exec<'s> {
                 let ok = self.add_entry(*action, args, profile);
                 set(self.f, *dst, u128::from(ok));
             }
+            ExternCall::CsumAdd { state, data, subtract } => {
+                let sum = u32::from(!self.csum16_leaves(data));
+                let add = if *subtract { !sum & 0xffff } else { sum };
+                let mut v = get(self.f, *state) as u32 + add;
+                while v > 0xffff {
+                    v = (v & 0xffff) + (v >> 16);
+                }
+                set(self.f, *state, u128::from(v));
+            }
             ExternCall::RestartExpireTimer => {
                 let now = self.sw.now_ns;
                 if let Some(i) = self.hit_idle() {
