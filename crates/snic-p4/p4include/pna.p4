@@ -124,14 +124,16 @@ enum PNA_MeterType_t {
 
 enum PNA_MeterColor_t { RED, GREEN, YELLOW }
 
-/* An array of two-rate three-colour meters (RFC 2698), colour-blind. */
+/* An array of two-rate three-colour meters (RFC 2698). snic runs the colour-blind execute
+ * only; rates come from the control plane (meter_set_rates), an unconfigured meter is GREEN. */
 extern Meter<S> {
     Meter(bit<32> n_meters, PNA_MeterType_t type);
     PNA_MeterColor_t execute(in S index, in PNA_MeterColor_t color);
     PNA_MeterColor_t execute(in S index);
 }
 
-/* One meter per entry of the table whose `pna_direct_meter` names it. */
+/* One meter per entry of the table whose `pna_direct_meter` names it (colour-blind execute
+ * only, in the entry's action). */
 extern DirectMeter {
     DirectMeter(PNA_MeterType_t type);
     PNA_MeterColor_t execute(in PNA_MeterColor_t color);

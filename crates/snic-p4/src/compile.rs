@@ -1225,6 +1225,20 @@ impl<'a> Compiler<'a> {
                 InstanceKind::Register { size, width }
             }
             "Hash" | "InternetChecksum" => InstanceKind::Stateless,
+            "Meter" => {
+                let size = self.ctor_arg(args, 0, loc)? as u32;
+                let bytes = match args.get(1) {
+                    Some(a) => self.enum_member_index(&a.value)? == 1,
+                    None => return err(loc, "Meter needs a type"),
+                };
+                InstanceKind::Meter { size, bytes }
+            }
+            "DirectMeter" => match args.first() {
+                Some(a) => {
+                    InstanceKind::DirectMeter { bytes: self.enum_member_index(&a.value)? == 1 }
+                }
+                None => return err(loc, "DirectMeter needs a type"),
+            },
             other => return unsupported(loc, format!("extern `{other}`")),
         })
     }
@@ -2035,6 +2049,7 @@ impl<'a> Compiler<'a> {
                     "pna_direct_counter" => {
                         t.direct_counter = Some(self.instance_ref(value, &t.name)?);
                     }
+                    "pna_direct_meter" => t.direct_meter = Some(self.instance_ref(value, &t.name)?),
                     "add_on_miss" => t.add_on_miss = self.const_i128(value)? != 0,
                     "support_timeout" | "idle_timeout" | "idle_timeout_with_auto_delete" => {
                         let on = self.const_i128(value)? != 0;
@@ -3779,6 +3794,12 @@ impl<'a> Compiler<'a> {
                         });
                     }
                     Some(Ent::Extern(id, tname))
+                        if matches!(tname.as_str(), "Meter" | "DirectMeter")
+                            && member.text == "execute" =>
+                    {
+                        return self.pna_meter(id, &tname, args, e.loc);
+                    }
+                    Some(Ent::Extern(id, tname))
                         if tname == "InternetChecksum"
                             && matches!(member.text.as_str(), "get" | "get_state") =>
                     {
@@ -4419,6 +4440,41 @@ impl<'a> Compiler<'a> {
         };
         Ok(TE {
             ex: Ex::Seq(vec![St::Extern(Box::new(st))].into_boxed_slice(), Box::new(Ex::Load(dst))),
+            ty,
+        })
+    }
+
+    /// PNA `Meter.execute(index)` / `DirectMeter.execute()`: the colour-blind meter's colour
+    /// as a `PNA_MeterColor_t` (RED, GREEN, YELLOW; the executor's meters give v1model's
+    /// GREEN 0, YELLOW 1, RED 2).
+    fn pna_meter(&mut self, id: u32, tname: &str, args: &[ast::Arg], loc: Loc) -> R<TE> {
+        let direct = tname == "DirectMeter";
+        if args.len() != usize::from(!direct) {
+            return unsupported(loc, format!("colour-aware {tname}.execute"));
+        }
+        let ty = match self.lookup("PNA_MeterColor_t") {
+            Some(Ent::Type(t)) => t.clone(),
+            _ => return err(loc, "PNA_MeterColor_t is not declared"),
+        };
+        let tmp = Place::at(self.alloc(1));
+        let st = if direct {
+            ExternCall::DirectMeterRead(id, tmp.clone(), 8)
+        } else {
+            let (i, _) = self.any_scalar_arg(args, 0, loc)?;
+            ExternCall::Meter(id, i, tmp.clone(), 8)
+        };
+        let a8 = Arith { width: 8, signed: false };
+        let is = |v: u128| {
+            Box::new(Ex::Cmp(Cmp::Eq, Box::new(Ex::Load(tmp.clone())), Box::new(Ex::Const(v)), a8))
+        };
+        // v1model GREEN (0) -> 1, YELLOW (1) -> 2, RED (2) -> 0.
+        let colour = Ex::Cond(
+            is(0),
+            Box::new(Ex::Const(1)),
+            Box::new(Ex::Cond(is(1), Box::new(Ex::Const(2)), Box::new(Ex::Const(0)))),
+        );
+        Ok(TE {
+            ex: Ex::Seq(vec![St::Extern(Box::new(st))].into_boxed_slice(), Box::new(colour)),
             ty,
         })
     }

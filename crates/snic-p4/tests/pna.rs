@@ -400,3 +400,74 @@ fn internet_checksum_computes_and_updates_incrementally() {
         assert_eq!(w(5), 0x1235);
     }
 }
+
+/// h { k, indexed, direct }: indexed = Meter cell 0's colour, direct = the colour of the
+/// direct meter of the entry `t` hits (PNA_MeterColor_t: RED 0, GREEN 1, YELLOW 2).
+const METERS: &str = r#"#include <core.p4>
+#include <pna.p4>
+header h_t { bit<8> k; bit<8> indexed; bit<8> direct; }
+struct headers_t { h_t h; }
+struct meta_t { }
+parser MP(packet_in pkt, out headers_t hdr, inout meta_t m,
+          in pna_main_parser_input_metadata_t istd) {
+    state start { pkt.extract(hdr.h); transition accept; }
+}
+control PC(in headers_t hdr, inout meta_t m, in pna_pre_input_metadata_t istd,
+           inout pna_pre_output_metadata_t ostd) { apply { } }
+control MC(inout headers_t hdr, inout meta_t m, in pna_main_input_metadata_t istd,
+           inout pna_main_output_metadata_t ostd) {
+    Meter<bit<32>>(2, PNA_MeterType_t.PACKETS) rate;
+    DirectMeter(PNA_MeterType_t.PACKETS) per_entry;
+    action hit() {
+        PNA_MeterColor_t d = per_entry.execute();
+        hdr.h.direct = d == PNA_MeterColor_t.RED ? 8w0 : (d == PNA_MeterColor_t.GREEN ? 8w1 : 8w2);
+    }
+    table t {
+        key = { hdr.h.k : exact; }
+        actions = { hit; NoAction; }
+        default_action = NoAction;
+        pna_direct_meter = per_entry;
+    }
+    apply {
+        PNA_MeterColor_t c = rate.execute(0);
+        hdr.h.indexed = c == PNA_MeterColor_t.GREEN ? 8w1 : (c == PNA_MeterColor_t.YELLOW ? 8w2 : 8w0);
+        t.apply();
+        send_to_port(1);
+    }
+}
+control MD(packet_out pkt, in headers_t hdr, in meta_t m, in pna_main_output_metadata_t ostd) {
+    apply { pkt.emit(hdr.h); }
+}
+PNA_NIC(MP(), PC(), MC(), MD()) main;
+"#;
+
+#[test]
+fn pna_meters_give_pna_colours() {
+    use snic_p4::algo::MeterRate;
+    let src = METERS;
+    let mut sw = Switch::new(common::compile(src)).expect("switch");
+    let t = sw.table_index("MC.t").expect("t");
+    let h = sw
+        .table_add(t, vec![FieldMatch::Exact(1)], None, ActionCall { action: 0, args: vec![] })
+        .expect("add");
+    let send = |sw: &mut Switch, now: u64| {
+        let mut out = Vec::new();
+        sw.process(0, &[1, 9, 9], now, &mut out);
+        (out[0].1[1], out[0].1[2])
+    };
+    assert_eq!(send(&mut sw, 0), (1, 1), "unconfigured meters are GREEN");
+    let one = MeterRate { per_us: 0.000_001, burst: 1 };
+    let two = MeterRate { per_us: 0.000_002, burst: 2 };
+    let rate = sw.instance_index("MC.rate").expect("rate");
+    sw.meter_set_rates(rate, Some(0), one, two).expect("rates");
+    sw.direct_meter_set_rates(t, h, one, one).expect("rates");
+    // Indexed: committed 1, peak 2 tokens. Direct: 1 and 1.
+    assert_eq!(send(&mut sw, 10), (1, 1), "both buckets full: GREEN");
+    assert_eq!(send(&mut sw, 10), (2, 0), "indexed over committed: YELLOW; direct over peak: RED");
+    assert_eq!(send(&mut sw, 10), (0, 0), "indexed over peak: RED");
+    let e = common::try_compile(
+        &METERS.replace("rate.execute(0)", "rate.execute(0, PNA_MeterColor_t.GREEN)"),
+    )
+    .expect_err("refused");
+    assert!(e.contains("unsupported: colour-aware Meter.execute"), "{e}");
+}
