@@ -154,7 +154,8 @@ extern Random<T> {
     T read();
 }
 
-/* Table implementations (not run by snic in PNA programs). */
+/* Table implementations, named by the `pna_implementation` table property: entries name a
+ * profile's members (or a selector's groups, a member chosen by a hash of the `selector` keys). */
 extern ActionProfile {
     ActionProfile(bit<32> size);
 }

@@ -333,6 +333,11 @@ const A1: Arith = Arith { width: 1, signed: false };
 const A32: Arith = Arith { width: 32, signed: false };
 const A8: Arith = Arith { width: 8, signed: false };
 
+/// PNA's `PNA_HashAlgorithm_t` members (TARGET_DEFAULT, CRC32, CRC16, ONES_COMPLEMENT16,
+/// IDENTITY, in snic's pna.p4) as v1model `HashAlgorithm` indices (crc32, crc32, crc16, csum16,
+/// identity).
+const PNA_HASH_ALGOS: [u32; 5] = [0, 0, 2, 6, 5];
+
 /// The items of a list or struct expression.
 fn items_of(e: &ast::Expr) -> Vec<&ast::Expr> {
     match &e.kind {
@@ -1082,7 +1087,7 @@ impl<'a> Compiler<'a> {
                         Some(a) => self.enum_member_index(&a.value)?,
                         None => return err(ty.loc, "Hash needs an algorithm"),
                     };
-                    let algo = [0, 0, 2, 6, 5].get(a as usize).copied().unwrap_or(0);
+                    let algo = PNA_HASH_ALGOS.get(a as usize).copied().unwrap_or(0);
                     let Some(out) = targ_tys.first().cloned() else {
                         return err(ty.loc, "Hash needs an output type");
                     };
@@ -1225,6 +1230,18 @@ impl<'a> Compiler<'a> {
                 InstanceKind::Register { size, width }
             }
             "Hash" | "InternetChecksum" => InstanceKind::Stateless,
+            "ActionProfile" => InstanceKind::ActionProfile(self.ctor_arg(args, 0, loc)? as u32),
+            "ActionSelector" => {
+                let a = match args.first() {
+                    Some(a) => self.enum_member_index(&a.value)?,
+                    None => return err(loc, "ActionSelector needs an algorithm"),
+                };
+                InstanceKind::ActionSelector {
+                    algo: PNA_HASH_ALGOS.get(a as usize).copied().unwrap_or(0),
+                    size: self.ctor_arg(args, 1, loc)? as u32,
+                    width: self.ctor_arg(args, 2, loc)? as u32,
+                }
+            }
             "Meter" => {
                 let size = self.ctor_arg(args, 0, loc)? as u32;
                 let bytes = match args.get(1) {
@@ -2031,7 +2048,7 @@ impl<'a> Compiler<'a> {
                     "size" => t.size = self.const_u32(value)? as usize,
                     "counters" => t.direct_counter = Some(self.instance_ref(value, &t.name)?),
                     "meters" => t.direct_meter = Some(self.instance_ref(value, &t.name)?),
-                    "implementation" => {
+                    "implementation" | "pna_implementation" => {
                         t.implementation = Some(self.instance_ref(value, &t.name)?);
                         let k = &self.out.instances[t.implementation.unwrap_or(0) as usize].kind;
                         if !matches!(

@@ -471,3 +471,27 @@ fn pna_meters_give_pna_colours() {
     .expect_err("refused");
     assert!(e.contains("unsupported: colour-aware Meter.execute"), "{e}");
 }
+
+#[test]
+fn pna_action_profiles_name_members() {
+    let src = LEARN
+        .replace("IDLE", "NO_TIMEOUT")
+        .replace("    action hit_act", "    ActionProfile(16) prof;\n    action hit_act")
+        .replace("add_on_miss = true;", "pna_implementation = prof;")
+        .replace("@defaultonly learn;", "learn;");
+    let mut sw = Switch::new(common::compile(&src)).expect("switch");
+    let t = sw.table_index("MC.flows").expect("flows");
+    let inst = sw.instance_index("MC.prof").expect("prof");
+    let hit_act =
+        sw.program().actions.iter().position(|a| a.name == "MC.hit_act").expect("hit_act");
+    let m = sw.act_prof_create_member(inst, hit_act as u32, vec![0x42]).expect("member");
+    sw.table_indirect_add(
+        t,
+        vec![FieldMatch::Exact(5)],
+        None,
+        snic_p4::v1model::Indirect::Member(m),
+    )
+    .expect("entry");
+    assert_eq!(send(&mut sw, 0, 5, 0), 0x42);
+    assert_eq!(send(&mut sw, 0, 6, 0), 0xee, "a miss runs the default action");
+}
