@@ -1557,7 +1557,7 @@ impl<'a> Compiler<'a> {
             timestamp: field(self, 5, "timestamp"),
         };
         let mut ids = [0u32; 4];
-        for (i, (_, binds)) in roles.iter().enumerate() {
+        for (i, (role, binds)) in roles.iter().enumerate() {
             let (decl, cargs) = decls[i].clone();
             let (proto_params, type_params) = match &decl.kind {
                 DeclKind::Parser { proto, .. } | DeclKind::Control { proto, .. } => {
@@ -1575,12 +1575,28 @@ impl<'a> Compiler<'a> {
                         let Some((place, ty)) = shared[k].clone() else {
                             return err(p.loc, "this parameter's storage is missing");
                         };
-                        if let ast::TypeKind::Named { name: tn, args } = &p.ty.kind
-                            && args.is_empty()
-                            && type_params.iter().any(|t| t.text == tn.text)
-                            && !tb.iter().any(|x| x.0 == tn.text)
-                        {
-                            tb.push((tn.text.clone(), ty.clone()));
+                        let generic = matches!(&p.ty.kind,
+                            ast::TypeKind::Named { name: tn, args }
+                                if args.is_empty() && type_params.iter().any(|t| t.text == tn.text));
+                        if generic {
+                            if let ast::TypeKind::Named { name: tn, .. } = &p.ty.kind
+                                && !tb.iter().any(|x| x.0 == tn.text)
+                            {
+                                tb.push((tn.text.clone(), ty.clone()));
+                            }
+                        } else {
+                            let declared = self.resolve_ty(&p.ty)?;
+                            if !self.same_type(&declared, &ty) {
+                                return unsupported(
+                                    p.loc,
+                                    format!(
+                                        "a PNA {role} parameter of type `{}` where the main \
+                                         parser's is `{}` (snic shares one storage)",
+                                        self.ty_name(&declared),
+                                        self.ty_name(&ty)
+                                    ),
+                                );
+                            }
                         }
                         Ent::Var(place, ty)
                     }

@@ -495,3 +495,33 @@ fn pna_action_profiles_name_members() {
     assert_eq!(send(&mut sw, 0, 5, 0), 0x42);
     assert_eq!(send(&mut sw, 0, 6, 0), 0xee, "a miss runs the default action");
 }
+
+#[test]
+fn malformed_pna_mains_are_errors_not_panics() {
+    let base = LEARN.replace("IDLE", "NO_TIMEOUT");
+    let cases = [
+        ("PNA_NIC(MP(), PC(), MC(), MD()) main;", "PNA_NIC(MP(), PC(), MC()) main;", "four blocks"),
+        (
+            "PNA_NIC(MP(), PC(), MC(), MD()) main;",
+            "PNA_NIC(PC(), MP(), MC(), MD()) main;",
+            "parser",
+        ),
+        ("PNA_NIC(MP(), PC(), MC(), MD()) main;", "PNA_NIC(MP(), MC(), PC(), MD()) main;", ""),
+        (
+            "control PC(in headers_t hdr,",
+            "struct other_t { bit<8> x; }\ncontrol PC(in other_t hdr,",
+            "unsupported: a PNA pre control parameter of type `other_t`",
+        ),
+        (
+            "inout pna_main_output_metadata_t ostd) {\n    action",
+            "inout pna_main_output_metadata_t ostd, in bit<8> extra) {\n    action",
+            "four parameters",
+        ),
+    ];
+    for (from, to, want) in cases {
+        assert!(base.contains(from), "{from}");
+        let src = base.replace(from, to);
+        let e = common::try_compile(&src).expect_err(to);
+        assert!(e.contains(want), "{to}: {e}");
+    }
+}
