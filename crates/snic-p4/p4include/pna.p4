@@ -148,7 +148,8 @@ extern Register<T, S> {
     void write (in S index, in T value);
 }
 
-/* A uniformly random value in [min, max] (not run by snic). */
+/* A uniformly random value in [min, max] (bit<W> values; snic's generator is deterministic
+ * per switch, as its v1model `random`). */
 extern Random<T> {
     Random(T min, T max);
     T read();

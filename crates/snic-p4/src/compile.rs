@@ -206,6 +206,8 @@ struct Compiler<'a> {
     hash_algos: HashMap<u32, (u32, Ty)>,
     /// PNA `InternetChecksum` instances: the slot of their running sum.
     csum_states: HashMap<u32, Slot>,
+    /// PNA `Random` instances: their range and value type.
+    randoms: HashMap<u32, (u128, u128, Ty)>,
 }
 
 /// The compiled program and the compiler's warnings.
@@ -260,6 +262,7 @@ pub fn compile(program: &ast::Program, text: &str) -> Result<Output, CompileErro
         generics: HashMap::new(),
         hash_algos: HashMap::new(),
         csum_states: HashMap::new(),
+        randoms: HashMap::new(),
     };
     let mut main = None;
     for d in &program.decls {
@@ -1075,6 +1078,22 @@ impl<'a> Compiler<'a> {
                 let kind = self.extern_instance(&tname, &targ_tys, args, ty.loc)?;
                 let id = self.out.instances.len() as u32;
                 self.out.instances.push(InstanceIr { name: cp, kind, id: anno_id(&d.annotations) });
+                if tname == "Random" {
+                    let Some(t) = targ_tys.first().cloned() else {
+                        return err(ty.loc, "Random needs a value type");
+                    };
+                    if !matches!(t, Ty::Bits(_)) {
+                        return unsupported(ty.loc, format!("Random of `{}`", self.ty_name(&t)));
+                    }
+                    let mut range = [0u128; 2];
+                    for (i, r) in range.iter_mut().enumerate() {
+                        let Some(a) = args.get(i) else {
+                            return err(ty.loc, "Random takes a minimum and a maximum");
+                        };
+                        *r = self.const_of_ty(&a.value, &t)?;
+                    }
+                    self.randoms.insert(id, (range[0], range[1], t));
+                }
                 if tname == "InternetChecksum" {
                     // Its state lives in the packet's frame: zero (cleared) for every packet.
                     let slot = self.alloc(1);
@@ -1229,7 +1248,7 @@ impl<'a> Compiler<'a> {
                 };
                 InstanceKind::Register { size, width }
             }
-            "Hash" | "InternetChecksum" => InstanceKind::Stateless,
+            "Hash" | "InternetChecksum" | "Random" => InstanceKind::Stateless,
             "ActionProfile" => InstanceKind::ActionProfile(self.ctor_arg(args, 0, loc)? as u32),
             "ActionSelector" => {
                 let a = match args.first() {
@@ -3832,6 +3851,25 @@ impl<'a> Compiler<'a> {
                     {
                         return self.pna_meter(id, &tname, args, e.loc);
                     }
+                    Some(Ent::Extern(id, tname)) if tname == "Random" && member.text == "read" => {
+                        let Some((lo, hi, ty)) = self.randoms.get(&id).cloned() else {
+                            return err(e.loc, "Random's range is not known");
+                        };
+                        let width = match ty {
+                            Ty::Bits(a) => a.width,
+                            _ => 32,
+                        };
+                        let dst = Place::at(self.alloc(1));
+                        let st =
+                            ExternCall::Random(dst.clone(), width, Ex::Const(lo), Ex::Const(hi));
+                        return Ok(TE {
+                            ex: Ex::Seq(
+                                vec![St::Extern(Box::new(st))].into_boxed_slice(),
+                                Box::new(Ex::Load(dst)),
+                            ),
+                            ty,
+                        });
+                    }
                     Some(Ent::Extern(id, tname))
                         if tname == "InternetChecksum"
                             && matches!(member.text.as_str(), "get" | "get_state") =>
@@ -4656,7 +4694,10 @@ impl<'a> Compiler<'a> {
                     }
                 }
             }
-            ("Register", "read") | ("Hash", "get_hash") | ("InternetChecksum", _) => {
+            ("Register", "read")
+            | ("Hash", "get_hash")
+            | ("InternetChecksum", _)
+            | ("Random", "read") => {
                 err(loc, format!("{tname}.{} gives a value: use it in an expression", member.text))
             }
             ("meter", "execute_meter") => {

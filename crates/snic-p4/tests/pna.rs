@@ -258,8 +258,10 @@ fn pna_externs_snic_does_not_run_are_refused_as_unsupported() {
             .replace("    action hit_act", &format!("    {decl}\n    action hit_act"))
             .replace("apply { flows.apply();", &format!("apply {{ {stmt} flows.apply();"))
     };
-    let e = common::try_compile(&with("Random<bit<8>>(0, 7) rnd;", "")).expect_err("refused");
-    assert!(e.contains("unsupported: extern `Random`"), "{e}");
+    let e = common::try_compile(&with("Digest<bit<8>>() dg;", "")).expect_err("refused");
+    assert!(e.contains("unsupported: extern `Digest`"), "{e}");
+    let e = common::try_compile(&with("", "allocate_flow_id();")).expect_err("refused");
+    assert!(e.contains("unsupported: extern function `allocate_flow_id`"), "{e}");
     let e = common::try_compile(&with("", "mirror_packet(0, 1);")).expect_err("refused");
     assert!(e.contains("unsupported: extern function `mirror_packet`"), "{e}");
     let e = common::try_compile(&with("Register<bit<8>, bit<32>>(4, 8w1) r;", ""))
@@ -524,4 +526,21 @@ fn malformed_pna_mains_are_errors_not_panics() {
         let e = common::try_compile(&src).expect_err(to);
         assert!(e.contains(want), "{to}: {e}");
     }
+}
+
+#[test]
+fn pna_random_stays_in_its_range() {
+    let src = LEARN
+        .replace("IDLE", "NO_TIMEOUT")
+        .replace("    action hit_act", "    Random<bit<8>>(8w3, 8w5) rnd;\n    action hit_act")
+        .replace("apply { flows.apply();", "apply { hdr.h.op = rnd.read(); flows.apply();");
+    let mut sw = Switch::new(common::compile(&src)).expect("switch");
+    let mut seen = [false; 256];
+    for i in 0..200u64 {
+        let mut out = Vec::new();
+        sw.process(0, &[0, 1, 0], i, &mut out);
+        seen[usize::from(out[0].1[0])] = true;
+    }
+    let got: Vec<usize> = (0..256).filter(|&v| seen[v]).collect();
+    assert_eq!(got, vec![3, 4, 5]);
 }
