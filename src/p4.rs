@@ -441,6 +441,21 @@ pub fn info(p: &snic_p4::ir::Compiled) -> String {
         if let Some(m) = t.direct_meter {
             let _ = writeln!(s, "  meters {}", p.instances[m as usize].name);
         }
+        if t.add_on_miss {
+            let _ = writeln!(s, "  add_on_miss (the default action may add entries)");
+        }
+        match t.idle {
+            snic_p4::ir::IdleTimeout::None => {}
+            snic_p4::ir::IdleTimeout::Notify => {
+                let _ = writeln!(s, "  idle timeout: notify the control plane");
+            }
+            snic_p4::ir::IdleTimeout::AutoDelete => {
+                let _ = writeln!(s, "  idle timeout: delete the entry");
+            }
+        }
+    }
+    if let snic_p4::ir::Arch::Pna(_) = p.arch {
+        let _ = writeln!(s, "architecture PNA (PNA_NIC)");
     }
     for i in &p.instances {
         let _ = writeln!(s, "extern {} {:?}", i.name, i.kind);
