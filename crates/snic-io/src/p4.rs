@@ -341,6 +341,8 @@ pub struct P4Io {
     out_pending: AtomicUsize,
     queues: Mutex<IoQueues>,
     waker: Mutex<Option<Waker>>,
+    /// The pipeline time the stage last saw, and when (for [`P4Io::now_ns`]).
+    clock: Mutex<Option<(u64, std::time::Instant)>>,
 }
 
 /// Called (from a worker) when something was queued for the controller.
@@ -453,6 +455,20 @@ impl P4Io {
         self.q().digests.drain(..).collect()
     }
 
+    /// The stage saw pipeline time `now_ns`.
+    fn saw(&self, now_ns: u64) {
+        *self.clock.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((now_ns, std::time::Instant::now()));
+    }
+
+    /// The pipeline's time now: the last time the stage saw, moved on by the wall time since
+    /// (0 plus the wall time since the first call when the stage never ran).
+    pub fn now_ns(&self) -> u64 {
+        let mut c = self.clock.lock().unwrap_or_else(|p| p.into_inner());
+        let (t, at) = *c.get_or_insert((0, std::time::Instant::now()));
+        t.saturating_add(at.elapsed().as_nanos() as u64)
+    }
+
     /// Packets for the controller dropped so far (nobody listening, or a full queue).
     pub fn packet_ins_dropped(&self) -> u64 {
         self.q().dropped_in
@@ -523,6 +539,7 @@ impl Stage for P4Stage {
         let P4Stage { sw, io, out, verdicts, extra } = self;
         let mut sw = lock(sw);
         let now_ns = now.as_nanos();
+        io.saw(now_ns);
         let cpu = io.cpu_port();
         verdicts.clear();
         extra.clear();

@@ -1252,6 +1252,17 @@ impl Switch {
 
     // ------------------------------------------------------------------ idle timeouts
 
+    /// The switch's time: that of the last packet, or of [`Switch::advance_clock`].
+    pub fn now_ns(&self) -> u64 {
+        self.now_ns
+    }
+
+    /// Move the switch's time forward to `now_ns` (never back), so that control-plane changes
+    /// made between packets (an entry's time to live) start at the right time.
+    pub fn advance_clock(&mut self, now_ns: u64) {
+        self.now_ns = self.now_ns.max(now_ns);
+    }
+
     /// Whether table `t`'s entries can time out (v1model `support_timeout = true`, PNA
     /// `pna_idle_timeout` other than `NO_TIMEOUT`).
     pub fn table_supports_idle_timeout(&self, t: usize) -> bool {

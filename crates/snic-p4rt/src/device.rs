@@ -67,7 +67,6 @@ impl RoleArb {
 struct Extra {
     metadata: Vec<u8>,
     controller_metadata: u64,
-    idle_timeout_ns: i64,
 }
 
 /// An action profile's members and groups, by the controller's ids.
@@ -101,6 +100,8 @@ pub struct Device {
     roles: BTreeMap<String, RoleArb>,
     stream_role: HashMap<StreamId, String>,
     obj: Objects,
+    /// Entries some workers found idle past their time to live: the workers so far.
+    idle_pending: HashMap<(usize, Handle), BTreeSet<usize>>,
 }
 
 /// An arbitration update to send on a stream.
@@ -147,6 +148,7 @@ impl Device {
             roles: BTreeMap::new(),
             stream_role: HashMap::new(),
             obj: Objects::default(),
+            idle_pending: HashMap::new(),
         }
     }
 
@@ -338,6 +340,7 @@ impl Device {
     fn commit(&mut self, p: Pipeline, obj: Objects) {
         self.control.replace(&p.switch);
         self.obj = obj;
+        self.idle_pending.clear();
         self.saved = None;
         self.pipeline = Some(p);
     }
@@ -441,7 +444,12 @@ impl Device {
             .map_err(|_| Err(Fail::new(Code::InvalidArgument, "unknown atomicity")))?;
         let schema = &p.schema;
         let obj = &mut self.obj;
+        let now = self.control.io().now_ns();
         let results = self.control.with_all(|sws| {
+            // Entries' times to live start now, not at the last packet.
+            for s in sws.iter_mut() {
+                s.advance_clock(now);
+            }
             if atomic == Atomicity::ContinueOnError {
                 return req
                     .updates
@@ -552,6 +560,53 @@ impl Device {
             },
             None => p4::PacketIn { payload: frame, metadata: Vec::new() },
         }
+    }
+
+    /// Entries idle past their time to live (`idle_timeout_ns`) on every worker, each
+    /// reported once per idle period, as the TableEntry keys an IdleTimeoutNotification
+    /// carries (table, match, priority, `idle_timeout_ns`, metadata).
+    pub fn idle_expired(&mut self) -> Vec<p4::TableEntry> {
+        let Some(p) = &self.pipeline else { return Vec::new() };
+        if !p.schema.tables.values().any(|t| t.idle) {
+            return Vec::new();
+        }
+        let now = self.control.io().now_ns();
+        let pending = &mut self.idle_pending;
+        let extras = &self.obj.extras;
+        self.control.with_all(|sws| {
+            let workers = sws.len();
+            for (w, s) in sws.iter_mut().enumerate() {
+                for key in s.take_idle_expired(now) {
+                    pending.entry(key).or_default().insert(w);
+                }
+            }
+            let ready: Vec<(usize, Handle)> =
+                pending.iter().filter(|(_, w)| w.len() >= workers).map(|(k, _)| *k).collect();
+            let mut by_table: BTreeMap<usize, Vec<Handle>> = BTreeMap::new();
+            for k in &ready {
+                pending.remove(k);
+                by_table.entry(k.0).or_default().push(k.1);
+            }
+            let mut out = Vec::new();
+            let Some(sw) = sws.first() else { return out };
+            for (t, hs) in by_table {
+                let Some(ts) = p.schema.tables.values().find(|x| x.index == t) else { continue };
+                let table_id = p.schema.table_ids.get(t).copied().unwrap_or(0);
+                for e in sw.table_entries(t).into_iter().filter(|e| hs.contains(&e.handle)) {
+                    let extra = extras.get(&(t, e.handle)).cloned().unwrap_or_default();
+                    out.push(p4::TableEntry {
+                        table_id,
+                        r#match: to_proto_matches(ts, &e.matches),
+                        priority: if ts.priority { e.priority.unwrap_or(0) as i32 } else { 0 },
+                        controller_metadata: extra.controller_metadata,
+                        idle_timeout_ns: e.ttl_ns.map_or(0, |t| t as i64),
+                        metadata: extra.metadata,
+                        ..Default::default()
+                    });
+                }
+            }
+            out
+        })
     }
 
     /// The configuration of digest `id`, if the controller asked for it.
@@ -1083,11 +1138,8 @@ fn table_write(
     let ms = matches(ts, &te.r#match)?;
     let pr = priority(ts, te.priority)?;
     let existing = sws.first().and_then(|s| s.table_find(ts.index, &ms, pr));
-    let extra = Extra {
-        metadata: te.metadata.clone(),
-        controller_metadata: te.controller_metadata,
-        idle_timeout_ns: te.idle_timeout_ns,
-    };
+    let extra =
+        Extra { metadata: te.metadata.clone(), controller_metadata: te.controller_metadata };
     let target = |obj: &Objects| -> Result<(Option<Indirect>, Option<ActionCall>), Fail> {
         let a = te.action.as_ref().ok_or_else(|| inv("an entry needs an action"))?;
         match indirect(obj, ts, a)? {
@@ -1112,6 +1164,10 @@ fn table_write(
                 (None, None) => return Err(inv("an entry needs an action")),
             };
             direct_resources(ts, sws, h, te)?;
+            if te.idle_timeout_ns > 0 {
+                let ttl = Some(te.idle_timeout_ns as u64);
+                all(sws, |s| s.table_set_entry_ttl(ts.index, h, ttl))?;
+            }
             obj.extras.insert((ts.index, h), extra);
             Ok(())
         }
@@ -1126,6 +1182,10 @@ fn table_write(
                 (None, None) => return Err(inv("an entry needs an action")),
             }
             direct_resources(ts, sws, h, te)?;
+            if ts.idle {
+                let ttl = (te.idle_timeout_ns > 0).then_some(te.idle_timeout_ns as u64);
+                all(sws, |s| s.table_set_entry_ttl(ts.index, h, ttl))?;
+            }
             obj.extras.insert((ts.index, h), extra);
             Ok(())
         }
@@ -1759,6 +1819,16 @@ fn read_table(
     } else {
         Some((matches(ts, &q.r#match)?, priority(ts, q.priority)?))
     };
+    // Idle times on the other workers, when asked for.
+    let idle_of: Option<Vec<HashMap<Handle, u64>>> = (q.time_since_last_hit.is_some() && ts.idle)
+        .then(|| {
+            sws[1..]
+                .iter()
+                .map(|s| {
+                    s.table_entries(ts.index).into_iter().map(|x| (x.handle, x.idle_ns)).collect()
+                })
+                .collect()
+        });
     for e in sw.table_entries(ts.index) {
         if let Some((m, p)) = &wanted
             && (&e.matches != m || (ts.priority && e.priority != *p))
@@ -1797,8 +1867,15 @@ fn read_table(
             meter_config,
             counter_data,
             is_default_action: false,
-            idle_timeout_ns: extra.idle_timeout_ns,
-            time_since_last_hit: None,
+            idle_timeout_ns: e.ttl_ns.map_or(0, |t| t as i64),
+            // The least idle time over the workers (each sees its own share of the packets).
+            time_since_last_hit: idle_of.as_ref().map(|others| {
+                let idle = others
+                    .iter()
+                    .filter_map(|m| m.get(&e.handle))
+                    .fold(e.idle_ns, |a, b| a.min(*b));
+                p4::table_entry::IdleTimeout { elapsed_ns: idle as i64 }
+            }),
             metadata: extra.metadata,
             meter_counter_data: None,
             r#const: ts.is_const,

@@ -572,7 +572,15 @@ fn meter_unit(bytes: bool) -> i32 {
 
 /// The P4Info of a compiled program named `name`, for its architecture.
 pub fn for_program(prog: &Compiled, name: &str) -> Result<cfg::P4Info, P4InfoError> {
-    generate(prog, name, "v1model", &|_| false)
+    let arch = match prog.arch {
+        snic_p4::ir::Arch::V1Model => "v1model",
+        snic_p4::ir::Arch::Pna(_) => "pna",
+    };
+    // Only tables that notify take a controller's idle timeout (PNA's AUTO_DELETE tables
+    // expire on their own, with the program's expire-time profiles).
+    let idle =
+        |t: usize| prog.tables.get(t).is_some_and(|t| t.idle == snic_p4::ir::IdleTimeout::Notify);
+    generate(prog, name, arch, &idle)
 }
 
 /// The P4Info in protobuf text format (what p4runtime-shell and finsy read).

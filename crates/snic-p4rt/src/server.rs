@@ -4,7 +4,8 @@
 //! Unary calls lock the device, do their work and answer. Each StreamChannel gets an id and an
 //! outbound queue; a pump task moves what the p4 stage queued for the controller (packet-ins,
 //! digests) to the primary client of the default role, woken by the stage and at least every
-//! 10 ms (digest lists wait at most `max_timeout_ns`). While no client is primary, the stage
+//! 10 ms (digest lists wait at most `max_timeout_ns`); every 100 ms it also looks for entries
+//! idle past their `idle_timeout_ns` and sends them as an IdleTimeoutNotification. While no client is primary, the stage
 //! drops what it would send to the CPU port (`p4_cpu_full`) and counts digests as errors.
 
 use std::collections::HashMap;
@@ -42,6 +43,9 @@ pub struct Options {
 /// Entities per ReadResponse message (each well under gRPC's 4 MiB default).
 const READ_CHUNK: usize = 1000;
 
+/// How often idle entries are looked for (the resolution of idle timeouts).
+const IDLE_SCAN: Duration = Duration::from_millis(100);
+
 /// Messages waiting on one stream before more are dropped.
 const STREAM_QUEUE: usize = 4096;
 
@@ -65,6 +69,8 @@ struct Shared {
     digests: Mutex<Digests>,
     /// Messages for the controller dropped (a full stream queue).
     dropped: AtomicU64,
+    /// When idle entries were last looked for.
+    last_idle_scan: Mutex<Instant>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -115,6 +121,29 @@ impl Shared {
         for (_, frame) in io.take_packet_ins() {
             let pi = dev.packet_in(frame);
             self.to_primary(&dev, p4::stream_message_response::Update::Packet(pi));
+        }
+        drop(dev);
+        let mut dev = lock(&self.dev);
+        // Idle entries: a scan of the notifying tables under every worker's lock, so not at
+        // every tick.
+        let idle = {
+            let mut last = lock(&self.last_idle_scan);
+            if last.elapsed() >= IDLE_SCAN {
+                *last = Instant::now();
+                dev.idle_expired()
+            } else {
+                Vec::new()
+            }
+        };
+        if !idle.is_empty() {
+            let ts = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as i64);
+            let msg = p4::IdleTimeoutNotification { table_entry: idle, timestamp: ts };
+            self.to_primary(
+                &dev,
+                p4::stream_message_response::Update::IdleTimeoutNotification(msg),
+            );
         }
         let now = Instant::now();
         let mut dg = lock(&self.digests);
@@ -184,6 +213,7 @@ impl Service {
                 wake: Arc::new(Notify::new()),
                 digests: Mutex::new(Digests::default()),
                 dropped: AtomicU64::new(0),
+                last_idle_scan: Mutex::new(Instant::now()),
             }),
         }
     }

@@ -675,3 +675,80 @@ fn every_worker_gets_the_writes_and_counters_are_summed() {
     let Some(E::TableEntry(t)) = &got[0].entity else { panic!() };
     assert_eq!(t.counter_data.unwrap().packet_count, 3);
 }
+
+#[test]
+fn idle_entries_are_notified_once_and_report_their_idle_time() {
+    let (mut k, mut s, n) = ready();
+    // A table without support_timeout refuses a time to live.
+    let acl = p4::TableEntry {
+        table_id: n["I.acl"],
+        r#match: vec![p4::FieldMatch {
+            field_id: 1,
+            field_match_type: Some(p4::field_match::FieldMatchType::Ternary(
+                p4::field_match::Ternary { value: vec![2], mask: vec![0xff] },
+            )),
+        }],
+        action: action(n["I.set_mcast"], &[(1, &[5])]),
+        priority: 1,
+        idle_timeout_ns: 1_000_000,
+        ..Default::default()
+    };
+    let e = k.write(10, 0, vec![update(INSERT, E::TableEntry(acl))]).unwrap_err();
+    assert_eq!(write_errors(&e)[0].canonical_code, Code::InvalidArgument as i32);
+    // MAC1 with a 50 ms time to live, MAC2 without one.
+    let mut short = fwd_entry(&n, MAC1, 1);
+    short.idle_timeout_ns = 50_000_000;
+    short.metadata = b"cookie".to_vec();
+    k.write(
+        10,
+        0,
+        vec![
+            update(INSERT, E::TableEntry(short)),
+            update(INSERT, E::TableEntry(fwd_entry(&n, MAC2, 2))),
+        ],
+    )
+    .unwrap();
+    let q = p4::TableEntry {
+        table_id: n["I.fwd"],
+        time_since_last_hit: Some(p4::table_entry::IdleTimeout { elapsed_ns: 0 }),
+        ..Default::default()
+    };
+    let rows = k.read(vec![p4::Entity { entity: Some(E::TableEntry(q)) }]).unwrap();
+    let ttls: Vec<i64> = rows
+        .iter()
+        .filter_map(|r| match &r.entity {
+            Some(E::TableEntry(t)) => Some(t.idle_timeout_ns),
+            _ => None,
+        })
+        .collect();
+    assert!(ttls.contains(&50_000_000) && ttls.contains(&0), "{ttls:?}");
+    assert!(
+        rows.iter().all(
+            |r| matches!(&r.entity, Some(E::TableEntry(t)) if t.time_since_last_hit.is_some())
+        )
+    );
+    // No packets: MAC1 expires and is notified, with its key and metadata; MAC2 never is.
+    let mut note = None;
+    for _ in 0..5 {
+        if let Ok(Some(p4::StreamMessageResponse {
+            update: Some(p4::stream_message_response::Update::IdleTimeoutNotification(n)),
+        })) = k.recv(&mut s)
+        {
+            note = Some(n);
+            break;
+        }
+    }
+    let note = note.expect("an idle timeout notification");
+    assert_eq!(note.table_entry.len(), 1);
+    let t = &note.table_entry[0];
+    assert_eq!(t.r#match, vec![exact(1, &[1])]);
+    assert_eq!(t.idle_timeout_ns, 50_000_000);
+    assert_eq!(t.metadata, b"cookie");
+    // Once per idle period: nothing more while it stays idle.
+    assert!(!matches!(
+        k.recv(&mut s),
+        Ok(Some(p4::StreamMessageResponse {
+            update: Some(p4::stream_message_response::Update::IdleTimeoutNotification(_))
+        }))
+    ));
+}

@@ -87,6 +87,7 @@ control I(inout headers_t h, inout meta_t m, inout standard_metadata_t s) {
         actions = { forward; drop; to_cpu; }
         default_action = drop();
         counters = fwd_ctr;
+        support_timeout = true;
         size = 1024;
     }
     action set_mcast(bit<16> grp) {
