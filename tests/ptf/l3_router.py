@@ -1,0 +1,228 @@
+# PTF tests of examples/p4/l3_router.p4 on snic through P4Runtime (the cases of
+# examples/p4/l3_router.stf, with the entries written over P4Runtime instead of STF `add`).
+#
+# Ports: PTF port N is snic's P4 port N (the veth pair of snic's Nth --port).
+
+from google.rpc import code_pb2
+from p4.v1 import p4runtime_pb2
+from ptf import testutils as tu
+from scapy.layers.inet import IP, UDP, IPOption_EOL, IPOption_NOP
+from scapy.layers.l2 import ARP, Ether
+
+from p4rt_base import P4RuntimeTest, WriteError
+
+TABLE = "MyIngress.ipv4_lpm"
+DST = "hdr.ipv4.dstAddr"
+SET_NHOP = "MyIngress.set_nhop"
+DROP = "MyIngress.drop"
+
+IN_PORT = 0
+NHOP1 = {"port": 1, "smac": "00:00:00:00:aa:01", "dmac": "00:00:00:00:01:01"}
+NHOP2 = {"port": 2, "smac": "00:00:00:00:aa:02", "dmac": "00:00:00:00:02:02"}
+
+
+def pkt(dst, ttl=64, **kw):
+    """The packet PTF sends: a UDP datagram to `dst` from the router's upstream."""
+    return tu.simple_udp_packet(
+        eth_dst="00:00:00:00:aa:00",
+        eth_src="00:00:00:00:00:99",
+        ip_src="192.0.2.1",
+        ip_dst=dst,
+        ip_ttl=ttl,
+        udp_sport=1000,
+        udp_dport=2000,
+        **kw,
+    )
+
+
+def routed(dst, nhop, ttl=64, **kw):
+    """What the router sends for pkt(dst, ttl): next hop MACs, TTL - 1, checksum redone."""
+    return tu.simple_udp_packet(
+        eth_dst=nhop["dmac"],
+        eth_src=nhop["smac"],
+        ip_src="192.0.2.1",
+        ip_dst=dst,
+        ip_ttl=ttl - 1,
+        udp_sport=1000,
+        udp_dport=2000,
+        **kw,
+    )
+
+
+class RouterTest(P4RuntimeTest):
+    PROGRAM = "l3_router"
+
+    def add_routes(self):
+        """The STF's three entries: 10/8 -> port 1, 10.1.2/24 -> port 2, 10.1.2.3/32 drop."""
+        self.insert(TABLE, {DST: ("10.0.0.0", 8)}, SET_NHOP, NHOP1)
+        self.insert(TABLE, {DST: ("10.1.2.0", 24)}, SET_NHOP, NHOP2)
+        self.insert(TABLE, {DST: ("10.1.2.3", 32)}, DROP)
+
+    def expect_routed(self, dst, nhop, ttl=64):
+        tu.send_packet(self, IN_PORT, pkt(dst, ttl))
+        tu.verify_packet(self, routed(dst, nhop, ttl), nhop["port"])
+        tu.verify_no_other_packets(self)
+
+    def expect_dropped(self, packet):
+        tu.send_packet(self, IN_PORT, packet)
+        tu.verify_no_other_packets(self)
+
+
+class Forward(RouterTest):
+    """An /8 route: port 1, MACs rewritten, TTL 64 -> 63, header checksum updated."""
+
+    def runTest(self):
+        self.add_routes()
+        self.expect_routed("10.9.9.9", NHOP1)
+        self.expect_routed("10.200.0.1", NHOP1, ttl=255)
+
+
+class LongestPrefix(RouterTest):
+    """10.1.2.77 matches /8 and /24: the /24 wins (port 2); /32 drop beats both."""
+
+    def runTest(self):
+        self.add_routes()
+        self.expect_routed("10.1.2.77", NHOP2)
+        self.expect_routed("10.1.3.1", NHOP1)
+        self.expect_dropped(pkt("10.1.2.3"))
+
+
+class Ttl(RouterTest):
+    """TTL 2 is forwarded with TTL 1; TTL 1 and TTL 0 are dropped."""
+
+    def runTest(self):
+        self.add_routes()
+        self.expect_routed("10.1.2.5", NHOP2, ttl=2)
+        self.expect_dropped(pkt("10.9.9.9", ttl=1))
+        self.expect_dropped(pkt("10.9.9.9", ttl=0))
+
+
+class MissDrop(RouterTest):
+    """A miss runs the default action drop: nothing comes out; so for an empty table."""
+
+    def runTest(self):
+        self.expect_dropped(pkt("10.9.9.9"))
+        self.add_routes()
+        self.expect_dropped(pkt("192.168.1.1"))
+
+
+class BadPackets(RouterTest):
+    """Dropped whatever the routes: a wrong IPv4 header checksum, IPv4 options (a parser
+    error), ARP (not IPv4)."""
+
+    def runTest(self):
+        self.add_routes()
+        bad = Ether(bytes(pkt("10.9.9.9")))
+        bad[IP].chksum = (bad[IP].chksum + 0x2F00) & 0xFFFF
+        self.expect_dropped(bad)
+        opts = Ether(dst="00:00:00:00:aa:00", src="00:00:00:00:00:99") / IP(
+            src="192.0.2.1", dst="10.9.9.9", ttl=64, options=[IPOption_NOP(), IPOption_NOP(), IPOption_NOP(), IPOption_EOL()]
+        ) / UDP(sport=1000, dport=2000) / (b"\x00" * 20)
+        self.assertEqual(Ether(bytes(opts))[IP].ihl, 6)
+        self.expect_dropped(opts)
+        arp = Ether(dst="ff:ff:ff:ff:ff:ff", src="00:00:00:00:00:99") / ARP(
+            hwsrc="00:00:00:00:00:99", psrc="192.0.2.1", pdst="10.9.9.9"
+        )
+        self.expect_dropped(arp)
+        # The routes still work after all that.
+        self.expect_routed("10.9.9.9", NHOP1)
+
+
+class DefaultAction(RouterTest):
+    """After the default action becomes set_nhop(port 1), misses go to port 1; a Read of
+    the default entry shows it."""
+
+    def runTest(self):
+        self.add_routes()
+        self.expect_dropped(pkt("192.168.1.1"))
+        self.set_default(TABLE, SET_NHOP, NHOP1)
+        self.expect_routed("192.168.1.1", NHOP1, ttl=10)
+        (entry,) = self.read_entries(TABLE, default=True)
+        self.assertTrue(entry.is_default_action)
+        want = self.p4info.action(SET_NHOP).preamble.id
+        self.assertEqual(entry.action.action.action_id, want, entry)
+
+
+class ModifyDelete(RouterTest):
+    """MODIFY moves a route to another next hop; DELETE removes it (misses drop again)."""
+
+    def runTest(self):
+        self.insert(TABLE, {DST: ("10.0.0.0", 8)}, SET_NHOP, NHOP1)
+        self.expect_routed("10.9.9.9", NHOP1)
+        self.modify(TABLE, {DST: ("10.0.0.0", 8)}, SET_NHOP, NHOP2)
+        self.expect_routed("10.9.9.9", NHOP2)
+        self.delete(TABLE, {DST: ("10.0.0.0", 8)})
+        self.expect_dropped(pkt("10.9.9.9"))
+
+
+class PaddedValues(RouterTest):
+    """Values padded to the full width (not canonical) are accepted too (P4Runtime 8.4)."""
+
+    def runTest(self):
+        self.insert(TABLE, {DST: ("10.0.0.0", 8)}, SET_NHOP, NHOP1, canonical=False)
+        self.expect_routed("10.9.9.9", NHOP1)
+
+
+class ReadBack(RouterTest):
+    """A Read returns the entries written, with their match and action data."""
+
+    def runTest(self):
+        self.add_routes()
+        entries = self.read_entries(TABLE)
+        self.assertEqual(len(entries), 3, entries)
+        t = self.p4info.table(TABLE)
+        got = {}
+        for e in entries:
+            self.assertEqual(e.table_id, t.preamble.id)
+            (m,) = e.match
+            got[(int.from_bytes(m.lpm.value, "big"), m.lpm.prefix_len)] = e.action.action
+        ten = 10 << 24
+        self.assertEqual(sorted(got), sorted([(ten, 8), (ten | 0x010200, 24), (ten | 0x010203, 32)]))
+        nhop = got[(ten, 8)]
+        self.assertEqual(nhop.action_id, self.p4info.action(SET_NHOP).preamble.id)
+        a = self.p4info.action(SET_NHOP)
+        params = {p.param_id: int.from_bytes(p.value, "big") for p in nhop.params}
+        self.assertEqual(params[self.p4info.param(a, "port").id], 1)
+        self.assertEqual(params[self.p4info.param(a, "dmac").id], 0x0101)
+
+
+class WriteErrors(RouterTest):
+    """The server refuses what P4Runtime says it must: a duplicate INSERT (ALREADY_EXISTS),
+    a DELETE or MODIFY of a missing entry (NOT_FOUND), an LPM value with bits past the
+    prefix (INVALID_ARGUMENT), an unknown table (NOT_FOUND or INVALID_ARGUMENT), and a Write
+    from a client that is not primary (PERMISSION_DENIED). None of it changes forwarding."""
+
+    def runTest(self):
+        INSERT, MODIFY, DELETE = (
+            p4runtime_pb2.Update.INSERT,
+            p4runtime_pb2.Update.MODIFY,
+            p4runtime_pb2.Update.DELETE,
+        )
+        e = self.insert(TABLE, {DST: ("10.0.0.0", 8)}, SET_NHOP, NHOP1)
+        self.assert_write_fails("ALREADY_EXISTS", [(INSERT, e)])
+        missing = self.table_entry(TABLE, {DST: ("10.2.0.0", 16)}, SET_NHOP, NHOP2)
+        self.assert_write_fails("NOT_FOUND", [(DELETE, missing)])
+        self.assert_write_fails("NOT_FOUND", [(MODIFY, missing)])
+        unmasked = self.table_entry(TABLE, {DST: ("10.1.2.3", 24)}, SET_NHOP, NHOP2)
+        self.assert_write_fails("INVALID_ARGUMENT", [(INSERT, unmasked)])
+        bogus = self.table_entry(TABLE, {DST: ("10.3.0.0", 16)}, SET_NHOP, NHOP2)
+        bogus.table_id = 0x0DEAD
+        with self.assertRaises(WriteError) as cm:
+            self.write([(INSERT, bogus)])
+        err = cm.exception
+        self.assertTrue(
+            {"NOT_FOUND", "INVALID_ARGUMENT"} & ({err.code.name} | set(err.update_codes())),
+            f"unknown table: {err}",
+        )
+        # A second client with a lower election id is a backup: its Write is refused.
+        backup = self.connect(self.election - 1)
+        arb = backup.arbitrate()
+        self.assertEqual(arb.arbitration.status.code, code_pb2.ALREADY_EXISTS, arb)
+        self.assertEqual(arb.arbitration.election_id.low, self.election, arb)
+        other = self.table_entry(TABLE, {DST: ("10.4.0.0", 16)}, SET_NHOP, NHOP2)
+        self.assert_write_fails("PERMISSION_DENIED", [(INSERT, other)], client=backup)
+        # Forwarding is as the one good entry says.
+        self.expect_routed("10.9.9.9", NHOP1)
+        self.expect_dropped(pkt("10.2.0.1"))
+        self.expect_dropped(pkt("10.1.2.9"))
+
