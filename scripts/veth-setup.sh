@@ -14,8 +14,13 @@
 #
 # So that a test sees only its own packets (PTF's verify_no_other_packets), every end gets:
 # IPv6 off before it comes up (no router solicitations, MLD reports or DAD), no addresses,
-# no ARP, no multicast; MTU 9500 (as BMv2's script); TX checksum and segmentation offloads off
-# when ethtool is there (frames leave as they were written).
+# no ARP, no multicast; MTU 9500 (as BMv2's script). With ethtool there, the offloads BMv2's
+# script turns off are off too (checksum, segmentation, receive coalescing, VLAN), so a frame
+# crosses the pair as it was written.
+#
+# VLAN tags: whatever the offloads, the kernel moves the outer 802.1Q/802.1ad tag of a
+# received frame into packet metadata; an AF_PACKET reader sees it only by asking for
+# PACKET_AUXDATA and putting it back (PTF and libpcap do).
 set -eu
 cmd=${1:-}
 n=${2:-}
@@ -41,7 +46,13 @@ quiet_end() {
     fi
     t ip link set dev "$1" mtu 9500 arp off multicast off
     if command -v ethtool >/dev/null 2>&1; then
-        t ethtool -K "$1" tx off tso off gso off gro off >/dev/null 2>&1 || true
+        # One feature at a time: ethtool refuses the whole list if one is fixed.
+        for f in rx tx sg tso gso gro lro rxvlan txvlan rx-vlan-stag-hw-parse \
+            tx-vlan-stag-hw-insert rxhash; do
+            t ethtool -K "$1" "$f" off >/dev/null 2>&1 || true
+        done
+    else
+        echo "$0: ethtool missing: offloads of $1 stay on (VLAN tags may be lost)" >&2
     fi
     t ip link set dev "$1" up
 }
