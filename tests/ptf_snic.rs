@@ -9,8 +9,9 @@
 //! program over P4Runtime (so PTF port N is P4 port N). The P4Info comes from `snic p4 info
 //! PROG.p4 --p4info OUT`.
 //!
-//! Checked: every test of `tests/ptf/l3_router.py` and `tests/ptf/reconic_classifier.py` ran,
-//! and every one passed but the known failures listed in [`KNOWN_FAILURES`] (reported, and
+//! Checked: every test of `tests/ptf/l3_router.py`, `tests/ptf/reconic_classifier.py` and
+//! `tests/ptf/cpu_port.py` (packet-in/out, program `tests/ptf/p4/cpu_port.p4`) ran, and every
+//! one passed but the known failures listed in [`KNOWN_FAILURES`] (reported, and
 //! reported again when one starts passing).
 //!
 //! Not root, the venv missing, or tools missing: the test prints why and passes, unless the
@@ -34,10 +35,12 @@ const PTF_SECS: u32 = 240;
 /// snic's own bound, in seconds, whatever happens to this test process.
 const SNIC_SECS: u32 = 600;
 
-/// The PTF modules run, with the tests each must run.
-const PROGRAMS: &[(&str, &[&str])] = &[
+/// The PTF modules run (each named after its program), the program, and the tests each must
+/// run.
+const PROGRAMS: &[(&str, &str, &[&str])] = &[
     (
         "l3_router",
+        "examples/p4/l3_router.p4",
         &[
             "Forward",
             "LongestPrefix",
@@ -51,7 +54,12 @@ const PROGRAMS: &[(&str, &[&str])] = &[
             "WriteErrors",
         ],
     ),
-    ("reconic_classifier", &["Rdma", "VlanTags", "Other", "StfPackets", "StfVlanPackets"]),
+    (
+        "reconic_classifier",
+        "examples/p4/reconic_classifier.p4",
+        &["Rdma", "VlanTags", "Other", "StfPackets", "StfVlanPackets"],
+    ),
+    ("cpu_port", "tests/ptf/p4/cpu_port.p4", &["PacketOut", "PacketIn", "PuntTable"]),
 ];
 
 /// Tests known to fail, and why. They still run; their failure does not fail this test.
@@ -289,8 +297,8 @@ fn ptf_against_snic_p4runtime() {
     let dir = common::temp_dir("ptf");
 
     // The P4Info of each program, from snic itself.
-    for (prog, _) in PROGRAMS {
-        let src = root.join(format!("examples/p4/{prog}.p4"));
+    for (prog, path, _) in PROGRAMS {
+        let src = root.join(path);
         let info = dir.join(format!("{prog}.p4info.txt"));
         let o = Command::new(snic)
             .args(["p4", "info"])
@@ -316,11 +324,11 @@ fn ptf_against_snic_p4runtime() {
     let venv = venv();
     let mut failures = Vec::new();
     let mut summary = Vec::new();
-    for (prog, tests) in PROGRAMS {
+    for (prog, path, tests) in PROGRAMS {
         let params = format!(
             "grpcaddr='127.0.0.1:{GRPC_PORT}';device_id=1;p4info='{}';program='{}'",
             dir.join(format!("{prog}.p4info.txt")).display(),
-            root.join(format!("examples/p4/{prog}.p4")).display()
+            root.join(path).display()
         );
         let mut cmd = ns.command(PTF_SECS);
         cmd.arg(venv.join("bin/ptf")).arg("--test-dir").arg(root.join("tests/ptf"));

@@ -10,7 +10,8 @@
 # Test parameters (ptf --test-params "k='v';k2='v2'", Python literals):
 #   grpcaddr   the server, host:port (default '127.0.0.1:9559')
 #   device_id  the P4Runtime device id (default 1)
-#   program    the P4 source; default: examples/p4/<the test class's PROGRAM>.p4
+#   program    the P4 source; default: <PROGRAM_DIR>/<PROGRAM>.p4 of the test class
+#              (examples/p4/ unless the class says otherwise)
 #   p4info     its P4Info, protobuf text format (`snic p4 info PROG.p4 --p4info OUT.txt`);
 #              default: <p4infodir>/<PROGRAM>.p4info.txt
 #   p4infodir  where the default P4Info files are (default: the current directory)
@@ -108,6 +109,10 @@ class P4Info:
                 return a
         raise KeyError(f"no action with id {aid:#x}")
 
+    def packet_metadata(self, name):
+        """The controller_packet_metadata "packet_in" or "packet_out"."""
+        return self._find(self.msg.controller_packet_metadata, name, "controller packet")
+
     @staticmethod
     def match_field(table, name):
         for mf in table.match_fields:
@@ -196,6 +201,10 @@ class Client:
         self._requests.put(req)
         return self.next_message("arbitration")
 
+    def send(self, req):
+        """Send a StreamMessageRequest."""
+        self._requests.put(req)
+
     def next_message(self, kind, timeout=STREAM_TIMEOUT):
         """The next stream message that has field `kind` set (others are logged, dropped)."""
         while True:
@@ -224,15 +233,14 @@ class P4RuntimeTest(BaseTest):
     """Base of the PTF tests of a P4 program on snic through P4Runtime."""
 
     PROGRAM = None  # the stem of examples/p4/NAME.p4, set by each test class
+    PROGRAM_DIR = os.path.join(REPO, "examples", "p4")  # where PROGRAM.p4 is
     NEEDS_ENTRIES = True  # False: runs on the program alone (p4runtime=False works)
 
     def setUp(self):
         BaseTest.setUp(self)
         self.dataplane = ptf.dataplane_instance
         params = testutils.test_params_get()
-        program = params.get("program") or os.path.join(
-            REPO, "examples", "p4", f"{self.PROGRAM}.p4"
-        )
+        program = params.get("program") or os.path.join(self.PROGRAM_DIR, f"{self.PROGRAM}.p4")
         stem = os.path.splitext(os.path.basename(program))[0]
         if self.PROGRAM and stem != self.PROGRAM:
             self.skipTest(f"this run is for {stem}.p4, the test for {self.PROGRAM}.p4")
@@ -306,6 +314,29 @@ class P4RuntimeTest(BaseTest):
             else p4runtime_pb2.GetForwardingPipelineConfigRequest.ALL
         )
         return self.stub.GetForwardingPipelineConfig(req, timeout=RPC_TIMEOUT)
+
+    # --- packet-in / packet-out ---
+
+    def packet_out(self, payload, client=None, **metadata):
+        """Send a PacketOut: `payload` with the packet_out metadata by name (fields not
+        given are 0)."""
+        cpm = self.p4info.packet_metadata("packet_out")
+        req = p4runtime_pb2.StreamMessageRequest()
+        req.packet.payload = bytes(payload)
+        for m in cpm.metadata:
+            value = metadata.pop(m.name, 0)
+            req.packet.metadata.add(metadata_id=m.id, value=encode(value, m.bitwidth))
+        if metadata:
+            raise KeyError(f"packet_out has no metadata {sorted(metadata)}")
+        (client or self.client).send(req)
+
+    def packet_in(self, client=None, timeout=STREAM_TIMEOUT):
+        """The next PacketIn: (payload bytes, {metadata name: int})."""
+        msg = (client or self.client).next_message("packet", timeout)
+        cpm = self.p4info.packet_metadata("packet_in")
+        names = {m.id: m.name for m in cpm.metadata}
+        meta = {names.get(m.metadata_id, m.metadata_id): decode(m.value) for m in msg.packet.metadata}
+        return msg.packet.payload, meta
 
     # --- table entries ---
 
