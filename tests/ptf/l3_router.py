@@ -221,8 +221,8 @@ class WriteErrors(RouterTest):
         self.assertEqual(arb.arbitration.election_id.low, self.election, arb)
         other = self.table_entry(TABLE, {DST: ("10.4.0.0", 16)}, SET_NHOP, NHOP2)
         self.assert_write_fails("PERMISSION_DENIED", [(INSERT, other)], client=backup)
-        # Forwarding is as the one good entry says.
+        # None of the refused writes took effect: all of 10/8 goes by the one good entry.
         self.expect_routed("10.9.9.9", NHOP1)
-        self.expect_dropped(pkt("10.2.0.1"))
-        self.expect_dropped(pkt("10.1.2.9"))
-
+        self.expect_routed("10.1.2.9", NHOP1)  # not by the refused 10.1.2.3/24 (port 2)
+        self.expect_routed("10.3.0.1", NHOP1)  # not by the unknown table's entry
+        self.expect_routed("10.4.0.1", NHOP1)  # not by the backup's 10.4.0.0/16 (port 2)
