@@ -3,6 +3,7 @@
 #
 # Ports: PTF port N is snic's P4 port N (the veth pair of snic's Nth --port).
 
+import grpc
 from google.rpc import code_pb2
 from p4.v1 import p4runtime_pb2
 from ptf import testutils as tu
@@ -226,3 +227,166 @@ class WriteErrors(RouterTest):
         self.expect_routed("10.1.2.9", NHOP1)  # not by the refused 10.1.2.3/24 (port 2)
         self.expect_routed("10.3.0.1", NHOP1)  # not by the unknown table's entry
         self.expect_routed("10.4.0.1", NHOP1)  # not by the backup's 10.4.0.0/16 (port 2)
+
+
+# --- P4Runtime semantics beyond forwarding (with the router as the program) ---
+
+INSERT = p4runtime_pb2.Update.INSERT
+MODIFY = p4runtime_pb2.Update.MODIFY
+SFPC = p4runtime_pb2.SetForwardingPipelineConfigRequest
+GFPC = p4runtime_pb2.GetForwardingPipelineConfigRequest
+
+
+class GetPipeline(RouterTest):
+    """GetForwardingPipelineConfig gives back the P4Info and cookie pushed (ALL), only the
+    cookie (COOKIE_ONLY)."""
+
+    def runTest(self):
+        cfg = self.get_pipeline(GFPC.ALL).config
+        self.assertEqual(cfg.cookie.cookie, 0x5111C)
+        got = sorted((t.preamble.id, t.preamble.name) for t in cfg.p4info.tables)
+        want = sorted((t.preamble.id, t.preamble.name) for t in self.p4info.msg.tables)
+        self.assertEqual(got, want)
+        only = self.get_pipeline(GFPC.COOKIE_ONLY).config
+        self.assertEqual(only.cookie.cookie, 0x5111C)
+        self.assertEqual(len(only.p4info.tables), 0, only)
+
+
+class VerifyOnly(RouterTest):
+    """SetForwardingPipelineConfig VERIFY: a program that does not compile is refused with
+    INVALID_ARGUMENT; a good one is accepted and changes nothing (the entries stay)."""
+
+    def runTest(self):
+        self.add_routes()
+        req = SFPC(device_id=self.device_id, action=SFPC.VERIFY)
+        req.election_id.CopyFrom(self.client.election_id)
+        req.config.p4info.CopyFrom(self.p4info.msg)
+        req.config.p4_device_config = b"this is not a P4 program"
+        with self.assertRaises(grpc.RpcError) as cm:
+            self.stub.SetForwardingPipelineConfig(req, timeout=10)
+        self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT, cm.exception)
+        self.set_pipeline(SFPC.VERIFY)
+        self.assertEqual(len(self.read_entries(TABLE)), 3)
+        self.expect_routed("10.9.9.9", NHOP1)
+
+
+class WrongDevice(RouterTest):
+    """A Write or Read for another device id is refused with NOT_FOUND."""
+
+    def runTest(self):
+        req = p4runtime_pb2.WriteRequest(device_id=self.device_id + 98)
+        req.election_id.CopyFrom(self.client.election_id)
+        u = req.updates.add(type=INSERT)
+        u.entity.table_entry.CopyFrom(
+            self.table_entry(TABLE, {DST: ("10.0.0.0", 8)}, SET_NHOP, NHOP1)
+        )
+        with self.assertRaises(grpc.RpcError) as cm:
+            self.stub.Write(req, timeout=10)
+        self.assertEqual(cm.exception.code(), grpc.StatusCode.NOT_FOUND, cm.exception)
+        rreq = p4runtime_pb2.ReadRequest(device_id=self.device_id + 98)
+        rreq.entities.add().table_entry.table_id = 0
+        with self.assertRaises(grpc.RpcError) as cm:
+            list(self.stub.Read(rreq, timeout=10))
+        self.assertEqual(cm.exception.code(), grpc.StatusCode.NOT_FOUND, cm.exception)
+        self.expect_dropped(pkt("10.9.9.9"))
+
+
+class BatchPartial(RouterTest):
+    """A batch with one bad update (CONTINUE_ON_ERROR): the Write fails with UNKNOWN and one
+    p4.v1.Error per update (OK, ALREADY_EXISTS, OK), and the good updates are applied."""
+
+    def runTest(self):
+        a = self.table_entry(TABLE, {DST: ("10.0.0.0", 8)}, SET_NHOP, NHOP1)
+        b = self.table_entry(TABLE, {DST: ("10.1.2.0", 24)}, SET_NHOP, NHOP2)
+        self.insert(TABLE, {DST: ("10.0.0.0", 8)}, SET_NHOP, NHOP1)
+        with self.assertRaises(WriteError) as cm:
+            self.write([(INSERT, b), (INSERT, a), (MODIFY, a)])
+        err = cm.exception
+        self.assertEqual(err.code.name, "UNKNOWN", err)
+        self.assertEqual([i for i, _ in err.errors], [1], err)
+        self.assertEqual(err.update_codes(), ["ALREADY_EXISTS"], err)
+        self.assertEqual(len(self.read_entries(TABLE)), 2)
+        self.expect_routed("10.1.2.9", NHOP2)
+        self.expect_routed("10.9.9.9", NHOP1)
+
+
+class ValueWidths(RouterTest):
+    """Binary strings (P4Runtime 8.4): a value wider than its field is refused with
+    OUT_OF_RANGE (a port of 10 bits for a 9-bit parameter, a 33-bit IPv4 address), and so is
+    an empty string; leading zero bytes beyond the width are accepted."""
+
+    def runTest(self):
+        def entry(port=None, dst=None):
+            e = self.table_entry(TABLE, {DST: ("10.0.0.0", 8)}, SET_NHOP, NHOP1)
+            if port is not None:
+                e.action.action.params[0].value = port
+            if dst is not None:
+                e.match[0].lpm.value = dst
+            return e
+
+        self.assert_write_fails("OUT_OF_RANGE", [(INSERT, entry(port=b"\x02\x00"))])
+        self.assert_write_fails("OUT_OF_RANGE", [(INSERT, entry(dst=b"\x01\x0a\x00\x00\x00"))])
+        self.assert_write_fails("OUT_OF_RANGE", [(INSERT, entry(port=b""))])
+        self.assertEqual(len(self.read_entries(TABLE)), 0)
+        self.expect_dropped(pkt("10.9.9.9"))
+        self.write([(INSERT, entry(port=b"\x00\x00\x01", dst=b"\x00\x00\x0a\x00\x00\x00"))])
+        self.expect_routed("10.9.9.9", NHOP1)
+
+
+class DefaultReset(RouterTest):
+    """A MODIFY of the default entry without an action resets it to the program's default
+    (drop): misses are dropped again."""
+
+    def runTest(self):
+        self.set_default(TABLE, SET_NHOP, NHOP2)
+        self.expect_routed("192.168.1.1", NHOP2)
+        e = self.table_entry(TABLE, default=True)
+        self.write([(MODIFY, e)])
+        self.expect_dropped(pkt("192.168.1.1"))
+        (d,) = self.read_entries(TABLE, default=True)
+        self.assertEqual(d.action.action.action_id, self.p4info.action(DROP).preamble.id, d)
+
+
+class ReadFilters(RouterTest):
+    """Read with table id 0 returns every table's entries; with a match, only that entry."""
+
+    def runTest(self):
+        self.add_routes()
+        self.assertEqual(len(self.read_entries(None)), 3)
+        req = p4runtime_pb2.ReadRequest(device_id=self.device_id)
+        req.entities.add().table_entry.CopyFrom(
+            self.table_entry(TABLE, {DST: ("10.1.2.0", 24)})
+        )
+        got = [e.table_entry for r in self.stub.Read(req, timeout=10) for e in r.entities]
+        self.assertEqual(len(got), 1, got)
+        self.assertEqual(got[0].match[0].lpm.prefix_len, 24)
+
+
+class PrimaryChange(RouterTest):
+    """A client with a higher election id becomes primary: the old primary is told (an
+    arbitration update that is not OK) and its Writes are refused; when the new primary
+    leaves, the old one is told there is none, and takes over with a higher election id."""
+
+    def runTest(self):
+        old = self.client
+        new = self.connect(self.election + 10)
+        arb = new.arbitrate()
+        self.assertEqual(arb.arbitration.status.code, code_pb2.OK, arb)
+        note = old.next_message("arbitration")
+        self.assertNotEqual(note.arbitration.status.code, code_pb2.OK, note)
+        self.assertEqual(note.arbitration.election_id.low, self.election + 10, note)
+        e = self.table_entry(TABLE, {DST: ("10.0.0.0", 8)}, SET_NHOP, NHOP1)
+        self.assert_write_fails("PERMISSION_DENIED", [(INSERT, e)], client=old)
+        self.write([(INSERT, e)], client=new)
+        self.expect_routed("10.9.9.9", NHOP1)
+        new.close()
+        self.clients.remove(new)
+        # No primary now: the backup is told so (NOT_FOUND, with the highest election id
+        # seen); it becomes primary by sending an election id at least that high.
+        gone = old.next_message("arbitration")
+        self.assertEqual(gone.arbitration.status.code, code_pb2.NOT_FOUND, gone)
+        self.assertEqual(gone.arbitration.election_id.low, self.election + 10, gone)
+        back = old.arbitrate(self.election + 11)
+        self.assertEqual(back.arbitration.status.code, code_pb2.OK, back)
+        self.modify(TABLE, {DST: ("10.0.0.0", 8)}, SET_NHOP, NHOP2)
+        self.expect_routed("10.9.9.9", NHOP2)

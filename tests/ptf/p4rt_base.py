@@ -192,9 +192,12 @@ class Client:
                 self.responses.put(e)
         self.responses.put(None)
 
-    def arbitrate(self):
-        """Send MasterArbitrationUpdate; return the server's arbitration answer (its
-        status.code is OK for the primary, ALREADY_EXISTS for a backup)."""
+    def arbitrate(self, election_low=None):
+        """Send MasterArbitrationUpdate (with a new election id when given); return the
+        server's arbitration answer (its status.code is OK for the primary, ALREADY_EXISTS
+        for a backup)."""
+        if election_low is not None:
+            self.election_id.low = election_low
         req = p4runtime_pb2.StreamMessageRequest()
         req.arbitration.device_id = self.device_id
         req.arbitration.election_id.CopyFrom(self.election_id)
@@ -419,6 +422,7 @@ class P4RuntimeTest(BaseTest):
         """Every TableEntry of `table` (all tables when None) that a Read returns."""
         req = p4runtime_pb2.ReadRequest(device_id=self.device_id)
         e = req.entities.add().table_entry
+        e.SetInParent()  # an empty TableEntry (all tables) is still a table entry
         if table is not None:
             e.table_id = self.p4info.table(table).preamble.id
         if default:
