@@ -329,8 +329,9 @@ fn check_prefix(id: u32, p: Prefix, name: &str) -> Result<(), Fail> {
 
 /// Decode a P4Runtime byte string (big-endian, any leading zeros) of a `width`-bit value.
 pub fn decode(bytes: &[u8], width: u32, what: &str) -> Result<u128, Fail> {
+    // P4Runtime 1.4, 8.4 Bytestrings: an empty string is rejected, as a value out of range is.
     if bytes.is_empty() {
-        return Err(Fail::new(Code::InvalidArgument, format!("{what}: empty byte string")));
+        return Err(Fail::new(Code::OutOfRange, format!("{what}: empty byte string")));
     }
     let first = bytes.iter().position(|b| *b != 0).unwrap_or(bytes.len());
     let sig = &bytes[first..];
@@ -404,7 +405,7 @@ mod tests {
         assert_eq!(decode(&[0, 0, 0x0a, 0, 0, 1], 32, "x").unwrap(), 0x0a00_0001);
         assert_eq!(decode(&[1, 0], 9, "x").unwrap(), 256);
         assert_eq!(decode(&[2, 0], 9, "x").unwrap_err().code, Code::OutOfRange);
-        assert_eq!(decode(&[], 9, "x").unwrap_err().code, Code::InvalidArgument);
+        assert_eq!(decode(&[], 9, "x").unwrap_err().code, Code::OutOfRange);
     }
 
     #[test]
