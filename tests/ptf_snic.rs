@@ -9,9 +9,10 @@
 //! program over P4Runtime (so PTF port N is P4 port N). The P4Info comes from `snic p4 info
 //! PROG.p4 --p4info OUT`.
 //!
-//! Checked: every test of `tests/ptf/l3_router.py`, `tests/ptf/reconic_classifier.py` and
-//! `tests/ptf/cpu_port.py` (packet-in/out, program `tests/ptf/p4/cpu_port.p4`) ran, and every
-//! one passed but the known failures listed in [`KNOWN_FAILURES`] (reported, and
+//! Checked: every test of `tests/ptf/l3_router.py`, `tests/ptf/reconic_classifier.py`,
+//! `tests/ptf/cpu_port.py` (packet-in/out, program `tests/ptf/p4/cpu_port.p4`) and
+//! `tests/ptf/acl.py` (ternary/range/optional keys and priorities, `tests/ptf/p4/acl.p4`) ran,
+//! and every one passed but the known failures listed in [`KNOWN_FAILURES`] (reported, and
 //! reported again when one starts passing).
 //!
 //! Not root, the venv missing, or tools missing: the test prints why and passes, unless the
@@ -68,6 +69,11 @@ const PROGRAMS: &[(&str, &str, &[&str])] = &[
         &["Rdma", "VlanTags", "Other", "StfPackets", "StfVlanPackets"],
     ),
     ("cpu_port", "tests/ptf/p4/cpu_port.p4", &["PacketOut", "PacketIn", "PuntTable"]),
+    (
+        "acl",
+        "tests/ptf/p4/acl.p4",
+        &["TernaryPriority", "RangeMatch", "OptionalMatch", "MatchErrors"],
+    ),
 ];
 
 /// Tests known to fail, and why. They still run; their failure does not fail this test.
