@@ -68,7 +68,11 @@ const PROGRAMS: &[(&str, &str, &[&str])] = &[
         "examples/p4/reconic_classifier.p4",
         &["Rdma", "VlanTags", "Other", "StfPackets", "StfVlanPackets"],
     ),
-    ("cpu_port", "tests/ptf/p4/cpu_port.p4", &["PacketOut", "PacketIn", "PuntTable"]),
+    (
+        "cpu_port",
+        "tests/ptf/p4/cpu_port.p4",
+        &["PacketOut", "PacketIn", "PuntTable", "BackupPacketIO", "BadPacketOut"],
+    ),
     (
         "acl",
         "tests/ptf/p4/acl.p4",

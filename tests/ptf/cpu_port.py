@@ -6,7 +6,10 @@
 # Ports: PTF port N is snic's P4 port N (the veth pair of snic's Nth --port).
 
 import os
+import time
 
+from google.rpc import code_pb2
+from p4.v1 import p4runtime_pb2
 from ptf import testutils as tu
 
 from p4rt_base import P4RuntimeTest
@@ -69,3 +72,38 @@ class PuntTable(CpuPortTest):
         tu.send_packet(self, 1, frame(0x86DD))
         tu.verify_no_other_packets(self)
         self.assertTrue(self.client.responses.empty(), "a stream message came for a miss")
+
+
+class BackupPacketIO(CpuPortTest):
+    """Only the primary does packet I/O: a backup's PacketOut is refused (a StreamError
+    with PERMISSION_DENIED, nothing on the wire) and PacketIns go to the primary only."""
+
+    def runTest(self):
+        backup = self.connect(self.election - 1)
+        arb = backup.arbitrate()
+        self.assertEqual(arb.arbitration.status.code, code_pb2.ALREADY_EXISTS, arb)
+        self.packet_out(bytes(tu.simple_udp_packet()), client=backup, egress_port=1)
+        err = backup.next_message("error")
+        self.assertEqual(err.error.canonical_code, code_pb2.PERMISSION_DENIED, err)
+        tu.verify_no_other_packets(self)
+        self.insert(TABLE, {ETHERTYPE: PUNT_TYPE}, "MyIngress.send_to_cpu")
+        p = frame()
+        tu.send_packet(self, 0, p)
+        payload, meta = self.packet_in()
+        self.assertEqual(payload, bytes(p))
+        time.sleep(0.3)
+        self.assertTrue(backup.responses.empty(), "the backup got a stream message")
+
+
+class BadPacketOut(CpuPortTest):
+    """A PacketOut naming metadata the program's packet_out header does not have is refused
+    with a StreamError (INVALID_ARGUMENT) and sends nothing."""
+
+    def runTest(self):
+        req = p4runtime_pb2.StreamMessageRequest()
+        req.packet.payload = bytes(tu.simple_udp_packet())
+        req.packet.metadata.add(metadata_id=99, value=b"\x01")
+        self.client.send(req)
+        err = self.client.next_message("error")
+        self.assertEqual(err.error.canonical_code, code_pb2.INVALID_ARGUMENT, err)
+        tu.verify_no_other_packets(self)
