@@ -61,6 +61,7 @@ const PROGRAMS: &[(&str, &str, &[&str])] = &[
             "DefaultReset",
             "ReadFilters",
             "PrimaryChange",
+            "LpmAndActionErrors",
         ],
     ),
     (

@@ -157,11 +157,16 @@ class ModifyDelete(RouterTest):
 
 
 class PaddedValues(RouterTest):
-    """Values padded to the full width (not canonical) are accepted too (P4Runtime 8.4)."""
+    """Values padded to the full width (not canonical) are accepted too, and read back in
+    the canonical form (P4Runtime 8.4, read-write symmetry)."""
 
     def runTest(self):
         self.insert(TABLE, {DST: ("10.0.0.0", 8)}, SET_NHOP, NHOP1, canonical=False)
         self.expect_routed("10.9.9.9", NHOP1)
+        (e,) = self.read_entries(TABLE)
+        self.assertEqual(e.match[0].lpm.value, b"\x0a\x00\x00\x00")
+        values = sorted(p.value for p in e.action.action.params)
+        self.assertEqual(values, sorted([b"\x01", b"\xaa\x01", b"\x01\x01"]), e)
 
 
 class ReadBack(RouterTest):
@@ -390,3 +395,36 @@ class PrimaryChange(RouterTest):
         self.assertEqual(back.arbitration.status.code, code_pb2.OK, back)
         self.modify(TABLE, {DST: ("10.0.0.0", 8)}, SET_NHOP, NHOP2)
         self.expect_routed("10.9.9.9", NHOP2)
+
+
+class LpmAndActionErrors(RouterTest):
+    """Refused: an LPM prefix of 0 (a don't-care field must be left out) or longer than the
+    field, an action the table does not have or that does not exist, a parameter missing."""
+
+    def runTest(self):
+        def entry(prefix=8, action=SET_NHOP, params=NHOP1):
+            return self.table_entry(TABLE, {DST: ("10.0.0.0", prefix)}, action, params)
+
+        zero = entry()
+        zero.match[0].lpm.value = b"\x00"
+        zero.match[0].lpm.prefix_len = 0
+        too_long = entry()
+        too_long.match[0].lpm.prefix_len = 33
+        no_such_action = entry()
+        no_such_action.action.action.action_id = 0x01DEAD
+        missing_param = entry()
+        del missing_param.action.action.params[2]
+        cases = {
+            "prefix 0": (zero, {"INVALID_ARGUMENT"}),
+            "prefix 33": (too_long, {"INVALID_ARGUMENT", "OUT_OF_RANGE"}),
+            "unknown action": (no_such_action, {"INVALID_ARGUMENT", "NOT_FOUND"}),
+            "missing parameter": (missing_param, {"INVALID_ARGUMENT"}),
+        }
+        for name, (e, codes) in cases.items():
+            with self.subTest(name):
+                with self.assertRaises(WriteError) as cm:
+                    self.write([(INSERT, e)])
+                got = {cm.exception.code.name} | set(cm.exception.update_codes())
+                self.assertTrue(codes & got, f"{name}: expected {codes}, got {cm.exception}")
+        self.assertEqual(len(self.read_entries(TABLE)), 0)
+        self.expect_dropped(pkt("10.9.9.9"))
