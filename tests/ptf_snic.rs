@@ -246,11 +246,11 @@ fn outcomes(module: &str, text: &str) -> BTreeMap<String, String> {
         // `mod.Test ... ok` (the verdict may come on a later line when something printed).
         let padded = format!("{line} ");
         if let Some((name, rest)) = padded.split_once(" ... ") {
-            if let Some(test) = name.strip_prefix(&prefix) {
-                if !test.contains(' ') {
-                    current = Some(test.to_owned());
-                    out.insert(test.to_owned(), String::new());
-                }
+            if let Some(test) = name.strip_prefix(&prefix)
+                && !test.contains(' ')
+            {
+                current = Some(test.to_owned());
+                out.insert(test.to_owned(), String::new());
             }
             if let Some(t) = &current {
                 verdict(&mut out, t, rest);
