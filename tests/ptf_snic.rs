@@ -62,6 +62,7 @@ const PROGRAMS: &[(&str, &str, &[&str])] = &[
             "ReadFilters",
             "PrimaryChange",
             "LpmAndActionErrors",
+            "ManyRoutes",
         ],
     ),
     (

@@ -428,3 +428,20 @@ class LpmAndActionErrors(RouterTest):
                 self.assertTrue(codes & got, f"{name}: expected {codes}, got {cm.exception}")
         self.assertEqual(len(self.read_entries(TABLE)), 0)
         self.expect_dropped(pkt("10.9.9.9"))
+
+
+class ManyRoutes(RouterTest):
+    """1024 /24 routes in one Write, to ports 1 and 2 in turn: a Read finds them all and
+    packets to a sample of them go where their route says."""
+
+    def runTest(self):
+        routes = [(f"10.{i >> 8}.{i & 0xFF}.0", NHOP1 if i % 2 else NHOP2) for i in range(1024)]
+        self.write(
+            [(INSERT, self.table_entry(TABLE, {DST: (net, 24)}, SET_NHOP, nh)) for net, nh in routes]
+        )
+        self.assertEqual(len(self.read_entries(TABLE)), 1024)
+        for i in (0, 1, 255, 256, 511, 777, 1023):
+            net, nh = routes[i]
+            with self.subTest(route=net):
+                self.expect_routed(net[: -len("0")] + "9", nh)
+        self.expect_dropped(pkt("10.4.0.1"))
