@@ -11,8 +11,8 @@
 //!
 //! Checked: every test of `tests/ptf/l3_router.py`, `tests/ptf/reconic_classifier.py`,
 //! `tests/ptf/cpu_port.py` (packet-in/out, program `tests/ptf/p4/cpu_port.p4`) and
-//! `tests/ptf/acl.py` (ternary/range/optional keys and priorities, `tests/ptf/p4/acl.p4`) ran,
-//! and every one passed but the known failures listed in [`KNOWN_FAILURES`] (reported, and
+//! `tests/ptf/acl.py` (ternary/range/optional keys and priorities, `tests/ptf/p4/acl.p4`) and
+//! `tests/ptf/learn.py` (digests, `tests/ptf/p4/learn.p4`) ran, and every one passed but the known failures listed in [`KNOWN_FAILURES`] (reported, and
 //! reported again when one starts passing).
 //!
 //! Not root, the venv missing, or tools missing: the test prints why and passes, unless the
@@ -80,6 +80,7 @@ const PROGRAMS: &[(&str, &str, &[&str])] = &[
         "tests/ptf/p4/acl.p4",
         &["TernaryPriority", "RangeMatch", "OptionalMatch", "MatchErrors"],
     ),
+    ("learn", "tests/ptf/p4/learn.p4", &["Learn", "NotConfigured", "Batched"]),
 ];
 
 /// Tests known to fail, and why. They still run; their failure does not fail this test.

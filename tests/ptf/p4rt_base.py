@@ -395,14 +395,20 @@ class P4RuntimeTest(BaseTest):
         return e
 
     def write(self, updates, client=None):
-        """Write updates [(Update.Type, TableEntry)]; raise WriteError on failure."""
+        """Write updates [(Update.Type, TableEntry, DigestEntry or Entity)]; raise WriteError
+        on failure."""
         c = client or self.client
         req = p4runtime_pb2.WriteRequest(device_id=self.device_id)
         req.election_id.CopyFrom(c.election_id)
         req.atomicity = p4runtime_pb2.WriteRequest.CONTINUE_ON_ERROR
         for typ, entry in updates:
             u = req.updates.add(type=typ)
-            u.entity.table_entry.CopyFrom(entry)
+            if isinstance(entry, p4runtime_pb2.Entity):
+                u.entity.CopyFrom(entry)
+            elif isinstance(entry, p4runtime_pb2.DigestEntry):
+                u.entity.digest_entry.CopyFrom(entry)
+            else:
+                u.entity.table_entry.CopyFrom(entry)
         try:
             return c.stub.Write(req, timeout=RPC_TIMEOUT)
         except grpc.RpcError as e:
