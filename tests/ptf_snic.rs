@@ -3,11 +3,11 @@
 //! In a fresh network namespace (torn down on every exit path, with everything in it):
 //! three veth pairs from `scripts/veth-setup.sh` (veth0<->veth1, veth2<->veth3,
 //! veth4<->veth5), one `snic run --port afpacket:veth1 --port afpacket:veth3 --port
-//! afpacket:veth5 --stage p4 --p4runtime 127.0.0.1:9559` with no program, and PTF (from the
-//! venv of `scripts/ptf-venv.sh`) on the other ends: `ptf --test-dir tests/ptf --interface
-//! 0@veth0 --interface 1@veth2 --interface 2@veth4`, once per program, each test pushing its
-//! program over P4Runtime (so PTF port N is P4 port N). The P4Info comes from `snic p4 info
-//! PROG.p4 --p4info OUT`.
+//! afpacket:veth5 --stage p4 --p4runtime 127.0.0.1:9559 --workers 2` with no program, and
+//! PTF (from the venv of `scripts/ptf-venv.sh`) on the other ends: `ptf --test-dir tests/ptf
+//! --interface 0@veth0 --interface 1@veth2 --interface 2@veth4`, once per program, each test
+//! pushing its program over P4Runtime (so PTF port N is P4 port N). The P4Info comes from
+//! `snic p4 info PROG.p4 --p4info OUT`.
 //!
 //! Checked: every test of `tests/ptf/l3_router.py`, `tests/ptf/reconic_classifier.py`,
 //! `tests/ptf/cpu_port.py` (packet-in/out, program `tests/ptf/p4/cpu_port.p4`) and
@@ -78,7 +78,7 @@ const PROGRAMS: &[(&str, &str, &[&str])] = &[
     (
         "acl",
         "tests/ptf/p4/acl.p4",
-        &["TernaryPriority", "RangeMatch", "OptionalMatch", "MatchErrors"],
+        &["TernaryPriority", "RangeMatch", "OptionalMatch", "MatchErrors", "Counters", "Multicast"],
     ),
     ("learn", "tests/ptf/p4/learn.p4", &["Learn", "NotConfigured", "Batched"]),
 ];
@@ -193,6 +193,8 @@ impl Snic {
         }
         let child = cmd
             .args(["--stage", "p4", "--p4runtime", &format!("127.0.0.1:{GRPC_PORT}")])
+            // Two workers: every write must reach both switches, reads sum their counters.
+            .args(["--workers", "2"])
             .args(["--duration", &SNIC_SECS.to_string()])
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())

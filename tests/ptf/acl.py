@@ -107,3 +107,61 @@ class MatchErrors(AclTest):
                 self.assert_write_fails("INVALID_ARGUMENT", [(INSERT, e)])
         self.assertEqual(len(self.read_entries(TABLE)), 0)
         self.expect(udp(src="10.1.0.1"), None)
+
+
+class Counters(AclTest):
+    """An indexed counter (by ingress port) and the table's direct counter, read over
+    P4Runtime after PTF sent the packets: packets and bytes as sent (the frame without FCS),
+    the direct counter only for the entry that matched."""
+
+    def runTest(self):
+        e = self.fwd({SRC: ("10.0.0.0", "255.0.0.0")}, 1, priority=10)
+        other = self.fwd({SRC: ("11.0.0.0", "255.0.0.0")}, 2, priority=10)
+        # Six flows: with several snic workers, spread over them (the counts are summed).
+        sent = [udp(src=f"10.1.1.{i}") for i in range(1, 7)]
+        for p in sent:
+            self.expect(p, 1)
+        tu.send_packet(self, 2, udp(src="12.0.0.1"))  # a miss, from port 2
+        tu.verify_no_other_packets(self)
+        ctr = self.p4info._find(self.p4info.msg.counters, "MyIngress.in_ctr", "counter")
+        got = {}
+        for port in (0, 1, 2):
+            req = p4runtime_pb2.ReadRequest(device_id=self.device_id)
+            c = req.entities.add().counter_entry
+            c.counter_id = ctr.preamble.id
+            c.index.index = port
+            (r,) = [x.counter_entry for resp in self.stub.Read(req, timeout=10) for x in resp.entities]
+            got[port] = (r.data.packet_count, r.data.byte_count)
+        total = (len(sent), sum(len(p) for p in sent))
+        self.assertEqual(got, {0: total, 1: (0, 0), 2: (1, 100)})
+        for entry, want in ((e, total), (other, (0, 0))):
+            req = p4runtime_pb2.ReadRequest(device_id=self.device_id)
+            te = req.entities.add().table_entry
+            te.CopyFrom(entry)
+            te.ClearField("action")
+            te.counter_data.SetInParent()
+            (r,) = [x.table_entry for resp in self.stub.Read(req, timeout=10) for x in resp.entities]
+            self.assertEqual((r.counter_data.packet_count, r.counter_data.byte_count), want, r)
+
+
+class Multicast(AclTest):
+    """A multicast group written over P4Runtime (PacketReplicationEngineEntry): a packet
+    flooded to it leaves on each of its ports, once."""
+
+    def runTest(self):
+        pre = p4runtime_pb2.Entity()
+        g = pre.packet_replication_engine_entry.multicast_group_entry
+        g.multicast_group_id = 5
+        for port in (1, 2):
+            g.replicas.add(port=bytes([port]), instance=0)
+        self.write([(INSERT, pre)])
+        self.insert(TABLE, {SRC: ("10.0.0.0", "255.0.0.0")}, "MyIngress.flood", {"grp": 5},
+                    priority=10)
+        p = udp(src="10.1.1.1")
+        tu.send_packet(self, 0, p)
+        tu.verify_packets(self, p, [1, 2])
+        # A group without port 2 after a MODIFY.
+        del g.replicas[1]
+        self.write([(p4runtime_pb2.Update.MODIFY, pre)])
+        tu.send_packet(self, 0, p)
+        tu.verify_packets(self, p, [1])

@@ -5,7 +5,9 @@
  * - IPv4 (IHL 5) is looked up in `acl` by source and destination address (ternary), UDP
  *   destination port (range; a non-UDP packet has no UDP header and only matches entries
  *   that leave the port out) and IP protocol (optional). fwd(port) forwards; a miss drops.
+ * - flood(grp) sends the packet to multicast group grp (replicas set over P4Runtime).
  * - Anything else is dropped.
+ * - in_ctr counts packets and bytes by ingress port; acl_ctr (direct) counts each entry's hits.
  */
 #include <core.p4>
 #include <v1model.p4>
@@ -54,6 +56,11 @@ control MyIngress(inout headers_t hdr, inout meta_t meta,
     action fwd(PortId_t port) {
         standard_metadata.egress_spec = port;
     }
+    action flood(bit<16> grp) {
+        standard_metadata.mcast_grp = grp;
+    }
+    counter(8, CounterType.packets_and_bytes) in_ctr;
+    direct_counter(CounterType.packets_and_bytes) acl_ctr;
     table acl {
         key = {
             hdr.ipv4.srcAddr : ternary;
@@ -61,11 +68,13 @@ control MyIngress(inout headers_t hdr, inout meta_t meta,
             hdr.udp.dstPort : range;
             hdr.ipv4.protocol : optional;
         }
-        actions = { fwd; drop; }
+        actions = { fwd; flood; drop; }
         default_action = drop();
+        counters = acl_ctr;
         size = 256;
     }
     apply {
+        in_ctr.count((bit<32>)standard_metadata.ingress_port);
         if (hdr.ipv4.isValid() && hdr.ipv4.ihl == 5) {
             acl.apply();
         } else {
