@@ -63,6 +63,7 @@ const PROGRAMS: &[(&str, &str, &[&str])] = &[
             "PrimaryChange",
             "LpmAndActionErrors",
             "ManyRoutes",
+            "ReconcileAndCapabilities",
         ],
     ),
     (

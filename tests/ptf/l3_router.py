@@ -445,3 +445,19 @@ class ManyRoutes(RouterTest):
             with self.subTest(route=net):
                 self.expect_routed(net[: -len("0")] + "9", nh)
         self.expect_dropped(pkt("10.4.0.1"))
+
+
+class ReconcileAndCapabilities(RouterTest):
+    """RECONCILE_AND_COMMIT of the same program keeps the entries and forwarding (a plain
+    VERIFY_AND_COMMIT clears them); Capabilities names a P4Runtime version."""
+
+    def runTest(self):
+        self.add_routes()
+        self.set_pipeline(SFPC.RECONCILE_AND_COMMIT)
+        self.assertEqual(len(self.read_entries(TABLE)), 3)
+        self.expect_routed("10.1.2.77", NHOP2)
+        self.set_pipeline(SFPC.VERIFY_AND_COMMIT)
+        self.assertEqual(len(self.read_entries(TABLE)), 0)
+        self.expect_dropped(pkt("10.1.2.77"))
+        caps = self.stub.Capabilities(p4runtime_pb2.CapabilitiesRequest(), timeout=10)
+        self.assertRegex(caps.p4runtime_api_version, r"^1\.\d+")
