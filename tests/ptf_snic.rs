@@ -64,6 +64,7 @@ const PROGRAMS: &[(&str, &str, &[&str])] = &[
             "LpmAndActionErrors",
             "ManyRoutes",
             "ReconcileAndCapabilities",
+            "MismatchedP4Info",
         ],
     ),
     (

@@ -3,6 +3,8 @@
 #
 # Ports: PTF port N is snic's P4 port N (the veth pair of snic's Nth --port).
 
+import os
+
 import grpc
 from google.rpc import code_pb2
 from p4.v1 import p4runtime_pb2
@@ -461,3 +463,22 @@ class ReconcileAndCapabilities(RouterTest):
         self.expect_dropped(pkt("10.1.2.77"))
         caps = self.stub.Capabilities(p4runtime_pb2.CapabilitiesRequest(), timeout=10)
         self.assertRegex(caps.p4runtime_api_version, r"^1\.\d+")
+
+
+class MismatchedP4Info(RouterTest):
+    """A P4Info that does not describe the program (the router's P4Info with another
+    program's source) is refused with INVALID_ARGUMENT; the router keeps running."""
+
+    def runTest(self):
+        self.add_routes()
+        other = os.path.join(os.path.dirname(os.path.abspath(__file__)), "p4", "acl.p4")
+        req = SFPC(device_id=self.device_id, action=SFPC.VERIFY_AND_COMMIT)
+        req.election_id.CopyFrom(self.client.election_id)
+        req.config.p4info.CopyFrom(self.p4info.msg)
+        with open(other, "rb") as f:
+            req.config.p4_device_config = f.read()
+        with self.assertRaises(grpc.RpcError) as cm:
+            self.stub.SetForwardingPipelineConfig(req, timeout=10)
+        self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT, cm.exception)
+        self.assertEqual(len(self.read_entries(TABLE)), 3)
+        self.expect_routed("10.9.9.9", NHOP1)
