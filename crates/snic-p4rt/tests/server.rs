@@ -752,3 +752,64 @@ fn idle_entries_are_notified_once_and_report_their_idle_time() {
         }))
     ));
 }
+
+/// A PNA program over P4Runtime: GFT (`examples/p4/gft_pna.p4`) with its policy written by the
+/// controller; the first packet of a flow installs it from the data plane (add-on-miss), and
+/// the controller reads the learned entry back.
+#[test]
+fn pna_gft_learns_flows_the_controller_can_read() {
+    const GFT: &str = include_str!("../../../examples/p4/gft_pna.p4");
+    let mut k = Kit::new();
+    let _s = k.primary_with(1, GFT);
+    let cfg = config(GFT);
+    assert_eq!(cfg.p4info.as_ref().unwrap().pkg_info.as_ref().unwrap().arch, "pna");
+    let n = ids(cfg.p4info.as_ref().unwrap());
+    let tern = |id: u32, v: &[u8], m: &[u8]| p4::FieldMatch {
+        field_id: id,
+        field_match_type: Some(p4::field_match::FieldMatchType::Ternary(
+            p4::field_match::Ternary { value: v.to_vec(), mask: m.to_vec() },
+        )),
+    };
+    // Allow 10.0.0.0/8; map 10.0.0.2 to provider address 192.168.100.2, VNI 42.
+    let acl = p4::TableEntry {
+        table_id: n["MainControlImpl.acl"],
+        r#match: vec![tern(2, &[10, 0, 0, 0], &[0xff, 0, 0, 0])],
+        action: action(n["MainControlImpl.allow"], &[]),
+        priority: 10,
+        ..Default::default()
+    };
+    let vnet = p4::TableEntry {
+        table_id: n["MainControlImpl.vnet"],
+        r#match: vec![exact(1, &[10, 0, 0, 2])],
+        action: action(
+            n["MainControlImpl.map"],
+            &[(1, &[192, 168, 100, 2]), (2, &[2, 0, 0, 0, 0, 2]), (3, &[42])],
+        ),
+        ..Default::default()
+    };
+    k.write(1, 0, vec![update(INSERT, E::TableEntry(acl)), update(INSERT, E::TableEntry(vnet))])
+        .unwrap();
+    // Flow A (UDP 10.0.0.1:1000 -> 10.0.0.2:9000) from the VM port, as in gft_pna.stf.
+    let hex = "02000000000202000000000108004500003200000000401166b90a0000010a00000203e82328001e000000000000000000000000000000000000000000000000";
+    let pkt: Vec<u8> = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+        .collect();
+    let out = k.run(&[(0, pkt.clone())]);
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(out[0].0, 1, "to the uplink");
+    assert_eq!(&out[0].1[out[0].1.len() - pkt.len()..], &pkt[..], "the inner frame, encapsulated");
+    // The flow table learned the flow: the controller sees it, with the encap action.
+    let flows = read_table(&mut k, n["MainControlImpl.flows"]);
+    assert_eq!(flows.len(), 1, "{flows:?}");
+    let Some(p4::table_action::Type::Action(a)) =
+        flows[0].action.as_ref().and_then(|a| a.r#type.clone())
+    else {
+        panic!("no action");
+    };
+    assert_eq!(a.action_id, n["MainControlImpl.encap"]);
+    assert_eq!(a.params[0].value, vec![192, 168, 100, 2]);
+    // The second packet hits the learned entry: the same output.
+    assert_eq!(k.run(&[(0, pkt)]), out);
+    assert_eq!(read_table(&mut k, n["MainControlImpl.flows"]).len(), 1);
+}
