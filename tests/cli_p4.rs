@@ -329,3 +329,40 @@ fn pcap_run_with_trace_shows_the_programs_trace_and_bad_programs_are_refused() {
     assert!(stderr(&out).contains("e.txt: line 2: no action named frob"), "{}", stderr(&out));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `snic p4 info --p4info` writes the P4Info (text, or binary for `.bin`); `snic run` with
+/// `--p4runtime` says where it listens, and refuses without a p4 stage.
+#[test]
+fn p4info_files_and_the_p4runtime_option() {
+    let dir = common::temp_dir("p4-p4info");
+    let prog = dir.join("l2.p4");
+    std::fs::write(&prog, PROG).unwrap();
+    let txt = dir.join("l2.p4info.txt");
+    let o = snic().args(["p4", "info"]).arg(&prog).arg("--p4info").arg(&txt).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&txt).unwrap();
+    assert!(text.contains("name: \"MyIngress.l2\""), "{text}");
+    assert!(text.contains("arch: \"v1model\""), "{text}");
+    let bin = dir.join("l2.p4info.bin");
+    let o = snic().args(["p4", "info"]).arg(&prog).arg("--p4info").arg(&bin).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let bytes = std::fs::read(&bin).unwrap();
+    assert!(!bytes.is_empty() && !bytes.starts_with(b"pkg_info"), "binary, not text");
+
+    // --p4runtime needs a p4 stage.
+    let o = snic()
+        .args(["run", "--port", "null", "--stage", "parse", "--p4runtime", "127.0.0.1:0"])
+        .args(["--duration", "1"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("needs a p4 stage"), "{}", stderr(&o));
+    // With one (here without a program), it listens and says where.
+    let o = snic()
+        .args(["run", "--port", "null", "--stage", "p4", "--p4runtime", "127.0.0.1:0"])
+        .args(["--duration", "1"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("P4Runtime on 127.0.0.1:"), "{}", stderr(&o));
+}
