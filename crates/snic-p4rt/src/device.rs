@@ -96,7 +96,9 @@ pub struct Device {
     control: P4Control,
     include: Vec<PathBuf>,
     pipeline: Option<Pipeline>,
-    saved: Option<Pipeline>,
+    /// A saved pipeline (VERIFY_AND_SAVE) and its state: writes and reads go to it until it
+    /// is committed.
+    saved: Option<(Pipeline, Objects)>,
     roles: BTreeMap<String, RoleArb>,
     stream_role: HashMap<StreamId, String>,
     obj: Objects,
@@ -310,7 +312,7 @@ impl Device {
             A::Unspecified => Err(Fail::new(Code::InvalidArgument, "action is unspecified")),
             A::Verify => self.build(&need(&req.config)?).map(|_| ()),
             A::VerifyAndSave => {
-                self.saved = Some(self.build(&need(&req.config)?)?);
+                self.saved = Some((self.build(&need(&req.config)?)?, Objects::default()));
                 Ok(())
             }
             A::VerifyAndCommit => {
@@ -322,10 +324,10 @@ impl Device {
                 if req.config.is_some() {
                     return Err(Fail::new(Code::InvalidArgument, "COMMIT takes no config"));
                 }
-                let p = self.saved.take().ok_or_else(|| {
+                let (p, obj) = self.saved.take().ok_or_else(|| {
                     Fail::new(Code::FailedPrecondition, "no saved config to commit")
                 })?;
-                self.commit(p, Objects::default());
+                self.commit(p, obj);
                 Ok(())
             }
             A::ReconcileAndCommit => {
@@ -437,61 +439,47 @@ impl Device {
         use p4::write_request::Atomicity;
         self.check_device(req.device_id).map_err(Err)?;
         self.check_primary(&req.role, &req.election_id).map_err(Err)?;
-        let Some(p) = &self.pipeline else {
-            return Err(Err(Fail::new(Code::FailedPrecondition, "no pipeline: set one first")));
-        };
         let atomic = Atomicity::try_from(req.atomicity)
             .map_err(|_| Err(Fail::new(Code::InvalidArgument, "unknown atomicity")))?;
-        let schema = &p.schema;
-        let obj = &mut self.obj;
-        let now = self.control.io().now_ns();
-        let results = self.control.with_all(|sws| {
-            // Entries' times to live start now, not at the last packet.
-            for s in sws.iter_mut() {
-                s.advance_clock(now);
+        let results = match &mut self.saved {
+            // A saved pipeline takes the writes until it is committed (the data plane still
+            // runs the committed one).
+            Some((sp, sobj)) => {
+                let Pipeline { schema, switch, .. } = sp;
+                apply_batch(schema, sobj, &mut [switch], &req.updates, atomic)
             }
-            if atomic == Atomicity::ContinueOnError {
-                return req
-                    .updates
-                    .iter()
-                    .map(|u| apply_update(schema, obj, sws, u))
-                    .collect::<Vec<_>>();
-            }
-            let saved_sw: Vec<Switch> = sws.iter().map(|s| (**s).clone()).collect();
-            let saved_obj = obj.clone();
-            let mut results = Vec::with_capacity(req.updates.len());
-            let mut failed = false;
-            for u in &req.updates {
-                if failed {
-                    results.push(Err(Fail::new(
-                        Code::Aborted,
-                        "not applied: an earlier update failed",
+            None => {
+                let Some(p) = &self.pipeline else {
+                    return Err(Err(Fail::new(
+                        Code::FailedPrecondition,
+                        "no pipeline: set one first",
                     )));
-                    continue;
-                }
-                let r = apply_update(schema, obj, sws, u);
-                failed = r.is_err();
-                results.push(r);
-            }
-            if failed {
-                for (s, old) in sws.iter_mut().zip(saved_sw) {
-                    **s = old;
-                }
-                *obj = saved_obj;
-                for r in results.iter_mut() {
-                    if r.is_ok() {
-                        *r = Err(Fail::new(Code::Aborted, "rolled back: another update failed"));
+                };
+                let schema = &p.schema;
+                let obj = &mut self.obj;
+                let now = self.control.io().now_ns();
+                self.control.with_all(|sws| {
+                    // Entries' times to live start now, not at the last packet.
+                    for s in sws.iter_mut() {
+                        s.advance_clock(now);
                     }
-                }
+                    apply_batch(schema, obj, sws, &req.updates, atomic)
+                })
             }
-            results
-        });
+        };
         if results.iter().all(Result::is_ok) { Ok(()) } else { Err(Ok(results)) }
     }
 
     /// A Read: the entities, in order.
     pub fn read(&self, req: &p4::ReadRequest) -> Result<Vec<p4::Entity>, Fail> {
         self.check_device(req.device_id)?;
+        if let Some((sp, sobj)) = &self.saved {
+            let mut out = Vec::new();
+            for e in &req.entities {
+                out.extend(read_one(sp, sobj, std::slice::from_ref(&sp.switch), e)?);
+            }
+            return Ok(out);
+        }
         let Some(p) = &self.pipeline else {
             return Err(Fail::new(Code::FailedPrecondition, "no pipeline: set one first"));
         };
@@ -859,6 +847,45 @@ fn index_of(i: &Option<p4::Index>, size: u64, what: &str) -> Result<Option<usize
             Err(Fail::new(Code::OutOfRange, format!("{what}: index {} out of 0..{size}", i.index)))
         }
     }
+}
+
+/// Apply a Write batch to `sws` with the batch's atomicity (see the module doc).
+fn apply_batch(
+    schema: &Schema,
+    obj: &mut Objects,
+    sws: &mut [&mut Switch],
+    updates: &[p4::Update],
+    atomic: p4::write_request::Atomicity,
+) -> Vec<Result<(), Fail>> {
+    use p4::write_request::Atomicity;
+    if atomic == Atomicity::ContinueOnError {
+        return updates.iter().map(|u| apply_update(schema, obj, sws, u)).collect::<Vec<_>>();
+    }
+    let saved_sw: Vec<Switch> = sws.iter().map(|s| (**s).clone()).collect();
+    let saved_obj = obj.clone();
+    let mut results = Vec::with_capacity(updates.len());
+    let mut failed = false;
+    for u in updates {
+        if failed {
+            results.push(Err(Fail::new(Code::Aborted, "not applied: an earlier update failed")));
+            continue;
+        }
+        let r = apply_update(schema, obj, sws, u);
+        failed = r.is_err();
+        results.push(r);
+    }
+    if failed {
+        for (s, old) in sws.iter_mut().zip(saved_sw) {
+            **s = old;
+        }
+        *obj = saved_obj;
+        for r in results.iter_mut() {
+            if r.is_ok() {
+                *r = Err(Fail::new(Code::Aborted, "rolled back: another update failed"));
+            }
+        }
+    }
+    results
 }
 
 /// Apply one update.

@@ -813,3 +813,21 @@ fn pna_gft_learns_flows_the_controller_can_read() {
     assert_eq!(k.run(&[(0, pkt)]), out);
     assert_eq!(read_table(&mut k, n["MainControlImpl.flows"]).len(), 1);
 }
+
+/// After VERIFY_AND_SAVE, writes and reads go to the saved pipeline while the data plane runs
+/// the committed one; COMMIT makes them live.
+#[test]
+fn writes_after_save_apply_at_commit() {
+    let (mut k, _s, n) = ready();
+    k.write(10, 0, vec![update(INSERT, E::TableEntry(fwd_entry(&n, MAC1, 3)))]).unwrap();
+    k.set_pipeline(10, VERIFY_AND_SAVE, Some(config(TEST_PROGRAM))).unwrap();
+    // The saved pipeline starts empty; the committed one still forwards MAC1.
+    assert!(read_table(&mut k, n["I.fwd"]).is_empty());
+    k.write(10, 0, vec![update(INSERT, E::TableEntry(fwd_entry(&n, MAC2, 4)))]).unwrap();
+    assert_eq!(read_table(&mut k, n["I.fwd"]).len(), 1);
+    assert_eq!(k.run(&[(1, eth(MAC1, MAC1, 0x0800))])[0].0, 3);
+    assert!(k.run(&[(1, eth(MAC2, MAC1, 0x0800))]).is_empty(), "not live before COMMIT");
+    k.set_pipeline(10, COMMIT, None).unwrap();
+    assert!(k.run(&[(1, eth(MAC1, MAC1, 0x0800))]).is_empty(), "the old entry went");
+    assert_eq!(k.run(&[(1, eth(MAC2, MAC1, 0x0800))])[0].0, 4);
+}
