@@ -25,7 +25,7 @@ fn runs_ok(cmd: &str, args: &[&str]) -> bool {
 
 /// Decide what to do about a missing tool: panic under CI, else print a skip message.
 /// Returns true when the tool is present.
-fn need(present: bool, what: &str, test: &str) -> bool {
+pub fn need(present: bool, what: &str, test: &str) -> bool {
     if present {
         return true;
     }
