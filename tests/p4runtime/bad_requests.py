@@ -1,0 +1,281 @@
+"""Requests a P4Runtime server must refuse, sent with raw gRPC (the `p4runtime` package's
+`p4.v1.p4runtime_pb2` / `_grpc` stubs, from p4runtime-shell's venv), as
+tests/p4runtime_clients.rs runs it:
+
+    python bad_requests.py --grpc HOST:PORT --udp SNIC,PEER P4INFO l3_router.p4
+
+Each case checks the status the P4Runtime specification gives (Write: UNKNOWN with one
+p4.v1.Error per update in the details, or a plain status for a request refused as a whole) and
+that a read afterwards shows the table as it was.
+"""
+
+import queue
+import threading
+
+import grpc
+from google.protobuf import text_format
+from google.rpc import code_pb2, status_pb2
+from p4.config.v1 import p4info_pb2
+from p4.v1 import p4runtime_pb2 as p4r
+from p4.v1 import p4runtime_pb2_grpc
+
+from p4rt_common import parse_args, run_main
+
+ARGS = parse_args(["p4info", "program"])
+TIMEOUT = 10.0
+CODE = {v: k for k, v in code_pb2.Code.items()}  # number -> name
+
+
+def name(code):
+    return CODE.get(code, str(code))
+
+
+class Stream:
+    """A StreamChannel: requests through a queue, responses read by a thread."""
+
+    def __init__(self, stub):
+        self.out = queue.Queue()
+        self.inq = queue.Queue()
+        self.call = stub.StreamChannel(iter(self.out.get, None))
+        self.status = None
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        try:
+            for msg in self.call:
+                self.inq.put(msg)
+        except grpc.RpcError as e:
+            self.status = e.code()
+        self.inq.put(None)
+
+    def arbitrate(self, election_low, device_id=None):
+        req = p4r.StreamMessageRequest()
+        req.arbitration.device_id = ARGS.device_id if device_id is None else device_id
+        req.arbitration.election_id.high = 0
+        req.arbitration.election_id.low = election_low
+        self.out.put(req)
+
+    def next(self, timeout=TIMEOUT):
+        """The next response, or None when the stream ended (or nothing came in time)."""
+        try:
+            return self.inq.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def next_arbitration(self, timeout=TIMEOUT):
+        while True:
+            msg = self.next(timeout)
+            if msg is None or msg.HasField("arbitration"):
+                return msg
+
+    def close(self):
+        self.out.put(None)
+        self.call.cancel()
+
+
+def write_status(stub, updates, election_low, device_id=None):
+    """Send a WriteRequest; return (grpc code name, [per-update canonical code names])."""
+    req = p4r.WriteRequest(device_id=ARGS.device_id if device_id is None else device_id)
+    req.election_id.high = 0
+    req.election_id.low = election_low
+    req.updates.extend(updates)
+    try:
+        stub.Write(req, timeout=TIMEOUT)
+        return "OK", []
+    except grpc.RpcError as e:
+        return e.code().name, per_update(e)
+
+
+def per_update(e):
+    for key, value in e.trailing_metadata() or ():
+        if key == "grpc-status-details-bin":
+            st = status_pb2.Status()
+            st.ParseFromString(value)
+            out = []
+            for any_ in st.details:
+                err = p4r.Error()
+                if not any_.Unpack(err):
+                    out.append(f"not a p4.v1.Error: {any_.type_url}")
+                else:
+                    out.append(name(err.canonical_code))
+            return out
+    return []
+
+
+def main(c):
+    info = p4info_pb2.P4Info()
+    with open(ARGS.p4info) as f:
+        text_format.Merge(f.read(), info)
+    (table,) = [t for t in info.tables if t.preamble.name.endswith("ipv4_lpm")]
+    (set_nhop,) = [a for a in info.actions if a.preamble.name.endswith("set_nhop")]
+    (dst_field,) = table.match_fields
+    pid = {p.name: p.id for p in set_nhop.params}
+    c.eq(dst_field.bitwidth, 32, "P4Info: the LPM key is 32 bits wide")
+
+    channel = grpc.insecure_channel(ARGS.grpc)
+    stub = p4runtime_pb2_grpc.P4RuntimeStub(channel)
+
+    def entry(value, plen, port=b"\x01", table_id=None):
+        te = p4r.TableEntry(table_id=table.preamble.id if table_id is None else table_id)
+        m = te.match.add()
+        m.field_id = dst_field.id
+        m.lpm.value = value
+        m.lpm.prefix_len = plen
+        te.action.action.action_id = set_nhop.preamble.id
+        for pname, v in (("port", port), ("smac", b"\x02\0\0\0\0\x01"), ("dmac", b"\x02\0\0\0\0\x02")):
+            p = te.action.action.params.add()
+            p.param_id = pid[pname]
+            p.value = v
+        return te
+
+    def update(kind, te):
+        u = p4r.Update(type=kind)
+        u.entity.table_entry.CopyFrom(te)
+        return u
+
+    def snapshot():
+        req = p4r.ReadRequest(device_id=ARGS.device_id)
+        req.entities.add().table_entry.table_id = table.preamble.id
+        out = []
+        for resp in stub.Read(req, timeout=TIMEOUT):
+            out.extend(e.SerializeToString(deterministic=True) for e in resp.entities)
+        return sorted(out)
+
+    # The primary: election id 10.
+    a = Stream(stub)
+    a.arbitrate(10)
+    m = a.next_arbitration()
+    c.ok(m is not None, "the primary's arbitration is answered", f"stream status {a.status}")
+    c.eq(name(m.arbitration.status.code), "OK", "election id 10 is the primary")
+
+    cfg = p4r.SetForwardingPipelineConfigRequest(
+        device_id=ARGS.device_id, action=p4r.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT
+    )
+    cfg.election_id.low = 10
+    cfg.config.p4info.CopyFrom(info)
+    with open(ARGS.program, "rb") as f:
+        cfg.config.p4_device_config = f.read()
+    stub.SetForwardingPipelineConfig(cfg, timeout=TIMEOUT)
+    c.ok(True, "the primary pushed l3_router.p4")
+
+    base = entry(b"\x0a\x01\x00\x00", 16)
+    c.eq(write_status(stub, [update(p4r.Update.INSERT, base)], 10), ("OK", []), "baseline insert")
+    before = snapshot()
+    c.eq(len(before), 1, "one entry to compare against")
+
+    def unchanged(what):
+        c.eq(snapshot(), before, f"{what}: the table is unchanged")
+
+    def refused(what, updates, want_outer, want_details, election=10, device_id=None):
+        got = write_status(stub, updates, election, device_id)
+        want = (want_outer, want_details)
+        if callable(want_details):
+            c.ok(got[0] == want_outer and want_details(got[1]), what, f"got {got!r}")
+        else:
+            c.eq(got, want, what)
+        unchanged(what)
+
+    # Unknown table id: NOT_FOUND for that update.
+    refused("unknown table id", [update(p4r.Update.INSERT, entry(b"\x0a\x02\x00\x00", 16,
+            table_id=table.preamble.id ^ 0x00ABCDEF))], "UNKNOWN", ["NOT_FOUND"])
+    # A key value wider than the key's 32 bits.
+    wide = lambda d: d in (["INVALID_ARGUMENT"], ["OUT_OF_RANGE"])  # noqa: E731
+    refused("LPM value of 33 bits", [update(p4r.Update.INSERT, entry(b"\x01\x0a\x02\x00\x00", 16))],
+            "UNKNOWN", wide)
+    # An action parameter wider than its 9 bits (512).
+    refused("port parameter of 10 bits",
+            [update(p4r.Update.INSERT, entry(b"\x0a\x02\x00\x00", 16, port=b"\x02\x00"))],
+            "UNKNOWN", wide)
+    # LPM: bits past the prefix must be zero; prefix length 0 must be an omitted field.
+    refused("LPM value with bits past the prefix",
+            [update(p4r.Update.INSERT, entry(b"\x0a\x02\x00\x01", 16))], "UNKNOWN",
+            ["INVALID_ARGUMENT"])
+    refused("LPM prefix length 0 given as a field",
+            [update(p4r.Update.INSERT, entry(b"\x00", 0))], "UNKNOWN", ["INVALID_ARGUMENT"])
+    refused("LPM prefix length 33", [update(p4r.Update.INSERT, entry(b"\x0a\x02\x00\x00", 33))],
+            "UNKNOWN", ["INVALID_ARGUMENT"])
+
+    # INSERT of an existing key, DELETE and MODIFY of a missing one.
+    refused("insert of an existing entry", [update(p4r.Update.INSERT, base)], "UNKNOWN",
+            ["ALREADY_EXISTS"])
+    missing = entry(b"\x0a\x09\x00\x00", 16)
+    refused("delete of a missing entry", [update(p4r.Update.DELETE, missing)], "UNKNOWN",
+            ["NOT_FOUND"])
+    refused("modify of a missing entry", [update(p4r.Update.MODIFY, missing)], "UNKNOWN",
+            ["NOT_FOUND"])
+    # A batch: one error per update, in order, OK for the ones that are fine (those apply).
+    good = entry(b"\x0a\x05\x00\x00", 16)
+    got = write_status(
+        stub,
+        [update(p4r.Update.DELETE, missing), update(p4r.Update.INSERT, good),
+         update(p4r.Update.INSERT, base)],
+        10,
+    )
+    c.eq(got, ("UNKNOWN", ["NOT_FOUND", "OK", "ALREADY_EXISTS"]), "batch: one error per update")
+    c.eq(len(snapshot()), 2, "batch: the good update was applied")
+    c.eq(write_status(stub, [update(p4r.Update.DELETE, good)], 10), ("OK", []), "undo the good one")
+    unchanged("batch undone")
+
+    # Unknown device id: NOT_FOUND for the whole request.
+    refused("write to an unknown device id", [update(p4r.Update.INSERT, good)], "NOT_FOUND", [],
+            device_id=ARGS.device_id + 41)
+
+    # A backup client (lower election id) is told who the primary is, and may not write.
+    b = Stream(stub)
+    b.arbitrate(5)
+    m = b.next_arbitration()
+    c.ok(m is not None, "the backup's arbitration is answered", f"stream status {b.status}")
+    c.eq(name(m.arbitration.status.code), "ALREADY_EXISTS", "election id 5 is a backup")
+    c.eq(m.arbitration.election_id.low, 10, "the backup is told the primary's election id")
+    refused("write from a backup", [update(p4r.Update.INSERT, good)], "PERMISSION_DENIED", [],
+            election=5)
+    refused("write with an election id no stream holds", [update(p4r.Update.INSERT, good)],
+            "PERMISSION_DENIED", [], election=7)
+    refused("write without an election id", [update(p4r.Update.INSERT, good)],
+            "PERMISSION_DENIED", [], election=0)
+    cfg.election_id.low = 5
+    try:
+        stub.SetForwardingPipelineConfig(cfg, timeout=TIMEOUT)
+        got = "OK"
+    except grpc.RpcError as e:
+        got = e.code().name
+    c.eq(got, "PERMISSION_DENIED", "SetForwardingPipelineConfig from a backup")
+    unchanged("pipeline push from a backup")
+
+    # A second client with the primary's election id: INVALID_ARGUMENT, its stream ends.
+    d = Stream(stub)
+    d.arbitrate(10)
+    m = d.next(TIMEOUT)
+    while m is not None and not m.HasField("arbitration"):
+        m = d.next(TIMEOUT)
+    c.ok(m is None, "a duplicate election id gets no arbitration answer",
+         f"got {m}" if m is not None else "")
+    c.eq(d.status.name if d.status else None, "INVALID_ARGUMENT",
+         "a duplicate election id ends the stream with INVALID_ARGUMENT")
+    c.eq(write_status(stub, [update(p4r.Update.INSERT, good)], 10), ("OK", []),
+         "the first primary is still primary")
+    c.eq(write_status(stub, [update(p4r.Update.DELETE, good)], 10), ("OK", []), "and deletes")
+    unchanged("duplicate election id")
+
+    # A higher election id takes over; the old primary is told, and may no longer write.
+    e = Stream(stub)
+    e.arbitrate(20)
+    m = e.next_arbitration()
+    c.eq(name(m.arbitration.status.code) if m else None, "OK", "election id 20 becomes primary")
+    m = a.next_arbitration()
+    c.ok(m is not None, "the old primary hears of the new one")
+    c.eq((name(m.arbitration.status.code), m.arbitration.election_id.low), ("ALREADY_EXISTS", 20),
+         "the old primary is now a backup of 20")
+    refused("write from the old primary", [update(p4r.Update.INSERT, good)], "PERMISSION_DENIED",
+            [], election=10)
+    c.eq(write_status(stub, [update(p4r.Update.DELETE, base)], 20), ("OK", []),
+         "the new primary writes")
+    c.eq(snapshot(), [], "the new primary's delete took effect")
+
+    for s in (a, b, d, e):
+        s.close()
+    channel.close()
+
+
+if __name__ == "__main__":
+    run_main("bad_requests", main)
