@@ -179,13 +179,30 @@ def main(c):
     refused("unknown table id", [update(p4r.Update.INSERT, entry(b"\x0a\x02\x00\x00", 16,
             table_id=table.preamble.id ^ 0x00ABCDEF))], "UNKNOWN", ["NOT_FOUND"])
     # A key value wider than the key's 32 bits.
-    wide = lambda d: d in (["INVALID_ARGUMENT"], ["OUT_OF_RANGE"])  # noqa: E731
+    # The spec: OUT_OF_RANGE (Bytestrings); its match-format list says INVALID_ARGUMENT.
+    wide = lambda d: d in (["OUT_OF_RANGE"], ["INVALID_ARGUMENT"])  # noqa: E731
     refused("LPM value of 33 bits", [update(p4r.Update.INSERT, entry(b"\x01\x0a\x02\x00\x00", 16))],
             "UNKNOWN", wide)
     # An action parameter wider than its 9 bits (512).
     refused("port parameter of 10 bits",
             [update(p4r.Update.INSERT, entry(b"\x0a\x02\x00\x00", 16, port=b"\x02\x00"))],
             "UNKNOWN", wide)
+    refused("empty port parameter", [update(p4r.Update.INSERT, entry(b"\x0a\x02\x00\x00", 16,
+            port=b""))], "UNKNOWN", wide)
+    # Longer strings whose value fits are accepted; reads give the shortest form back.
+    padded = entry(b"\x00\x0a\x06\x00\x00", 16, port=b"\x00\x00\x01")
+    c.eq(write_status(stub, [update(p4r.Update.INSERT, padded)], 10), ("OK", []),
+         "zero-padded bytestrings that fit are accepted")
+    req = p4r.ReadRequest(device_id=ARGS.device_id)
+    req.entities.add().table_entry.CopyFrom(entry(b"\x0a\x06\x00\x00", 16))
+    got = [e.table_entry for r in stub.Read(req, timeout=TIMEOUT) for e in r.entities]
+    c.eq(len(got), 1, "the padded entry reads back by its canonical key")
+    c.eq(got[0].match[0].lpm.value, b"\x0a\x06\x00\x00", "read back: the key in canonical form")
+    port = [p.value for p in got[0].action.action.params if p.param_id == pid["port"]]
+    c.eq(port, [b"\x01"], "read back: the parameter in canonical form")
+    c.eq(write_status(stub, [update(p4r.Update.DELETE, padded)], 10), ("OK", []),
+         "delete by the padded key")
+    unchanged("padded entry deleted")
     # LPM: bits past the prefix must be zero; prefix length 0 must be an omitted field.
     refused("LPM value with bits past the prefix",
             [update(p4r.Update.INSERT, entry(b"\x0a\x02\x00\x01", 16))], "UNKNOWN",
