@@ -102,7 +102,7 @@ async def router(c, peer):
         pb = te_pb(sw, e)
         c.eq((to_int(pb.match[0].lpm.value), pb.match[0].lpm.prefix_len), (0x0A010000, 16),
              "read back: the LPM key")
-        c.eq(params_pb(sw, pb), (SET_NHOP, {"port": 0, "smac": 0x0200000AA01, "dmac": 0x0200000BB01}),
+        c.eq(params_pb(sw, pb), (SET_NHOP, {"port": 0, "smac": 0x02000000AA01, "dmac": 0x02000000BB01}),
              "read back: action and parameters")
         sent = ipv4_frame("02:00:00:00:00:01", "02:00:00:00:00:02", "192.0.2.1", "10.1.3.4")
         peer.send(sent)
@@ -110,7 +110,7 @@ async def router(c, peer):
 
         await sw.modify([route("10.1.0.0/16", 0, "02:00:00:00:aa:05", "02:00:00:00:bb:05")])
         (e,) = await read_pb(sw, fy.P4TableEntry(ROUTER_T, match=fy.Match({DST: "10.1.0.0/16"})))
-        c.eq(params_pb(sw, te_pb(sw, e))[1]["dmac"], 0x0200000BB05, "modify: read back")
+        c.eq(params_pb(sw, te_pb(sw, e))[1]["dmac"], 0x02000000BB05, "modify: read back")
         peer.send(sent)
         check_routed(c, peer.recv(WAIT), sent, "02:00:00:00:aa:05", "02:00:00:00:bb:05", "modified")
 
@@ -133,7 +133,7 @@ async def router(c, peer):
         )
         (d,) = await read_pb(sw, fy.P4TableEntry(ROUTER_T, is_default_action=True))
         c.eq(params_pb(sw, te_pb(sw, d)),
-             (SET_NHOP, {"port": 0, "smac": 0x0200000DD01, "dmac": 0x0200000DD02}),
+             (SET_NHOP, {"port": 0, "smac": 0x02000000DD01, "dmac": 0x02000000DD02}),
              "default action set and read back")
         miss = ipv4_frame("02:00:00:00:00:01", "02:00:00:00:00:02", "192.0.2.1", "10.77.0.1")
         peer.send(miss)

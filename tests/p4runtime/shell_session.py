@@ -308,7 +308,9 @@ def features(c):
     c.eq(len(read_all(sh.MeterEntry("Ingress.port_meter"))), 16, "wildcard meter read")
 
     # The register: p4runtime-shell has no RegisterEntry helper; raw messages through its client.
-    reg_id = sh.context.get_obj_id(sh.P4Type.register, "Ingress.tag_reg")
+    # (nor registers in its P4Type: the id comes from the P4Info file).
+    (reg_id,) = [r.preamble.id for r in load_p4info(ARGS.p4info).registers
+                 if r.preamble.name == "Ingress.tag_reg"]
     reg_write(reg_id, 3, 0x1234)
     c.eq(reg_read(reg_id, 3), 0x1234, "register[3] written and read back")
 
