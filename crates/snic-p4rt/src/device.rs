@@ -1291,12 +1291,28 @@ fn member_write(
                     format!("member {} is in a group", m.member_id),
                 ));
             }
+            if in_use(schema, sws, m.action_profile_id, Indirect::Member(old)) {
+                return Err(Fail::new(
+                    Code::FailedPrecondition,
+                    format!("member {} is used by a table entry", m.member_id),
+                ));
+            }
             all(sws, |s| s.act_prof_delete_member(is.index, old))?;
             prof.members.remove(&m.member_id);
             Ok(())
         }
         Type::Unspecified => Err(inv("update type is unspecified")),
     }
+}
+
+/// Whether an entry or the default action of a table implemented by profile `profile_id`
+/// names `ind` (the spec refuses to delete such a member or group: FAILED_PRECONDITION).
+fn in_use(schema: &Schema, sws: &[&mut Switch], profile_id: u32, ind: Indirect) -> bool {
+    let Some(sw) = sws.first() else { return false };
+    schema.tables.values().filter(|t| t.profile == Some(profile_id)).any(|t| {
+        sw.table_indirect_default(t.index) == Some(ind)
+            || sw.table_entries(t.index).iter().any(|e| e.indirect == Some(ind))
+    })
 }
 
 fn group_write(
@@ -1371,6 +1387,12 @@ fn group_write(
         Type::Delete => {
             let (gid, _, _) =
                 exists.ok_or_else(|| Fail::new(Code::NotFound, format!("group {}", g.group_id)))?;
+            if in_use(schema, sws, g.action_profile_id, Indirect::Group(gid)) {
+                return Err(Fail::new(
+                    Code::FailedPrecondition,
+                    format!("group {} is used by a table entry", g.group_id),
+                ));
+            }
             all(sws, |s| s.act_prof_delete_group(is.index, gid))?;
             prof.groups.remove(&g.group_id);
             Ok(())
