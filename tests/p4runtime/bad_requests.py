@@ -133,6 +133,16 @@ def main(c):
         u.entity.table_entry.CopyFrom(te)
         return u
 
+    def read_status(*entities):
+        req = p4r.ReadRequest(device_id=ARGS.device_id)
+        req.entities.extend(entities)
+        try:
+            for _ in stub.Read(req, timeout=TIMEOUT):
+                pass
+            return "OK"
+        except grpc.RpcError as e:
+            return e.code().name
+
     def snapshot():
         req = p4r.ReadRequest(device_id=ARGS.device_id)
         req.entities.add().table_entry.table_id = table.preamble.id
@@ -147,6 +157,13 @@ def main(c):
     m = a.next_arbitration()
     c.ok(m is not None, "the primary's arbitration is answered", f"stream status {a.status}")
     c.eq(name(m.arbitration.status.code), "OK", "election id 10 is the primary")
+
+    # No pipeline yet: writes and reads get FAILED_PRECONDITION (after the device and primary
+    # checks).
+    got = write_status(stub, [update(p4r.Update.INSERT, entry(b"\x0a\x01\x00\x00", 16))], 10)
+    c.eq(got, ("FAILED_PRECONDITION", []), "a write before any pipeline")
+    c.eq(read_status(p4r.Entity(table_entry=p4r.TableEntry())), "FAILED_PRECONDITION",
+         "a read before any pipeline")
 
     cfg = p4r.SetForwardingPipelineConfigRequest(
         device_id=ARGS.device_id, action=p4r.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT
@@ -171,6 +188,7 @@ def main(c):
         want = (want_outer, want_details)
         if callable(want_details):
             c.ok(got[0] == want_outer and want_details(got[1]), what, f"got {got!r}")
+            print(f"note {what}: {got!r}", flush=True)
         else:
             c.eq(got, want, what)
         unchanged(what)
@@ -232,6 +250,57 @@ def main(c):
     c.eq(len(snapshot()), 2, "batch: the good update was applied")
     c.eq(write_status(stub, [update(p4r.Update.DELETE, good)], 10), ("OK", []), "undo the good one")
     unchanged("batch undone")
+
+    # More malformed entries: a priority on a table without ternary keys, a missing action
+    # parameter, an INSERT of the default entry.
+    prio = entry(b"\x0a\x02\x00\x00", 16)
+    prio.priority = 10
+    refused("priority on an LPM-only table", [update(p4r.Update.INSERT, prio)], "UNKNOWN",
+            ["INVALID_ARGUMENT"])
+    short = entry(b"\x0a\x02\x00\x00", 16)
+    del short.action.action.params[-1]
+    refused("a missing action parameter", [update(p4r.Update.INSERT, short)], "UNKNOWN",
+            ["INVALID_ARGUMENT"])
+    dflt = p4r.TableEntry(table_id=table.preamble.id, is_default_action=True)
+    dflt.action.CopyFrom(base.action)
+    refused("INSERT of the default entry", [update(p4r.Update.INSERT, dflt)], "UNKNOWN",
+            ["INVALID_ARGUMENT"])
+    # The same new key twice in one batch: one applies, the other ALREADY_EXISTS (the server
+    # may reorder a batch).
+    twice = entry(b"\x0a\x07\x00\x00", 16)
+    got = write_status(stub, [update(p4r.Update.INSERT, twice)] * 2, 10)
+    c.eq((got[0], sorted(got[1])), ("UNKNOWN", ["ALREADY_EXISTS", "OK"]),
+         "one key inserted twice in a batch")
+    c.eq(write_status(stub, [update(p4r.Update.DELETE, twice)], 10), ("OK", []), "undo it")
+    unchanged("key inserted twice, undone")
+    # An LPM field may be omitted: the /0 "don't care" entry, read back without the field.
+    anyk = entry(b"\x00", 0)
+    del anyk.match[:]
+    c.eq(write_status(stub, [update(p4r.Update.INSERT, anyk)], 10), ("OK", []),
+         "an entry with the LPM field omitted (/0)")
+    req = p4r.ReadRequest(device_id=ARGS.device_id)
+    req.entities.add().table_entry.table_id = table.preamble.id
+    got = [e.table_entry for r in stub.Read(req, timeout=TIMEOUT) for e in r.entities]
+    c.eq(sorted(len(t.match) for t in got), [0, 1], "the /0 entry reads back with no match field")
+    c.eq(write_status(stub, [update(p4r.Update.DELETE, anyk)], 10), ("OK", []), "delete the /0")
+    unchanged("/0 entry deleted")
+    # A read needs the entity set.
+    c.eq(read_status(p4r.Entity()), "INVALID_ARGUMENT", "a read of an empty Entity")
+
+    # Atomic batches: unsupported (UNIMPLEMENTED) or all-or-none.
+    for mode in ("ROLLBACK_ON_ERROR", "DATAPLANE_ATOMIC"):
+        req = p4r.WriteRequest(device_id=ARGS.device_id,
+                               atomicity=p4r.WriteRequest.Atomicity.Value(mode))
+        req.election_id.low = 10
+        req.updates.extend([update(p4r.Update.INSERT, good), update(p4r.Update.INSERT, base)])
+        try:
+            stub.Write(req, timeout=TIMEOUT)
+            got = "OK"
+        except grpc.RpcError as e:
+            got = e.code().name
+        c.ok(got in ("UNIMPLEMENTED", "UNKNOWN"), f"{mode} batch with an error", f"got {got}")
+        print(f"note {mode}: {got}", flush=True)
+        unchanged(f"{mode} batch with an error")
 
     # Unknown device id: NOT_FOUND for the whole request.
     refused("write to an unknown device id", [update(p4r.Update.INSERT, good)], "NOT_FOUND", [],

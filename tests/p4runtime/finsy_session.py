@@ -205,6 +205,28 @@ async def features(c, peer):
         c.eq(pin.payload, lldp, "data-plane packet-in payload")
         c.eq((pin["ingress_port"], pin["tag"]), (0, 0xBEEF), "data-plane packet-in metadata")
 
+        # A backup (lower election id) takes no part in packet I/O: the primary alone gets the
+        # packet-in, and the backup's packet-out is not sent.
+        bopts = options(ARGS.features_p4info, ARGS.features_p4)(initial_election_id=5)
+        async with fy.Switch("backup", ARGS.grpc, bopts) as backup:
+            c.ok(not backup.is_primary, "a client with a lower election id is a backup")
+            bpackets = backup.read_packets()
+            bfirst = asyncio.ensure_future(asyncio.wait_for(anext(bpackets), 1.5))
+            await asyncio.sleep(0.1)
+            peer.send(lldp)
+            pin = await next_packet(packets)
+            c.eq(pin.payload, lldp, "with a backup connected, the primary gets the packet-in")
+            try:
+                got = await bfirst
+            except asyncio.TimeoutError:
+                got = None
+            c.ok(got is None, "the backup gets no packet-in", repr(got))
+            await backup.write([packet_out(backup, frame, egress_port=0, tag=5)])
+            c.ok(peer.recv(1.0) is None, "the backup's packet-out is not sent")
+            await bpackets.aclose()
+        await asyncio.sleep(0.2)
+        c.ok(sw.is_primary, "the primary is still primary after the backup left")
+
         # Packet-out to port 0 leaves by port 0 without the packet_out header.
         await sw.write([packet_out(sw, frame, egress_port=0, tag=3)])
         c.eq(peer.recv(WAIT), frame, "packet-out to port 0")
@@ -234,7 +256,7 @@ async def features(c, peer):
         (ctr,) = await read_pb(sw, fy.P4CounterEntry("Ingress.ingress_ctr", index=CPU))
         c.eq(ctr.packet_count, 3, "counter[CPU port]: the three packet-outs")
         (ctr,) = await read_pb(sw, fy.P4CounterEntry("Ingress.ingress_ctr", index=0))
-        c.eq(ctr.packet_count, 1, "counter[0]: the data-plane packet")
+        c.eq(ctr.packet_count, 2, "counter[0]: the two data-plane packets")
         await packets.aclose()
         await lists.aclose()
 
