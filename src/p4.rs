@@ -551,11 +551,23 @@ pub struct P4RuntimeArgs {
     pub cpu_port: u32,
 }
 
+/// The program (empty for none) and `I=` include directories of the `p4` stage among `stages`.
+pub fn p4_stage(stages: &[snic_pipeline::StageSpec]) -> Option<(String, Vec<String>)> {
+    stages.iter().find_map(|s| match s {
+        snic_pipeline::StageSpec::P4 { program, include, .. } => {
+            Some((program.clone(), include.clone()))
+        }
+        _ => None,
+    })
+}
+
 impl P4RuntimeArgs {
-    /// Start the server when asked (`p4`: the run's p4 stage, which it needs).
+    /// Start the server when asked (`p4`: the run's p4 stage, which it needs; `stage`: that
+    /// stage's program, empty for none, and `I=` include directories).
     pub fn start(
         &self,
         p4: Option<P4Control>,
+        stage: Option<(&str, &[String])>,
     ) -> anyhow::Result<Option<snic_p4rt::server::Handle>> {
         use anyhow::Context as _;
         use std::net::ToSocketAddrs as _;
@@ -575,11 +587,24 @@ impl P4RuntimeArgs {
             .with_context(|| format!("--p4runtime {a}"))?
             .next()
             .with_context(|| format!("--p4runtime {a}: no address"))?;
+        // A program given with the stage is the pipeline clients find; its includes (and its
+        // directory) serve the programs they push too.
+        let (program, mut include) = match stage {
+            Some((p, inc)) => (
+                (!p.is_empty()).then(|| PathBuf::from(p)),
+                inc.iter().map(PathBuf::from).collect::<Vec<_>>(),
+            ),
+            None => (None, Vec::new()),
+        };
+        if let Some(dir) = program.as_deref().and_then(Path::parent) {
+            include.push(if dir.as_os_str().is_empty() { PathBuf::from(".") } else { dir.into() });
+        }
         let opts = snic_p4rt::server::Options {
             addr,
             device_id: self.p4runtime_device_id,
             cpu_port: self.cpu_port,
-            include: Vec::new(),
+            include,
+            program,
         };
         let h = snic_p4rt::server::spawn(control, opts)
             .with_context(|| format!("--p4runtime {addr}"))?;

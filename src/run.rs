@@ -391,6 +391,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         ports.push(Box::new(ClassCountingPort::new(port, Arc::clone(&classes))));
         finite.push(spec.is_finite_source());
     }
+    let p4_stage = crate::p4::p4_stage(&cfg.stages);
     let runtime = Runtime::with_ports(cfg, ports, finite).context("cannot start the runtime")?;
     if let Some(p4) = runtime.p4() {
         for w in p4.warnings() {
@@ -398,7 +399,10 @@ pub fn run(args: RunArgs) -> Result<()> {
         }
     }
 
-    let _p4runtime = args.p4rt.start(runtime.p4().map(|p| p.control()))?;
+    let _p4runtime = args.p4rt.start(
+        runtime.p4().map(|p| p.control()),
+        p4_stage.as_ref().map(|(p, i)| (p.as_str(), i.as_slice())),
+    )?;
 
     let signals = Signals::install().context("cannot install signal handlers")?;
     let done = Arc::new(AtomicBool::new(false));

@@ -139,7 +139,12 @@ pub fn run(args: ServeArgs) -> Result<()> {
         }
         out.flush()?;
     }
-    let _p4runtime = args.p4rt.start(p4.as_ref().map(|p| p.control()))?;
+    let stages: Vec<StageSpec> = args.stages.iter().filter_map(|s| s.parse().ok()).collect();
+    let p4_stage = crate::p4::p4_stage(&stages);
+    let _p4runtime = args.p4rt.start(
+        p4.as_ref().map(|p| p.control()),
+        p4_stage.as_ref().map(|(p, i)| (p.as_str(), i.as_slice())),
+    )?;
     // The control socket answers from a snapshot the loop below refreshes.
     let latest = Arc::new(Mutex::new(server.stats().to_string()));
     let _control = match &args.control {

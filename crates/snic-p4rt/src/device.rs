@@ -294,6 +294,32 @@ impl Device {
         Ok(Pipeline { config: config.clone(), schema, switch })
     }
 
+    /// Serve the program the p4 stage was started with (`--stage p4:PROG.p4`) as the pipeline,
+    /// as if a client had pushed it: its P4Info is the one `snic p4 info --p4info` writes, its
+    /// device config its source. The stage's switches already run it (with the entries of its
+    /// `entries=` file), so they are kept, not replaced.
+    pub fn preload(&mut self, path: &std::path::Path) -> Result<(), String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let (built, _) = snic_io::p4::compile_source(
+            &path.display().to_string(),
+            text.clone(),
+            &self.include,
+            Vec::new(),
+        )
+        .map_err(|e| e.to_string())?;
+        let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        let info = crate::p4info::for_program(&built.program, &name)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let config = p4::ForwardingPipelineConfig {
+            p4info: Some(info),
+            p4_device_config: text.into_bytes(),
+            ..Default::default()
+        };
+        let p = self.build(&config).map_err(|f| format!("{}: {f}", path.display()))?;
+        self.pipeline = Some(p);
+        Ok(())
+    }
+
     /// SetForwardingPipelineConfig.
     pub fn set_pipeline(
         &mut self,

@@ -38,6 +38,9 @@ pub struct Options {
     pub cpu_port: u32,
     /// `#include` directories for pushed programs (after the built-ins).
     pub include: Vec<PathBuf>,
+    /// The program the p4 stage was started with (`--stage p4:PROG.p4`), served as the
+    /// pipeline until a client pushes another; `None`: no pipeline until then.
+    pub program: Option<PathBuf>,
 }
 
 /// Entities per ReadResponse message (each well under gRPC's 4 MiB default).
@@ -438,6 +441,9 @@ pub fn spawn(control: P4Control, opts: Options) -> std::io::Result<Handle> {
     listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
     let svc = Service::new(control, &opts);
+    if let Some(path) = &opts.program {
+        lock(&svc.shared.dev).preload(path).map_err(std::io::Error::other)?;
+    }
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -79,6 +79,7 @@ impl Kit {
             device_id: DEVICE,
             cpu_port: CPU_PORT,
             include: Vec::new(),
+            program: None,
         };
         let server = server::spawn(prog.control(), opts).expect("server");
         // A thread of its own, so the connection moves on between calls (a packet-out sent, then
