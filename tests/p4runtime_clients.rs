@@ -233,15 +233,23 @@ fn p4runtime_shell_programs_the_l3_router() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A run started with the program (`--stage p4:l3_router.p4`) serves its P4Info to a client
-/// that pushes nothing (GetForwardingPipelineConfig), and takes writes against it.
+/// A run started with the program (`--stage p4:l3_router.p4,entries=FILE`) serves its P4Info
+/// to a client that pushes nothing (GetForwardingPipelineConfig), shows the entries file's
+/// entry, and takes writes against it.
 #[test]
 fn p4runtime_shell_reads_the_pipeline_of_a_preloaded_program() {
     let test = "p4runtime_shell_reads_the_pipeline_of_a_preloaded_program";
     let Some(py) = venv_python("p4rt-shell", "p4runtime_sh.shell", test) else { return };
     let dir = common::temp_dir("p4rt-shell-preloaded");
     let info = p4info(&dir, &l3_router());
-    let mut run = Snic::start(&dir, &format!("p4:{}", l3_router().display()));
+    let entries = dir.join("entries.txt");
+    std::fs::write(
+        &entries,
+        "table_add ipv4_lpm set_nhop 10.5.0.0/16 => 0 02:00:00:00:00:05 02:00:00:00:00:06\n",
+    )
+    .unwrap();
+    let stage = format!("p4:{},entries={}", l3_router().display(), entries.display());
+    let mut run = Snic::start(&dir, &stage);
     run.run_script(&dir, &py, "shell_session", &[Path::new("preloaded"), &info]);
     drop(run);
     let _ = std::fs::remove_dir_all(&dir);

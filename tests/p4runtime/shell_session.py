@@ -217,11 +217,17 @@ def preloaded(c):
         sorted((a.preamble.name, a.preamble.id) for a in want.actions),
         "the preloaded program's P4Info: actions",
     )
+    (e,) = read_all(sh.TableEntry(ROUTER_T))
+    c.eq((lpm_of(e), params(e)), ((0x0A050000, 16), {"port": 0, "smac": 0x020000000005,
+         "dmac": 0x020000000006}), "the entries file's entry reads back")
     route_entry("10.1.0.0/16", 0, "02:00:00:00:aa:01", "02:00:00:00:bb:01").insert()
     (e,) = read_all(lpm_key("10.1.0.0/16"))
     c.eq(params(e)["dmac"], 0x020000_00BB01, "an entry written to the preloaded program reads back")
     peer = UdpPeer(ARGS.udp_snic, ARGS.udp_peer)
     check_routed(c, peer, "10.1.0.1", "02:00:00:00:aa:01", "02:00:00:00:bb:01", "preloaded")
+    check_routed(c, peer, "10.5.1.1", "02:00:00:00:00:05", "02:00:00:00:00:06", "entries file")
+    lpm_key("10.5.0.0/16").delete()
+    c.eq(len(read_all(lpm_key("10.5.0.0/16"))), 0, "the entries file's entry deletes")
     sh.teardown()
 
 
