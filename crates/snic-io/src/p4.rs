@@ -333,7 +333,6 @@ impl P4Control {
 pub const IO_QUEUE: usize = 4096;
 
 /// What the controller sends and receives through the stage (see the module doc).
-#[derive(Default)]
 pub struct P4Io {
     /// The CPU port, `u64::MAX` for none.
     cpu_port: AtomicU64,
@@ -355,6 +354,19 @@ struct IoQueues {
     digests: VecDeque<(u32, Vec<u128>)>,
     listening: bool,
     dropped_in: u64,
+}
+
+impl Default for P4Io {
+    /// No CPU port (a derived default would make port 0 the CPU port).
+    fn default() -> P4Io {
+        P4Io {
+            cpu_port: AtomicU64::new(u64::MAX),
+            out_pending: AtomicUsize::new(0),
+            queues: Mutex::new(IoQueues::default()),
+            waker: Mutex::new(None),
+            clock: Mutex::new(None),
+        }
+    }
 }
 
 impl core::fmt::Debug for P4Io {
