@@ -1047,6 +1047,42 @@ impl Switch {
         Ok(())
     }
 
+    /// Return an indexed meter's cells (`None`: every cell) to their default: no rates, every
+    /// packet green.
+    pub fn meter_reset_rates(
+        &mut self,
+        inst: usize,
+        index: Option<usize>,
+    ) -> Result<(), RuntimeError> {
+        let cells = self
+            .meters
+            .get_mut(inst)
+            .ok_or_else(|| RuntimeError::NotFound(format!("meter {inst}")))?;
+        let range = match index {
+            Some(i) if i < cells.len() => i..i + 1,
+            Some(i) => return Err(RuntimeError::Invalid(format!("meter index {i}"))),
+            None => 0..cells.len(),
+        };
+        cells[range].iter_mut().for_each(Meter::reset_rates);
+        Ok(())
+    }
+
+    /// Return table `t`'s entry `h`'s direct meter to its default (every packet green).
+    pub fn direct_meter_reset_rates(&mut self, t: usize, h: Handle) -> Result<(), RuntimeError> {
+        let e = self
+            .tables
+            .get(t)
+            .and_then(|s| s.table.get(EntryHandle::from_raw(h)))
+            .ok_or_else(|| RuntimeError::NotFound(format!("entry {h}")))?;
+        match &e.action().meter {
+            Some(m) => {
+                m.borrow_mut().reset_rates();
+                Ok(())
+            }
+            None => Err(RuntimeError::Invalid("the table has no direct meter".into())),
+        }
+    }
+
     /// An indexed meter cell's (committed, peak) rates, `None` when never set.
     pub fn meter_get_rates(
         &self,

@@ -865,10 +865,12 @@ fn port_of(r: &p4::Replica) -> Result<u32, Fail> {
     }
 }
 
+/// The spec (CounterEntry): INVALID_ARGUMENT for a negative index, OUT_OF_RANGE past the array.
 fn index_of(i: &Option<p4::Index>, size: u64, what: &str) -> Result<Option<usize>, Fail> {
     match i {
         None => Ok(None),
         Some(i) if i.index >= 0 && (i.index as u64) < size => Ok(Some(i.index as usize)),
+        Some(i) if i.index < 0 => Err(inv(format!("{what}: negative index {}", i.index))),
         Some(i) => {
             Err(Fail::new(Code::OutOfRange, format!("{what}: index {} out of 0..{size}", i.index)))
         }
@@ -939,12 +941,13 @@ fn apply_update(
                 return Err(inv("counters take MODIFY only"));
             }
             let is = schema.instance(c.counter_id, Prefix::Counter)?;
-            let d = c.data.unwrap_or_default();
-            let v = (d.packet_count.max(0) as u64, d.byte_count.max(0) as u64);
             let cells: Vec<usize> = match index_of(&c.index, is.size, "counter")? {
                 Some(i) => vec![i],
                 None => (0..is.size as usize).collect(),
             };
+            // The spec: without `data` the value is not modified.
+            let Some(d) = c.data else { return Ok(()) };
+            let v = (d.packet_count.max(0) as u64, d.byte_count.max(0) as u64);
             for i in cells {
                 all(sws, |s| s.counter_write(is.index, i, v))?;
             }
@@ -962,7 +965,8 @@ fn apply_update(
             if ts.direct_counter.is_none() {
                 return Err(inv(format!("table {} has no direct counter", ts.name)));
             }
-            let d = c.data.unwrap_or_default();
+            // The spec: without `data` the value is not modified.
+            let Some(d) = c.data else { return Ok(()) };
             let v = (d.packet_count.max(0) as u64, d.byte_count.max(0) as u64);
             all(sws, |s| s.direct_counter_write(ts.index, h, v))
         }
@@ -972,11 +976,9 @@ fn apply_update(
             }
             let is = schema.instance(m.meter_id, Prefix::Meter)?;
             let idx = index_of(&m.index, is.size, "meter")?;
+            // No config: back to the default (every packet green), as the spec has it.
             let Some(c) = &m.config else {
-                return Err(Fail::new(
-                    Code::Unimplemented,
-                    "resetting a meter to its default (no config)",
-                ));
+                return all(sws, |s| s.meter_reset_rates(is.index, idx));
             };
             let (c, p) = meter_rates(c)?;
             all(sws, |s| s.meter_set_rates(is.index, idx, c, p))
@@ -994,10 +996,7 @@ fn apply_update(
                 return Err(inv(format!("table {} has no direct meter", ts.name)));
             }
             let Some(c) = &m.config else {
-                return Err(Fail::new(
-                    Code::Unimplemented,
-                    "resetting a meter to its default (no config)",
-                ));
+                return all(sws, |s| s.direct_meter_reset_rates(ts.index, h));
             };
             let (c, p) = meter_rates(c)?;
             all(sws, |s| s.direct_meter_set_rates(ts.index, h, c, p))
@@ -1254,6 +1253,9 @@ fn table_write(
     }
 }
 
+/// The entry's direct counter and meter on INSERT or MODIFY: an unset `counter_data` leaves the
+/// counter as it is; an unset `meter_config` is the default meter (every packet green), so a
+/// MODIFY without it resets the meter, as the spec's Direct Resources section has it.
 fn direct_resources(
     ts: &TableSchema,
     sws: &mut [&mut Switch],
@@ -1264,9 +1266,15 @@ fn direct_resources(
         let v = (d.packet_count.max(0) as u64, d.byte_count.max(0) as u64);
         all(sws, |s| s.direct_counter_write(ts.index, h, v))?;
     }
-    if let Some(c) = &te.meter_config {
-        let (c, p) = meter_rates(c)?;
-        all(sws, |s| s.direct_meter_set_rates(ts.index, h, c, p))?;
+    match &te.meter_config {
+        Some(c) => {
+            let (c, p) = meter_rates(c)?;
+            all(sws, |s| s.direct_meter_set_rates(ts.index, h, c, p))?;
+        }
+        None if ts.direct_meter.is_some() => {
+            all(sws, |s| s.direct_meter_reset_rates(ts.index, h))?;
+        }
+        None => {}
     }
     Ok(())
 }
