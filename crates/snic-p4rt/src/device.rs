@@ -1681,6 +1681,8 @@ fn read_one(
         E::DirectCounterEntry(q) => {
             let te = q.table_entry.clone().unwrap_or_default();
             let mut rows = Vec::new();
+            let specific = te.table_id != 0 && !te.r#match.is_empty();
+            let before = out.len();
             let tq = p4::TableEntry { counter_data: None, ..te };
             read_tables(schema, obj, sws, &tq, &mut rows)?;
             for r in rows {
@@ -1701,6 +1703,10 @@ fn read_one(
                         }),
                     })));
                 }
+            }
+            // The spec: reading the direct counter of an entry that does not exist: NOT_FOUND.
+            if specific && out.len() == before {
+                return Err(Fail::new(Code::NotFound, "no such table entry"));
             }
         }
         E::MeterEntry(q) => {
@@ -1724,6 +1730,8 @@ fn read_one(
         }
         E::DirectMeterEntry(q) => {
             let te = q.table_entry.clone().unwrap_or_default();
+            let specific = te.table_id != 0 && !te.r#match.is_empty();
+            let before = out.len();
             let mut rows = Vec::new();
             read_tables(schema, obj, sws, &te, &mut rows)?;
             for r in rows {
@@ -1742,6 +1750,10 @@ fn read_one(
                         counter_data: None,
                     })));
                 }
+            }
+            // The spec: reading the direct meter of an entry that does not exist: NOT_FOUND.
+            if specific && out.len() == before {
+                return Err(Fail::new(Code::NotFound, "no such table entry"));
             }
         }
         E::RegisterEntry(q) => {
