@@ -2,11 +2,13 @@
 `p4.v1.p4runtime_pb2` / `_grpc` stubs, from p4runtime-shell's venv), as
 tests/p4runtime_clients.rs runs it:
 
-    python bad_requests.py --grpc HOST:PORT --udp SNIC,PEER P4INFO l3_router.p4
+    python bad_requests.py --grpc HOST:PORT --udp SNIC,PEER P4INFO l3_router.p4 \
+        FEATURES_P4INFO features.p4
 
 Each case checks the status the P4Runtime specification gives (Write: UNKNOWN with one
 p4.v1.Error per update in the details, or a plain status for a request refused as a whole) and
-that a read afterwards shows the table as it was.
+that a read afterwards shows the table as it was. First on l3_router.p4 (tables, arbitration),
+then on tests/p4runtime/features.p4 (counters, meters, action profiles, digests, ternary keys).
 """
 
 import queue
@@ -21,7 +23,7 @@ from p4.v1 import p4runtime_pb2_grpc
 
 from p4rt_common import parse_args, run_main
 
-ARGS = parse_args(["p4info", "program"])
+ARGS = parse_args(["p4info", "program", "features_p4info", "features_p4"])
 TIMEOUT = 10.0
 CODE = {v: k for k, v in code_pb2.Code.items()}  # number -> name
 
@@ -358,9 +360,220 @@ def main(c):
          "the new primary writes")
     c.eq(snapshot(), [], "the new primary's delete took effect")
 
+    externs(c, stub)
     for s in (a, b, d, e):
         s.close()
     channel.close()
+
+
+def externs(c, stub):
+    """features.p4, pushed by the primary (election id 20): the spec's rules for counters,
+    meters, action profiles, digests and ternary keys."""
+    info = p4info_pb2.P4Info()
+    with open(ARGS.features_p4info) as f:
+        text_format.Merge(f.read(), info)
+    cfg = p4r.SetForwardingPipelineConfigRequest(
+        device_id=ARGS.device_id, action=p4r.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT
+    )
+    cfg.election_id.low = 20
+    cfg.config.p4info.CopyFrom(info)
+    with open(ARGS.features_p4, "rb") as f:
+        cfg.config.p4_device_config = f.read()
+    stub.SetForwardingPipelineConfig(cfg, timeout=TIMEOUT)
+    c.ok(True, "the primary pushed features.p4")
+
+    ids = {}
+    for kind in ("tables", "actions", "counters", "meters", "direct_counters", "direct_meters",
+                 "action_profiles", "digests", "registers"):
+        for o in getattr(info, kind):
+            ids[o.preamble.name] = o.preamble.id
+    t = {x.preamble.name: x for x in info.tables}
+    acts = {x.preamble.name: x for x in info.actions}
+
+    def write(*updates):
+        return write_status(stub, list(updates), 20)
+
+    def upd(kind, **entity):
+        u = p4r.Update(type=kind)
+        for k, v in entity.items():
+            getattr(u.entity, k).CopyFrom(v)
+        return u
+
+    def read(entity):
+        req = p4r.ReadRequest(device_id=ARGS.device_id)
+        req.entities.append(entity)
+        try:
+            return "OK", [e for r in stub.Read(req, timeout=TIMEOUT) for e in r.entities]
+        except grpc.RpcError as e:
+            return e.code().name, []
+
+    def action(name, **params):
+        a = p4r.Action(action_id=ids[name])
+        pid = {p.name: p.id for p in acts[name].params}
+        for k, v in params.items():
+            a.params.add(param_id=pid[k], value=v)
+        return a
+
+    def l2_entry(dst, port=b"\x00"):
+        te = p4r.TableEntry(table_id=ids["Ingress.l2"])
+        te.match.add(field_id=1).exact.value = dst
+        te.action.action.CopyFrom(action("Ingress.l2_fwd", port=port))
+        return te
+
+    def counter(index=None, packets=None):
+        ce = p4r.CounterEntry(counter_id=ids["Ingress.ingress_ctr"])
+        if index is not None:
+            ce.index.index = index
+        if packets is not None:
+            ce.data.packet_count = packets
+            ce.data.byte_count = packets * 100
+        return ce
+
+    U = p4r.Update
+    # Indirect counters: MODIFY only; index checks; no index sets them all; no data: unchanged.
+    c.eq(write(upd(U.INSERT, counter_entry=counter(1, 5))), ("UNKNOWN", ["INVALID_ARGUMENT"]),
+         "counter INSERT")
+    c.eq(write(upd(U.DELETE, counter_entry=counter(1))), ("UNKNOWN", ["INVALID_ARGUMENT"]),
+         "counter DELETE")
+    c.eq(write(upd(U.MODIFY, counter_entry=counter(-1, 5))), ("UNKNOWN", ["INVALID_ARGUMENT"]),
+         "counter MODIFY at a negative index")
+    c.eq(write(upd(U.MODIFY, counter_entry=counter(512, 5))), ("UNKNOWN", ["OUT_OF_RANGE"]),
+         "counter MODIFY past the array")
+    c.eq(write(upd(U.MODIFY, counter_entry=counter(None, 9))), ("OK", []),
+         "counter MODIFY without an index")
+    got = sorted({e.counter_entry.data.packet_count for e in read(p4r.Entity(counter_entry=counter()))[1]})
+    c.eq(got, [9], "... sets every index")
+    c.eq(write(upd(U.MODIFY, counter_entry=counter(3))), ("OK", []), "counter MODIFY without data")
+    (e,) = read(p4r.Entity(counter_entry=counter(3)))[1]
+    c.eq(e.counter_entry.data.packet_count, 9, "... leaves it unchanged")
+    c.eq(read(p4r.Entity(counter_entry=counter(512)))[0], "OUT_OF_RANGE",
+         "counter read past the array")
+
+    # Direct counters and meters: TableEntry counter_data on INSERT, MODIFY keeps the counter
+    # and resets the meter; DirectCounterEntry/DirectMeterEntry MODIFY only, NOT_FOUND for a
+    # missing entry.
+    te = l2_entry(b"\x02\x00\x00\x00\x00\x01")
+    te.counter_data.packet_count = 4
+    te.counter_data.byte_count = 400
+    te.meter_config.CopyFrom(p4r.MeterConfig(cir=10, cburst=1, pir=20, pburst=2))
+    c.eq(write(upd(U.INSERT, table_entry=te)), ("OK", []), "l2 INSERT with counter_data, meter_config")
+    q = l2_entry(b"\x02\x00\x00\x00\x00\x01")
+    q.ClearField("action")
+    q.counter_data.SetInParent()
+    q.meter_config.SetInParent()
+    (e,) = read(p4r.Entity(table_entry=q))[1]
+    c.eq((e.table_entry.counter_data.packet_count, e.table_entry.meter_config.pir), (4, 20),
+         "... the initial counter and meter read back with the entry")
+    c.eq(write(upd(U.MODIFY, table_entry=l2_entry(b"\x02\x00\x00\x00\x00\x01", b"\x01"))),
+         ("OK", []), "l2 MODIFY without counter_data and meter_config")
+    (e,) = read(p4r.Entity(table_entry=q))[1]
+    c.eq(e.table_entry.counter_data.packet_count, 4, "... keeps the direct counter")
+    c.ok(not e.table_entry.HasField("meter_config"), "... resets the direct meter (unset on read)",
+         str(e.table_entry.meter_config))
+    dce = p4r.DirectCounterEntry(table_entry=l2_entry(b"\x02\x00\x00\x00\x00\x01"))
+    dce.data.packet_count = 1
+    c.eq(write(upd(U.INSERT, direct_counter_entry=dce)), ("UNKNOWN", ["INVALID_ARGUMENT"]),
+         "DirectCounterEntry INSERT")
+    missing = p4r.DirectCounterEntry(table_entry=l2_entry(b"\x02\x00\x00\x00\x00\x77"))
+    missing.data.packet_count = 1
+    c.eq(write(upd(U.MODIFY, direct_counter_entry=missing)), ("UNKNOWN", ["NOT_FOUND"]),
+         "DirectCounterEntry MODIFY of a missing entry")
+    c.eq(read(p4r.Entity(direct_counter_entry=p4r.DirectCounterEntry(
+        table_entry=l2_entry(b"\x02\x00\x00\x00\x00\x77"))))[0], "NOT_FOUND",
+         "DirectCounterEntry read of a missing entry")
+    dme = p4r.DirectMeterEntry(table_entry=l2_entry(b"\x02\x00\x00\x00\x00\x01"))
+    dme.config.CopyFrom(p4r.MeterConfig(cir=10, cburst=1, pir=20, pburst=2))
+    c.eq(write(upd(U.DELETE, direct_meter_entry=dme)), ("UNKNOWN", ["INVALID_ARGUMENT"]),
+         "DirectMeterEntry DELETE")
+    c.eq(write(upd(U.MODIFY, direct_meter_entry=dme)), ("OK", []), "DirectMeterEntry MODIFY")
+    dme.ClearField("config")
+    c.eq(write(upd(U.MODIFY, direct_meter_entry=dme)), ("OK", []),
+         "DirectMeterEntry MODIFY without config")
+    (e,) = read(p4r.Entity(direct_meter_entry=p4r.DirectMeterEntry(
+        table_entry=l2_entry(b"\x02\x00\x00\x00\x00\x01"))))[1]
+    c.ok(not e.direct_meter_entry.HasField("config"), "... resets it to the default (unset)",
+         str(e.direct_meter_entry.config))
+
+    # Indirect meters: a trTCM config takes no eburst; an unconfigured meter reads unset.
+    def meter(index, **cfg):
+        me = p4r.MeterEntry(meter_id=ids["Ingress.port_meter"])
+        me.index.index = index
+        if cfg:
+            me.config.CopyFrom(p4r.MeterConfig(**cfg))
+        return me
+
+    # (snic's p4runtime.proto has no MeterConfig.eburst: the field is dropped unseen.)
+    got = write(upd(U.MODIFY, meter_entry=meter(2, cir=1, cburst=1, pir=2, pburst=2, eburst=3)))
+    c.gap(got == ("UNKNOWN", ["INVALID_ARGUMENT"]), "trTCM meter config with eburst refused",
+          f"got {got!r}")
+    (e,) = read(p4r.Entity(meter_entry=meter(4)))[1]
+    c.ok(not e.meter_entry.HasField("config"), "an unconfigured meter reads without config",
+         str(e.meter_entry.config))
+
+    # Action profile members, and what tables may name.
+    def member(mid, port=None):
+        m = p4r.ActionProfileMember(action_profile_id=ids["Ingress.ecmp_ap"], member_id=mid)
+        if port is not None:
+            m.action.CopyFrom(action("Ingress.set_port", port=port))
+        return m
+
+    c.eq(write(upd(U.INSERT, action_profile_member=member(1))), ("UNKNOWN", ["INVALID_ARGUMENT"]),
+         "member INSERT without an action")
+    c.eq(write(upd(U.INSERT, action_profile_member=member(1, b"\x00"))), ("OK", []), "member INSERT")
+    c.eq(write(upd(U.INSERT, action_profile_member=member(1, b"\x01"))),
+         ("UNKNOWN", ["ALREADY_EXISTS"]), "member INSERT of an existing id")
+    c.eq(write(upd(U.MODIFY, action_profile_member=member(2, b"\x01"))),
+         ("UNKNOWN", ["NOT_FOUND"]), "member MODIFY of a missing id")
+    c.eq(write(upd(U.DELETE, action_profile_member=member(2))), ("UNKNOWN", ["NOT_FOUND"]),
+         "member DELETE of a missing id")
+    ecmp = p4r.TableEntry(table_id=ids["Ingress.ecmp"])
+    ecmp.match.add(field_id=1).exact.value = b"\x02\x00\x00\x00\x00\x09"
+    ecmp.action.action.CopyFrom(action("Ingress.set_port", port=b"\x00"))
+    c.eq(write(upd(U.INSERT, table_entry=ecmp)), ("UNKNOWN", ["INVALID_ARGUMENT"]),
+         "an indirect table's entry with a direct action")
+    ecmp.action.action_profile_member_id = 7
+    got = write(upd(U.INSERT, table_entry=ecmp))
+    c.ok(got in (("UNKNOWN", ["NOT_FOUND"]), ("UNKNOWN", ["INVALID_ARGUMENT"])),
+         "an indirect table's entry naming a missing member", repr(got))
+    print(f"note entry naming a missing member: {got!r}", flush=True)
+    direct = l2_entry(b"\x02\x00\x00\x00\x00\x05")
+    direct.action.action_profile_member_id = 1
+    c.eq(write(upd(U.INSERT, table_entry=direct)), ("UNKNOWN", ["INVALID_ARGUMENT"]),
+         "a direct table's entry naming a member")
+
+    # Ternary keys: a priority is needed; value bits outside the mask; an all-zero mask.
+    def acl(value, mask, prio):
+        te = p4r.TableEntry(table_id=ids["Ingress.acl"], priority=prio)
+        m = te.match.add(field_id=1)
+        m.ternary.value = value
+        m.ternary.mask = mask
+        te.action.action.CopyFrom(action("Ingress.drop"))
+        return te
+
+    c.eq(write(upd(U.INSERT, table_entry=acl(b"\x08\x00", b"\xff\xff", 0))),
+         ("UNKNOWN", ["INVALID_ARGUMENT"]), "ternary entry with priority 0")
+    c.eq(write(upd(U.INSERT, table_entry=acl(b"\x08\x01", b"\xff\x00", 5))),
+         ("UNKNOWN", ["INVALID_ARGUMENT"]), "ternary value bits outside the mask")
+    c.eq(write(upd(U.INSERT, table_entry=acl(b"\x00", b"\x00", 5))),
+         ("UNKNOWN", ["INVALID_ARGUMENT"]), "ternary all-zero mask (must be omitted)")
+    c.eq(write(upd(U.INSERT, table_entry=acl(b"\x08\x00", b"\xff\xff", 5))), ("OK", []),
+         "a good ternary entry")
+    c.eq(write(upd(U.INSERT, table_entry=acl(b"\x08\x00", b"\xff\xff", 6))), ("OK", []),
+         "the same key at another priority is another entry")
+    got = read(p4r.Entity(table_entry=p4r.TableEntry(table_id=ids["Ingress.acl"])))[1]
+    c.eq(sorted(e.table_entry.priority for e in got), [5, 6], "both read back")
+
+    # Digest entries.
+    d = p4r.DigestEntry(digest_id=ids[info.digests[0].preamble.name])
+    d.config.max_list_size = 1
+    c.eq(write(upd(U.MODIFY, digest_entry=d)), ("UNKNOWN", ["NOT_FOUND"]),
+         "DigestEntry MODIFY before INSERT")
+    c.eq(write(upd(U.INSERT, digest_entry=d)), ("OK", []), "DigestEntry INSERT")
+    c.eq(write(upd(U.INSERT, digest_entry=d)), ("UNKNOWN", ["ALREADY_EXISTS"]),
+         "DigestEntry INSERT again")
+    c.eq(write(upd(U.DELETE, digest_entry=d)), ("OK", []), "DigestEntry DELETE")
+    c.eq(write(upd(U.DELETE, digest_entry=d)), ("UNKNOWN", ["NOT_FOUND"]),
+         "DigestEntry DELETE again")
 
 
 if __name__ == "__main__":
