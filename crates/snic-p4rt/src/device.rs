@@ -122,6 +122,12 @@ fn rt(e: RuntimeError) -> Fail {
 }
 
 /// Apply `f` to the first switch, then (when it succeeded) to the others.
+/// A counter value written to every worker's switch: reads sum the workers' counters, so the
+/// first switch takes `v` and the others start again from 0 (`first` says which call is first).
+fn share(first: &mut bool, v: (u64, u64)) -> (u64, u64) {
+    if core::mem::take(first) { v } else { (0, 0) }
+}
+
 fn all<T>(
     sws: &mut [&mut Switch],
     mut f: impl FnMut(&mut Switch) -> Result<T, RuntimeError>,
@@ -949,7 +955,8 @@ fn apply_update(
             let Some(d) = c.data else { return Ok(()) };
             let v = (d.packet_count.max(0) as u64, d.byte_count.max(0) as u64);
             for i in cells {
-                all(sws, |s| s.counter_write(is.index, i, v))?;
+                let mut first = true;
+                all(sws, |s| s.counter_write(is.index, i, share(&mut first, v)))?;
             }
             Ok(())
         }
@@ -968,7 +975,8 @@ fn apply_update(
             // The spec: without `data` the value is not modified.
             let Some(d) = c.data else { return Ok(()) };
             let v = (d.packet_count.max(0) as u64, d.byte_count.max(0) as u64);
-            all(sws, |s| s.direct_counter_write(ts.index, h, v))
+            let mut first = true;
+            all(sws, |s| s.direct_counter_write(ts.index, h, share(&mut first, v)))
         }
         E::MeterEntry(m) => {
             if ty != Type::Modify {
@@ -1264,7 +1272,8 @@ fn direct_resources(
 ) -> Result<(), Fail> {
     if let Some(d) = te.counter_data {
         let v = (d.packet_count.max(0) as u64, d.byte_count.max(0) as u64);
-        all(sws, |s| s.direct_counter_write(ts.index, h, v))?;
+        let mut first = true;
+        all(sws, |s| s.direct_counter_write(ts.index, h, share(&mut first, v)))?;
     }
     match &te.meter_config {
         Some(c) => {
