@@ -105,9 +105,9 @@ impl Drop for Snic {
 }
 
 impl Snic {
-    /// `snic run --port udp:SNIC,PEER --port null --stage STAGE --p4runtime 127.0.0.1:PORT`,
-    /// returned once the server accepts TCP connections.
-    fn start(dir: &Path, stage: &str) -> Snic {
+    /// `snic run --port udp:SNIC,PEER --port null --stage STAGE --p4runtime 127.0.0.1:PORT
+    /// extra...`, returned once the server accepts TCP connections.
+    fn start(dir: &Path, stage: &str, extra: &[&str]) -> Snic {
         let udp_snic = free_udp_addr();
         let udp_peer = free_udp_addr();
         let log = dir.join("snic.log");
@@ -119,6 +119,7 @@ impl Snic {
                 .arg(format!("udp:{udp_snic},{udp_peer}"))
                 .args(["--port", "null", "--stage", stage, "--p4runtime"])
                 .arg(grpc.to_string())
+                .args(extra)
                 .stdout(std::fs::File::create(dir.join("snic.out")).unwrap())
                 .stderr(std::fs::File::create(&log).unwrap())
                 .spawn()
@@ -231,7 +232,7 @@ fn p4runtime_shell_programs_the_l3_router() {
     let Some(py) = venv_python("p4rt-shell", "p4runtime_sh.shell", test) else { return };
     let dir = common::temp_dir("p4rt-shell-router");
     let info = p4info(&dir, &l3_router());
-    let mut run = Snic::start(&dir, "p4");
+    let mut run = Snic::start(&dir, "p4", &[]);
     let out =
         run.run_script(&dir, &py, "shell_session", &[Path::new("router"), &info, &l3_router()]);
     assert!(out.contains("ok routed packet"), "{out}");
@@ -255,7 +256,7 @@ fn p4runtime_shell_reads_the_pipeline_of_a_preloaded_program() {
     )
     .unwrap();
     let stage = format!("p4:{},entries={}", l3_router().display(), entries.display());
-    let mut run = Snic::start(&dir, &stage);
+    let mut run = Snic::start(&dir, &stage, &[]);
     run.run_script(&dir, &py, "shell_session", &[Path::new("preloaded"), &info]);
     drop(run);
     let _ = std::fs::remove_dir_all(&dir);
@@ -271,7 +272,7 @@ fn p4runtime_shell_reads_and_writes_the_externs() {
     let dir = common::temp_dir("p4rt-shell-features");
     let prog = script("features.p4");
     let info = p4info(&dir, &prog);
-    let mut run = Snic::start(&dir, "p4");
+    let mut run = Snic::start(&dir, "p4", &[]);
     run.run_script(&dir, &py, "shell_session", &[Path::new("features"), &info, &prog]);
     drop(run);
     let _ = std::fs::remove_dir_all(&dir);
@@ -287,7 +288,7 @@ fn finsy_programs_tables_packet_io_and_digests() {
     let router_info = p4info(&dir, &l3_router());
     let prog = script("features.p4");
     let info = p4info(&dir, &prog);
-    let mut run = Snic::start(&dir, "p4");
+    let mut run = Snic::start(&dir, "p4", &[]);
     let router = l3_router();
     run.run_script(&dir, &py, "finsy_session", &[&router_info, &router, &info, &prog]);
     drop(run);
@@ -296,7 +297,8 @@ fn finsy_programs_tables_packet_io_and_digests() {
 
 /// Requests the spec says to refuse get its error codes (per update for a Write batch), and
 /// leave the state as it was: tables and arbitration on l3_router.p4, then the externs,
-/// action profiles, digests and ternary keys of features.p4.
+/// action profiles, digests and ternary keys of features.p4. Two workers: every write reaches
+/// both switches, and counters read as their sum.
 #[test]
 fn bad_requests_get_the_spec_error_codes() {
     let test = "bad_requests_get_the_spec_error_codes";
@@ -305,7 +307,7 @@ fn bad_requests_get_the_spec_error_codes() {
     let info = p4info(&dir, &l3_router());
     let prog = script("features.p4");
     let features = p4info(&dir, &prog);
-    let mut run = Snic::start(&dir, "p4");
+    let mut run = Snic::start(&dir, "p4", &["--workers", "2"]);
     run.run_script(&dir, &py, "bad_requests", &[&info, &l3_router(), &features, &prog]);
     drop(run);
     let _ = std::fs::remove_dir_all(&dir);
