@@ -372,15 +372,74 @@ def externs(c, stub):
     info = p4info_pb2.P4Info()
     with open(ARGS.features_p4info) as f:
         text_format.Merge(f.read(), info)
-    cfg = p4r.SetForwardingPipelineConfigRequest(
-        device_id=ARGS.device_id, action=p4r.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT
-    )
-    cfg.election_id.low = 20
-    cfg.config.p4info.CopyFrom(info)
+    router_info = p4info_pb2.P4Info()
+    with open(ARGS.p4info) as f:
+        text_format.Merge(f.read(), router_info)
     with open(ARGS.features_p4, "rb") as f:
-        cfg.config.p4_device_config = f.read()
-    stub.SetForwardingPipelineConfig(cfg, timeout=TIMEOUT)
-    c.ok(True, "the primary pushed features.p4")
+        features_src = f.read()
+    with open(ARGS.program, "rb") as f:
+        router_src = f.read()
+    Set = p4r.SetForwardingPipelineConfigRequest
+
+    def set_config(action, p4info=None, src=None, cookie=None):
+        req = Set(device_id=ARGS.device_id, action=action)
+        req.election_id.low = 20
+        if p4info is not None:
+            req.config.p4info.CopyFrom(p4info)
+            req.config.p4_device_config = src
+            if cookie is not None:
+                req.config.cookie.cookie = cookie
+        try:
+            stub.SetForwardingPipelineConfig(req, timeout=TIMEOUT)
+            return "OK"
+        except grpc.RpcError as e:
+            return e.code().name
+
+    def get_config(kind):
+        req = p4r.GetForwardingPipelineConfigRequest(device_id=ARGS.device_id, response_type=kind)
+        return stub.GetForwardingPipelineConfig(req, timeout=TIMEOUT).config
+
+    def router_entries():
+        req = p4r.ReadRequest(device_id=ARGS.device_id)
+        req.entities.add().table_entry.SetInParent()
+        return [e for r in stub.Read(req, timeout=TIMEOUT) for e in r.entities]
+
+    G = p4r.GetForwardingPipelineConfigRequest
+    got = get_config(G.ALL)
+    c.eq((got.p4_device_config, [t.preamble.id for t in got.p4info.tables]),
+         (router_src, [t.preamble.id for t in router_info.tables]),
+         "GetForwardingPipelineConfig: the pushed program and P4Info")
+    # A program that does not compile, or a P4Info that is not the program's: refused, and the
+    # pipeline and its entries stay.
+    route = p4r.Update(type=p4r.Update.INSERT)
+    te = route.entity.table_entry
+    te.table_id = router_info.tables[0].preamble.id
+    te.match.add(field_id=1).lpm.value = b"\x0a\x0a\x00\x00"
+    te.match[0].lpm.prefix_len = 16
+    te.action.action.action_id = [a.preamble.id for a in router_info.actions
+                                  if a.preamble.name.endswith("drop")][0]
+    c.eq(write_status(stub, [route], 20), ("OK", []), "an entry to keep")
+    c.eq(set_config(Set.VERIFY_AND_COMMIT, router_info, b"control nope {"), "INVALID_ARGUMENT",
+         "a device config that does not compile")
+    c.eq(set_config(Set.VERIFY_AND_COMMIT, info, router_src), "INVALID_ARGUMENT",
+         "a P4Info that is not the program's")
+    c.eq(set_config(Set.VERIFY, router_info, b""), "INVALID_ARGUMENT", "VERIFY of an empty config")
+    c.eq(len(router_entries()), 1, "refused configs leave the pipeline and its entry")
+    # RECONCILE_AND_COMMIT of the same program keeps the forwarding state.
+    c.eq(set_config(Set.RECONCILE_AND_COMMIT, router_info, router_src, cookie=7), "OK",
+         "RECONCILE_AND_COMMIT of the same program")
+    c.eq(len(router_entries()), 1, "... keeps the entry")
+    c.eq(get_config(G.COOKIE_ONLY).cookie.cookie, 7, "... and takes the new cookie")
+    # VERIFY_AND_SAVE then COMMIT: the saved config replaces the pipeline only at COMMIT.
+    c.eq(set_config(Set.VERIFY_AND_SAVE, info, features_src, cookie=42), "OK", "VERIFY_AND_SAVE")
+    c.eq(len(router_entries()), 1, "... the running pipeline is still the router")
+    c.eq(set_config(Set.COMMIT), "OK", "COMMIT")
+    got = get_config(G.P4INFO_AND_COOKIE)
+    c.eq(([t.preamble.name for t in got.p4info.tables], got.cookie.cookie),
+         ([t.preamble.name for t in info.tables], 42), "the committed pipeline is features.p4")
+    c.eq(router_entries(), [], "a new pipeline starts without entries")
+    got = set_config(Set.COMMIT)
+    c.ok(got != "OK", "COMMIT with nothing saved is refused", got)
 
     ids = {}
     for kind in ("tables", "actions", "counters", "meters", "direct_counters", "direct_meters",
