@@ -260,6 +260,13 @@ async def features(c, peer):
         await packets.aclose()
         await lists.aclose()
 
+    # finsy reconnecting with the same program compares the pipeline's cookie and pushes
+    # nothing: the forwarding state is still there.
+    async with fy.Switch("snic", ARGS.grpc, options(ARGS.features_p4info, ARGS.features_p4)) as sw:
+        c.ok(sw.is_primary, "reconnected as primary")
+        acl = await read_pb(sw, fy.P4TableEntry("Ingress.acl"))
+        c.eq(len(acl), 1, "same cookie: no new push, the acl entry is still there")
+
 
 async def session(c):
     peer = UdpPeer(ARGS.udp_snic, ARGS.udp_peer)
