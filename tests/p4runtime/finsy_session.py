@@ -231,20 +231,51 @@ async def features(c, peer):
         await sw.write([packet_out(sw, frame, egress_port=0, tag=3)])
         c.eq(peer.recv(WAIT), frame, "packet-out to port 0")
 
-        # Digest: enable, trigger with a packet-out of EtherType 0x88b5, acknowledge.
+        # Digests: none before a DigestEntry enables them; then one list per learned datum,
+        # a duplicate suppressed until the list is acknowledged.
         digest_name = next(iter(sw.p4info.digests)).name
-        await sw.insert([fy.P4DigestEntry(digest_name, max_list_size=1, max_timeout_ns=0,
-                                          ack_timeout_ns=1_000_000_000)])
         lists = sw.read_digests(digest_name)
-        first = asyncio.ensure_future(asyncio.wait_for(anext(lists), WAIT))
-        await asyncio.sleep(0.1)
+        got_lists = asyncio.Queue()
+
+        async def pump():
+            async for dl in lists:
+                await got_lists.put(dl)
+
+        pumping = asyncio.ensure_future(pump())
+
+        async def next_list(timeout):
+            try:
+                return await asyncio.wait_for(got_lists.get(), timeout)
+            except asyncio.TimeoutError:
+                return None
+
         learn = eth_frame("02:00:00:00:00:0a", "02:00:00:00:00:77", 0x88B5, b"learn")
+        pending = asyncio.ensure_future(next_list(1.0))
+        await asyncio.sleep(0.1)
         await sw.write([packet_out(sw, learn, egress_port=1, tag=77)])
-        dl = await first
+        c.ok(await pending is None, "no digest list before a DigestEntry")
+        await sw.insert([fy.P4DigestEntry(digest_name, max_list_size=1, max_timeout_ns=0,
+                                          ack_timeout_ns=10_000_000_000)])
+        pending = asyncio.ensure_future(next_list(WAIT))
+        await asyncio.sleep(0.1)
+        await sw.write([packet_out(sw, learn, egress_port=1, tag=77)])
+        dl = await pending
+        c.ok(dl is not None, "a digest list once the DigestEntry is in")
         c.eq(len(dl), 1, "one digest in the list")
         c.eq(dict(dl[0]), {"src": 0x020000000077, "port": CPU, "tag": 77}, "digest data")
+        pending = asyncio.ensure_future(next_list(1.0))
+        await asyncio.sleep(0.1)
+        await sw.write([packet_out(sw, learn, egress_port=1, tag=77)])
+        dup = await pending
+        c.ok(dup is None, "the same datum again before the ack: no new list", repr(dup))
         await sw.write([dl.ack()])
-        c.ok(True, "digest list acknowledged")
+        await asyncio.sleep(0.2)
+        pending = asyncio.ensure_future(next_list(WAIT))
+        await asyncio.sleep(0.1)
+        await sw.write([packet_out(sw, learn, egress_port=1, tag=77)])
+        again = await pending
+        c.ok(again is not None and dict(again[0])["tag"] == 77,
+             "after the ack the same datum gives a new list", repr(again))
 
         # The register holds the last packet-out's tag; counters count by ingress port.
         reg = await read_pb(sw, fy.P4RegisterEntry("Ingress.tag_reg", index=0))
@@ -254,11 +285,11 @@ async def features(c, peer):
         c.eq(to_int(reg[0].encode(sw.p4info).register_entry.data.bitstring), 0xABCD,
              "register[1] written and read back")
         (ctr,) = await read_pb(sw, fy.P4CounterEntry("Ingress.ingress_ctr", index=CPU))
-        c.eq(ctr.packet_count, 3, "counter[CPU port]: the three packet-outs")
+        c.eq(ctr.packet_count, 6, "counter[CPU port]: the six packet-outs")
         (ctr,) = await read_pb(sw, fy.P4CounterEntry("Ingress.ingress_ctr", index=0))
         c.eq(ctr.packet_count, 2, "counter[0]: the two data-plane packets")
         await packets.aclose()
-        await lists.aclose()
+        pumping.cancel()
 
     # finsy reconnecting with the same program compares the pipeline's cookie and pushes
     # nothing: the forwarding state is still there.
