@@ -208,7 +208,7 @@ def main(c):
             [update(p4r.Update.INSERT, entry(b"\x0a\x02\x00\x00", 16, port=b"\x02\x00"))],
             "UNKNOWN", wide)
     refused("empty port parameter", [update(p4r.Update.INSERT, entry(b"\x0a\x02\x00\x00", 16,
-            port=b""))], "UNKNOWN", wide)
+            port=b""))], "UNKNOWN", ["OUT_OF_RANGE"])
     # Longer strings whose value fits are accepted; reads give the shortest form back.
     padded = entry(b"\x00\x0a\x06\x00\x00", 16, port=b"\x00\x00\x01")
     c.eq(write_status(stub, [update(p4r.Update.INSERT, padded)], 10), ("OK", []),
