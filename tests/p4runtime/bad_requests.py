@@ -430,14 +430,27 @@ def externs(c, stub):
          "RECONCILE_AND_COMMIT of the same program")
     c.eq(len(router_entries()), 1, "... keeps the entry")
     c.eq(get_config(G.COOKIE_ONLY).cookie.cookie, 7, "... and takes the new cookie")
-    # VERIFY_AND_SAVE then COMMIT: the saved config replaces the pipeline only at COMMIT.
+    # VERIFY_AND_SAVE then COMMIT: the saved config replaces the pipeline at COMMIT.
+    # Writes between them go to the saved config (the spec: COMMIT replays them).
     c.eq(set_config(Set.VERIFY_AND_SAVE, info, features_src, cookie=42), "OK", "VERIFY_AND_SAVE")
-    c.eq(len(router_entries()), 1, "... the running pipeline is still the router")
+    (l2,) = [x for x in info.tables if x.preamble.name == "Ingress.l2"]
+    (fwd,) = [x for x in info.actions if x.preamble.name == "Ingress.l2_fwd"]
+    saved = p4r.Update(type=p4r.Update.INSERT)
+    ste = saved.entity.table_entry
+    ste.table_id = l2.preamble.id
+    ste.match.add(field_id=1).exact.value = b"\x02\x00\x00\x00\x00\x0f"
+    ste.action.action.action_id = fwd.preamble.id
+    ste.action.action.params.add(param_id=fwd.params[0].id, value=b"\x01")
+    c.eq(write_status(stub, [saved], 20), ("OK", []), "a write for the saved pipeline")
     c.eq(set_config(Set.COMMIT), "OK", "COMMIT")
     got = get_config(G.P4INFO_AND_COOKIE)
     c.eq(([t.preamble.name for t in got.p4info.tables], got.cookie.cookie),
          ([t.preamble.name for t in info.tables], 42), "the committed pipeline is features.p4")
-    c.eq(router_entries(), [], "a new pipeline starts without entries")
+    got = router_entries()
+    c.eq([e.table_entry.table_id for e in got], [l2.preamble.id],
+         "the committed pipeline has the write made after VERIFY_AND_SAVE, nothing else")
+    saved.type = p4r.Update.DELETE
+    c.eq(write_status(stub, [saved], 20), ("OK", []), "delete it")
     got = set_config(Set.COMMIT)
     c.ok(got != "OK", "COMMIT with nothing saved is refused", got)
 
