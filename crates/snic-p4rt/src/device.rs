@@ -46,19 +46,21 @@ struct Pipeline {
     switch: Switch,
 }
 
-/// One role's arbitration: the live streams and their election ids.
+/// One role's arbitration: the live streams and their election ids (`None`: unset, lower
+/// than any set id, never primary).
 #[derive(Debug, Default)]
 struct RoleArb {
-    streams: BTreeMap<StreamId, Election>,
+    streams: BTreeMap<StreamId, Option<Election>>,
     max_seen: Option<Election>,
 }
 
 impl RoleArb {
-    /// The primary: the live stream with the highest election id, when that id is the
+    /// The primary: the live stream with the highest (set) election id, when that id is the
     /// highest ever seen for the role.
     fn primary(&self) -> Option<(StreamId, Election)> {
-        let (s, e) = self.streams.iter().max_by_key(|(_, e)| **e)?;
-        (Some(*e) >= self.max_seen).then_some((*s, *e))
+        let (s, e) =
+            self.streams.iter().filter_map(|(s, e)| e.map(|e| (*s, e))).max_by_key(|(_, e)| *e)?;
+        (Some(e) >= self.max_seen).then_some((s, e))
     }
 }
 
@@ -106,8 +108,26 @@ pub struct Device {
     idle_pending: HashMap<(usize, Handle), BTreeSet<usize>>,
 }
 
+/// Why a Read failed.
+#[derive(Debug)]
+pub enum ReadError {
+    /// The whole request (a wrong device, no pipeline).
+    Whole(Fail),
+    /// Some of its entities: the good ones' results, then one result per requested entity
+    /// (section 11: `UNKNOWN` with one `p4.v1.Error` each).
+    Partial {
+        /// What the good requests read.
+        entities: Vec<p4::Entity>,
+        /// One per requested entity.
+        results: Vec<Result<(), Fail>>,
+    },
+}
+
 /// An arbitration update to send on a stream.
 pub type Notice = (StreamId, p4::MasterArbitrationUpdate);
+
+/// The key of a table's default entry among the entries' extras (no entry has this handle).
+const DEFAULT_ENTRY: Handle = Handle::MAX;
 
 fn u128_of(e: &Option<p4::Uint128>) -> Option<Election> {
     e.as_ref().map(|e| u128::from(e.high) << 64 | u128::from(e.low))
@@ -184,10 +204,17 @@ impl Device {
         stream: StreamId,
         m: &p4::MasterArbitrationUpdate,
     ) -> Result<Vec<Notice>, Fail> {
-        self.check_device(m.device_id)?;
-        let Some(e) = u128_of(&m.election_id) else {
-            return Err(Fail::new(Code::InvalidArgument, "an election id is needed"));
-        };
+        let known = self.stream_role.contains_key(&stream);
+        if m.device_id != self.device_id {
+            // A live stream may not move to another device (rule 2.1); a new one names a
+            // device that is not here.
+            let code = if known { Code::FailedPrecondition } else { Code::NotFound };
+            return Err(Fail::new(
+                code,
+                format!("no device {} (this is {})", m.device_id, self.device_id),
+            ));
+        }
+        let e = u128_of(&m.election_id);
         let role = m.role.as_ref().map(|r| r.name.clone()).unwrap_or_default();
         if let Some(old) = self.stream_role.get(&stream)
             && *old != role
@@ -195,7 +222,9 @@ impl Device {
             return Err(Fail::new(Code::FailedPrecondition, "a stream cannot change its role"));
         }
         let arb = self.roles.entry(role.clone()).or_default();
-        if arb.streams.iter().any(|(s, x)| *s != stream && *x == e) {
+        if let Some(e) = e
+            && arb.streams.iter().any(|(s, x)| *s != stream && *x == Some(e))
+        {
             return Err(Fail::new(
                 Code::InvalidArgument,
                 format!("election id {e} is used by another client of role '{role}'"),
@@ -203,10 +232,16 @@ impl Device {
         }
         let before = arb.primary();
         arb.streams.insert(stream, e);
-        arb.max_seen = arb.max_seen.max(Some(e));
+        if e.is_some() {
+            arb.max_seen = arb.max_seen.max(e);
+        }
         self.stream_role.insert(stream, role.clone());
         let after = self.roles[&role].primary();
-        Ok(if before.map(|p| p.0) != after.map(|p| p.0) {
+        // Everyone of the role hears of a new primary, or of the primary asserting itself
+        // again; a backup's update is answered to it alone.
+        let changed = before.map(|p| p.0) != after.map(|p| p.0);
+        let from_primary = after.is_some_and(|p| p.0 == stream);
+        Ok(if changed || from_primary {
             self.notices(&role, None)
         } else {
             self.notices(&role, Some(stream))
@@ -217,7 +252,8 @@ impl Device {
     fn notices(&self, role: &str, only: Option<StreamId>) -> Vec<Notice> {
         let Some(arb) = self.roles.get(role) else { return Vec::new() };
         let primary = arb.primary();
-        let top = arb.max_seen.unwrap_or(0);
+        // Unset while no client has ever named an election id.
+        let top = arb.max_seen;
         arb.streams
             .keys()
             .filter(|s| only.is_none_or(|o| o == **s))
@@ -231,7 +267,7 @@ impl Device {
                     device_id: self.device_id,
                     role: (!role.is_empty())
                         .then(|| p4::Role { name: role.to_string(), ..Default::default() }),
-                    election_id: Some(uint128(top)),
+                    election_id: top.map(uint128),
                     status: Some(crate::proto::google::rpc::Status {
                         code: status.0 as i32,
                         message: status.1,
@@ -257,14 +293,18 @@ impl Device {
         }
     }
 
-    /// The primary stream of the default role (where packet-ins and digests go).
-    pub fn primary_stream(&self) -> Option<StreamId> {
-        self.roles.get("").and_then(|a| a.primary()).map(|p| p.0)
+    /// The primary streams of every role (where packet-ins, digests and idle notifications
+    /// go: without role configurations, every role has the whole pipeline).
+    pub fn primary_streams(&self) -> Vec<StreamId> {
+        self.roles.values().filter_map(|a| a.primary()).map(|p| p.0).collect()
     }
 
     fn check_primary(&self, role: &str, election: &Option<p4::Uint128>) -> Result<(), Fail> {
         let e = u128_of(election);
-        match self.roles.get(role).and_then(|a| a.primary()) {
+        let Some(arb) = self.roles.get(role) else {
+            return Err(Fail::new(Code::NotFound, format!("no client has claimed role '{role}'")));
+        };
+        match arb.primary() {
             Some((_, p)) if Some(p) == e => Ok(()),
             _ => Err(Fail::new(
                 Code::PermissionDenied,
@@ -356,9 +396,10 @@ impl Device {
                 if req.config.is_some() {
                     return Err(Fail::new(Code::InvalidArgument, "COMMIT takes no config"));
                 }
-                let (p, obj) = self.saved.take().ok_or_else(|| {
-                    Fail::new(Code::FailedPrecondition, "no saved config to commit")
-                })?;
+                let (p, obj) = self
+                    .saved
+                    .take()
+                    .ok_or_else(|| Fail::new(Code::NotFound, "no saved config to commit"))?;
                 self.commit(p, obj);
                 Ok(())
             }
@@ -434,16 +475,15 @@ impl Device {
     pub fn get_pipeline(
         &self,
         req: &p4::GetForwardingPipelineConfigRequest,
-    ) -> Result<p4::ForwardingPipelineConfig, Fail> {
+    ) -> Result<Option<p4::ForwardingPipelineConfig>, Fail> {
         use p4::get_forwarding_pipeline_config_request::ResponseType as R;
         self.check_device(req.device_id)?;
-        let Some(p) = &self.pipeline else {
-            return Ok(p4::ForwardingPipelineConfig::default());
-        };
+        // No pipeline: the config is left unset (section 13).
+        let Some(p) = &self.pipeline else { return Ok(None) };
         let c = &p.config;
         let ty = R::try_from(req.response_type)
             .map_err(|_| Fail::new(Code::InvalidArgument, "unknown response type"))?;
-        Ok(match ty {
+        Ok(Some(match ty {
             R::All => c.clone(),
             R::CookieOnly => {
                 p4::ForwardingPipelineConfig { cookie: c.cookie, ..Default::default() }
@@ -458,7 +498,7 @@ impl Device {
                 cookie: c.cookie,
                 ..Default::default()
             },
-        })
+        }))
     }
 
     // ------------------------------------------------------------ write / read
@@ -503,25 +543,40 @@ impl Device {
     }
 
     /// A Read: the entities, in order.
-    pub fn read(&self, req: &p4::ReadRequest) -> Result<Vec<p4::Entity>, Fail> {
-        self.check_device(req.device_id)?;
-        if let Some((sp, sobj)) = &self.saved {
-            let mut out = Vec::new();
-            for e in &req.entities {
-                out.extend(read_one(sp, sobj, std::slice::from_ref(&sp.switch), e)?);
-            }
-            return Ok(out);
-        }
-        let Some(p) = &self.pipeline else {
-            return Err(Fail::new(Code::FailedPrecondition, "no pipeline: set one first"));
+    pub fn read(&self, req: &p4::ReadRequest) -> Result<Vec<p4::Entity>, ReadError> {
+        self.check_device(req.device_id).map_err(ReadError::Whole)?;
+        let (p, obj, copies);
+        let sws: &[Switch] = if let Some((sp, sobj)) = &self.saved {
+            (p, obj) = (sp, sobj);
+            std::slice::from_ref(&sp.switch)
+        } else {
+            let Some(cp) = &self.pipeline else {
+                return Err(ReadError::Whole(Fail::new(
+                    Code::FailedPrecondition,
+                    "no pipeline: set one first",
+                )));
+            };
+            (p, obj) = (cp, &self.obj);
+            // Work on a copy: a read of many entries must not hold the data plane up.
+            copies = self.control.snapshots();
+            &copies
         };
-        // Work on a copy: a read of many entries must not hold the data plane up.
-        let sws = self.control.snapshots();
         let mut out = Vec::new();
+        let mut results = Vec::with_capacity(req.entities.len());
         for e in &req.entities {
-            out.extend(read_one(p, &self.obj, &sws, e)?);
+            match read_one(p, obj, sws, e) {
+                Ok(v) => {
+                    out.extend(v);
+                    results.push(Ok(()));
+                }
+                Err(f) => results.push(Err(f)),
+            }
         }
-        Ok(out)
+        if results.iter().all(Result::is_ok) {
+            Ok(out)
+        } else {
+            Err(ReadError::Partial { entities: out, results })
+        }
     }
 
     // ------------------------------------------------------------ packet I/O
@@ -543,10 +598,22 @@ impl Device {
         };
         let mut vals = Vec::new();
         for (id, w) in fields {
-            let m = po.metadata.iter().find(|m| m.metadata_id == *id);
-            let v = match m {
-                Some(m) => decode(&m.value, *w, &format!("packet_out metadata {id}"))?,
-                None => 0,
+            // Precisely one value per field of the header (section 15.1).
+            let mut given = po.metadata.iter().filter(|m| m.metadata_id == *id);
+            let v = match (given.next(), given.next()) {
+                (Some(m), None) => decode(&m.value, *w, &format!("packet_out metadata {id}"))?,
+                (None, _) => {
+                    return Err(Fail::new(
+                        Code::InvalidArgument,
+                        format!("packet_out metadata {id} is missing"),
+                    ));
+                }
+                (Some(_), Some(_)) => {
+                    return Err(Fail::new(
+                        Code::InvalidArgument,
+                        format!("packet_out metadata {id} is given twice"),
+                    ));
+                }
             };
             vals.push((v, *w));
         }
@@ -781,11 +848,18 @@ fn call(
     let Some((pos, scope)) = ts.actions.get(&a.action_id) else {
         return Err(inv(format!("table {} has no action id {}", ts.name, a.action_id)));
     };
+    // Section 9.1.2: an action outside its scope is PERMISSION_DENIED.
     if !default && *scope == Scope::DefaultOnly as i32 {
-        return Err(inv(format!("action {} is @defaultonly in {}", a.action_id, ts.name)));
+        return Err(Fail::new(
+            Code::PermissionDenied,
+            format!("action {} is @defaultonly in {}", a.action_id, ts.name),
+        ));
     }
     if default && *scope == Scope::TableOnly as i32 {
-        return Err(inv(format!("action {} is @tableonly in {}", a.action_id, ts.name)));
+        return Err(Fail::new(
+            Code::PermissionDenied,
+            format!("action {} is @tableonly in {}", a.action_id, ts.name),
+        ));
     }
     let act = &schema.actions[&a.action_id];
     Ok(ActionCall { action: *pos, args: args(act, a)? })
@@ -842,6 +916,15 @@ fn meter_rates(
     if c.cir < 0 || c.pir < 0 || c.cburst < 0 || c.pburst < 0 {
         return Err(inv("negative meter rate or burst"));
     }
+    if c.eburst != 0 {
+        // An excess burst belongs to RFC 2697's single-rate marker (cir == pir); snic's meters
+        // are RFC 2698's two-rate ones.
+        return Err(if c.cir == c.pir {
+            Fail::new(Code::Unimplemented, "single-rate (RFC 2697) meters with an excess burst")
+        } else {
+            inv("eburst is for single-rate meters (cir == pir)")
+        });
+    }
     if c.cir > c.pir {
         return Err(inv("cir above pir"));
     }
@@ -860,6 +943,7 @@ fn meter_config(
         cburst: c.burst as i64,
         pir: (p.per_us * 1e6).round() as i64,
         pburst: p.burst as i64,
+        eburst: 0,
     })
 }
 
@@ -1060,6 +1144,17 @@ fn apply_update(
                     )),
                     _ => return Err(inv("value set members are exact or ternary")),
                 }
+                if fm.field_id != 1 {
+                    return Err(inv(format!(
+                        "value set {} has no field {}",
+                        v.value_set_id, fm.field_id
+                    )));
+                }
+            }
+            for (i, x) in vals.iter().enumerate() {
+                if vals[..i].contains(x) {
+                    return Err(Fail::new(Code::AlreadyExists, "a value set member given twice"));
+                }
             }
             all(sws, |s| {
                 s.value_set_clear(index)?;
@@ -1162,6 +1257,9 @@ fn table_write(
     if te.time_since_last_hit.is_some() {
         return Err(inv("time_since_last_hit is read-only"));
     }
+    if te.r#const {
+        return Err(inv("`const` is read-only"));
+    }
     if te.counter_data.is_some() && ts.direct_counter.is_none() {
         return Err(inv(format!("table {} has no direct counter", ts.name)));
     }
@@ -1175,6 +1273,19 @@ fn table_write(
         if !te.r#match.is_empty() || te.priority != 0 {
             return Err(inv("the default entry has no match and no priority"));
         }
+        if te.idle_timeout_ns != 0 {
+            return Err(inv("the default entry has no idle timeout"));
+        }
+        if ts.default_const {
+            return Err(Fail::new(
+                Code::PermissionDenied,
+                format!("the default action of {} is const", ts.name),
+            ));
+        }
+        // The default entry keeps the controller's metadata like any entry.
+        let extra =
+            Extra { metadata: te.metadata.clone(), controller_metadata: te.controller_metadata };
+        obj.extras.insert((ts.index, DEFAULT_ENTRY), extra);
         return match te.action.as_ref() {
             None => all(sws, |s| s.table_reset_default(ts.index)),
             Some(a) => match indirect(obj, ts, a)? {
@@ -1201,7 +1312,14 @@ fn table_write(
     let extra =
         Extra { metadata: te.metadata.clone(), controller_metadata: te.controller_metadata };
     let target = |obj: &Objects| -> Result<(Option<Indirect>, Option<ActionCall>), Fail> {
-        let a = te.action.as_ref().ok_or_else(|| inv("an entry needs an action"))?;
+        let Some(a) = te.action.as_ref() else {
+            // MODIFY may leave the action as it is (section 9.1.2); INSERT may not.
+            return if ty == Type::Modify {
+                Ok((None, None))
+            } else {
+                Err(inv("an entry needs an action"))
+            };
+        };
         match indirect(obj, ts, a)? {
             Some(i) => Ok((Some(i), None)),
             None => match &a.r#type {
@@ -1239,7 +1357,8 @@ fn table_write(
             match (ind, c) {
                 (Some(i), _) => all(sws, |s| s.table_indirect_modify(ts.index, h, i))?,
                 (None, Some(c)) => all(sws, |s| s.table_modify(ts.index, h, c.clone()))?,
-                (None, None) => return Err(inv("an entry needs an action")),
+                // No action given: it stays as it is.
+                (None, None) => {}
             }
             direct_resources(ts, sws, h, te)?;
             if ts.idle {
@@ -1305,6 +1424,16 @@ fn member_write(
             .actions
             .get(&a.action_id)
             .ok_or_else(|| Fail::new(Code::NotFound, format!("no action id {}", a.action_id)))?;
+        // Only an action of the tables the profile implements (section 9.2.1).
+        let listed = schema.tables.values().any(|t| {
+            t.profile == Some(m.action_profile_id) && t.actions.contains_key(&a.action_id)
+        });
+        if !listed {
+            return Err(inv(format!(
+                "action {} is not an action of the tables of profile {}",
+                a.action_id, m.action_profile_id
+            )));
+        }
         Ok((act.index, args(act, a)?))
     };
     match ty {
@@ -1377,6 +1506,9 @@ fn group_write(
     }
     let mut ids = Vec::new();
     for m in &g.members {
+        if m.weight < 1 {
+            return Err(inv(format!("member {} has weight {}", m.member_id, m.weight)));
+        }
         if m.weight > 1 {
             return Err(Fail::new(Code::Unimplemented, "member weights above 1"));
         }
@@ -1458,7 +1590,12 @@ fn pre_write(
             let g =
                 u16::try_from(m.multicast_group_id).ok().filter(|g| *g > 0).ok_or_else(|| {
                     Fail::new(
-                        Code::OutOfRange,
+                        // 0 is not a group id (INVALID_ARGUMENT); snic's groups are 16 bits.
+                        if m.multicast_group_id == 0 {
+                            Code::InvalidArgument
+                        } else {
+                            Code::OutOfRange
+                        },
                         format!("multicast group {} out of 1..65536", m.multicast_group_id),
                     )
                 })?;
@@ -1523,7 +1660,7 @@ fn pre_write(
         Some(T::CloneSessionEntry(c)) => {
             let exists = obj.clones.contains_key(&c.session_id);
             if c.session_id == 0 {
-                return Err(Fail::new(Code::OutOfRange, "clone session 0 is reserved"));
+                return Err(Fail::new(Code::InvalidArgument, "clone session 0 is reserved"));
             }
             match ty {
                 Type::Insert | Type::Modify => {
@@ -1615,6 +1752,9 @@ fn read_one(
     let mut out = Vec::new();
     match ent {
         E::TableEntry(q) => {
+            if q.table_id == 0 && (!q.r#match.is_empty() || q.priority != 0 || q.action.is_some()) {
+                return Err(inv("a read of every table takes no other filter"));
+            }
             let tables: Vec<&TableSchema> = if q.table_id == 0 {
                 let mut v: Vec<_> = schema.tables.values().collect();
                 v.sort_by_key(|t| t.index);
@@ -1910,18 +2050,26 @@ fn read_table(
                 r#type: Some(p4::table_action::Type::Action(action_of(schema, sw, ts, &c))),
             }),
         };
+        let extra = obj.extras.get(&(ts.index, DEFAULT_ENTRY)).cloned().unwrap_or_default();
+        #[allow(deprecated)]
         out.push(entity(E::TableEntry(p4::TableEntry {
             table_id,
             action,
             is_default_action: true,
+            metadata: extra.metadata,
+            controller_metadata: extra.controller_metadata,
+            r#const: ts.default_const,
             ..Default::default()
         })));
         return Ok(());
     }
-    let wanted = if q.r#match.is_empty() {
-        None
-    } else {
-        Some((matches(ts, &q.r#match)?, priority(ts, q.priority)?))
+    // Filters (section 9.1.6): the match, a priority other than 0, the action, the
+    // metadata; a match with priority 0 matches any priority.
+    let want_match = if q.r#match.is_empty() { None } else { Some(matches(ts, &q.r#match)?) };
+    let want_prio = (q.priority != 0).then_some(i64::from(q.priority));
+    let want_action = match q.action.as_ref().and_then(|a| a.r#type.as_ref()) {
+        Some(p4::table_action::Type::Action(a)) => Some(a.action_id),
+        _ => None,
     };
     // Idle times on the other workers, when asked for.
     let idle_of: Option<Vec<HashMap<Handle, u64>>> = (q.time_since_last_hit.is_some() && ts.idle)
@@ -1934,10 +2082,23 @@ fn read_table(
                 .collect()
         });
     for e in sw.table_entries(ts.index) {
-        if let Some((m, p)) = &wanted
-            && (&e.matches != m || (ts.priority && e.priority != *p))
+        if want_match.as_ref().is_some_and(|m| &e.matches != m)
+            || want_prio.is_some_and(|p| e.priority != Some(p))
         {
             continue;
+        }
+        let extra = obj.extras.get(&(ts.index, e.handle)).cloned().unwrap_or_default();
+        if (!q.metadata.is_empty() && extra.metadata != q.metadata)
+            || (q.controller_metadata != 0 && extra.controller_metadata != q.controller_metadata)
+        {
+            continue;
+        }
+        if let Some(id) = want_action {
+            let prog = sw.program().tables[ts.index].actions.get(e.call.action as usize);
+            let this = prog.and_then(|a| schema.action_ids.get(&a.action)).copied();
+            if e.indirect.is_some() || this != Some(id) {
+                continue;
+            }
         }
         let action = match e.indirect {
             Some(ind) => reverse(ind),
@@ -1945,7 +2106,6 @@ fn read_table(
                 r#type: Some(p4::table_action::Type::Action(action_of(schema, sw, ts, &e.call))),
             }),
         };
-        let extra = obj.extras.get(&(ts.index, e.handle)).cloned().unwrap_or_default();
         let counter_data = if q.counter_data.is_some() && ts.direct_counter.is_some() {
             // This worker's count plus the others' (the same handle in every worker).
             let others = summed(&sws[1..], |s| s.direct_counter_read(ts.index, e.handle))?;

@@ -46,6 +46,8 @@ pub struct TableSchema {
     pub direct_meter: Option<usize>,
     /// `const entries`.
     pub is_const: bool,
+    /// `const default_action`.
+    pub default_const: bool,
     /// The P4Info says idle timeout is supported.
     pub idle: bool,
 }
@@ -251,6 +253,7 @@ impl Schema {
                     direct_counter: inst_of(ir.direct_counter),
                     direct_meter: inst_of(ir.direct_meter),
                     is_const: ir.entries_const,
+                    default_const: ir.default_const,
                     idle: t.idle_timeout_behavior
                         == cfg::table::IdleTimeoutBehavior::NotifyControl as i32,
                 },

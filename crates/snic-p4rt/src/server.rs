@@ -22,10 +22,10 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::device::{API_VERSION, Device, Notice, StreamId};
+use crate::device::{API_VERSION, Device, Notice, ReadError, StreamId};
 use crate::proto::p4::v1 as p4;
 use crate::proto::p4::v1::p4_runtime_server::{P4Runtime, P4RuntimeServer};
-use crate::status::{Code, Fail, write_status};
+use crate::status::{Code, Fail, read_status, write_status};
 
 /// How the server is set up.
 #[derive(Debug, Clone)]
@@ -60,6 +60,7 @@ struct Digests {
     /// Digest id -> (first queued at, data).
     pending: HashMap<u32, (Instant, Vec<p4::P4Data>)>,
     /// List id -> (digest id, data, sent at).
+    /// List id -> (digest id, data, expires at: sent + its digest's `ack_timeout_ns`).
     unacked: HashMap<u64, (u32, Vec<p4::P4Data>, Instant)>,
     next_list: u64,
 }
@@ -98,7 +99,7 @@ impl Shared {
     /// The stage queues for the controller while a primary exists.
     fn update_listener(&self, dev: &Device) {
         let io = dev.control().io();
-        if dev.primary_stream().is_some() {
+        if !dev.primary_streams().is_empty() {
             let wake = Arc::clone(&self.wake);
             io.set_listener(Some(Arc::new(move || wake.notify_one())));
         } else {
@@ -106,14 +107,17 @@ impl Shared {
         }
     }
 
+    /// Send `msg` to the primary of every role.
     fn to_primary(&self, dev: &Device, msg: p4::stream_message_response::Update) {
-        let Some(p) = dev.primary_stream() else { return };
         let streams = lock(&self.streams);
-        let sent = streams.get(&p).is_some_and(|tx| {
-            tx.try_send(Ok(p4::StreamMessageResponse { update: Some(msg) })).is_ok()
-        });
-        if !sent {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
+        for p in dev.primary_streams() {
+            let sent = streams.get(&p).is_some_and(|tx| {
+                let m = p4::StreamMessageResponse { update: Some(msg.clone()) };
+                tx.try_send(Ok(m)).is_ok()
+            });
+            if !sent {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 
@@ -150,13 +154,11 @@ impl Shared {
         }
         let now = Instant::now();
         let mut dg = lock(&self.digests);
+        // Lists whose ack did not come in time leave the cache.
+        dg.unacked.retain(|_, (_, _, until)| now < *until);
         for (index, vals) in io.take_digests() {
-            let Some((id, data, cfg)) = dev.digest(index, &vals) else { continue };
+            let Some((id, data, _)) = dev.digest(index, &vals) else { continue };
             // The same data is not sent again while a list holding it waits for its ack.
-            let ack_timeout = Duration::from_nanos(cfg.ack_timeout_ns.max(0) as u64);
-            dg.unacked.retain(|_, (_, _, at)| {
-                ack_timeout.is_zero() || now.duration_since(*at) < ack_timeout
-            });
             if dg.unacked.values().any(|(d, list, _)| *d == id && list.contains(&data)) {
                 continue;
             }
@@ -172,7 +174,8 @@ impl Shared {
                 continue;
             };
             let (first, list) = &dg.pending[&id];
-            let full = cfg.max_list_size <= 0 || list.len() >= cfg.max_list_size as usize;
+            // max_list_size 0: no size limit, only the timeout sends.
+            let full = cfg.max_list_size > 0 && list.len() >= cfg.max_list_size as usize;
             let due = now.duration_since(*first)
                 >= Duration::from_nanos(cfg.max_timeout_ns.max(0) as u64);
             if !(full || due) {
@@ -181,7 +184,11 @@ impl Shared {
             let Some((_, list)) = dg.pending.remove(&id) else { continue };
             dg.next_list += 1;
             let list_id = dg.next_list;
-            dg.unacked.insert(list_id, (id, list.clone(), now));
+            // ack_timeout_ns 0: no cache at all (the same data may come again at once).
+            if cfg.ack_timeout_ns > 0 {
+                let until = now + Duration::from_nanos(cfg.ack_timeout_ns as u64);
+                dg.unacked.insert(list_id, (id, list.clone(), until));
+            }
             let ts = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos() as i64);
@@ -256,7 +263,7 @@ impl Service {
             }
             Some(U::Packet(po)) => {
                 let dev = lock(&sh.dev);
-                let r = if dev.primary_stream() != Some(sid) {
+                let r = if !dev.primary_streams().contains(&sid) {
                     Err(Fail::new(Code::PermissionDenied, "only the primary sends packets"))
                 } else {
                     dev.packet_out_frame(&po).and_then(|f| {
@@ -333,14 +340,30 @@ impl P4Runtime for Service {
         req: Request<p4::ReadRequest>,
     ) -> Result<Response<Self::ReadStream>, Status> {
         let req = req.into_inner();
-        let entities = lock(&self.shared.dev).read(&req).map_err(|f| f.status())?;
+        let (entities, tail) = match lock(&self.shared.dev).read(&req) {
+            Ok(e) => (e, None),
+            Err(ReadError::Whole(f)) => return Err(f.status()),
+            // One entity asked for: its own code. Several: the good requests' entities, then
+            // UNKNOWN with one error per request.
+            Err(ReadError::Partial { results, .. }) if results.len() == 1 => {
+                return Err(results[0]
+                    .clone()
+                    .err()
+                    .map_or_else(|| read_status(&results), |f| f.status()));
+            }
+            Err(ReadError::Partial { entities, results }) => {
+                (entities, Some(read_status(&results)))
+            }
+        };
         let mut chunks = Vec::new();
         let mut it = entities.into_iter().peekable();
         while it.peek().is_some() {
             chunks.push(Ok(p4::ReadResponse { entities: it.by_ref().take(READ_CHUNK).collect() }));
         }
-        if chunks.is_empty() {
-            chunks.push(Ok(p4::ReadResponse::default()));
+        match tail {
+            Some(st) => chunks.push(Err(st)),
+            None if chunks.is_empty() => chunks.push(Ok(p4::ReadResponse::default())),
+            None => {}
         }
         Ok(Response::new(Box::pin(tokio_stream::iter(chunks))))
     }
@@ -364,7 +387,7 @@ impl P4Runtime for Service {
         req: Request<p4::GetForwardingPipelineConfigRequest>,
     ) -> Result<Response<p4::GetForwardingPipelineConfigResponse>, Status> {
         let c = lock(&self.shared.dev).get_pipeline(req.get_ref()).map_err(|f| f.status())?;
-        Ok(Response::new(p4::GetForwardingPipelineConfigResponse { config: Some(c) }))
+        Ok(Response::new(p4::GetForwardingPipelineConfigResponse { config: c }))
     }
 
     type StreamChannelStream = BoxStream<p4::StreamMessageResponse>;

@@ -87,6 +87,15 @@ impl From<snic_p4::v1model::RuntimeError> for Fail {
 
 /// The status of a Write batch whose updates had `results` (at least one failed).
 pub fn write_status(results: &[Result<(), Fail>]) -> tonic::Status {
+    batch_status(results, "updates")
+}
+
+/// The status of a Read whose requested entities had `results` (at least one failed).
+pub fn read_status(results: &[Result<(), Fail>]) -> tonic::Status {
+    batch_status(results, "reads")
+}
+
+fn batch_status(results: &[Result<(), Fail>], what: &str) -> tonic::Status {
     let details = results
         .iter()
         .map(|r| {
@@ -105,7 +114,7 @@ pub fn write_status(results: &[Result<(), Fail>]) -> tonic::Status {
         })
         .collect();
     let failed = results.iter().filter(|r| r.is_err()).count();
-    let message = format!("{failed} of {} updates failed", results.len());
+    let message = format!("{failed} of {} {what} failed", results.len());
     let st = RpcStatus { code: Code::Unknown as i32, message: message.clone(), details };
     tonic::Status::with_details(tonic::Code::Unknown, message, st.encode_to_vec().into())
 }

@@ -116,6 +116,13 @@ impl Kit {
 
     /// Open a stream and arbitrate for `role`.
     pub fn stream_role(&mut self, e: u128, role: &str) -> Stream {
+        let s = self.open();
+        self.arbitrate(&s, DEVICE, e, role);
+        s
+    }
+
+    /// Open a stream without sending anything on it.
+    pub fn open(&mut self) -> Stream {
         let (tx, rx) = mpsc::channel(64);
         let mut client = self.client.clone();
         let rx = self.rt.block_on(async move {
@@ -125,9 +132,7 @@ impl Kit {
                 .expect("stream")
                 .into_inner()
         });
-        let s = Stream { tx, rx };
-        self.arbitrate(&s, DEVICE, e, role);
-        s
+        Stream { tx, rx }
     }
 
     /// Send an arbitration update on `s`.

@@ -91,25 +91,24 @@ fn arbitration_elects_the_highest_id_and_refuses_duplicates() {
 }
 
 #[test]
-fn wrong_device_id_is_not_found() {
+fn wrong_device_id_is_not_found_and_a_live_stream_cannot_change_it() {
     let mut k = Kit::new();
-    let mut s = k.stream_role(1, "");
-    assert_eq!(k.arbitration_code(&mut s), Some(0));
-    let mut other = k.stream(2);
-    let _ = k.recv(&mut other);
-    let (tx_dev, e) = (99, 3);
-    k.arbitrate(&other, tx_dev, e, "");
-    // The refused update ends that stream.
-    loop {
-        match k.recv(&mut other) {
+    // A new stream naming another device: NOT_FOUND, and the stream ends.
+    let mut fresh = k.open();
+    k.arbitrate(&fresh, 99, 3, "");
+    let ended = |k: &Kit, s: &mut Stream| loop {
+        match k.recv(s) {
             Ok(Some(_)) => continue,
             Ok(None) => panic!("the stream was not refused"),
-            Err(st) => {
-                assert_eq!(st.code(), Code::NotFound);
-                break;
-            }
+            Err(st) => break st.code(),
         }
-    }
+    };
+    assert_eq!(ended(&k, &mut fresh), Code::NotFound);
+    // A live stream moving to another device: FAILED_PRECONDITION.
+    let mut live = k.stream(1);
+    assert_eq!(k.arbitration_code(&mut live), Some(0));
+    k.arbitrate(&live, 99, 1, "");
+    assert_eq!(ended(&k, &mut live), Code::FailedPrecondition);
 }
 
 #[test]
@@ -134,7 +133,7 @@ fn pipeline_verify_save_commit_and_get() {
     assert_eq!(e.code(), Code::InvalidArgument);
     assert!(e.message().contains("does not match"), "{}", e.message());
     // COMMIT with nothing saved; VERIFY changes nothing.
-    assert_eq!(k.set_pipeline(1, COMMIT, None).unwrap_err().code(), Code::FailedPrecondition);
+    assert_eq!(k.set_pipeline(1, COMMIT, None).unwrap_err().code(), Code::NotFound);
     k.set_pipeline(1, VERIFY, Some(config(TEST_PROGRAM))).unwrap();
     assert!(k.get_pipeline(0).unwrap().p4info.is_none());
     // Save, then commit.
@@ -375,7 +374,7 @@ fn counters_registers_meters_and_value_sets() {
     let Some(E::RegisterEntry(x)) = &got[0].entity else { panic!() };
     assert_eq!(x.data.as_ref().unwrap().data, Some(p4::p4_data::Data::Bitstring(vec![9])));
     // A meter's rates, in units per second, round-trip.
-    let cfg = p4::MeterConfig { cir: 1000, cburst: 10, pir: 2000, pburst: 20 };
+    let cfg = p4::MeterConfig { cir: 1000, cburst: 10, pir: 2000, pburst: 20, eburst: 0 };
     let m = p4::MeterEntry {
         meter_id: n["I.rate"],
         index: Some(p4::Index { index: 1 }),
@@ -520,7 +519,10 @@ fn packet_out_comes_back_as_packet_in_with_metadata() {
     let payload = eth(MAC1, MAC2, 0x0800);
     let po = p4::PacketOut {
         payload: payload.clone(),
-        metadata: vec![p4::PacketMetadata { metadata_id: 1, value: vec![0, 255] }],
+        metadata: vec![
+            p4::PacketMetadata { metadata_id: 1, value: vec![0, 255] },
+            p4::PacketMetadata { metadata_id: 2, value: vec![0] },
+        ],
     };
     k.send(&s, p4::stream_message_request::Update::Packet(po));
     // The stage takes it at its next call.
@@ -551,7 +553,10 @@ fn packet_out_comes_back_as_packet_in_with_metadata() {
     // Sent to port 3 instead: it leaves there, without the packet_out header.
     let po = p4::PacketOut {
         payload: payload.clone(),
-        metadata: vec![p4::PacketMetadata { metadata_id: 1, value: vec![3] }],
+        metadata: vec![
+            p4::PacketMetadata { metadata_id: 1, value: vec![3] },
+            p4::PacketMetadata { metadata_id: 2, value: vec![0] },
+        ],
     };
     k.send(&s, p4::stream_message_request::Update::Packet(po));
     let mut out = Vec::new();
