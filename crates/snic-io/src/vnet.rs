@@ -61,6 +61,8 @@ pub enum VnetError {
     ZeroGsoSize,
     /// Flag bits other than NEEDS_CSUM and DATA_VALID are set (the raw flags).
     UnknownFlags(u8),
+    /// Moving the header's frame offsets for inserted bytes overflowed 16 bits.
+    OffsetOverflow,
 }
 
 impl fmt::Display for VnetError {
@@ -76,6 +78,9 @@ impl fmt::Display for VnetError {
                 write!(f, "virtio-net header: GSO super-packet with gso_size 0")
             }
             VnetError::UnknownFlags(x) => write!(f, "virtio-net header: unknown flags {x:#04x}"),
+            VnetError::OffsetOverflow => {
+                write!(f, "virtio-net header: offsets overflow after inserting bytes")
+            }
         }
     }
 }
@@ -138,6 +143,21 @@ impl VnetHdr {
         // Cannot fail: the array is exactly VNET_HDR_LEN long.
         let _ = self.emit(&mut b);
         b
+    }
+
+    /// The header for the same frame after `n` bytes were inserted in front of its L3 header
+    /// (a VLAN tag put back after the MAC addresses): `csum_start` (when NEEDS_CSUM is set) and
+    /// `hdr_len` (when non-zero) count from the frame start and move by `n`; `csum_offset` and
+    /// `gso_size` are relative and stay.
+    pub fn shifted(&self, n: u16) -> Result<VnetHdr, VnetError> {
+        let mut h = *self;
+        if h.flags & FLAG_NEEDS_CSUM != 0 {
+            h.csum_start = h.csum_start.checked_add(n).ok_or(VnetError::OffsetOverflow)?;
+        }
+        if h.hdr_len != 0 {
+            h.hdr_len = h.hdr_len.checked_add(n).ok_or(VnetError::OffsetOverflow)?;
+        }
+        Ok(h)
     }
 
     /// True when the ECN bit of `gso_type` is set.
@@ -277,6 +297,26 @@ mod tests {
         );
         assert_eq!(off.csum_partial, Some((34, 6)));
         assert_eq!(VnetHdr::from_offload(&off, &[]).to_bytes(), b);
+    }
+
+    #[test]
+    fn shifted_moves_frame_offsets_only() {
+        let h = VnetHdr::parse(&TCP4).unwrap().shifted(4).unwrap();
+        assert_eq!((h.csum_start, h.csum_offset, h.hdr_len, h.gso_size), (38, 16, 70, 1448));
+        assert_eq!((h.flags, h.gso_type), (FLAG_NEEDS_CSUM, GSO_TCPV4));
+        let off = h.to_offload().unwrap();
+        assert_eq!(off.csum_partial, Some((38, 16)));
+        assert_eq!(off.gso.unwrap().hdr_len, 70);
+        // Without NEEDS_CSUM, csum_start means nothing and stays; a zero hdr_len stays zero.
+        let plain = VnetHdr { flags: FLAG_DATA_VALID, csum_start: 7, ..Default::default() };
+        assert_eq!(plain.shifted(4).unwrap(), plain);
+        assert_eq!(VnetHdr::default().shifted(4).unwrap(), VnetHdr::default());
+        // Overflow is an error, not a wrap.
+        let far =
+            VnetHdr { flags: FLAG_NEEDS_CSUM, csum_start: u16::MAX - 2, ..Default::default() };
+        assert_eq!(far.shifted(4), Err(VnetError::OffsetOverflow));
+        let long = VnetHdr { hdr_len: u16::MAX, ..Default::default() };
+        assert_eq!(long.shifted(1), Err(VnetError::OffsetOverflow));
     }
 
     #[test]

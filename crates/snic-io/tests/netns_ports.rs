@@ -574,3 +574,195 @@ fn tap_port_follows_an_mtu_change_of_its_device() {
     let _ = tap.recv(t0 + Duration::from_secs(1), &mut b);
     assert_eq!(tap.caps().max_frame, 9000 + 18);
 }
+
+/// Source MAC address of the frames the VLAN tests send (the sniffer ignores every other frame,
+/// such as the namespaces' IPv6 neighbour discovery).
+const VLAN_SRC_MAC: [u8; 6] = [0x02, 0x5e, 0x10, 0, 0, 1];
+
+/// Send frames on an interface through a raw AF_PACKET socket: `argv[1]` the interface, then
+/// one `VNET:FRAME` argument per frame in hex. With any VNET non-empty the socket has
+/// `PACKET_VNET_HDR` on and every frame goes with its virtio-net header (all zero when empty).
+const VLAN_SENDER: &str = r#"
+import socket, sys
+items = [a.split(":") for a in sys.argv[2:]]
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+vnet = any(v for v, _ in items)
+if vnet: s.setsockopt(263, 15, 1)  # SOL_PACKET, PACKET_VNET_HDR
+s.bind((sys.argv[1], 0))
+for v, f in items:
+    hdr = bytes.fromhex(v) if v else bytes(10)
+    s.send((hdr if vnet else b"") + bytes.fromhex(f))
+"#;
+
+/// Receive `argv[2]` frames from source MAC `argv[3]` on interface `argv[1]`, print each in hex.
+/// The kernel strips the outer VLAN tag on receive; it is put back from `PACKET_AUXDATA`, as
+/// libpcap does, so a frame prints as it was on the wire. Prints `ready` once bound.
+const VLAN_SNIFFER: &str = r#"
+import socket, struct, sys
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
+s.setsockopt(263, 8, 1)  # SOL_PACKET, PACKET_AUXDATA
+s.bind((sys.argv[1], 0)); s.settimeout(10)
+want, src = int(sys.argv[2]), bytes.fromhex(sys.argv[3])
+print("ready", flush=True)
+n = 0
+while n < want:
+    d, anc, _, addr = s.recvmsg(1 << 16, socket.CMSG_SPACE(20))
+    if addr[2] == socket.PACKET_OUTGOING: continue
+    for lvl, typ, data in anc:
+        if lvl == 263 and typ == 8:
+            st, _, _, _, _, tci, tpid = struct.unpack("IIIHHHH", data[:20])
+            if st & (1 << 4):
+                tpid = tpid if st & (1 << 6) else 0x8100
+                d = d[:12] + struct.pack("!HH", tpid, tci) + d[12:]
+    if d[6:12] != src: continue
+    print(d.hex(), flush=True); n += 1
+"#;
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// An untagged Ethernet/IPv4/UDP frame from [`VLAN_SRC_MAC`] with a `payload`-byte payload and
+/// a correct UDP checksum.
+fn vlan_test_frame(payload: usize) -> Vec<u8> {
+    let data: Vec<u8> = (0..payload).map(|i| (i * 13 + 7) as u8).collect();
+    let mut f = Vec::new();
+    etherparse::PacketBuilder::ethernet2(VLAN_SRC_MAC, [0x02, 0x5e, 0x10, 0, 0, 2])
+        .ipv4([10, 199, 78, 1], [10, 199, 78, 2], 64)
+        .udp(4321, 5397)
+        .write(&mut f, &data)
+        .expect("build frame");
+    f
+}
+
+/// `frame` with a tag (`tpid`, `tci`) inserted after its MAC addresses.
+fn with_tag(frame: &[u8], tpid: u16, tci: u16) -> Vec<u8> {
+    let mut t = frame[..12].to_vec();
+    t.extend_from_slice(&tpid.to_be_bytes());
+    t.extend_from_slice(&tci.to_be_bytes());
+    t.extend_from_slice(&frame[12..]);
+    t
+}
+
+/// Send `items` ((virtio-net header, frame) pairs) from namespace A's inner interface, through
+/// a forwarder between the two AF_PACKET ports on the outer ends, and return what a sniffer on
+/// namespace B's inner interface saw from [`VLAN_SRC_MAC`] (in hex, in order), with the ports'
+/// counters and the forwarder's drop count.
+fn send_through_snic(
+    topo: &Topology,
+    items: &[(Option<[u8; 10]>, Vec<u8>)],
+    soft_offload: bool,
+) -> (Vec<String>, [snic_io::afpacket::AfPacketStats; 2], u64) {
+    use std::io::BufRead;
+    let a = AfPacketPort::open(&topo.outer[0]).expect("open port a");
+    let b = AfPacketPort::open(&topo.outer[1]).expect("open port b");
+    let fwd = Forwarder::start(a, b, soft_offload);
+    let mut sniffer = Command::new("timeout")
+        .args(["-k", "2", "20", "ip", "netns", "exec", &topo.ns[1]])
+        .args(["python3", "-c", VLAN_SNIFFER, &topo.inner[1]])
+        .arg(items.len().to_string())
+        .arg(hex(&VLAN_SRC_MAC))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start sniffer");
+    let mut out = std::io::BufReader::new(sniffer.stdout.take().expect("sniffer stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("sniffer output");
+    assert_eq!(line.trim(), "ready", "the sniffer did not start");
+    let args: Vec<String> = items
+        .iter()
+        .map(|(v, f)| format!("{}:{}", v.map(|v| hex(&v)).unwrap_or_default(), hex(f)))
+        .collect();
+    let mut cmd = vec!["python3", "-c", VLAN_SENDER, &topo.inner[0]];
+    cmd.extend(args.iter().map(String::as_str));
+    let (ok, _) = topo.exec(0, 10, &cmd);
+    assert!(ok, "sender failed");
+    let got: Vec<String> = out.lines().map(|l| l.expect("sniffer output")).collect();
+    let status = sniffer.wait().expect("sniffer status");
+    let (a, b, dropped) = fwd.finish();
+    let stats = [a.stats(), b.stats()];
+    eprintln!("port a: {:?}\nport b: {:?}\nforwarder drops: {dropped}", stats[0], stats[1]);
+    assert!(status.success(), "sniffer failed ({status}) after {} of {} frames", got.len(), items.len());
+    (got, stats, dropped)
+}
+
+/// The kernel strips the outer VLAN tag of every frame an AF_PACKET socket receives (into
+/// `PACKET_AUXDATA`), even on a veth: the port must put it back, and a tagged frame it sends
+/// must leave with its tags. Untagged, 802.1Q (with priority, and priority-only), QinQ with an
+/// 802.1ad or an 802.1Q outer tag, and a full-size tagged frame cross byte-identical.
+#[test]
+fn afpacket_keeps_vlan_tags() {
+    if !can_run("afpacket_keeps_vlan_tags") {
+        return;
+    }
+    let topo = Topology::create("vl", [true, true]);
+    let plain = vlan_test_frame(32);
+    let q = with_tag(&plain, 0x8100, 0xa064); // PCP 5, VLAN 100
+    // A full-size tagged frame: 1500-byte IP packet, 14 + 4 + 1500 = 1518 bytes.
+    let full = with_tag(&vlan_test_frame(1500 - 28), 0x8100, 0x0fff);
+    assert_eq!(full.len(), 1518);
+    let frames = [
+        plain.clone(),
+        q.clone(),
+        with_tag(&plain, 0x8100, 0x6000), // priority tag: PCP 3, VLAN 0
+        with_tag(&q, 0x88a8, 0x00c8),     // QinQ: 802.1ad 200 over 802.1Q 100
+        with_tag(&q, 0x8100, 0x012c),     // double 802.1Q: 300 over 100
+        full,
+        plain,
+    ];
+    let items: Vec<_> = frames.iter().map(|f| (None, f.clone())).collect();
+    let (got, [a, b], dropped) = send_through_snic(&topo, &items, false);
+    let want: Vec<String> = frames.iter().map(|f| hex(f)).collect();
+    assert_eq!(got, want, "frames changed crossing snic");
+    assert_eq!(a.rx_vlan, 5, "tags restored on port a: {a:?}");
+    assert_eq!(a.rx_vlan_lost + b.rx_vlan_lost, 0);
+    assert_eq!(a.rx_bad_vnet + a.rx_truncated + a.rx_errors, 0);
+    assert_eq!(a.tx_errors + b.tx_errors, 0);
+    assert_no_drops(dropped, [a.tx_dropped, b.tx_dropped]);
+}
+
+/// A frame with a partial UDP checksum whose tag the kernel stripped: the virtio-net header's
+/// `csum_start` counts from the untagged frame and must move by 4 with the restored tag. The
+/// forwarder completes the checksum in software from `csum_start` (and checks every sum with
+/// etherparse), so a wrong offset corrupts the frame; B must get it whole, checksum correct.
+#[test]
+fn afpacket_moves_checksum_offsets_past_a_restored_tag() {
+    if !can_run("afpacket_moves_checksum_offsets_past_a_restored_tag") {
+        return;
+    }
+    let topo = Topology::create("vc", [true, true]);
+    let mut items = Vec::new();
+    let mut want = Vec::new();
+    for tags in [&[][..], &[(0x8100, 100)][..], &[(0x8100, 100), (0x88a8, 200)][..]] {
+        let mut full = vlan_test_frame(200);
+        for &(tpid, tci) in tags {
+            full = with_tag(&full, tpid, tci);
+        }
+        // The sender leaves the pseudo-header sum in the checksum field and the rest to the
+        // device: NEEDS_CSUM from the UDP header (after the tags), checksum at offset 6.
+        let l4 = 14 + 4 * tags.len() + 20;
+        let mut partial = full.clone();
+        let udp_len = (full.len() - l4) as u32;
+        let ip = &full[l4 - 8..l4];
+        let mut sum = 17 + udp_len;
+        for w in ip.chunks(2) {
+            sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
+        }
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        partial[l4 + 6..l4 + 8].copy_from_slice(&(sum as u16).to_be_bytes());
+        let mut vnet = [0u8; 10];
+        vnet[0] = 1; // NEEDS_CSUM
+        vnet[6..8].copy_from_slice(&(l4 as u16).to_le_bytes());
+        vnet[8..10].copy_from_slice(&6u16.to_le_bytes());
+        items.push((Some(vnet), partial));
+        want.push(hex(&full));
+    }
+    let (got, [a, b], dropped) = send_through_snic(&topo, &items, true);
+    assert_eq!(got, want, "frames with completed checksums");
+    assert_eq!(a.rx_vlan, 2, "tags restored on port a: {a:?}");
+    assert_eq!(a.rx_bad_vnet + a.rx_truncated + a.rx_errors + a.rx_vlan_lost, 0);
+    assert_eq!(a.tx_errors + b.tx_errors, 0);
+    assert_no_drops(dropped, [a.tx_dropped, b.tx_dropped]);
+}
