@@ -11,6 +11,28 @@
 //! 64 KiB super-packet once, then reused), transmit with `sendmmsg`. Errors are counted in
 //! [`AfPacketStats`], never panics.
 //!
+//! # VLAN tags
+//!
+//! On receive the kernel takes the outer 802.1Q or 802.1ad tag out of every tagged frame and
+//! keeps it as packet metadata (`skb->vlan_tci`), whatever the interface's offload settings
+//! (a veth too): the bytes a packet socket reads lack it, and a QinQ frame shows only its inner
+//! tag. The socket has `PACKET_AUXDATA` on, so each `recvmmsg` message also fills a small
+//! per-slot control buffer with a `tpacket_auxdata`; when its `tp_status` has
+//! `TP_STATUS_VLAN_VALID`, the port puts the tag back after the two MAC addresses: TPID
+//! `tp_vlan_tpid` (when `TP_STATUS_VLAN_TPID_VALID`, else 0x8100), then `tp_vlan_tci` (a
+//! priority tag with TCI 0 included). The MAC addresses move 4 bytes into the buffer's
+//! headroom, so nothing is allocated and only 12 bytes are copied, and a frame that filled the
+//! receive area still fits. The virtio-net header counts `csum_start` and `hdr_len` from the
+//! untagged frame the kernel hands over; both move by 4 with the tag (see
+//! [`VnetHdr::shifted`]). Frames so restored are counted in [`AfPacketStats::rx_vlan`];
+//! `rx_bytes` counts them with their tag, as they were on the wire.
+//!
+//! On transmit the kernel does not touch the frame: tags written in the frame leave as they
+//! are (single, QinQ, with GSO or a partial checksum, whose offsets then count the tags).
+//! [`PortCaps::max_frame`] is the MTU plus 18 bytes (Ethernet header and one tag), the most
+//! the kernel's packet socket sends without GSO; a longer frame, such as a QinQ frame with a
+//! full-MTU payload, is dropped as too big before `send`.
+//!
 //! Needs root (`CAP_NET_RAW`); [`AfPacketPort::open`] says so in its error otherwise.
 #![allow(unsafe_code, reason = "AF_PACKET sockets are driven through libc system calls")]
 

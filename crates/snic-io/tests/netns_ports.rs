@@ -682,7 +682,12 @@ fn send_through_snic(
     let (a, b, dropped) = fwd.finish();
     let stats = [a.stats(), b.stats()];
     eprintln!("port a: {:?}\nport b: {:?}\nforwarder drops: {dropped}", stats[0], stats[1]);
-    assert!(status.success(), "sniffer failed ({status}) after {} of {} frames", got.len(), items.len());
+    assert!(
+        status.success(),
+        "sniffer failed ({status}) after {} of {} frames",
+        got.len(),
+        items.len()
+    );
     (got, stats, dropped)
 }
 
