@@ -86,14 +86,7 @@ const PROGRAMS: &[(&str, &str, &[&str])] = &[
 ];
 
 /// Tests known to fail, and why. They still run; their failure does not fail this test.
-const KNOWN_FAILURES: &[(&str, &str)] = &[
-    (
-        "reconic_classifier.VlanTags",
-        "snic's afpacket port loses the outer VLAN tag of received frames (the kernel moves \
-         it to packet metadata; the port does not ask PACKET_AUXDATA to put it back)",
-    ),
-    ("reconic_classifier.StfVlanPackets", "the same VLAN tag loss"),
-];
+const KNOWN_FAILURES: &[(&str, &str)] = &[];
 
 fn venv() -> PathBuf {
     std::env::var_os("SNIC_PTF_VENV")
