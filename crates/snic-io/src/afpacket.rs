@@ -216,8 +216,9 @@ pub struct AfPacketPort {
     msgs: Box<[libc::mmsghdr; BURST]>,
 }
 
-// SAFETY: the raw pointers inside `iov` and `msgs` (and those they point to in `ctrl`) are scratch space, rebuilt before every system
-// call and never dereferenced otherwise; the port owns everything they point to while in use.
+// SAFETY: the raw pointers inside `iov` and `msgs` are scratch space, rebuilt before every system
+// call and never dereferenced otherwise (but for reading `ctrl` right after a receive, in
+// `vlan_tag`); the port owns everything they point to while in use.
 unsafe impl Send for AfPacketPort {}
 
 impl std::fmt::Debug for AfPacketPort {
@@ -514,8 +515,8 @@ impl Port for AfPacketPort {
             m.msg_len = 0;
         }
         // SAFETY: the first `want` entries of `msgs` point at live buffers: the port's vnet
-        // slots, addresses and control buffers, and the receive areas of the batch's slots, which stay borrowed
-        // (through `slots`) until after the call.
+        // slots, addresses and control buffers, and the receive areas of the batch's slots,
+        // which stay borrowed (through `slots`) until after the call.
         let r = unsafe {
             libc::recvmmsg(
                 self.fd.as_raw_fd(),
