@@ -336,3 +336,54 @@ pub fn ids(info: &crate::proto::p4::config::v1::P4Info) -> std::collections::Has
     info.controller_packet_metadata.iter().for_each(|x| add(&x.preamble));
     m
 }
+
+/// Update types (`p4.v1.Update.Type`).
+pub const INSERT: i32 = 1;
+/// MODIFY.
+pub const MODIFY: i32 = 2;
+/// DELETE.
+pub const DELETE: i32 = 3;
+
+/// MAC address 00:00:00:00:00:01.
+pub const MAC1: [u8; 6] = [0, 0, 0, 0, 0, 1];
+/// MAC address 00:00:00:00:00:02.
+pub const MAC2: [u8; 6] = [0, 0, 0, 0, 0, 2];
+
+/// The test program's ids by name.
+pub fn names() -> std::collections::HashMap<String, u32> {
+    ids(config(TEST_PROGRAM).p4info.as_ref().expect("p4info"))
+}
+
+/// A kit with the test program pushed by a primary with election id 10, its stream, and the
+/// program's ids.
+pub fn ready() -> (Kit, Stream, std::collections::HashMap<String, u32>) {
+    let mut k = Kit::new();
+    let s = k.primary_with(10, TEST_PROGRAM);
+    (k, s, names())
+}
+
+/// An entry of the test program's `I.fwd`: destination `mac` to `port`.
+pub fn fwd_entry(
+    n: &std::collections::HashMap<String, u32>,
+    mac: [u8; 6],
+    port: u8,
+) -> p4::TableEntry {
+    p4::TableEntry {
+        table_id: n["I.fwd"],
+        r#match: vec![exact(1, &mac)],
+        action: action(n["I.forward"], &[(1, &[port])]),
+        ..Default::default()
+    }
+}
+
+/// Read the table entries query `q` selects.
+pub fn table_entries(k: &mut Kit, q: p4::TableEntry) -> Result<Vec<p4::TableEntry>, tonic::Status> {
+    use p4::entity::Entity as E;
+    Ok(k.read(vec![p4::Entity { entity: Some(E::TableEntry(q)) }])?
+        .into_iter()
+        .filter_map(|e| match e.entity {
+            Some(E::TableEntry(t)) => Some(t),
+            _ => None,
+        })
+        .collect())
+}

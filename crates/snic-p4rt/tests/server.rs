@@ -2,19 +2,15 @@
 //! Write/Read of every entity, errors as the specification gives them, packet I/O and digests
 //! through the p4 stage.
 
-use std::collections::HashMap;
-
 use snic_p4rt::proto::p4::v1 as p4;
 use snic_p4rt::testing::{
-    Kit, Stream, TEST_PROGRAM, action, config, eth, exact, ids, update, write_errors,
+    DELETE, INSERT, Kit, MAC1, MAC2, MODIFY, Stream, TEST_PROGRAM, action, config, eth, exact,
+    fwd_entry, ids, names, ready, table_entries, update, write_errors,
 };
 use tonic::Code;
 
 use p4::entity::Entity as E;
 
-const INSERT: i32 = 1;
-const MODIFY: i32 = 2;
-const DELETE: i32 = 3;
 const VERIFY: i32 = 1;
 const VERIFY_AND_SAVE: i32 = 2;
 const VERIFY_AND_COMMIT: i32 = 3;
@@ -23,39 +19,8 @@ const RECONCILE_AND_COMMIT: i32 = 5;
 const CONTINUE_ON_ERROR: i32 = 0;
 const ROLLBACK_ON_ERROR: i32 = 1;
 
-const MAC1: [u8; 6] = [0, 0, 0, 0, 0, 1];
-const MAC2: [u8; 6] = [0, 0, 0, 0, 0, 2];
-
-fn names() -> HashMap<String, u32> {
-    ids(config(TEST_PROGRAM).p4info.as_ref().unwrap())
-}
-
-/// A kit with the test program pushed by a primary with election id 10.
-fn ready() -> (Kit, Stream, HashMap<String, u32>) {
-    let mut k = Kit::new();
-    let s = k.primary_with(10, TEST_PROGRAM);
-    (k, s, names())
-}
-
-fn fwd_entry(n: &HashMap<String, u32>, mac: [u8; 6], port: u8) -> p4::TableEntry {
-    p4::TableEntry {
-        table_id: n["I.fwd"],
-        r#match: vec![exact(1, &mac)],
-        action: action(n["I.forward"], &[(1, &[port])]),
-        ..Default::default()
-    }
-}
-
 fn read_table(k: &mut Kit, table: u32) -> Vec<p4::TableEntry> {
-    let q = p4::TableEntry { table_id: table, ..Default::default() };
-    k.read(vec![p4::Entity { entity: Some(E::TableEntry(q)) }])
-        .unwrap()
-        .into_iter()
-        .filter_map(|e| match e.entity {
-            Some(E::TableEntry(t)) => Some(t),
-            _ => None,
-        })
-        .collect()
+    table_entries(k, p4::TableEntry { table_id: table, ..Default::default() }).unwrap()
 }
 
 #[test]

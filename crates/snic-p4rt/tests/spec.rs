@@ -2,51 +2,14 @@
 //! independent review of the server against the specification found wrong (each failed
 //! before its fix), kept as regression tests.
 
-use std::collections::HashMap;
-
 use snic_p4rt::proto::p4::v1 as p4;
 use snic_p4rt::testing::{
-    Kit, Stream, TEST_PROGRAM, action, config, eth, exact, ids, update, write_errors,
+    DELETE, INSERT, Kit, MAC1, MAC2, MODIFY, Stream, TEST_PROGRAM, action, config, eth, exact,
+    fwd_entry, ids, ready, table_entries, update, write_errors,
 };
 use tonic::Code;
 
 use p4::entity::Entity as E;
-
-const INSERT: i32 = 1;
-const MODIFY: i32 = 2;
-const DELETE: i32 = 3;
-
-const MAC1: [u8; 6] = [0, 0, 0, 0, 0, 1];
-const MAC2: [u8; 6] = [0, 0, 0, 0, 0, 2];
-
-fn names() -> HashMap<String, u32> {
-    ids(config(TEST_PROGRAM).p4info.as_ref().unwrap())
-}
-
-fn ready() -> (Kit, Stream, HashMap<String, u32>) {
-    let mut k = Kit::new();
-    let s = k.primary_with(10, TEST_PROGRAM);
-    (k, s, names())
-}
-
-fn fwd_entry(n: &HashMap<String, u32>, mac: [u8; 6], port: u8) -> p4::TableEntry {
-    p4::TableEntry {
-        table_id: n["I.fwd"],
-        r#match: vec![exact(1, &mac)],
-        action: action(n["I.forward"], &[(1, &[port])]),
-        ..Default::default()
-    }
-}
-
-fn tables(k: &mut Kit, q: p4::TableEntry) -> Result<Vec<p4::TableEntry>, tonic::Status> {
-    Ok(k.read(vec![p4::Entity { entity: Some(E::TableEntry(q)) }])?
-        .into_iter()
-        .filter_map(|e| match e.entity {
-            Some(E::TableEntry(t)) => Some(t),
-            _ => None,
-        })
-        .collect())
-}
 
 fn code(e: &tonic::Status) -> i32 {
     write_errors(e).first().map_or(e.code() as i32, |x| x.canonical_code)
@@ -147,7 +110,7 @@ fn read_by_match_without_priority_on_ternary_table() {
     k.write(10, 0, vec![update(INSERT, E::TableEntry(e(5))), update(INSERT, E::TableEntry(e(9)))])
         .unwrap();
     let q = p4::TableEntry { table_id: acl, r#match: vec![tern.clone()], ..Default::default() };
-    let got = tables(&mut k, q);
+    let got = table_entries(&mut k, q);
     assert!(got.is_ok(), "read by match, priority 0: {:?}", got.err());
     assert_eq!(got.unwrap().len(), 2);
 }
@@ -176,7 +139,7 @@ fn read_filters_by_priority_and_action() {
     )
     .unwrap();
     let q = p4::TableEntry { table_id: acl, priority: 9, ..Default::default() };
-    assert_eq!(tables(&mut k, q).unwrap().len(), 1, "priority filter ignored");
+    assert_eq!(table_entries(&mut k, q).unwrap().len(), 1, "priority filter ignored");
 }
 
 /// Spec 9.2.2: group DELETE while a table entry references it -> FAILED_PRECONDITION; same for
@@ -216,7 +179,8 @@ fn delete_group_or_member_referenced_by_entry_fails() {
     k.write(10, 0, vec![update(INSERT, E::TableEntry(te))]).unwrap();
     let r = k.write(10, 0, vec![update(DELETE, E::ActionProfileGroup(grp))]);
     let after =
-        tables(&mut k, p4::TableEntry { table_id: n["I.ecmp"], ..Default::default() }).unwrap();
+        table_entries(&mut k, p4::TableEntry { table_id: n["I.ecmp"], ..Default::default() })
+            .unwrap();
     eprintln!("entry after group delete: {:?}", after.first().map(|t| &t.action));
     eprintln!("packet after group delete: {:?}", k.run(&[(1, eth(MAC1, MAC2, 0x8888))]));
     assert_eq!(r.map_err(|e| code(&e)), Err(Code::FailedPrecondition as i32));
@@ -375,7 +339,7 @@ fn default_entry_keeps_its_metadata() {
         ..Default::default()
     };
     k.write(10, 0, vec![update(MODIFY, E::TableEntry(d))]).unwrap();
-    let got = tables(
+    let got = table_entries(
         &mut k,
         p4::TableEntry { table_id: n["I.fwd"], is_default_action: true, ..Default::default() },
     )
@@ -556,12 +520,12 @@ fn const_table_read_priorities() {
         "is_const_table={} const_default_action_id={:#x}",
         t.is_const_table, t.const_default_action_id
     );
-    let rows =
-        tables(&mut k, p4::TableEntry { table_id: n["I.ct"], ..Default::default() }).unwrap();
+    let rows = table_entries(&mut k, p4::TableEntry { table_id: n["I.ct"], ..Default::default() })
+        .unwrap();
     for r in &rows {
         eprintln!("prio={} const={} match={:?}", r.priority, r.r#const, r.r#match);
     }
-    let d = tables(
+    let d = table_entries(
         &mut k,
         p4::TableEntry { table_id: n["I.ct"], is_default_action: true, ..Default::default() },
     )
