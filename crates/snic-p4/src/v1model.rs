@@ -1032,19 +1032,27 @@ impl Switch {
         cir: MeterRate,
         pir: MeterRate,
     ) -> Result<(), RuntimeError> {
+        for m in self.meter_cells(inst, index)? {
+            m.set_rates(cir, pir).map_err(|e| RuntimeError::Invalid(format!("{e:?}")))?;
+        }
+        Ok(())
+    }
+
+    /// Cell `index` of meter `inst` (`None`: every cell).
+    fn meter_cells(
+        &mut self,
+        inst: usize,
+        index: Option<usize>,
+    ) -> Result<&mut [Meter], RuntimeError> {
         let cells = self
             .meters
             .get_mut(inst)
             .ok_or_else(|| RuntimeError::NotFound(format!("meter {inst}")))?;
-        let range = match index {
-            Some(i) if i < cells.len() => i..i + 1,
-            Some(i) => return Err(RuntimeError::Invalid(format!("meter index {i}"))),
-            None => 0..cells.len(),
-        };
-        for m in &mut cells[range] {
-            m.set_rates(cir, pir).map_err(|e| RuntimeError::Invalid(format!("{e:?}")))?;
+        match index {
+            Some(i) if i < cells.len() => Ok(&mut cells[i..i + 1]),
+            Some(i) => Err(RuntimeError::Invalid(format!("meter index {i}"))),
+            None => Ok(&mut cells[..]),
         }
-        Ok(())
     }
 
     /// Return an indexed meter's cells (`None`: every cell) to their default: no rates, every
@@ -1054,16 +1062,7 @@ impl Switch {
         inst: usize,
         index: Option<usize>,
     ) -> Result<(), RuntimeError> {
-        let cells = self
-            .meters
-            .get_mut(inst)
-            .ok_or_else(|| RuntimeError::NotFound(format!("meter {inst}")))?;
-        let range = match index {
-            Some(i) if i < cells.len() => i..i + 1,
-            Some(i) => return Err(RuntimeError::Invalid(format!("meter index {i}"))),
-            None => 0..cells.len(),
-        };
-        cells[range].iter_mut().for_each(Meter::reset_rates);
+        self.meter_cells(inst, index)?.iter_mut().for_each(Meter::reset_rates);
         Ok(())
     }
 
