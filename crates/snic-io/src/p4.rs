@@ -444,16 +444,17 @@ impl P4Io {
         true
     }
 
-    /// Hand a digest to the controller; `false` when nobody listens or the queue is full.
-    fn digest(&self, d: u32, vals: Vec<u128>) -> bool {
+    /// Hand a digest to the controller; `Err` gives it back when nobody listens or the queue
+    /// is full.
+    fn digest(&self, d: u32, vals: Vec<u128>) -> Result<(), Vec<u128>> {
         let mut q = self.q();
         if !q.listening || q.digests.len() >= IO_QUEUE {
-            return false;
+            return Err(vals);
         }
         q.digests.push_back((d, vals));
         drop(q);
         self.wake();
-        true
+        Ok(())
     }
 
     /// Take the packets for the controller: (the P4 ingress port of the packet that made
@@ -538,6 +539,46 @@ fn run_one(
     true
 }
 
+/// Hand the program's digests to the controller; returns the ones nobody took (the caller
+/// counts each as an error, never keeps it, so a program that sends them cannot grow memory).
+fn digests_to_controller(sw: &mut Switch, io: &P4Io) -> Vec<(u32, Vec<u128>)> {
+    let mut refused = Vec::new();
+    for (d, vals) in sw.take_digests() {
+        if let Err(vals) = io.digest(d, vals) {
+            refused.push((d, vals));
+        }
+    }
+    refused
+}
+
+/// A packet the program made beside the one it was handed (a replica, a clone, what a
+/// packet-out became), counted in `created`: to the controller when it goes to the CPU port
+/// (`local`, or a `p4_cpu_full` drop), to a snic port (queued in `extra` with the metadata
+/// `meta` makes), or a `p4_drop` for a port that is not one.
+fn made(
+    io: &P4Io,
+    cpu: Option<u32>,
+    ingress: u32,
+    (q, bytes): (u32, Vec<u8>),
+    meta: impl FnOnce() -> Metadata,
+    extra: &mut Vec<(Metadata, PortId, Vec<u8>)>,
+    ctx: &mut StageCtx<'_>,
+) {
+    ctx.counters.created += 1;
+    if Some(q) == cpu {
+        if io.packet_in(ingress, bytes) {
+            ctx.counters.local += 1;
+        } else {
+            ctx.counters.drops.add(DropReason::P4CpuFull);
+        }
+        return;
+    }
+    match port(q) {
+        Some(q) => extra.push((meta(), q, bytes)),
+        None => ctx.counters.drops.add(DropReason::P4Drop),
+    }
+}
+
 impl Stage for P4Stage {
     fn name(&self) -> &str {
         "p4"
@@ -574,15 +615,13 @@ impl Stage for P4Stage {
                 }
                 sw.set_trace(false);
             }
-            // Digests go to the controller; without one, each is counted (and traced), never
-            // kept, so a program that sends them cannot grow the switch's memory.
-            for (d, vals) in sw.take_digests() {
-                let shown = traced.then(|| format!("digest {d} {vals:?}"));
-                if !io.digest(d, vals) {
-                    ctx.error();
-                    if let Some(s) = shown {
-                        ctx.trace(p, || TraceWhat::Detail(format!("{s} (no receiver)")));
-                    }
+            // Digests go to the controller; without one, each is counted (and traced).
+            for (d, vals) in digests_to_controller(&mut sw, io) {
+                ctx.error();
+                if traced {
+                    ctx.trace(p, || {
+                        TraceWhat::Detail(format!("digest {d} {vals:?} (no receiver)"))
+                    });
                 }
             }
             let mut outs = out.drain(..);
@@ -596,23 +635,10 @@ impl Stage for P4Stage {
                 continue;
             };
             let changed = first != p.data();
-            for (q, bytes) in outs {
-                ctx.counters.created += 1;
-                if Some(q) == cpu {
-                    if io.packet_in(ingress, bytes) {
-                        ctx.counters.local += 1;
-                    } else {
-                        ctx.counters.drops.add(DropReason::P4CpuFull);
-                    }
-                    continue;
-                }
-                let mut meta = p.meta.clone();
-                meta.stack = Default::default();
-                meta.parsed = false;
-                match port(q) {
-                    Some(q) => extra.push((meta, q, bytes)),
-                    None => ctx.counters.drops.add(DropReason::P4Drop),
-                }
+            for o in outs {
+                let meta =
+                    || Metadata { stack: Default::default(), parsed: false, ..p.meta.clone() };
+                made(io, cpu, ingress, o, meta, extra, ctx);
             }
             if Some(first_port) == cpu {
                 let v = if io.packet_in(ingress, first) {
@@ -646,29 +672,15 @@ impl Stage for P4Stage {
                     ctx.error();
                     continue;
                 }
-                for (d, vals) in sw.take_digests() {
-                    if !io.digest(d, vals) {
-                        ctx.error();
-                    }
+                for _ in digests_to_controller(&mut sw, io) {
+                    ctx.error();
                 }
-                for (q, bytes) in out.drain(..) {
-                    ctx.counters.created += 1;
-                    if q == cpu {
-                        if io.packet_in(cpu, bytes) {
-                            ctx.counters.local += 1;
-                        } else {
-                            ctx.counters.drops.add(DropReason::P4CpuFull);
-                        }
-                        continue;
-                    }
-                    match port(q) {
-                        Some(q) => {
-                            let ingress = port(cpu).unwrap_or_default();
-                            let meta = Metadata { ingress, ..Metadata::default() };
-                            extra.push((meta, q, bytes));
-                        }
-                        None => ctx.counters.drops.add(DropReason::P4Drop),
-                    }
+                for o in out.drain(..) {
+                    let meta = || Metadata {
+                        ingress: port(cpu).unwrap_or_default(),
+                        ..Metadata::default()
+                    };
+                    made(io, Some(cpu), cpu, o, meta, extra, ctx);
                 }
             }
         }
