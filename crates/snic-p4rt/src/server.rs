@@ -77,6 +77,13 @@ struct Shared {
     last_idle_scan: Mutex<Instant>,
 }
 
+/// Nanoseconds since the Unix epoch (the timestamps of stream notifications).
+fn epoch_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -123,14 +130,12 @@ impl Shared {
 
     /// Move packet-ins and digests from the stage to the primary.
     fn pump(&self) {
-        let dev = lock(&self.dev);
+        let mut dev = lock(&self.dev);
         let io = Arc::clone(dev.control().io());
         for (_, frame) in io.take_packet_ins() {
             let pi = dev.packet_in(frame);
             self.to_primary(&dev, p4::stream_message_response::Update::Packet(pi));
         }
-        drop(dev);
-        let mut dev = lock(&self.dev);
         // Idle entries: a scan of the notifying tables under every worker's lock, so not at
         // every tick.
         let idle = {
@@ -143,10 +148,7 @@ impl Shared {
             }
         };
         if !idle.is_empty() {
-            let ts = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as i64);
-            let msg = p4::IdleTimeoutNotification { table_entry: idle, timestamp: ts };
+            let msg = p4::IdleTimeoutNotification { table_entry: idle, timestamp: epoch_ns() };
             self.to_primary(
                 &dev,
                 p4::stream_message_response::Update::IdleTimeoutNotification(msg),
@@ -189,10 +191,7 @@ impl Shared {
                 let until = now + Duration::from_nanos(cfg.ack_timeout_ns as u64);
                 dg.unacked.insert(list_id, (id, list.clone(), until));
             }
-            let ts = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as i64);
-            let msg = p4::DigestList { digest_id: id, list_id, data: list, timestamp: ts };
+            let msg = p4::DigestList { digest_id: id, list_id, data: list, timestamp: epoch_ns() };
             self.to_primary(&dev, p4::stream_message_response::Update::Digest(msg));
         }
     }
