@@ -221,15 +221,13 @@ fn bits_spec(width: u32) -> Option<cfg::P4DataTypeSpec> {
     })
 }
 
-/// The P4Info of a compiled program. `arch` names the architecture (`v1model`, `pna`), `name`
-/// the program (the package name in `pkg_info`). `idle` tells which tables support idle
-/// timeout (by table index).
-pub fn generate(
-    prog: &Compiled,
-    name: &str,
-    arch: &str,
-    idle: &dyn Fn(usize) -> bool,
-) -> Result<cfg::P4Info, P4InfoError> {
+/// The P4Info of a compiled program named `name` (the package name in `pkg_info`), for its
+/// architecture (`v1model`, `pna`).
+pub fn for_program(prog: &Compiled, name: &str) -> Result<cfg::P4Info, P4InfoError> {
+    let arch = match prog.arch {
+        snic_p4::ir::Arch::V1Model => "v1model",
+        snic_p4::ir::Arch::Pna(_) => "pna",
+    };
     // Which actions the control plane can name: those some table lists.
     let mut used_actions: Vec<u32> = Vec::new();
     for t in &prog.tables {
@@ -360,7 +358,9 @@ pub fn generate(
             implementation_id: t.implementation.map_or(0, |i| inst_ids[i as usize]),
             direct_resource_ids,
             size: t.size as i64,
-            idle_timeout_behavior: if idle(ti) {
+            // Only tables that notify take a controller's idle timeout (PNA's AUTO_DELETE
+            // tables expire on their own, with the program's expire-time profiles).
+            idle_timeout_behavior: if t.idle == snic_p4::ir::IdleTimeout::Notify {
                 cfg::table::IdleTimeoutBehavior::NotifyControl as i32
             } else {
                 cfg::table::IdleTimeoutBehavior::NoTimeout as i32
@@ -568,19 +568,6 @@ fn counter_unit(kind: u32) -> i32 {
 fn meter_unit(bytes: bool) -> i32 {
     use cfg::meter_spec::Unit;
     if bytes { Unit::Bytes as i32 } else { Unit::Packets as i32 }
-}
-
-/// The P4Info of a compiled program named `name`, for its architecture.
-pub fn for_program(prog: &Compiled, name: &str) -> Result<cfg::P4Info, P4InfoError> {
-    let arch = match prog.arch {
-        snic_p4::ir::Arch::V1Model => "v1model",
-        snic_p4::ir::Arch::Pna(_) => "pna",
-    };
-    // Only tables that notify take a controller's idle timeout (PNA's AUTO_DELETE tables
-    // expire on their own, with the program's expire-time profiles).
-    let idle =
-        |t: usize| prog.tables.get(t).is_some_and(|t| t.idle == snic_p4::ir::IdleTimeout::Notify);
-    generate(prog, name, arch, &idle)
 }
 
 /// The P4Info in protobuf text format (what p4runtime-shell and finsy read).
