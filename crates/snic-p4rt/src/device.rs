@@ -2067,10 +2067,7 @@ fn read_table(
     // metadata; a match with priority 0 matches any priority.
     let want_match = if q.r#match.is_empty() { None } else { Some(matches(ts, &q.r#match)?) };
     let want_prio = (q.priority != 0).then_some(i64::from(q.priority));
-    let want_action = match q.action.as_ref().and_then(|a| a.r#type.as_ref()) {
-        Some(p4::table_action::Type::Action(a)) => Some(a.action_id),
-        _ => None,
-    };
+    let want_action = direct_action_id(q.action.as_ref());
     // Idle times on the other workers, when asked for.
     let idle_of: Option<Vec<HashMap<Handle, u64>>> = (q.time_since_last_hit.is_some() && ts.idle)
         .then(|| {
@@ -2093,19 +2090,15 @@ fn read_table(
         {
             continue;
         }
-        if let Some(id) = want_action {
-            let prog = sw.program().tables[ts.index].actions.get(e.call.action as usize);
-            let this = prog.and_then(|a| schema.action_ids.get(&a.action)).copied();
-            if e.indirect.is_some() || this != Some(id) {
-                continue;
-            }
-        }
         let action = match e.indirect {
             Some(ind) => reverse(ind),
             None => Some(p4::TableAction {
                 r#type: Some(p4::table_action::Type::Action(action_of(schema, sw, ts, &e.call))),
             }),
         };
+        if want_action.is_some_and(|id| direct_action_id(action.as_ref()) != Some(id)) {
+            continue;
+        }
         let counter_data = if q.counter_data.is_some() && ts.direct_counter.is_some() {
             // This worker's count plus the others' (the same handle in every worker).
             let others = summed(&sws[1..], |s| s.direct_counter_read(ts.index, e.handle))?;
@@ -2146,6 +2139,14 @@ fn read_table(
         })));
     }
     Ok(())
+}
+
+/// The action id of a table action naming an action directly (not a member or group).
+fn direct_action_id(a: Option<&p4::TableAction>) -> Option<u32> {
+    match a?.r#type.as_ref()? {
+        p4::table_action::Type::Action(a) => Some(a.action_id),
+        _ => None,
+    }
 }
 
 /// The P4Runtime action of a switch call in table `ts`.
