@@ -58,6 +58,7 @@ struct Worker {
 
 #[derive(Debug)]
 struct Shared {
+    kernel: &'static str,
     instance: String,
     spec: String,
     regs: &'static [RegInfo],
@@ -114,6 +115,7 @@ impl KernelControl {
             kernels.push((k, region));
         }
         let shared = Arc::new(Shared {
+            kernel: model.name(),
             instance: instance.to_owned(),
             spec: spec.to_owned(),
             regs,
@@ -143,6 +145,11 @@ impl KernelControl {
     /// The instance name the control plane addresses (`telemetry`, `crypt.1`).
     pub fn instance(&self) -> &str {
         &self.shared.instance
+    }
+
+    /// The kernel's name (`telemetry`).
+    pub fn kernel(&self) -> &'static str {
+        self.shared.kernel
     }
 
     /// The stage string it was built from.
