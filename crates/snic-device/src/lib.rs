@@ -38,7 +38,8 @@ pub mod server;
 mod worker;
 
 pub use rdma::Wire;
-pub use server::{Server, ServerConfig, ServerHandle};
+pub use server::{DeviceBlock, Server, ServerConfig, ServerHandle};
+pub use snic_hostif::proto::DevKind;
 
 use std::path::PathBuf;
 
