@@ -24,6 +24,9 @@
 //!   commands (`table-add`, `counter-read`, `cli`, ...) for the `p4` stage of a running
 //!   `snic run --control PATH`.
 //!
+//! - `stream`: the streaming kernels (`--stage kernel:NAME`) of a running snic: registers,
+//!   keys, and the telemetry tables read from results memory.
+//!
 //! `anyhow` is used here only; the libraries return their own typed errors.
 
 mod control;
@@ -35,6 +38,7 @@ mod report;
 mod run;
 mod serve;
 mod stats;
+mod stream;
 mod testbed;
 mod vswitch;
 
@@ -77,6 +81,9 @@ enum Command {
     /// P4-16 programs (v1model, PNA): run STF tests, check programs, print their tables, and
     /// program the tables of a running `snic run --stage p4:... --control PATH`.
     P4(p4::P4Args),
+    /// Streaming kernels (`--stage kernel:NAME`) of a running snic: list them, read and write
+    /// their registers, load keys, print the telemetry tables from results memory.
+    Stream(stream::StreamArgs),
 }
 
 /// Arguments of `snic decode`.
@@ -123,6 +130,7 @@ fn main() -> Result<()> {
         Command::Rdma(args) => rdma::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Dma(args) => dma::run(args),
+        Command::Stream(args) => stream::run(args),
         Command::P4(args) => match p4::run(args) {
             0 => Ok(()),
             code => std::process::exit(i32::from(code)),

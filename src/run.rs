@@ -434,6 +434,7 @@ pub fn run(args: RunArgs) -> Result<()> {
                 Arc::clone(&latest),
                 runtime.vswitch().cloned(),
                 runtime.p4().map(|p| p.control()),
+                runtime.stream_kernels().to_vec(),
                 runtime.clock(),
             );
             let server = ControlServer::spawn(path, handler)?;
