@@ -111,7 +111,12 @@ pub struct Emit<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EmitFull;
 
-impl Emit<'_> {
+impl<'a> Emit<'a> {
+    /// Emitted packets go into `out` (the stage's own batch; tests and tools make their own).
+    pub fn new(out: &'a mut snic_pipeline::Batch) -> Emit<'a> {
+        Emit { out }
+    }
+
     /// Queue a copy of `frame`, leaving by `egress` (`None`: a later stage decides). The new
     /// packet enters the batch after the batch's own packets.
     pub fn packet(&mut self, frame: &[u8], egress: Option<PortId>) -> Result<(), EmitFull> {
