@@ -61,7 +61,8 @@ pub struct RunArgs {
         long = "stage",
         value_name = "NAME",
         help = "A pipeline stage, in order: parse, parse:pass, classify, classify:mark, l2fwd, \
-                l2fwd:I=E,..., l2fwd:learn, tap:PATH, vswitch, p4:PROG.p4[,entries=FILE][,I=DIR]. \
+                l2fwd:I=E,..., l2fwd:learn, tap:PATH, vswitch, p4:PROG.p4[,entries=FILE][,I=DIR], \
+                kernel:NAME[,KEY=VALUE]... (telemetry, crypt). \
                 Repeat the option for each stage. Default: parse, classify, l2fwd (between ports \
                 0 and 1)."
     )]
