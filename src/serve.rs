@@ -161,7 +161,15 @@ pub fn run(args: ServeArgs) -> Result<()> {
         p4_stage.as_ref().map(|(p, i)| (p.as_str(), i.as_slice())),
     )?;
     // The control socket answers from a snapshot the loop below refreshes.
-    let latest = Arc::new(Mutex::new(server.stats().to_string()));
+    // The counters document, with where each streaming kernel's results are in device memory.
+    let stats = || {
+        let mut v = server.stats();
+        if !kernels.is_empty() {
+            v["stream_kernels"] = crate::stream::results_json(&kernels);
+        }
+        v
+    };
+    let latest = Arc::new(Mutex::new(stats().to_string()));
     let _control = match &args.control {
         Some(path) => {
             let handler = crate::vswitch::control_handler(
@@ -178,17 +186,17 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let mut refreshed = std::time::Instant::now();
     while !signals.stop_requested() {
         if signals.take_stats_request() {
-            println!("{}", server.stats());
+            println!("{}", stats());
         }
         if args.control.is_some() && refreshed.elapsed() >= Duration::from_millis(100) {
             if let Ok(mut l) = latest.lock() {
-                *l = server.stats().to_string();
+                *l = stats().to_string();
             }
             refreshed = std::time::Instant::now();
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let stats = server.stats();
+    let stats = stats();
     server.shutdown().context("shutting down")?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "{stats}")?;

@@ -199,6 +199,26 @@ pub fn table_text(v: &Value) -> String {
     s
 }
 
+/// Each kernel stage's results memory: `[{"stage", "kernel", "results": [{"bytes",
+/// "device_addr"}]}]` (for the counters document of `snic serve`).
+pub fn results_json(kernels: &[KernelControl]) -> Value {
+    Value::Array(
+        kernels
+            .iter()
+            .map(|k| {
+                let results: Vec<Value> = k
+                    .regions()
+                    .iter()
+                    .map(|(r, addr)| {
+                        json!({"bytes": r.len(), "device_addr": addr.map(|a| format!("{a:#x}"))})
+                    })
+                    .collect();
+                json!({"stage": k.instance(), "kernel": k.kernel(), "results": results})
+            })
+            .collect(),
+    )
+}
+
 fn error(msg: impl Into<String>) -> Value {
     json!({"ok": false, "error": msg.into()})
 }
@@ -264,13 +284,7 @@ pub fn serve(kernels: &[KernelControl], req: Request) -> Value {
                             })
                         })
                         .collect();
-                    let results: Vec<Value> = k
-                        .regions()
-                        .iter()
-                        .map(|(r, addr)| {
-                            json!({"bytes": r.len(), "device_addr": addr.map(|a| format!("{a:#x}"))})
-                        })
-                        .collect();
+                    let results = results_json(std::slice::from_ref(k))[0]["results"].clone();
                     json!({"stage": k.instance(), "kernel": k.kernel(), "spec": k.spec(),
                            "workers": k.workers(), "registers": regs, "results": results})
                 })

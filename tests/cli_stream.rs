@@ -273,6 +273,9 @@ fn a_host_program_reads_the_telemetry_table_of_a_nic_from_device_memory() {
     live.wait_until("6 packets in 3 flows", |l| l.totals() == (3, 6));
     let t = live.table();
     assert_eq!(t["workers"][0]["device_addr"], format!("{dev:#x}"));
+    let o = snic().args(["stats", "--control"]).arg(&live.ctl).output().unwrap();
+    let st: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(st["stream_kernels"][0]["results"][0]["device_addr"], format!("{dev:#x}"), "{st}");
     // The host's view, through the memory API (C2H DMA from device memory).
     let host = snic_host::Device::connect(&sock, "cli-stream").expect("connect");
     let len = snic_stream::table::table_len(32);
