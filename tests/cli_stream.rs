@@ -76,6 +76,7 @@ fn crypt_round_trips_a_capture_and_drops_tampering_as_kernel_auth() {
     }
     let r = pcap_run(&mid, &out, &["parse", &dec, "l2fwd"]);
     assert_eq!(common::read_pcap(&out), frames, "decrypting gives the capture back: {r}");
+    peer_decrypts(&sealed, &frames);
     // One bit flipped in one sealed packet: exactly one kernel_auth drop, the rest intact.
     let mut bad = sealed.clone();
     let last = bad[3].len() - 1;
@@ -95,6 +96,56 @@ fn crypt_round_trips_a_capture_and_drops_tampering_as_kernel_auth() {
         snic().args(["run", "--port", "null", "--stage", "kernel:crypt,mode=up"]).output().unwrap();
     assert!(!o.status.success());
     assert!(text(&o).contains("argument mode: encrypt or decrypt"), "{}", text(&o));
+}
+
+/// The UDP payload of a frame.
+fn udp_payload(f: &[u8]) -> Vec<u8> {
+    let s = etherparse::SlicedPacket::from_ethernet(f).unwrap();
+    match s.transport {
+        Some(etherparse::TransportSlice::Udp(u)) => u.payload().to_vec(),
+        _ => panic!("not UDP"),
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// An implementation nobody here wrote (Python's `cryptography`, OpenSSL underneath) reads
+/// the wire format: slot byte (the associated data), 12-byte nonce, ciphertext, 16-byte tag.
+fn peer_decrypts(sealed: &[Vec<u8>], frames: &[Vec<u8>]) {
+    let test = "crypt_round_trips_a_capture_and_drops_tampering_as_kernel_auth";
+    let have = Command::new("python3")
+        .args(["-c", "import cryptography.hazmat.primitives.ciphers.aead"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !common::need(have, "python3 with cryptography", test) {
+        return;
+    }
+    let script = r#"
+import sys
+from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+key = bytes.fromhex(sys.argv[1])
+for line in sys.stdin.read().split():
+    p = bytes.fromhex(line)
+    print(ChaCha20Poly1305(key).decrypt(p[1:13], p[13:], p[:1]).hex())
+"#;
+    let input: String = sealed.iter().map(|f| hex(&udp_payload(f)) + "\n").collect();
+    let mut child = Command::new("python3")
+        .args(["-c", script, KEY])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "python: {}", String::from_utf8_lossy(&out.stderr));
+    let got: Vec<String> =
+        String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect();
+    let want: Vec<String> = frames.iter().map(|f| hex(&udp_payload(f))).collect();
+    assert_eq!(got, want, "the peer's plaintexts");
 }
 
 /// A running snic (run or serve) with its control socket.
