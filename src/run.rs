@@ -369,7 +369,15 @@ pub fn run(args: RunArgs) -> Result<()> {
     let embedded = args.is_empty();
     let cfg = args.config()?;
     let ports_desc: Vec<String> = cfg.ports.iter().map(ToString::to_string).collect();
-    let stages_desc: Vec<String> = cfg.stages.iter().map(|s| String::from(s.clone())).collect();
+    // Kernel stages are shown without their keys.
+    let stages_desc: Vec<String> = cfg
+        .stages
+        .iter()
+        .map(|s| match s {
+            StageSpec::Kernel { name, args } => snic_stream::spec_text(name, args),
+            s => String::from(s.clone()),
+        })
+        .collect();
     if embedded {
         println!(
             "snic run: embedded default (no root, no files): ports {} -> stages {}",

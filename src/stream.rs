@@ -369,8 +369,8 @@ mod tests {
     fn kernels() -> Vec<KernelControl> {
         let reg = Registry::with_builtins();
         let (t, _) = reg.stages("telemetry", "telemetry", &[], 2, [0; 4]).unwrap();
-        let (c, _) =
-            reg.stages("crypt", "crypt", &[("mode".into(), "encrypt".into())], 2, [0; 4]).unwrap();
+        let args = [("mode".into(), "encrypt".into()), ("key".into(), "01".repeat(32))];
+        let (c, _) = reg.stages("crypt", "crypt", &args, 2, [0; 4]).unwrap();
         vec![t, c]
     }
 
@@ -380,6 +380,8 @@ mod tests {
         let v = serve(&k, Request::StreamList);
         assert_eq!(v["kernels"][0]["stage"], "telemetry");
         assert_eq!(v["kernels"][1]["registers"][0]["name"], "mode");
+        assert_eq!(v["kernels"][1]["spec"], "kernel:crypt,mode=encrypt,key=<redacted>");
+        assert!(!v.to_string().contains(&"01".repeat(32)), "no key in listings");
         assert_eq!(v["kernels"][0]["results"][1]["device_addr"], Value::Null);
         let r = |stage: &str, reg: &str, value| {
             serve(&k, Request::StreamReg { stage: stage.into(), reg: reg.into(), value })

@@ -32,6 +32,17 @@ pub use kernel::{
 };
 pub use stage::{KernelControl, KernelStage};
 
+/// A kernel stage's spec as text for listings and logs, with key material left out
+/// (`key=<redacted>`): the control plane and the logs show which stage it is, never its key.
+pub fn spec_text(name: &str, args: &[(String, String)]) -> String {
+    let mut spec = format!("kernel:{name}");
+    for (k, v) in args {
+        let v = if k == "key" { "<redacted>" } else { v.as_str() };
+        spec.push_str(&format!(",{k}={v}"));
+    }
+    spec
+}
+
 /// The built-in kernels' names.
 pub const KERNELS: &[&str] = &["telemetry", "crypt"];
 
@@ -111,10 +122,7 @@ impl Registry {
         workers: usize,
         salt: [u8; 4],
     ) -> Result<(KernelControl, Vec<KernelStage>), KernelError> {
-        let mut spec = format!("kernel:{name}");
-        for (k, v) in args {
-            spec.push_str(&format!(",{k}={v}"));
-        }
+        let spec = spec_text(name, args);
         KernelControl::new(instance, &spec, workers, |worker| {
             self.build(name, args, KernelEnv { worker, salt })
         })

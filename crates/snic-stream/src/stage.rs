@@ -263,8 +263,10 @@ impl KernelStage {
         if !w.pending.load(Ordering::Acquire) {
             return false;
         }
-        let cmds = std::mem::take(&mut *lock(&w.queue));
+        // Clear the flag before taking the queue: a command queued in between sets it again
+        // and is taken at the next batch, never left behind a cleared flag.
         w.pending.store(false, Ordering::Release);
+        let cmds = std::mem::take(&mut *lock(&w.queue));
         for c in cmds {
             // The model accepted each of these already; a worker refusing one (it cannot, the
             // kernels are alike) would leave that worker as it was.
