@@ -473,6 +473,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         }
     };
     let vswitch_final = runtime.vswitch().cloned();
+    let kernels_final = runtime.stream_kernels().to_vec();
     let result = runtime.run(&signals.stop, stats_flag, on_stats);
     done.store(true, Ordering::Relaxed);
     let report = result.context("run failed")?;
@@ -484,6 +485,10 @@ pub fn run(args: RunArgs) -> Result<()> {
         if let (Some(vs), Some(obj)) = (&vswitch_final, doc.as_object_mut()) {
             obj.insert("vswitch".into(), crate::vswitch::show_json(vs));
         }
+        let tables = crate::stream::final_tables(&kernels_final);
+        if let (false, Some(obj)) = (tables.is_empty(), doc.as_object_mut()) {
+            obj.insert("stream".into(), serde_json::Value::Object(tables));
+        }
         writeln!(out, "{doc}")?;
     } else {
         if signals.stop_requested() {
@@ -493,6 +498,10 @@ pub fn run(args: RunArgs) -> Result<()> {
         if let Some(vs) = &vswitch_final {
             writeln!(out, "--- vswitch")?;
             write!(out, "{}", crate::vswitch::show_text(&crate::vswitch::show_json(vs)))?;
+        }
+        for (stage, t) in crate::stream::final_tables(&kernels_final) {
+            writeln!(out, "--- kernel {stage}")?;
+            write!(out, "{}", crate::stream::table_text(&t))?;
         }
     }
     out.flush()?;

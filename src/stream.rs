@@ -199,6 +199,22 @@ pub fn table_text(v: &Value) -> String {
     s
 }
 
+/// Flows shown per worker in a run's final report.
+const FINAL_FLOWS: usize = 1000;
+
+/// The tables of the kernel stages that keep one, as `stream.table` answers them, by stage
+/// (for the final report of `snic run`).
+pub fn final_tables(kernels: &[KernelControl]) -> serde_json::Map<String, Value> {
+    kernels
+        .iter()
+        .filter(|k| k.results_len() > 0)
+        .map(|k| {
+            let req = Request::StreamTable { stage: k.instance().to_owned(), limit: FINAL_FLOWS };
+            (k.instance().to_owned(), serve(std::slice::from_ref(k), req))
+        })
+        .collect()
+}
+
 /// Each kernel stage's results memory: `[{"stage", "kernel", "results": [{"bytes",
 /// "device_addr"}]}]` (for the counters document of `snic serve`).
 pub fn results_json(kernels: &[KernelControl]) -> Value {

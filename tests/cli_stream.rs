@@ -88,6 +88,13 @@ fn crypt_round_trips_a_capture_and_drops_tampering_as_kernel_auth() {
     let mut want = frames.clone();
     want.remove(3);
     assert_eq!(common::read_pcap(&out), want);
+    // Telemetry beside it: the run's final report carries the table.
+    let r = pcap_run(&input, &mid, &["parse", "kernel:telemetry", &enc, "l2fwd"]);
+    let w = &r["stream"]["telemetry"]["workers"][0];
+    assert_eq!(w["header"]["entries"], 12, "{r}");
+    let bytes: u64 = frames.iter().map(|f| f.len() as u64).sum();
+    assert_eq!(w["header"]["bytes"], bytes);
+    assert_eq!(w["flows"][11]["src_port"], 1011);
     // Without a key the packets are dropped, not sent in the clear.
     let r = pcap_run(&input, &mid, &["parse", "kernel:crypt,mode=encrypt", "l2fwd"]);
     assert_eq!(stage(&r, "kernel:crypt")["drops"], serde_json::json!({"kernel_no_key": 12}));

@@ -6,7 +6,8 @@
 //! up in an index of the table (a `hashbrown` table of entry numbers, sized for the capacity at
 //! build time: it never grows), and the entry's counters and histogram buckets are bumped. A
 //! packet of a new flow that finds the table full is counted in `overflow` and nothing else;
-//! the packet always goes on (telemetry never drops). Frames that are not IP (ARP, or what
+//! the packet always goes on (telemetry never drops). A packet's time is its receive time
+//! (`meta.rx_time`, stamped by the port) or, when the port stamped none, the batch's. Frames that are not IP (ARP, or what
 //! did not parse as far as IP) are counted in the header's totals only.
 //!
 //! Publishing writes the header and only the entries touched since the last publish, so the
@@ -298,8 +299,11 @@ impl StreamKernel for Telemetry {
         let len = pkt.len();
         self.packets += 1;
         self.bytes += len as u64;
+        // Receive time when the port stamped one (so the gaps are the wire's, not the
+        // worker's), else the batch's.
+        let t = if pkt.meta.rx_time > Instant::ZERO { pkt.meta.rx_time } else { now };
         if let Some(key) = flow_key(pkt) {
-            self.count(&key, len, now.as_nanos());
+            self.count(&key, len, t.as_nanos());
         }
         Verdict::Pass
     }
@@ -431,6 +435,13 @@ mod tests {
         // 60-byte frames: bucket 0.
         assert_eq!(fa.size[0], 2);
         assert_eq!(tab.flows[1].size[table::size_bucket(1042)], 1);
+        // A receive time, when the port stamped one, is the packet's time.
+        b.meta.rx_time = Instant::from_nanos(150);
+        run(&mut t, 9999, &mut b);
+        assert_eq!(t.table().flows[1].last_ns, 200, "never backwards");
+        b.meta.rx_time = Instant::from_nanos(3000);
+        run(&mut t, 9999, &mut b);
+        assert_eq!(t.table().flows[1].last_ns, 3000);
     }
 
     #[test]
