@@ -17,6 +17,54 @@
 //! - [`crypt`]: ChaCha20-Poly1305 over UDP payloads (encrypt on one NIC, decrypt and verify on
 //!   the peer), keys from the control plane.
 //!
+//! # A kernel of your own
+//!
+//! ```
+//! use snic_pipeline::{Batch, DropReason, PacketBuf, Pipeline, PortId};
+//! use snic_stream::{Emit, KernelControl, StreamKernel, Verdict};
+//! use snic_time::Instant;
+//!
+//! /// Drops frames shorter than 64 bytes, counts the others in register 0.
+//! #[derive(Debug, Default)]
+//! struct Runts {
+//!     passed: u32,
+//! }
+//!
+//! impl StreamKernel for Runts {
+//!     fn name(&self) -> &'static str {
+//!         "runts"
+//!     }
+//!     fn process(&mut self, _now: Instant, pkt: &mut PacketBuf, _: &mut Emit<'_>) -> Verdict {
+//!         if pkt.len() < 64 {
+//!             return Verdict::Drop(DropReason::KernelDrop);
+//!         }
+//!         self.passed += 1;
+//!         Verdict::Pass
+//!     }
+//!     fn read_reg(&self, idx: u32) -> Option<u32> {
+//!         (idx == 0).then_some(self.passed)
+//!     }
+//! }
+//!
+//! // One instance per worker (here one), and the handle the control plane keeps.
+//! let (_ctl, stages) =
+//!     KernelControl::new("runts", "kernel:runts", 1, |_| Ok(Box::new(Runts::default())))?;
+//! let mut pipeline = Pipeline::new();
+//! for s in stages {
+//!     pipeline.push(Box::new(s));
+//! }
+//! let mut batch = Batch::new(4);
+//! batch.push_frame(&[0; 60]).unwrap();
+//! batch.push_frame(&[0; 64]).unwrap().meta.egress = Some(PortId(1));
+//! pipeline.process(Instant::ZERO, &mut batch);
+//! assert_eq!(batch.len(), 1);
+//! assert_eq!(pipeline.counters().stages[0].drops.get(DropReason::KernelDrop), 1);
+//! # Ok::<(), snic_stream::KernelError>(())
+//! ```
+//!
+//! A program that runs its own kernels by name adds them to a [`Registry`]
+//! ([`Registry::register`]) and builds its stages from it.
+//!
 //! This crate is sans-IO: it opens nothing, spawns nothing and reads no clock (time comes in
 //! with each batch; randomness for nonces comes in from the I/O layer as a salt). It is not
 //! the lookaside kernels' crate (`snic-compute`, kernels over memory driven by FIFOs).
