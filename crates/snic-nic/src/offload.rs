@@ -223,6 +223,11 @@ impl Chains {
         self.jobs.is_empty()
     }
 
+    /// Whether a chain is in flight on `qpn`.
+    pub fn on_qp(&self, qpn: u32) -> bool {
+        self.jobs.values().any(|j| j.spec.qpn == qpn)
+    }
+
     /// Completions taken for chains that had already ended.
     pub fn stray(&self) -> u64 {
         self.stray
