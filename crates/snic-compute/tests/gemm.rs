@@ -93,16 +93,16 @@ fn every_layout_and_accumulate_on_prime_shapes() {
 
 #[test]
 fn i8_extremes_are_exact_and_accumulate_wraps() {
-    // Every product is (-128)·(-128) = 2^14; K = 300 crosses a KC block.
-    let (m, n, k) = (5, 9, 300);
+    // Every product is (-128)·(-128) = 2^14; K = 1100 crosses two KC blocks.
+    let (m, n, k) = (5, 9, 1100);
     let shape = GemmShape::new(m, n, k, gemm::ACCUMULATE).unwrap();
     let mut s = Space::new(HOST, DEV);
     let (pa, pb, pc) = places(&s, 0);
-    s.put(pa, &[0x80; 5 * 300]);
-    s.put(pb, &[0x80; 300 * 9]);
+    s.put(pa, &[0x80; 5 * 1100]);
+    s.put(pb, &[0x80; 1100 * 9]);
     s.put(pc, &i32_bytes(&[i32::MAX; 45]));
     assert!(s.run(OWNER_A, &gemm_cmd(&shape, dtype::I8, pa, pb, pc)).is_ok());
-    let want = i32::MAX.wrapping_add(300 << 14);
+    let want = i32::MAX.wrapping_add(1100 << 14);
     assert_eq!(i32s(&s.get(pc, 45 * 4)), vec![want; 45]);
 }
 
