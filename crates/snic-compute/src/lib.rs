@@ -52,7 +52,7 @@ pub fn builtins() -> Vec<Box<dyn LookasideKernel>> {
         Box::new(vector::VscaleKernel),
         Box::new(gather::GatherKernel),
         Box::new(crc::Crc32cKernel),
-        Box::new(lz4::Lz4CompressKernel),
-        Box::new(lz4::Lz4DecompressKernel),
+        Box::new(lz4::Lz4CompressKernel::default()),
+        Box::new(lz4::Lz4DecompressKernel::default()),
     ]
 }
