@@ -220,7 +220,9 @@ fn gemm_f32_spans(
     //   regions of one address space never share addresses and each has its own backing, so
     //   C's bytes are not A's or B's (and the copies are our own).
     // - No other access: `mem` stays borrowed through `a_bytes` and `b_bytes` until after
-    //   the call, so nothing maps, unmaps or writes the backings meanwhile.
+    //   the call, so nothing in this process maps, unmaps or writes the backings meanwhile
+    //   (a host process writing a shared-memory region at the same time races with every
+    //   kernel alike; containing that is the shared-memory backing's job).
     unsafe { sgemm_raw(shape, a_ptr, b_ptr, c_ptr) };
     Ok(())
 }
