@@ -38,7 +38,7 @@ pub mod server;
 mod worker;
 
 pub use rdma::Wire;
-pub use server::{DeviceBlock, Server, ServerConfig, ServerHandle};
+pub use server::{DeviceBlock, KernelSet, Server, ServerConfig, ServerHandle};
 pub use snic_hostif::proto::DevKind;
 
 use std::path::PathBuf;

@@ -558,6 +558,12 @@ impl AddressSpace {
         Ok(self.regions[i].backing.range(off, len))
     }
 
+    /// The first `len` bytes of `span` (at most its length), writable.
+    pub fn span_bytes_mut(&mut self, span: &Span, len: usize) -> Result<&mut [u8], MemError> {
+        let (i, off) = self.span_at(span, len)?;
+        Ok(self.regions[i].backing.range_mut(off, len))
+    }
+
     /// Copy `data` to the start of `span` (`data` no longer than the span).
     pub fn write_span(&mut self, span: &Span, data: &[u8]) -> Result<(), MemError> {
         let (i, off) = self.span_at(span, data.len())?;
