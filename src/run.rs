@@ -14,7 +14,8 @@
 //! inspects and changes the vSwitch's policy (`--policy FILE`, `--flows N`, `--flow-idle-ms MS`
 //! set it up; they are refused without a `vswitch` stage), and with a `p4` stage
 //! `snic p4 table-add ... --control PATH` (and the other `simple_switch_CLI` commands) programs
-//! the P4 program's tables.
+//! the P4 program's tables; with `kernel:NAME` stages `snic stream ... --control PATH` sets
+//! their registers and keys and reads their tables, which the final report also prints.
 //!
 //! Classes are reported twice. "Classified" comes from the classify stage's own counters (every
 //! packet it was handed, by the class it gave, including packets it or a later stage then
