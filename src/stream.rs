@@ -172,13 +172,14 @@ pub fn table_text(v: &Value) -> String {
             continue;
         }
         s.push_str(&format!(
-            "worker {}: {} of {} flows, {} packets, {} bytes, overflow {}, resets {}{}{}\n",
+            "worker {}: {} of {} flows, {} packets, {} bytes, overflow {}, evicted {}, resets {}{}{}\n",
             h["worker"],
             h["entries"],
             h["capacity"],
             h["packets"],
             h["bytes"],
             h["overflow"],
+            h["evicted"],
             h["resets"],
             if h["enabled"] == json!(false) { ", disabled" } else { "" },
             w["device_addr"].as_str().map(|a| format!(", device memory {a}")).unwrap_or_default(),
@@ -269,7 +270,8 @@ fn table_json(t: &Table, limit: usize) -> Value {
         "header": {
             "worker": h.worker, "capacity": h.capacity, "entries": h.entries,
             "enabled": h.enabled, "packets": h.packets, "bytes": h.bytes,
-            "overflow": h.overflow, "resets": h.resets,
+            "overflow": h.overflow, "resets": h.resets, "evicted": h.evicted,
+            "idle_ms": h.idle_ns / 1_000_000,
         },
         "flows": t.flows.iter().take(limit).map(|f| json!({
             "flow": f.key.to_string(),

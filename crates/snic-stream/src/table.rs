@@ -4,10 +4,10 @@
 //! disjoint flows; a reader concatenates them). All integers are little-endian.
 //!
 //! ```text
-//! header (64 bytes)
+//! header (128 bytes)
 //!   0  u32  magic       0x5454_4e53 ("SNTT" in memory order)
 //!   4  u16  version     1
-//!   6  u16  header_len  64
+//!   6  u16  header_len  128
 //!   8  u16  entry_len   192
 //!  10  u8   iat_buckets 20
 //!  11  u8   size_buckets 8
@@ -20,7 +20,10 @@
 //!  40  u64  bytes       their frame bytes
 //!  48  u64  overflow    packets of new flows that found the table full (not in any entry)
 //!  56  u64  resets      times the table was cleared
-//! entry i at 64 + i * 192
+//!  64  u64  evicted     flows evicted idle to make room for new ones
+//!  72  u64  idle_ns     idle time after which a flow may be evicted (0: never)
+//!  80  [48] reserved    0
+//! entry i at 128 + i * 192
 //!   0  u8   family      4 or 6
 //!   1  u8   protocol    IP protocol (6 TCP, 17 UDP, ...; ports are 0 for others)
 //!   2  u16  src_port
@@ -52,7 +55,7 @@ pub const MAGIC: u32 = 0x5454_4e53;
 /// Layout version.
 pub const VERSION: u16 = 1;
 /// Bytes of the header.
-pub const HEADER_LEN: usize = 64;
+pub const HEADER_LEN: usize = 128;
 /// Bytes of one entry.
 pub const ENTRY_LEN: usize = 192;
 /// Inter-arrival histogram buckets.
@@ -259,6 +262,10 @@ pub struct Header {
     pub overflow: u64,
     /// Times the table was cleared.
     pub resets: u64,
+    /// Flows evicted idle to make room for new ones.
+    pub evicted: u64,
+    /// Idle time after which a flow may be evicted (0: never).
+    pub idle_ns: u64,
 }
 
 impl Header {
@@ -280,6 +287,8 @@ impl Header {
         b[40..48].copy_from_slice(&self.bytes.to_le_bytes());
         b[48..56].copy_from_slice(&self.overflow.to_le_bytes());
         b[56..64].copy_from_slice(&self.resets.to_le_bytes());
+        b[64..72].copy_from_slice(&self.evicted.to_le_bytes());
+        b[72..80].copy_from_slice(&self.idle_ns.to_le_bytes());
         b
     }
 
@@ -315,6 +324,8 @@ impl Header {
             bytes: u64_at(b, 40),
             overflow: u64_at(b, 48),
             resets: u64_at(b, 56),
+            evicted: u64_at(b, 64),
+            idle_ns: u64_at(b, 72),
         };
         if h.entries > h.capacity {
             return Err(TableError::OverCapacity { entries: h.entries, capacity: h.capacity });
@@ -491,7 +502,7 @@ mod tests {
     fn header_checks_reject_foreign_bytes() {
         let h = Header { capacity: 2, entries: 1, ..Header::default() };
         let mut b = h.encode().to_vec();
-        assert!(matches!(Table::decode(&b), Err(TableError::Truncated { need: 256, got: 64 })));
+        assert!(matches!(Table::decode(&b), Err(TableError::Truncated { need: 320, got: 128 })));
         b[0] ^= 1;
         assert!(matches!(Header::decode(&b), Err(TableError::BadMagic(_))));
         b[0] ^= 1;
@@ -558,6 +569,7 @@ mod tests {
             spare in 0u32..4,
             seq in any::<u32>(),
             h in any::<(u32, bool, u64, u64, u64, u64)>(),
+            e in any::<(u64, u64)>(),
         ) {
             let header = Header {
                 seq: seq & !1,
@@ -569,6 +581,8 @@ mod tests {
                 bytes: h.3,
                 overflow: h.4,
                 resets: h.5,
+                evicted: e.0,
+                idle_ns: e.1,
             };
             let t = Table { header, flows };
             let bytes = t.encode();

@@ -5,7 +5,10 @@
 //! table entry) is built straight from the frame at the offsets the parse stage found, looked
 //! up in an index of the table (a `hashbrown` table of entry numbers, sized for the capacity at
 //! build time: it never grows), and the entry's counters and histogram buckets are bumped. A
-//! packet of a new flow that finds the table full is counted in `overflow` and nothing else;
+//! new flow that finds the table full takes the place of a flow idle for `idle_ms` (when set):
+//! a hand looks at up to [`EVICT_SCAN`] entries from where it stopped last, so the cost stays
+//! bounded, and the idle flow's entry is reused for the new one (counted in `evicted`).
+//! Otherwise the packet is counted in `overflow` and nothing else;
 //! the packet always goes on (telemetry never drops). A packet's time is its receive time
 //! (`meta.rx_time`, stamped by the port) or, when the port stamped none, the batch's. Frames that are not IP (ARP, or what
 //! did not parse as far as IP) are counted in the header's totals only.
@@ -14,7 +17,8 @@
 //! cost per batch is bounded by the batch, not the table.
 //!
 //! Registers: 0 `enable` (rw, 1 at start), 1 `reset` (write 1 to clear the table; reads 0),
-//! 2 `flows` (ro), 3 `overflow` (ro, low 32 bits), 4 `capacity` (ro).
+//! 2 `flows` (ro), 3 `overflow` (ro, low 32 bits), 4 `capacity` (ro), 5 `idle_ms` (rw, 0:
+//! never evict), 6 `evicted` (ro, low 32 bits).
 
 use crate::kernel::{Access, Emit, KernelError, RegInfo, ResultsRegion, StreamKernel, Verdict};
 use crate::table::{self, ENTRY_LEN, HEADER_LEN, Header, IAT_BUCKETS, KEY_LEN, SIZE_BUCKETS};
@@ -27,6 +31,8 @@ use snic_wire::stack::Layer;
 pub const DEFAULT_CAPACITY: usize = 4096;
 /// Largest capacity a stage may ask for (per worker; 192 MiB of table).
 pub const MAX_CAPACITY: usize = 1 << 20;
+/// Entries the eviction hand looks at for one new flow, at most.
+pub const EVICT_SCAN: usize = 8;
 
 /// Register numbers.
 pub mod reg {
@@ -40,6 +46,10 @@ pub mod reg {
     pub const OVERFLOW: u32 = 3;
     /// The table's capacity.
     pub const CAPACITY: u32 = 4;
+    /// Idle time (ms) after which a flow may give its entry to a new one; 0: never.
+    pub const IDLE_MS: u32 = 5;
+    /// Flows evicted (low 32 bits).
+    pub const EVICTED: u32 = 6;
 }
 
 const REGS: &[RegInfo] = &[
@@ -60,6 +70,12 @@ const REGS: &[RegInfo] = &[
         doc: "packets of new flows that found the table full (low 32 bits)",
     },
     RegInfo { name: "capacity", access: Access::ReadOnly, doc: "most flows the table holds" },
+    RegInfo {
+        name: "idle_ms",
+        access: Access::ReadWrite,
+        doc: "a flow idle this long gives its entry to a new flow when the table is full (0: never)",
+    },
+    RegInfo { name: "evicted", access: Access::ReadOnly, doc: "flows evicted idle (low 32 bits)" },
 ];
 
 #[derive(Debug, Clone)]
@@ -87,6 +103,10 @@ pub struct Telemetry {
     bytes: u64,
     overflow: u64,
     resets: u64,
+    evicted: u64,
+    idle_ns: u64,
+    /// Where the eviction hand looks next.
+    hand: usize,
     seq: u32,
     /// The next publish writes every entry (a new region, a reset, a switch on or off), not
     /// only the dirty ones. Entries past the count a reset left behind need no clearing: the
@@ -160,31 +180,39 @@ impl Telemetry {
             bytes: 0,
             overflow: 0,
             resets: 0,
+            evicted: 0,
+            idle_ns: 0,
+            hand: 0,
             seq: 0,
             full_publish: true,
         })
     }
 
-    /// Build from stage arguments: `capacity=N`.
+    /// Build from stage arguments: `capacity=N`, `idle_ms=N`.
     pub fn from_args(args: &[(String, String)], worker: u32) -> Result<Telemetry, KernelError> {
         let mut capacity = DEFAULT_CAPACITY;
+        let mut idle_ms = 0;
         for (k, v) in args {
+            let num = || {
+                v.parse::<u32>().map_err(|_| KernelError::BadArg {
+                    key: k.clone(),
+                    why: format!("{v:?} is not a number"),
+                })
+            };
             match k.as_str() {
-                "capacity" => {
-                    capacity = v.parse().map_err(|_| KernelError::BadArg {
-                        key: k.clone(),
-                        why: format!("{v:?} is not a number"),
-                    })?
-                }
+                "capacity" => capacity = num()? as usize,
+                "idle_ms" => idle_ms = num()?,
                 _ => {
                     return Err(KernelError::BadArg {
                         key: k.clone(),
-                        why: "telemetry takes capacity=N".into(),
+                        why: "telemetry takes capacity=N, idle_ms=N".into(),
                     });
                 }
             }
         }
-        Telemetry::new(capacity, worker)
+        let mut t = Telemetry::new(capacity, worker)?;
+        t.idle_ns = u64::from(idle_ms) * 1_000_000;
+        Ok(t)
     }
 
     /// Flows in the table.
@@ -219,6 +247,8 @@ impl Telemetry {
             bytes: self.bytes,
             overflow: self.overflow,
             resets: self.resets,
+            evicted: self.evicted,
+            idle_ns: self.idle_ns,
         }
     }
 
@@ -229,6 +259,8 @@ impl Telemetry {
         self.packets = 0;
         self.bytes = 0;
         self.overflow = 0;
+        self.evicted = 0;
+        self.hand = 0;
         self.resets += 1;
         self.full_publish = true;
     }
@@ -240,11 +272,25 @@ impl Telemetry {
         let entries = &self.entries;
         let at = match self.index.find(hash, |&i| entries[i as usize].key == *key) {
             Some(&i) => i as usize,
-            None => {
-                if self.entries.len() >= self.capacity {
+            None if self.entries.len() >= self.capacity => {
+                let Some(i) = self.evict(now_ns) else {
                     self.overflow += 1;
                     return;
+                };
+                let old = hash_key(&self.entries[i].key);
+                if let Ok(slot) = self.index.find_entry(old, |&j| j as usize == i) {
+                    slot.remove();
                 }
+                let e = &mut self.entries[i];
+                e.key = *key;
+                (e.packets, e.bytes, e.first_ns, e.last_ns) = (0, 0, now_ns, now_ns);
+                e.iat = [0; IAT_BUCKETS];
+                e.size = [0; SIZE_BUCKETS];
+                let entries = &self.entries;
+                self.index.insert_unique(hash, i as u32, |&j| hash_key(&entries[j as usize].key));
+                i
+            }
+            None => {
                 let i = self.entries.len();
                 self.entries.push(Entry {
                     key: *key,
@@ -276,6 +322,25 @@ impl Telemetry {
             e.dirty = true;
             self.dirty.push(at as u32);
         }
+    }
+}
+
+impl Telemetry {
+    /// An entry idle for `idle_ns` at `now_ns`, among the next [`EVICT_SCAN`] from the hand.
+    fn evict(&mut self, now_ns: u64) -> Option<usize> {
+        if self.idle_ns == 0 || self.entries.is_empty() {
+            return None;
+        }
+        let n = self.entries.len();
+        for _ in 0..EVICT_SCAN.min(n) {
+            let i = self.hand % n;
+            self.hand = (i + 1) % n;
+            if now_ns.saturating_sub(self.entries[i].last_ns) >= self.idle_ns {
+                self.evicted += 1;
+                return Some(i);
+            }
+        }
+        None
     }
 }
 
@@ -319,6 +384,8 @@ impl StreamKernel for Telemetry {
             reg::FLOWS => self.entries.len() as u32,
             reg::OVERFLOW => self.overflow as u32,
             reg::CAPACITY => self.capacity as u32,
+            reg::IDLE_MS => (self.idle_ns / 1_000_000) as u32,
+            reg::EVICTED => self.evicted as u32,
             _ => return None,
         })
     }
@@ -327,6 +394,11 @@ impl StreamKernel for Telemetry {
         let info = REGS.get(idx as usize).ok_or(KernelError::NoRegister(idx))?;
         if info.access == Access::ReadOnly {
             return Err(KernelError::ReadOnly(info.name));
+        }
+        if idx == reg::IDLE_MS {
+            self.idle_ns = u64::from(value) * 1_000_000;
+            self.full_publish = true;
+            return Ok(());
         }
         if value > 1 {
             return Err(KernelError::BadValue { reg: info.name, value, why: "takes 0 or 1" });
@@ -465,6 +537,36 @@ mod tests {
         t.write_reg(reg::ENABLE, 0).unwrap();
         run(&mut t, 1, &mut udp([1, 1, 1, 1], [2, 2, 2, 2], 1, 9, 0));
         assert_eq!(t.read_reg(reg::FLOWS), Some(0));
+    }
+
+    #[test]
+    fn a_full_table_gives_idle_flows_entries_to_new_ones() {
+        let args = [("capacity".to_string(), "2".to_string()), ("idle_ms".into(), "1".into())];
+        let mut t = Telemetry::from_args(&args, 0).unwrap();
+        let ms = 1_000_000;
+        run(&mut t, 0, &mut udp([1, 1, 1, 1], [2, 2, 2, 2], 1, 9, 0));
+        run(&mut t, 0, &mut udp([1, 1, 1, 1], [2, 2, 2, 2], 2, 9, 0));
+        // Flow 2 stays busy; flow 1 goes idle.
+        run(&mut t, ms, &mut udp([1, 1, 1, 1], [2, 2, 2, 2], 2, 9, 0));
+        // Not idle long enough yet at 0.5 ms past flow 2's last packet: overflow.
+        run(&mut t, ms / 2, &mut udp([1, 1, 1, 1], [2, 2, 2, 2], 3, 9, 0));
+        assert_eq!((t.read_reg(reg::OVERFLOW), t.read_reg(reg::EVICTED)), (Some(1), Some(0)));
+        // At 1.2 ms flow 1 (last seen at 0) is idle, flow 2 (at 1 ms) is not: 3 takes 1's entry.
+        run(&mut t, ms + ms / 5, &mut udp([1, 1, 1, 1], [2, 2, 2, 2], 3, 9, 0));
+        run(&mut t, ms + ms / 4, &mut udp([1, 1, 1, 1], [2, 2, 2, 2], 3, 9, 0));
+        assert_eq!(t.read_reg(reg::EVICTED), Some(1));
+        let region = HeapRegion::new(t.results_len());
+        t.publish(&region);
+        let tab = Table::decode(&region.snapshot()).unwrap();
+        assert_eq!((tab.header.evicted, tab.header.idle_ns, tab.header.entries), (1, ms, 2));
+        let ports: Vec<(u16, u64, u64)> =
+            tab.flows.iter().map(|f| (f.key.src_port, f.packets, f.first_ns)).collect();
+        assert_eq!(ports, [(3, 2, ms + ms / 5), (2, 2, 0)]);
+        // Flow 1 comes back: a new flow again, and now nobody is idle.
+        run(&mut t, ms + ms / 3, &mut udp([1, 1, 1, 1], [2, 2, 2, 2], 1, 9, 0));
+        assert_eq!(t.read_reg(reg::OVERFLOW), Some(2));
+        t.write_reg(reg::IDLE_MS, 0).unwrap();
+        assert_eq!(t.read_reg(reg::IDLE_MS), Some(0));
     }
 
     #[test]
