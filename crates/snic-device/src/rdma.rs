@@ -44,7 +44,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use snic_dma::{AddressSpace, MemKind, is_device_address};
-use snic_hostif::proto::{RdmaCqe, RdmaRequest, Response};
+use snic_hostif::proto::{MAX_POST_BATCH, RdmaCqe, RdmaRequest, RdmaSendWr, Response};
 use snic_hostif::shm::EventFd;
 use snic_rdma::{
     Access, CqId, Cqe, MrInfo, Mtu, Pd, QpAttr, QpInit, RecvWr, Remote, Rnic, RnicConfig, SendWr,
@@ -360,18 +360,10 @@ impl RdmaHost {
                 rkey,
                 wr_id,
             } => {
-                let remote = Remote { addr: remote_addr, rkey };
-                let op = match opcode.as_str() {
-                    "write" => Ok(WrOp::Write { remote }),
-                    "read" => Ok(WrOp::Read { remote }),
-                    "send" => Ok(WrOp::Send),
-                    o => Err(Response::error(
-                        "bad_request",
-                        format!("opcode {o:?} (expected write, read or send)"),
-                    )),
-                };
-                op.and_then(|op| self.post_send(client, qpn, op, local_addr, lkey, len, wr_id))
+                let wr = RdmaSendWr { opcode, local_addr, lkey, len, remote_addr, rkey, wr_id };
+                self.post_send(client, qpn, std::slice::from_ref(&wr))
             }
+            RdmaRequest::PostSendBatch { qpn, wrs } => self.post_send(client, qpn, &wrs),
             RdmaRequest::PostRecv { qpn, addr, lkey, len, wr_id } => {
                 self.post_recv(client, qpn, addr, lkey, len, wr_id)
             }
@@ -657,23 +649,43 @@ impl RdmaHost {
         Ok(SgList::one(Sge { addr, len, lkey }))
     }
 
-    #[allow(clippy::too_many_arguments, reason = "the fields of one PostSend request")]
+    /// The engine's work request for `w`, a WR of `client` (opcode known, lkey its own).
+    fn send_wr(&self, client: u32, w: &RdmaSendWr) -> Result<SendWr, Response> {
+        let remote = Remote { addr: w.remote_addr, rkey: w.rkey };
+        let op = match w.opcode.as_str() {
+            "write" => WrOp::Write { remote },
+            "read" => WrOp::Read { remote },
+            "send" => WrOp::Send,
+            o => {
+                return Err(Response::error(
+                    "bad_request",
+                    format!("opcode {o:?} (expected write, read or send)"),
+                ));
+            }
+        };
+        let sgl = self.sgl(client, w.local_addr, w.lkey, w.len)?;
+        Ok(SendWr::new(w.wr_id, op, sgl))
+    }
+
+    /// Post `wrs` on `qpn` with one doorbell and one wake-up of the RDMA thread, all or none
+    /// (a `PostSend` is a batch of one).
     fn post_send(
         &mut self,
         client: u32,
         qpn: u32,
-        op: WrOp,
-        addr: u64,
-        lkey: u32,
-        len: u32,
-        wr_id: u64,
+        wrs: &[RdmaSendWr],
     ) -> Result<Response, Response> {
         self.owned_qp(client, qpn)?;
-        let sgl = self.sgl(client, addr, lkey, len)?;
-        let wr = SendWr::new(wr_id, op, sgl);
+        if wrs.is_empty() || wrs.len() > MAX_POST_BATCH {
+            return Err(Response::error(
+                "bad_request",
+                format!("{} work requests in one post (1 ..= {MAX_POST_BATCH})", wrs.len()),
+            ));
+        }
+        let wrs = wrs.iter().map(|w| self.send_wr(client, w)).collect::<Result<Vec<_>, _>>()?;
         let mut rnic = lock(&self.shared.rnic);
         let now = self.shared.clock.now();
-        rnic.post_send(qpn, &wr, now).map_err(|e| verbs_error("post_send", e))?;
+        rnic.post_send_batch(qpn, &wrs, now).map_err(|e| verbs_error("post_send", e))?;
         drop(rnic);
         self.shared.kick();
         Ok(Response::Ok)
