@@ -23,9 +23,12 @@
 //! - `p4`: P4-16 programs (v1model, PNA): `check`, `info`, STF `test`, and `simple_switch_CLI`
 //!   commands (`table-add`, `counter-read`, `cli`, ...) for the `p4` stage of a running
 //!   `snic run --control PATH`.
+//! - `compute mm`: networked matrix multiplication between two `snic serve` (RecoNIC's
+//!   lookaside example): RDMA READs into device memory, the GEMM kernel, C back by C2H DMA.
 //!
 //! `anyhow` is used here only; the libraries return their own typed errors.
 
+mod compute;
 mod control;
 mod decode;
 mod dma;
@@ -77,6 +80,9 @@ enum Command {
     /// P4-16 programs (v1model, PNA): run STF tests, check programs, print their tables, and
     /// program the tables of a running `snic run --stage p4:... --control PATH`.
     P4(p4::P4Args),
+    /// Lookaside compute between two snics: `mm`, networked matrix multiplication (RecoNIC
+    /// Fig. 6: RDMA READ of A and B into device memory, GEMM kernel, C back by DMA).
+    Compute(compute::ComputeArgs),
 }
 
 /// Arguments of `snic decode`.
@@ -123,6 +129,7 @@ fn main() -> Result<()> {
         Command::Rdma(args) => rdma::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Dma(args) => dma::run(args),
+        Command::Compute(args) => compute::run(args),
         Command::P4(args) => match p4::run(args) {
             0 => Ok(()),
             code => std::process::exit(i32::from(code)),
