@@ -37,8 +37,8 @@ use anyhow::{Context, Result, bail, ensure};
 use serde::{Deserialize, Serialize};
 use snic_compute::{KernelCmd, dtype, ids, status};
 use snic_host::{
-    DevKind, Device, Dir, HostBuf, Placement, QueueOpts, RDMA_MAX_BATCH, RDMA_MAX_MSG, RdmaSge,
-    RdmaWr, WC_SUCCESS, rdma_access,
+    ChainRead, ChainWrite, DevKind, Device, Dir, HostBuf, Placement, QueueOpts, RDMA_MAX_BATCH,
+    RDMA_MAX_MSG, RdmaOp, RdmaSge, RdmaWr, WC_CHAIN, WC_SUCCESS, rdma_access,
 };
 
 /// Version of the exchange ([`Msg::Request::version`]).
@@ -152,6 +152,11 @@ pub struct MmArgs {
     /// Wait for the kernel's status (and the read-back's completion) by interrupt, not polling.
     #[arg(long)]
     interrupt: bool,
+    /// One chained command instead of the host driving each step: peer 2's snic READs A and
+    /// B, runs the kernel and WRITEs C back to peer 1 by itself (one doorbell, one
+    /// completion); C is then read back by DMA too, and peer 1 checks the C it was written.
+    #[arg(long, conflicts_with = "serve")]
+    chained: bool,
     /// Seed of A and B.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -250,6 +255,9 @@ pub enum Msg {
     Done {
         /// Whether C verified.
         verified: bool,
+        /// Whether peer 2 wrote C into peer 1's C region (then peer 1 checks it too).
+        #[serde(default)]
+        c_written: bool,
     },
     /// The sender cannot go on.
     Error {
@@ -604,12 +612,32 @@ fn serve_one(a: &MmArgs, dev: &Device, ip: IpAddr, conn: TcpStream) -> Result<(S
     // Hold everything until the peer is done: its fetch, kernel and read-back each have
     // `--timeout` on its side.
     r.get_ref().set_read_timeout(Some(t.saturating_mul(4)))?;
-    let verified = match read_msg(&mut r)? {
-        Some(Msg::Done { verified }) => verified,
-        None => false,
+    let (verified, c_written) = match read_msg(&mut r)? {
+        Some(Msg::Done { verified, c_written }) => (verified, c_written),
+        None => (false, false),
         Some(Msg::Error { message }) => bail!(ExchangeError::Peer(message)),
         Some(other) => bail!(ExchangeError::Unexpected { want: "done", got: other.tag() }),
     };
+    let mut what = what;
+    if c_written {
+        let Msg::Ready { c: rc, .. } = &ready else { unreachable!("ready is a Ready") };
+        let mut c = vec![0u8; rc.len as usize];
+        match mem {
+            // A, B and C are the first three host buffers (`Held::region`).
+            MemLoc::HostMem => held.host[2].read(0, &mut c)?,
+            MemLoc::DevMem => dev.read_device(rc.addr, &mut c)?,
+        }
+        let am = matrix(seed, 1, (m * k) as usize, dtype);
+        let bm = matrix(seed, 2, (k * n) as usize, dtype);
+        let dims = (m as usize, n as usize, k as usize);
+        what += &match verify(dims, dtype, &am, &bm, &c) {
+            None => ", the C written back verified".to_string(),
+            Some(x) => format!(
+                ", the C written back differs at row {} col {}: got {}, want {}",
+                x.row, x.col, x.got, x.want
+            ),
+        };
+    }
     drop(held);
     Ok((what, verified))
 }
@@ -627,6 +655,8 @@ pub struct MmReport {
     dtype: Dtype,
     mem: MemLoc,
     interrupt: bool,
+    /// One chained command (snic drove fetch, kernel and write-back).
+    chained: bool,
     /// RDMA READs posted (one batch, one doorbell).
     reads: usize,
     /// Bytes fetched.
@@ -635,8 +665,10 @@ pub struct MmReport {
     fetch_ns: u64,
     kernel_ns: u64,
     notify_ns: u64,
+    /// Chained: the WRITE of C to peer 1 (0 otherwise).
+    write_back_ns: u64,
     readback_ns: u64,
-    /// fetch + kernel + notify + read-back.
+    /// fetch + kernel + notify + write-back + read-back.
     total_ns: u64,
     /// 2·M·N·K over the kernel's time, 10^9 per second (GOP/s for i8).
     gops_kernel: f64,
@@ -671,6 +703,100 @@ fn connect_peer(spec: &str) -> Result<TcpStream> {
         .with_context(|| format!("connecting to peer 1 at {with_port}"))
 }
 
+/// The timed steps between set-up and read-back.
+struct Steps {
+    fetch: Duration,
+    kernel: Duration,
+    notify: Duration,
+    write_back: Duration,
+}
+
+/// RecoNIC's steps 2-7 driven by the host: the READs as one batch (one doorbell), poll the CQ
+/// until all completed, the kernel command, its status (polled or by interrupt).
+fn host_driven(
+    dev: &Device,
+    qpn: u32,
+    wrs: &[RdmaWr],
+    cmd: &KernelCmd,
+    t: Duration,
+) -> Result<Steps> {
+    let t_fetch = Instant::now();
+    dev.rdma_post_batch(qpn, wrs)?;
+    let mut done = 0;
+    while done < wrs.len() {
+        let left = t.checked_sub(t_fetch.elapsed()).context("the RDMA READs timed out")?;
+        let cqes = dev.rdma_wait_cq(qpn, (wrs.len() - done) as u32, left)?;
+        for c in &cqes {
+            ensure!(c.status == WC_SUCCESS, "READ {} completed with {}", c.wr_id, c.status_name);
+        }
+        done += cqes.len();
+    }
+    let fetch = t_fetch.elapsed();
+
+    let t_kernel = Instant::now();
+    dev.kernel_submit(cmd)?;
+    let st = dev.kernel_wait(cmd.kernel, cmd.workload, t)?;
+    let observed = t_kernel.elapsed();
+    ensure!(st.is_ok(), "the GEMM kernel failed: {}", status::name(st.status));
+    let kernel = Duration::from_nanos(st.busy_ns);
+    // What the host waited beyond the kernel's own run: the command's way to the compute
+    // worker and the status's way back (poll or interrupt).
+    let notify = observed.saturating_sub(kernel);
+    Ok(Steps { fetch, kernel, notify, write_back: Duration::ZERO })
+}
+
+/// The same as one chained command: snic READs, runs the kernel and WRITEs C to peer 1's
+/// `rc` by itself; the host waits for the one completion.
+fn chained(
+    dev: &Device,
+    qpn: u32,
+    wrs: &[RdmaWr],
+    cmd: &KernelCmd,
+    rc: Region,
+    lkey: u32,
+    t: Duration,
+) -> Result<Steps> {
+    let reads: Vec<ChainRead> = wrs
+        .iter()
+        .filter_map(|w| match w.op {
+            RdmaOp::Read { remote_addr, rkey } => {
+                Some(ChainRead { remote_addr, rkey, local: w.local })
+            }
+            _ => None,
+        })
+        .collect();
+    let c = cmd.addr_args()[2];
+    let write = ChainWrite {
+        local: RdmaSge { addr: c.addr, lkey, len: c.len as u32 },
+        remote_addr: rc.addr,
+        rkey: rc.rkey,
+    };
+    let t0 = Instant::now();
+    dev.rdma_chain(qpn, 77, &reads, cmd, Some(write))?;
+    let cqe = loop {
+        let left = t.checked_sub(t0.elapsed()).context("the chained command timed out")?;
+        let got = dev.rdma_wait_cq(qpn, 1, left)?;
+        if let Some(c) = got.into_iter().find(|c| c.opcode == WC_CHAIN) {
+            break c;
+        }
+    };
+    let observed = t0.elapsed();
+    let rep = cqe.chain.context("a chain completion without its report")?;
+    ensure!(
+        cqe.status == WC_SUCCESS && rep.outcome == "done",
+        "the chained command ended {} (kernel status {})",
+        rep.outcome,
+        status::name(rep.kernel_status)
+    );
+    let (fetch, kernel, write_back) = (
+        Duration::from_nanos(rep.fetch_ns),
+        Duration::from_nanos(rep.kernel_ns),
+        Duration::from_nanos(rep.write_ns),
+    );
+    let notify = observed.saturating_sub(fetch + kernel + write_back);
+    Ok(Steps { fetch, kernel, notify, write_back })
+}
+
 fn client(a: &MmArgs) -> Result<MmReport> {
     let peer = a.peer.as_deref().context("--peer ADDR is required")?;
     let t = Duration::from_secs(a.timeout);
@@ -683,7 +809,8 @@ fn client(a: &MmArgs) -> Result<MmReport> {
     let ip = local_ip(a, &dev)?;
     let base = dev.alloc_device(DevKind::OnBoard, a_len + b_len + c_len, 4096)?;
     let (da, db, dc) = (base, base + a_len, base + a_len + b_len);
-    let (lkey, _) = dev.rdma_reg_mr(base, a_len + b_len, rdma_access::LOCAL_WRITE)?;
+    // A and B land in it; a chained command also WRITEs C from it.
+    let (lkey, _) = dev.rdma_reg_mr(base, a_len + b_len + c_len, rdma_access::LOCAL_WRITE)?;
     let qp = dev.rdma_create_qp(Placement::OnBoard, RDMA_MAX_BATCH as u32)?;
     // C comes back by C2H DMA on a queue into this host buffer.
     let host_c = dev.alloc_host(c_len as usize)?;
@@ -715,22 +842,24 @@ fn client(a: &MmArgs) -> Result<MmReport> {
         mtu: a.mtu,
     };
     send_msg(&mut w, &req)?;
-    let (peer_qpn, peer_ip, ra, rb) = match expect_msg(&mut r)? {
-        Msg::Ready { qpn, ip, a, b, .. } => (qpn, ip, a, b),
+    let (peer_qpn, peer_ip, ra, rb, rc) = match expect_msg(&mut r)? {
+        Msg::Ready { qpn, ip, a, b, c } => (qpn, ip, a, b, c),
         other => bail!(ExchangeError::Unexpected { want: "ready", got: other.tag() }),
     };
     ensure!(
-        ra.len == a_len && rb.len == b_len,
-        "peer 1 offers A of {} and B of {} bytes",
+        ra.len == a_len && rb.len == b_len && rc.len == c_len,
+        "peer 1 offers A, B and C of {}, {} and {} bytes",
         ra.len,
-        rb.len
+        rb.len,
+        rc.len
     );
     dev.rdma_connect(qp.qpn, peer_qpn, peer_ip, a.mtu)?;
     let setup = t_setup.elapsed();
 
-    // Steps 2-5: the READs, one batch, one doorbell; poll the CQ until all completed.
+    // The READs: A then B, at most `chunk` bytes each, one batch.
     let total = a_len + b_len;
-    let chunk = a.chunk.max(total.div_ceil(RDMA_MAX_BATCH as u64 - 2)).min(u64::from(RDMA_MAX_MSG));
+    let most = if a.chained { snic_nic::offload::MAX_READS } else { RDMA_MAX_BATCH } as u64;
+    let chunk = a.chunk.max(total.div_ceil(most - 2)).min(u64::from(RDMA_MAX_MSG));
     let mut wrs = Vec::new();
     for (remote, local, len) in [(ra, da, a_len), (rb, db, b_len)] {
         let mut off = 0;
@@ -741,20 +870,6 @@ fn client(a: &MmArgs) -> Result<MmReport> {
             off += l;
         }
     }
-    let t_fetch = Instant::now();
-    dev.rdma_post_batch(qp.qpn, &wrs)?;
-    let mut done = 0;
-    while done < wrs.len() {
-        let left = t.checked_sub(t_fetch.elapsed()).context("the RDMA READs timed out")?;
-        let cqes = dev.rdma_wait_cq(qp.qpn, (wrs.len() - done) as u32, left)?;
-        for c in &cqes {
-            ensure!(c.status == WC_SUCCESS, "READ {} completed with {}", c.wr_id, c.status_name);
-        }
-        done += cqes.len();
-    }
-    let fetch = t_fetch.elapsed();
-
-    // Steps 6-7: the kernel command; wait for its status.
     let cmd = KernelCmd::new(ids::GEMM, 1)
         .addr(da, a_len)
         .addr(db, b_len)
@@ -764,13 +879,12 @@ fn client(a: &MmArgs) -> Result<MmReport> {
         .scalar(u64::from(a.k))
         .scalar(dt.code())
         .scalar(0);
-    let t_kernel = Instant::now();
-    dev.kernel_submit(&cmd)?;
-    let st = dev.kernel_wait(ids::GEMM, cmd.workload, t)?;
-    let observed = t_kernel.elapsed();
-    ensure!(st.is_ok(), "the GEMM kernel failed: {}", status::name(st.status));
-    let kernel = Duration::from_nanos(st.busy_ns);
-    let notify = observed.saturating_sub(kernel);
+
+    let steps = if a.chained {
+        chained(&dev, qp.qpn, &wrs, &cmd, rc, lkey, t)?
+    } else {
+        host_driven(&dev, qp.qpn, &wrs, &cmd, t)?
+    };
 
     // Step 8: C back to host memory, C2H DMA.
     let t_back = Instant::now();
@@ -802,10 +916,15 @@ fn client(a: &MmArgs) -> Result<MmReport> {
     let bm = matrix(a.seed, 2, (b_len / dt.size()) as usize, dt);
     let dims = (a.m as usize, a.n as usize, a.k as usize);
     let mismatch = verify(dims, dt, &am, &bm, &c);
-    let _ = send_msg(&mut w, &Msg::Done { verified: mismatch.is_none() });
+    let done = Msg::Done { verified: mismatch.is_none(), c_written: a.chained };
+    let _ = send_msg(&mut w, &done);
+    // Peer 1 frees its side (and checks a C written back) once it has `done`: wait for it to
+    // close, so that a next run does not race it.
+    let _ = read_msg(&mut r);
 
+    let Steps { fetch, kernel, notify, write_back } = steps;
     let ops = 2.0 * f64::from(a.m) * f64::from(a.n) * f64::from(a.k);
-    let total_t = fetch + kernel + notify + readback;
+    let total_t = fetch + kernel + notify + write_back + readback;
     let per_s = |d: Duration| if d.is_zero() { 0.0 } else { ops / d.as_secs_f64() / 1e9 };
     Ok(MmReport {
         m: a.m,
@@ -814,12 +933,14 @@ fn client(a: &MmArgs) -> Result<MmReport> {
         dtype: dt,
         mem: a.mem,
         interrupt: a.interrupt,
+        chained: a.chained,
         reads: wrs.len(),
         fetched: total,
         setup_ns: ns(setup),
         fetch_ns: ns(fetch),
         kernel_ns: ns(kernel),
         notify_ns: ns(notify),
+        write_back_ns: ns(write_back),
         readback_ns: ns(readback),
         total_ns: ns(total_t),
         gops_kernel: per_s(kernel),
@@ -844,7 +965,13 @@ fn print_report(a: &MmArgs, r: &MmReport) {
         r.dtype.name(),
         r.mem.name(),
         r.reads,
-        if r.interrupt { "interrupt" } else { "poll" }
+        if r.chained {
+            "chained"
+        } else if r.interrupt {
+            "interrupt"
+        } else {
+            "poll"
+        }
     );
     let gbit = if r.fetch_ns == 0 { 0.0 } else { r.fetched as f64 * 8.0 / r.fetch_ns as f64 };
     println!("  connection set-up {:>10.3} ms", ms(r.setup_ns));
@@ -855,6 +982,9 @@ fn print_report(a: &MmArgs, r: &MmReport) {
     );
     println!("  kernel            {:>10.3} ms  ({:.2} {unit})", ms(r.kernel_ns), r.gops_kernel);
     println!("  notification      {:>10.3} ms", ms(r.notify_ns));
+    if r.chained {
+        println!("  write-back (WRITE){:>10.3} ms", ms(r.write_back_ns));
+    }
     println!("  read-back (C2H)   {:>10.3} ms", ms(r.readback_ns));
     println!(
         "  total             {:>10.3} ms  ({:.2} {unit} end to end)",
