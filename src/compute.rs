@@ -550,17 +550,21 @@ fn serve(a: &MmArgs) -> Result<()> {
     let listener =
         TcpListener::bind(a.listen).with_context(|| format!("listening on {}", a.listen))?;
     println!("snic compute mm: peer 1 on {} (RoCE {ip}), waiting for peers", a.listen);
+    let _ = std::io::stdout().flush();
     loop {
         let (conn, from) = listener.accept().context("accepting a peer")?;
-        match serve_one(a, &dev, ip, conn) {
+        let r = serve_one(a, &dev, ip, conn);
+        match &r {
             Ok((req, verified)) => println!(
                 "served {req} for {from}: {}",
-                if verified { "verified" } else { "NOT verified" }
+                if *verified { "verified" } else { "NOT verified" }
             ),
             Err(e) => eprintln!("snic compute mm: peer {from}: {e:#}"),
         }
+        // Flushed now: a script reads it while this process waits for the next peer.
+        let _ = std::io::stdout().flush();
         if a.once {
-            return Ok(());
+            return r.map(|_| ()).with_context(|| format!("serving {from}"));
         }
     }
 }
@@ -571,10 +575,11 @@ fn serve_one(a: &MmArgs, dev: &Device, ip: IpAddr, conn: TcpStream) -> Result<(S
     conn.set_read_timeout(Some(t))?;
     let mut w = conn.try_clone()?;
     let mut r = BufReader::new(conn);
-    let Msg::Request { version, m, n, k, dtype, seed, mem, qpn, ip: peer_ip, mtu } =
-        expect_msg(&mut r)?
-    else {
-        bail!(ExchangeError::Unexpected { want: "request", got: "another message" });
+    let (version, m, n, k, dtype, seed, mem, qpn, peer_ip, mtu) = match expect_msg(&mut r)? {
+        Msg::Request { version, m, n, k, dtype, seed, mem, qpn, ip, mtu } => {
+            (version, m, n, k, dtype, seed, mem, qpn, ip, mtu)
+        }
+        other => bail!(ExchangeError::Unexpected { want: "request", got: other.tag() }),
     };
     let what = format!("{m}x{n}x{k} {} ({})", dtype.name(), mem.name());
     let mut held =
