@@ -16,15 +16,37 @@
 //! refused command changes no byte.
 
 pub mod cmd;
+pub mod crc;
+pub mod gather;
+pub mod gemm;
 pub mod kernel;
+pub mod lz4;
+#[cfg(feature = "testing")]
+pub mod testing;
+pub mod vector;
 
 pub use cmd::{AddrArg, KCMD_SIZE, KSTS_SIZE, KernelCmd, KernelStatus, MAX_ADDRS, MAX_SCALARS};
+pub use crc::Crc32cKernel;
+pub use gather::{GatherKernel, SglEntry};
+pub use gemm::{GemmKernel, GemmShape};
 pub use kernel::{
     CopyKernel, Invocation, KernelCounters, KernelError, Kernels, LookasideKernel, MAX_KERNELS,
-    USER_REGS, dtype, gemm, ids, reduce, status,
+    USER_REGS, dtype, ids, reduce, status,
 };
+pub use lz4::{Lz4CompressKernel, Lz4DecompressKernel};
+pub use vector::{ReduceKernel, VaddKernel, VscaleKernel};
 
 /// A fresh instance of every built-in kernel, by id.
 pub fn builtins() -> Vec<Box<dyn LookasideKernel>> {
-    vec![Box::new(CopyKernel)]
+    vec![
+        Box::new(CopyKernel),
+        Box::new(vector::ReduceKernel),
+        Box::new(gemm::GemmKernel),
+        Box::new(vector::VaddKernel),
+        Box::new(vector::VscaleKernel),
+        Box::new(gather::GatherKernel),
+        Box::new(crc::Crc32cKernel),
+        Box::new(lz4::Lz4CompressKernel),
+        Box::new(lz4::Lz4DecompressKernel),
+    ]
 }
