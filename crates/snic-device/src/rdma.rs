@@ -30,7 +30,8 @@
 //! (`busy`). When the client goes, its QPs, CQs, MRs and PD go first.
 //!
 //! This first cut posts verbs through the setup socket (the control path); the WQEs still
-//! live in the placed rings and the engine fetches them from there.
+//! live in the placed rings and the engine fetches them from there. A `PostSendBatch` is one
+//! doorbell: all its WQEs are written, the producer index moves once, the thread wakes once.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io;
