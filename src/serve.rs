@@ -49,6 +49,11 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = 2,
           value_parser = clap::value_parser!(u32).range(1..=64))]
     pub workers: u32,
+    /// Compute worker threads (lookaside kernels: kernel id k runs on compute worker
+    /// k % N, apart from the DMA workers).
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=63))]
+    pub compute_workers: u32,
     /// Do not try huge pages for device memory.
     #[arg(long)]
     pub no_huge: bool,
@@ -105,9 +110,11 @@ pub fn run(args: ServeArgs) -> Result<()> {
         on_chip: args.on_chip,
         on_board: args.on_board,
         workers: args.workers,
+        compute_workers: args.compute_workers,
         huge: !args.no_huge,
         spin_us: args.spin_us,
         rdma: args.rdma,
+        ..ServerConfig::default()
     };
     let signals = Signals::install().context("installing signal handlers")?;
     let (on_chip, on_board, workers) = (cfg.on_chip, cfg.on_board, cfg.workers);
@@ -125,8 +132,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
         let mut out = std::io::stdout().lock();
         writeln!(
             out,
-            "snic serve: listening on {} (workers {workers}, on-chip {}, on-board {}, huge pages {})",
+            "snic serve: listening on {} (workers {workers}, compute workers {}, on-chip {}, on-board {}, huge pages {})",
             server.socket_path().display(),
+            cfg.compute_workers,
             size_label(on_chip),
             size_label(on_board),
             if huge { "yes" } else { "no" },

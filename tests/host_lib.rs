@@ -128,17 +128,13 @@ fn host_library_against_snic_serve() {
     assert_eq!((r.descs, r.bytes), (3, 3 * 4096));
 
     // A kernel.
-    let st = dev
-        .kernel_run(
-            KernelCmd { kernel: abi::kernel::SUM, tag: 9, src: src.iova(), dst: 0, len: 4096 },
-            T,
-        )
-        .unwrap();
-    let want: u64 = data[..4096]
-        .chunks(4)
-        .map(|w| u64::from(u32::from_le_bytes([w[0], w[1], w[2], w[3]])))
-        .sum();
-    assert_eq!((st.tag, st.status, st.result), (9, abi::kernel::OK, want));
+    let kd = dev.alloc_device(DevKind::OnBoard, 4096, 64).unwrap();
+    let cmd = KernelCmd::new(abi::kernel::COPY, 9).addr(src.iova(), 4096).addr(kd, 4096);
+    let st = dev.kernel_run(&cmd, T).unwrap();
+    assert_eq!((st.workload, st.status, st.result), (9, abi::kernel::OK, 4096));
+    let mut back = vec![0u8; 4096];
+    dev.read_device(kd, &mut back).unwrap();
+    assert!(back[..] == data[..4096]);
 
     assert!(dev.stats().unwrap().is_object());
 

@@ -78,7 +78,7 @@ fn structured(b: &[u8]) -> Request {
         8 => Request::RegisterHost { len: n() },
         9 => Request::Rdma(RdmaRequest::RegMr { addr: n(), len: n(), access: n() as u32 }),
         10 => Request::Hello { name: String::new(), version: n() as u32 },
-        _ => Request::KernelIrq,
+        _ => Request::KernelIrq { kernel: n() as u32 },
     }
 }
 
@@ -88,7 +88,7 @@ fuzz_target!(|data: &[u8]| {
     sock.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
     // Say hello first half of the time, so requests past the handshake are reached too.
     if data.first().is_some_and(|b| b & 1 == 1) {
-        let hello = Request::Hello { name: "fuzz".into(), version: 1 }.to_bytes();
+        let hello = Request::Hello { name: "fuzz".into(), version: snic_hostif::abi::VERSION_VALUE }.to_bytes();
         let _ = call(&sock, &hello);
     }
     let mut rest = data.get(1..).unwrap_or_default();

@@ -38,7 +38,7 @@ pub mod server;
 mod worker;
 
 pub use rdma::Wire;
-pub use server::{Server, ServerConfig, ServerHandle};
+pub use server::{KernelSet, Server, ServerConfig, ServerHandle};
 
 use std::path::PathBuf;
 

@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use snic_compute::Kernels;
+use snic_compute::{Kernels, LookasideKernel, MAX_KERNELS};
 use snic_dma::engine::{CHANNELS_PER_DIR, MAX_QUEUES};
 use snic_dma::{
     AddressSpace, ChannelConfig, ChannelKey, Dir, HostAddr, MemKind, Notify, QueueConfig, Status,
@@ -36,8 +36,14 @@ pub struct ServerConfig {
     pub on_chip: u64,
     /// Bytes of on-board device memory.
     pub on_board: u64,
-    /// Worker threads (1 ..= [`abi::MAX_WORKERS`]).
+    /// DMA worker threads (queues and channels; 1 ..= [`abi::MAX_WORKERS`] with the compute
+    /// workers).
     pub workers: u32,
+    /// Compute worker threads (lookaside kernels; at least 1): kernel `k` of every client
+    /// runs on compute worker `k % compute_workers`.
+    pub compute_workers: u32,
+    /// The lookaside kernels each compute worker offers.
+    pub kernels: KernelSet,
     /// Try hugetlb pages for device memory.
     pub huge: bool,
     /// Microseconds a worker spins without work before it sleeps.
@@ -54,10 +60,50 @@ impl Default for ServerConfig {
             on_chip: 4 << 20,
             on_board: 256 << 20,
             workers: 2,
+            compute_workers: 1,
+            kernels: KernelSet::default(),
             huge: true,
             spin_us: 200,
             rdma: None,
         }
+    }
+}
+
+/// The kernels a server offers: a function that makes a fresh instance of each (every
+/// compute worker gets its own). The default is [`snic_compute::builtins`]; tests and
+/// embedders may add their own kernels.
+#[derive(Clone, Copy)]
+pub struct KernelSet(pub fn() -> Vec<Box<dyn LookasideKernel>>);
+
+impl KernelSet {
+    /// A registry of the set's kernels (ids of [`MAX_KERNELS`] and above are left out).
+    pub fn registry(&self) -> Kernels {
+        let mut k = Kernels::new();
+        for kernel in (self.0)() {
+            let _ = k.register(kernel);
+        }
+        k
+    }
+}
+
+impl Default for KernelSet {
+    fn default() -> Self {
+        KernelSet(snic_compute::builtins)
+    }
+}
+
+impl PartialEq for KernelSet {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::fn_addr_eq(self.0, other.0)
+    }
+}
+
+impl Eq for KernelSet {}
+
+impl std::fmt::Debug for KernelSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.registry().list().map(|(_, name, _)| name).collect();
+        f.debug_tuple("KernelSet").field(&names).finish()
     }
 }
 
@@ -86,15 +132,19 @@ impl Server {
     /// its pipeline, beside the host netdev (`cfg.rdma` must then be `None`).
     pub fn start_with(cfg: ServerConfig, wire: Option<Wire>) -> io::Result<ServerHandle> {
         let invalid = |m: &str| io::Error::new(io::ErrorKind::InvalidInput, m.to_string());
-        if cfg.workers == 0 || cfg.workers > abi::MAX_WORKERS {
-            return Err(invalid("workers must be 1 ..= 64"));
+        if cfg.workers == 0
+            || cfg.compute_workers == 0
+            || cfg.workers.saturating_add(cfg.compute_workers) > abi::MAX_WORKERS
+        {
+            return Err(invalid("workers and compute workers must be at least 1, 64 together"));
         }
         if cfg.on_chip == 0 || cfg.on_board == 0 {
             return Err(invalid("device memory sizes must be non-zero"));
         }
         let mut master = AddressSpace::new();
+        // One mirror per worker: the DMA workers first, then the compute workers.
         let mut mirrors: Vec<AddressSpace> =
-            (0..cfg.workers).map(|_| AddressSpace::new()).collect();
+            (0..cfg.workers + cfg.compute_workers).map(|_| AddressSpace::new()).collect();
         let mut device = Vec::new();
         let mut huge = true;
         for (kind, size) in [(DevKind::OnChip, cfg.on_chip), (DevKind::OnBoard, cfg.on_board)] {
@@ -138,24 +188,30 @@ impl Server {
 
         let mut workers = Vec::new();
         for (i, mem) in mirrors.into_iter().enumerate() {
+            let i = i as u32;
             let kick = Arc::new(EventFd::new()?);
             let (ctx, crx) = mpsc::channel();
+            let compute = i.checked_sub(cfg.workers).map(|c| (c, cfg.compute_workers));
             let w = Worker::new(
-                i as u32,
+                i,
                 mem,
                 crx,
                 kick.clone(),
                 nic.clone(),
                 Duration::from_micros(cfg.spin_us),
+                compute,
+                cfg.kernels.registry(),
             );
-            let join = std::thread::Builder::new()
-                .name(format!("snic-hostif-w{i}"))
-                .spawn(move || w.run())?;
+            let name = match compute {
+                Some((c, _)) => format!("snic-hostif-c{c}"),
+                None => format!("snic-hostif-w{i}"),
+            };
+            let join = std::thread::Builder::new().name(name).spawn(move || w.run())?;
             workers.push(WorkerHandle { tx: ctx, kick, join: Some(join) });
         }
         let path = cfg.socket.clone();
         let control = Control {
-            kernel_mask: Kernels::with_builtins().mask(),
+            kernel_mask: cfg.kernels.registry().mask(),
             cfg,
             listener,
             wake: wake.clone(),
@@ -239,6 +295,13 @@ struct WorkerHandle {
 }
 
 impl WorkerHandle {
+    /// Send `op` and kick the worker without waiting for its answer (compute workers, which
+    /// may be in the middle of a long kernel; see `Worker::turn` for why the order holds).
+    fn post(&self, op: Op) {
+        let _ = self.tx.send(Cmd { op, reply: mpsc::channel().0 });
+        let _ = self.kick.signal();
+    }
+
     /// Send `op`, kick the worker, wait for its answer.
     fn call(&self, op: Op) -> Ack {
         let (rtx, rrx) = mpsc::channel();
@@ -502,9 +565,15 @@ impl Control {
             Request::DeleteQueue { qid } => no_fds(&fds).and_then(|()| self.delete_queue(id, qid)),
             Request::SetChannel { dir, index, align, interrupt } => one_fd_if(interrupt, fds)
                 .and_then(|irq| self.set_channel(id, dir, index, align, irq)),
-            Request::KernelIrq => one_fd_if(true, fds).and_then(|irq| {
+            Request::KernelIrq { kernel } => one_fd_if(true, fds).and_then(|irq| {
                 let irq = irq.ok_or_else(|| Response::error("bad_request", "one fd expected"))?;
-                ack_response(self.workers[0].call(Op::SetKernelIrq { client: id, irq }))?;
+                if kernel >= MAX_KERNELS {
+                    return Err(Response::error(
+                        "bad_request",
+                        format!("kernel id {kernel} is not below {MAX_KERNELS}"),
+                    ));
+                }
+                self.compute_worker(kernel).post(Op::SetKernelIrq { client: id, kernel, irq });
                 Ok(Response::Ok)
             }),
             Request::Rdma(r) => Ok(self.rdma(id, r)),
@@ -550,11 +619,10 @@ impl Control {
         bar.store_u32(abi::MAX_QUEUES_REG, u32::from(MAX_QUEUES));
         bar.store_u32(abi::WORKERS, self.cfg.workers);
         bar.store_u32(abi::KERNELS, self.kernel_mask);
+        bar.store_u32(abi::COMPUTE_WORKERS, self.cfg.compute_workers);
         let bar = Arc::new(bar);
-        if let Err(e) =
-            ack_response(self.workers[0].call(Op::AddKernelClient { client: id, bar: bar.clone() }))
-        {
-            return (e, vec![]);
+        for w in self.compute_workers() {
+            w.post(Op::AddKernelClient { client: id, bar: bar.clone() });
         }
         if let Some(c) = self.clients.get_mut(&id) {
             c.bar = Some(bar);
@@ -564,6 +632,7 @@ impl Control {
             client: id,
             version: abi::VERSION_VALUE,
             workers: self.cfg.workers,
+            compute_workers: self.cfg.compute_workers,
             max_queues: u32::from(MAX_QUEUES),
             channels_per_dir: u32::from(CHANNELS_PER_DIR),
             device: self.device.clone(),
@@ -612,9 +681,14 @@ impl Control {
             .lock()
             .map_host_owned(base, Box::new(backing.clone()), id)
             .map_err(|e| Response::error("bad_address", e.to_string()))?;
-        for i in 0..self.workers.len() {
+        for (i, w) in self.workers.iter().enumerate() {
             let op = Op::MapHost { owner: id, iova, backing: backing.clone() };
-            if let Err(e) = ack_response(self.workers[i].call(op)) {
+            if i >= self.cfg.workers as usize {
+                // The master mapped it: a compute worker's mirror cannot refuse.
+                w.post(op);
+                continue;
+            }
+            if let Err(e) = ack_response(w.call(op)) {
                 // Undo what was done.
                 self.unmap_host(iova);
                 return Err(e);
@@ -641,8 +715,13 @@ impl Control {
     /// worker that does not have it (a registration undone halfway) answers `no_region`,
     /// which is ignored.
     fn unmap_host(&self, iova: u64) {
-        for w in &self.workers {
-            let _ = w.call(Op::UnmapHost { iova });
+        for (i, w) in self.workers.iter().enumerate() {
+            if i >= self.cfg.workers as usize {
+                // The mapping holds its memory: a kernel still running over it is safe.
+                w.post(Op::UnmapHost { iova });
+            } else {
+                let _ = w.call(Op::UnmapHost { iova });
+            }
         }
         let mut m = self.master.lock();
         if let Some(r) = m.region_of(iova).filter(|r| r.base == iova) {
@@ -692,6 +771,17 @@ impl Control {
         }
         self.master.lock().free(addr).map_err(|e| Response::error("internal", e.to_string()))?;
         Ok(Response::Ok)
+    }
+
+    /// The compute workers (after the DMA workers).
+    fn compute_workers(&self) -> &[WorkerHandle] {
+        &self.workers[self.cfg.workers as usize..]
+    }
+
+    /// The compute worker serving kernel `kernel`.
+    fn compute_worker(&self, kernel: u32) -> &WorkerHandle {
+        let c = abi::kernel_worker(kernel, self.cfg.compute_workers);
+        &self.workers[(self.cfg.workers + c) as usize]
     }
 
     fn owned_queue(&self, id: u32, qid: u16) -> Result<QueueInfo, Response> {
@@ -843,7 +933,9 @@ impl Control {
                 .call(Op::RemoveChannel { key: channel_key(id, dir, index) });
             self.reclaim.channels += 1;
         }
-        let _ = self.workers[0].call(Op::RemoveKernelClient { client: id });
+        for w in self.compute_workers() {
+            w.post(Op::RemoveKernelClient { client: id });
+        }
         for &iova in c.regions.keys() {
             self.unmap_host(iova);
             self.reclaim.regions += 1;
@@ -859,15 +951,31 @@ impl Control {
     fn stats(&self) -> Value {
         let mut sum = WorkerStats::default();
         let mut per_worker = Vec::new();
-        for w in &self.workers {
+        let mut per_kernel = serde_json::Map::new();
+        for (i, w) in self.workers.iter().enumerate() {
             if let Ack::Stats(s) = w.call(Op::Stats) {
                 add_stats(&mut sum, &s);
+                let compute = i >= self.cfg.workers as usize;
                 per_worker.push(json!({
+                    "role": if compute { "compute" } else { "dma" },
                     "queues": s.queues,
                     "channels": s.channels,
                     "descs": s.engine.descs,
+                    "kernels_run": s.kernels.iter().map(|k| k.runs).sum::<u64>(),
                     "sleeps": s.sleeps,
                 }));
+                for k in &s.kernels {
+                    per_kernel.insert(
+                        k.name.to_string(),
+                        json!({
+                            "id": k.id,
+                            "worker": i,
+                            "runs": k.runs,
+                            "errors": k.errors,
+                            "busy_ns": k.busy_ns,
+                        }),
+                    );
+                }
             }
         }
         let mut device = serde_json::Map::new();
@@ -919,6 +1027,7 @@ impl Control {
             "queues": self.queue_owner.iter().filter(|q| q.is_some()).count(),
             "channels": sum.channels,
             "workers": self.cfg.workers,
+            "compute_workers": self.cfg.compute_workers,
             "huge_pages": self.huge,
             "device": device,
             "engine": {
@@ -946,6 +1055,7 @@ impl Control {
             "kernels_run": sum.kernels_run,
             "kernel_errors": sum.kernel_errors,
             "kernel_fifo_ignored": sum.kernel_fifo_ignored,
+            "kernels": per_kernel,
             "worker_sleeps": sum.sleeps,
             "per_worker": per_worker,
             "clients_reclaimed": self.reclaim.clients,

@@ -1,12 +1,16 @@
-//! A host-interface worker thread: one [`DmaEngine`] over its own mirror of the address space,
-//! the queues and channels [`abi::queue_worker`] / [`abi::channel_worker`] give it, and (worker
-//! 0) every client's lookaside-kernel FIFO.
+//! A host-interface worker thread over its own mirror of the address space (device memory and
+//! every client's registered host memory). A DMA worker runs one [`DmaEngine`] for the queues
+//! and channels [`abi::queue_worker`] / [`abi::channel_worker`] give it; a compute worker
+//! serves the kernel slots [`abi::kernel_worker`] gives it, for every client, so a long kernel
+//! never holds up a DMA queue and kernels on different compute workers run at once.
 //!
 //! The loop: take control commands (each acknowledged, so the control thread's response means
-//! "done"); read the doorbell registers of its queues and channels from the owners' BARs and
-//! hand changes to the engine; let the engine work; write back indices, queue states and
-//! channel results; signal eventfds; serve the kernel FIFOs. When idle for `spin` it raises its
-//! sleeping flag in the NIC page and waits on its kick eventfd (at most 10 ms at a time).
+//! "done"); a DMA worker reads the doorbell registers of its queues and channels from the
+//! owners' BARs and hands changes to the engine, lets the engine work, writes back indices,
+//! queue states and channel results and signals eventfds; a compute worker takes commands from
+//! its kernels' control FIFOs, runs them, and writes statuses and counters. When idle for
+//! `spin` a worker raises its sleeping flag in the NIC page and waits on its kick eventfd (at
+//! most 10 ms at a time).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,7 +18,7 @@ use std::sync::atomic::{Ordering, fence};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use snic_compute::Kernels;
+use snic_compute::{Invocation, KernelCmd, KernelStatus, Kernels, MAX_KERNELS, USER_REGS};
 use snic_dma::engine::QueueIndices;
 use snic_dma::{
     AddressSpace, ChannelConfig, ChannelKey, Dir, DmaEngine, DmaError, DmaStats, Event, HostAddr,
@@ -58,11 +62,11 @@ pub(crate) enum Op {
     },
     /// Remove a channel.
     RemoveChannel { key: ChannelKey },
-    /// Serve this client's kernel FIFOs (worker 0).
+    /// Serve this client's slots of the kernels this compute worker runs.
     AddKernelClient { client: u32, bar: Arc<Mapping> },
-    /// Attach the client's kernel-status eventfd (worker 0).
-    SetKernelIrq { client: u32, irq: Arc<EventFd> },
-    /// Stop serving the client's kernel FIFOs (worker 0).
+    /// Attach the eventfd of the client's kernel `kernel` (a compute worker serving it).
+    SetKernelIrq { client: u32, kernel: u32, irq: Arc<EventFd> },
+    /// Stop serving the client's kernel slots.
     RemoveKernelClient { client: u32 },
     /// Counters.
     Stats,
@@ -95,9 +99,21 @@ pub(crate) struct WorkerStats {
     pub kernels_run: u64,
     pub kernel_errors: u64,
     pub kernel_fifo_ignored: u64,
+    /// Per kernel this worker serves: (id, name, runs, errors, busy ns).
+    pub kernels: Vec<KernelStat>,
     pub sleeps: u64,
     pub queues: usize,
     pub channels: usize,
+}
+
+/// Counters of one kernel on one compute worker.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct KernelStat {
+    pub id: u32,
+    pub name: &'static str,
+    pub runs: u64,
+    pub errors: u64,
+    pub busy_ns: u64,
 }
 
 /// The refusal code and text for an engine error.
@@ -135,17 +151,36 @@ struct ChanSlot {
     running: Option<u32>,
 }
 
+/// One client's slot of one kernel.
 #[derive(Debug)]
-struct KernelClient {
+struct KernelSlot {
     client: u32,
+    kernel: u32,
     bar: Arc<Mapping>,
+    /// The slot's offset in the BAR.
+    base: usize,
     irq: Option<Arc<EventFd>>,
+    /// KCTL_PIDX as read at the start of the turn (before its control commands were taken).
+    pidx: u32,
     /// Commands taken (NIC's copy of KCTL_CIDX).
     cidx: u32,
     /// Statuses written (NIC's copy of KSTS_PIDX).
     sts_pidx: u32,
     /// A producer value that claimed more than the FIFO holds (already counted).
     bad_pidx: Option<u32>,
+    /// This client's counters of this kernel (NIC's copies of K_RUNS, K_ERRORS, K_BUSY_NS).
+    runs: u32,
+    errors: u32,
+    busy_ns: u64,
+}
+
+impl KernelSlot {
+    fn reg(&self, off: usize) -> u32 {
+        self.bar.load_u32(self.base + off)
+    }
+    fn set(&self, off: usize, v: u32) {
+        self.bar.store_u32(self.base + off, v);
+    }
 }
 
 /// The register value of a queue state.
@@ -190,15 +225,22 @@ pub(crate) struct Worker {
     spin: Duration,
     queues: BTreeMap<u16, QueueSlot>,
     chans: BTreeMap<ChannelKey, ChanSlot>,
-    kclients: Vec<KernelClient>,
+    /// `Some(i)`: compute worker `i` (serves kernel slots, no DMA).
+    compute: Option<(u32, u32)>,
+    kslots: Vec<KernelSlot>,
     kernels: Kernels,
+    /// Nanoseconds each kernel id ran here.
+    busy_ns: [u64; MAX_KERNELS as usize],
     kernel_fifo_ignored: u64,
     sleeps: u64,
     stop: bool,
 }
 
 impl Worker {
-    /// A worker over `mem` (its mirror of device memory, no host regions yet).
+    /// A worker over `mem` (its mirror of device memory, no host regions yet). `compute`:
+    /// `Some((i, n))` makes it compute worker `i` of `n`, serving the kernel slots
+    /// [`abi::kernel_worker`] gives it with `kernels`.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         id: u32,
         mem: AddressSpace,
@@ -206,6 +248,8 @@ impl Worker {
         kick: Arc<EventFd>,
         nic: Arc<Mapping>,
         spin: Duration,
+        compute: Option<(u32, u32)>,
+        kernels: Kernels,
     ) -> Worker {
         Worker {
             id,
@@ -216,8 +260,10 @@ impl Worker {
             spin,
             queues: BTreeMap::new(),
             chans: BTreeMap::new(),
-            kclients: Vec::new(),
-            kernels: Kernels::with_builtins(),
+            compute,
+            kslots: Vec::new(),
+            kernels,
+            busy_ns: [0; MAX_KERNELS as usize],
             kernel_fifo_ignored: 0,
             sleeps: 0,
             stop: false,
@@ -271,6 +317,21 @@ impl Worker {
 
     /// One pass over everything; true when anything happened.
     fn turn(&mut self) -> bool {
+        if self.compute.is_some() {
+            // The control thread does not wait for compute workers (a long kernel would hold
+            // up every setup request): it posts mappings and eventfds and answers the host at
+            // once. Reading the producer indices before taking those posts keeps the order:
+            // a command the host wrote after its answer is seen here only if the post, sent
+            // before the answer, is taken below, before the command runs.
+            for k in self.kslots.iter_mut() {
+                k.pidx = k.reg(abi::KCTL_PIDX);
+            }
+            let work = self.drain_commands();
+            if self.stop {
+                return true;
+            }
+            return work | self.serve_kernels();
+        }
         let mut work = self.drain_commands();
         if self.stop {
             return true;
@@ -279,9 +340,6 @@ impl Worker {
         work |= self.engine.poll(POLL_BUDGET) > 0;
         work |= self.handle_events();
         work |= self.write_back();
-        if self.id == 0 {
-            work |= self.serve_kernels();
-        }
         work
     }
 
@@ -389,30 +447,44 @@ impl Worker {
                 }
             }
             Op::AddKernelClient { client, bar } => {
-                self.kclients.retain(|k| k.client != client);
-                // The four FIFO indices, KCTL_PIDX ..= KSTS_CIDX (KIRQ is left as it is).
-                clear_words(&bar, abi::KCTL_PIDX, abi::KIRQ - abi::KCTL_PIDX);
-                self.kclients.push(KernelClient {
-                    client,
-                    bar,
-                    irq: None,
-                    cidx: 0,
-                    sts_pidx: 0,
-                    bad_pidx: None,
-                });
+                let Some((index, of)) = self.compute else {
+                    return Ack::Failed("internal", "kernel slots go to compute workers".into());
+                };
+                self.kslots.retain(|k| k.client != client);
+                // A client's BAR starts zeroed, and the host may already have written commands
+                // (this op is posted, not awaited): nothing is cleared.
+                for kernel in (0..MAX_KERNELS).filter(|&k| abi::kernel_worker(k, of) == index) {
+                    self.kslots.push(KernelSlot {
+                        client,
+                        kernel,
+                        bar: bar.clone(),
+                        base: abi::kernel_slot(kernel),
+                        irq: None,
+                        pidx: 0,
+                        cidx: 0,
+                        sts_pidx: 0,
+                        bad_pidx: None,
+                        runs: 0,
+                        errors: 0,
+                        busy_ns: 0,
+                    });
+                }
                 Ack::Done
             }
-            Op::SetKernelIrq { client, irq } => {
-                match self.kclients.iter_mut().find(|k| k.client == client) {
+            Op::SetKernelIrq { client, kernel, irq } => {
+                match self.kslots.iter_mut().find(|k| k.client == client && k.kernel == kernel) {
                     Some(k) => {
                         k.irq = Some(irq);
                         Ack::Done
                     }
-                    None => Ack::Failed("no_client", format!("client {client} has no kernel FIFO")),
+                    None => Ack::Failed(
+                        "no_kernel",
+                        format!("kernel {kernel} of client {client} is not served here"),
+                    ),
                 }
             }
             Op::RemoveKernelClient { client } => {
-                self.kclients.retain(|k| k.client != client);
+                self.kslots.retain(|k| k.client != client);
                 Ack::Done
             }
             Op::Stats => Ack::Stats(Box::new(WorkerStats {
@@ -420,6 +492,7 @@ impl Worker {
                 kernels_run: self.kernels.runs(),
                 kernel_errors: self.kernels.errors(),
                 kernel_fifo_ignored: self.kernel_fifo_ignored,
+                kernels: self.kernel_stats(),
                 sleeps: self.sleeps,
                 queues: self.queues.len(),
                 channels: self.chans.len(),
@@ -526,11 +599,31 @@ impl Worker {
         any
     }
 
-    /// Serve the kernel FIFOs of every client.
+    /// Counters of the kernels this worker serves (none for a DMA worker).
+    fn kernel_stats(&self) -> Vec<KernelStat> {
+        let Some((index, of)) = self.compute else { return Vec::new() };
+        self.kernels
+            .list()
+            .filter(|&(id, _, _)| abi::kernel_worker(id, of) == index)
+            .map(|(id, name, _)| {
+                let c = self.kernels.counters(id).unwrap_or_default();
+                KernelStat {
+                    id,
+                    name,
+                    runs: c.runs,
+                    errors: c.errors,
+                    busy_ns: self.busy_ns[id as usize],
+                }
+            })
+            .collect()
+    }
+
+    /// Serve the kernel slots of every client: take commands from the control FIFOs, run
+    /// them, write statuses and counters, signal the kernels' eventfds where asked.
     fn serve_kernels(&mut self) -> bool {
         let mut any = false;
-        for k in self.kclients.iter_mut() {
-            let pidx = k.bar.load_u32(abi::KCTL_PIDX);
+        for k in self.kslots.iter_mut() {
+            let pidx = k.pidx;
             let pending = pidx.wrapping_sub(k.cidx);
             if pending == 0 {
                 continue;
@@ -547,29 +640,48 @@ impl Worker {
             }
             k.bad_pidx = None;
             let mut done = 0;
-            let mut raised = false;
             while k.cidx != pidx && done < KERNEL_BUDGET {
-                let consumed = k.bar.load_u32(abi::KSTS_CIDX);
-                if k.sts_pidx.wrapping_sub(consumed) >= abi::KFIFO_DEPTH {
+                if k.sts_pidx.wrapping_sub(k.reg(abi::KSTS_CIDX)) >= abi::KFIFO_DEPTH {
                     break; // status FIFO full: wait for the host
                 }
                 let mut raw = [0u8; abi::KCMD_SIZE];
-                if k.bar.read(abi::kctl_slot(k.cidx), &mut raw).is_none() {
+                if k.bar.read(abi::kctl_slot(k.kernel, k.cidx), &mut raw).is_none() {
                     break;
                 }
-                let cmd = abi::decode_kcmd(&raw);
-                let st = self.kernels.run(&mut self.engine.mem, k.client, &cmd);
-                let _ = k.bar.write(abi::ksts_slot(k.sts_pidx), &abi::encode_ksts(&st));
+                let cmd = KernelCmd::decode(&raw);
+                let mut regs = [0u32; USER_REGS];
+                for (i, r) in regs.iter_mut().enumerate() {
+                    *r = k.bar.load_u32(abi::kernel_user_reg(k.kernel, i));
+                }
+                let start = Instant::now();
+                let mut st = if cmd.kernel == k.kernel {
+                    let inv = Invocation { owner: k.client, cmd: &cmd, regs };
+                    self.kernels.run(&mut self.engine.mem, &inv)
+                } else {
+                    // A command in another kernel's FIFO: refused untouched.
+                    KernelStatus::err(cmd.workload, snic_compute::status::BAD_ARGS)
+                };
+                st.busy_ns = start.elapsed().as_nanos().try_into().unwrap_or(u64::MAX);
+                self.busy_ns[k.kernel as usize] += st.busy_ns;
+                let _ = k.bar.write(abi::ksts_slot(k.kernel, k.sts_pidx), &st.encode());
+                k.runs = k.runs.wrapping_add(1);
+                k.errors = k.errors.wrapping_add(u32::from(!st.is_ok()));
+                k.busy_ns = k.busy_ns.wrapping_add(st.busy_ns);
+                k.set(abi::K_RUNS, k.runs);
+                k.set(abi::K_ERRORS, k.errors);
+                k.set(abi::K_LAST_STATUS, st.status);
+                k.set(abi::K_BUSY_NS_LO, k.busy_ns as u32);
+                k.set(abi::K_BUSY_NS_HI, (k.busy_ns >> 32) as u32);
                 k.sts_pidx = k.sts_pidx.wrapping_add(1);
                 k.cidx = k.cidx.wrapping_add(1);
-                k.bar.store_u32(abi::KSTS_PIDX, k.sts_pidx);
-                k.bar.store_u32(abi::KCTL_CIDX, k.cidx);
+                // The status entry and counters above are visible before the index (release).
+                k.set(abi::KSTS_PIDX, k.sts_pidx);
+                k.set(abi::KCTL_CIDX, k.cidx);
                 done += 1;
-                raised = true;
             }
-            if raised {
+            if done > 0 {
                 any = true;
-                if k.bar.load_u32(abi::KIRQ) == 1 {
+                if k.reg(abi::K_CONTROL) & abi::K_CONTROL_IRQ != 0 {
                     signal(k.irq.as_ref());
                 }
             }

@@ -7,7 +7,7 @@ use std::sync::atomic::{Ordering, fence};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use snic_compute::KernelCmd;
+use snic_compute::{KernelCmd, KernelStatus};
 use snic_device::{Server, ServerConfig, ServerHandle};
 use snic_dma::desc::{CMPT_SIZE, Completion, DESC_SIZE, Descriptor, flags};
 use snic_hostif::abi;
@@ -23,6 +23,7 @@ fn start(dir: &Path, workers: u32, spin_us: u64) -> ServerHandle {
         huge: false,
         spin_us,
         rdma: None,
+        ..ServerConfig::default()
     };
     Server::start(cfg).expect("server starts")
 }
@@ -73,11 +74,12 @@ impl Client {
         let sock = SeqPacket::connect(path).expect("connect");
         let hello = Request::Hello { name: "test".into(), version: abi::VERSION_VALUE };
         let (r, fds) = call_raw(&sock, &hello.to_bytes(), &[]);
-        let Response::Welcome { client, workers, version, max_queues, .. } = r else {
+        let Response::Welcome { client, workers, compute_workers, version, max_queues, .. } = r
+        else {
             panic!("expected welcome, got {r:?}")
         };
-        assert_eq!((version, max_queues), (abi::VERSION_VALUE, 2048));
-        assert_eq!(fds.len(), 2 + workers as usize);
+        assert_eq!((version, max_queues, compute_workers), (abi::VERSION_VALUE, 2048, 1));
+        assert_eq!(fds.len(), 2 + workers as usize + 1);
         let mut fds = fds.into_iter();
         let bar = Mapping::map_fd(fds.next().unwrap().as_fd(), abi::BAR_SIZE).unwrap();
         let nic = Mapping::map_fd(fds.next().unwrap().as_fd(), abi::NIC_PAGE_SIZE).unwrap();
@@ -179,8 +181,10 @@ fn hello_mm_queue_moves_data_both_ways() {
     assert_eq!(c.bar.load_u32(abi::CLIENT), 1);
     assert_eq!(c.bar.load_u32(abi::WORKERS), 2);
     assert_eq!(c.bar.load_u32(abi::MAX_QUEUES_REG), 2048);
+    assert_eq!(c.bar.load_u32(abi::COMPUTE_WORKERS), 1);
     let kernels = c.bar.load_u32(abi::KERNELS);
-    assert_eq!(kernels, 1 << abi::kernel::COPY | 1 << abi::kernel::SUM);
+    assert_eq!(kernels, snic_compute::Kernels::with_builtins().mask());
+    assert_ne!(kernels & 1 << abi::kernel::COPY, 0);
 
     let (host, iova) = c.register(HOST_LEN);
     assert_eq!(iova, 1 << 40);
@@ -333,64 +337,89 @@ fn interrupt_queue_channel_runs_and_streaming_loopback() {
     assert_eq!(s["engine"]["stream_rx"], 1);
 }
 
-/// Write kernel command `n` (free-running) into the control FIFO.
-fn put_kcmd(bar: &Mapping, n: u32, kernel: u32, tag: u32, src: u64, len: u64) {
-    let cmd = KernelCmd { kernel, tag, src, dst: 0, len };
-    bar.write(abi::kctl_slot(n), &abi::encode_kcmd(&cmd)).unwrap();
+/// Write command `n` (free-running) into kernel `slot`'s control FIFO: a COPY of `len` bytes.
+fn put_copy(bar: &Mapping, slot: u32, n: u32, workload: u32, src: u64, dst: u64, len: u64) {
+    let cmd = KernelCmd::new(abi::kernel::COPY, workload).addr(src, len).addr(dst, len);
+    bar.write(abi::kctl_slot(slot, n), &cmd.encode()).unwrap();
 }
 
-/// Status entry `n`: (tag, status, result).
-fn kstatus(bar: &Mapping, n: u32) -> (u32, u32, u64) {
+/// Status entry `n` of kernel `slot`: (workload, status, result).
+fn kstatus(bar: &Mapping, slot: u32, n: u32) -> (u32, u32, u64) {
     let mut b = [0u8; abi::KSTS_SIZE];
-    bar.read(abi::ksts_slot(n), &mut b).unwrap();
-    let st = abi::decode_ksts(&b);
-    (st.tag, st.status, st.result)
+    bar.read(abi::ksts_slot(slot, n), &mut b).unwrap();
+    let st = KernelStatus::decode(&b);
+    (st.workload, st.status, st.result)
 }
 
 #[test]
-fn kernel_sum_through_the_fifo() {
+fn kernel_copy_through_its_slot() {
+    const K: u32 = abi::kernel::COPY;
+    let reg = |r| abi::kernel_reg(K, r);
     let dir = tempfile::tempdir().unwrap();
     let server = start(dir.path(), 2, 50);
     let c = Client::connect(server.socket_path());
+    // The compute worker comes after the two DMA workers.
+    let w = c.workers + abi::kernel_worker(K, 1);
     let (host, iova) = c.register(HOST_LEN);
-    let words: Vec<u8> = (1..=100u32).flat_map(|w| w.to_le_bytes()).collect();
-    host.write(DATA, &words).unwrap();
+    let src = iova + DATA as u64;
+    let dst = src + 4096;
+    host.write(DATA, b"lookaside kernel").unwrap();
     let irq = EventFd::new().unwrap();
-    c.ok_with(&Request::KernelIrq, &[irq.fd()]);
-    c.bar.store_u32(abi::KIRQ, 1);
+    c.ok_with(&Request::KernelIrq { kernel: K }, &[irq.fd()]);
+    c.bar.store_u32(reg(abi::K_CONTROL), abi::K_CONTROL_IRQ);
 
-    put_kcmd(&c.bar, 0, abi::kernel::SUM, 42, iova + DATA as u64, 400);
-    c.doorbell(abi::KCTL_PIDX, 1, 0);
-    wait_until("kernel status", || c.bar.load_u32(abi::KSTS_PIDX) == 1);
-    assert_eq!(kstatus(&c.bar, 0), (42, abi::kernel::OK, 5050));
-    assert_eq!(c.bar.load_u32(abi::KCTL_CIDX), 1);
+    put_copy(&c.bar, K, 0, 42, src, dst, 16);
+    c.doorbell(reg(abi::KCTL_PIDX), 1, w);
+    wait_until("kernel status", || c.bar.load_u32(reg(abi::KSTS_PIDX)) == 1);
+    assert_eq!(kstatus(&c.bar, K, 0), (42, abi::kernel::OK, 16));
+    assert_eq!(c.bar.load_u32(reg(abi::KCTL_CIDX)), 1);
+    assert_eq!(c.bar.load_u32(reg(abi::K_RUNS)), 1);
+    assert_eq!(c.bar.load_u32(reg(abi::K_LAST_STATUS)), abi::kernel::OK);
+    let mut got = [0u8; 16];
+    host.read(DATA + 4096, &mut got).unwrap();
+    assert_eq!(&got, b"lookaside kernel");
     assert!(irq.wait(Some(Duration::from_secs(10))).unwrap() > 0, "no kernel interrupt");
-    c.bar.store_u32(abi::KSTS_CIDX, 1);
+    c.bar.store_u32(reg(abi::KSTS_CIDX), 1);
 
-    // Another client's window, a bad length and an unknown kernel.
-    put_kcmd(&c.bar, 1, abi::kernel::SUM, 1, 2 << 40, 4);
-    put_kcmd(&c.bar, 2, abi::kernel::SUM, 2, iova + DATA as u64, 6);
-    put_kcmd(&c.bar, 3, 9, 3, iova, 4);
-    c.doorbell(abi::KCTL_PIDX, 4, 0);
-    wait_until("three statuses", || c.bar.load_u32(abi::KSTS_PIDX) == 4);
-    assert_eq!(kstatus(&c.bar, 1), (1, abi::kernel::BAD_ADDRESS, 0));
-    assert_eq!(kstatus(&c.bar, 2), (2, abi::kernel::BAD_LENGTH, 0));
-    assert_eq!(kstatus(&c.bar, 3), (3, abi::kernel::UNKNOWN_KERNEL, 0));
+    // Another client's window, an overlap, a command in the wrong kernel's FIFO.
+    put_copy(&c.bar, K, 1, 1, 2 << 40, dst, 4);
+    put_copy(&c.bar, K, 2, 2, src, src + 8, 16);
+    let other = KernelCmd::new(5, 3).addr(src, 4).addr(dst, 4);
+    c.bar.write(abi::kctl_slot(K, 3), &other.encode()).unwrap();
+    c.doorbell(reg(abi::KCTL_PIDX), 4, w);
+    wait_until("three statuses", || c.bar.load_u32(reg(abi::KSTS_PIDX)) == 4);
+    assert_eq!(kstatus(&c.bar, K, 1), (1, abi::kernel::BAD_ADDRESS, 0));
+    assert_eq!(kstatus(&c.bar, K, 2), (2, abi::kernel::OVERLAP, 0));
+    assert_eq!(kstatus(&c.bar, K, 3), (3, abi::kernel::BAD_ARGS, 0));
+    assert_eq!(c.bar.load_u32(reg(abi::K_ERRORS)), 3);
+    host.read(DATA, &mut got).unwrap();
+    assert_eq!(&got, b"lookaside kernel", "a refused command wrote memory");
 
-    // A full status FIFO holds the kernels back until the host consumes statuses.
+    // A full status FIFO holds the kernel back until the host consumes statuses.
     for n in 4..4 + abi::KFIFO_DEPTH {
-        put_kcmd(&c.bar, n, abi::kernel::SUM, n, iova + DATA as u64, 8);
+        put_copy(&c.bar, K, n, n, src, dst, 8);
     }
-    c.doorbell(abi::KCTL_PIDX, 4 + abi::KFIFO_DEPTH, 0);
-    wait_until("FIFO fills", || c.bar.load_u32(abi::KSTS_PIDX) == 1 + abi::KFIFO_DEPTH);
+    c.doorbell(reg(abi::KCTL_PIDX), 4 + abi::KFIFO_DEPTH, w);
+    wait_until("FIFO fills", || c.bar.load_u32(reg(abi::KSTS_PIDX)) == 1 + abi::KFIFO_DEPTH);
     std::thread::sleep(Duration::from_millis(30));
-    assert_eq!(c.bar.load_u32(abi::KSTS_PIDX), 1 + abi::KFIFO_DEPTH, "status FIFO overrun");
-    c.bar.store_u32(abi::KSTS_CIDX, 1 + abi::KFIFO_DEPTH);
-    c.doorbell(abi::KCTL_PIDX, 4 + abi::KFIFO_DEPTH, 0);
-    wait_until("the rest", || c.bar.load_u32(abi::KSTS_PIDX) == 4 + abi::KFIFO_DEPTH);
+    assert_eq!(c.bar.load_u32(reg(abi::KSTS_PIDX)), 1 + abi::KFIFO_DEPTH, "status FIFO overrun");
+    c.bar.store_u32(reg(abi::KSTS_CIDX), 1 + abi::KFIFO_DEPTH);
+    c.doorbell(reg(abi::KCTL_PIDX), 4 + abi::KFIFO_DEPTH, w);
+    wait_until("the rest", || c.bar.load_u32(reg(abi::KSTS_PIDX)) == 4 + abi::KFIFO_DEPTH);
     let last = 3 + abi::KFIFO_DEPTH;
-    assert_eq!(kstatus(&c.bar, last), (last, abi::kernel::OK, 3));
-    assert_eq!(server.stats()["kernels_run"], u64::from(4 + abi::KFIFO_DEPTH));
+    assert_eq!(kstatus(&c.bar, K, last), (last, abi::kernel::OK, 8));
+    // A producer index claiming more than the FIFO holds is ignored (and counted).
+    c.doorbell(reg(abi::KCTL_PIDX), 100, w);
+    wait_until("ignored", || c.bar.load_u32(abi::DOORBELLS_IGNORED) == 1);
+    let s = server.stats();
+    assert_eq!(s["kernels_run"], u64::from(3 + abi::KFIFO_DEPTH), "{s}");
+    assert_eq!(s["kernels"]["copy"]["errors"], 2, "{s}");
+    assert_eq!(s["kernel_fifo_ignored"], 1, "{s}");
+    // Kernel ids past the slots have no eventfd.
+    assert_eq!(
+        error_code(&c.call(&Request::KernelIrq { kernel: abi::MAX_KERNELS }, &[irq.fd()])),
+        "bad_request"
+    );
 }
 
 impl Client {
@@ -415,9 +444,12 @@ fn bad_requests_get_error_responses() {
     }
     let (r, _) = call_raw(&raw, br#"{"op":"hello","name":"x","version":99}"#, &[]);
     assert_eq!(error_code(&r), "version");
+    // Version 1 (one kernel FIFO for all kernels) is gone.
     let (r, _) = call_raw(&raw, br#"{"op":"hello","name":"x","version":1}"#, &[]);
+    assert_eq!(error_code(&r), "version");
+    let (r, _) = call_raw(&raw, br#"{"op":"hello","name":"x","version":2}"#, &[]);
     assert!(matches!(r, Response::Welcome { .. }), "{r:?}");
-    let (r, _) = call_raw(&raw, br#"{"op":"hello","name":"x","version":1}"#, &[]);
+    let (r, _) = call_raw(&raw, br#"{"op":"hello","name":"x","version":2}"#, &[]);
     assert_eq!(error_code(&r), "bad_state");
     drop(raw);
 
@@ -466,7 +498,7 @@ fn bad_requests_get_error_responses() {
     assert_eq!(err(q, &[]), "bad_request");
     let set = Request::SetChannel { dir: DirName::H2c, index: 7, align: 1, interrupt: false };
     assert_eq!(err(set, &[]), "bad_request");
-    assert_eq!(err(Request::KernelIrq, &[]), "bad_request");
+    assert_eq!(err(Request::KernelIrq { kernel: 0 }, &[]), "bad_request");
     let rdma = Request::Rdma(RdmaRequest::PollCq { qpn: 1, max: 1 });
     assert_eq!(err(rdma, &[]), "rdma_disabled");
 

@@ -4,7 +4,8 @@
  * A host process connects to a running snic (`snic serve --socket PATH`) with snic_open and
  * gets a device handle. Through it: registered host memory (snic_alloc_host), device memory
  * (snic_alloc_dev, snic_write_dev, snic_read_dev), the client's registers (snic_reg_read,
- * snic_reg_write), lookaside kernels (snic_kernel_run) and DMA queues (snic_queue_*).
+ * snic_reg_write), lookaside kernels (snic_kernel_*: one control FIFO, status FIFO and
+ * register set per kernel, completion polled or by interrupt) and DMA queues (snic_queue_*).
  *
  * Return codes: 0 (or a count) on success, a negative SNIC_E_* code on failure; then
  * snic_last_error() gives a message. Handles are opaque. A device handle may be used from
@@ -49,20 +50,59 @@ extern "C" {
 #define SNIC_DESC_EOP 0x2 /* a completion is written for a transfer ending with EOP */
 #define SNIC_DESC_SOP_EOP 0x3
 
-/* Lookaside kernels (snic_kernel_run) and their status codes. */
-#define SNIC_KERNEL_COPY 0 /* copy len bytes src -> dst; result = len */
-#define SNIC_KERNEL_SUM 1  /* sum of the len/4 little-endian u32 at src; result = the sum */
+/* Lookaside kernels: ids (snic_kernel_cmd.kernel). aN = address argument N, sN = scalar N. */
+#define SNIC_MAX_KERNELS 16
+#define SNIC_KERNEL_COPY 0           /* a0 src, a1 dst; result = bytes copied */
+#define SNIC_KERNEL_REDUCE 1         /* a0 vector; s0 SNIC_REDUCE_*, s1 dtype; result = value */
+#define SNIC_KERNEL_GEMM 2           /* a0 A, a1 B, a2 C; s0 M, s1 N, s2 K, s3 dtype, s4 flags */
+#define SNIC_KERNEL_VADD 3           /* a0 x, a1 y, a2 out; s0 dtype */
+#define SNIC_KERNEL_VSCALE 4         /* a0 x, a1 out; s0 dtype, s1 alpha, s2 beta */
+#define SNIC_KERNEL_GATHER 5         /* a0 list of {addr u64, len u32, 0 u32}, a1 dst; s0 n */
+#define SNIC_KERNEL_CRC32C 6         /* a0 data; s0 initial CRC; result = CRC-32C */
+#define SNIC_KERNEL_LZ4_COMPRESS 7   /* a0 src, a1 dst; result = compressed bytes */
+#define SNIC_KERNEL_LZ4_DECOMPRESS 8 /* a0 LZ4 block, a1 dst; result = bytes */
+#define SNIC_KERNEL_MAX_ADDRS 8
+#define SNIC_KERNEL_MAX_SCALARS 8
+#define SNIC_KERNEL_USER_REGS 8      /* user registers per kernel (snic_kernel_reg_*) */
+
+/* Element types (dtype scalars). */
+#define SNIC_DTYPE_I8 0
+#define SNIC_DTYPE_F32 1
+#define SNIC_DTYPE_I32 2
+#define SNIC_DTYPE_U32 3
+#define SNIC_DTYPE_I64 4
+#define SNIC_DTYPE_U64 5
+#define SNIC_DTYPE_F64 6
+
+/* GEMM flags (s4). */
+#define SNIC_GEMM_A_COL_MAJOR 1
+#define SNIC_GEMM_B_COL_MAJOR 2
+#define SNIC_GEMM_C_COL_MAJOR 4
+#define SNIC_GEMM_ACCUMULATE 8
+
+/* REDUCE operations (s0). */
+#define SNIC_REDUCE_SUM 0
+#define SNIC_REDUCE_MIN 1
+#define SNIC_REDUCE_MAX 2
+
+/* Kernel status codes (snic_kernel_status.status). */
 #define SNIC_KSTATUS_OK 0
 #define SNIC_KSTATUS_UNKNOWN_KERNEL 1
 #define SNIC_KSTATUS_BAD_ADDRESS 2
 #define SNIC_KSTATUS_BAD_LENGTH 3
+#define SNIC_KSTATUS_BAD_ARGS 4
+#define SNIC_KSTATUS_OVERLAP 5
+#define SNIC_KSTATUS_CORRUPT_INPUT 6
+#define SNIC_KSTATUS_NO_SPACE 7
 
 /* Registers (byte offsets in the client's register space). */
 #define SNIC_REG_ID 0x0000      /* reads 0x534E4943 ("SNIC") */
 #define SNIC_REG_VERSION 0x0004
 #define SNIC_REG_SCRATCH 0x0008 /* free read/write register */
 #define SNIC_REG_CLIENT 0x000C
+#define SNIC_REG_KERNELS 0x001C /* one bit per kernel id snic offers */
 #define SNIC_ID_VALUE 0x534E4943u
+#define SNIC_VERSION_VALUE 2
 
 /* Opaque handles. */
 typedef struct snic_dev snic_dev;
@@ -78,6 +118,40 @@ typedef struct snic_completion {
     uint16_t qid;   /* queue id */
     uint32_t flags; /* completion word: bit 0 colour, bit 1 SOP, bit 2 EOP */
 } snic_completion;
+
+/* One address argument of a kernel command. */
+typedef struct snic_kernel_arg {
+    uint64_t addr; /* host IOVA (snic_buf_iova) or device address */
+    uint64_t len;  /* bytes */
+} snic_kernel_arg;
+
+/* A kernel command (the control FIFO entry of kernel `kernel`). */
+typedef struct snic_kernel_cmd {
+    uint32_t workload;  /* caller's id, echoed in the status */
+    uint32_t kernel;    /* SNIC_KERNEL_* */
+    uint8_t n_addrs;    /* addrs in use, 0 .. 8 */
+    uint8_t n_scalars;  /* scalars in use, 0 .. 8 */
+    uint8_t reserved[6];
+    snic_kernel_arg addrs[SNIC_KERNEL_MAX_ADDRS];
+    uint64_t scalars[SNIC_KERNEL_MAX_SCALARS];
+} snic_kernel_cmd;
+
+/* A kernel status (the status FIFO entry). */
+typedef struct snic_kernel_status {
+    uint32_t workload; /* the command's */
+    uint32_t status;   /* SNIC_KSTATUS_* */
+    uint64_t result;   /* kernel-specific; 0 on error */
+    uint64_t busy_ns;  /* time the kernel ran */
+} snic_kernel_status;
+
+/* A kernel's counters for this client. */
+typedef struct snic_kernel_counters {
+    uint32_t runs;
+    uint32_t errors;
+    uint32_t last_status;
+    uint32_t reserved;
+    uint64_t busy_ns;
+} snic_kernel_counters;
 
 /* Message of the last failure on this thread ("" if none); valid until the next failure. */
 const char *snic_last_error(void);
@@ -114,10 +188,27 @@ int snic_reg_read(const snic_dev *dev, uint32_t off, uint32_t *v);
 /* Write the 32-bit register at byte offset `off` (4-aligned). */
 int snic_reg_write(const snic_dev *dev, uint32_t off, uint32_t v);
 
-/* Run a lookaside kernel (SNIC_KERNEL_*) and wait up to timeout_ms for its status.
- * *status gets SNIC_KSTATUS_*, *result the kernel's result; either pointer may be NULL. */
-int snic_kernel_run(const snic_dev *dev, uint32_t kernel, uint64_t src, uint64_t dst,
-                    uint64_t len, uint32_t timeout_ms, uint32_t *status, uint64_t *result);
+/* Push a command on its kernel's control FIFO (SNIC_E_RING_FULL when full). */
+int snic_kernel_submit(const snic_dev *dev, const snic_kernel_cmd *cmd);
+/* Take the oldest status of `kernel` without waiting: 1 (*out filled, out may be NULL) or 0. */
+int snic_kernel_poll(const snic_dev *dev, uint32_t kernel, snic_kernel_status *out);
+/* Wait up to timeout_ms for the status of `workload` on `kernel` (sleeping on the kernel's
+ * eventfd in interrupt mode, else polling); other workloads' statuses are kept for later. */
+int snic_kernel_wait(const snic_dev *dev, uint32_t kernel, uint32_t workload,
+                     uint32_t timeout_ms, snic_kernel_status *out);
+/* Submit and wait: 0 whatever the kernel answered (see out->status), < 0 on failure. */
+int snic_kernel_run(const snic_dev *dev, const snic_kernel_cmd *cmd, uint32_t timeout_ms,
+                    snic_kernel_status *out);
+/* Interrupt (on != 0) or polled completion for `kernel`. */
+int snic_kernel_set_interrupt(const snic_dev *dev, uint32_t kernel, int on);
+/* Read / write user register `idx` (< SNIC_KERNEL_USER_REGS) of `kernel`; the kernel sees the
+ * values the registers hold when it takes a command. */
+int snic_kernel_reg_read(const snic_dev *dev, uint32_t kernel, uint32_t idx, uint32_t *v);
+int snic_kernel_reg_write(const snic_dev *dev, uint32_t kernel, uint32_t idx, uint32_t v);
+/* `kernel`'s counters for this client. */
+int snic_kernel_get_counters(const snic_dev *dev, uint32_t kernel, snic_kernel_counters *out);
+/* Name of built-in kernel `kernel` ("copy", "gemm", ...), or NULL. */
+const char *snic_kernel_name(uint32_t kernel);
 
 /* Open a DMA queue (mode SNIC_QUEUE_*, ring_size a power of two, completion ring twice that;
  * interrupt != 0: snic_queue_wait sleeps instead of busy-polling); *out gets the handle. */

@@ -1,5 +1,5 @@
 //! The connection every handle shares ([`Inner`]: the setup socket, the BAR, the NIC page, the
-//! workers' kick eventfds, the kernel FIFOs' host-side state) and registered host memory
+//! workers' kick eventfds, the kernel slots' host-side state) and registered host memory
 //! ([`HostBuf`]).
 
 use std::collections::VecDeque;
@@ -20,16 +20,20 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Host-side state of the kernel FIFOs.
+/// Host-side state of one kernel slot.
 #[derive(Debug, Default)]
 pub(crate) struct KernelState {
     /// Commands written (shadow of KCTL_PIDX).
     pub(crate) ctl_pidx: u32,
     /// Statuses read (shadow of KSTS_CIDX).
     pub(crate) sts_cidx: u32,
-    /// Statuses read by [`Device::kernel_run`](crate::Device::kernel_run) for other tags, for
-    /// [`Device::kernel_poll`](crate::Device::kernel_poll).
+    /// Statuses read from the FIFO but not handed out yet (a wait for one workload reads past
+    /// the others'), oldest first.
     pub(crate) stash: VecDeque<KernelStatus>,
+    /// The eventfd attached with `kernel_irq` (kept once attached).
+    pub(crate) irq: Option<Arc<EventFd>>,
+    /// Whether interrupt mode is on (K_CONTROL bit 0 as this client last wrote it).
+    pub(crate) interrupt: bool,
 }
 
 /// What every handle of one connection shares.
@@ -43,10 +47,14 @@ pub(crate) struct Inner {
     /// One kick eventfd per worker.
     pub(crate) kicks: Vec<EventFd>,
     pub(crate) client: u32,
+    /// DMA workers (their kicks come first in `kicks`).
     pub(crate) workers: u32,
+    /// Compute workers (kicks after the DMA workers').
+    pub(crate) compute: u32,
     pub(crate) regions: Vec<DeviceRegion>,
     pub(crate) huge: bool,
-    pub(crate) kernel: Mutex<KernelState>,
+    /// One per kernel id.
+    pub(crate) kernels: Vec<Mutex<KernelState>>,
 }
 
 impl Inner {
@@ -108,9 +116,14 @@ impl Inner {
 
     /// The kick rule for a register no single worker is known to watch: kick every sleeper.
     pub(crate) fn kick_all(&self) {
-        for w in 0..self.workers {
+        for w in 0..self.kicks.len() as u32 {
             self.kick(w);
         }
+    }
+
+    /// The kick rule for kernel `kernel`'s slot (its compute worker).
+    pub(crate) fn kick_kernel(&self, kernel: u32) {
+        self.kick(self.workers + abi::kernel_worker(kernel, self.compute));
     }
 
     pub(crate) fn workers(&self) -> u32 {

@@ -26,7 +26,7 @@ impl Deadline {
     }
 
     /// Time left; [`HostError::Timeout`] when none.
-    fn left(&self) -> Result<Duration> {
+    pub(crate) fn left(&self) -> Result<Duration> {
         let left = self.timeout.saturating_sub(self.start.elapsed());
         if left.is_zero() { Err(HostError::Timeout) } else { Ok(left) }
     }

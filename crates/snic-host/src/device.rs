@@ -2,11 +2,10 @@
 //! device memory, registers, the lookaside-kernel FIFOs, and queues and channels. What its
 //! handles share (socket, BAR, kicks) and [`HostBuf`] are in [`crate::conn`].
 
-use std::collections::VecDeque;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use snic_dma::desc::{DIR_QUEUE, Descriptor, Dir};
 use snic_dma::{Completion, Status};
@@ -15,7 +14,6 @@ use snic_hostif::proto::{DevKind, DeviceRegion, MAX_MESSAGE, Request, Response};
 use snic_hostif::shm::{EventFd, Mapping, SeqPacket};
 
 use crate::conn::{HostBuf, Inner, KernelState, lock, unexpected};
-use crate::deadline::Deadline;
 use crate::error::{HostError, Result};
 use crate::queue::{Channel, Queue, QueueOpts};
 
@@ -46,13 +44,9 @@ impl Bounce {
 /// queues and channels it opens are separate handles.
 #[derive(Debug)]
 pub struct Device {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
     bounce: Mutex<Option<Bounce>>,
 }
-
-/// A command for a lookaside kernel (the control FIFO entry) and its status (the status FIFO
-/// entry): snic-compute's types, the same on both sides of the FIFO.
-pub use snic_compute::{KernelCmd, KernelStatus};
 
 impl Device {
     /// Connect to snic's socket at `path` as `name`: say hello, map the BAR and the NIC page,
@@ -69,27 +63,37 @@ impl Device {
         }
         let resp = Response::from_bytes(&buf[..n])
             .map_err(|e| HostError::Protocol(format!("undecodable welcome: {e}")))?;
-        let (client, workers, device, huge_pages) = match resp {
-            Response::Welcome { client, version, workers, device, huge_pages, .. } => {
+        let (client, workers, compute, device, huge_pages) = match resp {
+            Response::Welcome {
+                client,
+                version,
+                workers,
+                compute_workers,
+                device,
+                huge_pages,
+                ..
+            } => {
                 if version != abi::VERSION_VALUE {
                     return Err(HostError::Protocol(format!(
                         "snic speaks version {version}, this library {}",
                         abi::VERSION_VALUE
                     )));
                 }
-                (client, workers, device, huge_pages)
+                (client, workers, compute_workers, device, huge_pages)
             }
             Response::Error { code, message } => return Err(HostError::Refused { code, message }),
             r => return Err(unexpected(&r)),
         };
-        if workers == 0 || workers > abi::MAX_WORKERS {
-            return Err(HostError::Protocol(format!("welcome says {workers} workers")));
+        if workers == 0 || compute == 0 || workers.saturating_add(compute) > abi::MAX_WORKERS {
+            return Err(HostError::Protocol(format!(
+                "welcome says {workers} workers and {compute} compute workers"
+            )));
         }
-        if fds.len() != 2 + workers as usize {
+        if fds.len() != 2 + (workers + compute) as usize {
             return Err(HostError::Protocol(format!(
                 "welcome carried {} fds, expected {}",
                 fds.len(),
-                2 + workers
+                2 + workers + compute
             )));
         }
         let mut fds = fds.into_iter();
@@ -106,11 +110,15 @@ impl Device {
                 abi::ID_VALUE
             )));
         }
-        let k = KernelState {
-            ctl_pidx: bar.load_u32(abi::KCTL_PIDX),
-            sts_cidx: bar.load_u32(abi::KSTS_CIDX),
-            stash: VecDeque::new(),
-        };
+        let kernels = (0..abi::MAX_KERNELS)
+            .map(|id| {
+                Mutex::new(KernelState {
+                    ctl_pidx: bar.load_u32(abi::kernel_reg(id, abi::KCTL_PIDX)),
+                    sts_cidx: bar.load_u32(abi::kernel_reg(id, abi::KSTS_CIDX)),
+                    ..KernelState::default()
+                })
+            })
+            .collect();
         let inner = Inner {
             sock: Mutex::new(sock),
             bar,
@@ -118,9 +126,10 @@ impl Device {
             kicks,
             client,
             workers,
+            compute,
             regions: device,
             huge: huge_pages,
-            kernel: Mutex::new(k),
+            kernels,
         };
         Ok(Device { inner: Arc::new(inner), bounce: Mutex::new(None) })
     }
@@ -129,9 +138,13 @@ impl Device {
     pub fn client_id(&self) -> u32 {
         self.inner.client
     }
-    /// snic's worker threads.
+    /// snic's DMA worker threads.
     pub fn workers(&self) -> u32 {
         self.inner.workers
+    }
+    /// snic's compute worker threads (they run the lookaside kernels).
+    pub fn compute_workers(&self) -> u32 {
+        self.inner.compute
     }
     /// Device memory regions.
     pub fn device_regions(&self) -> Vec<DeviceRegion> {
@@ -262,89 +275,6 @@ impl Device {
         self.inner.bar.store_u32(Self::check_reg(off)?, v);
         self.inner.kick_all();
         Ok(())
-    }
-
-    /// Push a command on the kernel control FIFO ([`HostError::RingFull`] when it is full).
-    pub fn kernel_submit(&self, cmd: KernelCmd) -> Result<()> {
-        let bar = &self.inner.bar;
-        let mut k = lock(&self.inner.kernel);
-        let taken = bar.load_u32(abi::KCTL_CIDX);
-        if k.ctl_pidx.wrapping_sub(taken) >= abi::KFIFO_DEPTH {
-            return Err(HostError::RingFull);
-        }
-        bar.write(abi::kctl_slot(k.ctl_pidx), &abi::encode_kcmd(&cmd))
-            .ok_or_else(|| HostError::OutOfRange("control FIFO slot".into()))?;
-        k.ctl_pidx = k.ctl_pidx.wrapping_add(1);
-        bar.store_u32(abi::KCTL_PIDX, k.ctl_pidx);
-        drop(k);
-        self.inner.kick_all();
-        Ok(())
-    }
-
-    /// Read one entry of the status FIFO, if snic wrote one (no stash).
-    fn kernel_take(&self, k: &mut KernelState) -> Option<KernelStatus> {
-        let bar = &self.inner.bar;
-        if bar.load_u32(abi::KSTS_PIDX) == k.sts_cidx {
-            return None;
-        }
-        let mut e = [0u8; abi::KSTS_SIZE];
-        bar.read(abi::ksts_slot(k.sts_cidx), &mut e)?;
-        k.sts_cidx = k.sts_cidx.wrapping_add(1);
-        bar.store_u32(abi::KSTS_CIDX, k.sts_cidx);
-        Some(abi::decode_ksts(&e))
-    }
-
-    /// The next kernel status, if any (statuses [`Device::kernel_run`] set aside first).
-    pub fn kernel_poll(&self) -> Option<KernelStatus> {
-        let mut k = lock(&self.inner.kernel);
-        if let Some(s) = k.stash.pop_front() {
-            return Some(s);
-        }
-        let s = self.kernel_take(&mut k);
-        drop(k);
-        if s.is_some() {
-            // snic may be waiting for room in the status FIFO.
-            self.inner.kick_all();
-        }
-        s
-    }
-
-    /// Run one kernel command: push it, wait (busy-polling) for the status with its tag.
-    /// Statuses of other tags are kept for [`Device::kernel_poll`].
-    pub fn kernel_run(&self, cmd: KernelCmd, timeout: Duration) -> Result<KernelStatus> {
-        let start = Instant::now();
-        loop {
-            match self.kernel_submit(cmd) {
-                Err(HostError::RingFull) if start.elapsed() < timeout => std::thread::yield_now(),
-                r => break r?,
-            }
-        }
-        let mut deadline = Deadline::new(timeout.saturating_sub(start.elapsed()));
-        loop {
-            {
-                let mut k = lock(&self.inner.kernel);
-                if let Some(i) = k.stash.iter().position(|s| s.tag == cmd.tag)
-                    && let Some(s) = k.stash.remove(i)
-                {
-                    return Ok(s);
-                }
-                let mut took = false;
-                while let Some(s) = self.kernel_take(&mut k) {
-                    took = true;
-                    if s.tag == cmd.tag {
-                        drop(k);
-                        self.inner.kick_all();
-                        return Ok(s);
-                    }
-                    k.stash.push_back(s);
-                }
-                drop(k);
-                if took {
-                    self.inner.kick_all();
-                }
-            }
-            deadline.pause(None)?;
-        }
     }
 
     // ----- DMA -----

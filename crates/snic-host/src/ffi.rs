@@ -18,8 +18,9 @@ use snic_dma::Completion;
 use snic_dma::desc::{Descriptor, Dir};
 
 use crate::conn::HostBuf;
-use crate::device::{Device, KernelCmd};
+use crate::device::Device;
 use crate::error::HostError;
+use crate::kernel::{AddrArg, KernelCmd, KernelStatus};
 use crate::queue::{Queue, QueueOpts};
 use snic_hostif::proto::{DevKind, QueueMode};
 
@@ -426,41 +427,295 @@ pub unsafe extern "C" fn snic_reg_write(dev: *const SnicDev, off: u32, v: u32) -
     })
 }
 
-/// Run lookaside kernel `kernel` and wait up to `timeout_ms`; `*status` and `*result` get the
-/// kernel's status code and result (either may be null).
+/// One address argument of a kernel command (`snic_kernel_arg`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SnicKernelArg {
+    /// First byte (host IOVA or device address).
+    pub addr: u64,
+    /// Bytes.
+    pub len: u64,
+}
+
+/// A kernel command as C writes it (`snic_kernel_cmd`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SnicKernelCmd {
+    /// Caller's id, echoed in the status.
+    pub workload: u32,
+    /// Kernel id (`SNIC_KERNEL_*`).
+    pub kernel: u32,
+    /// Address arguments in use.
+    pub n_addrs: u8,
+    /// Scalars in use.
+    pub n_scalars: u8,
+    /// Zero.
+    pub reserved: [u8; 6],
+    /// Address arguments.
+    pub addrs: [SnicKernelArg; snic_compute::MAX_ADDRS],
+    /// Scalars.
+    pub scalars: [u64; snic_compute::MAX_SCALARS],
+}
+
+impl From<&SnicKernelCmd> for KernelCmd {
+    fn from(c: &SnicKernelCmd) -> KernelCmd {
+        let mut k = KernelCmd::new(c.kernel, c.workload);
+        // Counts are passed as given: snic refuses out-of-range ones with a status.
+        k.n_addrs = c.n_addrs;
+        k.n_scalars = c.n_scalars;
+        for (d, a) in k.addrs.iter_mut().zip(&c.addrs) {
+            *d = AddrArg::new(a.addr, a.len);
+        }
+        k.scalars = c.scalars;
+        k
+    }
+}
+
+/// A kernel status as C reads it (`snic_kernel_status`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SnicKernelStatus {
+    /// The command's workload id.
+    pub workload: u32,
+    /// `SNIC_KSTATUS_*`.
+    pub status: u32,
+    /// Kernel-specific result.
+    pub result: u64,
+    /// Nanoseconds the kernel ran.
+    pub busy_ns: u64,
+}
+
+impl From<KernelStatus> for SnicKernelStatus {
+    fn from(s: KernelStatus) -> SnicKernelStatus {
+        SnicKernelStatus {
+            workload: s.workload,
+            status: s.status,
+            result: s.result,
+            busy_ns: s.busy_ns,
+        }
+    }
+}
+
+/// A kernel's counters for this client (`snic_kernel_counters`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SnicKernelCounters {
+    /// Commands run.
+    pub runs: u32,
+    /// Commands failed.
+    pub errors: u32,
+    /// Status of the last command.
+    pub last_status: u32,
+    /// Zero.
+    pub reserved: u32,
+    /// Nanoseconds run.
+    pub busy_ns: u64,
+}
+
+/// Write `v` through `out` when `out` is not null.
 ///
 /// # Safety
-/// `dev` a live device handle; `status`, `result` null or writable.
+/// `out` null or writable.
+unsafe fn put<T>(out: *mut T, v: T) {
+    // SAFETY: the caller's promise.
+    if let Some(o) = unsafe { out.as_mut() } {
+        *o = v;
+    }
+}
+
+/// Push `cmd` on the control FIFO of the kernel it names (`SNIC_E_RING_FULL` when full).
+///
+/// # Safety
+/// `dev` a live device handle; `cmd` null or a readable command.
 #[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments, reason = "mirrors the C signature")]
-pub unsafe extern "C" fn snic_kernel_run(
+pub unsafe extern "C" fn snic_kernel_submit(
     dev: *const SnicDev,
-    kernel: u32,
-    src: u64,
-    dst: u64,
-    len: u64,
-    timeout_ms: u32,
-    status: *mut u32,
-    result: *mut u64,
+    cmd: *const SnicKernelCmd,
 ) -> c_int {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static TAG: AtomicU32 = AtomicU32::new(0x4300_0000);
     guard(|| {
         // SAFETY: the caller's promise about `dev`.
         let d = unsafe { borrow(dev) }?;
-        let tag = TAG.fetch_add(1, Ordering::Relaxed);
-        let s = d.0.kernel_run(KernelCmd { kernel, tag, src, dst, len }, ms(timeout_ms))?;
-        // SAFETY: each is null or writable by the caller's promise.
-        unsafe {
-            if !status.is_null() {
-                *status = s.status;
-            }
-            if !result.is_null() {
-                *result = s.result;
-            }
-        }
+        // SAFETY: null or readable by the caller's promise.
+        let c = unsafe { cmd.as_ref() }.ok_or_else(|| inval("null cmd"))?;
+        d.0.kernel_submit(&KernelCmd::from(c))?;
         Ok(0)
     })
+}
+
+/// Take the oldest status of `kernel` into `*out` without waiting: 1 when there was one, 0
+/// when not.
+///
+/// # Safety
+/// `dev` a live device handle; `out` null or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn snic_kernel_poll(
+    dev: *const SnicDev,
+    kernel: u32,
+    out: *mut SnicKernelStatus,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's promise about `dev`.
+        let d = unsafe { borrow(dev) }?;
+        match d.0.kernel_poll(kernel)? {
+            Some(s) => {
+                // SAFETY: null or writable by the caller's promise.
+                unsafe { put(out, s.into()) };
+                Ok(1)
+            }
+            None => Ok(0),
+        }
+    })
+}
+
+/// Wait up to `timeout_ms` for the status of `workload` on `kernel` (on its eventfd in
+/// interrupt mode, else polling); statuses of other workloads are kept for later calls.
+///
+/// # Safety
+/// `dev` a live device handle; `out` null or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn snic_kernel_wait(
+    dev: *const SnicDev,
+    kernel: u32,
+    workload: u32,
+    timeout_ms: u32,
+    out: *mut SnicKernelStatus,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's promise about `dev`.
+        let d = unsafe { borrow(dev) }?;
+        let s = d.0.kernel_wait(kernel, workload, ms(timeout_ms))?;
+        // SAFETY: null or writable by the caller's promise.
+        unsafe { put(out, s.into()) };
+        Ok(0)
+    })
+}
+
+/// Submit `cmd` and wait up to `timeout_ms` for its status (into `*out`; the return value is
+/// 0 whatever the kernel's status: look at `out->status`).
+///
+/// # Safety
+/// `dev` a live device handle; `cmd` null or readable; `out` null or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn snic_kernel_run(
+    dev: *const SnicDev,
+    cmd: *const SnicKernelCmd,
+    timeout_ms: u32,
+    out: *mut SnicKernelStatus,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's promise about `dev`.
+        let d = unsafe { borrow(dev) }?;
+        // SAFETY: null or readable by the caller's promise.
+        let c = unsafe { cmd.as_ref() }.ok_or_else(|| inval("null cmd"))?;
+        let s = d.0.kernel_run(&KernelCmd::from(c), ms(timeout_ms))?;
+        // SAFETY: null or writable by the caller's promise.
+        unsafe { put(out, s.into()) };
+        Ok(0)
+    })
+}
+
+/// Interrupt (`on != 0`) or polled completion for `kernel`.
+///
+/// # Safety
+/// `dev` a live device handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn snic_kernel_set_interrupt(
+    dev: *const SnicDev,
+    kernel: u32,
+    on: c_int,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's promise about `dev`.
+        let d = unsafe { borrow(dev) }?;
+        d.0.kernel_set_interrupt(kernel, on != 0)?;
+        Ok(0)
+    })
+}
+
+/// Read user register `idx` of `kernel` into `*v`.
+///
+/// # Safety
+/// `dev` a live device handle; `v` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn snic_kernel_reg_read(
+    dev: *const SnicDev,
+    kernel: u32,
+    idx: u32,
+    v: *mut u32,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's promise about `dev`.
+        let d = unsafe { borrow(dev) }?;
+        if v.is_null() {
+            return Err(inval("null v"));
+        }
+        let x = d.0.kernel_reg_read(kernel, idx as usize)?;
+        // SAFETY: non-null and writable by the caller's promise.
+        unsafe { put(v, x) };
+        Ok(0)
+    })
+}
+
+/// Write user register `idx` of `kernel` (commands taken from now on see it).
+///
+/// # Safety
+/// `dev` a live device handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn snic_kernel_reg_write(
+    dev: *const SnicDev,
+    kernel: u32,
+    idx: u32,
+    v: u32,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's promise about `dev`.
+        let d = unsafe { borrow(dev) }?;
+        d.0.kernel_reg_write(kernel, idx as usize, v)?;
+        Ok(0)
+    })
+}
+
+/// `kernel`'s counters for this client into `*out`.
+///
+/// # Safety
+/// `dev` a live device handle; `out` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn snic_kernel_get_counters(
+    dev: *const SnicDev,
+    kernel: u32,
+    out: *mut SnicKernelCounters,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's promise about `dev`.
+        let d = unsafe { borrow(dev) }?;
+        if out.is_null() {
+            return Err(inval("null out"));
+        }
+        let c = d.0.kernel_counters(kernel)?;
+        let v = SnicKernelCounters {
+            runs: c.runs,
+            errors: c.errors,
+            last_status: c.last_status,
+            reserved: 0,
+            busy_ns: c.busy_ns,
+        };
+        // SAFETY: non-null and writable by the caller's promise.
+        unsafe { put(out, v) };
+        Ok(0)
+    })
+}
+
+/// Name of built-in kernel `kernel` (a static string), or null when there is none.
+#[unsafe(no_mangle)]
+pub extern "C" fn snic_kernel_name(kernel: u32) -> *const c_char {
+    static NAMES: std::sync::OnceLock<Vec<(u32, CString)>> = std::sync::OnceLock::new();
+    let names = NAMES.get_or_init(|| {
+        snic_compute::builtins()
+            .iter()
+            .filter_map(|k| Some((k.id(), CString::new(k.name()).ok()?)))
+            .collect()
+    });
+    names.iter().find(|(id, _)| *id == kernel).map_or(std::ptr::null(), |(_, n)| n.as_ptr())
 }
 
 /// Open a queue (`mode` 0 memory-mapped, 1 streaming; completion ring twice `ring_size`);

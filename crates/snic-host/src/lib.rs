@@ -4,7 +4,8 @@
 //! - [`Device`]: the connection (setup socket, the client's register space "BAR", the NIC page
 //!   and the workers' kick eventfds). Memory API ([`Device::alloc_host`],
 //!   [`Device::alloc_device`], [`Device::write_device`] ...), control API (registers,
-//!   lookaside kernels) and DMA API ([`Device::open_queue`], [`Device::channel`]).
+//!   lookaside kernels: [`Device::kernel_submit`], [`Device::kernel_wait`],
+//!   [`Device::kernel_run`] ...) and DMA API ([`Device::open_queue`], [`Device::channel`]).
 //! - [`HostBuf`]: host memory registered with snic (a shared memfd mapping with an IOVA).
 //! - [`Queue`]: a QDMA-like queue whose rings live in a [`HostBuf`]: post descriptors, ring
 //!   doorbells, consume completions.
@@ -20,11 +21,13 @@ mod deadline;
 mod device;
 mod error;
 pub mod ffi;
+mod kernel;
 mod queue;
 
 pub use conn::HostBuf;
-pub use device::{Device, KernelCmd, KernelStatus};
+pub use device::Device;
 pub use error::{HostError, Result};
+pub use kernel::{AddrArg, KernelCmd, KernelInfo, KernelSlotCounters, KernelStatus};
 pub use queue::{Channel, ChannelResult, Queue, QueueOpts};
 
 pub use snic_dma::{Completion, Descriptor, Dir, Status};

@@ -71,7 +71,12 @@ fn c_program_against_live_server() {
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "C program failed ({}):\n{stdout}\n{stderr}", run.status);
     assert!(stdout.lines().any(|l| l == "ALL OK"), "{stdout}");
-    for step in ["ok round trip matches", "ok queue data matches", "ok kernel sum result"] {
+    for step in [
+        "ok round trip matches",
+        "ok queue data matches",
+        "ok kernel copy result",
+        "ok kernel wait by interrupt",
+    ] {
         assert!(stdout.lines().any(|l| l == step), "missing {step:?} in:\n{stdout}");
     }
 }

@@ -4,7 +4,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{TestServer, pattern};
+use common::{REGS_KERNEL, SLEEP_KERNEL, TestServer, pattern};
 use snic_dma::desc::flags;
 use snic_host::{
     Completion, DevKind, Device, Dir, HostError, KernelCmd, QueueMode, QueueOpts, Status,
@@ -392,48 +392,61 @@ fn many_queues() {
     assert_eq!(more.len(), 64);
 }
 
+fn copy(workload: u32, src: u64, dst: u64, len: u64) -> KernelCmd {
+    KernelCmd::new(abi::kernel::COPY, workload).addr(src, len).addr(dst, len)
+}
+
 #[test]
-fn kernels() {
+fn kernels_copy_check_and_fifo_order() {
     let s = TestServer::start("kern", 1);
     let dev = Device::connect(&s.socket(), "kern").expect("connect");
-    let b = dev.alloc_host(4096).unwrap();
-    let words: Vec<u8> = (1..=1024u32).flat_map(|w| w.to_le_bytes()).collect();
-    b.write(0, &words).unwrap();
-    let sum = dev
-        .kernel_run(
-            KernelCmd { kernel: abi::kernel::SUM, tag: 1, src: b.iova(), dst: 0, len: 4096 },
-            T,
-        )
-        .expect("sum");
-    assert_eq!((sum.tag, sum.status, sum.result), (1, abi::kernel::OK, 1024 * 1025 / 2));
+    assert_eq!(dev.compute_workers(), 1);
+    let list = dev.kernels();
+    assert!(list.iter().any(|k| k.id == abi::kernel::COPY && k.name == "copy"), "{list:?}");
+    assert_eq!(dev.kernel_id("copy"), Some(abi::kernel::COPY));
+    let b = dev.alloc_host(8192).unwrap();
+    let data = pattern(4096, 3);
+    b.write(0, &data).unwrap();
     let d = dev.alloc_device(DevKind::OnChip, 4096, 64).unwrap();
-    let cp = dev
-        .kernel_run(
-            KernelCmd { kernel: abi::kernel::COPY, tag: 2, src: b.iova(), dst: d, len: 4096 },
-            T,
-        )
-        .expect("copy");
-    assert_eq!((cp.status, cp.result), (abi::kernel::OK, 4096));
+    let cp = dev.kernel_run(&copy(2, b.iova(), d, 4096), T).expect("copy");
+    assert_eq!((cp.workload, cp.status, cp.result), (2, abi::kernel::OK, 4096));
     let mut back = vec![0u8; 4096];
     dev.read_device(d, &mut back).unwrap();
-    assert_eq!(back, words);
-    let bad = dev
-        .kernel_run(KernelCmd { kernel: 77, tag: 3, src: b.iova(), dst: 0, len: 4 }, T)
-        .expect("unknown kernel answers");
-    assert_eq!(bad.status, abi::kernel::UNKNOWN_KERNEL);
-    let bad = dev
-        .kernel_run(KernelCmd { kernel: abi::kernel::SUM, tag: 4, src: 0x1000, dst: 0, len: 4 }, T)
-        .expect("bad address answers");
+    assert!(back == data);
+
+    // Refused commands change no byte: another client's window, an overlap, a short output.
+    let before = back.clone();
+    let bad = dev.kernel_run(&copy(3, 0x1000, d, 16), T).unwrap();
     assert_eq!(bad.status, abi::kernel::BAD_ADDRESS);
-    // More commands than the FIFO holds, submitted then polled.
+    let other = (u64::from(dev.client_id()) + 1) << 40;
+    let bad = dev.kernel_run(&copy(4, d, other, 16), T).unwrap();
+    assert_eq!(bad.status, abi::kernel::BAD_ADDRESS);
+    let bad = dev.kernel_run(&copy(5, d, d + 8, 64), T).unwrap();
+    assert_eq!((bad.status, bad.result), (abi::kernel::OVERLAP, 0));
+    let short = KernelCmd::new(abi::kernel::COPY, 6).addr(b.iova(), 64).addr(d, 32);
+    assert_eq!(dev.kernel_run(&short, T).unwrap().status, abi::kernel::NO_SPACE);
+    dev.read_device(d, &mut back).unwrap();
+    assert!(back == before, "a refused command wrote device memory");
+    // A slot without a kernel answers with a status; an id past the slots is refused here.
+    let none = dev.kernel_run(&KernelCmd::new(12, 7).addr(b.iova(), 4), T).unwrap();
+    assert_eq!((none.workload, none.status), (7, abi::kernel::UNKNOWN_KERNEL));
+    assert!(matches!(
+        dev.kernel_submit(&KernelCmd::new(abi::MAX_KERNELS, 1)),
+        Err(HostError::OutOfRange(_))
+    ));
+    let c = dev.kernel_counters(abi::kernel::COPY).unwrap();
+    assert_eq!((c.runs, c.errors, c.last_status), (5, 4, abi::kernel::NO_SPACE));
+    assert!(c.busy_ns > 0);
+
+    // More commands than the FIFO holds, submitted then polled: all come back, in order.
     let mut seen = Vec::new();
-    for tag in 100..140u32 {
+    for w in 100..140u32 {
+        let cmd = copy(w, b.iova(), b.iova() + 4096, 8);
         loop {
-            let cmd = KernelCmd { kernel: abi::kernel::SUM, tag, src: b.iova(), dst: 0, len: 8 };
-            match dev.kernel_submit(cmd) {
+            match dev.kernel_submit(&cmd) {
                 Ok(()) => break,
                 Err(HostError::RingFull) => {
-                    if let Some(s) = dev.kernel_poll() {
+                    if let Some(s) = dev.kernel_poll(abi::kernel::COPY).unwrap() {
                         seen.push(s);
                     }
                     std::thread::yield_now();
@@ -444,14 +457,118 @@ fn kernels() {
     }
     let start = std::time::Instant::now();
     while seen.len() < 40 && start.elapsed() < T {
-        match dev.kernel_poll() {
+        match dev.kernel_poll(abi::kernel::COPY).unwrap() {
             Some(s) => seen.push(s),
             None => std::thread::yield_now(),
         }
     }
-    let tags: Vec<u32> = seen.iter().map(|s| s.tag).collect();
-    assert_eq!(tags, (100..140).collect::<Vec<_>>());
-    assert!(seen.iter().all(|s| s.result == 3));
+    let ids: Vec<u32> = seen.iter().map(|s| s.workload).collect();
+    assert_eq!(ids, (100..140).collect::<Vec<_>>());
+    assert!(seen.iter().all(|s| s.status == abi::kernel::OK && s.result == 8));
+    let st = dev.stats().unwrap();
+    assert_eq!(st["kernels"]["copy"]["runs"], 45, "{st}");
+    assert_eq!(st["kernels"]["copy"]["errors"], 4, "{st}");
+}
+
+#[test]
+fn kernels_run_at_once_on_compute_workers() {
+    let s = TestServer::start_with("kern-par", common::with_test_kernels(2));
+    let dev = Device::connect(&s.socket(), "kern-par").expect("connect");
+    assert_eq!(dev.compute_workers(), 2);
+    // SLEEP (13) runs on compute worker 1, COPY (0) on compute worker 0.
+    assert_ne!(abi::kernel_worker(SLEEP_KERNEL, 2), abi::kernel_worker(abi::kernel::COPY, 2));
+    let b = dev.alloc_host(8192).unwrap();
+    b.write(0, &pattern(4096, 5)).unwrap();
+    let started = std::time::Instant::now();
+    dev.kernel_submit(&KernelCmd::new(SLEEP_KERNEL, 1).scalar(600)).unwrap();
+    // While it sleeps: COPY commands complete, and so does DMA.
+    for w in 0..8 {
+        let st = dev.kernel_run(&copy(w, b.iova(), b.iova() + 4096, 4096), T).unwrap();
+        assert_eq!(st.status, abi::kernel::OK);
+    }
+    let d = dev.alloc_device(DevKind::OnChip, 4096, 64).unwrap();
+    dev.write_device(d, &pattern(4096, 6)).unwrap();
+    assert!(dev.kernel_poll(SLEEP_KERNEL).unwrap().is_none(), "the sleep ended early");
+    assert!(started.elapsed() < Duration::from_millis(600), "copies waited for the sleep");
+    let mut hb = vec![0u8; 4096];
+    b.read(4096, &mut hb).unwrap();
+    assert!(hb == pattern(4096, 5));
+    let st = dev.kernel_wait(SLEEP_KERNEL, 1, T).unwrap();
+    assert_eq!((st.status, st.result), (abi::kernel::OK, 600));
+    assert!(st.busy_ns >= 600_000_000, "busy_ns {}", st.busy_ns);
+    let stats = dev.stats().unwrap();
+    assert_eq!(stats["compute_workers"], 2);
+    assert_eq!(stats["kernels"]["sleep"]["runs"], 1, "{stats}");
+    assert_eq!(stats["kernels"]["copy"]["runs"], 8, "{stats}");
+}
+
+#[test]
+fn kernel_interrupt_or_poll_per_kernel_and_stash() {
+    let s = TestServer::start_with("kern-irq", common::with_test_kernels(2));
+    let dev = Device::connect(&s.socket(), "kern-irq").expect("connect");
+    let ctl = |k| dev.reg_read(abi::kernel_reg(k, abi::K_CONTROL) as u32).unwrap();
+    dev.kernel_set_interrupt(SLEEP_KERNEL, true).unwrap();
+    assert!(dev.kernel_interrupt(SLEEP_KERNEL) && !dev.kernel_interrupt(abi::kernel::COPY));
+    assert_eq!((ctl(SLEEP_KERNEL), ctl(abi::kernel::COPY)), (abi::K_CONTROL_IRQ, 0));
+    // Interrupt mode: the waiter sleeps on the eventfd until the status is written.
+    dev.kernel_submit(&KernelCmd::new(SLEEP_KERNEL, 9).scalar(50)).unwrap();
+    let st = dev.kernel_wait(SLEEP_KERNEL, 9, T).unwrap();
+    assert_eq!((st.workload, st.result), (9, 50));
+    // Polled mode on the other kernel at the same time; workloads out of order are stashed.
+    let b = dev.alloc_host(8192).unwrap();
+    for w in 1..=3 {
+        dev.kernel_submit(&copy(w, b.iova(), b.iova() + 4096, 64)).unwrap();
+    }
+    dev.kernel_submit(&KernelCmd::new(SLEEP_KERNEL, 10).scalar(20)).unwrap();
+    assert_eq!(dev.kernel_wait(abi::kernel::COPY, 3, T).unwrap().workload, 3);
+    assert_eq!(dev.kernel_wait(SLEEP_KERNEL, 10, T).unwrap().result, 20);
+    assert_eq!(dev.kernel_poll(abi::kernel::COPY).unwrap().map(|s| s.workload), Some(1));
+    assert_eq!(dev.kernel_wait(abi::kernel::COPY, 2, T).unwrap().workload, 2);
+    assert_eq!(dev.kernel_poll(abi::kernel::COPY).unwrap(), None);
+    // Waiting for what never comes times out (in both modes).
+    assert!(matches!(
+        dev.kernel_wait(SLEEP_KERNEL, 77, Duration::from_millis(30)),
+        Err(HostError::Timeout)
+    ));
+    assert!(matches!(
+        dev.kernel_wait(abi::kernel::COPY, 77, Duration::from_millis(30)),
+        Err(HostError::Timeout)
+    ));
+    // Back to polling.
+    dev.kernel_set_interrupt(SLEEP_KERNEL, false).unwrap();
+    assert_eq!(ctl(SLEEP_KERNEL), 0);
+    let st = dev.kernel_run(&KernelCmd::new(SLEEP_KERNEL, 11).scalar(1), T).unwrap();
+    assert_eq!((st.workload, st.status), (11, abi::kernel::OK));
+    assert!(matches!(dev.kernel_set_interrupt(99, true), Err(HostError::OutOfRange(_))));
+}
+
+#[test]
+fn kernel_user_registers_reach_the_kernel() {
+    let s = TestServer::start_with("kern-regs", common::with_test_kernels(1));
+    let dev = Device::connect(&s.socket(), "kern-regs").expect("connect");
+    assert!(dev.kernels().iter().any(|k| k.id == REGS_KERNEL && k.name == "kernel14"));
+    let b = dev.alloc_host(4096).unwrap();
+    for i in 0..abi::USER_REGS {
+        dev.kernel_reg_write(REGS_KERNEL, i, 100 + i as u32).unwrap();
+        assert_eq!(dev.kernel_reg_read(REGS_KERNEL, i).unwrap(), 100 + i as u32);
+    }
+    assert!(matches!(dev.kernel_reg_write(REGS_KERNEL, 8, 1), Err(HostError::OutOfRange(_))));
+    let cmd = KernelCmd::new(REGS_KERNEL, 1).addr(b.iova(), 32);
+    let st = dev.kernel_run(&cmd, T).unwrap();
+    assert_eq!((st.status, st.result), (abi::kernel::OK, (100..108).sum::<u64>()));
+    let mut out = [0u8; 32];
+    b.read(0, &mut out).unwrap();
+    let regs: Vec<u32> =
+        out.chunks(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    assert_eq!(regs, (100..108).collect::<Vec<_>>());
+    // A new value is seen by the next command; other kernels' registers are separate.
+    dev.kernel_reg_write(REGS_KERNEL, 7, 0xFFFF_0000).unwrap();
+    dev.kernel_reg_write(abi::kernel::COPY, 0, 5).unwrap();
+    let st = dev.kernel_run(&cmd, T).unwrap();
+    assert_eq!(st.result, (100..107).sum::<u64>() + 0xFFFF_0000);
+    assert_eq!(dev.kernel_reg_read(REGS_KERNEL, 0).unwrap(), 100);
+    let c = dev.kernel_counters(REGS_KERNEL).unwrap();
+    assert_eq!((c.runs, c.errors, c.last_status), (2, 0, abi::kernel::OK));
 }
 
 #[test]

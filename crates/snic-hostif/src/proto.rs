@@ -84,7 +84,8 @@ impl DirName {
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Request {
     /// First message. Response: [`Response::Welcome`] with fds `[bar, nic_page, kick_0 ..
-    /// kick_{workers-1}]`.
+    /// kick_{workers + compute_workers - 1}]` (the DMA workers' kicks, then the compute
+    /// workers').
     Hello {
         /// Free-form client name (for stats and logs).
         name: String,
@@ -165,9 +166,13 @@ pub enum Request {
         /// Interrupt (eventfd attached) or polled.
         interrupt: bool,
     },
-    /// Attach an eventfd that snic signals when it writes the kernel status FIFO while
-    /// [`crate::abi::KIRQ`] is 1. One eventfd attached. Response: `Ok`.
-    KernelIrq,
+    /// Attach an eventfd that snic signals when it writes kernel `kernel`'s status FIFO while
+    /// bit [`crate::abi::K_CONTROL_IRQ`] of its [`crate::abi::K_CONTROL`] register is set.
+    /// One eventfd attached (it replaces an earlier one). Response: `Ok`.
+    KernelIrq {
+        /// Kernel id (below [`crate::abi::MAX_KERNELS`]).
+        kernel: u32,
+    },
     /// snic's counters. Response: [`Response::Stats`].
     Stats,
     /// RDMA hooks (see [`RdmaRequest`]).
@@ -336,8 +341,11 @@ pub enum Response {
         client: u32,
         /// Protocol version.
         version: u32,
-        /// Worker threads (one kick eventfd each).
+        /// DMA worker threads (one kick eventfd each).
         workers: u32,
+        /// Compute worker threads serving the kernel slots (one kick eventfd each, after the
+        /// DMA workers').
+        compute_workers: u32,
         /// Queue ids.
         max_queues: u32,
         /// Channels per direction.
@@ -563,6 +571,7 @@ mod tests {
             Request::Hello { name: "t".into(), version: 1 },
             Request::AllocDevice { kind: DevKind::OnChip, size: 4096, align: 64 },
             Request::Rdma(RdmaRequest::PollCq { qpn: 5, max: 4 }),
+            Request::KernelIrq { kernel: 6 },
         ];
         for r in reqs {
             assert_eq!(Request::from_bytes(&r.to_bytes()).unwrap(), r);

@@ -91,21 +91,63 @@ int main(int argc, char **argv) {
     CHECK(n == 1 && c[0].status != 0, "bad descriptor reported");
     snic_queue_close(q);
 
-    /* Kernels: SUM over 1..1024, COPY host -> device. */
-    uint32_t *w = (uint32_t *)hp;
-    for (uint32_t i = 0; i < 1024; i++) w[i] = i + 1;
-    uint32_t st = 99;
-    uint64_t res = 0;
-    CHECK(snic_kernel_run(dev, SNIC_KERNEL_SUM, iova, 0, 4096, 10000, &st, &res) == 0,
-          "kernel sum runs");
-    CHECK(st == SNIC_KSTATUS_OK && res == 1024u * 1025u / 2u, "kernel sum result");
-    CHECK(snic_kernel_run(dev, SNIC_KERNEL_COPY, iova, dv, 4096, 10000, &st, &res) == 0,
-          "kernel copy runs");
-    CHECK(st == SNIC_KSTATUS_OK && res == 4096, "kernel copy result");
+    /* Kernels: COPY host -> device, polled then by interrupt; submit/wait; registers. */
+    CHECK(snic_reg_read(dev, SNIC_REG_KERNELS, &v) == 0 && (v & (1u << SNIC_KERNEL_COPY)),
+          "copy kernel offered");
+    CHECK(snic_kernel_name(SNIC_KERNEL_COPY) != NULL &&
+              strcmp(snic_kernel_name(SNIC_KERNEL_COPY), "copy") == 0,
+          "kernel name");
+    CHECK(snic_kernel_name(SNIC_MAX_KERNELS) == NULL, "no name past the ids");
+    fill(hp, 8192, 9);
+    snic_kernel_cmd kc;
+    memset(&kc, 0, sizeof kc);
+    kc.workload = 7;
+    kc.kernel = SNIC_KERNEL_COPY;
+    kc.n_addrs = 2;
+    kc.addrs[0].addr = iova;
+    kc.addrs[0].len = 4096;
+    kc.addrs[1].addr = dv;
+    kc.addrs[1].len = 4096;
+    snic_kernel_status ks;
+    memset(&ks, 0xAA, sizeof ks);
+    CHECK(snic_kernel_run(dev, &kc, 10000, &ks) == 0, "kernel copy runs");
+    CHECK(ks.workload == 7 && ks.status == SNIC_KSTATUS_OK && ks.result == 4096,
+          "kernel copy result");
     CHECK(snic_read_dev(dev, dv, back, 4096) == 0 && memcmp(back, hp, 4096) == 0,
           "kernel copy data");
-    CHECK(snic_kernel_run(dev, 1234, iova, 0, 4, 10000, &st, &res) == 0 &&
-              st == SNIC_KSTATUS_UNKNOWN_KERNEL,
+    CHECK(snic_kernel_set_interrupt(dev, SNIC_KERNEL_COPY, 1) == 0, "interrupt mode");
+    kc.workload = 8;
+    kc.addrs[0].addr = iova + 4096;
+    CHECK(snic_kernel_submit(dev, &kc) == 0, "kernel submit");
+    CHECK(snic_kernel_wait(dev, SNIC_KERNEL_COPY, 8, 10000, &ks) == 0 && ks.workload == 8 &&
+              ks.status == SNIC_KSTATUS_OK,
+          "kernel wait by interrupt");
+    CHECK(snic_read_dev(dev, dv, back, 4096) == 0 && memcmp(back, hp + 4096, 4096) == 0,
+          "interrupt copy data");
+    CHECK(snic_kernel_poll(dev, SNIC_KERNEL_COPY, &ks) == 0, "nothing left to poll");
+    /* Overlapping output: refused with a status, nothing written. */
+    kc.workload = 9;
+    kc.addrs[0].addr = dv;
+    kc.addrs[1].addr = dv + 16;
+    CHECK(snic_kernel_run(dev, &kc, 10000, &ks) == 0 && ks.status == SNIC_KSTATUS_OVERLAP,
+          "overlap refused");
+    CHECK(snic_read_dev(dev, dv, back, 4096) == 0 && memcmp(back, hp + 4096, 4096) == 0,
+          "refused command wrote nothing");
+    snic_kernel_counters kn;
+    CHECK(snic_kernel_get_counters(dev, SNIC_KERNEL_COPY, &kn) == 0 && kn.runs == 3 &&
+              kn.errors == 1 && kn.last_status == SNIC_KSTATUS_OVERLAP,
+          "kernel counters");
+    CHECK(snic_kernel_reg_write(dev, SNIC_KERNEL_COPY, 3, 0xABCD) == 0, "user reg write");
+    CHECK(snic_kernel_reg_read(dev, SNIC_KERNEL_COPY, 3, &v) == 0 && v == 0xABCD,
+          "user reg read");
+    CHECK(snic_kernel_reg_write(dev, SNIC_KERNEL_COPY, SNIC_KERNEL_USER_REGS, 1) == SNIC_E_RANGE,
+          "user reg index checked");
+    kc.kernel = 1234;
+    CHECK(snic_kernel_submit(dev, &kc) == SNIC_E_RANGE, "kernel id checked");
+    kc.kernel = SNIC_MAX_KERNELS - 1;
+    kc.workload = 10;
+    CHECK(snic_kernel_run(dev, &kc, 10000, &ks) == 0 &&
+              ks.status == SNIC_KSTATUS_UNKNOWN_KERNEL,
           "unknown kernel status");
 
     CHECK(snic_free_dev(dev, dv) == 0, "free dev");
