@@ -102,8 +102,10 @@ impl Dtype {
 #[serde(rename_all = "snake_case")]
 pub enum MemLoc {
     /// Host memory registered with snic.
+    #[value(name = "host_mem")]
     HostMem,
     /// On-board device memory.
+    #[value(name = "dev_mem")]
     DevMem,
 }
 
