@@ -445,8 +445,8 @@ pub fn verify(
                 Dtype::I8 => 0.0,
                 Dtype::F32 => (k as f64 + 2.0) * f64::from(f32::EPSILON) * mag[j],
             };
-            // Not `>`: a NaN must fail too.
-            if !((got - want[j]).abs() <= tol) {
+            let off = (got - want[j]).abs();
+            if off.is_nan() || off > tol {
                 return Some(Mismatch { row: i, col: j, got, want: want[j] });
             }
         }

@@ -143,11 +143,14 @@ fn assert_report(v: &Value, m: u64, n: u64, k: u64) {
     assert!(v["gops_kernel"].as_f64().is_some_and(|g| g > 0.0), "{v}");
 }
 
+/// (dtype, peer 1's memory, extra flags, M, N, K)
+type Case = (&'static str, &'static str, &'static [&'static str], u64, u64, u64);
+
 #[test]
 fn networked_mm_both_dtypes_memories_and_notifications() {
     let d = Devices::start("compute-mm", 24_760);
     // (dtype, peer 1's memory, extra flags, M, N, K)
-    let cases: [(&str, &str, &[&str], u64, u64, u64); 4] = [
+    let cases: [Case; 4] = [
         ("f32", "host_mem", &[], 100, 75, 130),
         ("i8", "dev_mem", &["--interrupt"], 64, 96, 50),
         ("i8", "host_mem", &["--chunk", "4K"], 37, 53, 201),

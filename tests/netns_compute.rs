@@ -169,6 +169,9 @@ fn finish(mut c: Child, mut out: BufReader<ChildStdout>) -> (bool, String) {
     (c.wait().expect("peer 1 exits").success(), rest)
 }
 
+/// (dtype, peer 1's memory, extra flags, M, N, K)
+type Case = (&'static str, &'static str, &'static [&'static str], u32, u32, u32);
+
 #[test]
 fn networked_mm_between_two_nics() {
     if !ready() {
@@ -187,7 +190,7 @@ fn networked_mm_between_two_nics() {
     assert!(ping.contains("1 received"), "{ping}");
 
     // (dtype, peer 1's memory, flags, M, N, K)
-    let cases: [(&str, &str, &[&str], u32, u32, u32); 5] = [
+    let cases: [Case; 5] = [
         ("f32", "host_mem", &[], 100, 75, 130),
         ("i8", "dev_mem", &["--interrupt"], 96, 128, 64),
         ("f32", "dev_mem", &["--interrupt"], 128, 128, 128),

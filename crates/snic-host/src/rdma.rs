@@ -169,7 +169,7 @@ impl RdmaWr {
         RdmaWr { wr_id, op: RdmaOp::Write { remote_addr, rkey }, local }
     }
 
-    fn to_proto(&self) -> RdmaSendWr {
+    fn to_proto(self) -> RdmaSendWr {
         let (opcode, remote_addr, rkey) = match self.op {
             RdmaOp::Write { remote_addr, rkey } => ("write", remote_addr, rkey),
             RdmaOp::Read { remote_addr, rkey } => ("read", remote_addr, rkey),
@@ -305,7 +305,7 @@ impl Device {
                 wrs.len()
             )));
         }
-        let wrs = wrs.iter().map(RdmaWr::to_proto).collect();
+        let wrs = wrs.iter().map(|w| w.to_proto()).collect();
         self.rdma_ok(RdmaRequest::PostSendBatch { qpn, wrs })
     }
 
