@@ -9,7 +9,7 @@
 //! - Matrices: seeded generators ([`rng`], [`random_i8`], [`random_f32`]) and layout helpers
 //!   that store a logical row-major matrix row- or column-major ([`lay_out`], [`lay_in`]).
 
-use rand::{Rng, SeedableRng};
+use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use snic_dma::{AddressSpace, DevAddr, HostAddr, MemKind, RegionId};
 
@@ -96,7 +96,8 @@ impl Space {
         let mut r = rng(seed);
         let regions: Vec<_> = self.mem.regions().map(|r| (r.base, r.len as usize)).collect();
         for (base, len) in regions {
-            let bytes: Vec<u8> = (0..len).map(|_| r.r#gen()).collect();
+            let mut bytes = vec![0u8; len];
+            r.fill_bytes(&mut bytes);
             self.put(base, &bytes);
         }
     }

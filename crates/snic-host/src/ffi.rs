@@ -709,13 +709,16 @@ pub unsafe extern "C" fn snic_kernel_get_counters(
 #[unsafe(no_mangle)]
 pub extern "C" fn snic_kernel_name(kernel: u32) -> *const c_char {
     static NAMES: std::sync::OnceLock<Vec<(u32, CString)>> = std::sync::OnceLock::new();
-    let names = NAMES.get_or_init(|| {
-        snic_compute::builtins()
-            .iter()
-            .filter_map(|k| Some((k.id(), CString::new(k.name()).ok()?)))
-            .collect()
-    });
-    names.iter().find(|(id, _)| *id == kernel).map_or(std::ptr::null(), |(_, n)| n.as_ptr())
+    let find = || {
+        let names = NAMES.get_or_init(|| {
+            snic_compute::builtins()
+                .iter()
+                .filter_map(|k| Some((k.id(), CString::new(k.name()).ok()?)))
+                .collect()
+        });
+        names.iter().find(|(id, _)| *id == kernel).map_or(std::ptr::null(), |(_, n)| n.as_ptr())
+    };
+    catch_unwind(find).unwrap_or(std::ptr::null())
 }
 
 /// Open a queue (`mode` 0 memory-mapped, 1 streaming; completion ring twice `ring_size`);

@@ -81,3 +81,100 @@ fn find_so() -> Option<std::path::PathBuf> {
     let exe = std::env::current_exe().ok()?;
     exe.ancestors().skip(1).take(3).map(|d| d.join("libsnic_host.so")).find(|p| p.exists())
 }
+
+/// `#define NAME VALUE` lines of the header whose value is a plain integer.
+fn defines() -> std::collections::BTreeMap<String, i64> {
+    let h = include_str!("../include/snic.h");
+    let mut m = std::collections::BTreeMap::new();
+    for l in h.lines() {
+        let mut w = l.split_whitespace();
+        if w.next() != Some("#define") {
+            continue;
+        }
+        let (Some(name), Some(v)) = (w.next(), w.next()) else { continue };
+        let v = v.trim_start_matches('(').trim_end_matches(')').trim_end_matches('u');
+        let parsed = match v.strip_prefix("0x") {
+            Some(hex) => i64::from_str_radix(hex, 16).ok(),
+            None => v.parse().ok(),
+        };
+        if let Some(x) = parsed {
+            m.insert(name.to_string(), x);
+        }
+    }
+    m
+}
+
+/// The kernel ids, element types, flags and status codes in the header are the Rust ones.
+#[test]
+fn header_constants_match_rust() {
+    use snic_compute::{dtype, gemm, ids, reduce, status};
+    use snic_hostif::abi;
+    let d = defines();
+    let want: &[(&str, i64)] = &[
+        ("SNIC_MAX_KERNELS", abi::MAX_KERNELS.into()),
+        ("SNIC_KERNEL_COPY", ids::COPY.into()),
+        ("SNIC_KERNEL_REDUCE", ids::REDUCE.into()),
+        ("SNIC_KERNEL_GEMM", ids::GEMM.into()),
+        ("SNIC_KERNEL_VADD", ids::VADD.into()),
+        ("SNIC_KERNEL_VSCALE", ids::VSCALE.into()),
+        ("SNIC_KERNEL_GATHER", ids::GATHER.into()),
+        ("SNIC_KERNEL_CRC32C", ids::CRC32C.into()),
+        ("SNIC_KERNEL_LZ4_COMPRESS", ids::LZ4_COMPRESS.into()),
+        ("SNIC_KERNEL_LZ4_DECOMPRESS", ids::LZ4_DECOMPRESS.into()),
+        ("SNIC_KERNEL_MAX_ADDRS", snic_compute::MAX_ADDRS as i64),
+        ("SNIC_KERNEL_MAX_SCALARS", snic_compute::MAX_SCALARS as i64),
+        ("SNIC_KERNEL_USER_REGS", abi::USER_REGS as i64),
+        ("SNIC_DTYPE_I8", dtype::I8 as i64),
+        ("SNIC_DTYPE_F32", dtype::F32 as i64),
+        ("SNIC_DTYPE_I32", dtype::I32 as i64),
+        ("SNIC_DTYPE_U32", dtype::U32 as i64),
+        ("SNIC_DTYPE_I64", dtype::I64 as i64),
+        ("SNIC_DTYPE_U64", dtype::U64 as i64),
+        ("SNIC_DTYPE_F64", dtype::F64 as i64),
+        ("SNIC_GEMM_A_COL_MAJOR", gemm::A_COL_MAJOR as i64),
+        ("SNIC_GEMM_B_COL_MAJOR", gemm::B_COL_MAJOR as i64),
+        ("SNIC_GEMM_C_COL_MAJOR", gemm::C_COL_MAJOR as i64),
+        ("SNIC_GEMM_ACCUMULATE", gemm::ACCUMULATE as i64),
+        ("SNIC_REDUCE_SUM", reduce::SUM as i64),
+        ("SNIC_REDUCE_MIN", reduce::MIN as i64),
+        ("SNIC_REDUCE_MAX", reduce::MAX as i64),
+        ("SNIC_KSTATUS_OK", status::OK.into()),
+        ("SNIC_KSTATUS_UNKNOWN_KERNEL", status::UNKNOWN_KERNEL.into()),
+        ("SNIC_KSTATUS_BAD_ADDRESS", status::BAD_ADDRESS.into()),
+        ("SNIC_KSTATUS_BAD_LENGTH", status::BAD_LENGTH.into()),
+        ("SNIC_KSTATUS_BAD_ARGS", status::BAD_ARGS.into()),
+        ("SNIC_KSTATUS_OVERLAP", status::OVERLAP.into()),
+        ("SNIC_KSTATUS_CORRUPT_INPUT", status::CORRUPT_INPUT.into()),
+        ("SNIC_KSTATUS_NO_SPACE", status::NO_SPACE.into()),
+        ("SNIC_REG_KERNELS", abi::KERNELS as i64),
+        ("SNIC_REG_ID", abi::ID as i64),
+        ("SNIC_REG_VERSION", abi::VERSION as i64),
+        ("SNIC_ID_VALUE", abi::ID_VALUE.into()),
+        ("SNIC_VERSION_VALUE", abi::VERSION_VALUE.into()),
+    ];
+    for &(name, v) in want {
+        assert_eq!(d.get(name), Some(&v), "{name} in snic.h");
+    }
+    // Every kernel, dtype and status constant of the header is checked above.
+    for name in d.keys() {
+        let family = ["SNIC_KERNEL_", "SNIC_DTYPE_", "SNIC_GEMM_", "SNIC_KSTATUS_", "SNIC_REDUCE_"];
+        if family.iter().any(|f| name.starts_with(f)) {
+            assert!(want.iter().any(|(n, _)| n == name), "{name} is not checked against Rust");
+        }
+    }
+}
+
+/// The C structs have the layout the header gives them.
+#[test]
+fn kernel_struct_layouts() {
+    use snic_host::ffi::{SnicKernelArg, SnicKernelCmd, SnicKernelCounters, SnicKernelStatus};
+    use std::mem::{offset_of, size_of};
+    assert_eq!(size_of::<SnicKernelArg>(), 16);
+    assert_eq!(size_of::<SnicKernelCmd>(), 16 + 8 * 16 + 8 * 8);
+    assert_eq!(offset_of!(SnicKernelCmd, n_addrs), 8);
+    assert_eq!(offset_of!(SnicKernelCmd, addrs), 16);
+    assert_eq!(offset_of!(SnicKernelCmd, scalars), 144);
+    assert_eq!(size_of::<SnicKernelStatus>(), 24);
+    assert_eq!(offset_of!(SnicKernelStatus, busy_ns), 16);
+    assert_eq!(size_of::<SnicKernelCounters>(), 24);
+}
