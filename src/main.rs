@@ -20,6 +20,9 @@
 //!   table/JSON/plots) and `dma bench` (DMA vs memcpy, batching, completion latency).
 //! - `serve`: the host-interface server: host processes connect to its setup socket and move
 //!   data with shared-memory DMA queues and channels; lookaside kernels; until SIGINT/SIGTERM.
+//! - `kernel`: lookaside kernels through the host library: `list`, `run NAME ...` (seeded
+//!   inputs, result checked here), `bench NAME ...` (host library vs the kernel called
+//!   in-process); a private in-process device unless `--socket` names a running `snic serve`.
 //! - `p4`: P4-16 programs (v1model, PNA): `check`, `info`, STF `test`, and `simple_switch_CLI`
 //!   commands (`table-add`, `counter-read`, `cli`, ...) for the `p4` stage of a running
 //!   `snic run --control PATH`.
@@ -29,6 +32,7 @@
 mod control;
 mod decode;
 mod dma;
+mod kernel;
 mod p4;
 mod rdma;
 mod report;
@@ -77,6 +81,9 @@ enum Command {
     /// P4-16 programs (v1model, PNA): run STF tests, check programs, print their tables, and
     /// program the tables of a running `snic run --stage p4:... --control PATH`.
     P4(p4::P4Args),
+    /// Lookaside kernels through the host library: list them, run one with a check of its
+    /// result, or time one against the same kernel called in-process.
+    Kernel(kernel::KernelArgs),
 }
 
 /// Arguments of `snic decode`.
@@ -123,6 +130,7 @@ fn main() -> Result<()> {
         Command::Rdma(args) => rdma::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Dma(args) => dma::run(args),
+        Command::Kernel(args) => kernel::run(args),
         Command::P4(args) => match p4::run(args) {
             0 => Ok(()),
             code => std::process::exit(i32::from(code)),
