@@ -332,6 +332,11 @@ impl Dt {
 
 // ----- plans -----
 
+/// Makes the command and the buffers' initial contents from the buffers' addresses.
+type Build = dyn Fn(&[u64]) -> (KernelCmd, Vec<Vec<u8>>);
+/// Checks the read-back outputs and the status: `Err(first mismatch)`.
+type Verify = dyn Fn(&[Vec<u8>], &KernelStatus) -> std::result::Result<(), String>;
+
 /// How one kernel run is set up and checked.
 struct Plan {
     label: String,
@@ -339,11 +344,11 @@ struct Plan {
     /// Byte sizes of the buffers.
     bufs: Vec<usize>,
     /// The command and the buffers' initial contents (empty: zeros), from their addresses.
-    build: Box<dyn Fn(&[u64]) -> (KernelCmd, Vec<Vec<u8>>)>,
+    build: Box<Build>,
     /// Buffers read back after the run, for `verify`.
     outputs: Vec<usize>,
     /// `Err(first mismatch)` when the outputs or result are wrong.
-    verify: Box<dyn Fn(&[Vec<u8>], &KernelStatus) -> std::result::Result<(), String>>,
+    verify: Box<Verify>,
     /// Input bytes the kernel reads (for GB/s).
     bytes: u64,
     /// Arithmetic operations (GEMM: 2MNK), for GFLOP/s.

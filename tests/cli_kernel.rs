@@ -45,7 +45,8 @@ fn list_names_every_builtin_kernel() {
 
 #[test]
 fn run_verifies_results_in_both_memories_and_modes() {
-    let text = ok(&["kernel", "run", "gemm", "-m", "48", "-n", "40", "-k", "32", "--layout", "rcr"]);
+    let text =
+        ok(&["kernel", "run", "gemm", "-m", "48", "-n", "40", "-k", "32", "--layout", "rcr"]);
     assert!(text.contains("gemm 48x40x32 f32 rcr") && text.contains("verified"), "{text}");
     let cases: &[&[&str]] = &[
         &["gemm", "-m", "33", "-n", "17", "-k", "65", "--dtype", "i8", "-l", "dev_mem"],
@@ -86,7 +87,8 @@ fn bad_requests_fail_with_a_reason() {
 
 #[test]
 fn bench_reports_both_paths_and_their_ratio() {
-    let v = json(&["kernel", "bench", "gemm", "-m", "32", "-n", "32", "-k", "32", "-i", "3", "--json"]);
+    let v =
+        json(&["kernel", "bench", "gemm", "-m", "32", "-n", "32", "-k", "32", "-i", "3", "--json"]);
     assert_eq!(v["iterations"], 3);
     for key in ["offload_ns", "direct_ns", "offload_busy_ns"] {
         assert!(v[key].as_u64().unwrap() > 0, "{key}: {v}");
@@ -95,7 +97,10 @@ fn bench_reports_both_paths_and_their_ratio() {
     let want = v["direct_ns"].as_f64().unwrap() / v["offload_ns"].as_f64().unwrap();
     assert!((ratio - want).abs() < 0.01 * want + 1e-3, "{v}");
     let text = ok(&["kernel", "bench", "crc32c", "--size", "16K", "-i", "2"]);
-    assert!(text.contains("offload") && text.contains("direct") && text.contains("ratio"), "{text}");
+    assert!(
+        text.contains("offload") && text.contains("direct") && text.contains("ratio"),
+        "{text}"
+    );
 }
 
 /// A `snic serve` started by the test; killed on drop.
