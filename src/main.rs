@@ -20,6 +20,9 @@
 //!   table/JSON/plots) and `dma bench` (DMA vs memcpy, batching, completion latency).
 //! - `serve`: the host-interface server: host processes connect to its setup socket and move
 //!   data with shared-memory DMA queues and channels; lookaside kernels; until SIGINT/SIGTERM.
+//! - `kernel`: lookaside kernels through the host library: `list`, `run NAME ...` (seeded
+//!   inputs, result checked here), `bench NAME ...` (host library vs the kernel called
+//!   in-process); a private in-process device unless `--socket` names a running `snic serve`.
 //! - `p4`: P4-16 programs (v1model, PNA): `check`, `info`, STF `test`, and `simple_switch_CLI`
 //!   commands (`table-add`, `counter-read`, `cli`, ...) for the `p4` stage of a running
 //!   `snic run --control PATH`.
@@ -32,6 +35,7 @@ mod compute;
 mod control;
 mod decode;
 mod dma;
+mod kernel;
 mod p4;
 mod rdma;
 mod report;
@@ -83,6 +87,9 @@ enum Command {
     /// Lookaside compute between two snics: `mm`, networked matrix multiplication (RecoNIC
     /// Fig. 6: RDMA READ of A and B into device memory, GEMM kernel, C back by DMA).
     Compute(compute::ComputeArgs),
+    /// Lookaside kernels through the host library: list them, run one with a check of its
+    /// result, or time one against the same kernel called in-process.
+    Kernel(kernel::KernelArgs),
 }
 
 /// Arguments of `snic decode`.
@@ -130,6 +137,7 @@ fn main() -> Result<()> {
         Command::Serve(args) => serve::run(args),
         Command::Dma(args) => dma::run(args),
         Command::Compute(args) => compute::run(args),
+        Command::Kernel(args) => kernel::run(args),
         Command::P4(args) => match p4::run(args) {
             0 => Ok(()),
             code => std::process::exit(i32::from(code)),
