@@ -20,18 +20,25 @@
 //!   table/JSON/plots) and `dma bench` (DMA vs memcpy, batching, completion latency).
 //! - `serve`: the host-interface server: host processes connect to its setup socket and move
 //!   data with shared-memory DMA queues and channels; lookaside kernels; until SIGINT/SIGTERM.
+//! - `kernel`: lookaside kernels through the host library: `list`, `run NAME ...` (seeded
+//!   inputs, result checked here), `bench NAME ...` (host library vs the kernel called
+//!   in-process); a private in-process device unless `--socket` names a running `snic serve`.
 //! - `p4`: P4-16 programs (v1model, PNA): `check`, `info`, STF `test`, and `simple_switch_CLI`
 //!   commands (`table-add`, `counter-read`, `cli`, ...) for the `p4` stage of a running
 //!   `snic run --control PATH`.
+//! - `compute mm`: networked matrix multiplication between two `snic serve` (RecoNIC's
+//!   lookaside example): RDMA READs into device memory, the GEMM kernel, C back by C2H DMA.
 //!
 //! - `stream`: the streaming kernels (`--stage kernel:NAME`) of a running snic: registers,
 //!   keys, and the telemetry tables read from results memory.
 //!
 //! `anyhow` is used here only; the libraries return their own typed errors.
 
+mod compute;
 mod control;
 mod decode;
 mod dma;
+mod kernel;
 mod p4;
 mod rdma;
 mod report;
@@ -84,6 +91,12 @@ enum Command {
     /// Streaming kernels (`--stage kernel:NAME`) of a running snic: list them, read and write
     /// their registers, load keys, print the telemetry tables from results memory.
     Stream(stream::StreamArgs),
+    /// Lookaside compute between two snics: `mm`, networked matrix multiplication (RecoNIC
+    /// Fig. 6: RDMA READ of A and B into device memory, GEMM kernel, C back by DMA).
+    Compute(compute::ComputeArgs),
+    /// Lookaside kernels through the host library: list them, run one with a check of its
+    /// result, or time one against the same kernel called in-process.
+    Kernel(kernel::KernelArgs),
 }
 
 /// Arguments of `snic decode`.
@@ -131,6 +144,8 @@ fn main() -> Result<()> {
         Command::Serve(args) => serve::run(args),
         Command::Dma(args) => dma::run(args),
         Command::Stream(args) => stream::run(args),
+        Command::Compute(args) => compute::run(args),
+        Command::Kernel(args) => kernel::run(args),
         Command::P4(args) => match p4::run(args) {
             0 => Ok(()),
             code => std::process::exit(i32::from(code)),

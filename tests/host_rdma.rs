@@ -26,7 +26,10 @@ impl Drop for Serve {
 }
 
 fn start() -> (Serve, Device) {
-    let dir = std::env::temp_dir().join(format!("snic-host-rdma-{}", std::process::id()));
+    // One directory per server: the tests run in parallel, and each removes its own.
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let k = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("snic-host-rdma-{}-{k}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("temp dir");
     let sock = dir.join("snic.sock");

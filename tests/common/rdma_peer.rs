@@ -77,3 +77,30 @@ pub fn rdma_pair(a: Command, b: Command) -> (String, String) {
     assert!(sa.success() && sb.success(), "a ({sa}): {oa}\nb ({sb}): {ob}");
     (oa, ob)
 }
+
+/// `examples/c/netmm.c` (peer 2 of networked matrix multiplication in C), built against
+/// `snic.h` and this build's `libsnic_host.so`, into `dir`.
+pub fn netmm_program(dir: &Path) -> PathBuf {
+    let root = super::root();
+    let st = Command::new(env!("CARGO"))
+        .args(["build", "-p", "snic-host", "--lib"])
+        .current_dir(&root)
+        .status()
+        .expect("cargo build");
+    assert!(st.success(), "building libsnic_host.so failed");
+    let target = target_dir();
+    let out = dir.join("netmm_c");
+    super::run_ok(
+        Command::new("cc")
+            .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-o"])
+            .arg(&out)
+            .arg(root.join("examples/c/netmm.c"))
+            .arg("-I")
+            .arg(root.join("crates/snic-host/include"))
+            .arg("-L")
+            .arg(&target)
+            .arg(format!("-Wl,-rpath,{}", target.display()))
+            .args(["-lsnic_host", "-lm"]),
+    );
+    out
+}

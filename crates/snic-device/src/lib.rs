@@ -20,8 +20,10 @@
 //! - `rdma` (with `ServerConfig::rdma`): one RDMA engine for all clients, QPs whose rings sit
 //!   in the client's host memory or in device memory, MRs, verbs posted over the socket, and
 //!   an RDMA thread driving RoCEv2 over UDP.
-//! - `worker`: a [`snic_dma::DmaEngine`] per thread, doorbell scanning, write-backs,
-//!   interrupts, the kernel FIFOs (worker 0), sleeping and kicks.
+//! - `worker`: DMA workers (a [`snic_dma::DmaEngine`] per thread, doorbell scanning,
+//!   write-backs, interrupts) and compute workers (the kernel slots of every client: kernel
+//!   `k` on compute worker `k % compute_workers`, with per-kernel eventfds and counters);
+//!   sleeping and kicks for both.
 //!
 //! Conventions the host library relies on (beyond [`snic_hostif::abi`]):
 //! - `StartQueue` clears the queue's register slot: after the response every index is 0.

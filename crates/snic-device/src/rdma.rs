@@ -30,7 +30,8 @@
 //! (`busy`). When the client goes, its QPs, CQs, MRs and PD go first.
 //!
 //! This first cut posts verbs through the setup socket (the control path); the WQEs still
-//! live in the placed rings and the engine fetches them from there.
+//! live in the placed rings and the engine fetches them from there. A `PostSendBatch` is one
+//! doorbell: all its WQEs are written, the producer index moves once, the thread wakes once.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io;
@@ -46,8 +47,8 @@ use serde_json::{Value, json};
 use snic_compute::Kernels;
 use snic_dma::{AddressSpace, MemKind, is_device_address};
 use snic_hostif::proto::{
-    ChainReadMsg, ChainReport, ChainWriteMsg, KernelCmdMsg, RdmaCqe, RdmaRequest, Response,
-    WC_CHAIN,
+    ChainReadMsg, ChainReport, ChainWriteMsg, KernelCmdMsg, MAX_POST_BATCH, RdmaCqe, RdmaRequest,
+    RdmaSendWr, Response, WC_CHAIN,
 };
 use snic_hostif::shm::EventFd;
 use snic_nic::offload::{ChainDone, ChainEnd, ChainOutcome, ChainRead, ChainSpec, Chains};
@@ -483,18 +484,10 @@ impl RdmaHost {
                 rkey,
                 wr_id,
             } => {
-                let remote = Remote { addr: remote_addr, rkey };
-                let op = match opcode.as_str() {
-                    "write" => Ok(WrOp::Write { remote }),
-                    "read" => Ok(WrOp::Read { remote }),
-                    "send" => Ok(WrOp::Send),
-                    o => Err(Response::error(
-                        "bad_request",
-                        format!("opcode {o:?} (expected write, read or send)"),
-                    )),
-                };
-                op.and_then(|op| self.post_send(client, qpn, op, local_addr, lkey, len, wr_id))
+                let wr = RdmaSendWr { opcode, local_addr, lkey, len, remote_addr, rkey, wr_id };
+                self.post_send(client, qpn, std::slice::from_ref(&wr))
             }
+            RdmaRequest::PostSendBatch { qpn, wrs } => self.post_send(client, qpn, &wrs),
             RdmaRequest::PostRecv { qpn, addr, lkey, len, wr_id } => {
                 self.post_recv(client, qpn, addr, lkey, len, wr_id)
             }
@@ -784,23 +777,43 @@ impl RdmaHost {
         Ok(SgList::one(Sge { addr, len, lkey }))
     }
 
-    #[allow(clippy::too_many_arguments, reason = "the fields of one PostSend request")]
+    /// The engine's work request for `w`, a WR of `client` (opcode known, lkey its own).
+    fn send_wr(&self, client: u32, w: &RdmaSendWr) -> Result<SendWr, Response> {
+        let remote = Remote { addr: w.remote_addr, rkey: w.rkey };
+        let op = match w.opcode.as_str() {
+            "write" => WrOp::Write { remote },
+            "read" => WrOp::Read { remote },
+            "send" => WrOp::Send,
+            o => {
+                return Err(Response::error(
+                    "bad_request",
+                    format!("opcode {o:?} (expected write, read or send)"),
+                ));
+            }
+        };
+        let sgl = self.sgl(client, w.local_addr, w.lkey, w.len)?;
+        Ok(SendWr::new(w.wr_id, op, sgl))
+    }
+
+    /// Post `wrs` on `qpn` with one doorbell and one wake-up of the RDMA thread, all or none
+    /// (a `PostSend` is a batch of one).
     fn post_send(
         &mut self,
         client: u32,
         qpn: u32,
-        op: WrOp,
-        addr: u64,
-        lkey: u32,
-        len: u32,
-        wr_id: u64,
+        wrs: &[RdmaSendWr],
     ) -> Result<Response, Response> {
         self.owned_qp(client, qpn)?;
-        let sgl = self.sgl(client, addr, lkey, len)?;
-        let wr = SendWr::new(wr_id, op, sgl);
+        if wrs.is_empty() || wrs.len() > MAX_POST_BATCH {
+            return Err(Response::error(
+                "bad_request",
+                format!("{} work requests in one post (1 ..= {MAX_POST_BATCH})", wrs.len()),
+            ));
+        }
+        let wrs = wrs.iter().map(|w| self.send_wr(client, w)).collect::<Result<Vec<_>, _>>()?;
         let mut rnic = lock(&self.shared.rnic);
         let now = self.shared.clock.now();
-        rnic.post_send(qpn, &wr, now).map_err(|e| verbs_error("post_send", e))?;
+        rnic.post_send_batch(qpn, &wrs, now).map_err(|e| verbs_error("post_send", e))?;
         drop(rnic);
         self.shared.kick();
         Ok(Response::Ok)

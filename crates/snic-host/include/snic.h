@@ -294,6 +294,25 @@ int snic_rdma_connect(const snic_dev *dev, uint32_t qpn, uint32_t remote_qpn,
 int snic_rdma_post(const snic_dev *dev, uint32_t qpn, int opcode, uint64_t wr_id,
                    uint64_t local_addr, uint32_t lkey, uint32_t len, uint64_t remote_addr,
                    uint32_t rkey);
+/* Most work requests of one snic_rdma_post_batch. */
+#define SNIC_RDMA_MAX_BATCH 256
+
+/* One work request of snic_rdma_post_batch. */
+typedef struct snic_rdma_wr {
+    uint64_t wr_id;
+    uint64_t local_addr;   /* in the MR lkey */
+    uint64_t remote_addr;  /* WRITE, READ */
+    int32_t opcode;        /* SNIC_RDMA_WRITE, SNIC_RDMA_READ or SNIC_RDMA_SEND */
+    uint32_t lkey;
+    uint32_t len;
+    uint32_t rkey;         /* WRITE, READ */
+} snic_rdma_wr;
+
+/* Post `n` (1 .. SNIC_RDMA_MAX_BATCH) work requests on `qpn` with one doorbell, as RecoNIC's
+ * batch mode: one request to snic, which writes every WQE into the send ring and then moves
+ * the producer index once. All or none. */
+int snic_rdma_post_batch(const snic_dev *dev, uint32_t qpn, const snic_rdma_wr *wrs,
+                         uint32_t n);
 /* Post a receive buffer. */
 int snic_rdma_post_recv(const snic_dev *dev, uint32_t qpn, uint64_t wr_id, uint64_t addr,
                         uint32_t lkey, uint32_t len);

@@ -1126,6 +1126,66 @@ pub unsafe extern "C" fn snic_rdma_post(
     })
 }
 
+/// One work request of `snic_rdma_post_batch` (`snic_rdma_wr`, 40 bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SnicRdmaWr {
+    /// Echoed in the completion.
+    pub wr_id: u64,
+    /// Local address (in the MR `lkey`).
+    pub local_addr: u64,
+    /// Remote address (WRITE, READ).
+    pub remote_addr: u64,
+    /// `SNIC_RDMA_WRITE`, `SNIC_RDMA_READ` or `SNIC_RDMA_SEND`.
+    pub opcode: c_int,
+    /// lkey of the local MR.
+    pub lkey: u32,
+    /// Bytes.
+    pub len: u32,
+    /// rkey (WRITE, READ).
+    pub rkey: u32,
+}
+
+/// Post the `n` work requests at `wrs` on `qpn` with one doorbell (one setup request; snic
+/// writes every WQE, then moves the producer index once). All or none; `n` is 1 ..=
+/// `SNIC_RDMA_MAX_BATCH`.
+///
+/// # Safety
+/// `dev` a live device handle; `wrs` readable for `n` entries.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn snic_rdma_post_batch(
+    dev: *const SnicDev,
+    qpn: u32,
+    wrs: *const SnicRdmaWr,
+    n: u32,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's promise about `dev`.
+        let d = unsafe { borrow(dev) }?;
+        if n == 0 || n as usize > crate::RDMA_MAX_BATCH || wrs.is_null() {
+            return Err(inval("wrs must hold 1 ..= SNIC_RDMA_MAX_BATCH work requests"));
+        }
+        // SAFETY: non-null and readable for `n` entries by the caller's promise.
+        let c = unsafe { std::slice::from_raw_parts(wrs, n as usize) };
+        let list = c
+            .iter()
+            .map(|w| {
+                let (remote_addr, rkey) = (w.remote_addr, w.rkey);
+                let op = match w.opcode {
+                    SNIC_RDMA_WRITE => RdmaOp::Write { remote_addr, rkey },
+                    SNIC_RDMA_READ => RdmaOp::Read { remote_addr, rkey },
+                    SNIC_RDMA_SEND => RdmaOp::Send,
+                    _ => return Err(inval("opcode must be SNIC_RDMA_WRITE, _READ or _SEND")),
+                };
+                let local = RdmaSge { addr: w.local_addr, lkey: w.lkey, len: w.len };
+                Ok(crate::RdmaWr { wr_id: w.wr_id, op, local })
+            })
+            .collect::<Result<Vec<_>, Fail>>()?;
+        d.0.rdma_post_batch(qpn, &list)?;
+        Ok(0)
+    })
+}
+
 /// Post a receive buffer (`len` bytes at `addr` in the MR `lkey`) on `qpn`.
 ///
 /// # Safety
@@ -1262,6 +1322,20 @@ mod tests {
         assert_eq!(r, SNIC_E_IO);
         assert!(dev.is_null());
         assert!(!last().is_empty());
+    }
+
+    #[test]
+    fn rdma_wr_layout() {
+        assert_eq!(std::mem::size_of::<SnicRdmaWr>(), 40);
+        assert_eq!(std::mem::offset_of!(SnicRdmaWr, opcode), 24);
+        assert_eq!(std::mem::offset_of!(SnicRdmaWr, rkey), 36);
+        // SAFETY: null handle and arrays are what is being tested.
+        unsafe {
+            assert_eq!(
+                snic_rdma_post_batch(std::ptr::null(), 1, std::ptr::null(), 1),
+                SNIC_E_INVAL
+            );
+        }
     }
 
     #[test]

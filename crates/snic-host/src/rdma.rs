@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use snic_compute::KernelCmd;
 use snic_hostif::proto::{
-    ChainReadMsg, ChainWriteMsg, KernelCmdMsg, RdmaRequest, Request, Response,
+    ChainReadMsg, ChainWriteMsg, KernelCmdMsg, RdmaRequest, RdmaSendWr, Request, Response,
 };
 
 use crate::conn::{HostBuf, unexpected};
@@ -140,6 +140,53 @@ pub enum RdmaOp {
     Send,
 }
 
+/// Most work requests one [`Device::rdma_post_batch`] posts.
+pub const RDMA_MAX_BATCH: usize = snic_hostif::proto::MAX_POST_BATCH;
+
+/// Largest message one work request moves: the engine refuses longer READs and WRITEs
+/// (split bigger transfers into several WRs).
+pub const RDMA_MAX_MSG: u32 = 1 << 31;
+
+/// One send work request of a batch ([`Device::rdma_post_batch`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RdmaWr {
+    /// Echoed in the completion.
+    pub wr_id: u64,
+    /// What to do.
+    pub op: RdmaOp,
+    /// The local buffer.
+    pub local: RdmaSge,
+}
+
+impl RdmaWr {
+    /// An RDMA READ of `local.len` bytes at `remote_addr` (under `rkey`) into `local`.
+    pub const fn read(wr_id: u64, local: RdmaSge, remote_addr: u64, rkey: u32) -> RdmaWr {
+        RdmaWr { wr_id, op: RdmaOp::Read { remote_addr, rkey }, local }
+    }
+
+    /// An RDMA WRITE of `local` to `remote_addr` (under `rkey`).
+    pub const fn write(wr_id: u64, local: RdmaSge, remote_addr: u64, rkey: u32) -> RdmaWr {
+        RdmaWr { wr_id, op: RdmaOp::Write { remote_addr, rkey }, local }
+    }
+
+    fn to_proto(self) -> RdmaSendWr {
+        let (opcode, remote_addr, rkey) = match self.op {
+            RdmaOp::Write { remote_addr, rkey } => ("write", remote_addr, rkey),
+            RdmaOp::Read { remote_addr, rkey } => ("read", remote_addr, rkey),
+            RdmaOp::Send => ("send", 0, 0),
+        };
+        RdmaSendWr {
+            opcode: opcode.to_string(),
+            local_addr: self.local.addr,
+            lkey: self.local.lkey,
+            len: self.local.len,
+            remote_addr,
+            rkey,
+            wr_id: self.wr_id,
+        }
+    }
+}
+
 /// One READ of a chained command ([`Device::rdma_chain`]): the peer's `remote_addr` (under
 /// `rkey`) into `local`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -233,21 +280,33 @@ impl Device {
 
     /// Post one send work request on `qpn`; its completion carries `wr_id`.
     pub fn rdma_post(&self, qpn: u32, wr_id: u64, op: RdmaOp, local: RdmaSge) -> Result<()> {
-        let (opcode, remote_addr, rkey) = match op {
-            RdmaOp::Write { remote_addr, rkey } => ("write", remote_addr, rkey),
-            RdmaOp::Read { remote_addr, rkey } => ("read", remote_addr, rkey),
-            RdmaOp::Send => ("send", 0, 0),
-        };
+        let w = RdmaWr { wr_id, op, local }.to_proto();
         self.rdma_ok(RdmaRequest::PostSend {
             qpn,
-            opcode: opcode.to_string(),
-            local_addr: local.addr,
-            lkey: local.lkey,
-            len: local.len,
-            remote_addr,
-            rkey,
-            wr_id,
+            opcode: w.opcode,
+            local_addr: w.local_addr,
+            lkey: w.lkey,
+            len: w.len,
+            remote_addr: w.remote_addr,
+            rkey: w.rkey,
+            wr_id: w.wr_id,
         })
+    }
+
+    /// Post `wrs` on `qpn` with one doorbell, as RecoNIC's batch mode: one setup request, snic
+    /// writes every WQE into the SQ ring, moves the producer index once and wakes its RDMA
+    /// engine once. All or nothing: when snic refuses one WR (or the ring lacks room for all)
+    /// none is posted. At most [`RDMA_MAX_BATCH`] WRs ([`HostError::OutOfRange`] otherwise,
+    /// and for an empty batch).
+    pub fn rdma_post_batch(&self, qpn: u32, wrs: &[RdmaWr]) -> Result<()> {
+        if wrs.is_empty() || wrs.len() > RDMA_MAX_BATCH {
+            return Err(HostError::OutOfRange(format!(
+                "{} work requests in one batch (1 ..= {RDMA_MAX_BATCH})",
+                wrs.len()
+            )));
+        }
+        let wrs = wrs.iter().map(|w| w.to_proto()).collect();
+        self.rdma_ok(RdmaRequest::PostSendBatch { qpn, wrs })
     }
 
     /// Post an RDMA WRITE of `local` to `remote_addr` (under `rkey`).

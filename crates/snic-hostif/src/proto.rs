@@ -240,6 +240,16 @@ pub enum RdmaRequest {
         /// Caller's id, echoed in the completion.
         wr_id: u64,
     },
+    /// Post several work requests on one QP with one doorbell (RecoNIC's batch mode): snic
+    /// writes every WQE into the SQ ring, then moves the producer index once and wakes the
+    /// RDMA engine once. All or nothing: a bad WR (opcode, lkey) or too little room in the
+    /// ring posts none. At most [`MAX_POST_BATCH`] WRs. Response: `Ok`.
+    PostSendBatch {
+        /// QP.
+        qpn: u32,
+        /// The work requests, in ring order.
+        wrs: Vec<RdmaSendWr>,
+    },
     /// Post a receive buffer. Response: `Ok`.
     PostRecv {
         /// QP.
@@ -286,6 +296,30 @@ pub enum RdmaRequest {
         /// The MR's lkey.
         lkey: u32,
     },
+}
+
+/// Most work requests one [`RdmaRequest::PostSendBatch`] carries (their JSON stays well
+/// inside [`MAX_MESSAGE`]).
+pub const MAX_POST_BATCH: usize = 256;
+
+/// One work request of [`RdmaRequest::PostSendBatch`] (the fields of
+/// [`RdmaRequest::PostSend`] but the QP).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RdmaSendWr {
+    /// "write", "read" or "send".
+    pub opcode: String,
+    /// Local address.
+    pub local_addr: u64,
+    /// lkey of the local MR.
+    pub lkey: u32,
+    /// Length.
+    pub len: u32,
+    /// Remote address (write/read).
+    pub remote_addr: u64,
+    /// rkey (write/read).
+    pub rkey: u32,
+    /// Caller's id, echoed in the completion.
+    pub wr_id: u64,
 }
 
 /// A response from snic.
@@ -548,5 +582,25 @@ mod tests {
         .unwrap();
         assert!(j.contains(r#""op":"alloc_device""#) && j.contains(r#""kind":"on-board""#), "{j}");
         assert!(Request::from_bytes(b"{\"op\":\"nope\"}").is_err());
+    }
+
+    #[test]
+    fn a_full_batch_fits_one_message() {
+        let wr = RdmaSendWr {
+            opcode: "write".into(),
+            local_addr: u64::MAX,
+            lkey: u32::MAX,
+            len: u32::MAX,
+            remote_addr: u64::MAX,
+            rkey: u32::MAX,
+            wr_id: u64::MAX,
+        };
+        let r = Request::Rdma(RdmaRequest::PostSendBatch {
+            qpn: u32::MAX,
+            wrs: vec![wr; MAX_POST_BATCH],
+        });
+        let b = r.to_bytes();
+        assert!(b.len() < MAX_MESSAGE, "{} bytes", b.len());
+        assert_eq!(Request::from_bytes(&b).unwrap(), r);
     }
 }
