@@ -200,9 +200,12 @@ fn c_example_does_peer_2() {
     }
     let d = Devices::start("compute-c", 24_780);
     let exe = common::rdma_peer::netmm_program(&d.dir);
-    for (i, (dt, mem, irq)) in
-        [("i8", "host_mem", "interrupt"), ("f32", "dev_mem", "poll")].into_iter().enumerate()
-    {
+    let cases = [
+        ("i8", "host_mem", "interrupt"),
+        ("f32", "dev_mem", "poll"),
+        ("f32", "dev_mem", "chained"),
+    ];
+    for (i, (dt, mem, irq)) in cases.into_iter().enumerate() {
         let tcp = 28_780 + i as u16;
         let (p1, out) = d.peer1(tcp);
         let p2 = Command::new(&exe)
@@ -219,7 +222,12 @@ fn c_example_does_peer_2() {
             p2.status
         );
         assert!(stdout.lines().any(|l| l == "verified"), "{stdout}");
-        for step in ["connection set-up", "RDMA fetch", "kernel", "notification", "read-back"] {
+        let steps: &[&str] = if irq == "chained" {
+            &["connection set-up", "chain ", "read-back"]
+        } else {
+            &["connection set-up", "RDMA fetch", "kernel", "notification", "read-back"]
+        };
+        for step in steps {
             assert!(stdout.contains(step), "{step} missing in {stdout}");
         }
         assert!(out1.contains(": verified"), "{out1}");

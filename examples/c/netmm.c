@@ -2,7 +2,8 @@
  * example, its Fig. 6): the same run as `snic compute mm --peer`, against a peer 1 started with
  * `snic compute mm --serve`.
  *
- *   netmm SOCKET PEER_HOST PEER_PORT LOCAL_IP M N K i8|f32 host_mem|dev_mem SEED [interrupt]
+ *   netmm SOCKET PEER_HOST PEER_PORT LOCAL_IP M N K i8|f32 host_mem|dev_mem SEED
+ *         [poll|interrupt] [chained]
  *
  * SOCKET is the local snic's setup socket, LOCAL_IP its RoCE address. Steps:
  *  1. allocate A, B and C in on-board device memory, an MR over A and B, a QP with its rings
@@ -11,6 +12,9 @@
  *  2-5. post the RDMA READs of A and B as one batch (one doorbell) and poll the CQ;
  *  6-7. send the GEMM command to the lookaside kernel and wait for its status (polling, or the
  *     kernel's interrupt);
+ *  With `chained`, steps 2-7 are one snic_rdma_chain call: the NIC posts the READs, runs
+ *  the kernel when they are in and completes once (SNIC_WC_OP_CHAIN); the host rings one
+ *  doorbell and waits for one completion.
  *  8. read C back by C2H DMA on a queue into host memory, and check it against A x B computed
  *     here from the seed (i8 exactly, f32 within the rounding bound).
  * Prints the time of each step, then "verified" (exit 0) or the first mismatching element
@@ -198,9 +202,9 @@ static int verify(uint32_t m, uint32_t n, uint32_t k, int f32, const void *a, co
 }
 
 int main(int argc, char **argv) {
-    if (argc != 11 && argc != 12) {
+    if (argc < 11 || argc > 13) {
         printf("FAIL usage: netmm SOCKET PEER_HOST PEER_PORT LOCAL_IP M N K i8|f32 "
-               "host_mem|dev_mem SEED [interrupt]\n");
+               "host_mem|dev_mem SEED [poll|interrupt] [chained]\n");
         return 1;
     }
     uint32_t m = (uint32_t)strtoul(argv[5], NULL, 10);
@@ -217,7 +221,17 @@ int main(int argc, char **argv) {
         return 1;
     }
     uint64_t seed = strtoull(argv[10], NULL, 10);
-    int interrupt = argc == 12 && strcmp(argv[11], "interrupt") == 0;
+    int interrupt = 0, chained = 0;
+    for (int i = 11; i < argc; i++) {
+        if (strcmp(argv[i], "interrupt") == 0) {
+            interrupt = 1;
+        } else if (strcmp(argv[i], "chained") == 0) {
+            chained = 1;
+        } else if (strcmp(argv[i], "poll") != 0) {
+            printf("FAIL option %s (poll, interrupt or chained)\n", argv[i]);
+            return 1;
+        }
+    }
     if (m == 0 || n == 0 || k == 0 || m > 16384 || n > 16384 || k > 16384) {
         printf("FAIL dimensions %ux%ux%u (1 .. 16384 each)\n", m, n, k);
         return 1;
@@ -290,8 +304,8 @@ int main(int argc, char **argv) {
 
     /* Steps 2-5: one batch of READs, one doorbell; poll the CQ. */
     uint64_t chunk = CHUNK;
-    while ((a_len + chunk - 1) / chunk + (b_len + chunk - 1) / chunk > SNIC_RDMA_MAX_BATCH)
-        chunk *= 2;
+    uint32_t most = chained ? SNIC_CHAIN_MAX_READS : SNIC_RDMA_MAX_BATCH;
+    while ((a_len + chunk - 1) / chunk + (b_len + chunk - 1) / chunk > most) chunk *= 2;
     snic_rdma_wr wrs[SNIC_RDMA_MAX_BATCH];
     uint32_t nwr = 0;
     const region *rem[2] = { &ra, &rb };
@@ -304,25 +318,7 @@ int main(int argc, char **argv) {
             wrs[nwr++] = w;
         }
     }
-    double t1 = now_ms();
-    if (snic_rdma_post_batch(dev, qp.qpn, wrs, nwr) != 0) return fail("snic_rdma_post_batch");
-    uint32_t done = 0;
-    snic_rdma_cqe cqes[SNIC_RDMA_MAX_BATCH];
-    while (done < nwr) {
-        int got = snic_rdma_wait(dev, qp.qpn, cqes, nwr - done, TIMEOUT_MS);
-        if (got < 0) return fail("snic_rdma_wait");
-        for (int i = 0; i < got; i++) {
-            if (cqes[i].status != SNIC_WC_SUCCESS) {
-                printf("FAIL READ %" PRIu64 " completed with status %u\n", cqes[i].wr_id,
-                       cqes[i].status);
-                return 1;
-            }
-        }
-        done += (uint32_t)got;
-    }
-    double t_fetch = now_ms() - t1;
-
-    /* Steps 6-7: the GEMM command; wait for its status. */
+    /* The GEMM command (steps 6-7, or the chain's kernel). */
     snic_kernel_cmd cmd;
     memset(&cmd, 0, sizeof cmd);
     cmd.workload = 1;
@@ -340,18 +336,61 @@ int main(int argc, char **argv) {
     cmd.scalars[2] = k;
     cmd.scalars[3] = f32 ? SNIC_DTYPE_F32 : SNIC_DTYPE_I8;
     cmd.scalars[4] = 0;
-    snic_kernel_status st;
-    double t2 = now_ms();
-    if (snic_kernel_submit(dev, &cmd) != 0) return fail("snic_kernel_submit");
-    if (snic_kernel_wait(dev, SNIC_KERNEL_GEMM, 1, TIMEOUT_MS, &st) != 0)
-        return fail("snic_kernel_wait");
-    double observed = now_ms() - t2;
-    if (st.status != SNIC_KSTATUS_OK) {
-        printf("FAIL the GEMM kernel: status %u\n", st.status);
-        return 1;
+    double t_fetch = 0, t_kernel = 0, t_notify = 0, t_chain = 0;
+    double t1 = now_ms();
+    if (chained) {
+        /* One command, one doorbell, one completion: the NIC does steps 2-7 by itself. */
+        snic_chain_read reads[SNIC_CHAIN_MAX_READS];
+        for (uint32_t i = 0; i < nwr; i++) {
+            snic_chain_read r = { wrs[i].remote_addr, wrs[i].local_addr, wrs[i].rkey,
+                                  wrs[i].lkey, wrs[i].len, 0 };
+            reads[i] = r;
+        }
+        if (snic_rdma_chain(dev, qp.qpn, 99, reads, nwr, &cmd, NULL) != 0)
+            return fail("snic_rdma_chain");
+        snic_rdma_cqe c;
+        int got = snic_rdma_wait(dev, qp.qpn, &c, 1, TIMEOUT_MS);
+        if (got != 1) return fail("snic_rdma_wait (chain)");
+        if (c.opcode != SNIC_WC_OP_CHAIN || c.wr_id != 99 || c.status != SNIC_WC_SUCCESS ||
+            c.imm != SNIC_KSTATUS_OK) {
+            printf("FAIL the chain completed with opcode %u status %u kernel status %u\n",
+                   c.opcode, c.status, c.imm);
+            return 1;
+        }
+        t_chain = now_ms() - t1;
+    } else {
+        if (snic_rdma_post_batch(dev, qp.qpn, wrs, nwr) != 0)
+            return fail("snic_rdma_post_batch");
+        uint32_t done = 0;
+        snic_rdma_cqe cqes[SNIC_RDMA_MAX_BATCH];
+        while (done < nwr) {
+            int got = snic_rdma_wait(dev, qp.qpn, cqes, nwr - done, TIMEOUT_MS);
+            if (got < 0) return fail("snic_rdma_wait");
+            for (int i = 0; i < got; i++) {
+                if (cqes[i].status != SNIC_WC_SUCCESS) {
+                    printf("FAIL READ %" PRIu64 " completed with status %u\n", cqes[i].wr_id,
+                           cqes[i].status);
+                    return 1;
+                }
+            }
+            done += (uint32_t)got;
+        }
+        t_fetch = now_ms() - t1;
+
+        /* Steps 6-7: the GEMM command; wait for its status. */
+        snic_kernel_status st;
+        double t2 = now_ms();
+        if (snic_kernel_submit(dev, &cmd) != 0) return fail("snic_kernel_submit");
+        if (snic_kernel_wait(dev, SNIC_KERNEL_GEMM, 1, TIMEOUT_MS, &st) != 0)
+            return fail("snic_kernel_wait");
+        double observed = now_ms() - t2;
+        if (st.status != SNIC_KSTATUS_OK) {
+            printf("FAIL the GEMM kernel: status %u\n", st.status);
+            return 1;
+        }
+        t_kernel = (double)st.busy_ns / 1e6;
+        t_notify = observed > t_kernel ? observed - t_kernel : 0.0;
     }
-    double t_kernel = (double)st.busy_ns / 1e6;
-    double t_notify = observed > t_kernel ? observed - t_kernel : 0.0;
 
     /* Step 8: C back by C2H DMA. */
     double t3 = now_ms();
@@ -377,14 +416,19 @@ int main(int argc, char **argv) {
     }
     double t_back = now_ms() - t3;
 
-    double ops = 2.0 * m * n * k, total = t_fetch + t_kernel + t_notify + t_back;
+    double ops = 2.0 * m * n * k, total = t_chain + t_fetch + t_kernel + t_notify + t_back;
     printf("netmm %ux%ux%u %s: A, B in peer 1's %s, %u READs in one batch, %s\n", m, n, k,
-           f32 ? "f32" : "i8", mem, nwr, interrupt ? "interrupt" : "poll");
+           f32 ? "f32" : "i8", mem, nwr,
+           chained ? "chained" : interrupt ? "interrupt" : "poll");
     printf("  connection set-up %10.3f ms\n", t_setup);
-    printf("  RDMA fetch        %10.3f ms\n", t_fetch);
-    printf("  kernel            %10.3f ms  (%.2f %s)\n", t_kernel,
-           t_kernel > 0 ? ops / t_kernel / 1e6 : 0.0, f32 ? "GFLOP/s" : "GOP/s");
-    printf("  notification      %10.3f ms\n", t_notify);
+    if (chained) {
+        printf("  chain             %10.3f ms  (fetch, kernel, completion)\n", t_chain);
+    } else {
+        printf("  RDMA fetch        %10.3f ms\n", t_fetch);
+        printf("  kernel            %10.3f ms  (%.2f %s)\n", t_kernel,
+               t_kernel > 0 ? ops / t_kernel / 1e6 : 0.0, f32 ? "GFLOP/s" : "GOP/s");
+        printf("  notification      %10.3f ms\n", t_notify);
+    }
     printf("  read-back (C2H)   %10.3f ms\n", t_back);
     printf("  total             %10.3f ms\n", total);
 

@@ -268,7 +268,8 @@ fn chain_out(d: &ChainDone) -> RdmaCqe {
         status_name: name.to_string(),
         opcode: WC_CHAIN,
         byte_len: u32::try_from(d.written).unwrap_or(u32::MAX),
-        imm: None,
+        // The kernel's status code, so C callers (whose CQE has no report) see it too.
+        imm: Some(d.kernel.status),
         chain: Some(ChainReport {
             outcome: name.to_string(),
             kernel_status: d.kernel.status,

@@ -256,6 +256,7 @@ int snic_queue_wait(snic_queue *q, snic_completion *out, uint32_t max, uint32_t 
 #define SNIC_WC_OP_RDMA_WRITE 1
 #define SNIC_WC_OP_RDMA_READ 2
 #define SNIC_WC_OP_RECV 128
+#define SNIC_WC_OP_CHAIN 64 /* a chained command (snic_rdma_chain); imm = kernel status */
 
 /* A QP: its number and where its rings landed (host IOVA or device address). */
 typedef struct snic_rdma_qp {
@@ -313,6 +314,38 @@ typedef struct snic_rdma_wr {
  * the producer index once. All or none. */
 int snic_rdma_post_batch(const snic_dev *dev, uint32_t qpn, const snic_rdma_wr *wrs,
                          uint32_t n);
+/* One READ of a chained command: the peer's remote_addr (rkey) into local_addr (lkey). */
+typedef struct snic_chain_read {
+    uint64_t remote_addr;
+    uint64_t local_addr;
+    uint32_t rkey;
+    uint32_t lkey;
+    uint32_t len;
+    uint32_t reserved;
+} snic_chain_read;
+
+/* The WRITE that ends a chained command: local_addr (lkey; the kernel's output) to the
+ * peer's remote_addr (rkey). */
+typedef struct snic_chain_write {
+    uint64_t local_addr;
+    uint64_t remote_addr;
+    uint32_t lkey;
+    uint32_t len;
+    uint32_t rkey;
+    uint32_t reserved;
+} snic_chain_write;
+
+/* Most READs of one chained command. */
+#define SNIC_CHAIN_MAX_READS 64
+
+/* A chained command the NIC carries out by itself: READ every reads[i] (1 .. 64, one batch,
+ * one doorbell), run `kernel` once all are in, then WRITE write_back to the peer (NULL: only
+ * notify). One completion on the QP's CQ: opcode SNIC_WC_OP_CHAIN, the given wr_id, status
+ * SNIC_WC_SUCCESS when every step succeeded, byte_len the bytes written back, imm the kernel's
+ * status (SNIC_KSTATUS_*). The chain's own READ/WRITE completions never reach the host. */
+int snic_rdma_chain(const snic_dev *dev, uint32_t qpn, uint64_t wr_id,
+                    const snic_chain_read *reads, uint32_t n, const snic_kernel_cmd *kernel,
+                    const snic_chain_write *write_back);
 /* Post a receive buffer. */
 int snic_rdma_post_recv(const snic_dev *dev, uint32_t qpn, uint64_t wr_id, uint64_t addr,
                         uint32_t lkey, uint32_t len);

@@ -1186,6 +1186,90 @@ pub unsafe extern "C" fn snic_rdma_post_batch(
     })
 }
 
+/// One READ of a chained command (`snic_chain_read`, 32 bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SnicChainRead {
+    /// Peer address.
+    pub remote_addr: u64,
+    /// Local address (in the MR `lkey`).
+    pub local_addr: u64,
+    /// Peer's rkey.
+    pub rkey: u32,
+    /// lkey of the local MR.
+    pub lkey: u32,
+    /// Bytes.
+    pub len: u32,
+    /// Zero.
+    pub reserved: u32,
+}
+
+/// The WRITE ending a chained command (`snic_chain_write`, 32 bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SnicChainWrite {
+    /// Local address (the kernel's output, in the MR `lkey`).
+    pub local_addr: u64,
+    /// Peer address.
+    pub remote_addr: u64,
+    /// lkey of the local MR.
+    pub lkey: u32,
+    /// Bytes.
+    pub len: u32,
+    /// Peer's rkey.
+    pub rkey: u32,
+    /// Zero.
+    pub reserved: u32,
+}
+
+/// `snic_chain_read` capacity of one chained command.
+pub const SNIC_CHAIN_MAX_READS: u32 = 64;
+
+/// Hand snic a chained command on `qpn` (see `snic.h` and [`Device::rdma_chain`]).
+///
+/// # Safety
+/// `dev` a live device handle; `reads` readable for `n` entries; `kernel` readable;
+/// `write_back` null or readable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn snic_rdma_chain(
+    dev: *const SnicDev,
+    qpn: u32,
+    wr_id: u64,
+    reads: *const SnicChainRead,
+    n: u32,
+    kernel: *const SnicKernelCmd,
+    write_back: *const SnicChainWrite,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's promise about `dev`.
+        let d = unsafe { borrow(dev) }?;
+        if n == 0 || n > SNIC_CHAIN_MAX_READS || reads.is_null() {
+            return Err(inval("reads must hold 1 ..= SNIC_CHAIN_MAX_READS entries"));
+        }
+        // SAFETY: non-null and readable for `n` entries by the caller's promise.
+        let c = unsafe { std::slice::from_raw_parts(reads, n as usize) };
+        // SAFETY: null or readable by the caller's promise.
+        let k = unsafe { kernel.as_ref() }.ok_or_else(|| inval("null kernel"))?;
+        // SAFETY: null or readable by the caller's promise.
+        let w = unsafe { write_back.as_ref() };
+        let list: Vec<crate::ChainRead> = c
+            .iter()
+            .map(|r| crate::ChainRead {
+                remote_addr: r.remote_addr,
+                rkey: r.rkey,
+                local: RdmaSge { addr: r.local_addr, lkey: r.lkey, len: r.len },
+            })
+            .collect();
+        let back = w.map(|w| crate::ChainWrite {
+            local: RdmaSge { addr: w.local_addr, lkey: w.lkey, len: w.len },
+            remote_addr: w.remote_addr,
+            rkey: w.rkey,
+        });
+        d.0.rdma_chain(qpn, wr_id, &list, &KernelCmd::from(k), back)?;
+        Ok(0)
+    })
+}
+
 /// Post a receive buffer (`len` bytes at `addr` in the MR `lkey`) on `qpn`.
 ///
 /// # Safety

@@ -151,6 +151,8 @@ fn header_constants_match_rust() {
         ("SNIC_REG_VERSION", abi::VERSION as i64),
         ("SNIC_ID_VALUE", abi::ID_VALUE.into()),
         ("SNIC_VERSION_VALUE", abi::VERSION_VALUE.into()),
+        ("SNIC_WC_OP_CHAIN", snic_hostif::proto::WC_CHAIN.into()),
+        ("SNIC_CHAIN_MAX_READS", snic_nic::offload::MAX_READS as i64),
     ];
     for &(name, v) in want {
         assert_eq!(d.get(name), Some(&v), "{name} in snic.h");
@@ -177,4 +179,18 @@ fn kernel_struct_layouts() {
     assert_eq!(size_of::<SnicKernelStatus>(), 24);
     assert_eq!(offset_of!(SnicKernelStatus, busy_ns), 16);
     assert_eq!(size_of::<SnicKernelCounters>(), 24);
+}
+
+/// The chained command's C structs have the layout the header gives them.
+#[test]
+fn chain_struct_layouts() {
+    use snic_host::ffi::{SNIC_CHAIN_MAX_READS, SnicChainRead, SnicChainWrite};
+    use std::mem::{offset_of, size_of};
+    assert_eq!(size_of::<SnicChainRead>(), 32);
+    assert_eq!(offset_of!(SnicChainRead, rkey), 16);
+    assert_eq!(offset_of!(SnicChainRead, len), 24);
+    assert_eq!(size_of::<SnicChainWrite>(), 32);
+    assert_eq!(offset_of!(SnicChainWrite, lkey), 16);
+    assert_eq!(offset_of!(SnicChainWrite, rkey), 24);
+    assert_eq!(SNIC_CHAIN_MAX_READS as usize, snic_nic::offload::MAX_READS);
 }
