@@ -85,6 +85,47 @@ pub enum Request {
         /// The command lines.
         text: String,
     },
+    /// `{"cmd":"stream.list"}`: the run's streaming-kernel stages, their registers (each
+    /// worker's value) and where their results are. Answer: `{"ok":true,"kernels":[...]}`.
+    #[serde(rename = "stream.list")]
+    StreamList,
+    /// `{"cmd":"stream.reg","stage":"telemetry","reg":"enable","value":0}`: read (no
+    /// `value`) or write a register of a kernel stage, named or numbered. A write is checked
+    /// at once and applied by every worker before its next batch. Answer:
+    /// `{"ok":true,"reg":..,"index":i,"values":[per worker]}`.
+    #[serde(rename = "stream.reg")]
+    StreamReg {
+        /// The kernel stage (`telemetry`, `crypt.1`).
+        stage: String,
+        /// Register name or number.
+        reg: String,
+        /// The value to write; none reads.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        value: Option<u32>,
+    },
+    /// `{"cmd":"stream.key","stage":"crypt","slot":0,"key":"HEX"}`: load a key (64 hex
+    /// digits; empty clears the slot). The key is never echoed or logged.
+    #[serde(rename = "stream.key")]
+    StreamKey {
+        /// The kernel stage.
+        stage: String,
+        /// Key slot.
+        slot: u32,
+        /// The key, hex.
+        key: String,
+    },
+    /// `{"cmd":"stream.table","stage":"telemetry","limit":N}`: the telemetry tables of every
+    /// worker, decoded from their results memory, up to `limit` flows each (default 1000, at
+    /// most [`MAX_DUMP_LIMIT`]). Answer: `{"ok":true,"workers":[{header, device_addr,
+    /// flows}]}`.
+    #[serde(rename = "stream.table")]
+    StreamTable {
+        /// The kernel stage.
+        stage: String,
+        /// Most flows per worker.
+        #[serde(default = "default_dump_limit")]
+        limit: usize,
+    },
 }
 
 /// One policy edit of a `vswitch.apply` request: `{"op": "...", ...}`. Rules, layers and

@@ -27,6 +27,9 @@
 //!   commands (`table-add`, `counter-read`, `cli`, ...) for the `p4` stage of a running
 //!   `snic run --control PATH`.
 //!
+//! - `stream`: the streaming kernels (`--stage kernel:NAME`) of a running snic: registers,
+//!   keys, and the telemetry tables read from results memory.
+//!
 //! `anyhow` is used here only; the libraries return their own typed errors.
 
 mod control;
@@ -39,6 +42,7 @@ mod report;
 mod run;
 mod serve;
 mod stats;
+mod stream;
 mod testbed;
 mod vswitch;
 
@@ -84,6 +88,9 @@ enum Command {
     /// Lookaside kernels through the host library: list them, run one with a check of its
     /// result, or time one against the same kernel called in-process.
     Kernel(kernel::KernelArgs),
+    /// Streaming kernels (`--stage kernel:NAME`) of a running snic: list them, read and write
+    /// their registers, load keys, print the telemetry tables from results memory.
+    Stream(stream::StreamArgs),
 }
 
 /// Arguments of `snic decode`.
@@ -131,6 +138,7 @@ fn main() -> Result<()> {
         Command::Serve(args) => serve::run(args),
         Command::Dma(args) => dma::run(args),
         Command::Kernel(args) => kernel::run(args),
+        Command::Stream(args) => stream::run(args),
         Command::P4(args) => match p4::run(args) {
             0 => Ok(()),
             code => std::process::exit(i32::from(code)),

@@ -14,7 +14,8 @@
 //! inspects and changes the vSwitch's policy (`--policy FILE`, `--flows N`, `--flow-idle-ms MS`
 //! set it up; they are refused without a `vswitch` stage), and with a `p4` stage
 //! `snic p4 table-add ... --control PATH` (and the other `simple_switch_CLI` commands) programs
-//! the P4 program's tables.
+//! the P4 program's tables; with `kernel:NAME` stages `snic stream ... --control PATH` sets
+//! their registers and keys and reads their tables, which the final report also prints.
 //!
 //! Classes are reported twice. "Classified" comes from the classify stage's own counters (every
 //! packet it was handed, by the class it gave, including packets it or a later stage then
@@ -61,7 +62,8 @@ pub struct RunArgs {
         long = "stage",
         value_name = "NAME",
         help = "A pipeline stage, in order: parse, parse:pass, classify, classify:mark, l2fwd, \
-                l2fwd:I=E,..., l2fwd:learn, tap:PATH, vswitch, p4:PROG.p4[,entries=FILE][,I=DIR]. \
+                l2fwd:I=E,..., l2fwd:learn, tap:PATH, vswitch, p4:PROG.p4[,entries=FILE][,I=DIR], \
+                kernel:NAME[,KEY=VALUE]... (telemetry, crypt). \
                 Repeat the option for each stage. Default: parse, classify, l2fwd (between ports \
                 0 and 1)."
     )]
@@ -368,7 +370,15 @@ pub fn run(args: RunArgs) -> Result<()> {
     let embedded = args.is_empty();
     let cfg = args.config()?;
     let ports_desc: Vec<String> = cfg.ports.iter().map(ToString::to_string).collect();
-    let stages_desc: Vec<String> = cfg.stages.iter().map(|s| String::from(s.clone())).collect();
+    // Kernel stages are shown without their keys.
+    let stages_desc: Vec<String> = cfg
+        .stages
+        .iter()
+        .map(|s| match s {
+            StageSpec::Kernel { name, args } => snic_stream::spec_text(name, args),
+            s => String::from(s.clone()),
+        })
+        .collect();
     if embedded {
         println!(
             "snic run: embedded default (no root, no files): ports {} -> stages {}",
@@ -434,6 +444,7 @@ pub fn run(args: RunArgs) -> Result<()> {
                 Arc::clone(&latest),
                 runtime.vswitch().cloned(),
                 runtime.p4().map(|p| p.control()),
+                runtime.stream_kernels().to_vec(),
                 runtime.clock(),
             );
             let server = ControlServer::spawn(path, handler)?;
@@ -463,6 +474,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         }
     };
     let vswitch_final = runtime.vswitch().cloned();
+    let kernels_final = runtime.stream_kernels().to_vec();
     let result = runtime.run(&signals.stop, stats_flag, on_stats);
     done.store(true, Ordering::Relaxed);
     let report = result.context("run failed")?;
@@ -474,6 +486,10 @@ pub fn run(args: RunArgs) -> Result<()> {
         if let (Some(vs), Some(obj)) = (&vswitch_final, doc.as_object_mut()) {
             obj.insert("vswitch".into(), crate::vswitch::show_json(vs));
         }
+        let tables = crate::stream::final_tables(&kernels_final);
+        if let (false, Some(obj)) = (tables.is_empty(), doc.as_object_mut()) {
+            obj.insert("stream".into(), serde_json::Value::Object(tables));
+        }
         writeln!(out, "{doc}")?;
     } else {
         if signals.stop_requested() {
@@ -483,6 +499,10 @@ pub fn run(args: RunArgs) -> Result<()> {
         if let Some(vs) = &vswitch_final {
             writeln!(out, "--- vswitch")?;
             write!(out, "{}", crate::vswitch::show_text(&crate::vswitch::show_json(vs)))?;
+        }
+        for (stage, t) in crate::stream::final_tables(&kernels_final) {
+            writeln!(out, "--- kernel {stage}")?;
+            write!(out, "{}", crate::stream::table_text(&t))?;
         }
     }
     out.flush()?;

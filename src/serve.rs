@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::{Context, Result, bail};
 use snic_device::{Server, ServerConfig, Wire, default_socket_path};
 use snic_io::PortSpec;
-use snic_io::nic::{NicNode, build_pipeline_with};
+use snic_io::nic::{NicNode, build_nic_pipeline};
 use snic_io::runtime::VSwitchSettings;
 use snic_io::signal::Signals;
 use snic_nic::neigh::NeighConfig;
@@ -118,12 +118,12 @@ pub fn run(args: ServeArgs) -> Result<()> {
     };
     let signals = Signals::install().context("installing signal handlers")?;
     let (on_chip, on_board, workers) = (cfg.on_chip, cfg.on_board, cfg.workers);
-    let (wire, nic_desc, vswitch, p4) = match &args.port {
+    let (wire, nic_desc, vswitch, p4, kernels) = match &args.port {
         Some(spec) => {
-            let (w, desc, vs, p4) = open_nic(spec, &args)?;
-            (Some(w), Some(desc), vs, p4)
+            let (w, desc, vs, p4, k) = open_nic(spec, &args)?;
+            (Some(w), Some(desc), vs, p4, k)
         }
-        None => (None, None, None, None),
+        None => (None, None, None, None, Vec::new()),
     };
     let server = Server::start_with(cfg.clone(), wire)
         .with_context(|| format!("starting the server on {}", cfg.socket.display()))?;
@@ -145,6 +145,21 @@ pub fn run(args: ServeArgs) -> Result<()> {
         if let Some(d) = &nic_desc {
             writeln!(out, "snic serve: NIC {d}")?;
         }
+        // Streaming kernels' results go to device memory, where host programs read them.
+        for k in kernels.iter().filter(|k| k.results_len() > 0) {
+            let len = k.results_len() as u64;
+            let block = server.alloc_device(results_kind(), len).with_context(|| {
+                format!("device memory for the results of kernel {}", k.instance())
+            })?;
+            let addr = block.addr;
+            k.attach_region(0, Arc::new(crate::stream::DeviceResults(block)), Some(addr))
+                .map_err(|e| anyhow::anyhow!("kernel {}: {e}", k.instance()))?;
+            writeln!(
+                out,
+                "snic serve: kernel {} results at device address {addr:#x} ({len} bytes)",
+                k.instance()
+            )?;
+        }
         out.flush()?;
     }
     let stages: Vec<StageSpec> = args.stages.iter().filter_map(|s| s.parse().ok()).collect();
@@ -154,13 +169,22 @@ pub fn run(args: ServeArgs) -> Result<()> {
         p4_stage.as_ref().map(|(p, i)| (p.as_str(), i.as_slice())),
     )?;
     // The control socket answers from a snapshot the loop below refreshes.
-    let latest = Arc::new(Mutex::new(server.stats().to_string()));
+    // The counters document, with where each streaming kernel's results are in device memory.
+    let stats = || {
+        let mut v = server.stats();
+        if !kernels.is_empty() {
+            v["stream_kernels"] = crate::stream::results_json(&kernels);
+        }
+        v
+    };
+    let latest = Arc::new(Mutex::new(stats().to_string()));
     let _control = match &args.control {
         Some(path) => {
             let handler = crate::vswitch::control_handler(
                 Arc::clone(&latest),
                 vswitch,
                 p4.map(|p| p.control()),
+                kernels.clone(),
                 snic_time::MonotonicClock::new(),
             );
             Some(ControlServer::spawn(path, handler)?)
@@ -170,17 +194,17 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let mut refreshed = std::time::Instant::now();
     while !signals.stop_requested() {
         if signals.take_stats_request() {
-            println!("{}", server.stats());
+            println!("{}", stats());
         }
         if args.control.is_some() && refreshed.elapsed() >= Duration::from_millis(100) {
             if let Ok(mut l) = latest.lock() {
-                *l = server.stats().to_string();
+                *l = stats().to_string();
             }
             refreshed = std::time::Instant::now();
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let stats = server.stats();
+    let stats = stats();
     server.shutdown().context("shutting down")?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "{stats}")?;
@@ -235,7 +259,18 @@ pub fn parse_mac(s: &str) -> Result<EthernetAddress> {
 
 /// The NIC's wire, its description, and the vSwitch and P4 program of its stages (for the
 /// control socket).
-type OpenNic = (Wire, String, Option<VSwitch>, Option<snic_io::p4::P4Program>);
+type OpenNic = (
+    Wire,
+    String,
+    Option<VSwitch>,
+    Option<snic_io::p4::P4Program>,
+    Vec<snic_stream::KernelControl>,
+);
+
+/// Where kernels' results tables are allocated: on-board device memory (the larger kind).
+fn results_kind() -> snic_device::DevKind {
+    snic_device::DevKind::OnBoard
+}
 
 /// Open the NIC's ports and build its data path; also a one-line description, and the vSwitch
 /// and the P4 program (their control handles) when stages are ones.
@@ -298,7 +333,10 @@ fn open_nic(spec: &PortSpec, args: &ServeArgs) -> Result<OpenNic> {
             eprintln!("{w}");
         }
     }
-    let pipeline = build_pipeline_with(&pcfg, &nic, vswitch.as_ref(), p4.as_ref())?;
+    let mut kernels = snic_io::stream::StreamKernels::from_stages(&pcfg.stages, 1)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let pipeline =
+        build_nic_pipeline(&pcfg, &nic, vswitch.as_ref(), p4.as_ref(), Some(&mut kernels))?;
     let names: Vec<&str> = pipeline.stage_names().collect();
     let ports_desc: Vec<String> = ports.iter().map(|p| p.name().to_string()).collect();
     let desc = format!(
@@ -308,7 +346,7 @@ fn open_nic(spec: &PortSpec, args: &ServeArgs) -> Result<OpenNic> {
         ips.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(", "),
     );
     let node = NicNode::new("nic", pipeline, ports, nic, snic_pipeline::MAX_BATCH);
-    Ok((Wire { node, ips, link_mtu }, desc, vswitch, p4))
+    Ok((Wire { node, ips, link_mtu }, desc, vswitch, p4, kernels.controls().to_vec()))
 }
 
 #[cfg(test)]

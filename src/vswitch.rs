@@ -418,6 +418,7 @@ pub fn control_handler(
     latest: std::sync::Arc<std::sync::Mutex<String>>,
     vs: Option<VSwitch>,
     p4: Option<snic_io::p4::P4Control>,
+    kernels: Vec<snic_stream::KernelControl>,
     clock: snic_time::MonotonicClock,
 ) -> impl FnMut(crate::control::Incoming) -> String + Send + 'static {
     use crate::control::Incoming;
@@ -432,6 +433,12 @@ pub fn control_handler(
             Incoming::Request(Request::P4 { text }) => {
                 crate::p4::serve(p4.as_ref(), &text).to_string()
             }
+            Incoming::Request(
+                r @ (Request::StreamList
+                | Request::StreamReg { .. }
+                | Request::StreamKey { .. }
+                | Request::StreamTable { .. }),
+            ) => crate::stream::serve(&kernels, r).to_string(),
             Incoming::Request(r) => serve(vs.as_ref(), clock.now(), r).to_string(),
         }
     }
@@ -442,6 +449,12 @@ pub fn serve(vs: Option<&VSwitch>, now: Instant, req: Request) -> Value {
     match req {
         Request::Stats => error("stats is answered by the run, not the vswitch"),
         Request::P4 { .. } => error("p4 requests are answered by the p4 stage, not the vswitch"),
+        Request::StreamList
+        | Request::StreamReg { .. }
+        | Request::StreamKey { .. }
+        | Request::StreamTable { .. } => {
+            error("stream requests are answered by the kernel stages, not the vswitch")
+        }
         Request::VSwitchShow => json!({"ok": true, "vswitch": show_json(vs)}),
         Request::DumpFlows { limit, text } => {
             if limit > MAX_DUMP_LIMIT {

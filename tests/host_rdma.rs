@@ -96,3 +96,86 @@ fn rdma_through_snic_serve() {
     assert_eq!(st["rdma"]["qps"], 2, "{st}");
     assert!(st["rdma"]["engine"]["tx_packets"].as_u64().unwrap() >= 32, "{st}");
 }
+
+/// A chained command through `snic serve`: QP `b` fetches A and B from the memory behind QP
+/// `a` (host memory) into device memory by RDMA READ, the GEMM kernel multiplies them, and C
+/// goes back by RDMA WRITE; the host posts once and sees one completion.
+#[test]
+fn chained_gemm_through_snic_serve() {
+    use snic_host::{ChainRead, ChainWrite, KernelCmd, WC_CHAIN};
+    let (_serve, dev) = start();
+    let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    let (m, n, k) = (19usize, 23usize, 17usize);
+    let (la, lb, lc) = (m * k * 4, k * n * 4, m * n * 4);
+    let a_vals: Vec<f32> = (0..m * k).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
+    let b_vals: Vec<f32> = (0..k * n).map(|i| ((i * 53 % 97) as f32 - 48.0) / 24.0).collect();
+    let bytes = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let host = dev.alloc_host(la + lb + lc).unwrap();
+    host.write(0, &bytes(&a_vals)).unwrap();
+    host.write(la, &bytes(&b_vals)).unwrap();
+    let size = (la + lb + lc) as u64;
+    let (_, hrkey) = dev.rdma_reg_mr(host.iova(), size, rdma_access::ALL).unwrap();
+    let dbuf = dev.alloc_device(DevKind::OnBoard, size, 4096).unwrap();
+    let (dlkey, _) = dev.rdma_reg_mr(dbuf, size, rdma_access::ALL).unwrap();
+    let a = dev.rdma_create_qp(Placement::OnChip, 16).unwrap();
+    let b = dev.rdma_create_qp(Placement::OnBoard, 16).unwrap();
+    dev.rdma_connect(a.qpn, b.qpn, lo, 1024).unwrap();
+    dev.rdma_connect(b.qpn, a.qpn, lo, 1024).unwrap();
+
+    let sge =
+        |off: usize, len: usize| RdmaSge { addr: dbuf + off as u64, lkey: dlkey, len: len as u32 };
+    let reads = [
+        ChainRead { remote_addr: host.iova(), rkey: hrkey, local: sge(0, la) },
+        ChainRead { remote_addr: host.iova() + la as u64, rkey: hrkey, local: sge(la, lb) },
+    ];
+    let gemm = |k_dim: usize| {
+        KernelCmd::new(snic_compute::ids::GEMM, 9)
+            .addr(dbuf, la as u64)
+            .addr(dbuf + la as u64, lb as u64)
+            .addr(dbuf + (la + lb) as u64, lc as u64)
+            .scalar(m as u64)
+            .scalar(n as u64)
+            .scalar(k_dim as u64)
+            .scalar(snic_compute::dtype::F32)
+            .scalar(0)
+    };
+    let back = ChainWrite {
+        local: sge(la + lb, lc),
+        remote_addr: host.iova() + (la + lb) as u64,
+        rkey: hrkey,
+    };
+    dev.rdma_chain(b.qpn, 77, &reads, &gemm(k), Some(back)).unwrap();
+    let done = dev.rdma_wait_cq(b.qpn, 8, T).unwrap();
+    assert_eq!(done.len(), 1, "one completion for the whole chain: {done:?}");
+    let c = &done[0];
+    assert_eq!((c.wr_id, c.opcode, c.status, c.byte_len), (77, WC_CHAIN, WC_SUCCESS, lc as u32));
+    let report = c.chain.as_ref().expect("a chain report");
+    assert_eq!((report.outcome.as_str(), report.result), ("done", (2 * m * n * k) as u64));
+    assert_eq!(report.fetched, (la + lb) as u64);
+    let mut got = vec![0u8; lc];
+    host.read(la + lb, &mut got).unwrap();
+    for i in 0..m {
+        for j in 0..n {
+            let want: f32 = (0..k).map(|p| a_vals[i * k + p] * b_vals[p * n + j]).sum();
+            let at = (i * n + j) * 4;
+            let g = f32::from_le_bytes(got[at..at + 4].try_into().unwrap());
+            assert!((g - want).abs() <= 1e-3, "C[{i}][{j}] = {g}, want {want}");
+        }
+    }
+
+    // A kernel command that does not fit its buffers: the chain ends there, nothing is
+    // written back, and the one completion says why.
+    host.write(la + lb, &vec![0xEE; lc]).unwrap();
+    dev.rdma_chain(b.qpn, 78, &reads, &gemm(4 * k), Some(back)).unwrap();
+    let done = dev.rdma_wait_cq(b.qpn, 8, T).unwrap();
+    assert_eq!(done.len(), 1, "{done:?}");
+    let report = done[0].chain.as_ref().expect("a chain report");
+    assert_ne!(done[0].status, WC_SUCCESS);
+    assert_eq!(report.outcome, "kernel_failed");
+    assert_eq!(report.kernel_status, snic_compute::status::BAD_LENGTH);
+    host.read(la + lb, &mut got).unwrap();
+    assert!(got.iter().all(|&x| x == 0xEE), "a failed chain wrote back");
+    let st = dev.stats().unwrap();
+    assert_eq!(st["rdma"]["chains"]["started"], 2, "{st}");
+    assert_eq!(st["rdma"]["chains"]["in_flight"], 0, "{st}");
+}

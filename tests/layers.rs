@@ -24,6 +24,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("snic-vswitch", 2),
     ("snic-hostif", 2),
     ("snic-nic", 2),
+    ("snic-stream", 2),
     // I/O: ports and run loop; the host library.
     ("snic-io", 3),
     ("snic-host", 3),
@@ -47,6 +48,7 @@ const ENGINES: &[&str] = &[
     "snic-vswitch",
     "snic-nic",
     "snic-p4",
+    "snic-stream",
 ];
 
 /// Crates that do I/O (system calls, signals, devices); no engine may depend on them.

@@ -17,33 +17,43 @@ pub mod ids {
     /// `a0` vector; `s0` op ([`super::reduce`]), `s1` dtype (i32, u32, i64, u64, f32, f64).
     /// Result: the sum (wrapping for integers), min or max, as the element's bits widened to
     /// 64 (integers sign- or zero-extended, f32 as f32 bits in the low half). An empty vector
-    /// is [`super::status::BAD_LENGTH`].
+    /// or one that is not a whole number of elements is [`super::status::BAD_LENGTH`]. Float
+    /// sums are taken over 16 partial sums (not strictly in order); float min and max skip
+    /// NaNs (NaN only when every element is). ([`crate::vector::ReduceKernel`])
     pub const REDUCE: u32 = 1;
     /// `a0` A (M x K), `a1` B (K x N), `a2` C (M x N); `s0` M, `s1` N, `s2` K, `s3` dtype
     /// (`I8`: i8 x i8 -> i32 C; `F32`: f32), `s4` [`super::gemm`] flags (layouts, accumulate).
-    /// C = A x B, or C += A x B. Result: 2·M·N·K (operations done).
+    /// C = A x B, or C += A x B. Result: 2·M·N·K (operations done). M, N, K are 1..=65536
+    /// ([`crate::gemm::MAX_DIM`]); `s4` may be left out (0); i32 sums wrap. Arguments shorter
+    /// than the dimensions need are [`super::status::BAD_LENGTH`]. ([`crate::gemm::GemmKernel`])
     pub const GEMM: u32 = 2;
     /// `a0` x, `a1` y, `a2` out; `s0` dtype (i32, u32, i64, u64, f32, f64): out = x + y,
     /// element-wise (wrapping for integers) over `a2.len / size` elements (x and y at least
-    /// as long). Result: elements.
+    /// as long). Result: elements. ([`crate::vector::VaddKernel`])
     pub const VADD: u32 = 3;
     /// `a0` x, `a1` out; `s0` dtype (i32, u32, i64, u64, f32, f64), `s1` alpha, `s2` beta
     /// (both as the dtype's bits, f32 in the low half): out = alpha·x + beta, element-wise
-    /// over `a1.len / size` elements. Result: elements.
+    /// over `a1.len / size` elements (integers wrapping). Result: elements.
+    /// ([`crate::vector::VscaleKernel`])
     pub const VSCALE: u32 = 4;
     /// `a0` the scatter-gather list (`s0` entries of 16 bytes: addr u64, len u32, reserved
     /// u32), `a1` destination: the blocks, in order, packed into `a1`. Every block is checked
-    /// before a byte moves. Result: bytes gathered.
+    /// before a byte moves. `s0` is 1..=4096 ([`crate::gather::MAX_SGL_ENTRIES`]); a block the
+    /// client may not reach is [`super::status::BAD_ADDRESS`], one overlapping `a1`
+    /// [`super::status::OVERLAP`], an `a1` too small [`super::status::NO_SPACE`]. Result:
+    /// bytes gathered. ([`crate::gather::GatherKernel`])
     pub const GATHER: u32 = 5;
     /// `a0` data; `s0` initial CRC (0 for a fresh one): CRC-32C (Castagnoli) of `a0`, as
-    /// iSCSI / NVMe-oF / ext4 use it. Result: the CRC.
+    /// iSCSI / NVMe-oF / ext4 use it. `s0` may be left out (0) and must fit 32 bits; an empty
+    /// `a0` gives `s0` back. Result: the CRC. ([`crate::crc::Crc32cKernel`])
     pub const CRC32C: u32 = 6;
     /// `a0` source, `a1` destination: LZ4 block-format compression of `a0` into `a1`.
-    /// Result: compressed bytes; [`super::status::NO_SPACE`] when `a1` is too small.
+    /// Result: compressed bytes; [`super::status::NO_SPACE`] when `a1` is too small (nothing
+    /// is written then). ([`crate::lz4::Lz4CompressKernel`])
     pub const LZ4_COMPRESS: u32 = 7;
     /// `a0` LZ4 block, `a1` destination: decompression. Result: decompressed bytes;
     /// [`super::status::CORRUPT_INPUT`] for a bad block, [`super::status::NO_SPACE`] when `a1`
-    /// is too small (nothing is written then).
+    /// is too small (nothing is written then). ([`crate::lz4::Lz4DecompressKernel`])
     pub const LZ4_DECOMPRESS: u32 = 8;
 }
 

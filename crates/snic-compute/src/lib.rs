@@ -14,6 +14,12 @@
 //! for the client (device memory, or host memory the client registered), every output is
 //! checked not to overlap another argument, and only then is memory read or written: a
 //! refused command changes no byte.
+//!
+//! The built-in kernels, one module each: COPY ([`CopyKernel`]), [`gemm`] (i8 and f32
+//! matrix multiply, RecoNIC's systolic-array kernel in software), [`vector`] (VADD, VSCALE,
+//! REDUCE), [`gather`] (a scatter-gather list into one buffer), [`crc`] (CRC-32C) and [`lz4`]
+//! (LZ4 block compression). The `testing` feature adds the `testing` module: an
+//! address-space fixture, reference kernels and matrix helpers for other crates' tests.
 
 pub mod cmd;
 pub mod crc;
@@ -46,7 +52,7 @@ pub fn builtins() -> Vec<Box<dyn LookasideKernel>> {
         Box::new(vector::VscaleKernel),
         Box::new(gather::GatherKernel),
         Box::new(crc::Crc32cKernel),
-        Box::new(lz4::Lz4CompressKernel),
-        Box::new(lz4::Lz4DecompressKernel),
+        Box::new(lz4::Lz4CompressKernel::default()),
+        Box::new(lz4::Lz4DecompressKernel::default()),
     ]
 }

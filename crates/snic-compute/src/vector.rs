@@ -25,10 +25,14 @@ const BLOCK: usize = 8192;
 trait Elem: Copy + Default {
     /// Bytes per element.
     const SIZE: usize;
-    /// The element at the start of `b` (which holds at least `SIZE` bytes).
-    fn load(b: &[u8]) -> Self;
-    /// Write the element to the start of `b`.
-    fn store(self, b: &mut [u8]);
+    /// The element's little-endian bytes.
+    type Arr: Copy;
+    /// The whole elements at the start of `b`.
+    fn split(b: &[u8]) -> &[Self::Arr];
+    /// The whole elements at the start of `b`, writable.
+    fn split_mut(b: &mut [u8]) -> &mut [Self::Arr];
+    fn from_arr(a: Self::Arr) -> Self;
+    fn to_arr(self) -> Self::Arr;
     /// Wrapping for integers.
     fn add(self, o: Self) -> Self;
     /// Wrapping for integers.
@@ -41,22 +45,34 @@ trait Elem: Copy + Default {
     fn result(self) -> u64;
 }
 
+/// The parts every element type implements alike.
+macro_rules! elem_common {
+    ($t:ty) => {
+        const SIZE: usize = std::mem::size_of::<$t>();
+        type Arr = [u8; std::mem::size_of::<$t>()];
+        #[inline(always)]
+        fn split(b: &[u8]) -> &[Self::Arr] {
+            b.as_chunks().0
+        }
+        #[inline(always)]
+        fn split_mut(b: &mut [u8]) -> &mut [Self::Arr] {
+            b.as_chunks_mut().0
+        }
+        #[inline(always)]
+        fn from_arr(a: Self::Arr) -> Self {
+            <$t>::from_le_bytes(a)
+        }
+        #[inline(always)]
+        fn to_arr(self) -> Self::Arr {
+            self.to_le_bytes()
+        }
+    };
+}
+
 macro_rules! int_elem {
     ($t:ty, $bits:ty) => {
         impl Elem for $t {
-            const SIZE: usize = std::mem::size_of::<$t>();
-            #[inline(always)]
-            fn load(b: &[u8]) -> Self {
-                <$t>::from_le_bytes(
-                    b.get(..Self::SIZE).and_then(|s| s.try_into().ok()).unwrap_or_default(),
-                )
-            }
-            #[inline(always)]
-            fn store(self, b: &mut [u8]) {
-                if let Some(d) = b.get_mut(..Self::SIZE) {
-                    d.copy_from_slice(&self.to_le_bytes());
-                }
-            }
+            elem_common!($t);
             #[inline(always)]
             fn add(self, o: Self) -> Self {
                 self.wrapping_add(o)
@@ -79,8 +95,8 @@ macro_rules! int_elem {
             }
             #[inline(always)]
             fn result(self) -> u64 {
-                // Through i64 for signed types (sign-extended), u64 for unsigned ones.
-                self as $bits as $t as i128 as u64
+                // Sign-extended for signed types, zero-extended for unsigned ones.
+                self as i128 as u64
             }
         }
     };
@@ -94,19 +110,7 @@ int_elem!(u64, u64);
 macro_rules! float_elem {
     ($t:ty, $bits:ty) => {
         impl Elem for $t {
-            const SIZE: usize = std::mem::size_of::<$t>();
-            #[inline(always)]
-            fn load(b: &[u8]) -> Self {
-                <$t>::from_le_bytes(
-                    b.get(..Self::SIZE).and_then(|s| s.try_into().ok()).unwrap_or_default(),
-                )
-            }
-            #[inline(always)]
-            fn store(self, b: &mut [u8]) {
-                if let Some(d) = b.get_mut(..Self::SIZE) {
-                    d.copy_from_slice(&self.to_le_bytes());
-                }
-            }
+            elem_common!($t);
             #[inline(always)]
             fn add(self, o: Self) -> Self {
                 self + o
@@ -180,18 +184,16 @@ fn mem_err(arg: usize) -> impl Fn(MemError) -> KernelError {
 /// `out[i] = x[i] + y[i]` over whole elements of `out`.
 #[inline(always)]
 fn add_block<T: Elem>(x: &[u8], y: &[u8], out: &mut [u8]) {
-    for ((o, a), b) in
-        out.chunks_exact_mut(T::SIZE).zip(x.chunks_exact(T::SIZE)).zip(y.chunks_exact(T::SIZE))
-    {
-        T::load(a).add(T::load(b)).store(o);
+    for ((o, a), b) in T::split_mut(out).iter_mut().zip(T::split(x)).zip(T::split(y)) {
+        *o = T::from_arr(*a).add(T::from_arr(*b)).to_arr();
     }
 }
 
 /// `out[i] = alpha * x[i] + beta` over whole elements of `out`.
 #[inline(always)]
 fn scale_block<T: Elem>(x: &[u8], alpha: T, beta: T, out: &mut [u8]) {
-    for (o, a) in out.chunks_exact_mut(T::SIZE).zip(x.chunks_exact(T::SIZE)) {
-        alpha.mul(T::load(a)).add(beta).store(o);
+    for (o, a) in T::split_mut(out).iter_mut().zip(T::split(x)) {
+        *o = alpha.mul(T::from_arr(*a)).add(beta).to_arr();
     }
 }
 
@@ -249,30 +251,37 @@ fn vscale<T: Elem>(
     Ok(n as u64)
 }
 
-/// Reduce whole elements of `x` with `op` (at least one element).
+/// Reduce whole elements of `x` with `op` (an empty `x` gives the default value).
 fn reduce_bytes<T: Elem>(x: &[u8], op: u64) -> T {
-    let mut lanes = [T::default(); LANES];
-    let mut whole = x.chunks_exact(T::SIZE * LANES);
-    let first = T::load(x);
-    if op != reduce::SUM {
-        lanes = [first; LANES];
+    match op {
+        reduce::MIN => fold(x, T::min, true),
+        reduce::MAX => fold(x, T::max, true),
+        _ => fold(x, T::add, false),
     }
-    let f = match op {
-        reduce::MIN => T::min,
-        reduce::MAX => T::max,
-        _ => T::add,
+}
+
+/// Fold the elements of `x` with `f` over [`LANES`] partial results (started from the first
+/// element, or from zero), then fold the lanes and the tail.
+#[inline(always)]
+fn fold<T: Elem>(x: &[u8], f: impl Fn(T, T) -> T, from_first: bool) -> T {
+    let xs = T::split(x);
+    let init = match xs.first() {
+        Some(&a) if from_first => T::from_arr(a),
+        _ => T::default(),
     };
-    for block in whole.by_ref() {
-        for (l, e) in lanes.iter_mut().zip(block.chunks_exact(T::SIZE)) {
-            *l = f(*l, T::load(e));
+    let mut lanes = [init; LANES];
+    let (blocks, tail) = xs.as_chunks::<LANES>();
+    for block in blocks {
+        for (l, e) in lanes.iter_mut().zip(block) {
+            *l = f(*l, T::from_arr(*e));
         }
     }
     let mut acc = lanes[0];
     for &l in &lanes[1..] {
         acc = f(acc, l);
     }
-    for e in whole.remainder().chunks_exact(T::SIZE) {
-        acc = f(acc, T::load(e));
+    for e in tail {
+        acc = f(acc, T::from_arr(*e));
     }
     acc
 }
@@ -362,8 +371,8 @@ mod tests {
 
     fn bytes_of<T: Elem>(v: &[T]) -> Vec<u8> {
         let mut b = vec![0u8; v.len() * T::SIZE];
-        for (c, &e) in b.chunks_exact_mut(T::SIZE).zip(v) {
-            e.store(c);
+        for (c, &e) in T::split_mut(&mut b).iter_mut().zip(v) {
+            *c = e.to_arr();
         }
         b
     }

@@ -93,16 +93,16 @@ fn every_layout_and_accumulate_on_prime_shapes() {
 
 #[test]
 fn i8_extremes_are_exact_and_accumulate_wraps() {
-    // Every product is (-128)·(-128) = 2^14; K = 300 crosses a KC block.
-    let (m, n, k) = (5, 9, 300);
+    // Every product is (-128)·(-128) = 2^14; K = 1100 crosses two KC blocks.
+    let (m, n, k) = (5, 9, 1100);
     let shape = GemmShape::new(m, n, k, gemm::ACCUMULATE).unwrap();
     let mut s = Space::new(HOST, DEV);
     let (pa, pb, pc) = places(&s, 0);
-    s.put(pa, &[0x80; 5 * 300]);
-    s.put(pb, &[0x80; 300 * 9]);
+    s.put(pa, &[0x80; 5 * 1100]);
+    s.put(pb, &[0x80; 1100 * 9]);
     s.put(pc, &i32_bytes(&[i32::MAX; 45]));
     assert!(s.run(OWNER_A, &gemm_cmd(&shape, dtype::I8, pa, pb, pc)).is_ok());
-    let want = i32::MAX.wrapping_add(300 << 14);
+    let want = i32::MAX.wrapping_add(1100 << 14);
     assert_eq!(i32s(&s.get(pc, 45 * 4)), vec![want; 45]);
 }
 
@@ -126,4 +126,27 @@ fn direct_slice_calls_agree_with_the_references() {
     let t = lay_out(&[1, 2, 3, 4, 5, 6], 2, 3, true);
     assert_eq!(t, vec![1, 4, 2, 5, 3, 6]);
     assert!(snic_compute::gemm::gemm_i8(&shape, &ai[1..], &bi, &mut ci).is_err());
+}
+
+#[test]
+fn inputs_may_share_bytes_and_c_may_sit_beside_them() {
+    // C = A x A with A given twice (inputs may overlap), A and C in one device region.
+    let (d, k) = (23usize, 23u64);
+    let shape = GemmShape::new(k, k, k, gemm::B_COL_MAJOR).unwrap();
+    let mut r = rng(99);
+    let a = random_f32(&mut r, d * d);
+    let ai = random_i8(&mut r, d * d);
+    let mut s = Space::new(HOST, DEV);
+    let (pa, pc) = (s.dev_at(0), s.dev_at((d * d * 4) as u64));
+    s.put(pa, &f32_bytes(&a));
+    assert!(s.run(OWNER_A, &gemm_cmd(&shape, dtype::F32, pa, pa, pc)).is_ok());
+    let mut want = vec![0.0; d * d];
+    gemm_ref_f32(&shape, &a, &a, &mut want);
+    let got = f32s(&s.get(pc, d * d * 4));
+    assert!(got.iter().zip(&want).all(|(&g, &w)| f32_close(g, w, d, d as f32)));
+    s.put(pa, &i8_bytes(&ai));
+    assert!(s.run(OWNER_A, &gemm_cmd(&shape, dtype::I8, pa, pa, pc)).is_ok());
+    let mut want = vec![0; d * d];
+    gemm_ref_i8(&shape, &ai, &ai, &mut want);
+    assert_eq!(i32s(&s.get(pc, d * d * 4)), want);
 }

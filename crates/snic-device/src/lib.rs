@@ -40,7 +40,8 @@ pub mod server;
 mod worker;
 
 pub use rdma::Wire;
-pub use server::{KernelSet, Server, ServerConfig, ServerHandle};
+pub use server::{DeviceBlock, KernelSet, Server, ServerConfig, ServerHandle};
+pub use snic_hostif::proto::DevKind;
 
 use std::path::PathBuf;
 

@@ -32,7 +32,7 @@
 //! This first cut posts verbs through the setup socket (the control path); the WQEs still
 //! live in the placed rings and the engine fetches them from there.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::ops::{Deref, DerefMut};
@@ -43,9 +43,14 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use snic_compute::Kernels;
 use snic_dma::{AddressSpace, MemKind, is_device_address};
-use snic_hostif::proto::{RdmaCqe, RdmaRequest, Response};
+use snic_hostif::proto::{
+    ChainReadMsg, ChainReport, ChainWriteMsg, KernelCmdMsg, RdmaCqe, RdmaRequest, Response,
+    WC_CHAIN,
+};
 use snic_hostif::shm::EventFd;
+use snic_nic::offload::{ChainDone, ChainEnd, ChainOutcome, ChainRead, ChainSpec, Chains};
 use snic_rdma::{
     Access, CqId, Cqe, MrInfo, Mtu, Pd, QpAttr, QpInit, RecvWr, Remote, Rnic, RnicConfig, SendWr,
     SgList, Sge, VerbsError, WcOpcode, WcStatus, WrOp,
@@ -158,6 +163,122 @@ struct Shared {
     wake: EventFd,
     stop: AtomicBool,
     transport_errors: AtomicU64,
+    /// Chained commands (locked after `rnic`, never before).
+    chains: Mutex<ChainState>,
+}
+
+/// What a host sees of a CQ, in order: the engine's completions the chains' service took
+/// off the CQ (they were not the chains'), and finished chains.
+#[derive(Debug)]
+enum HostCqe {
+    Engine(Cqe),
+    Chain(ChainDone),
+}
+
+/// The chained commands in flight, the kernels they run, and the completions their service
+/// holds for the host.
+#[derive(Debug, Default)]
+struct ChainState {
+    chains: Chains,
+    kernels: Kernels,
+    /// CQ of every QP with a chain in flight.
+    cq_of: BTreeMap<u32, CqId>,
+    /// Completions held for the host, per CQ.
+    held: BTreeMap<u32, VecDeque<HostCqe>>,
+    /// Chains started and ended.
+    started: u64,
+    ended: u64,
+}
+
+impl ChainState {
+    /// A QP (and its CQ) went away: its chains end unreported, held completions go.
+    fn forget_qp(&mut self, qpn: u32, cq: CqId) {
+        self.ended += self.chains.abort_qp(qpn).len() as u64;
+        self.cq_of.remove(&qpn);
+        self.held.remove(&cq.0);
+    }
+
+    fn new() -> ChainState {
+        ChainState { kernels: Kernels::with_builtins(), ..ChainState::default() }
+    }
+
+    /// Take every completion of the CQs with chains in flight (the chains' to the chains,
+    /// the host's into `held`), move the chains on, hold their ends for the host. True when
+    /// anything moved.
+    fn service(&mut self, rnic: &mut Rnic, clock: &MonotonicClock) -> bool {
+        if self.chains.is_empty() {
+            return false;
+        }
+        let mut moved = false;
+        let now = clock.now();
+        let mut out = [blank_cqe(); 32];
+        for &cq in self.cq_of.values() {
+            loop {
+                let n = rnic.poll_cq(cq, &mut out).unwrap_or(0);
+                for c in &out[..n] {
+                    moved = true;
+                    if !self.chains.on_cqe(c, now) {
+                        self.held.entry(cq.0).or_default().push_back(HostCqe::Engine(*c));
+                    }
+                }
+                if n < out.len() {
+                    break;
+                }
+            }
+        }
+        for done in self.chains.progress(rnic, &mut self.kernels, clock) {
+            moved = true;
+            self.ended += 1;
+            if let Some(&cq) = self.cq_of.get(&done.qpn) {
+                self.held.entry(cq.0).or_default().push_back(HostCqe::Chain(done));
+            }
+        }
+        let chains = &self.chains;
+        self.cq_of.retain(|&qpn, _| chains.on_qp(qpn));
+        moved
+    }
+}
+
+fn blank_cqe() -> Cqe {
+    Cqe {
+        wr_id: 0,
+        status: WcStatus::Success,
+        opcode: WcOpcode::Send,
+        byte_len: 0,
+        qpn: 0,
+        src_qp: 0,
+        imm: None,
+        invalidated_rkey: None,
+    }
+}
+
+/// A finished chain as the host's completion.
+fn chain_out(d: &ChainDone) -> RdmaCqe {
+    let (status, name) = match d.outcome {
+        ChainOutcome::Done => (0, "done"),
+        ChainOutcome::ReadFailed { status } => (status_code(status), "read_failed"),
+        ChainOutcome::WriteFailed { status } => (status_code(status), "write_failed"),
+        ChainOutcome::KernelFailed { .. } => (status_code(WcStatus::LocQpOpErr), "kernel_failed"),
+        ChainOutcome::PostFailed => (status_code(WcStatus::LocQpOpErr), "post_failed"),
+    };
+    RdmaCqe {
+        wr_id: d.wr_id,
+        status,
+        status_name: name.to_string(),
+        opcode: WC_CHAIN,
+        byte_len: u32::try_from(d.written).unwrap_or(u32::MAX),
+        imm: None,
+        chain: Some(ChainReport {
+            outcome: name.to_string(),
+            kernel_status: d.kernel.status,
+            result: d.result,
+            fetched: d.fetched,
+            written: d.written,
+            fetch_ns: d.fetch_ns,
+            kernel_ns: d.kernel_ns,
+            write_ns: d.write_ns,
+        }),
+    }
 }
 
 impl Shared {
@@ -260,6 +381,7 @@ fn cqe_out(c: &Cqe) -> RdmaCqe {
         opcode: opcode_code(c.opcode),
         byte_len: c.byte_len,
         imm: c.imm,
+        chain: None,
     }
 }
 
@@ -310,6 +432,7 @@ impl RdmaHost {
             wake: EventFd::new()?,
             stop: AtomicBool::new(false),
             transport_errors: AtomicU64::new(0),
+            chains: Mutex::new(ChainState::new()),
         });
         let s = shared.clone();
         let thread =
@@ -376,6 +499,9 @@ impl RdmaHost {
                 self.post_recv(client, qpn, addr, lkey, len, wr_id)
             }
             RdmaRequest::PollCq { qpn, max } => self.poll_cq(client, qpn, max),
+            RdmaRequest::Chain { qpn, wr_id, reads, kernel, write_back } => {
+                self.chain(client, qpn, wr_id, &reads, &kernel, write_back)
+            }
         };
         r.unwrap_or_else(|e| e)
     }
@@ -553,6 +679,7 @@ impl RdmaHost {
         let mut rnic = lock(&self.shared.rnic);
         rnic.destroy_qp(qpn).map_err(|e| verbs_error("destroy_qp", e))?;
         let _ = rnic.destroy_cq(q.cq);
+        lock(&self.shared.chains).forget_qp(qpn, q.cq);
         if let Some(c) = self.clients.get_mut(&client) {
             c.qps.remove(&qpn);
         }
@@ -702,21 +829,101 @@ impl RdmaHost {
     fn poll_cq(&mut self, client: u32, qpn: u32, max: u32) -> Result<Response, Response> {
         let q = self.owned_qp(client, qpn)?;
         let n = max.min(MAX_POLL) as usize;
-        let blank = Cqe {
-            wr_id: 0,
-            status: WcStatus::Success,
-            opcode: WcOpcode::Send,
-            byte_len: 0,
-            qpn: 0,
-            src_qp: 0,
-            imm: None,
-            invalidated_rkey: None,
+        let mut rnic = lock(&self.shared.rnic);
+        let mut st = lock(&self.shared.chains);
+        // First what the chains' service held for the host, in order.
+        let mut cqes = Vec::with_capacity(n);
+        if let Some(held) = st.held.get_mut(&q.cq.0) {
+            while cqes.len() < n {
+                match held.pop_front() {
+                    Some(HostCqe::Engine(c)) => cqes.push(cqe_out(&c)),
+                    Some(HostCqe::Chain(d)) => cqes.push(chain_out(&d)),
+                    None => break,
+                }
+            }
+        }
+        // Then the CQ itself, without the completions of chains in flight.
+        let mut out = vec![blank_cqe(); n - cqes.len()];
+        let now = self.shared.clock.now();
+        let mut taken = false;
+        while cqes.len() < n {
+            let want = n - cqes.len();
+            let got =
+                rnic.poll_cq(q.cq, &mut out[..want]).map_err(|e| verbs_error("poll_cq", e))?;
+            for c in &out[..got] {
+                if st.chains.on_cqe(c, now) {
+                    taken = true;
+                } else {
+                    cqes.push(cqe_out(c));
+                }
+            }
+            if got < want {
+                break;
+            }
+        }
+        drop((st, rnic));
+        if taken {
+            // A chain may be ready for its kernel: the RDMA thread moves it on.
+            self.shared.kick();
+        }
+        Ok(Response::Cqes { cqes })
+    }
+
+    /// Start a chained command (see [`snic_nic::offload`]).
+    fn chain(
+        &mut self,
+        client: u32,
+        qpn: u32,
+        wr_id: u64,
+        reads: &[ChainReadMsg],
+        kernel: &KernelCmdMsg,
+        write_back: Option<ChainWriteMsg>,
+    ) -> Result<Response, Response> {
+        let q = self.owned_qp(client, qpn)?;
+        let cmd = kernel
+            .to_cmd()
+            .ok_or_else(|| Response::error("bad_request", "more than 8 kernel arguments"))?;
+        let mut chain_reads = Vec::with_capacity(reads.len());
+        for r in reads {
+            if r.len == 0 {
+                return Err(Response::error("bad_request", "a chained READ of 0 bytes"));
+            }
+            self.owned_key(client, r.lkey)?;
+            chain_reads.push(ChainRead {
+                remote: Remote { addr: r.remote_addr, rkey: r.rkey },
+                local: Sge { addr: r.local_addr, len: r.len, lkey: r.lkey },
+            });
+        }
+        let end = match write_back {
+            None => ChainEnd::Notify,
+            Some(w) => {
+                if w.len == 0 {
+                    return Err(Response::error("bad_request", "a chained WRITE of 0 bytes"));
+                }
+                self.owned_key(client, w.lkey)?;
+                ChainEnd::WriteBack {
+                    local: Sge { addr: w.local_addr, len: w.len, lkey: w.lkey },
+                    remote: Remote { addr: w.remote_addr, rkey: w.rkey },
+                }
+            }
         };
-        let mut out = vec![blank; n];
-        let got = lock(&self.shared.rnic)
-            .poll_cq(q.cq, &mut out)
-            .map_err(|e| verbs_error("poll_cq", e))?;
-        Ok(Response::Cqes { cqes: out[..got].iter().map(cqe_out).collect() })
+        let spec = ChainSpec { qpn, wr_id, reads: chain_reads, kernel: cmd, end };
+        let mut rnic = lock(&self.shared.rnic);
+        let mut st = lock(&self.shared.chains);
+        let now = self.shared.clock.now();
+        st.chains.start(&mut rnic, client, spec, now).map_err(|e| {
+            let code = match e {
+                snic_nic::offload::ChainError::Post(VerbsError::QueueFull) => "ring_full",
+                snic_nic::offload::ChainError::TooMany => "busy",
+                _ => "bad_request",
+            };
+            Response::error(code, e.to_string())
+        })?;
+        st.cq_of.insert(qpn, q.cq);
+        st.started += 1;
+        drop((st, rnic));
+        self.shared.kick();
+        Ok(Response::Ok)
     }
 
     /// `Some(busy error)` when an MR or a QP ring of `client` lies in `[base, base + len)` (a
@@ -749,6 +956,7 @@ impl RdmaHost {
         for (&qpn, q) in &c.qps {
             let _ = rnic.destroy_qp(qpn);
             let _ = rnic.destroy_cq(q.cq);
+            lock(&self.shared.chains).forget_qp(qpn, q.cq);
             self.reclaimed.qps += 1;
         }
         for &lkey in c.mrs.keys() {
@@ -762,6 +970,7 @@ impl RdmaHost {
     /// The `rdma` part of the counters document.
     pub(crate) fn stats(&self) -> Value {
         let rnic = lock(&self.shared.rnic);
+        let chains = lock(&self.shared.chains);
         let s = rnic.stats();
         json!({
             "enabled": true,
@@ -773,6 +982,12 @@ impl RdmaHost {
             "mrs_reclaimed": self.reclaimed.mrs,
             "clients_reclaimed": self.reclaimed.clients,
             "transport_errors": self.shared.transport_errors.load(Ordering::Relaxed),
+            "chains": {
+                "started": chains.started,
+                "ended": chains.ended,
+                "in_flight": chains.chains.len(),
+                "stray_completions": chains.chains.stray(),
+            },
             "engine": serde_json::to_value(s).unwrap_or(Value::Null),
         })
     }
@@ -817,7 +1032,10 @@ fn run_wire(shared: &Shared) {
             let mut rnic = lock(&shared.rnic);
             let mut node = lock(node);
             let now = shared.clock.now();
-            let moved = node.poll(now, &mut rnic);
+            let mut moved = node.poll(now, &mut rnic);
+            if lock(&shared.chains).service(&mut rnic, &shared.clock) {
+                moved += 1;
+            }
             let next = node.poll_timeout(&rnic).map(|t| t.saturating_duration_since(now));
             (moved, next)
         };
@@ -858,9 +1076,10 @@ fn run(shared: &Shared, mut tr: RoceTransport) {
             if rnic.poll_timeout().is_some_and(|t| t <= now) {
                 rnic.handle_timeout(now);
             }
+            let chained = lock(&shared.chains).service(&mut rnic, &shared.clock);
             let sent = count_err(tr.send(&mut rnic, now));
             let next = rnic.poll_timeout().map(|t| t.saturating_duration_since(now));
-            (got + sent > 0, next)
+            (got + sent > 0 || chained, next)
         };
         if moved {
             continue;

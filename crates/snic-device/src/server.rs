@@ -146,6 +146,7 @@ impl Server {
         let mut mirrors: Vec<AddressSpace> =
             (0..cfg.workers + cfg.compute_workers).map(|_| AddressSpace::new()).collect();
         let mut device = Vec::new();
+        let mut device_maps = Vec::new();
         let mut huge = true;
         for (kind, size) in [(DevKind::OnChip, cfg.on_chip), (DevKind::OnBoard, cfg.on_board)] {
             let len = usize::try_from(size).map_err(|_| invalid("device memory too large"))?;
@@ -162,6 +163,7 @@ impl Server {
                     .map_err(err)?;
             }
             device.push(DeviceRegion { kind, base: at.raw(), size });
+            device_maps.push((kind, at.raw(), Arc::clone(&backing.map)));
         }
         // With RDMA the engine's address space becomes the master (see `rdma`).
         let link = match (cfg.rdma, wire) {
@@ -222,6 +224,7 @@ impl Server {
             workers,
             nic_fd,
             device,
+            device_maps,
             huge,
             clients: BTreeMap::new(),
             next_client: 1,
@@ -248,7 +251,23 @@ pub struct ServerHandle {
 #[derive(Debug)]
 enum HandleMsg {
     Stats(mpsc::Sender<Value>),
+    AllocDevice(DevKind, u64, mpsc::Sender<io::Result<DeviceBlock>>),
     Shutdown,
+}
+
+/// Device memory the snic process itself holds (not a client's): a streaming kernel's
+/// results table. It lives as long as the server; hosts read it at `addr` with the memory
+/// API, as any device memory.
+#[derive(Debug, Clone)]
+pub struct DeviceBlock {
+    /// Device address.
+    pub addr: u64,
+    /// The device memory's mapping in this process.
+    pub map: Arc<Mapping>,
+    /// Offset of the block in `map`.
+    pub off: usize,
+    /// Bytes.
+    pub len: usize,
 }
 
 impl ServerHandle {
@@ -264,6 +283,16 @@ impl ServerHandle {
             return json!({ "error": "server stopped" });
         }
         rrx.recv().unwrap_or_else(|_| json!({ "error": "server stopped" }))
+    }
+
+    /// Allocate `size` bytes (zeroed, 4 KiB aligned) of `kind` device memory for snic
+    /// itself (see [`DeviceBlock`]).
+    pub fn alloc_device(&self, kind: DevKind, size: u64) -> io::Result<DeviceBlock> {
+        let (rtx, rrx) = mpsc::channel();
+        let gone = || io::Error::other("server stopped");
+        self.tx.send(HandleMsg::AllocDevice(kind, size, rtx)).map_err(|_| gone())?;
+        self.wake.signal()?;
+        rrx.recv().map_err(|_| gone())?
     }
 
     /// Stop: the control thread stops the workers and joins them, the socket file is removed.
@@ -368,6 +397,8 @@ struct Control {
     workers: Vec<WorkerHandle>,
     nic_fd: OwnedFd,
     device: Vec<DeviceRegion>,
+    /// Each device memory kind's base address and mapping.
+    device_maps: Vec<(DevKind, u64, Arc<Mapping>)>,
     huge: bool,
     clients: BTreeMap<u32, Client>,
     next_client: u32,
@@ -409,6 +440,9 @@ impl Control {
                     match m {
                         HandleMsg::Stats(reply) => {
                             let _ = reply.send(self.stats());
+                        }
+                        HandleMsg::AllocDevice(kind, size, reply) => {
+                            let _ = reply.send(self.alloc_own(kind, size));
                         }
                         HandleMsg::Shutdown => return Ok(()),
                     }
@@ -728,6 +762,24 @@ impl Control {
         if let Some(r) = m.region_of(iova).filter(|r| r.base == iova) {
             let _ = m.unmap(r.id);
         }
+    }
+
+    /// Device memory for snic itself ([`ServerHandle::alloc_device`]).
+    fn alloc_own(&mut self, kind: DevKind, size: u64) -> io::Result<DeviceBlock> {
+        let (_, base, map) = self
+            .device_maps
+            .iter()
+            .find(|(k, _, _)| *k == kind)
+            .ok_or_else(|| io::Error::other("no such device memory"))?;
+        let len = usize::try_from(size).map_err(|_| io::Error::other("size too large"))?;
+        let mut master = self.master.lock();
+        let addr = master.alloc(kind.mem_kind(), size, 4096).map_err(io::Error::other)?;
+        let _ = master.fill(addr, len, 0);
+        let off = addr
+            .checked_sub(*base)
+            .and_then(|o| usize::try_from(o).ok())
+            .ok_or_else(|| io::Error::other("allocation outside its region"))?;
+        Ok(DeviceBlock { addr, map: Arc::clone(map), off, len })
     }
 
     fn alloc_device(

@@ -36,6 +36,6 @@ pub use snic_hostif::proto::{DevKind, DeviceRegion, QueueMode, Request, Response
 // RDMA API hooks (QPs and MRs of snic's RDMA engine; see the `rdma` module docs).
 mod rdma;
 pub use rdma::{
-    Placement, RdmaCqe, RdmaOp, RdmaQp, RdmaSge, WC_RDMA_READ, WC_RDMA_WRITE, WC_RECV, WC_SEND,
-    WC_SUCCESS, rdma_access,
+    ChainRead, ChainReport, ChainWrite, Placement, RdmaCqe, RdmaOp, RdmaQp, RdmaSge, WC_CHAIN,
+    WC_RDMA_READ, WC_RDMA_WRITE, WC_RECV, WC_SEND, WC_SUCCESS, rdma_access,
 };

@@ -33,13 +33,16 @@
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use snic_hostif::proto::{RdmaRequest, Request, Response};
+use snic_compute::KernelCmd;
+use snic_hostif::proto::{
+    ChainReadMsg, ChainWriteMsg, KernelCmdMsg, RdmaRequest, Request, Response,
+};
 
 use crate::conn::{HostBuf, unexpected};
 use crate::device::Device;
 use crate::error::{HostError, Result};
 
-pub use snic_hostif::proto::RdmaCqe;
+pub use snic_hostif::proto::{ChainReport, RdmaCqe, WC_CHAIN};
 
 /// MR access bits ([`Device::rdma_reg_mr`]); remote write or atomic needs local write too.
 pub mod rdma_access {
@@ -135,6 +138,30 @@ pub enum RdmaOp {
     },
     /// SEND of the local buffer (consumes a receive posted on the peer QP).
     Send,
+}
+
+/// One READ of a chained command ([`Device::rdma_chain`]): the peer's `remote_addr` (under
+/// `rkey`) into `local`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChainRead {
+    /// Peer address.
+    pub remote_addr: u64,
+    /// Peer's rkey.
+    pub rkey: u32,
+    /// Where the bytes land (usually device memory), in one of this client's MRs.
+    pub local: RdmaSge,
+}
+
+/// The WRITE that ends a chained command: `local` (the kernel's output) to the peer's
+/// `remote_addr` (under `rkey`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChainWrite {
+    /// The result, in one of this client's MRs.
+    pub local: RdmaSge,
+    /// Peer address.
+    pub remote_addr: u64,
+    /// Peer's rkey.
+    pub rkey: u32,
 }
 
 impl Device {
@@ -261,6 +288,41 @@ impl Device {
             len: local.len,
             wr_id,
         })
+    }
+
+    /// Hand snic a chained command on the connected QP `qpn`: it READs every `reads` entry
+    /// (one batch, one doorbell), runs `kernel` once all are in (checked for this client like
+    /// any kernel command), then WRITEs `write_back` to the peer when given. The host rings
+    /// one doorbell (this call) and gets one completion on `qpn`'s CQ: opcode [`WC_CHAIN`],
+    /// `wr_id`, status 0 when every step succeeded, and [`RdmaCqe::chain`] saying what each
+    /// step did and took. The chain's own READ and WRITE completions never reach the host.
+    pub fn rdma_chain(
+        &self,
+        qpn: u32,
+        wr_id: u64,
+        reads: &[ChainRead],
+        kernel: &KernelCmd,
+        write_back: Option<ChainWrite>,
+    ) -> Result<()> {
+        let reads = reads
+            .iter()
+            .map(|r| ChainReadMsg {
+                remote_addr: r.remote_addr,
+                rkey: r.rkey,
+                local_addr: r.local.addr,
+                lkey: r.local.lkey,
+                len: r.local.len,
+            })
+            .collect();
+        let write_back = write_back.map(|w| ChainWriteMsg {
+            local_addr: w.local.addr,
+            lkey: w.local.lkey,
+            len: w.local.len,
+            remote_addr: w.remote_addr,
+            rkey: w.rkey,
+        });
+        let kernel = KernelCmdMsg::from_cmd(kernel);
+        self.rdma_ok(RdmaRequest::Chain { qpn, wr_id, reads, kernel, write_back })
     }
 
     /// Take up to `max` completions of `qpn`'s CQ (sends and receives share it) without

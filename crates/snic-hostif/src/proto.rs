@@ -253,6 +253,22 @@ pub enum RdmaRequest {
         /// Caller's id.
         wr_id: u64,
     },
+    /// A chained command (RDMA READs into local memory, then a lookaside kernel, then an
+    /// RDMA WRITE of the result or nothing), carried out by snic by itself: one request (one
+    /// doorbell), one completion on the QP's CQ (opcode [`WC_CHAIN`], with
+    /// [`RdmaCqe::chain`]). Response: `Ok` once the READs are posted.
+    Chain {
+        /// The connected QP the READs and the WRITE go on.
+        qpn: u32,
+        /// Echoed in the completion.
+        wr_id: u64,
+        /// The READs (1 ..= 64), posted as one batch.
+        reads: Vec<ChainReadMsg>,
+        /// The kernel command run when every READ is in.
+        kernel: KernelCmdMsg,
+        /// WRITE the kernel's output back to the peer (else: notify only).
+        write_back: Option<ChainWriteMsg>,
+    },
     /// Poll the QP's CQ. Response: [`Response::Cqes`].
     PollCq {
         /// QP whose CQ to poll.
@@ -355,6 +371,103 @@ pub enum Response {
     },
 }
 
+/// One READ of a chained command: `len` bytes at the peer's `remote_addr` (under `rkey`)
+/// into `local_addr` (under `lkey`, an MR of this client).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainReadMsg {
+    /// Peer address.
+    pub remote_addr: u64,
+    /// Peer's rkey.
+    pub rkey: u32,
+    /// Local address.
+    pub local_addr: u64,
+    /// lkey of the local MR.
+    pub lkey: u32,
+    /// Bytes.
+    pub len: u32,
+}
+
+/// The WRITE of a chained command: `len` local bytes at `local_addr` (under `lkey`) to the
+/// peer's `remote_addr` (under `rkey`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainWriteMsg {
+    /// Local address (the kernel's output).
+    pub local_addr: u64,
+    /// lkey of the local MR.
+    pub lkey: u32,
+    /// Bytes.
+    pub len: u32,
+    /// Peer address.
+    pub remote_addr: u64,
+    /// Peer's rkey.
+    pub rkey: u32,
+}
+
+/// A lookaside-kernel command in a setup message (the FIFO's [`snic_compute::KernelCmd`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KernelCmdMsg {
+    /// Caller's workload id.
+    pub workload: u32,
+    /// Kernel id.
+    pub kernel: u32,
+    /// Address arguments: (address, length), at most 8.
+    pub addrs: Vec<(u64, u64)>,
+    /// Scalar arguments, at most 8.
+    pub scalars: Vec<u64>,
+}
+
+impl KernelCmdMsg {
+    /// The message of `cmd`.
+    pub fn from_cmd(cmd: &snic_compute::KernelCmd) -> KernelCmdMsg {
+        KernelCmdMsg {
+            workload: cmd.workload,
+            kernel: cmd.kernel,
+            addrs: cmd.addr_args().iter().map(|a| (a.addr, a.len)).collect(),
+            scalars: cmd.scalar_args().to_vec(),
+        }
+    }
+
+    /// The command, or `None` with more than 8 address or scalar arguments.
+    pub fn to_cmd(&self) -> Option<snic_compute::KernelCmd> {
+        let mut c = snic_compute::KernelCmd::new(self.kernel, self.workload);
+        for &(addr, len) in &self.addrs {
+            if !c.try_addr(addr, len) {
+                return None;
+            }
+        }
+        for &v in &self.scalars {
+            if !c.try_scalar(v) {
+                return None;
+            }
+        }
+        Some(c)
+    }
+}
+
+/// [`RdmaCqe::opcode`] of a chained command's completion.
+pub const WC_CHAIN: u32 = 64;
+
+/// What a chained command did, in its completion.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainReport {
+    /// "done", "read_failed", "kernel_failed", "post_failed" or "write_failed".
+    pub outcome: String,
+    /// The kernel's status code (`snic_compute::status`; 0 when it did not run or succeeded).
+    pub kernel_status: u32,
+    /// The kernel's result.
+    pub result: u64,
+    /// Bytes fetched.
+    pub fetched: u64,
+    /// Bytes written back.
+    pub written: u64,
+    /// Start to the last READ completion, ns.
+    pub fetch_ns: u64,
+    /// Kernel run time, ns.
+    pub kernel_ns: u64,
+    /// WRITE post to completion, ns.
+    pub write_ns: u64,
+}
+
 /// One RDMA completion, as [`Response::Cqes`] carries it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RdmaCqe {
@@ -372,6 +485,9 @@ pub struct RdmaCqe {
     pub byte_len: u32,
     /// Immediate data, when the message carried some.
     pub imm: Option<u32>,
+    /// For a chained command's completion ([`WC_CHAIN`]): what it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain: Option<ChainReport>,
 }
 
 /// A device memory region, as `Welcome` lists it.

@@ -18,6 +18,8 @@
 //!   on one thread, for real ports and for the testbed.
 //! - [`p4`]: the `p4` stage (a P4-16 v1model program per worker, `snic-p4`) and its control
 //!   plane; the program and its entries file are read and compiled here.
+//! - [`stream`]: the `kernel:NAME` stages (streaming kernels, `snic-stream`): one instance
+//!   per worker, their control handles, the per-process nonce salt.
 //! - [`sys`]: every libc helper (socket options, `mmsghdr` set-up, `poll`, `madvise`).
 
 pub mod port;
@@ -37,6 +39,7 @@ pub mod nic;
 pub mod p4;
 pub mod runtime;
 pub mod signal;
+pub mod stream;
 pub mod sys;
 pub mod worker;
 

@@ -236,12 +236,27 @@ pub fn build_pipeline_with(
     vswitch: Option<&snic_vswitch::engine::VSwitch>,
     p4: Option<&crate::p4::P4Program>,
 ) -> Result<Pipeline, RunError> {
+    build_nic_pipeline(cfg, nic, vswitch, p4, None)
+}
+
+/// [`build_pipeline_with`], with the instances of the `kernel:` stages (built for one
+/// worker: a NIC runs one pipeline).
+pub fn build_nic_pipeline(
+    cfg: &PipelineConfig,
+    nic: &Nic,
+    vswitch: Option<&snic_vswitch::engine::VSwitch>,
+    p4: Option<&crate::p4::P4Program>,
+    kernels: Option<&mut crate::stream::StreamKernels>,
+) -> Result<Pipeline, RunError> {
+    let mut none = crate::stream::StreamKernels::default();
+    let mut kernel_stage = kernels.unwrap_or(&mut none).factory_for(0);
     let mut cfg = cfg.clone();
     cfg.stages = nic_stages(&cfg.stages)?;
     let mut opener = |path: &str| -> io::Result<Box<dyn std::io::Write + Send>> {
         Ok(Box::new(std::io::BufWriter::new(std::fs::File::create(path)?)))
     };
     let mut factory = |spec: &StageSpec| match spec {
+        StageSpec::Kernel { .. } => kernel_stage(spec),
         StageSpec::Local => Some(Ok(Box::new(nic.local_stage()) as Box<dyn Stage>)),
         StageSpec::VSwitch => vswitch.map(|vs| {
             vs.stage()

@@ -27,6 +27,7 @@
 
 pub mod local;
 pub mod neigh;
+pub mod offload;
 
 use core::net::IpAddr;
 

@@ -18,7 +18,7 @@ const WIRE: usize = WireError::NAMES.len();
 pub const DROP_REASONS: usize = WIRE + OTHER_NAMES.len();
 
 /// Names of the non-`Malformed` reasons, in slot order after the wire errors.
-const OTHER_NAMES: [&str; 22] = [
+const OTHER_NAMES: [&str; 25] = [
     "no_egress",
     "tx_queue_full",
     "tx_error",
@@ -41,6 +41,9 @@ const OTHER_NAMES: [&str; 22] = [
     "p4_parser_error",
     "p4_fault",
     "p4_cpu_full",
+    "kernel_drop",
+    "kernel_auth",
+    "kernel_no_key",
 ];
 
 /// Why a packet was dropped. Names ([`DropReason::name`], `Display`) are lower-case and stable:
@@ -101,6 +104,14 @@ pub enum DropReason {
     /// A P4 program sent the packet to the CPU port and no controller took it: none is
     /// connected, or its packet-in queue was full.
     P4CpuFull,
+    /// A streaming kernel dropped the packet by its own rule (a user kernel's filter).
+    KernelDrop,
+    /// A streaming kernel could not authenticate the packet: a decrypting `crypt` kernel found
+    /// a bad tag, an unknown key slot or a payload too short to hold its header and tag.
+    KernelAuth,
+    /// A streaming kernel needed a key it does not have (a `crypt` kernel whose key slot is
+    /// empty): the packet is dropped rather than sent in the clear.
+    KernelNoKey,
 }
 
 impl DropReason {
@@ -130,6 +141,9 @@ impl DropReason {
             DropReason::P4ParserError => WIRE + 19,
             DropReason::P4Fault => WIRE + 20,
             DropReason::P4CpuFull => WIRE + 21,
+            DropReason::KernelDrop => WIRE + 22,
+            DropReason::KernelAuth => WIRE + 23,
+            DropReason::KernelNoKey => WIRE + 24,
         }
     }
 
@@ -211,6 +225,9 @@ mod tests {
             DropReason::P4ParserError,
             DropReason::P4Fault,
             DropReason::P4CpuFull,
+            DropReason::KernelDrop,
+            DropReason::KernelAuth,
+            DropReason::KernelNoKey,
         ];
         let mut seen = [false; DROP_REASONS];
         for r in all {

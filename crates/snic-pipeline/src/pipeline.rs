@@ -51,6 +51,7 @@ use std::io::Write;
 /// | `vswitch` | the vSwitch (VFP slow path + GFT fast path); built by the I/O layer, which owns the policy |
 /// | `local` | the NIC's own packets to the device (RoCE engine, neighbour table); built by the NIC, which owns the addresses |
 /// | `p4:PROG.p4[,entries=FILE][,I=DIR]...` | a P4-16 v1model program; compiled and run by the I/O layer (`snic-io`), which reads the files |
+/// | `kernel:NAME[,KEY=VALUE]...` | a streaming kernel (`snic-stream`: `telemetry`, `crypt`) run on every packet; built by the I/O layer, which owns its results memory and control handle |
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub enum StageSpec {
@@ -87,6 +88,15 @@ pub enum StageSpec {
         entries: Option<String>,
         /// `#include` search directories, in order.
         include: Vec<String>,
+    },
+    /// `kernel:NAME[,KEY=VALUE]...`: a streaming kernel run on every packet of a batch. This
+    /// crate only carries the name and the arguments, in order; the kernel's crate
+    /// (`snic-stream`) checks them when the I/O layer builds the stage.
+    Kernel {
+        /// The kernel's name (`telemetry`, `crypt`).
+        name: String,
+        /// `KEY=VALUE` arguments, in the order given.
+        args: Vec<(String, String)>,
     },
 }
 
@@ -164,8 +174,33 @@ impl FromStr for StageSpec {
             ("p4", None) => {
                 Ok(StageSpec::P4 { program: String::new(), entries: None, include: Vec::new() })
             }
+            ("kernel", Some(args)) => {
+                let mut parts = args.split(',');
+                let name = parts.next().unwrap_or_default();
+                let name_ok = !name.is_empty()
+                    && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+                if !name_ok {
+                    return Err(bad("needs a kernel name first: kernel:NAME[,KEY=VALUE]..."));
+                }
+                let mut kv = Vec::new();
+                for part in parts {
+                    match part.split_once('=') {
+                        Some((k, v)) if !k.is_empty() && !v.contains(',') => {
+                            if kv.iter().any(|(x, _): &(String, String)| x == k) {
+                                return Err(bad(&format!("argument {k} given twice")));
+                            }
+                            kv.push((k.to_owned(), v.to_owned()))
+                        }
+                        _ => return Err(bad("kernel arguments are KEY=VALUE")),
+                    }
+                }
+                Ok(StageSpec::Kernel { name: name.to_owned(), args: kv })
+            }
+            ("kernel", None) => Err(bad("needs a kernel name: kernel:NAME[,KEY=VALUE]...")),
             ("parse" | "classify", Some(_)) => Err(bad("unknown option")),
-            _ => Err(bad("unknown stage (parse, classify, l2fwd, tap, vswitch, local, p4)")),
+            _ => {
+                Err(bad("unknown stage (parse, classify, l2fwd, tap, vswitch, local, p4, kernel)"))
+            }
         }
     }
 }
@@ -207,6 +242,13 @@ impl fmt::Display for StageSpec {
                 }
                 for d in include {
                     write!(f, ",I={d}")?;
+                }
+                Ok(())
+            }
+            StageSpec::Kernel { name, args } => {
+                write!(f, "kernel:{name}")?;
+                for (k, v) in args {
+                    write!(f, ",{k}={v}")?;
                 }
                 Ok(())
             }
@@ -500,6 +542,15 @@ impl Pipeline {
                         ));
                     }
                 },
+                StageSpec::Kernel { .. } => match factory(spec) {
+                    Some(stage) => stage?,
+                    None => {
+                        return Err(BuildError::Unsupported(
+                            "a kernel stage is built by the I/O layer (snic run, snic serve), \
+                             which owns its results memory and its control handle",
+                        ));
+                    }
+                },
                 StageSpec::Local => match factory(spec) {
                     Some(stage) => stage?,
                     None => {
@@ -706,11 +757,21 @@ mod tests {
             "tap:/tmp/x.pcap",
             "p4:a.p4",
             "p4:dir/a.p4,entries=e.txt,I=inc,I=/usr/share/p4",
+            "kernel:telemetry",
+            "kernel:crypt,mode=encrypt,key=00ff",
+            "kernel:telemetry,capacity=16,report=1",
         ] {
             let spec: StageSpec = s.parse().unwrap();
             assert_eq!(spec.to_string(), s);
         }
         assert_eq!("l2fwd:0=1".parse::<StageSpec>(), Ok(StageSpec::L2Static(vec![(0, 1)])));
+        assert_eq!(
+            "kernel:crypt,mode=decrypt,mtu=1500".parse::<StageSpec>(),
+            Ok(StageSpec::Kernel {
+                name: "crypt".into(),
+                args: vec![("mode".into(), "decrypt".into()), ("mtu".into(), "1500".into())],
+            })
+        );
         assert_eq!(
             "parse:drop".parse::<StageSpec>(),
             Ok(StageSpec::Parse { pass_malformed: false })
@@ -731,6 +792,12 @@ mod tests {
             ("p4:entries=x", "needs a program"),
             ("p4:a.p4,frob=1", "options are"),
             ("p4:a.p4,entries=a,entries=b", "once"),
+            ("kernel", "needs a kernel name"),
+            ("kernel:", "needs a kernel name"),
+            ("kernel:mode=x", "needs a kernel name"),
+            ("kernel:crypt,mode", "KEY=VALUE"),
+            ("kernel:crypt,=1", "KEY=VALUE"),
+            ("kernel:crypt,mode=a,mode=b", "twice"),
         ] {
             let e = s.parse::<StageSpec>().unwrap_err();
             assert!(e.0.contains(why), "{s}: {e}");
