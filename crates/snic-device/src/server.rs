@@ -202,7 +202,8 @@ impl Server {
                 nic.clone(),
                 Duration::from_micros(cfg.spin_us),
                 compute,
-                cfg.kernels.registry(),
+                // DMA workers run no kernels.
+                if compute.is_some() { cfg.kernels.registry() } else { Kernels::new() },
             );
             let name = match compute {
                 Some((c, _)) => format!("snic-hostif-c{c}"),

@@ -141,7 +141,8 @@ impl Device {
 
     /// Wait up to `timeout` for the status of `workload` on `kernel`: sleeping on the
     /// kernel's eventfd in interrupt mode ([`Device::kernel_set_interrupt`]), else polling
-    /// the status FIFO. Statuses of other workloads read meanwhile are kept for later polls
+    /// the status FIFO (spinning for 50 us, then napping a sixteenth of the time waited
+    /// between looks). Statuses of other workloads read meanwhile are kept for later polls
     /// and waits. With several commands of one workload in flight, the oldest status is
     /// returned.
     pub fn kernel_wait(
@@ -165,8 +166,12 @@ impl Device {
                 if k.interrupt { k.irq.clone() } else { None }
             };
             // The eventfd counts every signal since it was last read: a status written
-            // after the drain above has already made it readable.
-            deadline.pause(irq.as_deref())?;
+            // after the drain above has already made it readable. Polling backs off from
+            // spinning to short naps once the kernel has run a while.
+            match irq {
+                Some(e) => deadline.pause(Some(&e))?,
+                None => deadline.pause_backoff()?,
+            }
         }
     }
 

@@ -76,6 +76,7 @@ fn c_program_against_live_server() {
         "ok queue data matches",
         "ok kernel copy result",
         "ok kernel wait by interrupt",
+        "ok kernel reduce sum",
     ] {
         assert!(stdout.lines().any(|l| l == step), "missing {step:?} in:\n{stdout}");
     }

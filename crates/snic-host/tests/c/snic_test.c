@@ -133,6 +133,25 @@ int main(int argc, char **argv) {
           "overlap refused");
     CHECK(snic_read_dev(dev, dv, back, 4096) == 0 && memcmp(back, hp + 4096, 4096) == 0,
           "refused command wrote nothing");
+    /* REDUCE: sum of the u32 1..1024 in host memory. */
+    uint32_t *w = (uint32_t *)hp;
+    for (uint32_t i = 0; i < 1024; i++) w[i] = i + 1;
+    snic_kernel_cmd rc;
+    memset(&rc, 0, sizeof rc);
+    rc.workload = 11;
+    rc.kernel = SNIC_KERNEL_REDUCE;
+    rc.n_addrs = 1;
+    rc.addrs[0].addr = iova;
+    rc.addrs[0].len = 4096;
+    rc.n_scalars = 2;
+    rc.scalars[0] = SNIC_REDUCE_SUM;
+    rc.scalars[1] = SNIC_DTYPE_U32;
+    CHECK(snic_kernel_run(dev, &rc, 10000, &ks) == 0 && ks.status == SNIC_KSTATUS_OK &&
+              ks.result == 1024u * 1025u / 2u && ks.workload == 11,
+          "kernel reduce sum");
+    CHECK(snic_kernel_name(SNIC_KERNEL_GEMM) != NULL &&
+              strcmp(snic_kernel_name(SNIC_KERNEL_GEMM), "gemm") == 0,
+          "gemm named");
     snic_kernel_counters kn;
     CHECK(snic_kernel_get_counters(dev, SNIC_KERNEL_COPY, &kn) == 0 && kn.runs == 3 &&
               kn.errors == 1 && kn.last_status == SNIC_KSTATUS_OVERLAP,
