@@ -88,7 +88,9 @@ fuzz_target!(|data: &[u8]| {
     sock.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
     // Say hello first half of the time, so requests past the handshake are reached too.
     if data.first().is_some_and(|b| b & 1 == 1) {
-        let hello = Request::Hello { name: "fuzz".into(), version: snic_hostif::abi::VERSION_VALUE }.to_bytes();
+        let hello =
+            Request::Hello { name: "fuzz".into(), version: snic_hostif::abi::VERSION_VALUE }
+                .to_bytes();
         let _ = call(&sock, &hello);
     }
     let mut rest = data.get(1..).unwrap_or_default();
