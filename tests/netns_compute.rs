@@ -12,70 +12,15 @@
 
 mod common;
 
-use common::netns::{have, is_root, must, note, run, stop};
+use common::netns::{VethPair, have, is_root, note, stop};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdout, Stdio};
 use std::time::{Duration, Instant};
 
 const HOST: [&str; 2] = ["10.78.0.1", "10.78.0.2"];
 const ROCE: [&str; 2] = ["10.78.0.11", "10.78.0.12"];
-
-/// Two namespaces, a veth between them; Drop removes them whatever the exit path.
-struct Topo {
-    ns: [String; 2],
-    veth: [String; 2],
-}
-
-impl Topo {
-    fn create() -> Topo {
-        let id = std::process::id();
-        let t = Topo {
-            ns: [format!("snicmmA{id}"), format!("snicmmB{id}")],
-            veth: [format!("smA{id}"), format!("smB{id}")]
-                .map(|n| n.chars().take(15).collect::<String>()),
-        };
-        for ns in &t.ns {
-            must(10, &["ip", "netns", "add", ns]);
-            must(10, &["ip", "-n", ns, "link", "set", "lo", "up"]);
-        }
-        must(
-            10,
-            &[
-                "ip", "link", "add", &t.veth[0], "netns", &t.ns[0], "type", "veth", "peer", "name",
-                &t.veth[1], "netns", &t.ns[1],
-            ],
-        );
-        for i in 0..2 {
-            let sysctl = format!("net.ipv6.conf.{}.disable_ipv6=1", t.veth[i]);
-            must(10, &["ip", "netns", "exec", &t.ns[i], "sysctl", "-qw", &sysctl]);
-            must(10, &["ip", "-n", &t.ns[i], "link", "set", &t.veth[i], "up"]);
-        }
-        t
-    }
-
-    /// A command in namespace `i`, bounded to 120 s.
-    fn exec(&self, i: usize) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.ns[i], "timeout", "--foreground", "-k", "2", "120"]);
-        c
-    }
-
-    fn must(&self, i: usize, args: &[&str]) -> String {
-        let mut v = vec!["ip", "netns", "exec", &self.ns[i]];
-        v.extend_from_slice(args);
-        must(20, &v)
-    }
-}
-
-impl Drop for Topo {
-    fn drop(&mut self) {
-        for ns in &self.ns {
-            let _ = run(10, &["ip", "netns", "del", ns]);
-        }
-    }
-}
 
 fn ready() -> bool {
     if !is_root() {
@@ -98,7 +43,7 @@ struct Nic {
 }
 
 impl Nic {
-    fn start(t: &Topo, i: usize, dir: &Path) -> Nic {
+    fn start(t: &VethPair, i: usize, dir: &Path) -> Nic {
         let out = dir.join(format!("nic{i}.out"));
         let child = t
             .exec(i)
@@ -139,7 +84,7 @@ fn text(b: &[u8]) -> String {
 }
 
 /// Peer 1 in namespace 0 on TCP `tcp`, once it listens.
-fn peer1(t: &Topo, dir: &Path, tcp: u16) -> (Child, BufReader<ChildStdout>) {
+fn peer1(t: &VethPair, dir: &Path, tcp: u16) -> (Child, BufReader<ChildStdout>) {
     let mut c = t
         .exec(0)
         .arg(env!("CARGO_BIN_EXE_snic"))
@@ -179,7 +124,7 @@ fn networked_mm_between_two_nics() {
     }
     let dir = common::temp_dir("netns-compute");
     let netmm_c = common::rdma_peer::netmm_program(&dir);
-    let t = Topo::create();
+    let t = VethPair::create("snicmm", "sm", 120);
     let nics = [Nic::start(&t, 0, &dir), Nic::start(&t, 1, &dir)];
     for (i, nic) in nics.iter().enumerate() {
         wait_for(20, "the NIC to start", || nic.output().contains("snic serve: NIC"));

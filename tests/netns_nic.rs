@@ -23,7 +23,7 @@
 
 mod common;
 
-use common::netns::{have, is_root, must, note, run, stop};
+use common::netns::{VethPair, have, is_root, note, stop};
 use common::rdma_peer::{programs, rdma_pair};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
@@ -32,65 +32,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const SIZE: usize = 1 << 20;
-
-/// Two namespaces, a veth between them; Drop removes them (and with them every process's
-/// interfaces) whatever the exit path.
-struct Topo {
-    ns: [String; 2],
-    veth: [String; 2],
-}
-
-impl Topo {
-    fn create() -> Topo {
-        let id = std::process::id();
-        let t = Topo {
-            ns: [format!("snicnicA{id}"), format!("snicnicB{id}")],
-            veth: [format!("snA{id}"), format!("snB{id}")]
-                .map(|n| n.chars().take(15).collect::<String>()),
-        };
-        for ns in &t.ns {
-            must(10, &["ip", "netns", "add", ns]);
-            must(10, &["ip", "-n", ns, "link", "set", "lo", "up"]);
-        }
-        must(
-            10,
-            &[
-                "ip", "link", "add", &t.veth[0], "netns", &t.ns[0], "type", "veth", "peer", "name",
-                &t.veth[1], "netns", &t.ns[1],
-            ],
-        );
-        for i in 0..2 {
-            // The veth carries only what the NIC sends: no addresses, no IPv6 chatter.
-            let sysctl = format!("net.ipv6.conf.{}.disable_ipv6=1", t.veth[i]);
-            must(10, &["ip", "netns", "exec", &t.ns[i], "sysctl", "-qw", &sysctl]);
-            must(10, &["ip", "-n", &t.ns[i], "link", "set", &t.veth[i], "up"]);
-        }
-        t
-    }
-
-    /// A command in namespace `i`, bounded to 90 s. `--foreground`: a SIGTERM to `timeout`
-    /// reaches the command once (without it, timeout also signals its process group, and a
-    /// second SIGTERM makes snic exit at once, without its counters).
-    fn exec(&self, i: usize) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.ns[i], "timeout", "--foreground", "-k", "2", "90"]);
-        c
-    }
-
-    fn must(&self, i: usize, args: &[&str]) -> String {
-        let mut v = vec!["ip", "netns", "exec", &self.ns[i]];
-        v.extend_from_slice(args);
-        must(20, &v)
-    }
-}
-
-impl Drop for Topo {
-    fn drop(&mut self) {
-        for ns in &self.ns {
-            let _ = run(10, &["ip", "netns", "del", ns]);
-        }
-    }
-}
 
 fn ready() -> bool {
     if !is_root() {
@@ -121,7 +62,7 @@ struct Nic {
 }
 
 impl Nic {
-    fn start(t: &Topo, i: usize, dir: &Path, rdma_ips: &[&str]) -> Nic {
+    fn start(t: &VethPair, i: usize, dir: &Path, rdma_ips: &[&str]) -> Nic {
         let out = dir.join(format!("nic{i}.out"));
         let child = t
             .exec(i)
@@ -211,7 +152,7 @@ fn two_nics_carry_ping_tcp_and_rdma_between_host_programs() {
     }
     let dir = common::temp_dir("netns-nic");
     let (rust_peer, c_peer, dma_prog) = programs(&dir);
-    let t = Topo::create();
+    let t = VethPair::create("snicnic", "sn", 90);
     let host = ["10.77.0.1", "10.77.0.2"];
     let roce = ["10.77.0.11", "10.77.0.12"];
     let roce6 = ["fd77::11", "fd77::12"];

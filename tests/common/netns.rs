@@ -75,3 +75,71 @@ pub fn stop(child: &mut Child, grace: Duration) {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// Two network namespaces joined by a veth pair (one end in each, up, IPv6 off so the veth
+/// carries only what the test sends); Drop deletes the namespaces, and with them every
+/// interface and process's address in them, whatever the exit path.
+pub struct VethPair {
+    /// The namespaces' names.
+    pub ns: [String; 2],
+    /// The veth ends' names (end `i` in namespace `i`).
+    pub veth: [String; 2],
+    /// Bound of [`VethPair::exec`] commands, seconds.
+    pub exec_secs: u32,
+}
+
+impl VethPair {
+    /// Namespaces `{ns}A{pid}`, `{ns}B{pid}` and veth ends `{veth}A{pid}`, `{veth}B{pid}`
+    /// (cut to 15 characters); commands of [`VethPair::exec`] bounded to `exec_secs`.
+    pub fn create(ns: &str, veth: &str, exec_secs: u32) -> VethPair {
+        let id = std::process::id();
+        let t = VethPair {
+            ns: [format!("{ns}A{id}"), format!("{ns}B{id}")],
+            veth: [format!("{veth}A{id}"), format!("{veth}B{id}")]
+                .map(|n| n.chars().take(15).collect::<String>()),
+            exec_secs,
+        };
+        for ns in &t.ns {
+            must(10, &["ip", "netns", "add", ns]);
+            must(10, &["ip", "-n", ns, "link", "set", "lo", "up"]);
+        }
+        must(
+            10,
+            &[
+                "ip", "link", "add", &t.veth[0], "netns", &t.ns[0], "type", "veth", "peer", "name",
+                &t.veth[1], "netns", &t.ns[1],
+            ],
+        );
+        for i in 0..2 {
+            let sysctl = format!("net.ipv6.conf.{}.disable_ipv6=1", t.veth[i]);
+            must(10, &["ip", "netns", "exec", &t.ns[i], "sysctl", "-qw", &sysctl]);
+            must(10, &["ip", "-n", &t.ns[i], "link", "set", &t.veth[i], "up"]);
+        }
+        t
+    }
+
+    /// A command in namespace `i`, bounded to `exec_secs`. `--foreground`: a SIGTERM to
+    /// `timeout` reaches the command once (without it, timeout also signals its process
+    /// group, and a second SIGTERM makes snic exit at once, without its counters).
+    pub fn exec(&self, i: usize) -> Command {
+        let mut c = Command::new("ip");
+        let secs = self.exec_secs.to_string();
+        c.args(["netns", "exec", &self.ns[i], "timeout", "--foreground", "-k", "2", &secs]);
+        c
+    }
+
+    /// Run `args` in namespace `i` (bounded to 20 s); its stdout, or a panic.
+    pub fn must(&self, i: usize, args: &[&str]) -> String {
+        let mut v = vec!["ip", "netns", "exec", &self.ns[i]];
+        v.extend_from_slice(args);
+        must(20, &v)
+    }
+}
+
+impl Drop for VethPair {
+    fn drop(&mut self) {
+        for ns in &self.ns {
+            let _ = run(10, &["ip", "netns", "del", ns]);
+        }
+    }
+}
