@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use serde::{Deserialize, Serialize};
+use snic_compute::netmm::{Mismatch, matrix, verify};
 use snic_compute::{KernelCmd, dtype, ids, status};
 use snic_host::{
     ChainRead, ChainWrite, DevKind, Device, Dir, HostBuf, Placement, QueueOpts, RDMA_MAX_BATCH,
@@ -368,92 +369,6 @@ fn send_msg(w: &mut impl Write, m: &Msg) -> Result<(), ExchangeError> {
 // The data
 // ---------------------------------------------------------------------------------------------
 
-/// splitmix64 stream `which` (1: A, 2: B) of `seed`.
-fn stream(seed: u64, which: u64) -> impl Iterator<Item = u64> {
-    let mut state = seed ^ which.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    std::iter::repeat_with(move || {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    })
-}
-
-/// `len` elements of `dt` (little-endian bytes) from stream `which` of `seed`: i8 the top
-/// byte of each draw, f32 its top 24 bits mapped to [-1, 1). `examples/c/netmm.c` makes
-/// the same.
-pub fn matrix(seed: u64, which: u64, len: usize, dt: Dtype) -> Vec<u8> {
-    let s = stream(seed, which).take(len);
-    match dt {
-        Dtype::I8 => s.map(|x| (x >> 56) as u8).collect(),
-        Dtype::F32 => {
-            s.flat_map(|x| ((x >> 40) as f32 / 16_777_216.0 * 2.0 - 1.0).to_le_bytes()).collect()
-        }
-    }
-}
-
-/// Where C first differs from A x B.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Mismatch {
-    /// Row.
-    pub row: usize,
-    /// Column.
-    pub col: usize,
-    /// C's element.
-    pub got: f64,
-    /// The reference's.
-    pub want: f64,
-}
-
-/// Check C (row-major i32 or f32, M x N) against A (M x K) x B (K x N), all row-major: i8
-/// exactly, f32 within `(K + 2) * eps * sum |a * b|` (the rounding bound of the dot product in
-/// any order). `None` when it verifies.
-pub fn verify(
-    (m, n, k): (usize, usize, usize),
-    dt: Dtype,
-    a: &[u8],
-    b: &[u8],
-    c: &[u8],
-) -> Option<Mismatch> {
-    let word = |v: &[u8], i: usize| [v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]];
-    let mut want = vec![0f64; n];
-    let mut mag = vec![0f64; n];
-    for i in 0..m {
-        want.fill(0.0);
-        mag.fill(0.0);
-        for l in 0..k {
-            let x = match dt {
-                Dtype::I8 => f64::from(a[i * k + l] as i8),
-                Dtype::F32 => f64::from(f32::from_le_bytes(word(a, i * k + l))),
-            };
-            for j in 0..n {
-                let y = match dt {
-                    Dtype::I8 => f64::from(b[l * n + j] as i8),
-                    Dtype::F32 => f64::from(f32::from_le_bytes(word(b, l * n + j))),
-                };
-                want[j] += x * y;
-                mag[j] += (x * y).abs();
-            }
-        }
-        for j in 0..n {
-            let got = match dt {
-                Dtype::I8 => f64::from(i32::from_le_bytes(word(c, i * n + j))),
-                Dtype::F32 => f64::from(f32::from_le_bytes(word(c, i * n + j))),
-            };
-            let tol = match dt {
-                Dtype::I8 => 0.0,
-                Dtype::F32 => (k as f64 + 2.0) * f64::from(f32::EPSILON) * mag[j],
-            };
-            let off = (got - want[j]).abs();
-            if off.is_nan() || off > tol {
-                return Some(Mismatch { row: i, col: j, got, want: want[j] });
-            }
-        }
-    }
-    None
-}
-
 /// Bytes of A, B and C, checked against [`MAX_BYTES`].
 fn sizes(m: u32, n: u32, k: u32, dt: Dtype) -> Result<(u64, u64, u64), String> {
     let (m, n, k) = (u64::from(m), u64::from(n), u64::from(k));
@@ -589,8 +504,8 @@ fn serve_one(a: &MmArgs, dev: &Device, ip: IpAddr, conn: TcpStream) -> Result<(S
     let ready = (|| -> Result<Msg> {
         ensure!(version == VERSION, "exchange version {version} (this peer speaks {VERSION})");
         let (a_len, b_len, c_len) = sizes(m, n, k, dtype).map_err(anyhow::Error::msg)?;
-        let am = matrix(seed, 1, (a_len / dtype.size()) as usize, dtype);
-        let bm = matrix(seed, 2, (b_len / dtype.size()) as usize, dtype);
+        let am = matrix(seed, 1, (a_len / dtype.size()) as usize, dtype.code());
+        let bm = matrix(seed, 2, (b_len / dtype.size()) as usize, dtype.code());
         let ra = held.region(mem, a_len, &am, rdma_access::REMOTE_READ)?;
         let rb = held.region(mem, b_len, &bm, rdma_access::REMOTE_READ)?;
         let write = rdma_access::LOCAL_WRITE | rdma_access::REMOTE_WRITE;
@@ -634,10 +549,10 @@ fn serve_one(a: &MmArgs, dev: &Device, ip: IpAddr, conn: TcpStream) -> Result<(S
             MemLoc::HostMem => held.host[2].read(0, &mut c)?,
             MemLoc::DevMem => dev.read_device(rc.addr, &mut c)?,
         }
-        let am = matrix(seed, 1, (m * k) as usize, dtype);
-        let bm = matrix(seed, 2, (k * n) as usize, dtype);
+        let am = matrix(seed, 1, (m * k) as usize, dtype.code());
+        let bm = matrix(seed, 2, (k * n) as usize, dtype.code());
         let dims = (m as usize, n as usize, k as usize);
-        what += &match verify(dims, dtype, &am, &bm, &c) {
+        what += &match verify(dims, dtype.code(), &am, &bm, &c) {
             None => ", the C written back verified".to_string(),
             Some(x) => format!(
                 ", the C written back differs at row {} col {}: got {}, want {}",
@@ -919,10 +834,10 @@ fn client(a: &MmArgs) -> Result<MmReport> {
     // Check.
     let mut c = vec![0u8; c_len as usize];
     host_c.read(0, &mut c)?;
-    let am = matrix(a.seed, 1, (a_len / dt.size()) as usize, dt);
-    let bm = matrix(a.seed, 2, (b_len / dt.size()) as usize, dt);
+    let am = matrix(a.seed, 1, (a_len / dt.size()) as usize, dt.code());
+    let bm = matrix(a.seed, 2, (b_len / dt.size()) as usize, dt.code());
     let dims = (a.m as usize, a.n as usize, a.k as usize);
-    let mismatch = verify(dims, dt, &am, &bm, &c);
+    let mismatch = verify(dims, dt.code(), &am, &bm, &c);
     let done = Msg::Done { verified: mismatch.is_none(), c_written: a.chained };
     let _ = send_msg(&mut w, &done);
     // Peer 1 frees its side (and checks a C written back) once it has `done`: wait for it to
@@ -1055,17 +970,17 @@ mod tests {
 
     #[test]
     fn data_is_seeded_and_verify_finds_the_first_wrong_element() {
-        assert_eq!(matrix(5, 1, 16, Dtype::F32), matrix(5, 1, 16, Dtype::F32));
-        assert_ne!(matrix(5, 1, 16, Dtype::I8), matrix(5, 2, 16, Dtype::I8));
-        let f = matrix(5, 1, 1000, Dtype::F32);
+        assert_eq!(matrix(5, 1, 16, Dtype::F32.code()), matrix(5, 1, 16, Dtype::F32.code()));
+        assert_ne!(matrix(5, 1, 16, Dtype::I8.code()), matrix(5, 2, 16, Dtype::I8.code()));
+        let f = matrix(5, 1, 1000, Dtype::F32.code());
         assert!(f.chunks(4).all(|w| {
             let v = f32::from_le_bytes([w[0], w[1], w[2], w[3]]);
             (-1.0..1.0).contains(&v)
         }));
         for dt in [Dtype::I8, Dtype::F32] {
             let (m, n, k) = (3, 4, 5);
-            let a = matrix(2, 1, m * k, dt);
-            let b = matrix(2, 2, k * n, dt);
+            let a = matrix(2, 1, m * k, dt.code());
+            let b = matrix(2, 2, k * n, dt.code());
             let mut c = Vec::new();
             for i in 0..m {
                 for j in 0..n {
@@ -1085,9 +1000,9 @@ mod tests {
                     }
                 }
             }
-            assert_eq!(verify((m, n, k), dt, &a, &b, &c), None, "{dt:?}");
+            assert_eq!(verify((m, n, k), dt.code(), &a, &b, &c), None, "{dt:?}");
             c[4 * (2 * n + 1) + 3] ^= 0x40;
-            let x = verify((m, n, k), dt, &a, &b, &c).expect("a mismatch");
+            let x = verify((m, n, k), dt.code(), &a, &b, &c).expect("a mismatch");
             assert_eq!((x.row, x.col), (2, 1), "{dt:?}");
         }
     }

@@ -27,6 +27,7 @@ pub mod gather;
 pub mod gemm;
 pub mod kernel;
 pub mod lz4;
+pub mod netmm;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod vector;

@@ -16,6 +16,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
+use snic_compute::netmm::{Mismatch, matrix, verify};
 use snic_compute::{Invocation, KernelCmd, Kernels, dtype, ids, status};
 use snic_dma::MemKind;
 use snic_io::script::ScriptPort;
@@ -110,67 +111,6 @@ impl Case {
     fn c_elem(&self) -> usize {
         4
     }
-}
-
-/// splitmix64: the data generator (A from stream 1, B from stream 2 of the seed).
-fn stream(seed: u64, which: u64) -> impl Iterator<Item = u64> {
-    let mut state = seed ^ which.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    std::iter::repeat_with(move || {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    })
-}
-
-/// `len` elements of `dtype` from stream `which`: i8 in -128..=127, f32 in [-1, 1).
-fn matrix(seed: u64, which: u64, len: usize, dt: u64) -> Vec<u8> {
-    let s = stream(seed, which).take(len);
-    if dt == dtype::I8 {
-        s.map(|x| (x >> 56) as u8).collect()
-    } else {
-        s.flat_map(|x| ((x >> 40) as f32 / 16_777_216.0 * 2.0 - 1.0).to_le_bytes()).collect()
-    }
-}
-
-/// Compare C (row-major, i32 or f32) with the reference; `None` when it verifies, else the
-/// first mismatch as (row, col, got, want).
-fn verify(c: &Case, a: &[u8], b: &[u8], got: &[u8]) -> Option<(usize, usize, f64, f64)> {
-    let at = |v: &[u8], i: usize, size: usize| -> [u8; 4] {
-        let mut w = [0u8; 4];
-        w[..size].copy_from_slice(&v[i * size..i * size + size]);
-        w
-    };
-    for i in 0..c.m {
-        for j in 0..c.n {
-            let g = at(got, i * c.n + j, 4);
-            if c.dtype == dtype::I8 {
-                let want: i32 = (0..c.k)
-                    .map(|l| i32::from(a[i * c.k + l] as i8) * i32::from(b[l * c.n + j] as i8))
-                    .sum();
-                let g = i32::from_le_bytes(g);
-                if g != want {
-                    return Some((i, j, f64::from(g), f64::from(want)));
-                }
-            } else {
-                let f = |v: &[u8], x: usize| f64::from(f32::from_le_bytes(at(v, x, 4)));
-                let (mut want, mut mag) = (0.0f64, 0.0f64);
-                for l in 0..c.k {
-                    let p = f(a, i * c.k + l) * f(b, l * c.n + j);
-                    want += p;
-                    mag += p.abs();
-                }
-                let g = f64::from(f32::from_le_bytes(g));
-                // The rounding bound of a K-term f32 dot product in any order.
-                let tol = (c.k as f64 + 2.0) * f64::from(f32::EPSILON) * mag + 1e-30;
-                if (g - want).abs() > tol {
-                    return Some((i, j, g, want));
-                }
-            }
-        }
-    }
-    None
 }
 
 /// Run one networked multiplication; returns (READs posted, peer 2's retransmissions, frames
@@ -273,7 +213,9 @@ fn run(c: Case) -> (usize, u64, u64, Duration) {
     );
     let got = bed.dev(1).rnic.mem().slice(dst + a_len + b_len, c_len as usize).unwrap().to_vec();
     assert_eq!(c.c_elem() * c.m * c.n, got.len());
-    if let Some((row, col, g, w)) = verify(&c, &a, &b, &got) {
+    if let Some(Mismatch { row, col, got: g, want: w }) =
+        verify((c.m, c.n, c.k), c.dtype, &a, &b, &got)
+    {
         panic!("{c:?}: C[{row}][{col}] = {g}, want {w}");
     }
     let lost = bed.wire.tx().lost + bed.wire.rx().lost;
@@ -323,8 +265,9 @@ fn a_wrong_product_is_reported_with_its_place() {
             got.extend_from_slice(&v.to_le_bytes());
         }
     }
-    assert_eq!(verify(&c, &a, &b, &got), None);
+    assert_eq!(verify((c.m, c.n, c.k), c.dtype, &a, &b, &got), None);
     got[(4 + 2) * 4] ^= 1;
-    let (row, col, _, _) = verify(&c, &a, &b, &got).expect("a mismatch");
+    let Mismatch { row, col, .. } =
+        verify((c.m, c.n, c.k), c.dtype, &a, &b, &got).expect("a mismatch");
     assert_eq!((row, col), (1, 2));
 }
