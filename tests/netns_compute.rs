@@ -12,12 +12,12 @@
 
 mod common;
 
-use common::netns::{VethPair, have, is_root, note, stop};
+use common::netns::{VethPair, have, is_root, note, stop, wait_for};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const HOST: [&str; 2] = ["10.78.0.1", "10.78.0.2"];
 const ROCE: [&str; 2] = ["10.78.0.11", "10.78.0.12"];
@@ -68,14 +68,6 @@ impl Nic {
 impl Drop for Nic {
     fn drop(&mut self) {
         stop(&mut self.child, Duration::from_secs(3));
-    }
-}
-
-fn wait_for(secs: u64, what: &str, mut f: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(t0.elapsed() < Duration::from_secs(secs), "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

@@ -23,7 +23,7 @@
 
 mod common;
 
-use common::netns::{VethPair, have, is_root, note, stop};
+use common::netns::{VethPair, have, is_root, note, stop, wait_for};
 use common::rdma_peer::{programs, rdma_pair};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
@@ -105,15 +105,6 @@ impl Nic {
 impl Drop for Nic {
     fn drop(&mut self) {
         stop(&mut self.child, Duration::from_secs(2));
-    }
-}
-
-/// Wait until `f` holds, up to `secs`.
-fn wait_for(secs: u64, what: &str, mut f: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(t0.elapsed() < Duration::from_secs(secs), "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

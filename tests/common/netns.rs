@@ -143,3 +143,12 @@ impl Drop for VethPair {
         }
     }
 }
+
+/// Wait until `f` holds, checking every 50 ms; panic naming `what` after `secs`.
+pub fn wait_for(secs: u64, what: &str, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < Duration::from_secs(secs), "timed out waiting for {what}");
+        thread::sleep(Duration::from_millis(50));
+    }
+}
