@@ -21,6 +21,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("snic-rdma", 1),
     ("snic-compute", 1),
     ("snic-p4", 1),
+    ("snic-ebpf", 2),
     ("snic-vswitch", 2),
     ("snic-hostif", 2),
     ("snic-nic", 2),
@@ -49,6 +50,7 @@ const ENGINES: &[&str] = &[
     "snic-nic",
     "snic-p4",
     "snic-stream",
+    "snic-ebpf",
 ];
 
 /// Crates that do I/O (system calls, signals, devices); no engine may depend on them.
