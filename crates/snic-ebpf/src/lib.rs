@@ -10,3 +10,6 @@ pub mod verify;
 pub use insn::Insn;
 pub use object::{LoadError, MapKind, MapSpec, Object, ProgKind, Program};
 pub use verify::{Refusal, Verdict, verify};
+
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
