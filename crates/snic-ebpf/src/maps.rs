@@ -45,7 +45,7 @@ mod hash;
 mod lpm;
 mod ring;
 
-pub use format::{ParseBytesError, format_hex, parse_bytes};
+pub use format::{ParseBytesError, format_hex, parse_bytes, parse_hex};
 
 use hash::HashIndex;
 use lpm::LpmIndex;
@@ -488,6 +488,54 @@ impl Map {
             return None;
         }
         Some(!self.spec.readonly)
+    }
+
+    /// Reads `len` bytes at `addr` if [`Map::contains`] them: a safe way for the control plane,
+    /// helpers and tests to read value or reserved-record memory a program sees. Writing or
+    /// reading nothing always succeeds.
+    pub fn read_at(&self, addr: u64, len: u64) -> Option<Vec<u8>> {
+        if len == 0 {
+            return Some(Vec::new());
+        }
+        self.contains(addr, len)?;
+        let off = (addr - self.base()) as usize;
+        let mut out = Vec::with_capacity(len as usize);
+        for i in off..off + len as usize {
+            let w = self.mem[i / 8].load(Ordering::Relaxed).to_ne_bytes();
+            out.push(w[i % 8]);
+        }
+        Some(out)
+    }
+
+    /// Writes `data` at `addr` if [`Map::contains`] it writable (`-EINVAL` if outside, `-EPERM`
+    /// if read-only), merging bytes into their words atomically: what a program's stores do,
+    /// for helpers and tests that hold no raw pointer.
+    pub fn write_at(&self, addr: u64, data: &[u8]) -> Result<(), MapError> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        match self.contains(addr, data.len() as u64) {
+            None => return Err(MapError::Invalid("address outside the map's values")),
+            Some(false) => return Err(MapError::ReadOnly),
+            Some(true) => {}
+        }
+        let off = (addr - self.base()) as usize;
+        let mut i = 0;
+        while i < data.len() {
+            let at = off + i;
+            let (word, first) = (at / 8, at % 8);
+            let n = (8 - first).min(data.len() - i);
+            let mut bytes = [0u8; 8];
+            let mut mask = [0u8; 8];
+            bytes[first..first + n].copy_from_slice(&data[i..i + n]);
+            mask[first..first + n].fill(0xff);
+            let (bytes, mask) = (u64::from_ne_bytes(bytes), u64::from_ne_bytes(mask));
+            let _ = self.mem[word].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+                Some((old & !mask) | bytes)
+            });
+            i += n;
+        }
+        Ok(())
     }
 
     // ---- ring buffer --------------------------------------------------------------------
