@@ -299,6 +299,15 @@ fn devmaps_hold_ports() {
     assert_eq!(m.get(&k(2)), None);
     assert_eq!(m.delete(&k(9)).unwrap_err().errno(), -errno::EINVAL);
 
+    let m8 = Map::new(&spec("tx8", MapKind::DevMap, 4, 8, 4), 1).unwrap();
+    m8.set(&k(0), &[3, 0, 0, 0, 0, 0, 0, 0], BPF_ANY).unwrap();
+    assert_eq!(m8.get(&k(0)), Some(vec![3, 0, 0, 0, 0, 0, 0, 0]));
+    assert_eq!(
+        m8.set(&k(1), &[3, 0, 0, 0, 9, 0, 0, 0], BPF_ANY).unwrap_err().errno(),
+        -errno::EINVAL
+    );
+    assert_eq!(m8.get(&k(1)), None);
+
     let h = Map::new(&spec("txh", MapKind::DevMapHash, 4, 4, 2), 1).unwrap();
     h.set(&k(100), &5u32.to_ne_bytes(), BPF_ANY).unwrap();
     assert_eq!(h.get(&k(100)), Some(5u32.to_ne_bytes().to_vec()));
