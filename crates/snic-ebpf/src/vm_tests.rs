@@ -1,5 +1,9 @@
 //! Interpreter tests: every instruction class against expected values, a proptest of the ALU
 //! against a Rust model, faults.
+#![allow(
+    clippy::manual_checked_ops,
+    reason = "the reference model spells out the ISA's division rules"
+)]
 
 use super::*;
 use crate::testing::asm::*;
