@@ -170,11 +170,11 @@ SEC("xdp") int adj(struct xdp_md *ctx) {
     let (p, .., r3) = run(0, 0, 50, 100);
     assert_eq!((r3, p.len()), (0, 150));
     assert!(p.data()[100..].iter().all(|&b| b == 0));
-    let (_, .., r3) = run(0, 0, (TEST_RUN_FRAME_ROOM - 99) as i16, 100);
+    let (.., r3) = run(0, 0, (TEST_RUN_FRAME_ROOM - 99) as i16, 100);
     assert_eq!(r3, -22);
     let (p, .., r3) = run(0, 0, (TEST_RUN_FRAME_ROOM - 100) as i16, 100);
     assert_eq!((r3, p.len()), (0, TEST_RUN_FRAME_ROOM));
-    let (_, .., r3) = run(0, 0, -87, 100);
+    let (.., r3) = run(0, 0, -87, 100);
     assert_eq!(r3, -22);
 }
 
