@@ -123,7 +123,7 @@ pub fn dispatch(env: &mut Env<'_>, id: u32, args: [u64; 5]) -> u64 {
 }
 
 fn map_lookup(env: &mut Env<'_>, map: u64, key: u64) -> u64 {
-    let Some(m) = env.map_at(map).cloned() else { return fault(env, 1, "not a map") };
+    let Some(m) = env.map_at(map) else { return fault(env, 1, "not a map") };
     let ks = u64::from(m.spec().key_size);
     match env.mem.with_bytes(key, ks, |k| m.lookup(k, env.worker)) {
         Some(v) => v.unwrap_or(0),
@@ -132,7 +132,7 @@ fn map_lookup(env: &mut Env<'_>, map: u64, key: u64) -> u64 {
 }
 
 fn map_update(env: &mut Env<'_>, map: u64, key: u64, value: u64, flags: u64) -> u64 {
-    let Some(m) = env.map_at(map).cloned() else { return fault(env, 2, "not a map") };
+    let Some(m) = env.map_at(map) else { return fault(env, 2, "not a map") };
     let (ks, vs) = (u64::from(m.spec().key_size), u64::from(m.spec().value_size));
     let worker = env.worker;
     let r = env
@@ -146,7 +146,7 @@ fn map_update(env: &mut Env<'_>, map: u64, key: u64, value: u64, flags: u64) -> 
 }
 
 fn map_delete(env: &mut Env<'_>, map: u64, key: u64) -> u64 {
-    let Some(m) = env.map_at(map).cloned() else { return fault(env, 3, "not a map") };
+    let Some(m) = env.map_at(map) else { return fault(env, 3, "not a map") };
     let ks = u64::from(m.spec().key_size);
     match env.mem.with_bytes(key, ks, |k| m.delete(k)) {
         Some(Ok(())) => 0,
@@ -171,7 +171,7 @@ pub(crate) fn next_random(state: &mut u64) -> u32 {
 fn redirect_map(env: &mut Env<'_>, map: u64, key: u64, flags: u64) -> u64 {
     /// `XDP_ABORTED | XDP_DROP | XDP_PASS | XDP_TX`: the action on a failed lookup.
     const ACTION_MASK: u64 = 3;
-    let Some(m) = env.map_at(map).cloned() else { return fault(env, 51, "not a map") };
+    let Some(m) = env.map_at(map) else { return fault(env, 51, "not a map") };
     if !matches!(m.kind(), MapKind::DevMap | MapKind::DevMapHash) {
         return fault(env, 51, "not a devmap");
     }
@@ -329,9 +329,9 @@ pub fn csum_partial(bytes: &[u8], seed: u32) -> u32 {
     csum_partial32(chunks, seed)
 }
 
-fn ringbuf_map(env: &mut Env<'_>, id: u32, map: u64) -> Option<std::sync::Arc<crate::maps::Map>> {
+fn ringbuf_map<'a>(env: &mut Env<'a>, id: u32, map: u64) -> Option<&'a crate::maps::Map> {
     match env.map_at(map) {
-        Some(m) if m.kind() == MapKind::RingBuf => Some(m.clone()),
+        Some(m) if m.kind() == MapKind::RingBuf => Some(m),
         _ => {
             fault(env, id, "not a ring buffer");
             None
@@ -354,11 +354,8 @@ fn ringbuf_reserve(env: &mut Env<'_>, map: u64, size: u64) -> u64 {
 }
 
 fn ringbuf_commit(env: &mut Env<'_>, id: u32, addr: u64, discard: bool) -> u64 {
-    let owner = env
-        .maps
-        .iter()
-        .find(|m| m.kind() == MapKind::RingBuf && m.contains(addr, 1).is_some())
-        .cloned();
+    let maps = env.maps;
+    let owner = maps.iter().find(|m| m.kind() == MapKind::RingBuf && m.contains(addr, 1).is_some());
     match owner {
         Some(m) => match m.ringbuf_commit(addr, discard) {
             Ok(()) => 0,
