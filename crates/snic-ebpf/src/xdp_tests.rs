@@ -410,14 +410,13 @@ mod mutated {
                 let i = at % bytes.len();
                 bytes[i] ^= b;
             }
-            if let Ok(obj) = Object::parse(&bytes, "mutated") {
-                if let Ok(maps) = MapSet::new(&obj, 1) {
-                    if let Ok(p) = XdpProgram::load(&obj, None, maps) {
-                        let mut pkt = PacketBuf::from_frame(&frame);
-                        let _ = p.run(&mut Worker::new(0), &mut pkt, 1, 0, 0);
-                        prop_assert!(pkt.headroom() + pkt.len() <= pkt.capacity());
-                    }
-                }
+            if let Ok(obj) = Object::parse(&bytes, "mutated")
+                && let Ok(maps) = MapSet::new(&obj, 1)
+                && let Ok(p) = XdpProgram::load(&obj, None, maps)
+            {
+                let mut pkt = PacketBuf::from_frame(&frame);
+                let _ = p.run(&mut Worker::new(0), &mut pkt, 1, 0, 0);
+                prop_assert!(pkt.headroom() + pkt.len() <= pkt.capacity());
             }
         }
     }
