@@ -212,7 +212,11 @@ fn adjust_head(env: &mut Env<'_>, ctx: u64, offset: i32) -> u64 {
         return fault(env, XDP_ADJUST_HEAD, "not the XDP context");
     };
     let frame_end = env.mem.packet_buf().start() + XDP_FRAME_RESERVE;
-    let metalen = data - meta;
+    // The helpers keep `data_meta <= data <= data_end`; a broken invariant is a fault, not a
+    // panic.
+    let Some(metalen) = data.checked_sub(meta) else {
+        return fault(env, XDP_ADJUST_HEAD, "inconsistent context");
+    };
     let new_data = data.wrapping_add(i64::from(offset) as u64);
     let new_data_i = data as i128 + i128::from(offset);
     if new_data_i < i128::from(frame_end + metalen)
@@ -392,7 +396,7 @@ fn trace_printk(env: &mut Env<'_>, fmt: u64, size: u64, args: [u64; 3]) -> u64 {
 fn read_cstr(byte: &mut impl FnMut(u64) -> Option<u8>, addr: u64) -> String {
     let mut out = Vec::new();
     while out.len() < TRACE_MAX {
-        match byte(addr + out.len() as u64) {
+        match byte(addr.wrapping_add(out.len() as u64)) {
             Some(0) | None => break,
             Some(b) => out.push(b),
         }
@@ -404,7 +408,7 @@ fn read_cstr(byte: &mut impl FnMut(u64) -> Option<u8>, addr: u64) -> String {
 fn read_n<const N: usize>(byte: &mut impl FnMut(u64) -> Option<u8>, addr: u64) -> Option<[u8; N]> {
     let mut out = [0u8; N];
     for (k, b) in out.iter_mut().enumerate() {
-        *b = byte(addr + k as u64)?;
+        *b = byte(addr.wrapping_add(k as u64))?;
     }
     Some(out)
 }

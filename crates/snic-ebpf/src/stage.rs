@@ -127,8 +127,9 @@ pub struct XdpStage {
 }
 
 impl XdpStage {
-    /// A stage for worker `worker` (its index selects per-CPU map values) running the program
-    /// in `slot`.
+    /// A stage for worker `worker` (its index selects per-CPU map values, so it must be below
+    /// the worker count the program's maps were created for: a lookup from any other index
+    /// finds nothing) running the program in `slot`.
     pub fn new(slot: Arc<XdpSlot>, worker: usize) -> XdpStage {
         let (prog, generation) = slot.load();
         XdpStage { name: "xdp".into(), slot, prog, generation, worker: Worker::new(worker) }
