@@ -64,6 +64,10 @@ pub const ETH_HLEN: u64 = 14;
 /// Most bytes of XDP metadata (`data_meta..data`), a multiple of 4.
 pub const XDP_META_MAX: u64 = 32;
 
+/// The redirect target `bpf_redirect_map` with `BPF_F_BROADCAST` sets: snic's flood port
+/// (`PortId::FLOOD`: every port but the ingress one).
+pub const REDIRECT_FLOOD: u32 = 0xffff;
+
 const EINVAL: i64 = -22;
 const EACCES: i64 = -13;
 
@@ -175,9 +179,16 @@ fn redirect_map(env: &mut Env<'_>, map: u64, key: u64, flags: u64) -> u64 {
     if !matches!(m.kind(), MapKind::DevMap | MapKind::DevMapHash) {
         return fault(env, 51, "not a devmap");
     }
-    if flags & !ACTION_MASK != 0 {
-        // Broadcast and other flags are not supported.
+    /// `BPF_F_BROADCAST | BPF_F_EXCLUDE_INGRESS`.
+    const BROADCAST: u64 = 1 << 3;
+    const EXCLUDE_INGRESS: u64 = 1 << 4;
+    if flags & !(ACTION_MASK | BROADCAST | EXCLUDE_INGRESS) != 0 {
         return XDP_ABORTED;
+    }
+    if flags & BROADCAST != 0 {
+        // snic floods (every port but the ingress one) rather than walking the devmap.
+        env.redirect = Some(REDIRECT_FLOOD);
+        return XDP_REDIRECT;
     }
     let key = (key as u32).to_le_bytes();
     let ks = (m.spec().key_size as usize).min(4);

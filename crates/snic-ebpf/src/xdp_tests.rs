@@ -229,6 +229,9 @@ SEC("xdp") int redir(struct xdp_md *ctx) {
     if (data + 2 > end) return XDP_DROP;
     unsigned char *d = data;
     if (d[0] == 0xff) return bpf_redirect(d[1], 0);
+    if (d[0] == 0xfe) return bpf_redirect(d[1], 1);
+    if (d[0] == 0xfd) return bpf_redirect_map(&ports, 0, BPF_F_BROADCAST | BPF_F_EXCLUDE_INGRESS);
+    if (d[0] == 0xfc) return bpf_redirect_map(&ports, 1, 1 << 5);
     return bpf_redirect_map(&ports, d[0], XDP_PASS);
 }"#,
     );
@@ -239,6 +242,9 @@ SEC("xdp") int redir(struct xdp_md *ctx) {
     assert_eq!(run(1, 0), XdpAction::Redirect(5));
     assert_eq!(run(2, 0), XdpAction::Pass, "missing entry: the flags' fallback action");
     assert_eq!(run(0xff, 9), XdpAction::Redirect(9));
+    assert_eq!(run(0xfe, 9), XdpAction::Aborted, "bpf_redirect takes no flags");
+    assert_eq!(run(0xfd, 0), XdpAction::Redirect(crate::helpers::REDIRECT_FLOOD), "broadcast");
+    assert_eq!(run(0xfc, 0), XdpAction::Aborted, "unknown flags");
 }
 
 #[test]
