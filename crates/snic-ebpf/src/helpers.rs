@@ -61,8 +61,11 @@ pub const RINGBUF_DISCARD: u32 = 133;
 pub const XDP_FRAME_RESERVE: u64 = 40;
 /// Ethernet header length: the frame never shrinks below it.
 pub const ETH_HLEN: u64 = 14;
-/// Most bytes of XDP metadata (`data_meta..data`), a multiple of 4.
-pub const XDP_META_MAX: u64 = 32;
+/// Most bytes of XDP metadata (`data_meta..data`, a multiple of 4): the kernel's bound is the
+/// largest `u8` (`skb_shared_info.meta_len`); in practice the headroom bounds it first
+/// (checked against Linux 6.18's `BPF_PROG_TEST_RUN`: 216 bytes accepted, 220 refused with
+/// 256 bytes of headroom).
+pub const XDP_META_MAX: u64 = 255;
 
 /// The redirect target `bpf_redirect_map` with `BPF_F_BROADCAST` sets: snic's flood port
 /// (`PortId::FLOOD`: every port but the ingress one).
