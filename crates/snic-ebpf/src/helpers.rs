@@ -373,7 +373,7 @@ fn ringbuf_reserve(env: &mut Env<'_>, map: u64, size: u64) -> u64 {
 
 fn ringbuf_commit(env: &mut Env<'_>, id: u32, addr: u64, discard: bool) -> u64 {
     let maps = env.maps;
-    let owner = maps.iter().find(|m| m.kind() == MapKind::RingBuf && m.contains(addr, 1).is_some());
+    let owner = maps.iter().find(|m| m.ringbuf_owns(addr));
     match owner {
         Some(m) => match m.ringbuf_commit(addr, discard) {
             Ok(()) => 0,
