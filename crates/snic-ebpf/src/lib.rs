@@ -3,6 +3,7 @@
 //! ([`verify`], PREVAIL), and run by snic's interpreter or JIT over snic's own maps.
 
 pub mod insn;
+pub mod jit;
 pub mod object;
 pub mod platform;
 pub mod verify;
