@@ -17,13 +17,18 @@
 //!   r3 = rdx, r4 = rcx, r5 = r8, r6 = rbx, r7 = r13, r8 = r14, r9 = r15, r10 = rbp. The
 //!   argument registers of BPF are the SysV argument registers, so the context pointer arrives
 //!   in r1 for free. r12 holds the run's `Env` (for helper calls); r9, r10 and r11 are scratch.
-//! - The prologue saves the callee-saved registers and reserves a 512-byte BPF frame on the
-//!   native stack (r10 = its top); a bpf-to-bpf call saves the caller's r6-r10 on the native
-//!   stack, opens a new 512-byte frame and `call`s the callee, whose `exit` is a `ret`. The
-//!   verifier bounds the call depth (8 frames), so the native stack use is bounded (~5 KiB).
-//! - Helpers go through [`crate::helpers::helper_trampoline`]`(env, id, r1..r5)`: r1-r4 are moved
-//!   to the SysV argument registers, r5 is pushed, the stack stays 16-byte aligned; the result
-//!   lands in rax = r0. r1-r5 are clobbered, as BPF's calling convention allows.
+//! - The BPF stack is the run's own stack (the worker's, as for the interpreter: r10 starts at
+//!   [`Env::stack_top`]), so helpers see stack pointers inside the run's regions and both
+//!   engines leave the same bytes behind. The prologue saves the callee-saved registers on the
+//!   native stack; a bpf-to-bpf call saves the caller's r6-r10 there too, moves r10 down one
+//!   512-byte frame and `call`s the callee, whose `exit` is a `ret`. The verifier bounds the
+//!   call depth (8 frames).
+//! - Helpers go through a small entry of ours around [`helpers::dispatch`] (the same
+//!   `extern "C" fn(env, id, r1..r5)` shape as [`helpers::helper_trampoline`], which also
+//!   returns the fault flag in rdx): r1-r4 are moved to the SysV argument registers, r5 is
+//!   pushed, the stack stays 16-byte aligned; the result lands in rax = r0. r1-r5 are
+//!   clobbered, as BPF's calling convention allows. When the helper faulted, the code jumps to
+//!   the epilogue at once, so a run ends at the same instruction as in the interpreter.
 //! - Jumps: the code is emitted repeatedly, each pass using the previous pass's instruction
 //!   addresses to pick 2-byte short or 5/6-byte near jumps, until the addresses stop changing
 //!   (sizes only ever shrink, so this converges; the last pass is exact).
@@ -52,7 +57,9 @@ mod tests;
 
 use std::fmt;
 
+use crate::helpers;
 use crate::insn::{Insn, class, pseudo};
+use crate::vm::{Env, Fault, Prepared};
 use x86::{Alu, Asm, Shift, Size, cc};
 
 /// Why a program was not compiled (the caller runs it with the interpreter instead).
@@ -98,8 +105,37 @@ impl fmt::Display for JitError {
 
 impl std::error::Error for JitError {}
 
-/// The signature of compiled code: `r1 = ctx`, the run's environment, returns r0.
-type Entry = unsafe extern "C" fn(ctx: *mut u8, env: *mut u8) -> u64;
+/// The signature of compiled code: `r1 = ctx`, the run's environment (for helper calls), the
+/// top of the run's stack (`r10`); returns r0.
+type Entry = unsafe extern "C" fn(ctx: *mut u8, env: *mut u8, stack_top: u64) -> u64;
+
+/// What the JIT's helper entry returns: r0, and in rdx whether the helper faulted (the run then
+/// ends at once, as in the interpreter).
+#[repr(C)]
+pub(crate) struct HelperRet {
+    /// The helper's result (r0).
+    pub(crate) r0: u64,
+    /// Nonzero when the helper set the run's fault.
+    pub(crate) fault: u64,
+}
+
+/// The helper entry the compiled code calls: [`helpers::dispatch`] on the run's `Env`, plus
+/// the fault flag in rdx so the code can stop right after a faulting helper.
+extern "C" fn jit_helper(
+    env: *mut Env<'_>,
+    id: u64,
+    r1: u64,
+    r2: u64,
+    r3: u64,
+    r4: u64,
+    r5: u64,
+) -> HelperRet {
+    // SAFETY: the compiled code passes the `env` given to `JitProgram::call`, whose contract
+    // is that it is the live environment of this run, not otherwise borrowed meanwhile.
+    let env = unsafe { &mut *env };
+    let r0 = helpers::dispatch(env, id as u32, [r1, r2, r3, r4, r5]);
+    HelperRet { r0, fault: u64::from(env.fault().is_some()) }
+}
 
 /// A compiled program: read + execute memory holding its machine code.
 pub struct JitProgram {
@@ -114,9 +150,17 @@ impl fmt::Debug for JitProgram {
 }
 
 impl JitProgram {
-    /// Compiles verified, prepared instructions whose helper calls go to `helper` (an
-    /// `extern "C" fn(env, id, r1, r2, r3, r4, r5) -> u64`).
-    pub fn compile_insns(insns: &[Insn], helper: u64) -> Result<JitProgram, JitError> {
+    /// Compiles a prepared program (context accesses rewritten, map addresses bound). What the
+    /// JIT does not translate is refused with a [`JitError`]; run the interpreter instead.
+    /// Compiling is harmless; running the code ([`JitProgram::run`]) is only sound for a program
+    /// the verifier accepted.
+    pub fn compile(prepared: &Prepared) -> Result<JitProgram, JitError> {
+        JitProgram::compile_insns(&prepared.insns, jit_helper as *const () as usize as u64)
+    }
+
+    /// Compiles instructions whose helper calls go to `helper` (an
+    /// `extern "C" fn(env, id, r1, r2, r3, r4, r5) -> HelperRet`).
+    pub(crate) fn compile_insns(insns: &[Insn], helper: u64) -> Result<JitProgram, JitError> {
         if !cfg!(target_arch = "x86_64") {
             return Err(JitError::Unsupported);
         }
@@ -133,21 +177,59 @@ impl JitProgram {
         self.len
     }
 
-    /// Runs the code with `ctx` in r1 and `env` for helper calls.
+    /// Runs the code with `ctx` in r1, the stack of `env` and its helpers; returns r0. A helper
+    /// fault ends the run early and stays in `env` (see [`Env::take_fault`]).
     ///
     /// # Safety
     ///
-    /// The program must have passed the verifier and `prepare` against exactly this context
-    /// layout and these maps: `ctx` must point to a valid context (with valid packet pointers
-    /// in it), and `env` to the run's environment (it is handed to the helper trampoline).
-    /// The generated code does not check its memory accesses.
-    pub unsafe fn call_raw(&self, ctx: *mut u8, env: *mut u8) -> u64 {
+    /// The program must have passed the verifier and then `prepare` over the maps and context
+    /// layout of this run: `ctx` must point to a live context of that layout (its packet
+    /// pointers inside a live buffer), `env` to this run's live environment, not otherwise
+    /// borrowed during the call, whose stack is at least [`crate::vm::STACK_SIZE`] bytes. The
+    /// generated code does not check its memory accesses.
+    pub unsafe fn call(&self, ctx: *mut u8, env: *mut Env<'_>) -> u64 {
+        // SAFETY: the caller's contract: `env` is live.
+        let top = unsafe { (*env).stack_top() };
+        // SAFETY: as above; the stack below `top` belongs to this run.
+        unsafe { self.call_raw(ctx, env.cast::<u8>(), top) }
+    }
+
+    /// [`JitProgram::call`] with the fault check: r0, or the fault a helper reported.
+    ///
+    /// # Safety
+    ///
+    /// As for [`JitProgram::call`], with `ctx` the context address the run's `env` knows.
+    pub unsafe fn run(&self, env: &mut Env<'_>, ctx: u64) -> Result<u64, Fault> {
+        // SAFETY: forwarded contract.
+        let r0 = unsafe { self.call(ctx as *mut u8, env) };
+        match env.take_fault() {
+            Some(f) => Err(f),
+            None => Ok(r0),
+        }
+    }
+
+    /// Runs a program the verifier accepted (callers inside the crate that loaded it through
+    /// [`crate::verify::verify`] and `prepare`, with `env` built for this very run).
+    pub(crate) fn run_verified(&self, env: &mut Env<'_>, ctx: u64) -> Result<u64, Fault> {
+        // SAFETY: the crate only calls this for verified programs, with the environment it
+        // built for the run over the program's own maps and context (see `XdpProgram`).
+        unsafe { self.run(env, ctx) }
+    }
+
+    /// Runs the code: r1 = `ctx`, helpers get `env`, r10 = `stack_top`.
+    ///
+    /// # Safety
+    ///
+    /// As for [`JitProgram::call`]; `stack_top` is one past a writable region of at least
+    /// [`crate::vm::STACK_SIZE`] bytes, and helper calls must suit the helper it was compiled
+    /// with.
+    pub(crate) unsafe fn call_raw(&self, ctx: *mut u8, env: *mut u8, stack_top: u64) -> u64 {
         // SAFETY: `code` is a read + execute mapping holding a complete function assembled by
         // `assemble` with the `Entry` calling convention (SysV, callee-saved registers restored,
         // stack balanced); it lives as long as `self`. The caller upholds the memory contract.
         unsafe {
             let f: Entry = std::mem::transmute::<*const u8, Entry>(self.code.as_ptr());
-            f(ctx, env)
+            f(ctx, env, stack_top)
         }
     }
 }
@@ -166,7 +248,8 @@ const REG: [u8; 11] = [
     x86::R15,
     x86::RBP,
 ];
-/// The run's environment (callee-saved).
+/// Points at the native stack slot holding the run's `Env` pointer, just above which the
+/// callee-saved registers are (callee-saved itself, so it survives helper calls).
 const ENV: u8 = x86::R12;
 /// Scratch registers.
 const AUX: u8 = x86::R11;
@@ -259,16 +342,16 @@ fn prologue(a: &mut Asm) {
     for r in [x86::RBP, x86::RBX, x86::R12, x86::R13, x86::R14, x86::R15] {
         a.push(r);
     }
-    // Entry rsp is 8 mod 16; six pushes keep it so; 8 more align the body to 16.
-    a.alu_ri(Alu::Sub, true, x86::RSP, 8);
-    a.mov_rr(true, ENV, x86::RSI);
-    a.mov_rr(true, x86::RBP, x86::RSP);
-    a.alu_ri(Alu::Sub, true, x86::RSP, FRAME);
+    // Entry rsp is 8 mod 16; seven pushes make it 0 mod 16 for the body. r12 = &env slot,
+    // which also tells the epilogue where the saved registers are from any call depth.
+    a.push(x86::RSI);
+    a.mov_rr(true, ENV, x86::RSP);
+    a.mov_rr(true, x86::RBP, x86::RDX);
     a.mov_ri(false, x86::RAX, 0);
 }
 
 fn epilogue(a: &mut Asm) {
-    a.alu_ri(Alu::Add, true, x86::RSP, FRAME + 8);
+    a.lea(x86::RSP, ENV, 8);
     for r in [x86::R15, x86::R14, x86::R13, x86::R12, x86::RBX, x86::RBP] {
         a.pop(r);
     }
@@ -349,7 +432,12 @@ fn pass(
                             return Err(bad("call by register is not supported"));
                         }
                         match x.src {
-                            0 => helper_call(&mut a, helper, x.imm as u32),
+                            0 => {
+                                helper_call(&mut a, helper, x.imm as u32);
+                                // A faulting helper ends the run here, as in the interpreter.
+                                a.test_rr(true, x86::RDX, x86::RDX);
+                                jump_to(&mut a, Some(cc::NE), &t, n);
+                            }
                             pseudo::CALL => {
                                 let to = target(i, i64::from(x.imm), n)
                                     .ok_or(JitError::BadTarget { insn: i })?;
@@ -440,7 +528,7 @@ fn helper_call(a: &mut Asm, helper: u64, id: u32) {
     a.mov_rr(true, x86::R8, x86::RDX);
     a.mov_rr(true, x86::RCX, x86::RSI);
     a.mov_rr(true, x86::RDX, x86::RDI);
-    a.mov_rr(true, x86::RDI, ENV);
+    a.load(Size::Dw, x86::RDI, ENV, 0);
     a.mov_ri(false, x86::RSI, id as i32);
     a.mov_ri64(x86::RAX, helper);
     a.call_r(x86::RAX);
@@ -448,14 +536,14 @@ fn helper_call(a: &mut Asm, helper: u64, id: u32) {
 }
 
 fn local_call(a: &mut Asm, t: &Targets<'_>, to: usize) {
-    // Keep the caller's r6-r10, open a new frame below them, call, restore.
+    // Keep the caller's r6-r10 on the native stack, open the next BPF frame below the
+    // caller's (r10 -= 512, as the interpreter does), call, restore. Five pushes and the return
+    // address keep the callee's rsp 16-byte aligned.
     for r in [x86::RBX, x86::R13, x86::R14, x86::R15, x86::RBP] {
         a.push(r);
     }
-    a.mov_rr(true, x86::RBP, x86::RSP);
-    a.alu_ri(Alu::Sub, true, x86::RSP, FRAME);
+    a.alu_ri(Alu::Sub, true, x86::RBP, FRAME);
     a.call_rel(t.addr(to).unwrap_or(0));
-    a.alu_ri(Alu::Add, true, x86::RSP, FRAME);
     for r in [x86::RBP, x86::R15, x86::R14, x86::R13, x86::RBX] {
         a.pop(r);
     }

@@ -2,7 +2,12 @@
 //! every register as operand (rax, rcx and rdx are special to x86's div and shifts).
 
 use super::*;
+use crate::maps::MapSet;
+use crate::object::ProgKind;
+use crate::raw::Memory;
+use crate::vm::{CtxKind, Worker, XdpCtx, interpret, prepare_insns};
 use proptest::prelude::*;
+use snic_pipeline::PacketBuf;
 
 fn ins(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
     Insn { code, dst, src, off, imm }
@@ -19,6 +24,7 @@ fn mov64(dst: u8, src: u8) -> Insn {
 const EXIT: Insn = Insn { code: 0x95, dst: 0, src: 0, off: 0, imm: 0 };
 
 /// A test helper: checks the environment pointer and mixes its arguments into the result.
+/// Helper id 99 faults.
 extern "C" fn test_helper(
     env: *mut u8,
     id: u64,
@@ -27,16 +33,11 @@ extern "C" fn test_helper(
     r3: u64,
     r4: u64,
     r5: u64,
-) -> u64 {
+) -> HelperRet {
     if env as usize != 0x1234_5678 {
-        return u64::MAX;
+        return HelperRet { r0: u64::MAX, fault: 0 };
     }
-    id.wrapping_mul(1_000_003)
-        ^ r1.rotate_left(1)
-        ^ r2.rotate_left(7)
-        ^ r3.rotate_left(13)
-        ^ r4.rotate_left(29)
-        ^ r5.rotate_left(41)
+    HelperRet { r0: helper_expect(id, [r1, r2, r3, r4, r5]), fault: u64::from(id == 99) }
 }
 
 fn helper_expect(id: u64, r: [u64; 5]) -> u64 {
@@ -51,8 +52,11 @@ fn helper_expect(id: u64, r: [u64; 5]) -> u64 {
 fn run(prog: &[Insn], ctx: &mut [u8]) -> u64 {
     let j = JitProgram::compile_insns(prog, test_helper as *const () as usize as u64)
         .expect("compiles");
-    // SAFETY: the test programs only touch their stack frame and `ctx` within its length.
-    unsafe { j.call_raw(ctx.as_mut_ptr(), 0x1234_5678 as *mut u8) }
+    let mut stack = vec![0u64; crate::vm::STACK_SIZE / 8];
+    let top = stack.as_mut_ptr_range().end as u64;
+    // SAFETY: the test programs only touch their stack frames (inside `stack`) and `ctx`
+    // within its length; the helper is `test_helper`, which dereferences nothing.
+    unsafe { j.call_raw(ctx.as_mut_ptr(), 0x1234_5678 as *mut u8, top) }
 }
 
 /// BPF ALU semantics, written plainly in Rust.
@@ -307,7 +311,7 @@ proptest! {
     }
 
     #[test]
-    fn helper_calls_pass_r1_to_r5_and_the_env(r in any::<[u64; 5]>(), id in 1u32..200, keep in any::<[u64; 4]>()) {
+    fn helper_calls_pass_r1_to_r5_and_the_env(r in any::<[u64; 5]>(), id in 1u32..99, keep in any::<[u64; 4]>()) {
         let mut p = Vec::new();
         for (k, v) in r.iter().enumerate() {
             p.extend(lddw(k as u8 + 1, *v));
@@ -325,6 +329,21 @@ proptest! {
         let want = keep.iter().fold(helper_expect(u64::from(id), r), |acc, x| acc.wrapping_mul(3).wrapping_add(*x));
         prop_assert_eq!(run(&p, &mut [0u8; 8]), want);
     }
+}
+
+#[test]
+fn a_faulting_helper_ends_the_run_there() {
+    // r6 = ctx; call 98 (fine); ctx[0] = 1; call 99 (faults); ctx[1] = 1; exit
+    let mut p = vec![mov64(6, 1)];
+    p.push(ins(0x85, 0, 0, 0, 98));
+    p.push(ins(0x72, 6, 0, 0, 1));
+    p.push(ins(0x85, 0, 0, 0, 99));
+    p.push(ins(0x72, 6, 0, 1, 1));
+    p.push(ins(0xb7, 0, 0, 0, 2));
+    p.push(EXIT);
+    let mut ctx = [0u8; 8];
+    run(&p, &mut ctx);
+    assert_eq!(ctx[..2], [1, 0]);
 }
 
 #[test]
@@ -497,7 +516,8 @@ pub(super) fn program() -> impl Strategy<Value = Vec<Insn>> {
         1 => (any::<bool>(), prop_oneof![Just(0x00i32), Just(0x40), Just(0x50), Just(0xa0), Just(0x01), Just(0x41), Just(0x51), Just(0xa1), Just(0xe1), Just(0xf1)], 1u8..10, 1i16..=64)
             .prop_map(|(w, imm, src, slot)| Op::Atomic { w, imm, src, slot }),
     ];
-    (proptest::collection::vec(op, 1..60), any::<[u64; 10]>()).prop_map(|(ops, init)| lower(&ops, &init))
+    (proptest::collection::vec(op, 1..60), any::<[u64; 10]>())
+        .prop_map(|(ops, init)| lower(&ops, &init))
 }
 
 /// Lowers ops to instructions, resolving jump skips to instruction offsets.
@@ -521,7 +541,13 @@ pub(super) fn lower(ops: &[Op], init: &[u64; 10]) -> Vec<Insn> {
         let x = match *o {
             Op::Alu { w, op, off, dst, src, imm } => {
                 let class = if w { class::ALU64 } else { class::ALU };
-                ins(op | class | if src.is_some() { 0x08 } else { 0 }, dst, src.unwrap_or(0), off, imm)
+                ins(
+                    op | class | if src.is_some() { 0x08 } else { 0 },
+                    dst,
+                    src.unwrap_or(0),
+                    off,
+                    imm,
+                )
             }
             Op::Lddw { dst, v } => {
                 p.extend(lddw(dst, v));
@@ -534,12 +560,22 @@ pub(super) fn lower(ops: &[Op], init: &[u64; 10]) -> Vec<Insn> {
                     ins(class::JMP, 0, 0, rel, 0)
                 } else {
                     let class = if w { class::JMP } else { class::JMP32 };
-                    ins(op | class | if src.is_some() { 0x08 } else { 0 }, dst, src.unwrap_or(0), rel, imm)
+                    ins(
+                        op | class | if src.is_some() { 0x08 } else { 0 },
+                        dst,
+                        src.unwrap_or(0),
+                        rel,
+                        imm,
+                    )
                 }
             }
-            Op::Load { size, signed, dst, slot, at } => {
-                ins(class::LDX | size | if signed { 0x80 } else { 0x60 }, dst, 10, -8 * slot + at, 0)
-            }
+            Op::Load { size, signed, dst, slot, at } => ins(
+                class::LDX | size | if signed { 0x80 } else { 0x60 },
+                dst,
+                10,
+                -8 * slot + at,
+                0,
+            ),
             Op::Store { size, src: Some(s), slot, at, .. } => {
                 ins(class::STX | size | 0x60, 10, s, -8 * slot + at, 0)
             }
@@ -563,4 +599,73 @@ pub(super) fn lower(ops: &[Op], init: &[u64; 10]) -> Vec<Insn> {
     }
     p.push(EXIT);
     p
+}
+
+/// What one run left behind: r0 (or the fault), the stack, the packet bytes.
+#[derive(Debug, PartialEq)]
+struct Outcome {
+    r0: Result<u64, Fault>,
+    stack: Vec<u64>,
+    packet: Vec<u8>,
+}
+
+/// Runs a prepared program once with the interpreter and once with the JIT, each on a fresh
+/// worker and a fresh copy of `frame`.
+fn both(prep: &Prepared, frame: &[u8]) -> (Outcome, Outcome) {
+    let jit = JitProgram::compile(prep).expect("the JIT compiles it");
+    let one = |use_jit: bool| {
+        let mut w = Worker::new(0);
+        let mut pkt = PacketBuf::from_frame(frame);
+        let (buf, head, len, meta) = pkt.raw_parts_mut();
+        let base = buf.as_ptr() as u64;
+        let mut ctx = XdpCtx {
+            data: base + head as u64,
+            data_end: base + (head + len) as u64,
+            data_meta: base + (head - meta) as u64,
+            ..XdpCtx::default()
+        };
+        let maps = prep.maps.iter().as_slice();
+        let mut mem = Memory::new(maps);
+        let stack = mem.add_words(&mut w.stack).expect("stack region");
+        mem.set_packet_buf(buf, head - meta, head + len);
+        let ctx_addr = mem.set_ctx(&mut ctx);
+        let mut env = Env {
+            mem,
+            maps,
+            worker: 0,
+            now_ns: 7,
+            prng: 1,
+            trace: &mut w.trace,
+            ctx: CtxKind::Xdp(ctx_addr),
+            stack_top: stack.end(),
+            redirect: None,
+            args: [(0, 0, false); 8],
+            nargs: 0,
+            fault: None,
+        };
+        let r0 = if use_jit {
+            // SAFETY: the generated programs only access their initialised stack frame (the
+            // worker's stack, which `env` was built over) and no packet memory.
+            unsafe { jit.run(&mut env, ctx_addr) }
+        } else {
+            interpret(prep, &mut env, ctx_addr)
+        };
+        Outcome { r0, stack: w.stack.to_vec(), packet: pkt.data().to_vec() }
+    };
+    (one(false), one(true))
+}
+
+fn prep(insns: &[Insn]) -> Prepared {
+    prepare_insns(insns, ProgKind::Xdp, &[], &MapSet::default(), "t".into()).expect("prepares")
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    #[test]
+    fn random_programs_agree_with_the_interpreter(p in program()) {
+        let (interp, jit) = both(&prep(&p), &[0u8; 64]);
+        prop_assert!(interp.r0.is_ok(), "the interpreter faulted: {:?}", interp.r0);
+        prop_assert_eq!(jit, interp);
+    }
 }

@@ -482,6 +482,13 @@ impl Asm {
         self.modrm_mem(src, base, off);
     }
 
+    /// `lea dst, [base + disp]`.
+    pub fn lea(&mut self, dst: u8, base: u8, disp: i32) {
+        self.rex(true, dst, base, false);
+        self.b(0x8d);
+        self.modrm_mem(dst, base, disp);
+    }
+
     /// `push r`.
     pub fn push(&mut self, r: u8) {
         self.rex(false, 0, r, false);
