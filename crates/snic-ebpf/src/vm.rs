@@ -451,6 +451,11 @@ impl TraceBuf {
         self.lines.drain(..).collect()
     }
 
+    /// Copies of the lines from index `from` on (oldest first).
+    pub fn peek_from(&self, from: usize) -> Vec<String> {
+        self.lines.iter().skip(from).cloned().collect()
+    }
+
     /// Lines held.
     pub fn len(&self) -> usize {
         self.lines.len()
