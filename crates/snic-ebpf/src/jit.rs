@@ -85,6 +85,8 @@ pub enum JitError {
     NoFixpoint,
     /// The executable mapping could not be created.
     Memory(String),
+    /// The program did not come through the verifier; the JIT only runs verified programs.
+    Unverified,
 }
 
 impl fmt::Display for JitError {
@@ -99,6 +101,7 @@ impl fmt::Display for JitError {
             }
             JitError::NoFixpoint => write!(f, "jump offsets did not converge"),
             JitError::Memory(e) => write!(f, "executable memory: {e}"),
+            JitError::Unverified => write!(f, "the JIT only runs verified programs"),
         }
     }
 }
