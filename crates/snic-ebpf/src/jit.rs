@@ -59,7 +59,10 @@ use std::fmt;
 
 use crate::helpers;
 use crate::insn::{Insn, class, pseudo};
+use crate::maps::{Map, MapSet};
+use crate::object::MapKind;
 use crate::vm::{Env, Fault, Prepared};
+use std::sync::Arc;
 use x86::{Alu, Asm, Shift, Size, cc};
 
 /// Why a program was not compiled (the caller runs it with the interpreter instead).
@@ -144,6 +147,42 @@ extern "C" fn jit_helper(
 pub struct JitProgram {
     code: memmap2::Mmap,
     len: usize,
+    /// The maps whose addresses the code holds (kept alive as long as the code).
+    maps: Option<MapSet>,
+}
+
+/// What the code generator knows about the run-time side: the helper entry, and the plain
+/// array maps whose lookups it inlines.
+struct CodeEnv {
+    helper: u64,
+    /// (address of the `Map`, its inline lookup).
+    arrays: Vec<(u64, ArrayInline)>,
+}
+
+/// An array map's layout for an inlined `bpf_map_lookup_elem`: value `i` is at
+/// `base + i * stride` for `i < max`.
+#[derive(Clone, Copy, Debug)]
+struct ArrayInline {
+    base: u64,
+    max: u32,
+    stride: u32,
+}
+
+/// The inline lookup of a plain (not per-CPU) array map, checked against the map's own lookup.
+fn array_inline(m: &Arc<Map>) -> Option<(u64, ArrayInline)> {
+    if m.kind() != MapKind::Array {
+        return None;
+    }
+    let stride = m.spec().value_size.checked_add(7)? & !7;
+    let max = m.spec().max_entries;
+    let at = |i: u32| m.lookup(&i.to_ne_bytes(), 0);
+    // Trust the layout only if the map agrees at both ends and just past them.
+    let base = at(0)?;
+    let last = u64::from(max.checked_sub(1)?);
+    if at(max - 1)? != base + last * u64::from(stride) || at(max).is_some() {
+        return None;
+    }
+    Some((Arc::as_ptr(m) as u64, ArrayInline { base, max, stride }))
 }
 
 impl fmt::Debug for JitProgram {
@@ -158,21 +197,30 @@ impl JitProgram {
     /// Compiling is harmless; running the code ([`JitProgram::run`]) is only sound for a program
     /// the verifier accepted.
     pub fn compile(prepared: &Prepared) -> Result<JitProgram, JitError> {
-        JitProgram::compile_insns(&prepared.insns, jit_helper as *const () as usize as u64)
+        let arrays = prepared.maps.iter().filter_map(array_inline).collect();
+        let env = CodeEnv { helper: jit_helper as *const () as usize as u64, arrays };
+        let mut j = JitProgram::compile_with(&prepared.insns, &env)?;
+        j.maps = Some(prepared.maps.clone());
+        Ok(j)
     }
 
     /// Compiles instructions whose helper calls go to `helper` (an
     /// `extern "C" fn(env, id, r1, r2, r3, r4, r5) -> HelperRet`).
+    #[cfg(test)]
     pub(crate) fn compile_insns(insns: &[Insn], helper: u64) -> Result<JitProgram, JitError> {
+        JitProgram::compile_with(insns, &CodeEnv { helper, arrays: Vec::new() })
+    }
+
+    fn compile_with(insns: &[Insn], env: &CodeEnv) -> Result<JitProgram, JitError> {
         if !cfg!(target_arch = "x86_64") {
             return Err(JitError::Unsupported);
         }
-        let code = assemble(insns, helper)?;
+        let code = assemble(insns, env)?;
         let mut mem = memmap2::MmapMut::map_anon(code.len().max(1))
             .map_err(|e| JitError::Memory(e.to_string()))?;
         mem[..code.len()].copy_from_slice(&code);
         let code_map = mem.make_exec().map_err(|e| JitError::Memory(e.to_string()))?;
-        Ok(JitProgram { code: code_map, len: code.len() })
+        Ok(JitProgram { code: code_map, len: code.len(), maps: None })
     }
 
     /// Bytes of machine code.
@@ -264,11 +312,12 @@ const FRAME: i32 = 512;
 const MAX_PASSES: usize = 32;
 
 /// Assembles the whole program: repeat until the instruction addresses are stable.
-fn assemble(insns: &[Insn], helper: u64) -> Result<Vec<u8>, JitError> {
+fn assemble(insns: &[Insn], env: &CodeEnv) -> Result<Vec<u8>, JitError> {
     let funcs = functions(insns)?;
+    let inline = inline_lookups(insns, env)?;
     let mut prev: Option<Vec<usize>> = None;
     for _ in 0..MAX_PASSES {
-        let (code, starts) = pass(insns, &funcs, helper, prev.as_deref())?;
+        let (code, starts) = pass(insns, &funcs, &inline, env.helper, prev.as_deref())?;
         if prev.as_deref() == Some(&starts[..]) {
             return Ok(code);
         }
@@ -363,9 +412,81 @@ fn epilogue(a: &mut Asm) {
 
 /// One pass over the program; returns the code and the start offset of every instruction
 /// (index `n` is the epilogue).
+/// For each `call bpf_map_lookup_elem`, the array map it looks up when r1 is certainly the
+/// address of one of `env.arrays` (set by an `lddw` earlier in the same basic block).
+fn inline_lookups(insns: &[Insn], env: &CodeEnv) -> Result<Vec<Option<ArrayInline>>, JitError> {
+    let n = insns.len();
+    let mut out = vec![None; n];
+    if env.arrays.is_empty() {
+        return Ok(out);
+    }
+    // Instructions control can reach other than from the one before: jump and call targets.
+    let mut entry = vec![false; n + 1];
+    for (i, x) in insns.iter().enumerate() {
+        let jmp = matches!(x.class(), class::JMP | class::JMP32);
+        let op = x.code & 0xf0;
+        if !jmp || op == 0x90 || (op == 0x80 && x.src != pseudo::CALL) {
+            continue;
+        }
+        let rel = if op == 0x80 || (op == 0x00 && x.class() == class::JMP32) {
+            i64::from(x.imm)
+        } else {
+            i64::from(x.off)
+        };
+        let t = target(i, rel, n).ok_or(JitError::BadTarget { insn: i })?;
+        entry[t] = true;
+    }
+    for (i, x) in insns.iter().enumerate() {
+        if x.code != 0x85 || x.src != 0 || x.imm != helpers::MAP_LOOKUP_ELEM as i32 {
+            continue;
+        }
+        let mut k = i;
+        while k > 0 && !entry[k] {
+            k -= 1;
+            let y = insns[k];
+            if k > 0 && insns[k - 1].code == 0x18 && y.code == 0 {
+                continue; // second half of an lddw; its first half is looked at next
+            }
+            let writes_r1 = match y.class() {
+                class::ALU | class::ALU64 | class::LD | class::LDX => y.dst == 1,
+                class::STX => y.code & 0xe0 == 0xc0 && y.src == 1 && y.imm & 1 != 0,
+                class::JMP | class::JMP32 => matches!(y.code & 0xf0, 0x80 | 0x90),
+                _ => false,
+            };
+            if writes_r1 {
+                if y.code == 0x18 && y.src == 0 && y.dst == 1 {
+                    let v = u64::from(y.imm as u32) | (u64::from(insns[k + 1].imm as u32) << 32);
+                    out[i] = env.arrays.iter().find(|(addr, _)| *addr == v).map(|(_, a)| *a);
+                }
+                break;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `r0 = key < max ? base + key * stride : 0`, key the u32 at r2: the array map lookup.
+fn array_lookup(a: &mut Asm, m: ArrayInline) {
+    a.load(Size::W, x86::RAX, x86::RSI, 0);
+    a.alu_ri(Alu::Cmp, false, x86::RAX, m.max as i32);
+    let null = a.jump8_fwd(Some(cc::AE));
+    if m.stride.is_power_of_two() {
+        a.shift_ri(Shift::Shl, true, x86::RAX, m.stride.trailing_zeros() as u8);
+    } else {
+        a.imul_ri(true, x86::RAX, m.stride as i32);
+    }
+    a.mov_ri64(AUX, m.base);
+    a.alu_rr(Alu::Add, true, x86::RAX, AUX);
+    let done = a.jump8_fwd(None);
+    a.patch8(null);
+    a.mov_ri(false, x86::RAX, 0);
+    a.patch8(done);
+}
+
 fn pass(
     insns: &[Insn],
     main: &[bool],
+    inline: &[Option<ArrayInline>],
     helper: u64,
     prev: Option<&[usize]>,
 ) -> Result<(Vec<u8>, Vec<usize>), JitError> {
@@ -435,6 +556,7 @@ fn pass(
                             return Err(bad("call by register is not supported"));
                         }
                         match x.src {
+                            0 if let Some(m) = inline[i] => array_lookup(&mut a, m),
                             0 => {
                                 helper_call(&mut a, helper, x.imm as u32);
                                 // A faulting helper ends the run here, as in the interpreter.

@@ -159,3 +159,62 @@ fn adjust_head_moves_the_window_under_the_jit() {
     assert_eq!(data.len(), f.len() - 4);
     assert_eq!(data[4..], f[8..]);
 }
+
+/// An array lookup with a key from the packet, often out of range: the JIT inlines array
+/// lookups, so both the hit and the NULL path must match the map's own lookup.
+const ARRAY_INDEX: &str = r#"
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, 5);
+    __type(key, __u32);
+    __type(value, __u32[3]);
+} slots SEC(".maps");
+
+SEC("xdp")
+int array_index(struct xdp_md *ctx)
+{
+    void *data = (void *)(long)ctx->data;
+    void *end = (void *)(long)ctx->data_end;
+    if (data + 4 > end)
+        return XDP_ABORTED;
+    __u32 key = *(__u32 *)data & 7;
+    __u32 *v = bpf_map_lookup_elem(&slots, &key);
+    if (!v)
+        return XDP_DROP;
+    v[0] += 1;
+    v[2] = key;
+    return XDP_PASS;
+}
+
+char _license[] SEC("license") = "GPL";
+"#;
+
+#[test]
+fn inlined_array_lookups_agree_in_and_out_of_range() {
+    if !require_clang("inlined_array_lookups_agree_in_and_out_of_range") {
+        return;
+    }
+    let bytes = snic_ebpf::testing::compile_str("jit_array_index", ARRAY_INDEX, &[]);
+    let obj = Object::parse(&bytes, "array_index").expect("parses");
+    let load = |engine| {
+        let mut p =
+            XdpProgram::load(&obj, None, MapSet::new(&obj, 1).expect("maps")).expect("loads");
+        p.set_engine(engine).expect("engine");
+        p
+    };
+    let (interp, jit) = (load(Engine::Interpreter), load(Engine::Jit));
+    let (mut wi, mut wj) = (Worker::new(0), Worker::new(0));
+    let mut drops = 0;
+    for k in 0..32u8 {
+        let f = [k, 0, 0, 0, 9, 9];
+        let a = run(&interp, &mut wi, &f);
+        let b = run(&jit, &mut wj, &f);
+        assert_eq!(b, a, "key {k}");
+        drops += usize::from(a.0.action == snic_ebpf::XdpAction::Drop);
+    }
+    assert_eq!(drops, 32 / 8 * 3, "keys 5, 6, 7 of every 8 are out of range");
+    assert_eq!(map_contents(&jit), map_contents(&interp));
+}
