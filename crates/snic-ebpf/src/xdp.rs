@@ -326,3 +326,7 @@ impl XdpProgram {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "xdp_tests.rs"]
+mod tests;
