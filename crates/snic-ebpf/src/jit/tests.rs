@@ -686,3 +686,28 @@ fn unverified_programs_stay_on_the_interpreter() {
     assert_eq!(p.engine(), Engine::Interpreter);
     assert!(p.jit().is_none());
 }
+
+#[test]
+fn a_fault_inside_a_bpf_to_bpf_call_unwinds_every_frame() {
+    // main: r6 = ctx; call f; ctx[1] = 1; exit.  f: call g; exit.  g: ctx[0] = 1; call 99
+    // (faults); ctx[2] = 1; exit. The run must return through the epilogue from two frames deep
+    // with the native stack and callee-saved registers intact (or this test would crash).
+    let p = vec![
+        mov64(6, 1),
+        ins(0x85, 0, 1, 0, 3), // call f (insn 5)
+        ins(0x72, 6, 0, 1, 1),
+        ins(0xb7, 0, 0, 0, 2),
+        EXIT,
+        ins(0x85, 0, 1, 0, 1), // f: call g (insn 7)
+        EXIT,
+        ins(0x72, 6, 0, 0, 1), // g
+        ins(0x85, 0, 0, 0, 99),
+        ins(0x72, 6, 0, 2, 1),
+        EXIT,
+    ];
+    for _ in 0..3 {
+        let mut ctx = [0u8; 8];
+        run(&p, &mut ctx);
+        assert_eq!(ctx[..3], [1, 0, 0]);
+    }
+}
