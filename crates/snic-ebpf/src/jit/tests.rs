@@ -711,3 +711,38 @@ fn a_fault_inside_a_bpf_to_bpf_call_unwinds_every_frame() {
         assert_eq!(ctx[..3], [1, 0, 0]);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(150))]
+
+    /// A random program as a bpf-to-bpf callee (its own frame, r6-r9 clobbered inside),
+    /// called twice from a main function that keeps values in r6-r9 and its own frame.
+    #[test]
+    fn random_subprograms_agree_with_the_interpreter(sub in program(), keep in any::<[u64; 4]>()) {
+        let mut p = Vec::new();
+        for (k, v) in keep.iter().enumerate() {
+            p.extend(lddw(k as u8 + 6, *v));
+        }
+        p.push(ins(0x7b, 10, 6, -8, 0)); // main's frame: stack[-8] = r6
+        let call1 = p.len();
+        p.push(ins(0x85, 0, 1, 0, 0));
+        p.push(mov64(7, 0)); // r7 = first result (r7 saved before: folded below via r8/r9)
+        let call2 = p.len();
+        p.push(ins(0x85, 0, 1, 0, 0));
+        p.push(ins(0x0f, 0, 7, 0, 0));
+        for r in [6u8, 8, 9] {
+            p.push(ins(0x27, 0, 0, 0, 31));
+            p.push(ins(0x0f, 0, r, 0, 0));
+        }
+        p.push(ins(0x79, 1, 10, -8, 0));
+        p.push(ins(0xaf, 0, 1, 0, 0));
+        p.push(EXIT);
+        let start = p.len();
+        p[call1].imm = (start - call1 - 1) as i32;
+        p[call2].imm = (start - call2 - 1) as i32;
+        p.extend(sub);
+        let (interp, jit) = both(&prep(&p), &[0u8; 64]);
+        prop_assert!(interp.r0.is_ok(), "the interpreter faulted: {:?}", interp.r0);
+        prop_assert_eq!(jit, interp);
+    }
+}
