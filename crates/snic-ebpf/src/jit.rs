@@ -56,7 +56,7 @@
 
 mod x86;
 
-#[cfg(test)]
+#[cfg(all(test, target_arch = "x86_64"))]
 mod tests;
 
 use std::fmt;
@@ -210,7 +210,7 @@ impl JitProgram {
 
     /// Compiles instructions whose helper calls go to `helper` (an
     /// `extern "C" fn(env, id, r1, r2, r3, r4, r5) -> HelperRet`).
-    #[cfg(test)]
+    #[cfg(all(test, target_arch = "x86_64"))]
     pub(crate) fn compile_insns(insns: &[Insn], helper: u64) -> Result<JitProgram, JitError> {
         JitProgram::compile_with(insns, &CodeEnv { helper, arrays: Vec::new() })
     }
