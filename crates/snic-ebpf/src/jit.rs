@@ -47,11 +47,27 @@
 //!   execute (never writable and executable at once), through `memmap2`.
 //!
 //! Like the kernel's JIT, the compiled code does not bounds-check memory accesses: it is only
-//! for programs the verifier accepted. The interpreter keeps its run-time checks.
+//! for programs the verifier accepted. The interpreter keeps its run-time checks. There is no
+//! instruction budget either (the verifier proved termination).
+//!
+//! # Use
+//!
+//! [`JitProgram::compile`] takes a [`Prepared`] program and refuses, with a [`JitError`], what
+//! it does not translate (legacy packet loads, kfunc and register calls, unknown opcodes, and
+//! every program on a target other than x86-64); callers fall back to the interpreter.
+//! [`JitProgram::run`] (unsafe: the program must be verified) runs it over a run's [`Env`].
+//! [`crate::XdpProgram`] and [`crate::core::CoreProgram`] compile every program they load
+//! and run it natively unless told otherwise (`set_engine(Engine::Interpreter)`).
+//!
+//! Measured (benches/jit.rs, thread CPU time per packet, whole run included; the kernel's
+//! `BPF_PROG_TEST_RUN` with `repeat` on the same machine): the array-map counter 32 ns
+//! (kernel 23 ns, interpreter 236 ns), the MAC swap 34 ns (kernel 25, interpreter 364), the
+//! UDP firewall 61-64 ns (kernel 39-45, interpreter 215-332); of that, about 35 ns is the fixed
+//! cost of one `XdpProgram::run` (a program that only returns XDP_PASS; kernel 21 ns).
 #![allow(
     unsafe_code,
-    reason = "executes generated machine code through a function pointer; the SAFETY comments \
-              say why each use is sound"
+    reason = "executes generated machine code through a function pointer and gives its helper \
+              entry the run's Env back; the SAFETY comments say why each use is sound"
 )]
 
 mod x86;
