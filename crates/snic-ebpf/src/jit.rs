@@ -194,6 +194,8 @@ fn array_inline(m: &Arc<Map>) -> Option<(u64, ArrayInline)> {
         return None;
     }
     let stride = m.spec().value_size.checked_add(7)? & !7;
+    // The code multiplies by a sign-extended 32-bit immediate.
+    i32::try_from(stride).ok()?;
     let max = m.spec().max_entries;
     let at = |i: u32| m.lookup(&i.to_ne_bytes(), 0);
     // Trust the layout only if the map agrees at both ends and just past them.
