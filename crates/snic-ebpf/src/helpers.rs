@@ -132,7 +132,7 @@ pub fn dispatch(env: &mut Env<'_>, id: u32, args: [u64; 5]) -> u64 {
 fn map_lookup(env: &mut Env<'_>, map: u64, key: u64) -> u64 {
     let Some(m) = env.map_at(map) else { return fault(env, 1, "not a map") };
     let ks = u64::from(m.spec().key_size);
-    match env.mem.with_bytes(key, ks, |k| m.lookup(k, env.worker)) {
+    match env.mem.with_copy(key, ks, |k| m.lookup(k, env.worker)) {
         Some(v) => v.unwrap_or(0),
         None => fault(env, 1, "key outside the program's memory"),
     }
@@ -144,7 +144,7 @@ fn map_update(env: &mut Env<'_>, map: u64, key: u64, value: u64, flags: u64) -> 
     let worker = env.worker;
     let r = env
         .mem
-        .with_bytes(key, ks, |k| env.mem.with_bytes(value, vs, |v| m.update(k, v, flags, worker)));
+        .with_copy(key, ks, |k| env.mem.with_copy(value, vs, |v| m.update(k, v, flags, worker)));
     match r.flatten() {
         Some(Ok(())) => 0,
         Some(Err(e)) => neg(e.errno()),
@@ -155,7 +155,7 @@ fn map_update(env: &mut Env<'_>, map: u64, key: u64, value: u64, flags: u64) -> 
 fn map_delete(env: &mut Env<'_>, map: u64, key: u64) -> u64 {
     let Some(m) = env.map_at(map) else { return fault(env, 3, "not a map") };
     let ks = u64::from(m.spec().key_size);
-    match env.mem.with_bytes(key, ks, |k| m.delete(k)) {
+    match env.mem.with_copy(key, ks, |k| m.delete(k)) {
         Some(Ok(())) => 0,
         Some(Err(e)) => neg(e.errno()),
         None => fault(env, 3, "key outside the program's memory"),
@@ -373,7 +373,7 @@ fn ringbuf_reserve(env: &mut Env<'_>, map: u64, size: u64) -> u64 {
 
 fn ringbuf_commit(env: &mut Env<'_>, id: u32, addr: u64, discard: bool) -> u64 {
     let maps = env.maps;
-    let owner = maps.iter().find(|m| m.kind() == MapKind::RingBuf && m.contains(addr, 1).is_some());
+    let owner = maps.iter().find(|m| m.ringbuf_owns(addr));
     match owner {
         Some(m) => match m.ringbuf_commit(addr, discard) {
             Ok(()) => 0,

@@ -339,6 +339,15 @@ fn prepare_refuses_what_snic_does_not_run() {
         Err(PrepareError::Unsupported { .. })
     ));
     assert!(matches!(p(&[ja(5), exit()]), Err(PrepareError::BadJump { .. })));
+    // Load-acquire (atomic imm 0x100) and an atomic of 2 bytes are not run.
+    assert!(matches!(
+        p(&[atomic(8, 10, -8, 1, 0x100), exit()]),
+        Err(PrepareError::Unsupported { .. })
+    ));
+    assert!(matches!(
+        p(&[atomic(2, 10, -8, 1, 0x00), exit()]),
+        Err(PrepareError::Unsupported { .. })
+    ));
     assert!(matches!(
         p(&prog([&[ja(1)], &lddw(0, 1), &[exit()]])),
         Err(PrepareError::BadJump { .. })
@@ -498,6 +507,14 @@ fn helpers_fault_on_bad_arguments_without_panicking() {
     assert_eq!(helper_fault(run_maps(p, &maps)), 131);
     let p = vec![mov64_reg(1, 10), alu64_imm(0x00, 1, -8), mov64(2, 0), call(132), exit()];
     assert_eq!(helper_fault(run_maps(p, &maps)), 132);
+    // A zero-size record can be reserved and submitted (found by its ring, not its bytes).
+    let p = prog([
+        &lddw_map(1, 1),
+        &[mov64(2, 0), mov64(3, 0), call(131), jmp_imm(0x10, 0, 0, 3)],
+        &[mov64_reg(1, 0), mov64(2, 0), call(132), exit()],
+    ]);
+    assert_eq!(run_maps(p, &maps), Ok(0));
+    assert_eq!(maps.get(1).unwrap().ringbuf_drain(4), vec![Vec::<u8>::new()]);
     // Output of bytes outside memory.
     let p = prog([&lddw_map(1, 1), &[mov64(2, 0), mov64(3, 8), mov64(4, 0), call(130), exit()]]);
     assert_eq!(helper_fault(run_maps(p, &maps)), 130);
