@@ -395,6 +395,93 @@ fn bind_maps(program: &Program, maps: &[&KernelMap]) -> Result<Vec<u8>, KernelRe
     Ok(out)
 }
 
+/// Under which capabilities the kernel verifies a program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Privilege {
+    /// As the caller (root: `CAP_SYS_ADMIN`, which implies `CAP_PERFMON`). The kernel then
+    /// allows what it considers safe only for the trusted: reading uninitialised stack,
+    /// returning or storing pointers, and it skips its Spectre v1 checks.
+    Root,
+    /// With `CAP_BPF` and `CAP_NET_ADMIN` but without `CAP_SYS_ADMIN` and `CAP_PERFMON`
+    /// (dropped on the loading thread): the kernel's strict mode, which refuses uninitialised
+    /// stack reads and pointer leaks, as snic's verifier always does.
+    BpfOnly,
+}
+
+/// `BPF_PROG_LOAD` of encoded instructions with a growing log buffer.
+fn load_insns(
+    insns: &[u8],
+    lic: &[u8],
+    prog_type: u32,
+    name: &str,
+) -> Result<KernelProgram, KernelRefusal> {
+    let mut size = LOG_START;
+    loop {
+        let mut log = vec![0u8; size];
+        let mut a = Attr::new();
+        a.u32(0, prog_type)
+            .u32(4, (insns.len() / 8) as u32)
+            .ptr(8, insns.as_ptr())
+            .ptr(16, lic.as_ptr())
+            .u32(24, 1)
+            .u32(28, size as u32)
+            .ptr(32, log.as_mut_ptr())
+            .name(48, name);
+        let start = std::time::Instant::now();
+        let r = sys_bpf_fd(cmd::PROG_LOAD, &mut a);
+        let load_time = start.elapsed();
+        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+        let text = String::from_utf8_lossy(&log[..end]).into_owned();
+        match r {
+            Ok(fd) => return Ok(KernelProgram { fd, log: text, load_time }),
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) && size < LOG_MAX => {
+                size = (size * 4).min(LOG_MAX);
+            }
+            Err(e) => {
+                return Err(KernelRefusal {
+                    errno: e.raw_os_error().unwrap_or(libc::EINVAL),
+                    log: text,
+                });
+            }
+        }
+    }
+}
+
+/// Drops `CAP_SYS_ADMIN` and `CAP_PERFMON` from the calling thread's effective set (raw
+/// `capset(2)` changes only the calling thread).
+fn drop_to_bpf_only() -> io::Result<()> {
+    const VERSION_3: u32 = 0x2008_0522;
+    const CAP_SYS_ADMIN: u32 = 21;
+    const CAP_PERFMON: u32 = 38;
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let mut h = Header { version: VERSION_3, pid: 0 };
+    let mut d = [Data::default(); 2];
+    // SAFETY: capget writes one header and two data structs (version 3), both live and of the
+    // kernel's layout.
+    if unsafe { libc::syscall(libc::SYS_capget, &mut h as *mut Header, d.as_mut_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    for cap in [CAP_SYS_ADMIN, CAP_PERFMON] {
+        d[(cap / 32) as usize].effective &= !(1 << (cap % 32));
+    }
+    // SAFETY: as above; capset only reads them.
+    if unsafe { libc::syscall(libc::SYS_capset, &h as *const Header, d.as_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 impl KernelProgram {
     /// Loads `program` into the kernel as `prog_type` ([`PROG_TYPE_XDP`], ...), its map
     /// references bound to `maps` (indexed like `Object::maps`), under `license` (the kernel
@@ -406,39 +493,39 @@ impl KernelProgram {
         prog_type: u32,
         license: &str,
     ) -> Result<KernelProgram, KernelRefusal> {
+        Self::load_as(program, maps, prog_type, license, Privilege::Root)
+    }
+
+    /// Like [`load`](Self::load), verified under `privilege`.
+    pub fn load_as(
+        program: &Program,
+        maps: &[&KernelMap],
+        prog_type: u32,
+        license: &str,
+        privilege: Privilege,
+    ) -> Result<KernelProgram, KernelRefusal> {
         let insns = bind_maps(program, maps)?;
         let mut lic = license.as_bytes().to_vec();
         lic.retain(|&b| b != 0);
         lic.push(0);
-        let mut size = LOG_START;
-        loop {
-            let mut log = vec![0u8; size];
-            let mut a = Attr::new();
-            a.u32(0, prog_type)
-                .u32(4, (insns.len() / 8) as u32)
-                .ptr(8, insns.as_ptr())
-                .ptr(16, lic.as_ptr())
-                .u32(24, 1)
-                .u32(28, size as u32)
-                .ptr(32, log.as_mut_ptr())
-                .name(48, &program.name);
-            let start = std::time::Instant::now();
-            let r = sys_bpf_fd(cmd::PROG_LOAD, &mut a);
-            let load_time = start.elapsed();
-            let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-            let text = String::from_utf8_lossy(&log[..end]).into_owned();
-            match r {
-                Ok(fd) => return Ok(KernelProgram { fd, log: text, load_time }),
-                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) && size < LOG_MAX => {
-                    size = (size * 4).min(LOG_MAX);
-                }
-                Err(e) => {
-                    return Err(KernelRefusal {
-                        errno: e.raw_os_error().unwrap_or(libc::EINVAL),
-                        log: text,
-                    });
-                }
-            }
+        let name = program.name.clone();
+        match privilege {
+            Privilege::Root => load_insns(&insns, &lic, prog_type, &name),
+            // Capabilities are per thread: drop them on a thread of its own, which ends with
+            // the load, so the caller keeps its own.
+            Privilege::BpfOnly => std::thread::scope(|s| {
+                s.spawn(|| {
+                    drop_to_bpf_only().map_err(|e| KernelRefusal {
+                        errno: e.raw_os_error().unwrap_or(libc::EPERM),
+                        log: format!("dropping capabilities: {e}"),
+                    })?;
+                    load_insns(&insns, &lic, prog_type, &name)
+                })
+                .join()
+                .unwrap_or_else(|_| {
+                    Err(KernelRefusal { errno: libc::EINVAL, log: "loader thread panicked".into() })
+                })
+            }),
         }
     }
 
