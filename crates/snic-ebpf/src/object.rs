@@ -213,9 +213,14 @@ impl Object {
                 if fd_to_index.iter().any(|&(fd, _)| fd == d.original_fd) {
                     continue;
                 }
+                // PREVAIL's reader may describe one global data section (or map) more than
+                // once; names are unique in an ELF object, so they name one map.
+                if let Some(i) = maps.iter().position(|m| m.name == d.name) {
+                    fd_to_index.push((d.original_fd, i));
+                    continue;
+                }
                 let global = d.name.starts_with('.');
-                // PREVAIL's reader gives global-data sections map type 0 (unspecified); they
-                // are single-entry arrays, as libbpf and the kernel treat them.
+                // PREVAIL's reader gives global data sections map type 0; they are arrays.
                 let kind = if global { MapKind::Array } else { MapKind::from_linux(d.map_type) };
                 let data = if global {
                     let contents = sections
