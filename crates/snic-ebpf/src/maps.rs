@@ -27,6 +27,17 @@
 //! order to get wrong. A poisoned lock (a panic elsewhere while holding it) is recovered: the
 //! index is only changed by code here that does not panic midway.
 //!
+//! # Differences from the kernel
+//!
+//! - The LRU hash is exact (one recency list); the kernel's is approximate (per-CPU free and
+//!   pending lists), so which entry a full map evicts can differ, and the kernel may evict
+//!   before the map is full.
+//! - [`Map::set`] on a per-CPU map also takes a single `value_size` value for every worker (the
+//!   syscall always takes every CPU's value).
+//! - A device map holds snic port numbers; whether the port exists is the runtime's business
+//!   (the kernel refuses an unknown ifindex with `-EINVAL`). Device-map programs (an 8-byte
+//!   value with a program fd) are refused.
+//!
 //! # Why our own
 //!
 //! Userspace BPF runtimes (`rbpf`, `ubpf`) leave maps to their embedder; aya and libbpf
@@ -45,7 +56,7 @@ mod hash;
 mod lpm;
 mod ring;
 
-pub use format::{ParseBytesError, format_hex, parse_bytes};
+pub use format::{ParseBytesError, format_hex, parse_bytes, parse_hex};
 
 use hash::HashIndex;
 use lpm::LpmIndex;
@@ -490,6 +501,54 @@ impl Map {
         Some(!self.spec.readonly)
     }
 
+    /// Reads `len` bytes at `addr` if [`Map::contains`] them: a safe way for the control plane,
+    /// helpers and tests to read value or reserved-record memory a program sees. Writing or
+    /// reading nothing always succeeds.
+    pub fn read_at(&self, addr: u64, len: u64) -> Option<Vec<u8>> {
+        if len == 0 {
+            return Some(Vec::new());
+        }
+        self.contains(addr, len)?;
+        let off = (addr - self.base()) as usize;
+        let mut out = Vec::with_capacity(len as usize);
+        for i in off..off + len as usize {
+            let w = self.mem[i / 8].load(Ordering::Relaxed).to_ne_bytes();
+            out.push(w[i % 8]);
+        }
+        Some(out)
+    }
+
+    /// Writes `data` at `addr` if [`Map::contains`] it writable (`-EINVAL` if outside, `-EPERM`
+    /// if read-only), merging bytes into their words atomically: what a program's stores do,
+    /// for helpers and tests that hold no raw pointer.
+    pub fn write_at(&self, addr: u64, data: &[u8]) -> Result<(), MapError> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        match self.contains(addr, data.len() as u64) {
+            None => return Err(MapError::Invalid("address outside the map's values")),
+            Some(false) => return Err(MapError::ReadOnly),
+            Some(true) => {}
+        }
+        let off = (addr - self.base()) as usize;
+        let mut i = 0;
+        while i < data.len() {
+            let at = off + i;
+            let (word, first) = (at / 8, at % 8);
+            let n = (8 - first).min(data.len() - i);
+            let mut bytes = [0u8; 8];
+            let mut mask = [0u8; 8];
+            bytes[first..first + n].copy_from_slice(&data[i..i + n]);
+            mask[first..first + n].fill(0xff);
+            let (bytes, mask) = (u64::from_ne_bytes(bytes), u64::from_ne_bytes(mask));
+            let _ = self.mem[word].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+                Some((old & !mask) | bytes)
+            });
+            i += n;
+        }
+        Ok(())
+    }
+
     // ---- ring buffer --------------------------------------------------------------------
 
     /// `bpf_ringbuf_reserve`: the address of a new record of `size` bytes (8-byte aligned),
@@ -702,7 +761,7 @@ impl Map {
                 if flags == BPF_NOEXIST {
                     return Err(MapError::Exists);
                 }
-                let port = dev_port(v);
+                let port = dev_port(v)?;
                 let p = &present[i as usize];
                 if port == 0 {
                     // As the kernel: ifindex 0 empties the slot.
@@ -715,7 +774,7 @@ impl Map {
             }
             Inner::Hash(index) => {
                 self.check_key(key)?;
-                if self.spec.kind == MapKind::DevMapHash && dev_port(v) == 0 {
+                if self.spec.kind == MapKind::DevMapHash && dev_port(v)? == 0 {
                     return Err(MapError::Invalid("port 0"));
                 }
                 let mut ix = write(index);
@@ -735,12 +794,17 @@ impl Map {
     }
 }
 
-/// The port (ifindex) a device map value names: its first 4 bytes.
-fn dev_port(v: Value<'_>) -> u32 {
+/// The port (ifindex) a device map value names: its first 4 bytes. An 8-byte value
+/// (`struct bpf_devmap_val`) also names a program to run on redirected packets, which snic does
+/// not support: a non-zero program fd is refused.
+fn dev_port(v: Value<'_>) -> Result<u32, MapError> {
     let data = match v {
         Value::Worker(_, d) | Value::All(d) | Value::Broadcast(d) => d,
     };
-    data.get(..4).map_or(0, |b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+    if data.get(4..8).is_some_and(|fd| fd != [0; 4]) {
+        return Err(MapError::Invalid("device map programs are not supported"));
+    }
+    Ok(data.get(..4).map_or(0, |b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]])))
 }
 
 fn unreachable_kind(spec: &MapSpec) -> Result<Inner, MapError> {

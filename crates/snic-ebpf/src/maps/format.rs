@@ -6,7 +6,8 @@
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-/// Bytes as space-separated two-digit hex (`0a 00 00 01`), the form [`parse_bytes`] reads back.
+/// Bytes as space-separated two-digit hex (`0a 00 00 01`), the form [`parse_hex`] reads back
+/// (and [`parse_bytes`] too, for two bytes or more: a lone `10` is decimal there).
 pub fn format_hex(bytes: &[u8]) -> String {
     let mut s = String::with_capacity(bytes.len() * 3);
     for (i, b) in bytes.iter().enumerate() {
@@ -44,6 +45,17 @@ fn byte(tok: &str, hex: bool) -> Result<u8, ParseBytesError> {
     r.or_else(|_| err(format!("{tok:?} is not a byte")))
 }
 
+/// Parses exactly `size` whitespace-separated hex bytes (with or without `0x`), the form
+/// [`format_hex`] prints.
+pub fn parse_hex(text: &str, size: usize) -> Result<Vec<u8>, ParseBytesError> {
+    let bytes: Vec<u8> =
+        text.split_whitespace().map(|t| byte(t, true)).collect::<Result<_, _>>()?;
+    if bytes.len() != size {
+        return err(format!("{:?} is {} bytes, {size} expected", text.trim(), bytes.len()));
+    }
+    Ok(bytes)
+}
+
 /// Parses a key or value of exactly `size` bytes from text:
 ///
 /// - `01 02 03`: space-separated hex bytes (what [`format_hex`] prints; `0x` prefixes allowed);
@@ -53,6 +65,8 @@ fn byte(tok: &str, hex: bool) -> Result<u8, ParseBytesError> {
 ///   an array index or a counter is stored;
 /// - `10.0.0.0/8` (size 8) or `2001:db8::/32` (size 20): an LPM trie key (prefix length in host
 ///   order, then the address).
+///
+/// A single byte is a decimal number (`16`) or `0x10`: a lone `10` is ten, not hex.
 pub fn parse_bytes(text: &str, size: usize) -> Result<Vec<u8>, ParseBytesError> {
     let t = text.trim();
     let bytes = if t.is_empty() {
