@@ -174,3 +174,48 @@ impl Kernel {
         Some((r.retval, r.data_out))
     }
 }
+
+/// The interface index the kernel gives test runs without a context (`lo` in the caller's
+/// network namespace: `BPF_PROG_TEST_RUN` runs XDP on loopback's receive queue 0).
+pub fn loopback_ifindex() -> u32 {
+    std::fs::read_to_string("/sys/class/net/lo/ifindex")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(1)
+}
+
+/// One program loaded in snic (one worker) with its own maps.
+pub struct Snic {
+    /// The program.
+    pub prog: snic_ebpf::XdpProgram,
+    /// The worker state it runs with.
+    pub worker: snic_ebpf::Worker,
+    /// `ingress_ifindex` of every run (as the kernel's test runs: [`loopback_ifindex`]).
+    pub ifindex: u32,
+}
+
+impl Snic {
+    /// Loads the object's XDP program over fresh maps (one worker).
+    pub fn load(obj: &Object) -> Snic {
+        let maps = snic_ebpf::MapSet::new(obj, 1).unwrap_or_else(|e| panic!("maps: {e}"));
+        let prog = snic_ebpf::XdpProgram::load(obj, None, maps)
+            .unwrap_or_else(|e| panic!("snic refuses the program: {e}"));
+        Snic { prog, worker: snic_ebpf::Worker::new(0), ifindex: loopback_ifindex() }
+    }
+
+    /// The map called `name`.
+    pub fn map(&self, name: &str) -> &snic_ebpf::Map {
+        self.prog.maps().by_name(name).unwrap_or_else(|| panic!("no map {name}"))
+    }
+
+    /// Runs the program once on `frame` with the kernel test run's buffer geometry:
+    /// `(action code, metadata + frame after the run)` (the kernel's test run returns the
+    /// metadata in front of the frame too).
+    pub fn run(&mut self, frame: &[u8], now_ns: u64) -> (u32, Vec<u8>) {
+        let mut pkt = snic_ebpf::xdp::test_run_buf(frame);
+        let out = self.prog.run(&mut self.worker, &mut pkt, self.ifindex, 0, now_ns);
+        let mut bytes = pkt.data_meta().to_vec();
+        bytes.extend_from_slice(pkt.data());
+        (out.action.code(), bytes)
+    }
+}
