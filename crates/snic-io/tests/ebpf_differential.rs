@@ -247,12 +247,8 @@ type Contents = Vec<(String, Vec<(Vec<u8>, Vec<u8>)>)>;
 fn map_contents(obj: &Object, k: &Kernel, s: &Snic) -> (Contents, Contents) {
     let (mut kc, mut sc) = (Vec::new(), Vec::new());
     for (i, spec) in obj.maps.iter().enumerate() {
-        let compare = match spec.kind {
-            MapKind::RingBuf => false,
-            MapKind::LruHash => false,
-            _ => true,
-        };
-        if !compare {
+        // Ring-buffer records and LRU eviction are not compared (see the module docs).
+        if matches!(spec.kind, MapKind::RingBuf | MapKind::LruHash) {
             continue;
         }
         let per_cpu = matches!(spec.kind, MapKind::PerCpuArray | MapKind::PerCpuHash);
