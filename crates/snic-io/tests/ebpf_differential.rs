@@ -381,3 +381,46 @@ fn lru_hash_matches_the_kernel_below_capacity() {
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(ran > 1000, "only {ran} frames ran");
 }
+
+/// The NIC-core example: core_checksum's result (and its copy in argument 1) is snic-wire's
+/// Internet checksum of argument 0, for seeded random buffers of every length class,
+/// including odd lengths, empty ones and ones past the program's 64 KiB window.
+#[test]
+fn core_checksum_is_the_internet_checksum() {
+    use rand::{Rng, SeedableRng};
+    if !snic_ebpf::testing::require_clang("core_checksum_is_the_internet_checksum") {
+        return;
+    }
+    let obj = example("core_checksum");
+    let maps = snic_ebpf::MapSet::new(&obj, 1).unwrap();
+    let prog = snic_ebpf::core::CoreProgram::load(&obj, None, maps).unwrap();
+    let mut w = snic_ebpf::Worker::new(0);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(SEED);
+    let mut lens: Vec<usize> = vec![0, 1, 2, 3, 63, 64, 65, 127, 128, 1500, 9000, 65535, 65536];
+    lens.extend((0..40).map(|_| rng.gen_range(0..4096)));
+    for len in lens {
+        let mut data: Vec<u8> = (0..len).map(|_| rng.r#gen()).collect();
+        let mut out = [0u8; 2];
+        let r = {
+            let mut args: [&mut [u8]; 2] = [&mut data, &mut out];
+            prog.run(&mut w, &mut args, &[0; 8]).unwrap_or_else(|f| panic!("len {len}: {f:?}"))
+        };
+        let want = !snic_wire::checksum::data(&data);
+        assert_eq!(r, u64::from(want), "len {len}");
+        assert_eq!(out, want.to_be_bytes(), "len {len}: the copy in argument 1");
+    }
+    // Scalar 0 is an initial sum: 0x1234 plus the word 0x0102 (carries folded back in too).
+    for (init, want) in [(0x1234u64, !0x1336u16), (0xffff_0001, !0x0103u16)] {
+        let mut d = [1u8, 2];
+        let mut args: [&mut [u8]; 1] = [&mut d];
+        let mut scalars = [0u64; 8];
+        scalars[0] = init;
+        assert_eq!(prog.run(&mut w, &mut args, &scalars).unwrap(), u64::from(want), "{init:#x}");
+    }
+    // Past 64 KiB only the first 64 KiB count.
+    let data: Vec<u8> = (0..70_000).map(|_| rng.r#gen()).collect();
+    let mut copy = data.clone();
+    let mut args: [&mut [u8]; 1] = [&mut copy];
+    let r = prog.run(&mut w, &mut args, &[0; 8]).unwrap();
+    assert_eq!(r, u64::from(!snic_wire::checksum::data(&data[..65536])));
+}
