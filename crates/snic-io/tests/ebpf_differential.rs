@@ -4,7 +4,7 @@
 //! examples do what their README claims and the kernel oracle is exercised end to end.
 //!
 //! Then the differential test proper: every good corpus program and every example, run by
-//! snic's interpreter and by the kernel on the same frames from the same starting maps, gives
+//! snic's interpreter, by snic's JIT and by the kernel on the same frames from the same starting maps, gives
 //! the same action, the same bytes out (metadata included) and, after all frames, the same map
 //! contents. What cannot be compared is left out and said so: ring-buffer records (the kernel's
 //! are read through an mmap this oracle does not do), LRU hashes past their capacity (the
@@ -18,7 +18,7 @@
 mod kit;
 
 use kit::{Kernel, Snic, all_frames, corpus, example};
-use snic_ebpf::{MapKind, Object};
+use snic_ebpf::{Engine, MapKind, Object};
 use snic_io::bpf;
 
 const SEED: u64 = 16;
@@ -270,9 +270,15 @@ fn map_contents(obj: &Object, k: &Kernel, s: &Snic, lru: bool) -> (Contents, Con
 }
 
 /// Runs one object in both, frame by frame; returns the first difference, if any.
-fn differential(name: &str, obj: &Object, frames: &[Vec<u8>], lru: bool) -> Result<usize, String> {
+fn differential(
+    name: &str,
+    obj: &Object,
+    frames: &[Vec<u8>],
+    lru: bool,
+    engine: Engine,
+) -> Result<usize, String> {
     let k = Kernel::load(obj);
-    let mut s = Snic::load(obj);
+    let mut s = Snic::load(obj, engine);
     seed_maps(name, &k, &s);
     let mut ran = 0;
     for (i, f) in frames.iter().enumerate() {
@@ -281,7 +287,7 @@ fn differential(name: &str, obj: &Object, frames: &[Vec<u8>], lru: bool) -> Resu
         let got = s.run(f, 1_000_000 + i as u64);
         if got != want {
             return Err(format!(
-                "{name}: frame {i} ({} bytes)\n  in:     {:02x?}\n  kernel: action {} bytes {:02x?}\n  snic:   action {} bytes {:02x?}",
+                "{name} ({engine:?}): frame {i} ({} bytes)\n  in:     {:02x?}\n  kernel: action {} bytes {:02x?}\n  snic:   action {} bytes {:02x?}",
                 f.len(),
                 f,
                 want.0,
@@ -297,7 +303,7 @@ fn differential(name: &str, obj: &Object, frames: &[Vec<u8>], lru: bool) -> Resu
             let kd: Vec<_> = ke.iter().filter(|e| !se.contains(e)).take(5).collect();
             let sd: Vec<_> = se.iter().filter(|e| !ke.contains(e)).take(5).collect();
             return Err(format!(
-                "{name}: map {name_k} differs after {ran} frames ({} kernel entries, {} snic)\n  kernel only: {kd:02x?}\n  snic only:   {sd:02x?}",
+                "{name} ({engine:?}): map {name_k} differs after {ran} frames ({} kernel entries, {} snic)\n  kernel only: {kd:02x?}\n  snic only:   {sd:02x?}",
                 ke.len(),
                 se.len()
             ));
@@ -336,17 +342,19 @@ fn snic_matches_the_kernel_on_every_program() {
     }));
     let mut failures = Vec::new();
     for (name, obj) in &programs {
-        match differential(name, obj, &frames, false) {
-            Ok(ran) => eprintln!("{name}: {ran} frames agree"),
-            Err(e) => failures.push(e),
+        for engine in [Engine::Interpreter, Engine::Jit] {
+            match differential(name, obj, &frames, false, engine) {
+                Ok(ran) => eprintln!("{name} ({engine:?}): {ran} frames agree"),
+                Err(e) => failures.push(e),
+            }
         }
     }
     assert!(programs.len() >= 25, "only {} programs", programs.len());
     assert!(
         failures.is_empty(),
-        "{} of {} programs differ from the kernel:\n\n{}",
+        "{} of {} program runs (interpreter and JIT) differ from the kernel:\n\n{}",
         failures.len(),
-        programs.len(),
+        2 * programs.len(),
         failures.join("\n\n")
     );
 }
@@ -377,9 +385,11 @@ fn lru_hash_matches_the_kernel_below_capacity() {
             false
         })
         .collect();
-    let ran = differential("good_lru_hash", &corpus("good_lru_hash"), &frames, true)
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert!(ran > 1000, "only {ran} frames ran");
+    for engine in [Engine::Interpreter, Engine::Jit] {
+        let ran = differential("good_lru_hash", &corpus("good_lru_hash"), &frames, true, engine)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(ran > 1000, "only {ran} frames ran");
+    }
 }
 
 /// The NIC-core example: core_checksum's result (and its copy in argument 1) is snic-wire's

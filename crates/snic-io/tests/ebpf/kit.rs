@@ -195,11 +195,12 @@ pub struct Snic {
 }
 
 impl Snic {
-    /// Loads the object's XDP program over fresh maps (one worker).
-    pub fn load(obj: &Object) -> Snic {
+    /// Loads the object's XDP program over fresh maps (one worker), run by `engine`.
+    pub fn load(obj: &Object, engine: snic_ebpf::Engine) -> Snic {
         let maps = snic_ebpf::MapSet::new(obj, 1).unwrap_or_else(|e| panic!("maps: {e}"));
-        let prog = snic_ebpf::XdpProgram::load(obj, None, maps)
+        let mut prog = snic_ebpf::XdpProgram::load(obj, None, maps)
             .unwrap_or_else(|e| panic!("snic refuses the program: {e}"));
+        prog.set_engine(engine).unwrap_or_else(|e| panic!("engine {engine:?}: {e}"));
         Snic { prog, worker: snic_ebpf::Worker::new(0), ifindex: loopback_ifindex() }
     }
 
