@@ -223,6 +223,10 @@ fn seed_maps(name: &str, k: &Kernel, s: &Snic) {
             set_both(k, s, "blocked_srcs", &lpm(24, [192, 0, 2, 0]), &0u64.to_ne_bytes());
             set_both(k, s, "blocked_srcs", &lpm(16, [10, 1, 0, 0]), &0u64.to_ne_bytes());
         }
+        "good_devmap_redirect" => {
+            // Port 1 -> interface 1 (loopback; a test run only records the target).
+            set_both(k, s, "ports", &1u32.to_ne_bytes(), &1u32.to_ne_bytes());
+        }
         "good_lpm_trie" => {
             set_both(k, s, "blocked", &lpm(24, [192, 0, 2, 0]), &0u32.to_ne_bytes());
             set_both(k, s, "blocked", &lpm(8, [8, 0, 0, 0]), &7u32.to_ne_bytes());
