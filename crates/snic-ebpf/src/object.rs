@@ -337,7 +337,11 @@ impl Object {
 
 /// The verifier options snic uses everywhere (termination checked, as the kernel does).
 pub(crate) fn verifier_options() -> EbpfVerifierOptions {
-    let mut o = EbpfVerifierOptions::default();
+    // `mock_map_fds`: otherwise PREVAIL's reader creates a real kernel map
+    // (bpf(BPF_MAP_CREATE)) for every legacy `maps` section entry, leaks its fd, and exits the
+    // process when the kernel refuses one. snic binds maps itself; the loader only needs
+    // distinct placeholders.
+    let mut o = EbpfVerifierOptions { mock_map_fds: true, ..EbpfVerifierOptions::default() };
     o.verbosity_opts.print_failures = true;
     o.runtime.check_for_termination = true;
     o.runtime.allow_division_by_zero = true;

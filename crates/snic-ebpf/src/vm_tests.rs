@@ -411,3 +411,161 @@ proptest! {
         }
     }
 }
+
+fn maps_of(specs: &[(&str, crate::MapKind, u32, u32, u32)]) -> MapSet {
+    let obj = crate::Object {
+        programs: Vec::new(),
+        maps: specs
+            .iter()
+            .map(|&(name, kind, key_size, value_size, max_entries)| crate::MapSpec {
+                name: name.into(),
+                kind,
+                key_size,
+                value_size,
+                max_entries,
+                data: None,
+                readonly: false,
+            })
+            .collect(),
+        license: None,
+    };
+    MapSet::new(&obj, 1).unwrap()
+}
+
+fn run_maps(insns: Vec<Insn>, maps: &MapSet) -> Result<u64, Fault> {
+    let prep = prepare_insns(&insns, ProgKind::Xdp, &[], maps, "t".into()).expect("prepares");
+    let mut w = Worker::new(0);
+    let mut pkt = PacketBuf::from_frame(&[0xab; 64]);
+    run_prepared(&prep, &mut w, &mut pkt)
+}
+
+fn helper_fault(r: Result<u64, Fault>) -> u32 {
+    match r {
+        Err(Fault::Helper { id, .. }) => id,
+        other => panic!("expected a helper fault, got {other:?}"),
+    }
+}
+
+#[test]
+fn helpers_fault_on_bad_arguments_without_panicking() {
+    let maps = maps_of(&[
+        ("a", crate::MapKind::Array, 4, 8, 4),
+        ("rb", crate::MapKind::RingBuf, 0, 0, 4096),
+        ("h", crate::MapKind::Hash, 4, 8, 4),
+    ]);
+    // Not a map: a stack address as the map pointer.
+    let p = vec![mov64_reg(1, 10), mov64_reg(2, 10), alu64_imm(0x00, 2, -8), call(1), exit()];
+    assert_eq!(helper_fault(run_maps(p, &maps)), 1);
+    // A map, but the key pointer is null.
+    let p = prog([&lddw_map(1, 0), &[mov64(2, 0), call(1), exit()]]);
+    assert_eq!(helper_fault(run_maps(p, &maps)), 1);
+    // Update with the value past the top of the stack.
+    let p = prog([
+        &lddw_map(1, 0),
+        &[
+            st(4, 10, -4, 0),
+            mov64_reg(2, 10),
+            alu64_imm(0x00, 2, -4),
+            mov64_reg(3, 10),
+            mov64(4, 0),
+        ],
+        &[call(2), exit()],
+    ]);
+    assert_eq!(helper_fault(run_maps(p, &maps)), 2);
+    // A well-formed lookup works: key 1 of the array, the value is writable, in bounds only.
+    let p = prog([
+        &lddw_map(1, 0),
+        &[st(4, 10, -4, 1), mov64_reg(2, 10), alu64_imm(0x00, 2, -4), call(1)],
+        &[jmp_imm(0x10, 0, 0, 3), st(8, 0, 0, 77), ldx(8, 0, 0, 0), exit(), mov64(0, -1), exit()],
+    ]);
+    assert_eq!(run_maps(p, &maps), Ok(77));
+    let p = prog([
+        &lddw_map(1, 0),
+        &[st(4, 10, -4, 3), mov64_reg(2, 10), alu64_imm(0x00, 2, -4), call(1)],
+        &[jmp_imm(0x10, 0, 0, 2), st(8, 0, 8, 1), exit(), exit()],
+    ]);
+    // (The region check is per map memory: a store into a neighbouring value is the
+    // verifier's to refuse; past the last value it is a fault.)
+    assert!(matches!(run_maps(p, &maps), Err(Fault::Memory { write: true, .. })), "past the map");
+    // A missing hash key: lookup returns NULL, delete returns -ENOENT.
+    let p = prog([
+        &lddw_map(1, 2),
+        &[st(4, 10, -4, 9), mov64_reg(2, 10), alu64_imm(0x00, 2, -4), call(3), exit()],
+    ]);
+    assert_eq!(run_maps(p, &maps), Ok((-2i64) as u64));
+    // Ring buffer helpers on a non-ring map, and submit of a pointer that is no record.
+    let p = prog([&lddw_map(1, 0), &[mov64(2, 8), mov64(3, 0), call(131), exit()]]);
+    assert_eq!(helper_fault(run_maps(p, &maps)), 131);
+    let p = vec![mov64_reg(1, 10), alu64_imm(0x00, 1, -8), mov64(2, 0), call(132), exit()];
+    assert_eq!(helper_fault(run_maps(p, &maps)), 132);
+    // Output of bytes outside memory.
+    let p = prog([&lddw_map(1, 1), &[mov64(2, 0), mov64(3, 8), mov64(4, 0), call(130), exit()]]);
+    assert_eq!(helper_fault(run_maps(p, &maps)), 130);
+    // adjust_head with something other than the context.
+    let p = vec![mov64_reg(1, 10), mov64(2, 4), call(44), exit()];
+    assert_eq!(helper_fault(run_maps(p, &maps)), 44);
+    // csum_diff over memory the program does not have.
+    let p =
+        vec![mov64(1, 0), mov64(2, 0), mov64(3, 64), mov64(4, 4), mov64(5, 0), call(28), exit()];
+    assert_eq!(helper_fault(run_maps(p, &maps)), 28);
+    // trace_printk: a bad format pointer faults, a format without NUL is -EINVAL.
+    let p = vec![mov64(1, 64), mov64(2, 4), call(6), exit()];
+    assert_eq!(helper_fault(run_maps(p, &maps)), 6);
+    let p = vec![
+        st(4, 10, -4, 0x41414141),
+        mov64_reg(1, 10),
+        alu64_imm(0x00, 1, -4),
+        mov64(2, 4),
+        call(6),
+        exit(),
+    ];
+    assert_eq!(run_maps(p, &maps), Ok((-22i64) as u64));
+    // An id prepare would refuse, reached anyway (a hand-built Prepared): a typed fault.
+    let mut prep =
+        prepare_insns(&[call(5), exit()], ProgKind::Xdp, &[], &maps, "t".into()).unwrap();
+    prep.insns[0].imm = 9999;
+    let mut w = Worker::new(0);
+    let mut pkt = PacketBuf::from_frame(&[0; 20]);
+    assert_eq!(run_prepared(&prep, &mut w, &mut pkt), Err(Fault::UnknownHelper { id: 9999 }));
+}
+
+#[test]
+fn printk_formats_like_the_kernel() {
+    let mem = b"str\0\x0a\x00\x00\x01";
+    let f = |fmt: &str, args: [u64; 3]| {
+        crate::helpers::format_printk(fmt.as_bytes(), args, |a| mem.get(a as usize).copied())
+    };
+    assert_eq!(
+        f("a %d b %u c %x", [(-5i64) as u64, u64::MAX, 255]).unwrap(),
+        "a -5 b 4294967295 c ff"
+    );
+    assert_eq!(
+        f("%lld %llu %llx", [(-5i64) as u64, u64::MAX, u64::MAX]).unwrap(),
+        "-5 18446744073709551615 ffffffffffffffff"
+    );
+    assert_eq!(f("[%5d|%-4u|%04x]", [42, 7, 0xa]).unwrap(), "[   42|7   |000a]");
+    assert_eq!(f("%+d % d", [3, 4, 0]).unwrap(), "+3  4");
+    assert_eq!(f("%s %c %%", [0, u64::from(b'z'), 0]).unwrap(), "str z %");
+    assert_eq!(f("%p", [0x1234, 0, 0]).unwrap(), "0x1234");
+    assert_eq!(f("%px", [0x1234, 0, 0]).unwrap(), "0000000000001234");
+    assert_eq!(f("src %pI4.", [4, 0, 0]).unwrap(), "src 10.0.0.1.");
+    assert_eq!(f("%s|%s", [0, 1, 0]).unwrap(), "str|tr");
+    assert_eq!(f("%px", [0x1234, 0, 0]).unwrap(), "0000000000001234");
+    assert_eq!(f("src %pI4.", [4, 0, 0]).unwrap(), "src 10.0.0.1.");
+    assert_eq!(f("%s|%s", [0, 1, 0]).unwrap(), "str|tr");
+    assert_eq!(f("%d %d %d %d", [1, 2, 3]), None, "at most three arguments");
+    assert_eq!(f("%q", [1, 2, 3]), None);
+    assert_eq!(f("%", [1, 2, 3]), None);
+}
+
+#[test]
+fn csum_helpers_follow_ones_complement_rules() {
+    use crate::helpers::{csum_from32to16, csum_partial};
+    // Words add with end-around carry.
+    assert_eq!(csum_partial(&[0xff, 0xff, 0xff, 0xff, 0x02, 0, 0, 0], 0), 2);
+    assert_eq!(csum_partial(&[1, 2, 3], 0), 0x0003_0201, "tail zero-padded");
+    assert_eq!(csum_partial(&[], 7), 7);
+    assert_eq!(csum_from32to16(0x0001_fffe), 0xffff);
+    assert_eq!(csum_from32to16(0), 0);
+    assert_eq!(csum_from32to16(0x1234_0001), 0x1235);
+}

@@ -365,3 +365,75 @@ fn a_program_the_verifier_refuses_does_not_load() {
     let maps = MapSet::new(&obj, 1).unwrap();
     assert!(matches!(XdpProgram::load(&obj, None, maps), Err(LoadFailure::Refused(_))));
 }
+
+mod mutated {
+    use super::*;
+    use proptest::prelude::*;
+    use std::sync::OnceLock;
+
+    /// A compiled object with maps, helpers, packet access and a subprogram.
+    fn object() -> Option<&'static [u8]> {
+        static OBJ: OnceLock<Option<Vec<u8>>> = OnceLock::new();
+        OBJ.get_or_init(|| {
+            if !crate::testing::have_clang() {
+                return None;
+            }
+            let src = format!(
+                "{HDR}struct {{ __uint(type, BPF_MAP_TYPE_HASH); __type(key, __u32); \
+                 __type(value, __u64); __uint(max_entries, 16); }} h SEC(\".maps\");\n\
+                 static __attribute__((noinline)) int f(unsigned char *d, void *end) {{\n\
+                 if ((void *)(d + 20) > end) return 0; return d[3] + d[19]; }}\n\
+                 SEC(\"xdp\") int m(struct xdp_md *ctx) {{\n\
+                 void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;\n\
+                 __u32 k = f(data, end); __u64 one = 1, *v = bpf_map_lookup_elem(&h, &k);\n\
+                 if (v) __sync_fetch_and_add(v, 1); else bpf_map_update_elem(&h, &k, &one, 0);\n\
+                 if (data + 14 <= end) bpf_xdp_adjust_head(ctx, 14 - (k & 31));\n\
+                 return k & 3; }}\nchar _license[] SEC(\"license\") = \"GPL\";\n"
+            );
+            Some(compile_str("vm_mutated", &src, &[]))
+        })
+        .as_deref()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// Flipped bytes anywhere in a real object: loading, verifying, preparing and running
+        /// end in a typed error or an outcome, never a panic.
+        #[test]
+        fn mutated_objects_never_panic(
+            flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..6),
+            frame in proptest::collection::vec(any::<u8>(), 0..80),
+        ) {
+            let Some(orig) = object() else { return Ok(()) };
+            let mut bytes = orig.to_vec();
+            for (at, b) in flips {
+                let i = at % bytes.len();
+                bytes[i] ^= b;
+            }
+            if let Ok(obj) = Object::parse(&bytes, "mutated")
+                && let Ok(maps) = MapSet::new(&obj, 1)
+                && let Ok(p) = XdpProgram::load(&obj, None, maps)
+            {
+                let mut pkt = PacketBuf::from_frame(&frame);
+                let _ = p.run(&mut Worker::new(0), &mut pkt, 1, 0, 0);
+                prop_assert!(pkt.headroom() + pkt.len() <= pkt.capacity());
+            }
+        }
+    }
+
+    #[test]
+    fn the_unmutated_object_runs() {
+        let Some(bytes) = object() else { return };
+        let obj = Object::parse(bytes, "m").unwrap();
+        let p = XdpProgram::load(&obj, None, MapSet::new(&obj, 1).unwrap()).unwrap();
+        let mut f = vec![0u8; 40];
+        f[3] = 5;
+        f[19] = 2;
+        let mut pkt = PacketBuf::from_frame(&f);
+        let out = p.run(&mut Worker::new(0), &mut pkt, 1, 0, 0);
+        assert_eq!(out.action, XdpAction::Tx, "7 & 3");
+        assert_eq!(pkt.len(), 40 - 7, "adjust_head(14 - 7)");
+        let h = p.maps().by_name("h").unwrap();
+        assert_eq!(h.get(&7u32.to_ne_bytes()).unwrap(), 1u64.to_ne_bytes());
+    }
+}
