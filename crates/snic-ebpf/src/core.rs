@@ -185,13 +185,16 @@ impl CoreProgram {
             args: table,
             nargs,
             fault: None,
+            reserved: Default::default(),
         };
         let r = match (&self.jit, self.engine) {
             // Only `load` (which verifies) creates a `CoreProgram`.
             (Some(jit), Engine::Jit) => jit.run_verified(&mut env, ctx_addr),
             _ => interpret(&self.prepared, &mut env, ctx_addr),
         };
+        let leaked = env.release_leaked();
         w.prng = env.prng;
+        w.ringbuf_leaked += leaked;
         r
     }
 }

@@ -368,7 +368,16 @@ fn ringbuf_output(env: &mut Env<'_>, map: u64, data: u64, size: u64) -> u64 {
 
 fn ringbuf_reserve(env: &mut Env<'_>, map: u64, size: u64) -> u64 {
     let Some(m) = ringbuf_map(env, RINGBUF_RESERVE, map) else { return 0 };
-    m.ringbuf_reserve(size).unwrap_or(0)
+    if env.reserved.full() {
+        return 0;
+    }
+    match m.ringbuf_reserve(size) {
+        Some(addr) => {
+            env.reserved.push(addr);
+            addr
+        }
+        None => 0,
+    }
 }
 
 fn ringbuf_commit(env: &mut Env<'_>, id: u32, addr: u64, discard: bool) -> u64 {
@@ -376,7 +385,10 @@ fn ringbuf_commit(env: &mut Env<'_>, id: u32, addr: u64, discard: bool) -> u64 {
     let owner = maps.iter().find(|m| m.ringbuf_owns(addr));
     match owner {
         Some(m) => match m.ringbuf_commit(addr, discard) {
-            Ok(()) => 0,
+            Ok(()) => {
+                env.reserved.remove(addr);
+                0
+            }
             Err(_) => fault(env, id, "not a reserved ring buffer record"),
         },
         None => fault(env, id, "not a reserved ring buffer record"),

@@ -51,7 +51,10 @@ pub fn compile(src: &Path, extra: &[&str]) -> Vec<u8> {
     if let Ok(bytes) = std::fs::read(&out) {
         return bytes;
     }
-    let tmp = dir.join(format!("{stem}-{key:016x}.{}.tmp", std::process::id()));
+    // Unique per process and call: tests on several threads may compile the same source.
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!("{stem}-{key:016x}.{}.{call}.tmp", std::process::id()));
     let multiarch = format!("/usr/include/{}-linux-gnu", std::env::consts::ARCH);
     let status = Command::new("clang")
         .args(["-O2", "-g", "-target", "bpf", "-Wall", "-Werror"])
@@ -80,7 +83,9 @@ pub fn compile_str(name: &str, c: &str, extra: &[&str]) -> Vec<u8> {
     let _ = std::fs::create_dir_all(&dir);
     let path = dir.join(format!("{name}.c"));
     if std::fs::read_to_string(&path).ok().as_deref() != Some(c) {
-        let tmp = dir.join(format!("{name}.c.{}.tmp", std::process::id()));
+        static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = dir.join(format!("{name}.c.{}.{call}.tmp", std::process::id()));
         std::fs::write(&tmp, c).unwrap_or_else(|e| panic!("writing {}: {e}", tmp.display()));
         std::fs::rename(&tmp, &path).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
     }

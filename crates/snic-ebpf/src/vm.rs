@@ -497,6 +497,9 @@ pub struct Worker {
     pub(crate) prng: u64,
     /// `bpf_trace_printk` output.
     pub trace: TraceBuf,
+    /// Ring-buffer records runs on this worker reserved and never released (discarded at
+    /// the end of their run; see [`Reserved`]).
+    pub ringbuf_leaked: u64,
 }
 
 impl Worker {
@@ -507,6 +510,7 @@ impl Worker {
             stack: vec![0u64; STACK_SIZE / 8].into_boxed_slice(),
             prng: 0x9e37_79b9_7f4a_7c15 ^ (index as u64).wrapping_mul(0xbf58_476d_1ce4_e5b9),
             trace: TraceBuf::default(),
+            ringbuf_leaked: 0,
         }
     }
 
@@ -545,6 +549,61 @@ pub struct Env<'a> {
     pub(crate) nargs: usize,
     /// Set by a helper that faulted; the run ends with it.
     pub(crate) fault: Option<Fault>,
+    /// Ring-buffer records this run reserved and has not submitted or discarded yet.
+    pub(crate) reserved: Reserved,
+}
+
+/// Most ring-buffer records one run may hold reserved at once; `bpf_ringbuf_reserve` returns
+/// NULL beyond it (programs must handle NULL anyway: the verifier makes them check).
+pub const MAX_RESERVED: usize = 8;
+
+/// The records a run holds reserved. The kernel's verifier proves every reservation is
+/// released on every path; PREVAIL does not track references, so snic enforces it at run
+/// time instead: whatever a run leaves reserved is discarded when the run ends (and counted
+/// in [`Worker::ringbuf_leaked`]), so a leaking program cannot block a ring for its consumers.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Reserved {
+    addrs: [u64; MAX_RESERVED],
+    len: usize,
+}
+
+impl Reserved {
+    /// Remembers a reservation; false when the run already holds [`MAX_RESERVED`].
+    pub(crate) fn push(&mut self, addr: u64) -> bool {
+        if self.len == MAX_RESERVED {
+            return false;
+        }
+        self.addrs[self.len] = addr;
+        self.len += 1;
+        true
+    }
+
+    /// Whether the run holds room for one more reservation.
+    pub(crate) fn full(&self) -> bool {
+        self.len == MAX_RESERVED
+    }
+
+    /// Forgets a reservation the program released.
+    pub(crate) fn remove(&mut self, addr: u64) {
+        if let Some(i) = self.addrs[..self.len].iter().position(|&a| a == addr) {
+            self.addrs[i] = self.addrs[self.len - 1];
+            self.len -= 1;
+        }
+    }
+}
+
+impl Env<'_> {
+    /// Discards every record the run left reserved; returns how many there were.
+    pub(crate) fn release_leaked(&mut self) -> u64 {
+        let leaked = self.reserved;
+        self.reserved = Reserved::default();
+        for &addr in &leaked.addrs[..leaked.len] {
+            if let Some(m) = self.maps.iter().find(|m| m.ringbuf_owns(addr)) {
+                let _ = m.ringbuf_commit(addr, true);
+            }
+        }
+        leaked.len as u64
+    }
 }
 
 impl<'a> Env<'a> {

@@ -50,6 +50,7 @@ fn run_prepared(prep: &Prepared, w: &mut Worker, pkt: &mut PacketBuf) -> Result<
         args: [(0, 0, false); 8],
         nargs: 0,
         fault: None,
+        reserved: Default::default(),
     };
     interpret(prep, &mut env, ctx_addr)
 }

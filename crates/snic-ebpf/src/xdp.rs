@@ -293,14 +293,17 @@ impl XdpProgram {
             args: [(0, 0, false); 8],
             nargs: 0,
             fault: None,
+            reserved: Default::default(),
         };
         let r = match (&self.jit, self.engine) {
             // `jit` is only set for verified programs (`load`, `set_engine`).
             (Some(jit), Engine::Jit) => jit.run_verified(&mut env, ctx_addr),
             _ => interpret(&self.prepared, &mut env, ctx_addr),
         };
+        let leaked = env.release_leaked();
         let (prng, redirect) = (env.prng, env.redirect);
         w.prng = prng;
+        w.ringbuf_leaked += leaked;
         // The helpers keep the window inside the buffer; set it on the buffer.
         // (`set_window` refuses anything outside the buffer; wrapping keeps a broken
         // invariant from panicking.)

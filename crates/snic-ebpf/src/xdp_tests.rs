@@ -220,6 +220,44 @@ SEC("xdp") int rb(struct xdp_md *ctx) {
 }
 
 #[test]
+fn a_leaked_ring_record_is_discarded_at_the_end_of_its_run() {
+    if !require_clang("ringbuf leak") {
+        return;
+    }
+    // Leaks its reservation when the first byte is 0x11 (PREVAIL accepts this; the kernel
+    // would not), submits otherwise.
+    let (_, prog) = load(
+        "vm_ringbuf_leak",
+        r#"
+struct { __uint(type, BPF_MAP_TYPE_RINGBUF); __uint(max_entries, 4096); } events SEC(".maps");
+SEC("xdp") int rb(struct xdp_md *ctx) {
+    unsigned char *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
+    if (data + 1 > end) return XDP_DROP;
+    __u64 *r = bpf_ringbuf_reserve(&events, 8, 0);
+    if (!r) return XDP_ABORTED;
+    *r = data[0];
+    if (data[0] == 0x11) return XDP_DROP;
+    bpf_ringbuf_submit(r, 0);
+    return XDP_PASS;
+}"#,
+    );
+    let mut w = Worker::new(0);
+    // Far more leaks than the 4 KiB ring could hold if they stayed reserved.
+    for i in 0..1000u32 {
+        let first = if i % 2 == 0 { 0x11 } else { 0x22 };
+        let mut p = PacketBuf::from_frame(&[first, 0, 0, 0]);
+        let want = if first == 0x11 { XdpAction::Drop } else { XdpAction::Pass };
+        assert_eq!(prog.run(&mut w, &mut p, 1, 0, 0).action, want, "packet {i}");
+        if i % 50 == 49 {
+            let got = prog.maps().by_name("events").unwrap().ringbuf_drain(1000);
+            assert_eq!(got.len(), 25, "every submitted record reaches the consumer (packet {i})");
+            assert!(got.iter().all(|r| r[0] == 0x22), "no leaked record is delivered");
+        }
+    }
+    assert_eq!(w.ringbuf_leaked, 500);
+}
+
+#[test]
 fn redirect_map_and_redirect_choose_ports() {
     if !require_clang("redirect") {
         return;

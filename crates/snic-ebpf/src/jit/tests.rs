@@ -661,6 +661,7 @@ fn both(prep: &Prepared, frame: &[u8]) -> (Outcome, Outcome) {
             args: [(0, 0, false); 8],
             nargs: 0,
             fault: None,
+            reserved: Default::default(),
         };
         let r0 = if use_jit {
             // SAFETY: the generated programs only access their initialised stack frame (the
