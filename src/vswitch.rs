@@ -455,6 +455,13 @@ pub fn serve(vs: Option<&VSwitch>, now: Instant, req: Request) -> Value {
         | Request::StreamTable { .. } => {
             error("stream requests are answered by the kernel stages, not the vswitch")
         }
+        Request::EbpfList
+        | Request::EbpfLoad { .. }
+        | Request::EbpfMap { .. }
+        | Request::EbpfEvents { .. }
+        | Request::EbpfTrace { .. } => {
+            error("ebpf requests are answered by the xdp stages, not the vswitch")
+        }
         Request::VSwitchShow => json!({"ok": true, "vswitch": show_json(vs)}),
         Request::DumpFlows { limit, text } => {
             if limit > MAX_DUMP_LIMIT {
