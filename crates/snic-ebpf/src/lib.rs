@@ -1,13 +1,15 @@
 //! eBPF on the NIC: programs people already write for Linux XDP, compiled by
 //! `clang -O2 -target bpf`, loaded from their ELF objects ([`object`]), verified before they run
-//! ([`verify`], PREVAIL), and run by snic's interpreter or JIT over snic's own maps.
+//! ([`verify`](mod@verify), PREVAIL), and run by snic's interpreter or JIT over snic's own maps.
 
 pub mod insn;
+pub mod maps;
 pub mod object;
 pub mod platform;
 pub mod verify;
 
 pub use insn::Insn;
+pub use maps::{Map, MapError, MapSet};
 pub use object::{LoadError, MapKind, MapSpec, Object, ProgKind, Program};
 pub use verify::{Refusal, Verdict, verify};
 
