@@ -213,8 +213,10 @@ impl Object {
                 if fd_to_index.iter().any(|&(fd, _)| fd == d.original_fd) {
                     continue;
                 }
-                let kind = MapKind::from_linux(d.map_type);
                 let global = d.name.starts_with('.');
+                // PREVAIL's reader gives global-data sections map type 0 (unspecified); they
+                // are single-entry arrays, as libbpf and the kernel treat them.
+                let kind = if global { MapKind::Array } else { MapKind::from_linux(d.map_type) };
                 let data = if global {
                     let contents = sections
                         .iter()

@@ -20,6 +20,8 @@
 //!   plane; the program and its entries file are read and compiled here.
 //! - [`stream`]: the `kernel:NAME` stages (streaming kernels, `snic-stream`): one instance
 //!   per worker, their control handles, the per-process nonce salt.
+//! - [`bpf`]: the Linux kernel's eBPF through `bpf(2)` (maps, program loading with the
+//!   verifier's log, `BPF_PROG_TEST_RUN`), the oracle snic's eBPF is tested against.
 //! - [`sys`]: every libc helper (socket options, `mmsghdr` set-up, `poll`, `madvise`).
 
 pub mod port;
@@ -44,5 +46,6 @@ pub mod sys;
 pub mod worker;
 
 pub mod afpacket;
+pub mod bpf;
 pub mod tap;
 pub mod vnet;
