@@ -18,7 +18,7 @@ pub const NIC_CORE_SECTION: &str = "snic/core";
 /// The NIC-core program's context (`struct snic_core_md` in `examples/ebpf/snic_core.h`):
 /// `data`/`data_end` (u32 at 0 and 4) bound argument 0, as XDP's bound the packet.
 pub static NIC_CORE_CTX: EbpfCtxDescriptor =
-    EbpfCtxDescriptor { size: 96, data: 0, end: 4, meta: -1 };
+    EbpfCtxDescriptor { size: 112, data: 0, end: 4, meta: -1 };
 
 /// PREVAIL's Linux platform with snic's NIC-core program type added.
 pub struct SnicPlatform {

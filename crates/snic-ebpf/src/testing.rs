@@ -86,3 +86,141 @@ pub fn compile_str(name: &str, c: &str, extra: &[&str]) -> Vec<u8> {
     }
     compile(&path, extra)
 }
+
+/// A tiny assembler for hand-written test programs: one function per instruction form,
+/// returning [`crate::Insn`]s (`lddw` returns two).
+pub mod asm {
+    use crate::Insn;
+
+    fn i(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
+        Insn { code, dst, src, off, imm }
+    }
+
+    /// 64-bit ALU `op` (high nibble, e.g. `0x00` add) of an immediate: `dst op= imm`.
+    pub fn alu64_imm(op: u8, dst: u8, imm: i32) -> Insn {
+        i(0x07 | op, dst, 0, 0, imm)
+    }
+    /// 64-bit ALU `op` of a register: `dst op= src`.
+    pub fn alu64_reg(op: u8, dst: u8, src: u8) -> Insn {
+        i(0x0f | op, dst, src, 0, 0)
+    }
+    /// 32-bit ALU `op` of an immediate.
+    pub fn alu32_imm(op: u8, dst: u8, imm: i32) -> Insn {
+        i(0x04 | op, dst, 0, 0, imm)
+    }
+    /// 32-bit ALU `op` of a register.
+    pub fn alu32_reg(op: u8, dst: u8, src: u8) -> Insn {
+        i(0x0c | op, dst, src, 0, 0)
+    }
+    /// Any ALU instruction with its `off` (signed division, `movsx`).
+    pub fn alu_off(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
+        i(code, dst, src, off, imm)
+    }
+    /// `dst = imm` (64-bit, sign-extended).
+    pub fn mov64(dst: u8, imm: i32) -> Insn {
+        alu64_imm(0xb0, dst, imm)
+    }
+    /// `dst = src`.
+    pub fn mov64_reg(dst: u8, src: u8) -> Insn {
+        alu64_reg(0xb0, dst, src)
+    }
+    /// `lddw dst, imm64` (two slots).
+    pub fn lddw(dst: u8, imm: u64) -> [Insn; 2] {
+        [i(0x18, dst, 0, 0, imm as u32 as i32), i(0, 0, 0, 0, (imm >> 32) as u32 as i32)]
+    }
+    /// `lddw dst, map` (`src` = 1, `imm` = the map's index in the object).
+    pub fn lddw_map(dst: u8, index: i32) -> [Insn; 2] {
+        [i(0x18, dst, 1, 0, index), i(0, 0, 0, 0, 0)]
+    }
+    /// Size code of a byte count (1, 2, 4, 8).
+    pub fn size(bytes: u8) -> u8 {
+        match bytes {
+            1 => 0x10,
+            2 => 0x08,
+            4 => 0x00,
+            _ => 0x18,
+        }
+    }
+    /// `dst = *(size *)(src + off)`.
+    pub fn ldx(bytes: u8, dst: u8, src: u8, off: i16) -> Insn {
+        i(0x61 | size(bytes), dst, src, off, 0)
+    }
+    /// `dst = *(signed size *)(src + off)`, sign-extended (v4).
+    pub fn ldxs(bytes: u8, dst: u8, src: u8, off: i16) -> Insn {
+        i(0x81 | size(bytes), dst, src, off, 0)
+    }
+    /// `*(size *)(dst + off) = src`.
+    pub fn stx(bytes: u8, dst: u8, off: i16, src: u8) -> Insn {
+        i(0x63 | size(bytes), dst, src, off, 0)
+    }
+    /// `*(size *)(dst + off) = imm`.
+    pub fn st(bytes: u8, dst: u8, off: i16, imm: i32) -> Insn {
+        i(0x62 | size(bytes), dst, 0, off, imm)
+    }
+    /// Atomic `op` (`imm`: 0x00 add, 0x40 or, 0x50 and, 0xa0 xor, | 0x01 fetch, 0xe1 xchg,
+    /// 0xf1 cmpxchg) of `src` at `dst + off`, 4 or 8 bytes.
+    pub fn atomic(bytes: u8, dst: u8, off: i16, src: u8, op: i32) -> Insn {
+        i(0xc3 | size(bytes), dst, src, off, op)
+    }
+    /// Conditional jump `op` (high nibble) on `dst` and an immediate, 64-bit.
+    pub fn jmp_imm(op: u8, dst: u8, imm: i32, off: i16) -> Insn {
+        i(0x05 | op, dst, 0, off, imm)
+    }
+    /// Conditional jump `op` on `dst` and `src`, 64-bit.
+    pub fn jmp_reg(op: u8, dst: u8, src: u8, off: i16) -> Insn {
+        i(0x0d | op, dst, src, off, 0)
+    }
+    /// Conditional jump `op` on `dst` and an immediate, 32-bit.
+    pub fn jmp32_imm(op: u8, dst: u8, imm: i32, off: i16) -> Insn {
+        i(0x06 | op, dst, 0, off, imm)
+    }
+    /// Conditional jump `op` on `dst` and `src`, 32-bit.
+    pub fn jmp32_reg(op: u8, dst: u8, src: u8, off: i16) -> Insn {
+        i(0x0e | op, dst, src, off, 0)
+    }
+    /// `goto +off`.
+    pub fn ja(off: i16) -> Insn {
+        i(0x05, 0, 0, off, 0)
+    }
+    /// `gotol +imm` (v4, 32-bit offset).
+    pub fn gotol(imm: i32) -> Insn {
+        i(0x06, 0, 0, 0, imm)
+    }
+    /// `call helper`.
+    pub fn call(helper: i32) -> Insn {
+        i(0x85, 0, 0, 0, helper)
+    }
+    /// `call +imm` (bpf-to-bpf).
+    pub fn call_local(imm: i32) -> Insn {
+        i(0x85, 0, 1, 0, imm)
+    }
+    /// `exit`.
+    pub fn exit() -> Insn {
+        i(0x95, 0, 0, 0, 0)
+    }
+    /// Flattens a program written as a list of instruction groups.
+    pub fn prog<const N: usize>(parts: [&[Insn]; N]) -> Vec<Insn> {
+        parts.iter().flat_map(|p| p.iter().copied()).collect()
+    }
+}
+
+/// Prepares `insns` as an XDP program over `maps` *without* verification (`ctx_accesses`
+/// names the context loads to rewrite), for tests of the interpreter's own checks.
+pub fn unverified_xdp(
+    insns: Vec<crate::Insn>,
+    ctx_accesses: Vec<usize>,
+    maps: &crate::MapSet,
+) -> Result<crate::XdpProgram, crate::PrepareError> {
+    unverified(insns, ctx_accesses, maps, crate::ProgKind::Xdp)
+        .map(crate::XdpProgram::from_prepared)
+}
+
+/// Prepares `insns` of `kind` without verification.
+pub fn unverified(
+    insns: Vec<crate::Insn>,
+    ctx_accesses: Vec<usize>,
+    maps: &crate::MapSet,
+    kind: crate::ProgKind,
+) -> Result<crate::Prepared, crate::PrepareError> {
+    crate::vm::prepare_insns(&insns, kind, &ctx_accesses, maps, "test".into())
+}

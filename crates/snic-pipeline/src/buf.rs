@@ -41,6 +41,9 @@ pub struct PacketBuf {
     buf: Box<[u8]>,
     head: usize,
     len: usize,
+    /// Bytes of XDP metadata right in front of the frame (`data_meta..data`), inside the
+    /// headroom: `meta_len <= head`. Any other change of the frame's start forgets it.
+    meta_len: usize,
     /// What the pipeline knows about this packet.
     pub meta: Metadata,
 }
@@ -50,6 +53,7 @@ impl fmt::Debug for PacketBuf {
         f.debug_struct("PacketBuf")
             .field("len", &self.len)
             .field("headroom", &self.head)
+            .field("meta_len", &self.meta_len)
             .field("tailroom", &self.tailroom())
             .field("meta", &self.meta)
             .finish()
@@ -74,6 +78,7 @@ impl PacketBuf {
             buf: vec![0u8; headroom + frame_room].into_boxed_slice(),
             head: headroom,
             len: 0,
+            meta_len: 0,
             meta: Metadata::default(),
         }
     }
@@ -125,6 +130,7 @@ impl PacketBuf {
     pub fn reset(&mut self) {
         self.head = DEFAULT_HEADROOM.min(self.buf.len());
         self.len = 0;
+        self.meta_len = 0;
         self.meta = Metadata::default();
     }
 
@@ -136,6 +142,7 @@ impl PacketBuf {
         }
         self.head = DEFAULT_HEADROOM;
         self.len = 0;
+        self.meta_len = 0;
     }
 
     /// Replace the frame with a copy of `frame` (growing the buffer if needed). Metadata is kept.
@@ -168,6 +175,7 @@ impl PacketBuf {
         }
         self.head -= n;
         self.len += n;
+        self.meta_len = 0;
         let front = &mut self.buf[self.head..self.head + n];
         front.fill(0);
         Ok(front)
@@ -184,6 +192,7 @@ impl PacketBuf {
         }
         self.head -= n;
         self.len += n;
+        self.meta_len = 0;
         let front = &mut self.buf[self.head..self.head + n];
         front.copy_from_slice(hdr);
         Ok(front)
@@ -196,6 +205,7 @@ impl PacketBuf {
         }
         self.head += n;
         self.len -= n;
+        self.meta_len = 0;
         Ok(())
     }
 
@@ -215,6 +225,37 @@ impl PacketBuf {
     /// Shorten the frame to `len` bytes (no-op if it is already shorter).
     pub fn truncate(&mut self, len: usize) {
         self.len = self.len.min(len);
+    }
+
+    /// Bytes of metadata in front of the frame (XDP's `data_meta..data`); 0 when none.
+    pub fn meta_len(&self) -> usize {
+        self.meta_len
+    }
+
+    /// The metadata bytes in front of the frame.
+    pub fn data_meta(&self) -> &[u8] {
+        &self.buf[self.head - self.meta_len..self.head]
+    }
+
+    /// The whole buffer (headroom, frame, tailroom) with the frame's start, length and
+    /// metadata length, for an engine that works in place (XDP). Follow with
+    /// [`PacketBuf::set_window`] if the frame moved.
+    pub fn raw_parts_mut(&mut self) -> (&mut [u8], usize, usize, usize) {
+        (&mut self.buf, self.head, self.len, self.meta_len)
+    }
+
+    /// Sets the frame to `len` bytes at `head` in the buffer, with `meta_len` bytes of
+    /// metadata in front of it. Refused (nothing changes) unless
+    /// `meta_len <= head` and `head + len <= capacity`.
+    pub fn set_window(&mut self, head: usize, len: usize, meta_len: usize) -> Result<(), NoRoom> {
+        let cap = self.buf.len();
+        if meta_len > head || head > cap || len > cap - head {
+            return Err(NoRoom { need: head.saturating_add(len), have: cap });
+        }
+        self.head = head;
+        self.len = len;
+        self.meta_len = meta_len;
+        Ok(())
     }
 }
 
@@ -423,6 +464,35 @@ mod tests {
             Err(NoRoom { need: DEFAULT_HEADROOM, have: DEFAULT_HEADROOM - 4 })
         );
         assert_eq!(p.data(), b"hdr=payload");
+    }
+
+    #[test]
+    fn set_window_moves_the_frame_and_keeps_metadata_in_the_headroom() {
+        let mut p = PacketBuf::from_frame(b"0123456789");
+        let (buf, head, len, meta) = p.raw_parts_mut();
+        assert_eq!((len, meta), (10, 0));
+        buf[head - 4..head].copy_from_slice(b"META");
+        let cap = p.capacity();
+        p.set_window(head + 2, 6, 6).unwrap();
+        assert_eq!(p.data(), b"234567");
+        assert_eq!(p.data_meta(), b"META01");
+        assert_eq!(p.headroom(), head + 2);
+        // Invalid windows change nothing.
+        assert!(p.set_window(3, 1, 4).is_err());
+        assert!(p.set_window(cap - 1, 2, 0).is_err());
+        assert!(p.set_window(cap + 1, 0, 0).is_err());
+        assert_eq!(p.data(), b"234567");
+        assert_eq!(p.meta_len(), 6);
+        // Moving the frame start by other means forgets the metadata.
+        p.pull_front(1).unwrap();
+        assert_eq!(p.meta_len(), 0);
+        p.set_window(head, 4, 4).unwrap();
+        p.push_front(1).unwrap();
+        assert_eq!(p.meta_len(), 0);
+        p.set_window(head, 4, 4).unwrap();
+        p.reset();
+        assert_eq!(p.meta_len(), 0);
+        assert!(p.data_meta().is_empty());
     }
 
     #[test]

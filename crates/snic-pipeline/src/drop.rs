@@ -18,7 +18,7 @@ const WIRE: usize = WireError::NAMES.len();
 pub const DROP_REASONS: usize = WIRE + OTHER_NAMES.len();
 
 /// Names of the non-`Malformed` reasons, in slot order after the wire errors.
-const OTHER_NAMES: [&str; 25] = [
+const OTHER_NAMES: [&str; 27] = [
     "no_egress",
     "tx_queue_full",
     "tx_error",
@@ -44,6 +44,8 @@ const OTHER_NAMES: [&str; 25] = [
     "kernel_drop",
     "kernel_auth",
     "kernel_no_key",
+    "xdp_drop",
+    "xdp_aborted",
 ];
 
 /// Why a packet was dropped. Names ([`DropReason::name`], `Display`) are lower-case and stable:
@@ -112,6 +114,11 @@ pub enum DropReason {
     /// A streaming kernel needed a key it does not have (a `crypt` kernel whose key slot is
     /// empty): the packet is dropped rather than sent in the clear.
     KernelNoKey,
+    /// An XDP program returned `XDP_DROP`.
+    XdpDrop,
+    /// An XDP program returned `XDP_ABORTED` (or an invalid code), or faulted: an access
+    /// outside its memory, a helper given bad arguments, its instruction budget exhausted.
+    XdpAborted,
 }
 
 impl DropReason {
@@ -144,6 +151,8 @@ impl DropReason {
             DropReason::KernelDrop => WIRE + 22,
             DropReason::KernelAuth => WIRE + 23,
             DropReason::KernelNoKey => WIRE + 24,
+            DropReason::XdpDrop => WIRE + 25,
+            DropReason::XdpAborted => WIRE + 26,
         }
     }
 
@@ -228,6 +237,8 @@ mod tests {
             DropReason::KernelDrop,
             DropReason::KernelAuth,
             DropReason::KernelNoKey,
+            DropReason::XdpDrop,
+            DropReason::XdpAborted,
         ];
         let mut seen = [false; DROP_REASONS];
         for r in all {

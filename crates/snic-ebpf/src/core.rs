@@ -1,0 +1,212 @@
+//! NIC-core programs (`SEC("snic/core")`): lookaside work written in C, compiled to BPF and run
+//! by a compute worker over *address arguments* (ranges of device or host memory the caller
+//! resolved and bounds-checked, as for every kernel command), with up to eight scalars.
+//!
+//! The context is `struct snic_core_md` (`examples/ebpf/include/snic_core.h`):
+//!
+//! | C offset | field            | meaning                                            |
+//! |---------:|------------------|----------------------------------------------------|
+//! | 0        | `__u32 data`     | start of argument 0 (a packet-like pointer)        |
+//! | 4        | `__u32 data_end` | end of argument 0                                  |
+//! | 8        | `__u32 nargs`    | number of address arguments                        |
+//! | 12       | `__u32 id`       | the caller's workload id                           |
+//! | 16       | `__u64 scalars[8]` | scalar arguments                                 |
+//! | 80       | `__u32 arg_len[8]` | length of each address argument                  |
+//!
+//! 112 bytes ([`crate::platform::NIC_CORE_CTX`]). Programs read argument 0 directly with the
+//! usual verified `data`/`data_end` checks, and copy from or to any argument with
+//! `snic_arg_read(arg, offset, dst, len)` / `snic_arg_write(arg, offset, src, len)`
+//! ([`HELPER_ARG_READ`], [`HELPER_ARG_WRITE`]), which check the range at run time and return
+//! `-EINVAL` (after zeroing `dst`) when it does not fit. At run time the context is
+//! [`CoreCtx`]: the same layout with `data`/`data_end` widened to 64-bit addresses, which
+//! `prepare` accounts for by rewriting context loads.
+
+use crate::maps::MapSet;
+use crate::object::{Object, ProgKind};
+use crate::raw::Memory;
+use crate::vm::{CtxKind, Env, Fault, LDXDW, Prepared, Worker, interpret};
+use crate::xdp::{LoadFailure, load_program};
+
+/// Helper id of `snic_arg_read(u32 arg, u32 offset, void *dst, u32 len)`.
+pub const HELPER_ARG_READ: u32 = 0x7000;
+/// Helper id of `snic_arg_write(u32 arg, u32 offset, const void *src, u32 len)`.
+pub const HELPER_ARG_WRITE: u32 = 0x7001;
+/// Most address arguments.
+pub const MAX_ARGS: usize = 8;
+/// Size of `struct snic_core_md` as programs see it.
+pub const CORE_MD_SIZE: i16 = 112;
+
+/// The runtime layout of `struct snic_core_md`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CoreCtx {
+    /// Address of argument 0.
+    pub data: u64,
+    /// One past its end.
+    pub data_end: u64,
+    /// Number of address arguments.
+    pub nargs: u32,
+    /// The caller's workload id.
+    pub id: u32,
+    /// Scalar arguments.
+    pub scalars: [u64; 8],
+    /// Length of each address argument.
+    pub arg_len: [u32; 8],
+}
+
+/// The rewritten opcode and offset of a `snic_core_md` load of `size` bytes at `off`.
+pub(crate) fn ctx_rewrite(off: i16, size: u8) -> Option<(u8, i16)> {
+    match (off, size) {
+        (0, 4) => Some((LDXDW, 0)),
+        (4, 4) => Some((LDXDW, 8)),
+        _ if off >= 8 && off + i16::from(size) <= CORE_MD_SIZE && off % i16::from(size) == 0 => {
+            let code = match size {
+                1 => 0x71,
+                2 => 0x69,
+                4 => 0x61,
+                _ => 0x79,
+            };
+            Some((code, off + 8))
+        }
+        _ => None,
+    }
+}
+
+/// A loaded, verified and prepared NIC-core program with its maps.
+#[derive(Debug)]
+pub struct CoreProgram {
+    prepared: Prepared,
+    verify_time: std::time::Duration,
+}
+
+impl CoreProgram {
+    /// Loads the NIC-core program in `section` (or the object's first one) over `maps`.
+    pub fn load(
+        obj: &Object,
+        section: Option<&str>,
+        maps: MapSet,
+    ) -> Result<CoreProgram, LoadFailure> {
+        let (prepared, verdict) = load_program(obj, section, &maps, ProgKind::NicCore)?;
+        Ok(CoreProgram { prepared, verify_time: verdict.took })
+    }
+
+    /// The prepared program (for the JIT).
+    pub fn prepared(&self) -> &Prepared {
+        &self.prepared
+    }
+
+    /// The program's maps.
+    pub fn maps(&self) -> &MapSet {
+        &self.prepared.maps
+    }
+
+    /// How long verification took.
+    pub fn verify_time(&self) -> std::time::Duration {
+        self.verify_time
+    }
+
+    /// Runs the program over `args` (address arguments, already resolved and bounds-checked by
+    /// the caller, at most [`MAX_ARGS`]) and `scalars`; returns `r0`.
+    pub fn run(
+        &self,
+        w: &mut Worker,
+        args: &mut [&mut [u8]],
+        scalars: &[u64; 8],
+    ) -> Result<u64, Fault> {
+        self.run_with(w, args, scalars, 0, 0)
+    }
+
+    /// [`CoreProgram::run`] with the workload id the program sees in `snic_core_md.id` and the
+    /// time `bpf_ktime_get_ns` returns.
+    pub fn run_with(
+        &self,
+        w: &mut Worker,
+        args: &mut [&mut [u8]],
+        scalars: &[u64; 8],
+        id: u32,
+        now_ns: u64,
+    ) -> Result<u64, Fault> {
+        if args.len() > MAX_ARGS {
+            return Err(Fault::Helper { id: 0, reason: "more than 8 address arguments" });
+        }
+        let mut ctx =
+            CoreCtx { nargs: args.len() as u32, id, scalars: *scalars, ..CoreCtx::default() };
+        let mut table = [(0u64, 0u64, false); 8];
+        for (k, a) in args.iter().enumerate() {
+            table[k] = (a.as_ptr() as u64, a.len() as u64, true);
+            ctx.arg_len[k] = u32::try_from(a.len()).unwrap_or(u32::MAX);
+        }
+        if let Some(&(start, len, _)) = table.first().filter(|_| !args.is_empty()) {
+            ctx.data = start;
+            ctx.data_end = start + len;
+        }
+        let nargs = args.len();
+        let maps = self.prepared.maps.iter().as_slice();
+        let mut mem = Memory::new(maps);
+        let stack = mem.add_words(&mut w.stack).ok_or(Fault::Budget)?;
+        for a in args.iter_mut() {
+            mem.add(a).ok_or(Fault::Helper { id: 0, reason: "too many regions" })?;
+        }
+        let ctx_addr = mem.set_ctx(&mut ctx);
+        let mut env = Env {
+            mem,
+            maps,
+            worker: w.index,
+            now_ns,
+            prng: w.prng,
+            trace: &mut w.trace,
+            ctx: CtxKind::Core(ctx_addr),
+            stack_top: stack.end(),
+            redirect: None,
+            args: table,
+            nargs,
+            fault: None,
+        };
+        let r = interpret(&self.prepared, &mut env, ctx_addr);
+        w.prng = env.prng;
+        r
+    }
+}
+
+/// `snic_arg_read` / `snic_arg_write`.
+pub(crate) fn arg_copy(
+    env: &mut Env<'_>,
+    id: u32,
+    arg: u64,
+    offset: u64,
+    ptr: u64,
+    len: u64,
+) -> u64 {
+    const EINVAL: u64 = (-22i64) as u64;
+    let (arg, offset, len) = (arg as u32 as usize, offset as u32 as u64, len as u32 as u64);
+    let fits = arg < env.nargs && offset.checked_add(len).is_some_and(|e| e <= env.args[arg].1);
+    let write = id == HELPER_ARG_WRITE;
+    if !fits {
+        if !write {
+            // The destination counts as written on every path (the verifier assumes so).
+            for k in 0..len {
+                if env.mem.store(ptr + k, 1, 0).is_none() {
+                    env.fault.get_or_insert(Fault::Helper {
+                        id,
+                        reason: "destination outside the program's memory",
+                    });
+                    return 0;
+                }
+            }
+        }
+        return EINVAL;
+    }
+    let at = env.args[arg].0 + offset;
+    let (dst, src) = if write { (at, ptr) } else { (ptr, at) };
+    if write && !env.args[arg].2 {
+        return EINVAL;
+    }
+    match env.mem.copy(dst, src, len) {
+        Some(()) => 0,
+        None => {
+            env.fault
+                .get_or_insert(Fault::Helper { id, reason: "buffer outside the program's memory" });
+            0
+        }
+    }
+}

@@ -1,0 +1,226 @@
+//! The `xdp` pipeline stage: runs an XDP program on every packet of a batch, in place.
+//!
+//! | return          | what the stage does                                              |
+//! |-----------------|------------------------------------------------------------------|
+//! | `XDP_DROP`      | counted drop [`DropReason::XdpDrop`]                             |
+//! | `XDP_ABORTED`, invalid code, fault | counted drop [`DropReason::XdpAborted`]       |
+//! | `XDP_PASS`      | the packet goes on                                               |
+//! | `XDP_TX`        | egress = the ingress port                                        |
+//! | `XDP_REDIRECT`  | egress = the port `bpf_redirect`/the devmap named ([`DropReason::NoEgress`] if it is not a port number) |
+//!
+//! **Hot swap.** The stage reads its program from a shared [`XdpSlot`]. [`XdpSlot::swap`]
+//! installs a new program and bumps a generation number; each stage checks the number once per
+//! batch and picks up the new program only then, so a batch runs entirely on one program and
+//! no packet sees a half-installed one. The old program (and any maps only it used) is freed
+//! once the last worker lets go of it.
+//!
+//! Per-action counts and the `bpf_trace_printk` lines of all workers gather in the slot for the
+//! control plane ([`XdpSlot::counts`], [`XdpSlot::drain_trace`]); a traced packet's lines also
+//! go to the pipeline's trace as [`TraceWhat::Detail`].
+
+use crate::vm::{TraceBuf, Worker};
+use crate::xdp::{XdpAction, XdpProgram};
+use snic_pipeline::trace::TraceWhat;
+use snic_pipeline::{Batch, DropReason, PortId, Stage, StageCtx};
+use snic_time::Instant;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// Packets per action, over every worker of a slot.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct XdpCounts {
+    /// `XDP_ABORTED`, invalid codes and faults.
+    pub aborted: u64,
+    /// `XDP_DROP`.
+    pub drop: u64,
+    /// `XDP_PASS`.
+    pub pass: u64,
+    /// `XDP_TX`.
+    pub tx: u64,
+    /// `XDP_REDIRECT`.
+    pub redirect: u64,
+    /// Runs that ended with a fault (a subset of `aborted`).
+    pub faults: u64,
+}
+
+#[derive(Debug, Default)]
+struct AtomicCounts([AtomicU64; 6]);
+
+impl AtomicCounts {
+    fn add(&self, c: &XdpCounts) {
+        let v = [c.aborted, c.drop, c.pass, c.tx, c.redirect, c.faults];
+        for (a, n) in self.0.iter().zip(v) {
+            if n != 0 {
+                a.fetch_add(n, Ordering::Relaxed);
+            }
+        }
+    }
+    fn get(&self) -> XdpCounts {
+        let g = |i: usize| self.0[i].load(Ordering::Relaxed);
+        XdpCounts { aborted: g(0), drop: g(1), pass: g(2), tx: g(3), redirect: g(4), faults: g(5) }
+    }
+}
+
+/// The program an `xdp` stage runs, shared by every worker's stage and the control plane.
+#[derive(Debug)]
+pub struct XdpSlot {
+    prog: Mutex<Arc<XdpProgram>>,
+    generation: AtomicU64,
+    counts: AtomicCounts,
+    trace: Mutex<TraceBuf>,
+}
+
+impl XdpSlot {
+    /// A slot holding `prog`.
+    pub fn new(prog: Arc<XdpProgram>) -> XdpSlot {
+        XdpSlot {
+            prog: Mutex::new(prog),
+            generation: AtomicU64::new(0),
+            counts: AtomicCounts::default(),
+            trace: Mutex::new(TraceBuf::default()),
+        }
+    }
+
+    /// Installs `new`; stages pick it up at their next batch. Returns the program it replaced.
+    pub fn swap(&self, new: Arc<XdpProgram>) -> Arc<XdpProgram> {
+        let mut g = self.prog.lock().unwrap_or_else(PoisonError::into_inner);
+        let old = std::mem::replace(&mut *g, new);
+        self.generation.fetch_add(1, Ordering::Release);
+        old
+    }
+
+    /// The program installed now.
+    pub fn current(&self) -> Arc<XdpProgram> {
+        self.prog.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// How many swaps happened.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Packets per action so far.
+    pub fn counts(&self) -> XdpCounts {
+        self.counts.get()
+    }
+
+    /// Takes the `bpf_trace_printk` lines gathered so far (bounded; see [`TraceBuf`]).
+    pub fn drain_trace(&self) -> Vec<String> {
+        self.trace.lock().unwrap_or_else(PoisonError::into_inner).drain()
+    }
+
+    /// The program and its generation, read together.
+    fn load(&self) -> (Arc<XdpProgram>, u64) {
+        let g = self.prog.lock().unwrap_or_else(PoisonError::into_inner);
+        (g.clone(), self.generation.load(Ordering::Acquire))
+    }
+}
+
+/// The `xdp` stage of one worker.
+#[derive(Debug)]
+pub struct XdpStage {
+    name: String,
+    slot: Arc<XdpSlot>,
+    prog: Arc<XdpProgram>,
+    generation: u64,
+    worker: Worker,
+}
+
+impl XdpStage {
+    /// A stage for worker `worker` (its index selects per-CPU map values) running the program
+    /// in `slot`.
+    pub fn new(slot: Arc<XdpSlot>, worker: usize) -> XdpStage {
+        let (prog, generation) = slot.load();
+        XdpStage { name: "xdp".into(), slot, prog, generation, worker: Worker::new(worker) }
+    }
+
+    /// The slot this stage reads its program from.
+    pub fn slot(&self) -> &Arc<XdpSlot> {
+        &self.slot
+    }
+
+    /// The generation of the program this stage runs now.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+}
+
+impl Stage for XdpStage {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn process(&mut self, now: Instant, batch: &mut Batch, ctx: &mut StageCtx<'_>) {
+        if self.slot.generation.load(Ordering::Acquire) != self.generation {
+            (self.prog, self.generation) = self.slot.load();
+        }
+        let prog = &self.prog;
+        let w = &mut self.worker;
+        let now_ns = now.as_nanos();
+        let mut counts = XdpCounts::default();
+        ctx.each(batch, |p, c| {
+            let before = (p.headroom(), p.len());
+            let lines = w.trace.len();
+            let ingress = p.meta.ingress;
+            let out = prog.run(w, p, u32::from(ingress.0), 0, now_ns);
+            if (p.headroom(), p.len()) != before {
+                p.meta.parsed = false;
+            }
+            if p.meta.trace {
+                if w.trace.len() > lines {
+                    let new: Vec<String> = w.trace.peek_from(lines);
+                    for line in new {
+                        c.trace(p, || TraceWhat::Detail(format!("bpf_trace_printk: {line}")));
+                    }
+                }
+                if let Some(f) = &out.fault {
+                    let f = f.to_string();
+                    c.trace(p, || TraceWhat::Detail(format!("xdp fault: {f}")));
+                }
+            }
+            match out.action {
+                XdpAction::Aborted => {
+                    counts.aborted += 1;
+                    counts.faults += u64::from(out.fault.is_some());
+                    Err(DropReason::XdpAborted)
+                }
+                XdpAction::Drop => {
+                    counts.drop += 1;
+                    Err(DropReason::XdpDrop)
+                }
+                XdpAction::Pass => {
+                    counts.pass += 1;
+                    Ok(())
+                }
+                XdpAction::Tx => {
+                    counts.tx += 1;
+                    p.meta.egress = Some(ingress);
+                    c.trace(p, || TraceWhat::Forwarded { port: ingress, how: "xdp_tx" });
+                    Ok(())
+                }
+                XdpAction::Redirect(port) => {
+                    counts.redirect += 1;
+                    match u16::try_from(port) {
+                        Ok(n) if !PortId(n).is_flood() && !PortId(n).is_local() => {
+                            p.meta.egress = Some(PortId(n));
+                            c.trace(p, || TraceWhat::Forwarded {
+                                port: PortId(n),
+                                how: "xdp_redirect",
+                            });
+                            Ok(())
+                        }
+                        _ => Err(DropReason::NoEgress),
+                    }
+                }
+            }
+        });
+        self.slot.counts.add(&counts);
+        if !self.worker.trace.is_empty() {
+            let lines = self.worker.trace.drain();
+            let mut t = self.slot.trace.lock().unwrap_or_else(PoisonError::into_inner);
+            for l in lines {
+                t.push(l);
+            }
+        }
+    }
+}

@@ -1,0 +1,271 @@
+//! XDP programs: loaded from an object, verified, prepared, and run on packets in place.
+//!
+//! [`XdpProgram::run`] gives the program snic's [`XdpCtx`] over the packet buffer itself (no
+//! copy): `data_meta..data_end` is the metadata plus the frame, the headroom in front is where
+//! `bpf_xdp_adjust_head`/`_meta` move, the tailroom behind is where `bpf_xdp_adjust_tail`
+//! grows. Afterwards the buffer's window is set to where the program left it. The return code
+//! becomes an [`XdpAction`]; a code outside `XDP_ABORTED..=XDP_REDIRECT`, a `XDP_REDIRECT`
+//! without a target, or a fault is [`XdpAction::Aborted`].
+//!
+//! Buffer geometry follows the kernel's `BPF_PROG_TEST_RUN`: the first
+//! [`crate::helpers::XDP_FRAME_RESERVE`] bytes of the buffer are never given to the program
+//! (the kernel keeps its `struct xdp_frame` there), and the frame may grow up to the end of
+//! the buffer. [`test_run_buf`] builds a buffer with exactly the kernel's geometry (256 bytes
+//! of headroom, 3520 bytes of room for the frame) for the differential test.
+
+use crate::maps::MapSet;
+use crate::object::{LoadError, Object, ProgKind};
+use crate::raw::Memory;
+use crate::verify::{Refusal, Verdict, verify};
+use crate::vm::{CtxKind, Env, Fault, PrepareError, Prepared, Worker, XdpCtx, interpret, prepare};
+use snic_pipeline::PacketBuf;
+use std::fmt;
+
+/// The kernel's `XDP_PACKET_HEADROOM`.
+pub const XDP_PACKET_HEADROOM: usize = 256;
+/// Room for the frame in a `BPF_PROG_TEST_RUN` buffer: a 4096-byte page less the headroom and
+/// the 320 bytes of `struct skb_shared_info`.
+pub const TEST_RUN_FRAME_ROOM: usize = 4096 - XDP_PACKET_HEADROOM - 320;
+
+/// A packet buffer holding a copy of `frame` with the geometry of the kernel's
+/// `BPF_PROG_TEST_RUN` for XDP ([`XDP_PACKET_HEADROOM`], [`TEST_RUN_FRAME_ROOM`]).
+pub fn test_run_buf(frame: &[u8]) -> PacketBuf {
+    let mut p = PacketBuf::with_room(XDP_PACKET_HEADROOM, TEST_RUN_FRAME_ROOM.max(frame.len()));
+    let _ = p.set_window(XDP_PACKET_HEADROOM, 0, 0);
+    let (buf, head, _, _) = p.raw_parts_mut();
+    buf[head..head + frame.len()].copy_from_slice(frame);
+    let _ = p.set_window(XDP_PACKET_HEADROOM, frame.len(), 0);
+    p
+}
+
+/// Why a program could not be loaded to run.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LoadFailure {
+    /// The object or the program in it did not load.
+    Load(LoadError),
+    /// The verifier refused the program.
+    Refused(Refusal),
+    /// The program is verified but uses something snic does not run.
+    Prepare(PrepareError),
+    /// The program is not of the kind asked for (an XDP program where a NIC-core one was
+    /// wanted, or the reverse).
+    WrongKind {
+        /// Kind wanted.
+        want: ProgKind,
+        /// Kind found.
+        found: ProgKind,
+    },
+}
+
+impl fmt::Display for LoadFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LoadFailure::Load(e) => write!(f, "{e}"),
+            LoadFailure::Refused(r) => write!(f, "verification failed: {r}"),
+            LoadFailure::Prepare(e) => write!(f, "{e}"),
+            LoadFailure::WrongKind { want, found } => {
+                write!(f, "the program is of kind {found:?}, not {want:?}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for LoadFailure {}
+
+impl From<LoadError> for LoadFailure {
+    fn from(e: LoadError) -> Self {
+        LoadFailure::Load(e)
+    }
+}
+impl From<Refusal> for LoadFailure {
+    fn from(e: Refusal) -> Self {
+        LoadFailure::Refused(e)
+    }
+}
+impl From<PrepareError> for LoadFailure {
+    fn from(e: PrepareError) -> Self {
+        LoadFailure::Prepare(e)
+    }
+}
+
+/// Finds, verifies and prepares the program of kind `want` in `section`.
+pub(crate) fn load_program(
+    obj: &Object,
+    section: Option<&str>,
+    maps: &MapSet,
+    want: ProgKind,
+) -> Result<(Prepared, Verdict), LoadFailure> {
+    let prog = match section {
+        Some(s) => obj.program(Some(s), None)?,
+        None => obj
+            .programs
+            .iter()
+            .find(|p| p.kind == want)
+            .ok_or_else(|| LoadError::NoProgram(format!("of kind {want:?}")))?,
+    };
+    if prog.kind != want {
+        return Err(LoadFailure::WrongKind { want, found: prog.kind });
+    }
+    let verdict = verify(prog)?;
+    let prepared = prepare(prog, &verdict, maps)?;
+    Ok((prepared, verdict))
+}
+
+/// What an XDP program decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum XdpAction {
+    /// `XDP_ABORTED` (0): an error; the packet is dropped and counted apart.
+    Aborted,
+    /// `XDP_DROP` (1).
+    Drop,
+    /// `XDP_PASS` (2): on through the pipeline.
+    Pass,
+    /// `XDP_TX` (3): back out of the port it came in by.
+    Tx,
+    /// `XDP_REDIRECT` (4) to this port (`bpf_redirect` ifindex or devmap value).
+    Redirect(u32),
+}
+
+impl XdpAction {
+    /// The kernel's return code.
+    pub fn code(self) -> u32 {
+        match self {
+            XdpAction::Aborted => 0,
+            XdpAction::Drop => 1,
+            XdpAction::Pass => 2,
+            XdpAction::Tx => 3,
+            XdpAction::Redirect(_) => 4,
+        }
+    }
+
+    /// Lower-case name (`aborted`, `drop`, `pass`, `tx`, `redirect`).
+    pub fn name(self) -> &'static str {
+        match self {
+            XdpAction::Aborted => "aborted",
+            XdpAction::Drop => "drop",
+            XdpAction::Pass => "pass",
+            XdpAction::Tx => "tx",
+            XdpAction::Redirect(_) => "redirect",
+        }
+    }
+}
+
+/// The result of one run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct XdpOutcome {
+    /// The action.
+    pub action: XdpAction,
+    /// Why the run aborted, when it faulted.
+    pub fault: Option<Fault>,
+}
+
+/// A loaded, verified and prepared XDP program with its maps. Share it between workers in an
+/// `Arc`; each worker runs it with its own [`Worker`].
+#[derive(Debug)]
+pub struct XdpProgram {
+    prepared: Prepared,
+    verify_time: std::time::Duration,
+}
+
+impl XdpProgram {
+    /// Loads the XDP program in `section` (or the object's first XDP program) over `maps`
+    /// (the object's runtime maps, e.g. `MapSet::new(&obj, workers)` or a rebind of a running
+    /// program's maps).
+    pub fn load(
+        obj: &Object,
+        section: Option<&str>,
+        maps: MapSet,
+    ) -> Result<XdpProgram, LoadFailure> {
+        let (prepared, verdict) = load_program(obj, section, &maps, ProgKind::Xdp)?;
+        Ok(XdpProgram { prepared, verify_time: verdict.took })
+    }
+
+    /// An XDP program from an already prepared one (e.g. [`crate::vm::prepare_insns`]).
+    pub fn from_prepared(prepared: Prepared) -> XdpProgram {
+        XdpProgram { prepared, verify_time: std::time::Duration::ZERO }
+    }
+
+    /// The prepared program (for the JIT).
+    pub fn prepared(&self) -> &Prepared {
+        &self.prepared
+    }
+
+    /// The program's maps.
+    pub fn maps(&self) -> &MapSet {
+        &self.prepared.maps
+    }
+
+    /// How long verification took.
+    pub fn verify_time(&self) -> std::time::Duration {
+        self.verify_time
+    }
+
+    /// Runs the program on `pkt` in place.
+    pub fn run(
+        &self,
+        w: &mut Worker,
+        pkt: &mut PacketBuf,
+        ingress_ifindex: u32,
+        rx_queue: u32,
+        now_ns: u64,
+    ) -> XdpOutcome {
+        let (buf, head, len, meta_len) = pkt.raw_parts_mut();
+        let base = buf.as_ptr() as u64;
+        let mut ctx = XdpCtx {
+            data: base + head as u64,
+            data_end: base + (head + len) as u64,
+            data_meta: base + (head - meta_len) as u64,
+            ingress_ifindex,
+            rx_queue_index: rx_queue,
+            egress_ifindex: 0,
+            pad: 0,
+        };
+        let maps = self.prepared.maps.iter().as_slice();
+        let mut mem = Memory::new(maps);
+        let Some(stack) = mem.add_words(&mut w.stack) else {
+            return XdpOutcome { action: XdpAction::Aborted, fault: Some(Fault::Budget) };
+        };
+        mem.set_packet_buf(buf, head - meta_len, head + len);
+        let ctx_addr = mem.set_ctx(&mut ctx);
+        let mut env = Env {
+            mem,
+            maps,
+            worker: w.index,
+            now_ns,
+            prng: w.prng,
+            trace: &mut w.trace,
+            ctx: CtxKind::Xdp(ctx_addr),
+            stack_top: stack.end(),
+            redirect: None,
+            args: [(0, 0, false); 8],
+            nargs: 0,
+            fault: None,
+        };
+        let r = interpret(&self.prepared, &mut env, ctx_addr);
+        let (prng, redirect) = (env.prng, env.redirect);
+        w.prng = prng;
+        // The helpers keep the window inside the buffer; set it on the buffer.
+        let head = (ctx.data - base) as usize;
+        let _ = pkt.set_window(
+            head,
+            (ctx.data_end - ctx.data) as usize,
+            (ctx.data - ctx.data_meta) as usize,
+        );
+        match r {
+            Err(f) => XdpOutcome { action: XdpAction::Aborted, fault: Some(f) },
+            Ok(code) => {
+                let action = match code as u32 {
+                    1 => XdpAction::Drop,
+                    2 => XdpAction::Pass,
+                    3 => XdpAction::Tx,
+                    4 => match redirect {
+                        Some(port) => XdpAction::Redirect(port),
+                        None => XdpAction::Aborted,
+                    },
+                    _ => XdpAction::Aborted,
+                };
+                XdpOutcome { action, fault: None }
+            }
+        }
+    }
+}
