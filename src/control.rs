@@ -144,6 +144,10 @@ pub enum Request {
         /// The program's ELF section; none picks the object's XDP program.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         section: Option<String>,
+        /// Load a NIC-core (`snic/core`) program into this slot of a `snic serve` instead
+        /// (`stage` is then ignored): kernel `EBPF` runs it with `s0` = the slot.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        core: Option<usize>,
     },
     /// `{"cmd":"ebpf.map","stage":0,"map":"hits","op":"dump|update|delete","key":..,
     /// "value":..,"flags":0}`: read or change a map of an `xdp:` stage (keys and values as
@@ -690,7 +694,8 @@ mod tests {
             Ok(Incoming::Request(Request::EbpfLoad {
                 stage: 0,
                 path: "/x.o".into(),
-                section: None
+                section: None,
+                core: None
             }))
         );
         assert_eq!(

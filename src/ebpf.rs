@@ -7,11 +7,12 @@
 //!   `snic serve --port` over its control socket (`--control PATH`); the server side is
 //!   [`serve`], which the control socket's handler calls with the run's `xdp:` stages.
 //!
-//! Keys and values on the command line are numbers (decimal, or hex with `0x`), stored
-//! little-endian in the map's key or value size, as a C program reading a `__u32` sees them;
-//! or raw bytes as `hex:` and exactly twice the size in hex digits (`hex:0a000001` for an
-//! IPv4 address in network order). Dumps print raw bytes in hex and, for sizes of 1, 2, 4 and
-//! 8 bytes, the little-endian number too.
+//! Keys and values on the command line take the forms of [`snic_ebpf::maps::parse_bytes`]:
+//! a decimal number stored in host order over the key or value size (`42`, as an array index
+//! or a counter is stored), `0x`-prefixed hex digits as bytes in the order written
+//! (`0x0a000001`), space-separated hex bytes (`0a 00 00 01`, what dumps print), a dotted IPv4
+//! address, or an LPM trie key (`10.0.0.0/8`). Dumps print bytes in hex and, for sizes of 1,
+//! 2, 4 and 8 bytes, the host-order number too.
 
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
@@ -87,6 +88,10 @@ enum EbpfCmd {
         /// The program's ELF section.
         #[arg(long)]
         section: Option<String>,
+        /// Load a NIC-core (`SEC("snic/core")`) program into this slot of a `snic serve`
+        /// instead; host programs run it as kernel `ebpf` (id 9) with `s0` = the slot.
+        #[arg(long, value_name = "SLOT")]
+        core: Option<usize>,
         /// Print the answer as JSON.
         #[arg(long)]
         json: bool,
@@ -164,13 +169,22 @@ pub fn run(args: EbpfArgs) -> Result<()> {
             }
             Ok(())
         }
-        EbpfCmd::Load { control, stage, file, section, json } => {
+        EbpfCmd::Load { control, stage, file, section, core, json } => {
             let path = std::fs::canonicalize(&file)
                 .with_context(|| format!("cannot read {}", file.display()))?;
             let path = path.to_str().context("the object's path is not UTF-8")?.to_owned();
-            let v = crate::control::request(&control, &Request::EbpfLoad { stage, path, section })?;
+            let req = Request::EbpfLoad { stage, path, section, core };
+            let v = crate::control::request(&control, &req)?;
             if json {
                 println!("{v}");
+            } else if core.is_some() {
+                println!(
+                    "core slot {}: loaded {} ({} insns, verified in {:.0} us)",
+                    v["core"],
+                    v["program"].as_str().unwrap_or_default(),
+                    v["insns"],
+                    v["verify_us"].as_f64().unwrap_or(0.0)
+                );
             } else {
                 print!("{}", load_text(&v));
             }
@@ -369,13 +383,17 @@ pub fn verify_text(doc: &Value) -> String {
 }
 
 fn load_text(v: &Value) -> String {
+    let pickup = match v["pickup_us"].as_f64() {
+        Some(us) => format!("every worker runs it after {us:.0} us"),
+        None => "idle workers take it with their next packets".into(),
+    };
     let mut s = format!(
-        "stage {}: loaded {} ({} insns, verified in {:.0} us, swapped in {:.0} us)\n",
+        "stage {}: loaded {} ({} insns; verified in {:.0} us, loaded in {:.0} us; {pickup})\n",
         v["stage"],
         v["program"].as_str().unwrap_or_default(),
         v["insns"],
         v["verify_us"].as_f64().unwrap_or(0.0),
-        v["swap_us"].as_f64().unwrap_or(0.0),
+        v["load_us"].as_f64().unwrap_or(0.0),
     );
     for m in v["maps"].as_array().into_iter().flatten() {
         s.push_str(&format!(
@@ -406,92 +424,227 @@ fn dump_text(v: &Value) -> String {
     s
 }
 
-/// Parse a key or value of `size` bytes as the CLI takes it: a number (decimal, or hex with
-/// `0x`) stored little-endian, or `hex:` and exactly `2 * size` hex digits as raw bytes.
-pub fn parse_bytes(text: &str, size: usize) -> Result<Vec<u8>, String> {
-    let t = text.trim();
-    let number = |digits: &str, radix: u32| {
-        u128::from_str_radix(&digits.replace('_', ""), radix)
-            .map_err(|_| format!("{t:?} is not a number"))
-            .and_then(|n| {
-                let bytes = n.to_le_bytes();
-                let fits = size >= 16 || n >> (8 * size) == 0;
-                if !fits {
-                    return Err(format!("{t} does not fit in {size} byte(s)"));
-                }
-                let mut v = vec![0u8; size];
-                let m = size.min(16);
-                v[..m].copy_from_slice(&bytes[..m]);
-                Ok(v)
-            })
-    };
-    if let Some(hex) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
-        return number(hex, 16);
-    }
-    if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit() || b == b'_') {
-        return number(t, 10);
-    }
-    if let Some(raw) = t.strip_prefix("hex:") {
-        if raw.len() != 2 * size || !raw.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(format!("{t:?}: {size} raw byte(s) are {} hex digits", 2 * size));
-        }
-        return (0..size)
-            .map(|i| u8::from_str_radix(&raw[2 * i..2 * i + 2], 16).map_err(|e| e.to_string()))
-            .collect();
-    }
-    Err(format!(
-        "{t:?}: expected a number (123, 0x7b) or raw bytes (hex: and {} hex digits)",
-        2 * size
-    ))
+fn error(msg: impl std::fmt::Display) -> Value {
+    json!({"ok": false, "error": msg.to_string()})
 }
 
-/// Show bytes as the dump prints them: hex, and the little-endian number for sizes of 1, 2,
-/// 4 and 8 bytes (`0a000000 (10)`).
-pub fn format_bytes(b: &[u8]) -> String {
-    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+/// What `ebpf.*` requests reach: the `xdp:` stages of a run or a NIC, in stage order, and a
+/// device's NIC-core programs (with its number of compute workers).
+#[derive(Debug, Clone, Default)]
+pub struct Targets {
+    /// The `xdp:` stages.
+    pub xdp: Vec<snic_io::ebpf::XdpControl>,
+    /// The device's NIC-core programs and its compute workers (`snic serve` only).
+    pub core: Option<(snic_device::ebpf::CorePrograms, usize)>,
+}
+
+/// Answer one `ebpf.*` request.
+pub fn serve(targets: &Targets, req: Request) -> Value {
+    let stages = targets.xdp.as_slice();
+    let pick = |n: usize| {
+        stages.get(n).ok_or_else(|| match stages.len() {
+            0 => "this run has no xdp stage".to_string(),
+            k => format!("no xdp stage {n} (the run has {k})"),
+        })
+    };
+    match req {
+        Request::EbpfList => {
+            let list: Vec<Value> = stages.iter().map(stage_json).collect();
+            json!({"ok": true, "stages": list})
+        }
+        Request::EbpfLoad { core: Some(slot), path, section, .. } => {
+            let Some((core, workers)) = &targets.core else {
+                return error("only snic serve runs NIC-core programs");
+            };
+            match core.load_file(slot, Path::new(&path), section.as_deref(), *workers) {
+                Ok(e) => json!({"ok": true, "core": slot, "program": e.name, "insns": e.insns,
+                                "verify_us": e.program.verify_time().as_secs_f64() * 1e6}),
+                Err(e) => error(e),
+            }
+        }
+        Request::EbpfLoad { stage, path, section, core: None } => {
+            let ctl = match pick(stage) {
+                Ok(c) => c,
+                Err(e) => return error(e),
+            };
+            match ctl.load(Path::new(&path), section.as_deref()) {
+                Ok(r) => {
+                    let pickup = ctl.wait_picked_up(r.generation, snic_io::ebpf::PICKUP_WAIT);
+                    let maps: Vec<Value> = r
+                        .maps
+                        .iter()
+                        .map(|(name, kept)| json!({"name": name, "kept": kept}))
+                        .collect();
+                    json!({"ok": true, "stage": stage, "program": r.program, "insns": r.insns,
+                           "verify_us": r.verify.as_secs_f64() * 1e6,
+                           "load_us": r.load.as_secs_f64() * 1e6,
+                           "pickup_us": pickup.map(|d| d.as_secs_f64() * 1e6),
+                           "maps": maps})
+                }
+                Err(e) => error(format!(
+                    "{e}\nnothing changed: stage {stage} still runs {}",
+                    ctl.info().program
+                )),
+            }
+        }
+        Request::EbpfMap { stage, map, op, key, value, flags } => match pick(stage) {
+            Ok(ctl) => map_op(ctl, &map, &op, key.as_deref(), value.as_deref(), flags),
+            Err(e) => error(e),
+        },
+        Request::EbpfEvents { stage, max } => {
+            let ctl = match pick(stage) {
+                Ok(c) => c,
+                Err(e) => return error(e),
+            };
+            let mut records = Vec::new();
+            let max = max.min(MAX_EVENTS);
+            for m in ctl.maps().iter().filter(|m| m.kind() == snic_ebpf::MapKind::RingBuf) {
+                if records.len() >= max {
+                    break;
+                }
+                for r in m.ringbuf_drain(max - records.len()) {
+                    records.push(json!({"map": m.name(), "data": hex(&r)}));
+                }
+            }
+            json!({"ok": true, "records": records})
+        }
+        Request::EbpfTrace { stage } => match pick(stage) {
+            Ok(ctl) => json!({"ok": true, "lines": ctl.take_trace()}),
+            Err(e) => error(e),
+        },
+        _ => error("not an ebpf request"),
+    }
+}
+
+fn stage_json(ctl: &snic_io::ebpf::XdpControl) -> Value {
+    let info = ctl.info();
+    let maps: Vec<Value> = ctl
+        .maps()
+        .iter()
+        .map(|m| {
+            let s = m.spec();
+            json!({"name": s.name, "type": s.kind.name(), "key_size": s.key_size,
+                   "value_size": s.value_size, "max_entries": s.max_entries, "entries": m.len()})
+        })
+        .collect();
+    json!({"name": ctl.name(), "path": info.path, "program": info.program, "insns": info.insns,
+           "engine": info.engine, "swaps": info.swaps, "maps": maps})
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Bytes as dumps print them: hex bytes, and the host-order number for sizes 1, 2, 4 and 8.
+fn show(b: &[u8]) -> String {
+    let text = snic_ebpf::maps::format_hex(b);
     match b.len() {
         1 | 2 | 4 | 8 => {
             let mut n = [0u8; 8];
             n[..b.len()].copy_from_slice(b);
-            format!("{hex} ({})", u64::from_le_bytes(n))
+            format!("{text} ({})", u64::from_ne_bytes(n))
         }
-        _ => hex,
+        _ => text,
     }
 }
 
-/// Bytes as hex digits.
-pub fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
+fn map_op(
+    ctl: &snic_io::ebpf::XdpControl,
+    name: &str,
+    op: &str,
+    key: Option<&str>,
+    value: Option<&str>,
+    flags: u64,
+) -> Value {
+    let maps = ctl.maps();
+    let Some(m) = maps.by_name(name) else {
+        let names: Vec<&str> = maps.iter().map(|m| m.name()).collect();
+        return error(format!("no map {name:?} (the program has: {})", names.join(", ")));
+    };
+    let spec = m.spec();
+    let per_cpu =
+        matches!(spec.kind, snic_ebpf::MapKind::PerCpuArray | snic_ebpf::MapKind::PerCpuHash);
+    let parse = |what: &str, text: Option<&str>, size: u32| {
+        let t = text.ok_or_else(|| format!("{op} needs a {what}"))?;
+        snic_ebpf::maps::parse_bytes(t, size as usize).map_err(|e| format!("{what} {t:?}: {e}"))
+    };
+    match op {
+        "dump" => {
+            let stride = (spec.value_size as usize).div_ceil(8) * 8;
+            let vs = spec.value_size as usize;
+            let entries: Vec<Value> = m
+                .entries()
+                .into_iter()
+                .map(|(k, v)| {
+                    let values: Vec<String> = if per_cpu && stride > 0 {
+                        v.chunks(stride).map(|c| show(&c[..vs.min(c.len())])).collect()
+                    } else {
+                        vec![show(&v)]
+                    };
+                    json!({"key": show(&k), "values": values})
+                })
+                .collect();
+            json!({"ok": true, "map": name, "count": entries.len(), "entries": entries})
+        }
+        "update" => {
+            let k = match parse("KEY", key, spec.key_size) {
+                Ok(k) => k,
+                Err(e) => return error(e),
+            };
+            let v = match parse("VALUE", value, spec.value_size) {
+                Ok(v) => v,
+                Err(e) => return error(e),
+            };
+            match m.set(&k, &v, flags) {
+                Ok(()) => json!({"ok": true}),
+                Err(e) => error(format!("update {name}: {e}")),
+            }
+        }
+        "delete" => {
+            let k = match parse("KEY", key, spec.key_size) {
+                Ok(k) => k,
+                Err(e) => return error(e),
+            };
+            match m.remove(&k) {
+                Ok(()) => json!({"ok": true}),
+                Err(e) => error(format!("delete {name}: {e}")),
+            }
+        }
+        other => error(format!("unknown map operation {other:?} (dump, update, delete)")),
+    }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn keys_parse_as_numbers_or_raw_bytes() {
-        assert_eq!(parse_bytes("1", 4), Ok(vec![1, 0, 0, 0]));
-        assert_eq!(parse_bytes("0x0102", 4), Ok(vec![2, 1, 0, 0]));
-        assert_eq!(parse_bytes("hex:0a000001", 4), Ok(vec![10, 0, 0, 1]));
-        assert!(parse_bytes("hex:0a", 4).unwrap_err().contains("8 hex digits"));
-        assert_eq!(parse_bytes("255", 1), Ok(vec![255]));
-        assert!(parse_bytes("256", 1).unwrap_err().contains("does not fit"));
-        assert!(parse_bytes("abc", 4).unwrap_err().contains("expected a number"));
-        assert!(parse_bytes("", 4).is_err());
-        assert_eq!(parse_bytes("7", 20).map(|v| (v.len(), v[0], v[19])), Ok((20, 7, 0)));
-        assert_eq!(format_bytes(&[10, 0, 0, 0]), "0a000000 (10)");
-        assert_eq!(format_bytes(&[1, 2, 3]), "010203");
-    }
-
-    proptest::proptest! {
-        /// A number written in decimal or hex reads back as its little-endian bytes, and
-        /// raw hex reads back as the bytes; nothing panics.
-        #[test]
-        fn numbers_and_bytes_round_trip(n: u64, raw in proptest::collection::vec(proptest::prelude::any::<u8>(), 1..24), junk in "[ -~]{0,20}") {
-            proptest::prop_assert_eq!(parse_bytes(&n.to_string(), 8), Ok(n.to_le_bytes().to_vec()));
-            proptest::prop_assert_eq!(parse_bytes(&format!("{n:#x}"), 8), Ok(n.to_le_bytes().to_vec()));
-            proptest::prop_assert_eq!(parse_bytes(&format!("hex:{}", hex(&raw)), raw.len()), Ok(raw.clone()));
-            let _ = parse_bytes(&junk, raw.len());
+/// The action counters of every `xdp:` stage, by stage name: `{"xdp": {"program": ..,
+/// "swaps": n, "aborted": n, "drop": n, "pass": n, "tx": n, "redirect": n}}`.
+pub fn actions_json(stages: &[snic_io::ebpf::XdpControl]) -> Value {
+    let mut all = serde_json::Map::new();
+    for ctl in stages {
+        let info = ctl.info();
+        let mut v = json!({"program": info.program, "swaps": info.swaps});
+        for (name, n) in snic_io::ebpf::ACTIONS.iter().zip(ctl.actions()) {
+            v[*name] = json!(n);
         }
+        all.insert(ctl.name().to_owned(), v);
     }
+    Value::Object(all)
+}
+
+/// One line per `xdp:` stage for the text report: `xdp xdp/count: pass 10, drop 2, ...`.
+pub fn actions_text(stages: &[snic_io::ebpf::XdpControl]) -> String {
+    let mut s = String::new();
+    for ctl in stages {
+        let parts: Vec<String> = snic_io::ebpf::ACTIONS
+            .iter()
+            .zip(ctl.actions())
+            .map(|(name, n)| format!("{name} {n}"))
+            .collect();
+        s.push_str(&format!(
+            "{} {} (swaps {}): {}\n",
+            ctl.name(),
+            ctl.info().program,
+            ctl.info().swaps,
+            parts.join(", ")
+        ));
+    }
+    s
 }
