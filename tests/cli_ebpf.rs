@@ -93,3 +93,135 @@ fn verify_prints_programs_and_maps_or_the_refusal_with_its_state() {
     assert!(!out.status.success());
     assert!(text(&out).contains("the object has: xdp/count"), "{}", text(&out));
 }
+
+/// A program with the same `hits` map as [`counter`] plus a ring buffer: counts in `hits[1]`
+/// and sends every packet's length as an 8-byte event.
+const COUNTER_EVENTS: &str = "struct { __uint(type, BPF_MAP_TYPE_ARRAY); __type(key, __u32); __type(value, __u64); __uint(max_entries, 4); } hits SEC(\".maps\");
+struct { __uint(type, BPF_MAP_TYPE_HASH); __type(key, __u32); __type(value, __u32); __uint(max_entries, 16); } ports SEC(\".maps\");
+struct { __uint(type, BPF_MAP_TYPE_RINGBUF); __uint(max_entries, 4096); } events SEC(\".maps\");
+SEC(\"xdp\") int count_events(struct xdp_md *ctx) {
+  __u32 k = 1; __u64 *v = bpf_map_lookup_elem(&hits, &k);
+  if (v) __sync_fetch_and_add(v, 1);
+  __u64 len = ctx->data_end - ctx->data;
+  bpf_ringbuf_output(&events, &len, sizeof(len), 0);
+  return XDP_PASS;
+}
+char LICENSE[] SEC(\"license\") = \"GPL\";\n";
+
+/// A running `snic run`, killed on drop.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn ctl(sock: &Path, args: &[&str]) -> Output {
+    let mut c = snic();
+    c.arg("ebpf").args(args).arg("--control").arg(sock);
+    c.output().unwrap()
+}
+
+fn ok(o: Output) -> String {
+    assert!(o.status.success(), "{}", text(&o));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// `hits[key]` from a JSON dump.
+fn hit(sock: &Path, key: usize) -> u64 {
+    let v: Value =
+        serde_json::from_str(&ok(ctl(sock, &["map", "dump", "hits", "--json"]))).unwrap();
+    let s = v["entries"][key]["values"][0].as_str().unwrap().to_owned();
+    s.rsplit_once('(').unwrap().1.trim_end_matches(')').parse().unwrap()
+}
+
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !f() {
+        assert!(std::time::Instant::now() < end, "timed out waiting for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn load_swaps_a_running_stage_and_maps_and_events_work_over_the_control_socket() {
+    if !snic_ebpf::testing::require_clang("load_swaps_a_running_stage") {
+        return;
+    }
+    let dir = common::temp_dir("cli-ebpf-run");
+    let a = object(&dir, "count0", &counter(0));
+    let b = object(&dir, "count_events", &format!("{HEADER}{COUNTER_EVENTS}"));
+    let bad = object(&dir, "unchecked", &format!("{HEADER}{UNCHECKED}"));
+    let sock = dir.join("ctl.sock");
+    let child = snic()
+        .args(["run", "--port", "gen:1000000000", "--port", "null", "--duration", "60"])
+        .args(["--stage", &format!("xdp:{}", a.display()), "--stage", "l2fwd"])
+        .arg("--control")
+        .arg(&sock)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let _run = Running(child);
+    wait_for("the control socket", || {
+        sock.exists() && ctl(&sock, &["map", "dump", "hits"]).status.success()
+    });
+    wait_for("packets counted by program A", || hit(&sock, 0) > 0);
+
+    // A refused program changes nothing.
+    let o = ctl(&sock, &["load", bad.to_str().unwrap()]);
+    assert!(!o.status.success());
+    let t = text(&o);
+    assert!(t.contains("verification failed: instruction 1"), "{t}");
+    assert!(t.contains("nothing changed: stage 0 still runs xdp/count"), "{t}");
+    let before_b = hit(&sock, 1);
+    assert_eq!(before_b, 0, "B never ran");
+
+    // Hot swap to B: hits kept, the others created; B counts in hits[1], A's count stays.
+    let out = ok(ctl(&sock, &["load", b.to_str().unwrap()]));
+    assert!(out.contains("loaded xdp/count_events"), "{out}");
+    assert!(out.contains("map hits: kept"), "{out}");
+    assert!(out.contains("map events: created"), "{out}");
+    assert!(out.contains("map ports: created"), "{out}");
+    let a_final = hit(&sock, 0);
+    wait_for("packets counted by program B", || hit(&sock, 1) > 0);
+    assert_eq!(hit(&sock, 0), a_final, "A no longer runs");
+
+    // Map updates and deletes, with the flags' semantics.
+    ok(ctl(&sock, &["map", "update", "hits", "3", "0x0700000000000000"]));
+    assert_eq!(hit(&sock, 3), 7);
+    ok(ctl(&sock, &["map", "update", "ports", "53", "1", "--flags", "noexist"]));
+    let o = ctl(&sock, &["map", "update", "ports", "53", "2", "--flags", "noexist"]);
+    assert!(!o.status.success() && text(&o).contains("EEXIST"), "{}", text(&o));
+    ok(ctl(&sock, &["map", "update", "ports", "53", "2", "--flags", "exist"]));
+    let dump = ok(ctl(&sock, &["map", "dump", "ports"]));
+    assert!(dump.contains("35 00 00 00 (53): 02 00 00 00 (2)"), "{dump}");
+    assert!(dump.contains("1 entry"), "{dump}");
+    ok(ctl(&sock, &["map", "delete", "ports", "53"]));
+    let o = ctl(&sock, &["map", "delete", "ports", "53"]);
+    assert!(!o.status.success() && text(&o).contains("ENOENT"), "{}", text(&o));
+    let o = ctl(&sock, &["map", "dump", "nosuch"]);
+    assert!(!o.status.success() && text(&o).contains("no map \"nosuch\""), "{}", text(&o));
+
+    // Ring-buffer events: each is a packet length (8 bytes, little-endian).
+    let out = ok(ctl(&sock, &["events", "--count", "5", "--json", "--timeout", "20"]));
+    let recs: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(recs.len(), 5, "{out}");
+    for r in &recs {
+        assert_eq!(r["map"], "events");
+        let hex = r["data"].as_str().unwrap();
+        assert_eq!(hex.len(), 16, "{hex}");
+        let len = u64::from_str_radix(&hex[..2], 16).unwrap()
+            + (u64::from_str_radix(&hex[2..4], 16).unwrap() << 8);
+        assert!((14..=9000).contains(&len), "a frame length: {len}");
+    }
+
+    // The stats document counts actions per stage.
+    let o = snic().args(["stats", "--control"]).arg(&sock).output().unwrap();
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["xdp"]["xdp"]["program"], "xdp/count_events", "{v}");
+    assert_eq!(v["xdp"]["xdp"]["swaps"], 1, "{v}");
+    assert!(v["xdp"]["xdp"]["pass"].as_u64().unwrap() > 0, "{v}");
+}
