@@ -210,3 +210,76 @@ pub(crate) fn arg_copy(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{compile_str, require_clang};
+
+    fn load(name: &str, body: &str) -> CoreProgram {
+        let src = format!(
+            "#include <linux/bpf.h>\n#include <bpf/bpf_helpers.h>\n#include \"snic_core.h\"\n{body}\n\
+             char _license[] SEC(\"license\") = \"GPL\";\n"
+        );
+        let bytes = compile_str(name, &src, &[]);
+        let obj = Object::parse(&bytes, name).expect("parses");
+        let maps = MapSet::new(&obj, 1).expect("maps");
+        CoreProgram::load(&obj, None, maps).unwrap_or_else(|e| panic!("{name}: {e}"))
+    }
+
+    #[test]
+    fn checksum_over_argument_zero_and_copies_between_arguments() {
+        if !require_clang("nic_core") {
+            return;
+        }
+        let prog = load(
+            "core_sum",
+            r#"
+SEC("snic/core") int sum(struct snic_core_md *md) {
+    unsigned char *d = (void *)(long)md->data, *end = (void *)(long)md->data_end;
+    __u64 s = md->scalars[0];
+    for (int i = 0; i < 256; i++) {
+        if (d + i + 1 > end) break;
+        s += d[i];
+    }
+    __u64 buf[2] = { s, md->nargs | ((__u64)md->arg_len[1] << 32) };
+    if (snic_arg_write(1, 0, buf, sizeof(buf))) return -1;
+    __u32 back = 0;
+    if (snic_arg_read(1, 12, &back, 4)) return -2;
+    __u32 junk = 5;
+    if (snic_arg_read(1, 14, &junk, 4) == 0 || junk != 0) return -3;
+    if (snic_arg_write(2, 0, buf, 8) == 0) return -4;
+    return s + back + md->id;
+}"#,
+        );
+        let mut data: Vec<u8> = (1..=100).collect();
+        let mut out = vec![0u8; 16];
+        let mut w = Worker::new(0);
+        let r =
+            prog.run_with(&mut w, &mut [&mut data, &mut out], &[1000, 0, 0, 0, 0, 0, 0, 0], 7, 0);
+        let sum = 1000 + 5050u64;
+        assert_eq!(r, Ok(sum + 16 + 7), "arg_len[1] read back through the second argument");
+        assert_eq!(&out[..8], &sum.to_le_bytes());
+        assert_eq!(&out[8..], &(2u64 | (16 << 32)).to_le_bytes());
+        // Too many arguments is a typed error.
+        let mut a: Vec<Vec<u8>> = vec![vec![0u8; 4]; 9];
+        let mut refs: Vec<&mut [u8]> = a.iter_mut().map(|v| v.as_mut_slice()).collect();
+        assert!(prog.run(&mut w, &mut refs, &[0; 8]).is_err());
+    }
+
+    #[test]
+    fn ctx_rewrite_widens_pointers_and_shifts_the_rest() {
+        assert_eq!(ctx_rewrite(0, 4), Some((LDXDW, 0)));
+        assert_eq!(ctx_rewrite(4, 4), Some((LDXDW, 8)));
+        assert_eq!(ctx_rewrite(8, 4), Some((0x61, 16)));
+        assert_eq!(ctx_rewrite(16, 8), Some((0x79, 24)));
+        assert_eq!(ctx_rewrite(80, 4), Some((0x61, 88)));
+        assert_eq!(ctx_rewrite(108, 4), Some((0x61, 116)));
+        assert_eq!(ctx_rewrite(110, 4), None);
+        assert_eq!(ctx_rewrite(112, 1), None);
+        assert_eq!(ctx_rewrite(0, 8), None);
+        assert_eq!(ctx_rewrite(17, 8), None);
+        assert_eq!(std::mem::size_of::<CoreCtx>(), CORE_MD_SIZE as usize + 8);
+        assert_eq!(crate::platform::NIC_CORE_CTX.size, i32::from(CORE_MD_SIZE));
+    }
+}

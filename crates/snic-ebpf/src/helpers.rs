@@ -282,7 +282,8 @@ pub fn csum_partial32(words: impl IntoIterator<Item = u32>, seed: u32) -> u32 {
     s as u32
 }
 
-/// Folds a 32-bit partial sum to 16 bits with end-around carry (not complemented).
+/// Folds a 32-bit partial sum to 16 bits with end-around carry (not complemented), as
+/// `bpf_csum_diff` returns it since Linux 6.13 (checked against this machine's kernel).
 pub fn csum_from32to16(s: u32) -> u16 {
     let s = s.wrapping_add(s.rotate_right(16));
     (s >> 16) as u16
@@ -296,37 +297,36 @@ fn csum_diff(
     to_size: u64,
     seed: u64,
 ) -> u64 {
-    let (from_size, to_size) = (from_size as u32, to_size as u32);
-    if (from_size | to_size) & 3 != 0 {
-        return neg(EINVAL);
-    }
-    let words = |env: &Env<'_>, addr: u64, size: u32| -> Option<u32> {
+    let (from_size, to_size) = (u64::from(from_size as u32), u64::from(to_size as u32));
+    let sum = |env: &Env<'_>, addr: u64, size: u64, seed: u32| -> Option<u32> {
         if size == 0 {
-            return Some(0);
+            return Some(seed);
         }
-        env.mem.with_bytes(addr, u64::from(size), |b| {
-            csum_partial32(
-                b.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
-                0,
-            )
-        })
+        env.mem.with_bytes(addr, size, |b| csum_partial(b, seed))
     };
-    let (Some(f), Some(t)) = (words(env, from, from_size), words(env, to, to_size)) else {
-        return fault(env, CSUM_DIFF, "buffer outside the program's memory");
+    let seed = seed as u32;
+    let r = match (from_size, to_size) {
+        (0, _) => sum(env, to, to_size, seed),
+        (_, 0) => sum(env, from, from_size, !seed).map(|s| !s),
+        _ => sum(env, to, to_size, seed)
+            .zip(sum(env, from, from_size, 0))
+            .map(|(t, f)| csum_partial32([t, !f], 0)),
     };
-    u64::from(csum_diff_value(from_size, f, to_size, t, seed as u32))
+    match r {
+        Some(v) => u64::from(csum_from32to16(v)),
+        None => fault(env, CSUM_DIFF, "buffer outside the program's memory"),
+    }
 }
 
-/// `bpf_csum_diff`'s result from the partial sums of `from` and `to`: the sum of `to` minus
-/// the sum of `from` plus `seed`, folded to 16 bits as Linux 6.13 and later return it.
-pub fn csum_diff_value(from_size: u32, from_sum: u32, to_size: u32, to_sum: u32, seed: u32) -> u32 {
-    let add = |a: u32, b: u32| csum_partial32([a, b], 0);
-    let r = match (from_size, to_size) {
-        (0, _) => add(to_sum, seed),
-        (_, 0) => !add(from_sum, !seed),
-        _ => add(add(to_sum, seed), !from_sum),
-    };
-    u32::from(csum_from32to16(r))
+/// The kernel's `csum_partial` (x86-64) of `bytes`: their little-endian 32-bit words (the last
+/// one zero-padded) added to `seed` with end-around carry.
+pub fn csum_partial(bytes: &[u8], seed: u32) -> u32 {
+    let chunks = bytes.chunks(4).map(|c| {
+        let mut w = [0u8; 4];
+        w[..c.len()].copy_from_slice(c);
+        u32::from_le_bytes(w)
+    });
+    csum_partial32(chunks, seed)
 }
 
 fn ringbuf_map(env: &mut Env<'_>, id: u32, map: u64) -> Option<std::sync::Arc<crate::maps::Map>> {

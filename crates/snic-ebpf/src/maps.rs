@@ -27,6 +27,17 @@
 //! order to get wrong. A poisoned lock (a panic elsewhere while holding it) is recovered: the
 //! index is only changed by code here that does not panic midway.
 //!
+//! # Differences from the kernel
+//!
+//! - The LRU hash is exact (one recency list); the kernel's is approximate (per-CPU free and
+//!   pending lists), so which entry a full map evicts can differ, and the kernel may evict
+//!   before the map is full.
+//! - [`Map::set`] on a per-CPU map also takes a single `value_size` value for every worker (the
+//!   syscall always takes every CPU's value).
+//! - A device map holds snic port numbers; whether the port exists is the runtime's business
+//!   (the kernel refuses an unknown ifindex with `-EINVAL`). Device-map programs (an 8-byte
+//!   value with a program fd) are refused.
+//!
 //! # Why our own
 //!
 //! Userspace BPF runtimes (`rbpf`, `ubpf`) leave maps to their embedder; aya and libbpf
@@ -750,7 +761,7 @@ impl Map {
                 if flags == BPF_NOEXIST {
                     return Err(MapError::Exists);
                 }
-                let port = dev_port(v);
+                let port = dev_port(v)?;
                 let p = &present[i as usize];
                 if port == 0 {
                     // As the kernel: ifindex 0 empties the slot.
@@ -763,7 +774,7 @@ impl Map {
             }
             Inner::Hash(index) => {
                 self.check_key(key)?;
-                if self.spec.kind == MapKind::DevMapHash && dev_port(v) == 0 {
+                if self.spec.kind == MapKind::DevMapHash && dev_port(v)? == 0 {
                     return Err(MapError::Invalid("port 0"));
                 }
                 let mut ix = write(index);
@@ -783,12 +794,17 @@ impl Map {
     }
 }
 
-/// The port (ifindex) a device map value names: its first 4 bytes.
-fn dev_port(v: Value<'_>) -> u32 {
+/// The port (ifindex) a device map value names: its first 4 bytes. An 8-byte value
+/// (`struct bpf_devmap_val`) also names a program to run on redirected packets, which snic does
+/// not support: a non-zero program fd is refused.
+fn dev_port(v: Value<'_>) -> Result<u32, MapError> {
     let data = match v {
         Value::Worker(_, d) | Value::All(d) | Value::Broadcast(d) => d,
     };
-    data.get(..4).map_or(0, |b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+    if data.get(4..8).is_some_and(|fd| fd != [0; 4]) {
+        return Err(MapError::Invalid("device map programs are not supported"));
+    }
+    Ok(data.get(..4).map_or(0, |b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]])))
 }
 
 fn unreachable_kind(spec: &MapSpec) -> Result<Inner, MapError> {

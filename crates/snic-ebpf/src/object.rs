@@ -213,6 +213,12 @@ impl Object {
                 if fd_to_index.iter().any(|&(fd, _)| fd == d.original_fd) {
                     continue;
                 }
+                // PREVAIL's reader may describe one global data section (or map) more than
+                // once; names are unique in an ELF object, so they name one map.
+                if let Some(i) = maps.iter().position(|m| m.name == d.name) {
+                    fd_to_index.push((d.original_fd, i));
+                    continue;
+                }
                 let global = d.name.starts_with('.');
                 // PREVAIL's reader gives global-data sections map type 0 (unspecified); they
                 // are single-entry arrays, as libbpf and the kernel treat them.
@@ -332,7 +338,11 @@ impl Object {
 
 /// The verifier options snic uses everywhere (termination checked, as the kernel does).
 pub(crate) fn verifier_options() -> EbpfVerifierOptions {
-    let mut o = EbpfVerifierOptions::default();
+    // `mock_map_fds`: otherwise PREVAIL's reader creates a real kernel map
+    // (bpf(BPF_MAP_CREATE)) for every legacy `maps` section entry, leaks its fd, and exits the
+    // process when the kernel refuses one. snic binds maps itself; the loader only needs
+    // distinct placeholders.
+    let mut o = EbpfVerifierOptions { mock_map_fds: true, ..EbpfVerifierOptions::default() };
     o.verbosity_opts.print_failures = true;
     o.runtime.check_for_termination = true;
     o.runtime.allow_division_by_zero = true;

@@ -10,6 +10,7 @@ use prevail::linux::spec_prototypes::HelperPrototype;
 use prevail::platform::EbpfPlatform;
 use prevail::spec::config::EbpfVerifierOptions;
 use prevail::spec::ebpf_base::EbpfCtxDescriptor;
+use prevail::spec::ebpf_base::{EbpfArgumentType, EbpfReturnType};
 use prevail::spec::type_descriptors::{EbpfMapDescriptor, EbpfMapType, EbpfProgramType};
 
 /// Section prefix of NIC-core (lookaside) programs: `SEC("snic/core")`, `SEC("snic/core/NAME")`.
@@ -20,10 +21,61 @@ pub const NIC_CORE_SECTION: &str = "snic/core";
 pub static NIC_CORE_CTX: EbpfCtxDescriptor =
     EbpfCtxDescriptor { size: 112, data: 0, end: 4, meta: -1 };
 
+/// `snic_arg_read(u32 arg, u32 offset, void *dst, u32 len)`: copies from a NIC-core address
+/// argument (helper [`crate::core::HELPER_ARG_READ`]). `dst` is written in full on every path.
+pub static SNIC_ARG_READ: HelperPrototype = HelperPrototype {
+    name: "snic_arg_read",
+    return_type: EbpfReturnType::Integer,
+    argument_type: [
+        EbpfArgumentType::Anything,
+        EbpfArgumentType::Anything,
+        EbpfArgumentType::PtrToWritableMem,
+        EbpfArgumentType::ConstSizeOrZero,
+        EbpfArgumentType::DontCare,
+    ],
+    reallocate_packet: false,
+    ctx_descriptor: None,
+    unsupported: false,
+    might_sleep: false,
+    zero_args_mask: 0,
+    allowed_map_types: 0,
+};
+
+/// `snic_arg_write(u32 arg, u32 offset, const void *src, u32 len)`: copies to a NIC-core
+/// address argument (helper [`crate::core::HELPER_ARG_WRITE`]).
+pub static SNIC_ARG_WRITE: HelperPrototype = HelperPrototype {
+    name: "snic_arg_write",
+    return_type: EbpfReturnType::Integer,
+    argument_type: [
+        EbpfArgumentType::Anything,
+        EbpfArgumentType::Anything,
+        EbpfArgumentType::PtrToReadableMem,
+        EbpfArgumentType::ConstSizeOrZero,
+        EbpfArgumentType::DontCare,
+    ],
+    reallocate_packet: false,
+    ctx_descriptor: None,
+    unsupported: false,
+    might_sleep: false,
+    zero_args_mask: 0,
+    allowed_map_types: 0,
+};
+
+/// snic's own helper prototypes (NIC-core programs only).
+fn snic_helper(n: i32) -> Option<&'static HelperPrototype> {
+    match u32::try_from(n).ok()? {
+        crate::core::HELPER_ARG_READ => Some(&SNIC_ARG_READ),
+        crate::core::HELPER_ARG_WRITE => Some(&SNIC_ARG_WRITE),
+        _ => None,
+    }
+}
+
 /// PREVAIL's Linux platform with snic's NIC-core program type added.
 pub struct SnicPlatform {
     /// The Linux platform everything else is delegated to.
     pub linux: LinuxPlatform,
+    /// The program being analysed is a NIC-core program (snic's helpers are usable).
+    core: bool,
 }
 
 impl std::fmt::Debug for SnicPlatform {
@@ -34,7 +86,7 @@ impl std::fmt::Debug for SnicPlatform {
 
 impl Default for SnicPlatform {
     fn default() -> Self {
-        SnicPlatform { linux: LinuxPlatform::new() }
+        SnicPlatform { linux: LinuxPlatform::new(), core: false }
     }
 }
 
@@ -43,6 +95,7 @@ impl SnicPlatform {
     pub fn prepare(&mut self, info: &prevail::spec::type_descriptors::ProgramInfo) {
         self.linux.map_descriptors = info.map_descriptors.clone();
         self.linux.set_program_type(&info.program_type);
+        self.core = info.program_type.name == "snic_core";
     }
 }
 
@@ -66,12 +119,18 @@ impl EbpfPlatform for SnicPlatform {
         self.linux.get_program_type(section, path)
     }
     fn get_helper_prototype(&self, n: i32) -> &HelperPrototype {
-        self.linux.get_helper_prototype(n)
+        match snic_helper(n) {
+            Some(p) => p,
+            None => self.linux.get_helper_prototype(n),
+        }
     }
     fn try_get_helper_prototype(&self, n: i32) -> Option<&HelperPrototype> {
-        self.linux.try_get_helper_prototype(n)
+        snic_helper(n).or_else(|| self.linux.try_get_helper_prototype(n))
     }
     fn is_helper_usable(&self, n: i32) -> bool {
+        if snic_helper(n).is_some() {
+            return self.core;
+        }
         self.linux.is_helper_usable(n)
     }
     fn map_record_size(&self) -> usize {

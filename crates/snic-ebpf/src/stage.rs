@@ -224,3 +224,158 @@ impl Stage for XdpStage {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::maps::MapSet;
+    use crate::testing::asm::*;
+    use crate::testing::unverified_xdp;
+    use snic_pipeline::{StageCounters, TraceRing};
+
+    /// A program that writes `tag` into the frame's first byte and returns `action`; with
+    /// `redirect`, calls `bpf_redirect(port, 0)` and returns its result.
+    fn tagger(tag: u8, action: i32, redirect: Option<i32>) -> Arc<XdpProgram> {
+        let mut p = vec![ldx(4, 2, 1, 0), st(1, 2, 0, i32::from(tag)), mov64(0, action)];
+        if let Some(port) = redirect {
+            p.extend([mov64(1, port), mov64(2, 0), call(23)]);
+        }
+        p.push(exit());
+        Arc::new(unverified_xdp(p, vec![0], &MapSet::default()).unwrap())
+    }
+
+    fn batch(n: usize) -> Batch {
+        let mut b = Batch::new(n);
+        for i in 0..n {
+            let p = b.push_frame(&[0; 60]).unwrap();
+            p.meta.ingress = PortId(i as u16 % 3);
+        }
+        b
+    }
+
+    fn process(stage: &mut XdpStage, b: &mut Batch) -> StageCounters {
+        let mut c = StageCounters::new("xdp");
+        let mut ring = TraceRing::new(8);
+        stage.process(Instant::ZERO, b, &mut StageCtx::new(&mut c, &mut ring));
+        c
+    }
+
+    #[test]
+    fn actions_become_egress_ports_and_counted_drops() {
+        let cases = [
+            (tagger(1, 2, None), 0, 0),
+            (tagger(1, 1, None), 8, 0),
+            (tagger(1, 0, None), 0, 8),
+            (tagger(1, 9, None), 0, 8),
+        ];
+        for (prog, drops, aborts) in cases {
+            let slot = Arc::new(XdpSlot::new(prog));
+            let mut stage = XdpStage::new(slot.clone(), 0);
+            let mut b = batch(8);
+            let c = process(&mut stage, &mut b);
+            assert_eq!(c.drops.get(DropReason::XdpDrop), drops);
+            assert_eq!(c.drops.get(DropReason::XdpAborted), aborts);
+            assert_eq!(b.len() as u64, 8 - drops - aborts);
+        }
+        // TX: back out of the ingress port.
+        let slot = Arc::new(XdpSlot::new(tagger(1, 3, None)));
+        let mut b = batch(6);
+        process(&mut XdpStage::new(slot.clone(), 0), &mut b);
+        assert!(b.iter().all(|p| p.meta.egress == Some(p.meta.ingress)));
+        assert_eq!(slot.counts().tx, 6);
+        // REDIRECT: to the named port.
+        let slot = Arc::new(XdpSlot::new(tagger(1, 0, Some(7))));
+        let mut b = batch(4);
+        process(&mut XdpStage::new(slot.clone(), 0), &mut b);
+        assert!(b.iter().all(|p| p.meta.egress == Some(PortId(7))));
+        assert_eq!(slot.counts(), XdpCounts { redirect: 4, ..XdpCounts::default() });
+        // A fault: counted as aborted and as a fault.
+        let bad = Arc::new(
+            unverified_xdp(vec![mov64(1, 0), ldx(8, 0, 1, 0), exit()], vec![], &MapSet::default())
+                .unwrap(),
+        );
+        let slot = Arc::new(XdpSlot::new(bad));
+        let mut b = batch(3);
+        let c = process(&mut XdpStage::new(slot.clone(), 0), &mut b);
+        assert_eq!(c.drops.get(DropReason::XdpAborted), 3);
+        assert_eq!(slot.counts().faults, 3);
+    }
+
+    #[test]
+    fn swap_takes_effect_between_batches_only() {
+        let a = tagger(b'A', 2, None);
+        let slot = Arc::new(XdpSlot::new(a.clone()));
+        let mut stage = XdpStage::new(slot.clone(), 0);
+        let mut b = batch(4);
+        process(&mut stage, &mut b);
+        assert!(b.iter().all(|p| p.data()[0] == b'A'));
+        let old = slot.swap(tagger(b'B', 2, None));
+        assert!(Arc::ptr_eq(&old, &a));
+        assert_eq!(slot.generation(), 1);
+        let mut b = batch(4);
+        process(&mut stage, &mut b);
+        assert!(b.iter().all(|p| p.data()[0] == b'B'));
+        assert_eq!(stage.generation(), 1);
+    }
+
+    #[test]
+    fn concurrent_swaps_never_split_a_batch_or_lose_a_packet() {
+        let slot = Arc::new(XdpSlot::new(tagger(0, 2, None)));
+        let swapper = {
+            let slot = slot.clone();
+            std::thread::spawn(move || {
+                for i in 1..=100u8 {
+                    slot.swap(tagger(i, 2, None));
+                    std::thread::yield_now();
+                }
+            })
+        };
+        let mut stage = XdpStage::new(slot.clone(), 0);
+        let mut seen = 0u64;
+        let mut last = 0u8;
+        while !swapper.is_finished() || seen < 1000 {
+            let mut b = batch(16);
+            process(&mut stage, &mut b);
+            assert_eq!(b.len(), 16, "no packet lost");
+            let tag = b.packets()[0].data()[0];
+            assert!(b.iter().all(|p| p.data()[0] == tag), "one program per batch");
+            assert!(tag >= last, "programs only move forward");
+            last = tag;
+            seen += 16;
+        }
+        swapper.join().unwrap();
+        let mut b = batch(1);
+        process(&mut stage, &mut b);
+        assert_eq!(b.packets()[0].data()[0], 100);
+        assert_eq!(slot.counts().pass, seen + 1);
+    }
+
+    #[test]
+    fn trace_lines_reach_the_slot_and_traced_packets() {
+        // bpf_trace_printk("hi %d", 6, 42): the format on the stack.
+        let fmt = u64::from_le_bytes(*b"hi %d\0\0\0");
+        let p = prog([
+            &lddw(3, fmt),
+            &[
+                stx(8, 10, -8, 3),
+                mov64_reg(1, 10),
+                alu64_imm(0x00, 1, -8),
+                mov64(2, 6),
+                mov64(3, 42),
+            ],
+            &[call(6), mov64(0, 2), exit()],
+        ]);
+        let prog = Arc::new(unverified_xdp(p, vec![], &MapSet::default()).unwrap());
+        let slot = Arc::new(XdpSlot::new(prog));
+        let mut stage = XdpStage::new(slot.clone(), 0);
+        let mut b = batch(2);
+        b.packets_mut()[1].meta.trace = true;
+        let mut c = StageCounters::new("xdp");
+        let mut ring = TraceRing::new(8);
+        stage.process(Instant::ZERO, &mut b, &mut StageCtx::new(&mut c, &mut ring));
+        assert_eq!(slot.drain_trace(), vec!["hi 42", "hi 42"]);
+        let ev: Vec<_> = ring.drain().collect();
+        assert_eq!(ev.len(), 1);
+        assert_eq!(ev[0].what, TraceWhat::Detail("bpf_trace_printk: hi 42".into()));
+    }
+}

@@ -269,3 +269,7 @@ impl XdpProgram {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "xdp_tests.rs"]
+mod tests;

@@ -247,6 +247,8 @@ fn lpm_trie_longest_prefix_match() {
     assert_eq!(get([11, 1, 2, 3]), Some(3));
     // The lookup key's own prefix length bounds the match.
     assert_eq!(m.get(&lpm_key(16, [10, 1, 2, 3])), Some(1u32.to_ne_bytes().to_vec()));
+    assert_eq!(m.get(&lpm_key(33, [10, 1, 2, 3])), None, "longer than the data: no match");
+    assert_eq!(m.lookup(&lpm_key(33, [10, 1, 2, 3]), 0), None);
     let a = m.lookup(&lpm_key(32, [10, 1, 2, 3]), 0).unwrap();
     assert_eq!(m.read_at(a, 4), Some(2u32.to_ne_bytes().to_vec()));
     // Same prefix, different bits past it: the same entry.
@@ -296,6 +298,15 @@ fn devmaps_hold_ports() {
     m.delete(&k(2)).unwrap();
     assert_eq!(m.get(&k(2)), None);
     assert_eq!(m.delete(&k(9)).unwrap_err().errno(), -errno::EINVAL);
+
+    let m8 = Map::new(&spec("tx8", MapKind::DevMap, 4, 8, 4), 1).unwrap();
+    m8.set(&k(0), &[3, 0, 0, 0, 0, 0, 0, 0], BPF_ANY).unwrap();
+    assert_eq!(m8.get(&k(0)), Some(vec![3, 0, 0, 0, 0, 0, 0, 0]));
+    assert_eq!(
+        m8.set(&k(1), &[3, 0, 0, 0, 9, 0, 0, 0], BPF_ANY).unwrap_err().errno(),
+        -errno::EINVAL
+    );
+    assert_eq!(m8.get(&k(1)), None);
 
     let h = Map::new(&spec("txh", MapKind::DevMapHash, 4, 4, 2), 1).unwrap();
     h.set(&k(100), &5u32.to_ne_bytes(), BPF_ANY).unwrap();
@@ -599,7 +610,7 @@ proptest! {
     fn lpm_agrees_with_brute_force(
         prefixes in proptest::collection::vec((0u32..=32, any::<[u8; 4]>(), any::<u32>()), 0..40),
         deletes in proptest::collection::vec(any::<proptest::sample::Index>(), 0..10),
-        probes in proptest::collection::vec((any::<[u8; 4]>(), 0u32..=32), 1..60),
+        probes in proptest::collection::vec((any::<[u8; 4]>(), 0u32..=36), 1..60),
     ) {
         let m = Map::new(&spec("lpm", MapKind::LpmTrie, 8, 4, 64), 1).unwrap();
         let mask = |plen: u32| if plen == 0 { 0 } else { u32::MAX << (32 - plen) };
@@ -621,8 +632,10 @@ proptest! {
         all.extend(prefixes.iter().map(|&(_, a, _)| (a, 32)));
         for (addr, limit) in all {
             let a = u32::from_be_bytes(addr);
+            // A lookup prefix longer than the data matches nothing (as the kernel does).
             let want = model
                 .iter()
+                .filter(|_| limit <= 32)
                 .filter(|&(&(plen, net), _)| plen <= limit && a & mask(plen) == net)
                 .max_by_key(|&(&(plen, _), _)| plen)
                 .map(|(_, &v)| v.to_ne_bytes().to_vec());

@@ -68,9 +68,13 @@ impl LpmIndex {
         8 * self.data_len as u32
     }
 
-    /// Longest-prefix match of `key` (a full key; its own prefix length bounds the match).
+    /// Longest-prefix match of `key` (a full key; its own prefix length bounds the match, and
+    /// one longer than the data matches nothing, as in the kernel).
     pub(super) fn lookup(&self, key: &[u8]) -> Option<u32> {
-        let limit = prefix_len(key).min(self.max_plen());
+        let limit = prefix_len(key);
+        if limit > self.max_plen() {
+            return None;
+        }
         let mut buf = [0u8; KEY_BUF];
         for &plen in self.lens.range(..=limit).rev().map(|(l, _)| l) {
             let n = masked(key, plen, &mut buf);
