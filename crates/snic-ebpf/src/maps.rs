@@ -51,6 +51,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+mod fasthash;
 mod format;
 mod hash;
 mod lpm;
@@ -253,7 +254,6 @@ enum Inner {
 }
 
 /// One runtime map. See the module docs for memory and concurrency.
-#[derive(Debug)]
 pub struct Map {
     spec: MapSpec,
     workers: usize,
@@ -264,6 +264,21 @@ pub struct Map {
     /// Value memory (ring buffers: the data area, twice the ring size, see `ring`).
     mem: Box<[AtomicU64]>,
     inner: Inner,
+}
+
+impl fmt::Debug for Map {
+    /// The spec and the number of entries, not the (possibly large) value memory.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Map")
+            .field("name", &self.spec.name)
+            .field("kind", &self.spec.kind)
+            .field("key_size", &self.spec.key_size)
+            .field("value_size", &self.spec.value_size)
+            .field("max_entries", &self.spec.max_entries)
+            .field("workers", &self.workers)
+            .field("len", &self.len())
+            .finish()
+    }
 }
 
 impl Map {
@@ -557,6 +572,16 @@ impl Map {
     pub fn ringbuf_reserve(&self, size: u64) -> Option<u64> {
         let Inner::Ring(ring) = &self.inner else { return None };
         ring.reserve(self.base(), size)
+    }
+
+    /// Whether `addr` is the data address of a record reserved in this ring buffer and not yet
+    /// committed (zero-size records included, which [`Map::contains`] cannot show): how
+    /// `bpf_ringbuf_submit`/`discard` find the ring a record belongs to.
+    pub fn ringbuf_owns(&self, addr: u64) -> bool {
+        match &self.inner {
+            Inner::Ring(ring) => ring.owns(self.base(), addr),
+            _ => false,
+        }
     }
 
     /// `bpf_ringbuf_submit` (`discard` false) or `bpf_ringbuf_discard` (true) of a record
@@ -911,10 +936,13 @@ impl MapSet {
         Ok(set)
     }
 
-    /// The maps for `object` replacing a running program that used `old`: every old map with
-    /// the same name, type, key and value sizes and max_entries (see the module docs for
-    /// global data and per-CPU maps) is kept, shared with `old`, values and all; the others are
-    /// created. Nothing changes in `old`.
+    /// The maps for `object` replacing a running program that used `old` (hot swap): every old
+    /// map with the same name, type, key and value sizes and max_entries is kept, shared with
+    /// `old`, values and all ([`Origin::Kept`]); the others are created ([`Origin::Created`]).
+    /// Two refinements: a global data map (`.data`, `.rodata`, `.bss`) is kept only if its
+    /// initial contents are the same too (new constants must not be hidden by the old
+    /// program's values), and a per-CPU map only for the same number of workers. Nothing
+    /// changes in `old`; on error (a new map that cannot be created) nothing is returned.
     pub fn rebind(object: &Object, old: &MapSet, workers: usize) -> Result<MapSet, MapError> {
         let mut set = MapSet::default();
         for spec in &object.maps {

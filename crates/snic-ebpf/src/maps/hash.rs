@@ -5,6 +5,7 @@
 //! so the index costs nothing for entries never inserted while the value memory it indexes is
 //! preallocated by the map.
 
+use super::fasthash::Seeded;
 use super::{BPF_EXIST, BPF_NOEXIST, MapError};
 use std::collections::HashMap;
 
@@ -66,7 +67,7 @@ impl Lru {
 /// A hash map's index.
 #[derive(Debug)]
 pub(super) struct HashIndex {
-    map: HashMap<Box<[u8]>, u32>,
+    map: HashMap<Box<[u8]>, u32, Seeded>,
     max: u32,
     /// Slots below `next` have been used at least once.
     next: u32,
@@ -77,7 +78,7 @@ pub(super) struct HashIndex {
 impl HashIndex {
     pub(super) fn new(max: u32, lru: bool) -> HashIndex {
         HashIndex {
-            map: HashMap::new(),
+            map: HashMap::with_hasher(Seeded::new()),
             max,
             next: 0,
             free: Vec::new(),

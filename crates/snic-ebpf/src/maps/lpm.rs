@@ -5,6 +5,7 @@
 //! simple to get right, and a lookup costs at most one probe per distinct prefix length
 //! (33 for IPv4, usually a handful).
 
+use super::fasthash::Seeded;
 use super::{BPF_EXIST, BPF_NOEXIST, MapError};
 use std::collections::{BTreeMap, HashMap};
 
@@ -22,7 +23,7 @@ type Entry = (u32, Box<[u8]>);
 pub(super) struct LpmIndex {
     data_len: usize,
     /// Masked key -> (slot, the key as last written).
-    map: HashMap<Box<[u8]>, Entry>,
+    map: HashMap<Box<[u8]>, Entry, Seeded>,
     /// Prefix length -> number of entries with it.
     lens: BTreeMap<u32, usize>,
     max: u32,
@@ -56,7 +57,7 @@ impl LpmIndex {
     pub(super) fn new(key_size: u32, max: u32) -> LpmIndex {
         LpmIndex {
             data_len: key_size as usize - 4,
-            map: HashMap::new(),
+            map: HashMap::with_hasher(Seeded::new()),
             lens: BTreeMap::new(),
             max,
             next: 0,

@@ -128,6 +128,12 @@ impl Ring {
         })
     }
 
+    /// Whether `addr` is a busy record's data address.
+    pub(super) fn owns(&self, base: u64, addr: u64) -> bool {
+        let p = lock(&self.pos);
+        p.records.iter().any(|r| r.state == State::Busy && base + self.off(r.pos) + HDR == addr)
+    }
+
     /// Committed records not yet drained.
     pub(super) fn pending(&self) -> usize {
         lock(&self.pos).records.iter().filter(|r| r.state == State::Committed).count()
