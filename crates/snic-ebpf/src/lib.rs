@@ -5,6 +5,7 @@
 pub mod core;
 pub mod helpers;
 pub mod insn;
+pub mod jit;
 pub mod maps;
 pub mod object;
 pub mod platform;
@@ -15,11 +16,12 @@ pub mod vm;
 pub mod xdp;
 
 pub use insn::Insn;
+pub use jit::{JitError, JitProgram};
 pub use maps::{Map, MapError, MapSet};
 pub use object::{LoadError, MapKind, MapSpec, Object, ProgKind, Program};
 pub use verify::{Refusal, Verdict, verify};
 pub use vm::{Env, Fault, PrepareError, Prepared, Worker, XdpCtx, prepare};
-pub use xdp::{LoadFailure, XdpAction, XdpOutcome, XdpProgram};
+pub use xdp::{Engine, LoadFailure, XdpAction, XdpOutcome, XdpProgram};
 
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

@@ -13,6 +13,7 @@
 //! the buffer. [`test_run_buf`] builds a buffer with exactly the kernel's geometry (256 bytes
 //! of headroom, 3520 bytes of room for the frame) for the differential test.
 
+use crate::jit::{JitError, JitProgram};
 use crate::maps::MapSet;
 use crate::object::{LoadError, Object, ProgKind};
 use crate::raw::Memory;
@@ -159,12 +160,29 @@ pub struct XdpOutcome {
     pub fault: Option<Fault>,
 }
 
+/// Which engine runs a program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Engine {
+    /// The interpreter ([`crate::vm::interpret`]): checks every memory access.
+    Interpreter,
+    /// The x86-64 JIT ([`JitProgram`]): native code, for verified programs.
+    Jit,
+}
+
 /// A loaded, verified and prepared XDP program with its maps. Share it between workers in an
 /// `Arc`; each worker runs it with its own [`Worker`].
+///
+/// A program loaded (and so verified) by [`XdpProgram::load`] is compiled by the JIT when the
+/// JIT can (x86-64, every instruction supported) and then runs as native code; otherwise, and
+/// after `set_engine(Engine::Interpreter)`, the interpreter runs it.
 #[derive(Debug)]
 pub struct XdpProgram {
     prepared: Prepared,
     verify_time: std::time::Duration,
+    /// Whether the verifier accepted it (only then may the JIT run it).
+    verified: bool,
+    jit: Option<JitProgram>,
+    engine: Engine,
 }
 
 impl XdpProgram {
@@ -177,12 +195,47 @@ impl XdpProgram {
         maps: MapSet,
     ) -> Result<XdpProgram, LoadFailure> {
         let (prepared, verdict) = load_program(obj, section, &maps, ProgKind::Xdp)?;
-        Ok(XdpProgram { prepared, verify_time: verdict.took })
+        let jit = JitProgram::compile(&prepared).ok();
+        let engine = if jit.is_some() { Engine::Jit } else { Engine::Interpreter };
+        Ok(XdpProgram { prepared, verify_time: verdict.took, verified: true, jit, engine })
     }
 
-    /// An XDP program from an already prepared one (e.g. [`crate::vm::prepare_insns`]).
+    /// An XDP program from an already prepared one (e.g. [`crate::vm::prepare_insns`]). It
+    /// was not verified here, so only the interpreter runs it.
     pub fn from_prepared(prepared: Prepared) -> XdpProgram {
-        XdpProgram { prepared, verify_time: std::time::Duration::ZERO }
+        XdpProgram {
+            prepared,
+            verify_time: std::time::Duration::ZERO,
+            verified: false,
+            jit: None,
+            engine: Engine::Interpreter,
+        }
+    }
+
+    /// Selects the engine. [`Engine::Jit`] compiles the program first if needed and fails
+    /// (leaving the engine as it was) when the JIT cannot compile it or the program did not
+    /// come through the verifier ([`XdpProgram::from_prepared`]).
+    pub fn set_engine(&mut self, engine: Engine) -> Result<(), JitError> {
+        if engine == Engine::Jit {
+            if !self.verified {
+                return Err(JitError::Unverified);
+            }
+            if self.jit.is_none() {
+                self.jit = Some(JitProgram::compile(&self.prepared)?);
+            }
+        }
+        self.engine = engine;
+        Ok(())
+    }
+
+    /// The engine that runs the program.
+    pub fn engine(&self) -> Engine {
+        self.engine
+    }
+
+    /// The compiled code, when the JIT compiled the program.
+    pub fn jit(&self) -> Option<&JitProgram> {
+        self.jit.as_ref()
     }
 
     /// The prepared program (for the JIT).
@@ -241,7 +294,11 @@ impl XdpProgram {
             nargs: 0,
             fault: None,
         };
-        let r = interpret(&self.prepared, &mut env, ctx_addr);
+        let r = match (&self.jit, self.engine) {
+            // `jit` is only set for verified programs (`load`, `set_engine`).
+            (Some(jit), Engine::Jit) => jit.run_verified(&mut env, ctx_addr),
+            _ => interpret(&self.prepared, &mut env, ctx_addr),
+        };
         let (prng, redirect) = (env.prng, env.redirect);
         w.prng = prng;
         // The helpers keep the window inside the buffer; set it on the buffer.

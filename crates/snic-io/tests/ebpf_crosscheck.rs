@@ -196,7 +196,7 @@ fn examples_verify_in_snic_and_load_in_the_kernel() {
     }
     let kernel = bpf::require_bpf("examples_verify_in_snic_and_load_in_the_kernel");
     let files = c_files(&examples_dir());
-    assert!(files.len() >= 4, "expected at least 4 examples, found {}", files.len());
+    assert!(files.len() >= 5, "expected at least 5 examples, found {}", files.len());
     for src in &files {
         let name = src.file_stem().unwrap().to_string_lossy().into_owned();
         let obj = Object::parse(&compile(src, &[]), &name)
