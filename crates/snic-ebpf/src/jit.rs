@@ -29,6 +29,10 @@
 //!   pushed, the stack stays 16-byte aligned; the result lands in rax = r0. r1-r5 are
 //!   clobbered, as BPF's calling convention allows. When the helper faulted, the code jumps to
 //!   the epilogue at once, so a run ends at the same instruction as in the interpreter.
+//! - `bpf_map_lookup_elem` on a plain array map is inlined, as the kernel's JIT does: when r1
+//!   is certainly that map (an `lddw` of its address earlier in the same basic block), the
+//!   call becomes `key < max_entries ? base + key * stride : NULL` (the layout is checked
+//!   against the map's own lookup when compiling). Other helpers go through the entry above.
 //! - Jumps: the code is emitted repeatedly, each pass using the previous pass's instruction
 //!   addresses to pick 2-byte short or 5/6-byte near jumps, until the addresses stop changing
 //!   (sizes only ever shrink, so this converges; the last pass is exact).

@@ -669,3 +669,20 @@ proptest! {
         prop_assert_eq!(jit, interp);
     }
 }
+
+#[test]
+fn gotol_takes_its_offset_from_imm() {
+    // r0 = 1; gotol +1; r0 = 2; exit
+    let p = [ins(0xb7, 0, 0, 0, 1), ins(0x06, 0, 0, 0, 1), ins(0xb7, 0, 0, 0, 2), EXIT];
+    assert_eq!(run(&p, &mut [0u8; 8]), 1);
+}
+
+#[test]
+fn unverified_programs_stay_on_the_interpreter() {
+    use crate::xdp::{Engine, XdpProgram};
+    let mut p = XdpProgram::from_prepared(prep(&[ins(0xb7, 0, 0, 0, 2), EXIT]));
+    assert_eq!(p.engine(), Engine::Interpreter);
+    assert_eq!(p.set_engine(Engine::Jit), Err(JitError::Unverified));
+    assert_eq!(p.engine(), Engine::Interpreter);
+    assert!(p.jit().is_none());
+}
