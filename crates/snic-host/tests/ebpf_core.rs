@@ -83,3 +83,58 @@ fn a_nic_core_program_runs_through_the_kernel_fifo() {
     dev.read_device(d, &mut after).unwrap();
     assert!(after == want, "a refused command wrote device memory");
 }
+
+/// RFC 1071: the one's complement of the folded one's-complement sum of big-endian words.
+fn internet_checksum(data: &[u8], init: u32) -> u16 {
+    let mut sum = u64::from(init);
+    for w in data.chunks(2) {
+        sum += u64::from(u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)]));
+    }
+    while sum >> 16 != 0 {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// The shipped NIC-core example, `examples/ebpf/core_checksum.c`, through the FIFO.
+#[test]
+fn the_shipped_core_checksum_matches_rfc_1071() {
+    if !snic_ebpf::testing::require_clang("the_shipped_core_checksum_matches_rfc_1071") {
+        return;
+    }
+    let src = snic_ebpf::testing::examples_dir().join("core_checksum.c");
+    let obj = snic_ebpf::testing::compile(&src, &[]);
+    let core = CorePrograms::new();
+    core.load(0, &obj, "core_checksum.o", None, 1).expect("verified and loaded");
+    let cfg =
+        ServerConfig { workers: 1, compute_workers: 1, core: Some(core), ..Default::default() };
+    let s = TestServer::start_with("ebpf-csum", cfg);
+    let dev = Device::connect(&s.socket(), "ebpf-csum").expect("connect");
+    let d = dev.alloc_device(DevKind::OnBoard, 8192, 64).unwrap();
+    let out = dev.alloc_device(DevKind::OnChip, 64, 64).unwrap();
+    for (i, len) in [1usize, 2, 63, 64, 65, 1500, 4097, 8192].into_iter().enumerate() {
+        let data = pattern(len, i as u32 + 11);
+        dev.write_device(d, &data).unwrap();
+        let init = (i as u32) * 0x1234;
+        let cmd = KernelCmd::new(abi::kernel::EBPF, i as u32)
+            .addr(d, len as u64)
+            .addr(out, 2)
+            .scalar(0)
+            .scalar(u64::from(init));
+        let st = dev.kernel_run(&cmd, T).expect("runs");
+        let want = internet_checksum(&data, init);
+        assert_eq!((st.status, st.result), (abi::kernel::OK, u64::from(want)), "len {len}");
+        let mut got = [0u8; 2];
+        dev.read_device(out, &mut got).unwrap();
+        assert_eq!(u16::from_be_bytes(got), want, "len {len}: written to argument 1");
+    }
+    // A bad address argument is refused and writes nothing.
+    let mut before = [0u8; 2];
+    dev.read_device(out, &mut before).unwrap();
+    let other = (u64::from(dev.client_id()) + 1) << 40;
+    let cmd = KernelCmd::new(abi::kernel::EBPF, 99).addr(other, 64).addr(out, 2).scalar(0);
+    assert_eq!(dev.kernel_run(&cmd, T).unwrap().status, abi::kernel::BAD_ADDRESS);
+    let mut after = [0u8; 2];
+    dev.read_device(out, &mut after).unwrap();
+    assert_eq!(after, before);
+}

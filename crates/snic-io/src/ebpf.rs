@@ -12,6 +12,10 @@
 //! program the verifier refuses (with the instruction index and the abstract state) and a
 //! program `prepare` cannot run are errors naming the stage, before any packet moves.
 //!
+//! The stage runs the program with snic's interpreter, which checks every memory access
+//! again at run time, unless the spec says `engine=jit` (the x86-64 JIT; a program it cannot
+//! compile is then an error). Hot swaps keep the stage's engine.
+//!
 //! # Per packet
 //!
 //! The engine's stage ([`snic_ebpf::stage`]) runs the program: the XDP context is the
@@ -41,6 +45,7 @@ use std::time::{Duration, Instant as WallInstant};
 
 use snic_ebpf::maps::Origin;
 use snic_ebpf::stage::{XdpSlot, XdpStage};
+use snic_ebpf::xdp::Engine;
 use snic_ebpf::{MapSet, Object, XdpProgram};
 use snic_pipeline::{Batch, BuildError, Stage, StageCtx, StageSpec};
 use snic_time::Instant;
@@ -59,6 +64,8 @@ pub enum XdpError {
     Read(String),
     /// The object, verification or preparation failed (the engine's explanation).
     Load(snic_ebpf::LoadFailure),
+    /// `engine=jit` and the JIT cannot compile the program.
+    Jit(String),
     /// The object's maps could not be created.
     Maps(snic_ebpf::MapError),
 }
@@ -68,6 +75,7 @@ impl std::fmt::Display for XdpError {
         match self {
             XdpError::Read(e) => f.write_str(e),
             XdpError::Load(e) => write!(f, "{e}"),
+            XdpError::Jit(e) => write!(f, "engine=jit: {e}"),
             XdpError::Maps(e) => write!(f, "creating maps: {e}"),
         }
     }
@@ -93,6 +101,19 @@ struct Shared {
     /// Generation each worker ran its last batch with.
     running: Vec<AtomicU64>,
     workers: usize,
+    engine: Engine,
+}
+
+/// Load the program and select `engine` for it.
+fn load_program(
+    obj: &Object,
+    section: Option<&str>,
+    maps: MapSet,
+    engine: Engine,
+) -> Result<XdpProgram, XdpError> {
+    let mut program = XdpProgram::load(obj, section, maps).map_err(XdpError::Load)?;
+    program.set_engine(engine).map_err(|e| XdpError::Jit(e.to_string()))?;
+    Ok(program)
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -125,7 +146,7 @@ pub struct XdpInfo {
     pub program: String,
     /// Instruction count.
     pub insns: usize,
-    /// `interp` (the JIT is not wired into the stage yet).
+    /// `interp` or `jit`.
     pub engine: &'static str,
     /// Hot swaps so far.
     pub swaps: u64,
@@ -157,16 +178,19 @@ fn program_name(obj: &Object, section: Option<&str>) -> (String, usize) {
 impl XdpControl {
     /// Load the program of `path` (in `section`, or its XDP program) for `workers` workers,
     /// with new maps: the start of a stage.
+    /// `jit` selects the JIT (every swap then uses it too) instead of the interpreter.
     pub fn open(
         name: &str,
         path: &Path,
         section: Option<&str>,
         workers: usize,
+        jit: bool,
     ) -> Result<XdpControl, XdpError> {
         let workers = workers.max(1);
+        let engine = if jit { Engine::Jit } else { Engine::Interpreter };
         let (obj, path_name) = read_object(path)?;
         let maps = MapSet::new(&obj, workers).map_err(XdpError::Maps)?;
-        let program = XdpProgram::load(&obj, section, maps).map_err(XdpError::Load)?;
+        let program = load_program(&obj, section, maps, engine)?;
         let (pname, insns) = program_name(&obj, section);
         Ok(XdpControl {
             name: name.to_owned(),
@@ -175,6 +199,7 @@ impl XdpControl {
                 meta: Mutex::new(Meta { path: path_name, name: pname, insns, swaps: 0 }),
                 running: (0..workers).map(|_| AtomicU64::new(0)).collect(),
                 workers,
+                engine,
             }),
         })
     }
@@ -206,7 +231,11 @@ impl XdpControl {
     /// The running program.
     pub fn info(&self) -> XdpInfo {
         let m = lock(&self.shared.meta).clone();
-        XdpInfo { path: m.path, program: m.name, insns: m.insns, engine: "interp", swaps: m.swaps }
+        let engine = match self.shared.engine {
+            Engine::Jit => "jit",
+            Engine::Interpreter => "interp",
+        };
+        XdpInfo { path: m.path, program: m.name, insns: m.insns, engine, swaps: m.swaps }
     }
 
     /// Packets per action ([`ACTIONS`] order) over every worker, as of their last batch.
@@ -231,7 +260,7 @@ impl XdpControl {
         let maps = MapSet::rebind(&obj, &old_maps, self.shared.workers).map_err(XdpError::Maps)?;
         let report: Vec<(String, bool)> =
             maps.report().into_iter().map(|(n, o)| (n, o == Origin::Kept)).collect();
-        let program = XdpProgram::load(&obj, section, maps).map_err(XdpError::Load)?;
+        let program = load_program(&obj, section, maps, self.shared.engine)?;
         let verify = program.verify_time();
         let (pname, insns) = program_name(&obj, section);
         self.shared.slot.swap(Arc::new(program));
@@ -301,15 +330,11 @@ impl XdpPrograms {
         let mut out = XdpPrograms::default();
         for spec in stages {
             let StageSpec::Xdp { program, section, jit } = spec else { continue };
-            if *jit {
-                return Err(format!(
-                    "stage {spec}: engine=jit is not wired into the xdp stage yet (engine=interp)"
-                ));
-            }
             let n = out.controls.len();
             let name = if n == 0 { "xdp".to_string() } else { format!("xdp.{n}") };
-            let ctl = XdpControl::open(&name, Path::new(program), section.as_deref(), workers)
-                .map_err(|e| format!("stage {spec}: {e}"))?;
+            let ctl =
+                XdpControl::open(&name, Path::new(program), section.as_deref(), workers, *jit)
+                    .map_err(|e| format!("stage {spec}: {e}"))?;
             out.stages.push((0..workers.max(1)).map(|k| Some(ctl.stage(k))).collect());
             out.controls.push(ctl);
         }

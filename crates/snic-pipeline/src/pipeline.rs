@@ -108,8 +108,8 @@ pub enum StageSpec {
         /// The ELF section of the program (`xdp`, `xdp/fw`); none picks the object's only XDP
         /// program.
         section: Option<String>,
-        /// Run with the JIT (`engine=jit`, falling back to the interpreter for what it cannot
-        /// compile) instead of the interpreter.
+        /// Run with the JIT (`engine=jit`; a program it cannot compile is an error) instead of
+        /// the interpreter (`engine=interp`, the default).
         jit: bool,
     },
 }
