@@ -74,8 +74,8 @@ fn frame(n: u32) -> Vec<u8> {
     f
 }
 
-fn build(path: &Path) -> (Pipeline, XdpControl) {
-    let spec = StageSpec::Xdp { program: path.display().to_string(), section: None, jit: false };
+fn build(path: &Path, jit: bool) -> (Pipeline, XdpControl) {
+    let spec = StageSpec::Xdp { program: path.display().to_string(), section: None, jit };
     let mut xdp = XdpPrograms::from_stages(std::slice::from_ref(&spec), 1).expect("loads");
     let ctl = xdp.controls()[0].clone();
     let cfg = PipelineConfig::new(vec![spec]);
@@ -102,13 +102,28 @@ fn hundred_swaps_under_load_lose_nothing_and_never_mix_programs() {
     if !snic_ebpf::testing::require_clang("hundred_swaps_under_load") {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("snic-ebpf-hotswap-{}", std::process::id()));
+    hundred_swaps(false);
+}
+
+/// The same with `engine=jit` (x86-64 only: elsewhere the JIT refuses every program).
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn hundred_swaps_with_the_jit() {
+    if !snic_ebpf::testing::require_clang("hundred_swaps_with_the_jit") {
+        return;
+    }
+    hundred_swaps(true);
+}
+
+fn hundred_swaps(jit: bool) {
+    let dir = std::env::temp_dir().join(format!("snic-ebpf-hotswap-{}-{jit}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let a = object(&dir, "stamp_a", &stamper(0xA, 0));
     let b = object(&dir, "stamp_b", &stamper(0xB, 1));
     let bad = object(&dir, "refused", &format!("{HEADER}{REFUSED}"));
 
-    let (pipeline, ctl) = build(&a);
+    let (pipeline, ctl) = build(&a, jit);
+    assert_eq!(ctl.info().engine, if jit { "jit" } else { "interp" });
     let (port, handle): (ScriptPort, ScriptHandle) = ScriptPort::new("p0");
     let mut tb = Testbed::new();
     tb.add_node("xdp", pipeline, vec![Box::new(port)]);
@@ -184,8 +199,9 @@ fn hundred_swaps_under_load_lose_nothing_and_never_mix_programs() {
     let (lm, lx) = stats(&load_times);
     let (vm, vx) = stats(&verify_times);
     let (sm, sx) = stats(&slices);
+    let engine = ctl.info().engine;
     println!(
-        "hot swap over {SWAPS} swaps: load+verify+prepare+publish median {lm:?} max {lx:?} \
+        "{engine} hot swap over {SWAPS} swaps: load+verify+prepare+publish median {lm:?} max {lx:?} \
          (verify median {vm:?} max {vx:?}); each next slice of {PER_SLICE} packets, run by \
          the new program: median {sm:?} max {sx:?}"
     );
