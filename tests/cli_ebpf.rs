@@ -1,7 +1,9 @@
 //! `snic ebpf` end to end against the built binary: `verify` of a good and a refused
 //! program (text and JSON, exit codes), and the `xdp:` stage of a running `snic run` driven
 //! over its control socket: hot swap (`load`), maps (`map dump|update|delete`) and ring-buffer
-//! events. Programs are compiled with the machine's clang (skipped without it, outside CI).
+//! events; and a whole NIC (`snic serve --port`) with an `xdp:` stage and NIC-core programs
+//! (`--core-prog`, `snic ebpf load --core`) that a host program runs as kernel 9. Programs are
+//! compiled with the machine's clang (skipped without it, outside CI).
 
 mod common;
 
@@ -224,4 +226,92 @@ fn load_swaps_a_running_stage_and_maps_and_events_work_over_the_control_socket()
     assert_eq!(v["xdp"]["xdp"]["program"], "xdp/count_events", "{v}");
     assert_eq!(v["xdp"]["xdp"]["swaps"], 1, "{v}");
     assert!(v["xdp"]["xdp"]["pass"].as_u64().unwrap() > 0, "{v}");
+}
+
+/// `a0` data: returns the sum of its bytes plus the program's scalar 0.
+const CORE_SUM: &str =
+    "struct snic_core_md { __u32 data, data_end, nargs, id; __u64 scalars[8]; __u32 arg_len[8]; };
+SEC(\"snic/core\") int sum(struct snic_core_md *ctx) {
+  unsigned char *d = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
+  __u64 s = 0;
+  for (int i = 0; i < 256; i++) {
+    if (d + i + 1 > end) break;
+    s += d[i];
+  }
+  return s + ctx->scalars[0];
+}
+char LICENSE[] SEC(\"license\") = \"GPL\";\n";
+
+#[test]
+fn a_nic_runs_an_xdp_stage_and_nic_core_programs_for_host_programs() {
+    if !snic_ebpf::testing::require_clang("a_nic_runs_an_xdp_stage") {
+        return;
+    }
+    let dir = common::temp_dir("cli-ebpf-serve");
+    let a = object(&dir, "count0", &counter(0));
+    let core = object(&dir, "core_sum", &format!("{HEADER}{CORE_SUM}"));
+    let peer = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let (sock, ctl) = (dir.join("dev.sock"), dir.join("ctl.sock"));
+    let child = snic()
+        .args(["serve", "--no-huge", "--workers", "1", "--on-board", "8M", "--socket"])
+        .arg(&sock)
+        .arg("--port")
+        .arg(format!("udp:{addr},{}", peer.local_addr().unwrap()))
+        .args(["--rdma-ip", "10.77.0.1", "--stage", "parse", "--stage", "classify"])
+        .args(["--stage", &format!("xdp:{},xdp", a.display()), "--stage", "l2fwd"])
+        .arg("--core-prog")
+        .arg(&core)
+        .arg("--control")
+        .arg(&ctl)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let _serve = Running(child);
+    wait_for("the control socket", || ctl.exists() && ctl_ok(&ctl));
+    let mut f = Vec::new();
+    etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+        .ipv4([10, 1, 0, 1], [10, 1, 0, 2], 64)
+        .udp(1000, 2000)
+        .write(&mut f, &[7u8; 40])
+        .unwrap();
+    for _ in 0..5 {
+        peer.send_to(&f, addr).unwrap();
+    }
+    wait_for("5 packets through the NIC's xdp stage", || hit(&ctl, 0) == 5);
+
+    // Slot 0 from --core-prog; slot 1 loaded over the control socket; an XDP program is not
+    // a NIC-core one.
+    let out = ok(ctl_core(&ctl, 1, &core));
+    assert!(out.contains("core slot 1: loaded snic/core/sum"), "{out}");
+    let o = ctl_core(&ctl, 2, &a);
+    assert!(!o.status.success(), "{}", text(&o));
+    let host = snic_host::Device::connect(&sock, "cli-ebpf").expect("connect");
+    assert_eq!(host.kernel_id("ebpf"), Some(snic_compute::ids::EBPF));
+    let d = host.alloc_device(snic_host::DevKind::OnBoard, 4096, 64).unwrap();
+    let data: Vec<u8> = (0..200u32).map(|i| (i * 13) as u8).collect();
+    host.write_device(d, &data).unwrap();
+    let want: u64 = data.iter().map(|&b| u64::from(b)).sum();
+    for slot in [0, 1] {
+        let cmd = snic_host::KernelCmd::new(snic_compute::ids::EBPF, slot)
+            .addr(d, data.len() as u64)
+            .scalar(u64::from(slot))
+            .scalar(5);
+        let st = host.kernel_run(&cmd, std::time::Duration::from_secs(10)).unwrap();
+        assert_eq!((st.status, st.result), (snic_compute::status::OK, want + 5), "slot {slot}");
+    }
+    let cmd = snic_host::KernelCmd::new(snic_compute::ids::EBPF, 9).addr(d, 10).scalar(2);
+    let st = host.kernel_run(&cmd, std::time::Duration::from_secs(10)).unwrap();
+    assert_eq!(st.status, snic_compute::status::BAD_ARGS, "slot 2 is empty");
+}
+
+fn ctl_ok(sock: &Path) -> bool {
+    ctl(sock, &["map", "dump", "hits"]).status.success()
+}
+
+fn ctl_core(sock: &Path, slot: u32, file: &Path) -> Output {
+    let mut c = snic();
+    c.args(["ebpf", "load", "--core", &slot.to_string()]).arg(file).arg("--control").arg(sock);
+    c.output().unwrap()
 }
