@@ -185,7 +185,7 @@ pub(crate) fn arg_copy(
         if !write {
             // The destination counts as written on every path (the verifier assumes so).
             for k in 0..len {
-                if env.mem.store(ptr + k, 1, 0).is_none() {
+                if env.mem.store(ptr.wrapping_add(k), 1, 0).is_none() {
                     env.fault.get_or_insert(Fault::Helper {
                         id,
                         reason: "destination outside the program's memory",

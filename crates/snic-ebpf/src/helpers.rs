@@ -61,8 +61,15 @@ pub const RINGBUF_DISCARD: u32 = 133;
 pub const XDP_FRAME_RESERVE: u64 = 40;
 /// Ethernet header length: the frame never shrinks below it.
 pub const ETH_HLEN: u64 = 14;
-/// Most bytes of XDP metadata (`data_meta..data`), a multiple of 4.
-pub const XDP_META_MAX: u64 = 32;
+/// Most bytes of XDP metadata (`data_meta..data`, a multiple of 4): the kernel's bound is the
+/// largest `u8` (`skb_shared_info.meta_len`); in practice the headroom bounds it first
+/// (checked against Linux 6.18's `BPF_PROG_TEST_RUN`: 216 bytes accepted, 220 refused with
+/// 256 bytes of headroom).
+pub const XDP_META_MAX: u64 = 255;
+
+/// The redirect target `bpf_redirect_map` with `BPF_F_BROADCAST` sets: snic's flood port
+/// (`PortId::FLOOD`: every port but the ingress one).
+pub const REDIRECT_FLOOD: u32 = 0xffff;
 
 const EINVAL: i64 = -22;
 const EACCES: i64 = -13;
@@ -123,21 +130,21 @@ pub fn dispatch(env: &mut Env<'_>, id: u32, args: [u64; 5]) -> u64 {
 }
 
 fn map_lookup(env: &mut Env<'_>, map: u64, key: u64) -> u64 {
-    let Some(m) = env.map_at(map).cloned() else { return fault(env, 1, "not a map") };
+    let Some(m) = env.map_at(map) else { return fault(env, 1, "not a map") };
     let ks = u64::from(m.spec().key_size);
-    match env.mem.with_bytes(key, ks, |k| m.lookup(k, env.worker)) {
+    match env.mem.with_copy(key, ks, |k| m.lookup(k, env.worker)) {
         Some(v) => v.unwrap_or(0),
         None => fault(env, 1, "key outside the program's memory"),
     }
 }
 
 fn map_update(env: &mut Env<'_>, map: u64, key: u64, value: u64, flags: u64) -> u64 {
-    let Some(m) = env.map_at(map).cloned() else { return fault(env, 2, "not a map") };
+    let Some(m) = env.map_at(map) else { return fault(env, 2, "not a map") };
     let (ks, vs) = (u64::from(m.spec().key_size), u64::from(m.spec().value_size));
     let worker = env.worker;
     let r = env
         .mem
-        .with_bytes(key, ks, |k| env.mem.with_bytes(value, vs, |v| m.update(k, v, flags, worker)));
+        .with_copy(key, ks, |k| env.mem.with_copy(value, vs, |v| m.update(k, v, flags, worker)));
     match r.flatten() {
         Some(Ok(())) => 0,
         Some(Err(e)) => neg(e.errno()),
@@ -146,9 +153,9 @@ fn map_update(env: &mut Env<'_>, map: u64, key: u64, value: u64, flags: u64) -> 
 }
 
 fn map_delete(env: &mut Env<'_>, map: u64, key: u64) -> u64 {
-    let Some(m) = env.map_at(map).cloned() else { return fault(env, 3, "not a map") };
+    let Some(m) = env.map_at(map) else { return fault(env, 3, "not a map") };
     let ks = u64::from(m.spec().key_size);
-    match env.mem.with_bytes(key, ks, |k| m.delete(k)) {
+    match env.mem.with_copy(key, ks, |k| m.delete(k)) {
         Some(Ok(())) => 0,
         Some(Err(e)) => neg(e.errno()),
         None => fault(env, 3, "key outside the program's memory"),
@@ -171,13 +178,20 @@ pub(crate) fn next_random(state: &mut u64) -> u32 {
 fn redirect_map(env: &mut Env<'_>, map: u64, key: u64, flags: u64) -> u64 {
     /// `XDP_ABORTED | XDP_DROP | XDP_PASS | XDP_TX`: the action on a failed lookup.
     const ACTION_MASK: u64 = 3;
-    let Some(m) = env.map_at(map).cloned() else { return fault(env, 51, "not a map") };
+    let Some(m) = env.map_at(map) else { return fault(env, 51, "not a map") };
     if !matches!(m.kind(), MapKind::DevMap | MapKind::DevMapHash) {
         return fault(env, 51, "not a devmap");
     }
-    if flags & !ACTION_MASK != 0 {
-        // Broadcast and other flags are not supported.
+    /// `BPF_F_BROADCAST | BPF_F_EXCLUDE_INGRESS`.
+    const BROADCAST: u64 = 1 << 3;
+    const EXCLUDE_INGRESS: u64 = 1 << 4;
+    if flags & !(ACTION_MASK | BROADCAST | EXCLUDE_INGRESS) != 0 {
         return XDP_ABORTED;
+    }
+    if flags & BROADCAST != 0 {
+        // snic floods (every port but the ingress one) rather than walking the devmap.
+        env.redirect = Some(REDIRECT_FLOOD);
+        return XDP_REDIRECT;
     }
     let key = (key as u32).to_le_bytes();
     let ks = (m.spec().key_size as usize).min(4);
@@ -212,7 +226,11 @@ fn adjust_head(env: &mut Env<'_>, ctx: u64, offset: i32) -> u64 {
         return fault(env, XDP_ADJUST_HEAD, "not the XDP context");
     };
     let frame_end = env.mem.packet_buf().start() + XDP_FRAME_RESERVE;
-    let metalen = data - meta;
+    // The helpers keep `data_meta <= data <= data_end`; a broken invariant is a fault, not a
+    // panic.
+    let Some(metalen) = data.checked_sub(meta) else {
+        return fault(env, XDP_ADJUST_HEAD, "inconsistent context");
+    };
     let new_data = data.wrapping_add(i64::from(offset) as u64);
     let new_data_i = data as i128 + i128::from(offset);
     if new_data_i < i128::from(frame_end + metalen)
@@ -329,9 +347,9 @@ pub fn csum_partial(bytes: &[u8], seed: u32) -> u32 {
     csum_partial32(chunks, seed)
 }
 
-fn ringbuf_map(env: &mut Env<'_>, id: u32, map: u64) -> Option<std::sync::Arc<crate::maps::Map>> {
+fn ringbuf_map<'a>(env: &mut Env<'a>, id: u32, map: u64) -> Option<&'a crate::maps::Map> {
     match env.map_at(map) {
-        Some(m) if m.kind() == MapKind::RingBuf => Some(m.clone()),
+        Some(m) if m.kind() == MapKind::RingBuf => Some(m),
         _ => {
             fault(env, id, "not a ring buffer");
             None
@@ -354,11 +372,8 @@ fn ringbuf_reserve(env: &mut Env<'_>, map: u64, size: u64) -> u64 {
 }
 
 fn ringbuf_commit(env: &mut Env<'_>, id: u32, addr: u64, discard: bool) -> u64 {
-    let owner = env
-        .maps
-        .iter()
-        .find(|m| m.kind() == MapKind::RingBuf && m.contains(addr, 1).is_some())
-        .cloned();
+    let maps = env.maps;
+    let owner = maps.iter().find(|m| m.ringbuf_owns(addr));
     match owner {
         Some(m) => match m.ringbuf_commit(addr, discard) {
             Ok(()) => 0,
@@ -379,7 +394,7 @@ fn trace_printk(env: &mut Env<'_>, fmt: u64, size: u64, args: [u64; 3]) -> u64 {
         return fault(env, TRACE_PRINTK, "format outside the program's memory");
     };
     let Some(nul) = bytes.iter().position(|&b| b == 0) else { return neg(EINVAL) };
-    match format_printk(&bytes[..nul], args, |addr| read_cstr(env, addr)) {
+    match format_printk(&bytes[..nul], args, |addr| env.mem.load(addr, 1).map(|b| b as u8)) {
         Some(line) => {
             let n = line.len() as u64;
             let line = line.strip_suffix('\n').unwrap_or(&line).to_string();
@@ -390,24 +405,37 @@ fn trace_printk(env: &mut Env<'_>, fmt: u64, size: u64, args: [u64; 3]) -> u64 {
     }
 }
 
-fn read_cstr(env: &Env<'_>, addr: u64) -> String {
+/// Reads a NUL-terminated string of at most [`TRACE_MAX`] bytes (empty when unreadable, as
+/// the kernel prints a string it cannot copy).
+fn read_cstr(byte: &mut impl FnMut(u64) -> Option<u8>, addr: u64) -> String {
     let mut out = Vec::new();
     while out.len() < TRACE_MAX {
-        match env.mem.load(addr + out.len() as u64, 1) {
+        match byte(addr.wrapping_add(out.len() as u64)) {
             Some(0) | None => break,
-            Some(b) => out.push(b as u8),
+            Some(b) => out.push(b),
         }
     }
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// Reads `N` bytes, `None` when any is unreadable.
+fn read_n<const N: usize>(byte: &mut impl FnMut(u64) -> Option<u8>, addr: u64) -> Option<[u8; N]> {
+    let mut out = [0u8; N];
+    for (k, b) in out.iter_mut().enumerate() {
+        *b = byte(addr.wrapping_add(k as u64))?;
+    }
+    Some(out)
+}
+
 /// Formats a `bpf_trace_printk` line as the kernel does: `%d %i %u %x %X %c %s %p` with
-/// `l`/`ll` size modifiers, `%%`, flags `0 + - space` and a width; at most three arguments.
-/// `None` for a format the kernel refuses.
+/// `l`/`ll` size modifiers, `%%`, flags `0 + - space` and a width; `%pI4`/`%pi4` (an IPv4
+/// address at the pointer), `%pI6`/`%pi6` (IPv6), `%px`/`%pK`/`%pS`/`%pB` (the pointer in
+/// hex); at most three arguments. `byte` reads program memory (`%s`, `%pI4`). `None` for a
+/// format the kernel refuses.
 pub fn format_printk(
     fmt: &[u8],
     args: [u64; 3],
-    mut string: impl FnMut(u64) -> String,
+    mut byte: impl FnMut(u64) -> Option<u8>,
 ) -> Option<String> {
     let mut out = String::new();
     let mut next = 0usize;
@@ -472,14 +500,34 @@ pub fn format_printk(
                 (String::new(), format!("{:X}", if wide { arg } else { u64::from(arg as u32) }))
             }
             b'c' if !wide => (String::new(), char::from(arg as u8).to_string()),
-            b's' if !wide => (String::new(), string(arg)),
-            b'p' if !wide => {
-                // `%px`, `%pK` and friends: the raw address in hex.
-                if matches!(fmt.get(i), Some(b'x' | b'K')) {
-                    i += 1;
+            b's' if !wide => (String::new(), read_cstr(&mut byte, arg)),
+            b'p' if !wide => match (fmt.get(i), fmt.get(i + 1)) {
+                (Some(b'i' | b'I'), Some(b'4')) => {
+                    i += 2;
+                    let a = read_n::<4>(&mut byte, arg).unwrap_or_default();
+                    (String::new(), std::net::Ipv4Addr::from(a).to_string())
                 }
-                (String::from("0x"), format!("{arg:x}"))
-            }
+                (Some(b'i' | b'I'), Some(b'6')) => {
+                    let full = fmt[i] == b'i';
+                    i += 2;
+                    let a = read_n::<16>(&mut byte, arg).unwrap_or_default();
+                    let text = if full {
+                        // `%pi6`: eight groups of four hex digits, no colons.
+                        a.iter().map(|b| format!("{b:02x}")).collect()
+                    } else {
+                        a.chunks(2)
+                            .map(|g| format!("{:02x}{:02x}", g[0], g[1]))
+                            .collect::<Vec<_>>()
+                            .join(":")
+                    };
+                    (String::new(), text)
+                }
+                (Some(b'x' | b'K' | b'S' | b'B'), _) => {
+                    i += 1;
+                    (String::new(), format!("{arg:016x}"))
+                }
+                _ => (String::from("0x"), format!("{arg:x}")),
+            },
             _ => return None,
         };
         let (sign, digits) = body;

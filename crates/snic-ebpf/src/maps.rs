@@ -297,18 +297,18 @@ impl Map {
         let copies = if per_cpu { workers } else { 1 };
         let stride = round8(spec.value_size as usize);
         let entries = spec.max_entries as u64;
+        let values = entries.saturating_mul(copies as u64).saturating_mul(stride as u64);
+        let per_key = |extra: u64| entries.saturating_mul(2 * spec.key_size as u64 + extra);
         let (mem_bytes, index_bytes) = match spec.kind {
             MapKind::RingBuf => (2 * entries, 0),
             MapKind::Hash | MapKind::PerCpuHash | MapKind::LruHash | MapKind::DevMapHash => {
-                (entries * copies as u64 * stride as u64, entries * (2 * spec.key_size as u64 + 64))
+                (values, per_key(64))
             }
-            MapKind::LpmTrie => {
-                (entries * stride as u64, entries * (2 * spec.key_size as u64 + 96))
-            }
-            MapKind::DevMap => (entries * stride as u64, entries),
-            _ => (entries * copies as u64 * stride as u64, 0),
+            MapKind::LpmTrie => (values, per_key(96)),
+            MapKind::DevMap => (values, entries),
+            _ => (values, 0),
         };
-        let total = mem_bytes + index_bytes;
+        let total = mem_bytes.saturating_add(index_bytes);
         if total > MAX_MAP_BYTES {
             return Err(MapError::bad_spec(
                 spec,
@@ -337,21 +337,10 @@ impl Map {
             MapKind::RingBuf => Inner::Ring(Ring::new(max)),
             MapKind::Other(_) => unreachable_kind(spec)?,
         };
-        let map = Map { spec: spec.clone(), workers, copies, stride, mem, inner };
         if let Some(data) = &spec.data {
-            if !matches!(spec.kind, MapKind::Array) || data.len() > spec.value_size as usize {
-                return Err(MapError::bad_spec(
-                    spec,
-                    format!(
-                        "initial data ({} bytes) only fits an array's value ({} bytes)",
-                        data.len(),
-                        spec.value_size
-                    ),
-                ));
-            }
-            write_bytes(&map.mem, 0, data);
+            write_bytes(&mem, 0, data);
         }
-        Ok(map)
+        Ok(Map { spec: spec.clone(), workers, copies, stride, mem, inner })
     }
 
     /// The spec this map was created from.
@@ -842,6 +831,14 @@ fn validate(spec: &MapSpec) -> Result<(), MapError> {
     let (k, v, n) = (spec.key_size, spec.value_size, spec.max_entries);
     if let MapKind::Other(t) = spec.kind {
         return bad(format!("map type {t} is not implemented"));
+    }
+    if let Some(data) = &spec.data
+        && (spec.kind != MapKind::Array || data.len() > v as usize)
+    {
+        return bad(format!(
+            "initial data ({} bytes) only fits an array's value ({v} bytes)",
+            data.len()
+        ));
     }
     if spec.kind == MapKind::RingBuf {
         if k != 0 || v != 0 {

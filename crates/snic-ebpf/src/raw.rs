@@ -370,7 +370,23 @@ impl<'a> Memory<'a> {
         Some(())
     }
 
-    /// Runs `f` over `len` bytes at `addr` in place (map keys and values given to helpers).
+    /// Runs `f` over a copy of `len` bytes at `addr` (on the stack up to 256 bytes): for map
+    /// keys and values, which may lie in the very map memory the operation then writes.
+    pub fn with_copy<R>(&self, addr: u64, len: u64, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        let n = usize::try_from(len).ok()?;
+        if n <= 256 {
+            let mut buf = [0u8; 256];
+            self.read(addr, &mut buf[..n])?;
+            Some(f(&buf[..n]))
+        } else {
+            let mut buf = vec![0u8; n];
+            self.read(addr, &mut buf)?;
+            Some(f(&buf))
+        }
+    }
+
+    /// Runs `f` over `len` bytes at `addr` in place (read-only helper inputs: checksums,
+    /// ring-buffer output, trace formats).
     pub fn with_bytes<R>(&self, addr: u64, len: u64, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
         if !self.check(addr, len, false) || usize::try_from(len).is_err() {
             return None;

@@ -6,7 +6,7 @@
 //! | `XDP_ABORTED`, invalid code, fault | counted drop [`DropReason::XdpAborted`]       |
 //! | `XDP_PASS`      | the packet goes on                                               |
 //! | `XDP_TX`        | egress = the ingress port                                        |
-//! | `XDP_REDIRECT`  | egress = the port `bpf_redirect`/the devmap named ([`DropReason::NoEgress`] if it is not a port number) |
+//! | `XDP_REDIRECT`  | egress = the port `bpf_redirect`/the devmap named ([`DropReason::NoEgress`] if it is not a port number); with `BPF_F_BROADCAST`, [`PortId::FLOOD`] |
 //!
 //! **Hot swap.** The stage reads its program from a shared [`XdpSlot`]. [`XdpSlot::swap`]
 //! installs a new program and bumps a generation number; each stage checks the number once per
@@ -127,8 +127,9 @@ pub struct XdpStage {
 }
 
 impl XdpStage {
-    /// A stage for worker `worker` (its index selects per-CPU map values) running the program
-    /// in `slot`.
+    /// A stage for worker `worker` (its index selects per-CPU map values, so it must be below
+    /// the worker count the program's maps were created for: a lookup from any other index
+    /// finds nothing) running the program in `slot`.
     pub fn new(slot: Arc<XdpSlot>, worker: usize) -> XdpStage {
         let (prog, generation) = slot.load();
         XdpStage { name: "xdp".into(), slot, prog, generation, worker: Worker::new(worker) }
@@ -201,7 +202,7 @@ impl Stage for XdpStage {
                 XdpAction::Redirect(port) => {
                     counts.redirect += 1;
                     match u16::try_from(port) {
-                        Ok(n) if !PortId(n).is_flood() && !PortId(n).is_local() => {
+                        Ok(n) if !PortId(n).is_local() => {
                             p.meta.egress = Some(PortId(n));
                             c.trace(p, || TraceWhat::Forwarded {
                                 port: PortId(n),
@@ -289,6 +290,16 @@ mod tests {
         process(&mut XdpStage::new(slot.clone(), 0), &mut b);
         assert!(b.iter().all(|p| p.meta.egress == Some(PortId(7))));
         assert_eq!(slot.counts(), XdpCounts { redirect: 4, ..XdpCounts::default() });
+        // To the flood port (broadcast); never to the device itself or past u16.
+        let mut b = batch(2);
+        process(&mut XdpStage::new(Arc::new(XdpSlot::new(tagger(1, 0, Some(0xffff)))), 0), &mut b);
+        assert!(b.iter().all(|p| p.meta.egress == Some(PortId::FLOOD)));
+        for port in [0xfffe, 0x1_0000] {
+            let mut b = batch(2);
+            let s = XdpStage::new(Arc::new(XdpSlot::new(tagger(1, 0, Some(port)))), 0);
+            let c = process(&mut { s }, &mut b);
+            assert_eq!((b.len(), c.drops.get(DropReason::NoEgress)), (0, 2), "port {port:#x}");
+        }
         // A fault: counted as aborted and as a fault.
         let bad = Arc::new(
             unverified_xdp(vec![mov64(1, 0), ldx(8, 0, 1, 0), exit()], vec![], &MapSet::default())

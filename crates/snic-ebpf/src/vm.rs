@@ -531,7 +531,7 @@ pub struct Env<'a> {
     pub(crate) fault: Option<Fault>,
 }
 
-impl Env<'_> {
+impl<'a> Env<'a> {
     /// Address one past the top of the run's stack (the initial `r10`).
     pub fn stack_top(&self) -> u64 {
         self.stack_top
@@ -547,9 +547,11 @@ impl Env<'_> {
         self.fault.take()
     }
 
-    /// The map at `addr`, if it is one of this program's maps.
-    pub(crate) fn map_at(&self, addr: u64) -> Option<&Arc<Map>> {
-        self.maps.iter().find(|m| Arc::as_ptr(m) as u64 == addr)
+    /// The map at `addr`, if it is one of this program's maps (borrowed for the run, not
+    /// from `self`, so helpers can use it while they change the environment).
+    pub(crate) fn map_at(&self, addr: u64) -> Option<&'a Map> {
+        let maps: &'a [Arc<Map>] = self.maps;
+        maps.iter().find(|m| Arc::as_ptr(m) as u64 == addr).map(|m| &**m)
     }
 }
 

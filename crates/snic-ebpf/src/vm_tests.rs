@@ -498,6 +498,14 @@ fn helpers_fault_on_bad_arguments_without_panicking() {
     assert_eq!(helper_fault(run_maps(p, &maps)), 131);
     let p = vec![mov64_reg(1, 10), alu64_imm(0x00, 1, -8), mov64(2, 0), call(132), exit()];
     assert_eq!(helper_fault(run_maps(p, &maps)), 132);
+    // A zero-size record can be reserved and submitted (found by its ring, not its bytes).
+    let p = prog([
+        &lddw_map(1, 1),
+        &[mov64(2, 0), mov64(3, 0), call(131), jmp_imm(0x10, 0, 0, 3)],
+        &[mov64_reg(1, 0), mov64(2, 0), call(132), exit()],
+    ]);
+    assert_eq!(run_maps(p, &maps), Ok(0));
+    assert_eq!(maps.get(1).unwrap().ringbuf_drain(4), vec![Vec::<u8>::new()]);
     // Output of bytes outside memory.
     let p = prog([&lddw_map(1, 1), &[mov64(2, 0), mov64(3, 8), mov64(4, 0), call(130), exit()]]);
     assert_eq!(helper_fault(run_maps(p, &maps)), 130);
@@ -531,8 +539,9 @@ fn helpers_fault_on_bad_arguments_without_panicking() {
 
 #[test]
 fn printk_formats_like_the_kernel() {
+    let mem = b"str\0\x0a\x00\x00\x01";
     let f = |fmt: &str, args: [u64; 3]| {
-        crate::helpers::format_printk(fmt.as_bytes(), args, |_| "str".into())
+        crate::helpers::format_printk(fmt.as_bytes(), args, |a| mem.get(a as usize).copied())
     };
     assert_eq!(
         f("a %d b %u c %x", [(-5i64) as u64, u64::MAX, 255]).unwrap(),
@@ -546,6 +555,12 @@ fn printk_formats_like_the_kernel() {
     assert_eq!(f("%+d % d", [3, 4, 0]).unwrap(), "+3  4");
     assert_eq!(f("%s %c %%", [0, u64::from(b'z'), 0]).unwrap(), "str z %");
     assert_eq!(f("%p", [0x1234, 0, 0]).unwrap(), "0x1234");
+    assert_eq!(f("%px", [0x1234, 0, 0]).unwrap(), "0000000000001234");
+    assert_eq!(f("src %pI4.", [4, 0, 0]).unwrap(), "src 10.0.0.1.");
+    assert_eq!(f("%s|%s", [0, 1, 0]).unwrap(), "str|tr");
+    assert_eq!(f("%px", [0x1234, 0, 0]).unwrap(), "0000000000001234");
+    assert_eq!(f("src %pI4.", [4, 0, 0]).unwrap(), "src 10.0.0.1.");
+    assert_eq!(f("%s|%s", [0, 1, 0]).unwrap(), "str|tr");
     assert_eq!(f("%d %d %d %d", [1, 2, 3]), None, "at most three arguments");
     assert_eq!(f("%q", [1, 2, 3]), None);
     assert_eq!(f("%", [1, 2, 3]), None);

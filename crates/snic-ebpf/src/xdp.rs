@@ -302,11 +302,13 @@ impl XdpProgram {
         let (prng, redirect) = (env.prng, env.redirect);
         w.prng = prng;
         // The helpers keep the window inside the buffer; set it on the buffer.
-        let head = (ctx.data - base) as usize;
+        // (`set_window` refuses anything outside the buffer; wrapping keeps a broken
+        // invariant from panicking.)
+        let head = ctx.data.wrapping_sub(base) as usize;
         let _ = pkt.set_window(
             head,
-            (ctx.data_end - ctx.data) as usize,
-            (ctx.data - ctx.data_meta) as usize,
+            ctx.data_end.wrapping_sub(ctx.data) as usize,
+            ctx.data.wrapping_sub(ctx.data_meta) as usize,
         );
         match r {
             Err(f) => XdpOutcome { action: XdpAction::Aborted, fault: Some(f) },

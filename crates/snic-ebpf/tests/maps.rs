@@ -718,3 +718,89 @@ proptest! {
         prop_assert_eq!(m.ringbuf_dropped(), drops);
     }
 }
+
+/// Whether the first `bits` bits of `a` and `b` agree.
+fn same_prefix(a: &[u8], b: &[u8], bits: u32) -> bool {
+    (0..bits as usize).all(|i| (a[i / 8] >> (7 - i % 8)) & 1 == (b[i / 8] >> (7 - i % 8)) & 1)
+}
+
+proptest! {
+    #[test]
+    fn lpm_of_any_data_length_agrees_with_brute_force(
+        dlen in 1usize..=16,
+        entries in proptest::collection::vec((any::<u8>(), proptest::collection::vec(any::<u8>(), 16), any::<u8>()), 0..30),
+        probes in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 16), 1..30),
+    ) {
+        let bits = 8 * dlen as u32;
+        let m = Map::new(&spec("lpm", MapKind::LpmTrie, 4 + dlen as u32, 1, 64), 1).unwrap();
+        // (plen, data) -> value, data as last written.
+        let mut model: Vec<(u32, Vec<u8>, u8)> = Vec::new();
+        for (p, data, v) in entries {
+            let plen = u32::from(p) % (bits + 1);
+            let data = data[..dlen].to_vec();
+            let mut key = plen.to_ne_bytes().to_vec();
+            key.extend_from_slice(&data);
+            m.update(&key, &[v], BPF_ANY, 0).unwrap();
+            model.retain(|(l, d, _)| !(*l == plen && same_prefix(d, &data, plen)));
+            model.push((plen, data, v));
+        }
+        prop_assert_eq!(m.len(), model.len());
+        // Probes: random data, and each entry's own data.
+        let mut all: Vec<Vec<u8>> = probes.into_iter().map(|p| p[..dlen].to_vec()).collect();
+        all.extend(model.iter().map(|(_, d, _)| d.clone()));
+        for probe in all {
+            let mut key = bits.to_ne_bytes().to_vec();
+            key.extend_from_slice(&probe);
+            let want = model
+                .iter()
+                .filter(|(l, d, _)| same_prefix(d, &probe, *l))
+                .max_by_key(|(l, _, _)| *l)
+                .map(|(_, _, v)| vec![*v]);
+            prop_assert_eq!(m.get(&key), want);
+        }
+        let mut want: Vec<(Vec<u8>, Vec<u8>)> = model
+            .iter()
+            .map(|(l, d, v)| {
+                let mut k = l.to_ne_bytes().to_vec();
+                k.extend_from_slice(d);
+                (k, vec![*v])
+            })
+            .collect();
+        want.sort();
+        prop_assert_eq!(m.entries(), want);
+    }
+
+    #[test]
+    fn percpu_hash_agrees_with_a_model(
+        ops in proptest::collection::vec((0u8..6, 0usize..3, any::<u32>(), any::<bool>()), 0..150),
+    ) {
+        let workers = 3;
+        let m = Map::new(&spec("ph", MapKind::PerCpuHash, 1, 4, 4), workers).unwrap();
+        let mut model: HashMap<u8, Vec<u32>> = HashMap::new();
+        for (key, worker, v, delete) in ops {
+            if delete {
+                prop_assert_eq!(m.delete(&[key]).is_ok(), model.remove(&key).is_some());
+                continue;
+            }
+            let r = m.update(&[key], &v.to_ne_bytes(), BPF_ANY, worker);
+            if model.contains_key(&key) || model.len() < 4 {
+                prop_assert!(r.is_ok());
+                model.entry(key).or_insert_with(|| vec![0; workers])[worker] = v;
+            } else {
+                prop_assert_eq!(r, Err(MapError::TooBig));
+            }
+            for (k, vals) in &model {
+                let want: Vec<u8> = vals.iter().flat_map(|v| {
+                    let mut w = v.to_ne_bytes().to_vec();
+                    w.extend_from_slice(&[0; 4]);
+                    w
+                }).collect();
+                prop_assert_eq!(m.get(&[*k]), Some(want));
+                for (w, val) in vals.iter().enumerate() {
+                    let a = m.lookup(&[*k], w).unwrap();
+                    prop_assert_eq!(m.read_at(a, 4), Some(val.to_ne_bytes().to_vec()));
+                }
+            }
+        }
+    }
+}
