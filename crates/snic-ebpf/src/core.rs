@@ -21,11 +21,12 @@
 //! [`CoreCtx`]: the same layout with `data`/`data_end` widened to 64-bit addresses, which
 //! `prepare` accounts for by rewriting context loads.
 
+use crate::jit::{JitError, JitProgram};
 use crate::maps::MapSet;
 use crate::object::{Object, ProgKind};
 use crate::raw::Memory;
 use crate::vm::{CtxKind, Env, Fault, LDXDW, Prepared, Worker, interpret};
-use crate::xdp::{LoadFailure, load_program};
+use crate::xdp::{Engine, LoadFailure, load_program};
 
 /// Helper id of `snic_arg_read(u32 arg, u32 offset, void *dst, u32 len)`.
 pub const HELPER_ARG_READ: u32 = 0x7000;
@@ -72,11 +73,15 @@ pub(crate) fn ctx_rewrite(off: i16, size: u8) -> Option<(u8, i16)> {
     }
 }
 
-/// A loaded, verified and prepared NIC-core program with its maps.
+/// A loaded, verified and prepared NIC-core program with its maps. Like
+/// [`crate::XdpProgram`], it runs as JIT-compiled code when the JIT can compile it, else (or
+/// after `set_engine(Engine::Interpreter)`) in the interpreter.
 #[derive(Debug)]
 pub struct CoreProgram {
     prepared: Prepared,
     verify_time: std::time::Duration,
+    jit: Option<JitProgram>,
+    engine: Engine,
 }
 
 impl CoreProgram {
@@ -87,7 +92,24 @@ impl CoreProgram {
         maps: MapSet,
     ) -> Result<CoreProgram, LoadFailure> {
         let (prepared, verdict) = load_program(obj, section, &maps, ProgKind::NicCore)?;
-        Ok(CoreProgram { prepared, verify_time: verdict.took })
+        let jit = JitProgram::compile(&prepared).ok();
+        let engine = if jit.is_some() { Engine::Jit } else { Engine::Interpreter };
+        Ok(CoreProgram { prepared, verify_time: verdict.took, jit, engine })
+    }
+
+    /// Selects the engine; [`Engine::Jit`] compiles the program first if needed and fails
+    /// (leaving the engine as it was) when the JIT cannot compile it.
+    pub fn set_engine(&mut self, engine: Engine) -> Result<(), JitError> {
+        if engine == Engine::Jit && self.jit.is_none() {
+            self.jit = Some(JitProgram::compile(&self.prepared)?);
+        }
+        self.engine = engine;
+        Ok(())
+    }
+
+    /// The engine that runs the program.
+    pub fn engine(&self) -> Engine {
+        self.engine
     }
 
     /// The prepared program (for the JIT).
@@ -162,7 +184,11 @@ impl CoreProgram {
             nargs,
             fault: None,
         };
-        let r = interpret(&self.prepared, &mut env, ctx_addr);
+        let r = match (&self.jit, self.engine) {
+            // Only `load` (which verifies) creates a `CoreProgram`.
+            (Some(jit), Engine::Jit) => jit.run_verified(&mut env, ctx_addr),
+            _ => interpret(&self.prepared, &mut env, ctx_addr),
+        };
         w.prng = env.prng;
         r
     }

@@ -218,3 +218,55 @@ fn inlined_array_lookups_agree_in_and_out_of_range() {
     assert_eq!(drops, 32 / 8 * 3, "keys 5, 6, 7 of every 8 are out of range");
     assert_eq!(map_contents(&jit), map_contents(&interp));
 }
+
+/// A NIC-core kernel (a byte histogram with a loop, a bpf-to-bpf call and argument copies)
+/// under both engines: same result, same output argument.
+#[test]
+fn nic_core_programs_agree() {
+    use snic_ebpf::core::CoreProgram;
+    if !require_clang("nic_core_programs_agree") {
+        return;
+    }
+    let src = r#"
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include "snic_core.h"
+
+static __attribute__((noinline)) __u64 weight(__u64 b, __u64 k) { return (b * k) ^ (b >> 3); }
+
+SEC("snic/core") int histogram(struct snic_core_md *md) {
+    unsigned char *d = (void *)(long)md->data, *end = (void *)(long)md->data_end;
+    __u32 hist[16] = {};
+    __u64 acc = md->scalars[0];
+    for (int i = 0; i < 512; i++) {
+        if (d + i + 1 > end) break;
+        hist[d[i] & 15]++;
+        acc += weight(d[i], i);
+    }
+    if (snic_arg_write(1, 0, hist, sizeof(hist))) return -1;
+    return acc ^ md->id;
+}
+char _license[] SEC("license") = "GPL";
+"#;
+    let bytes = snic_ebpf::testing::compile_str("jit_core_histogram", src, &[]);
+    let obj = Object::parse(&bytes, "histogram").expect("parses");
+    let load = |engine| {
+        let mut p =
+            CoreProgram::load(&obj, None, MapSet::new(&obj, 1).expect("maps")).expect("loads");
+        p.set_engine(engine).expect("engine");
+        assert_eq!(p.engine(), engine);
+        p
+    };
+    let (interp, jit) = (load(Engine::Interpreter), load(Engine::Jit));
+    for len in [0usize, 1, 17, 300, 600] {
+        let mut data: Vec<u8> = (0..len).map(|i| (i * 37 % 251) as u8).collect();
+        let (mut oi, mut oj) = (vec![0u8; 64], vec![0u8; 64]);
+        let scalars = [len as u64 * 3, 0, 0, 0, 0, 0, 0, 0];
+        let ri =
+            interp.run_with(&mut Worker::new(0), &mut [&mut data.clone(), &mut oi], &scalars, 9, 0);
+        let rj = jit.run_with(&mut Worker::new(0), &mut [&mut data, &mut oj], &scalars, 9, 0);
+        assert!(ri.is_ok(), "{ri:?}");
+        assert_eq!(rj, ri, "len {len}");
+        assert_eq!(oj, oi, "len {len}");
+    }
+}

@@ -15,10 +15,12 @@
 //! adoption of the descriptor it returns.
 //!
 //! Every file descriptor is an [`OwnedFd`]: a map or a program lives as long as its value.
+//! Ring-buffer records are read through the map's memory mapping, with bounds-checked
+//! volatile reads ([`KernelMap::ringbuf_drain`]).
 #![allow(
     unsafe_code,
-    reason = "the bpf(2) system call and adopting the descriptors it returns; each block has a \
-              SAFETY comment"
+    reason = "the bpf(2) system call, adopting the descriptors it returns, and mapping a ring \
+              buffer to read its records; each block has a SAFETY comment"
 )]
 
 use std::fmt;
@@ -160,6 +162,7 @@ pub struct KernelMap {
     fd: OwnedFd,
     key_size: usize,
     value_size: usize,
+    max_entries: usize,
     kind: MapKind,
 }
 
@@ -186,6 +189,7 @@ impl KernelMap {
             fd,
             key_size: spec.key_size as usize,
             value_size: spec.value_size as usize,
+            max_entries: spec.max_entries as usize,
             kind: spec.kind,
         };
         if let Some(data) = &spec.data {
@@ -294,11 +298,112 @@ impl KernelMap {
         Ok(out)
     }
 
+    /// Takes every committed record out of a ring buffer, oldest first (discarded records are
+    /// skipped), as a consumer does: through the map's memory mapping (the consumer page
+    /// read-write, the producer page and the data pages read-only), advancing the consumer
+    /// position past what it read. Call it while no program runs on the map (after test runs).
+    pub fn ringbuf_drain(&self) -> io::Result<Vec<Vec<u8>>> {
+        const BUSY: u32 = 1 << 31;
+        const DISCARD: u32 = 1 << 30;
+        if self.kind != MapKind::RingBuf || !self.max_entries.is_power_of_two() {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        // SAFETY: sysconf has no memory effects.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+            .map_err(|_| io::Error::other("no page size"))?;
+        let size = self.max_entries;
+        let cons = Mapping::new(self.fd(), page, libc::PROT_READ | libc::PROT_WRITE, 0)?;
+        // The producer page, then the data pages mapped twice in a row (records that wrap
+        // read straight through).
+        let prod = Mapping::new(self.fd(), page + 2 * size, libc::PROT_READ, page)?;
+        let mut pos = cons.read_u64(0)?;
+        let end = prod.read_u64(0)?;
+        let mut out = Vec::new();
+        while pos < end {
+            let at = page + (pos as usize & (size - 1));
+            let hdr = prod.read_u32(at)?;
+            if hdr & BUSY != 0 {
+                break;
+            }
+            let len = (hdr & !(BUSY | DISCARD)) as usize;
+            if len > size {
+                return Err(io::Error::other("ring buffer record longer than the ring"));
+            }
+            if hdr & DISCARD == 0 {
+                out.push((0..len).map(|i| prod.read_u8(at + 8 + i)).collect::<io::Result<_>>()?);
+            }
+            pos += (len + 8).next_multiple_of(8) as u64;
+        }
+        cons.write_u64(0, pos)?;
+        Ok(out)
+    }
+
     /// Freezes the map: no more writes from the system call side (for `.rodata`).
     pub fn freeze(&self) -> io::Result<()> {
         let mut a = Attr::new();
         a.u32(0, self.fd() as u32);
         sys_bpf(cmd::MAP_FREEZE, &mut a).map(drop)
+    }
+}
+
+/// A shared memory mapping of a map's fd, unmapped on drop; every access is bounds-checked.
+struct Mapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Mapping {
+    fn new(fd: i32, len: usize, prot: i32, offset: usize) -> io::Result<Mapping> {
+        let off = libc::off_t::try_from(offset).map_err(|_| io::Error::other("offset"))?;
+        // SAFETY: a fresh shared mapping chosen by the kernel (no address hint), of a map fd we
+        // own; nothing else in this process aliases it.
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd, off) };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mapping { ptr: p.cast(), len })
+    }
+
+    /// Ok when `n` bytes at `at` are inside the mapping and `at` is aligned to `align`.
+    fn check(&self, at: usize, n: usize, align: usize) -> io::Result<()> {
+        if at.checked_add(n).is_some_and(|e| e <= self.len) && at.is_multiple_of(align) {
+            Ok(())
+        } else {
+            Err(io::Error::other("ring buffer position outside its mapping"))
+        }
+    }
+
+    fn read_u8(&self, at: usize) -> io::Result<u8> {
+        self.check(at, 1, 1)?;
+        // SAFETY: in range (checked); the kernel's mapping stays valid until drop. Volatile:
+        // the kernel writes this memory.
+        Ok(unsafe { self.ptr.add(at).read_volatile() })
+    }
+
+    fn read_u32(&self, at: usize) -> io::Result<u32> {
+        self.check(at, 4, 4)?;
+        // SAFETY: in range and aligned (checked; the base is page-aligned).
+        Ok(unsafe { self.ptr.add(at).cast::<u32>().read_volatile() })
+    }
+
+    fn read_u64(&self, at: usize) -> io::Result<u64> {
+        self.check(at, 8, 8)?;
+        // SAFETY: in range and aligned (checked; the base is page-aligned).
+        Ok(unsafe { self.ptr.add(at).cast::<u64>().read_volatile() })
+    }
+
+    fn write_u64(&self, at: usize, v: u64) -> io::Result<()> {
+        self.check(at, 8, 8)?;
+        // SAFETY: in range and aligned (checked), and the consumer page is mapped writable.
+        unsafe { self.ptr.add(at).cast::<u64>().write_volatile(v) };
+        Ok(())
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping `new` made; no reference into it outlives self.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
     }
 }
 
@@ -613,6 +718,21 @@ mod tests {
         // Wrong key size: a typed error, never a kernel read past the buffer.
         assert!(m.lookup(&[0u8; 2]).is_err());
         assert!(m.update(&0u32.to_ne_bytes(), &[0u8; 3], ANY).is_err());
+    }
+
+    #[test]
+    fn ring_buffer_of_an_unused_map_drains_empty() {
+        if !require_bpf("ring_buffer_of_an_unused_map_drains_empty") {
+            return;
+        }
+        let mut s = array(0, 4096);
+        s.kind = MapKind::RingBuf;
+        s.key_size = 0;
+        let m = KernelMap::create(&s).unwrap();
+        assert_eq!(m.ringbuf_drain().unwrap(), Vec::<Vec<u8>>::new());
+        // Not a ring buffer: refused, not misread.
+        let a = KernelMap::create(&array(4, 1)).unwrap();
+        assert!(a.ringbuf_drain().is_err());
     }
 
     #[test]

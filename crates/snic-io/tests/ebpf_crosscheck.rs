@@ -214,3 +214,32 @@ fn examples_verify_in_snic_and_load_in_the_kernel() {
         }
     }
 }
+
+/// Why some corpus programs say `kernel-privilege: bpf-only`: as root the kernel accepts
+/// reading uninitialised stack and returning a pointer; with `CAP_BPF` only it refuses both,
+/// as snic does. And the reverse cost: without `CAP_PERFMON` it refuses `data_end - data`,
+/// which every real XDP program computes, so the corpus is not loaded that way as a whole.
+#[test]
+fn kernel_privilege_modes_differ_as_documented() {
+    if !require_clang("kernel_privilege_modes_differ_as_documented")
+        || !bpf::require_bpf("kernel_privilege_modes_differ_as_documented")
+    {
+        return;
+    }
+    let load = |name: &str, p: Privilege| {
+        let obj =
+            Object::parse(&compile(&corpus_dir().join(format!("{name}.c")), &[]), name).unwrap();
+        let prog = obj.programs.iter().find(|p| p.section != ".text").unwrap();
+        kernel_load(&obj, prog, p).map(drop).map_err(|r| r.log)
+    };
+    for name in ["bad_uninit_stack", "bad_return_pointer"] {
+        assert!(load(name, Privilege::Root).is_ok(), "{name}: root should be allowed");
+        assert!(load(name, Privilege::BpfOnly).is_err(), "{name}: CAP_BPF only should refuse");
+    }
+    let strict = load("good_array_lookup", Privilege::BpfOnly);
+    assert!(
+        strict.as_ref().is_err_and(|log| log.contains("pointer -= pointer prohibited")),
+        "{strict:?}"
+    );
+    assert!(load("good_array_lookup", Privilege::Root).is_ok());
+}

@@ -6,8 +6,8 @@
 //! Then the differential test proper: every good corpus program and every example, run by
 //! snic's interpreter, by snic's JIT and by the kernel on the same frames from the same starting maps, gives
 //! the same action, the same bytes out (metadata included) and, after all frames, the same map
-//! contents. What cannot be compared is left out and said so: ring-buffer records (the kernel's
-//! are read through an mmap this oracle does not do), LRU hashes past their capacity (the
+//! contents, ring-buffer records included (in order). What cannot be compared is left out and
+//! said so: LRU hashes past their capacity (the
 //! kernel's eviction order depends on its per-CPU free lists; below capacity they are compared,
 //! `lru_hash_matches_the_kernel_below_capacity`), and per-CPU values, compared
 //! summed over CPUs (the kernel runs each test on whichever CPU the caller is on).
@@ -223,6 +223,10 @@ fn seed_maps(name: &str, k: &Kernel, s: &Snic) {
             set_both(k, s, "blocked_srcs", &lpm(24, [192, 0, 2, 0]), &0u64.to_ne_bytes());
             set_both(k, s, "blocked_srcs", &lpm(16, [10, 1, 0, 0]), &0u64.to_ne_bytes());
         }
+        "good_devmap_redirect" => {
+            // Port 1 -> interface 1 (loopback; a test run only records the target).
+            set_both(k, s, "ports", &1u32.to_ne_bytes(), &1u32.to_ne_bytes());
+        }
         "good_lpm_trie" => {
             set_both(k, s, "blocked", &lpm(24, [192, 0, 2, 0]), &0u32.to_ne_bytes());
             set_both(k, s, "blocked", &lpm(8, [8, 0, 0, 0]), &7u32.to_ne_bytes());
@@ -248,8 +252,23 @@ type Contents = Vec<(String, Vec<(Vec<u8>, Vec<u8>)>)>;
 fn map_contents(obj: &Object, k: &Kernel, s: &Snic, lru: bool) -> (Contents, Contents) {
     let (mut kc, mut sc) = (Vec::new(), Vec::new());
     for (i, spec) in obj.maps.iter().enumerate() {
-        // Ring-buffer records are not compared, LRU hashes only when asked (module docs).
-        if spec.kind == MapKind::RingBuf || (spec.kind == MapKind::LruHash && !lru) {
+        // LRU hashes are compared only when asked (module docs).
+        if spec.kind == MapKind::LruHash && !lru {
+            continue;
+        }
+        if spec.kind == MapKind::RingBuf {
+            // Records in order, numbered (the order matters, not only the set).
+            let numbered = |v: Vec<Vec<u8>>| -> Vec<(Vec<u8>, Vec<u8>)> {
+                v.into_iter()
+                    .enumerate()
+                    .map(|(i, r)| ((i as u32).to_ne_bytes().to_vec(), r))
+                    .collect()
+            };
+            kc.push((spec.name.clone(), numbered(k.maps[i].ringbuf_drain().unwrap())));
+            sc.push((
+                spec.name.clone(),
+                numbered(s.prog.maps().get(i).unwrap().ringbuf_drain(usize::MAX)),
+            ));
             continue;
         }
         let per_cpu = matches!(spec.kind, MapKind::PerCpuArray | MapKind::PerCpuHash);

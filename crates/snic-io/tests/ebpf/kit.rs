@@ -15,7 +15,8 @@ use snic_ebpf::{Object, Program};
 use snic_io::bpf::{self, KernelMap, KernelProgram};
 use snic_pipeline::testing::frames;
 
-/// Seeded frames from snic's builders: UDP/TCP over IPv4 with varied addresses and ports,
+/// Seeded frames from snic's builders: UDP/TCP over IPv4 with varied addresses and ports, small
+/// and up to 3.4 KB,
 /// VXLAN around them (good and with the I flag cleared), ARP-typed and random-ethertype frames,
 /// truncations at every header boundary, and runts.
 pub fn snic_frames(seed: u64, n: usize) -> Vec<Vec<u8>> {
@@ -35,7 +36,10 @@ pub fn snic_frames(seed: u64, n: usize) -> Vec<Vec<u8>> {
         let dst = srcs[rng.gen_range(0..srcs.len())];
         let sp = if rng.gen_bool(0.5) { ports[rng.gen_range(0..ports.len())] } else { rng.r#gen() };
         let dp = if rng.gen_bool(0.7) { ports[rng.gen_range(0..ports.len())] } else { rng.r#gen() };
-        let payload: Vec<u8> = (0..rng.gen_range(0..80)).map(|_| rng.r#gen()).collect();
+        // Mostly small frames; one in 25 up to a full test-run buffer (3520 bytes of frame).
+        let plen =
+            if rng.gen_ratio(1, 25) { rng.gen_range(1400..3400) } else { rng.gen_range(0..80) };
+        let payload: Vec<u8> = (0..plen).map(|_| rng.r#gen()).collect();
         let l3 = match rng.gen_range(0..3) {
             0 => frames::ipv4_udp(src, dst, sp, dp, &payload, rng.gen_bool(0.3)),
             1 => frames::ipv4_tcp(src, dst, sp, dp, &payload),
