@@ -686,3 +686,63 @@ fn unverified_programs_stay_on_the_interpreter() {
     assert_eq!(p.engine(), Engine::Interpreter);
     assert!(p.jit().is_none());
 }
+
+#[test]
+fn a_fault_inside_a_bpf_to_bpf_call_unwinds_every_frame() {
+    // main: r6 = ctx; call f; ctx[1] = 1; exit.  f: call g; exit.  g: ctx[0] = 1; call 99
+    // (faults); ctx[2] = 1; exit. The run must return through the epilogue from two frames deep
+    // with the native stack and callee-saved registers intact (or this test would crash).
+    let p = vec![
+        mov64(6, 1),
+        ins(0x85, 0, 1, 0, 3), // call f (insn 5)
+        ins(0x72, 6, 0, 1, 1),
+        ins(0xb7, 0, 0, 0, 2),
+        EXIT,
+        ins(0x85, 0, 1, 0, 1), // f: call g (insn 7)
+        EXIT,
+        ins(0x72, 6, 0, 0, 1), // g
+        ins(0x85, 0, 0, 0, 99),
+        ins(0x72, 6, 0, 2, 1),
+        EXIT,
+    ];
+    for _ in 0..3 {
+        let mut ctx = [0u8; 8];
+        run(&p, &mut ctx);
+        assert_eq!(ctx[..3], [1, 0, 0]);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(150))]
+
+    /// A random program as a bpf-to-bpf callee (its own frame, r6-r9 clobbered inside),
+    /// called twice from a main function that keeps values in r6-r9 and its own frame.
+    #[test]
+    fn random_subprograms_agree_with_the_interpreter(sub in program(), keep in any::<[u64; 4]>()) {
+        let mut p = Vec::new();
+        for (k, v) in keep.iter().enumerate() {
+            p.extend(lddw(k as u8 + 6, *v));
+        }
+        p.push(ins(0x7b, 10, 6, -8, 0)); // main's frame: stack[-8] = r6
+        let call1 = p.len();
+        p.push(ins(0x85, 0, 1, 0, 0));
+        p.push(mov64(7, 0)); // r7 = first result (r7 saved before: folded below via r8/r9)
+        let call2 = p.len();
+        p.push(ins(0x85, 0, 1, 0, 0));
+        p.push(ins(0x0f, 0, 7, 0, 0));
+        for r in [6u8, 8, 9] {
+            p.push(ins(0x27, 0, 0, 0, 31));
+            p.push(ins(0x0f, 0, r, 0, 0));
+        }
+        p.push(ins(0x79, 1, 10, -8, 0));
+        p.push(ins(0xaf, 0, 1, 0, 0));
+        p.push(EXIT);
+        let start = p.len();
+        p[call1].imm = (start - call1 - 1) as i32;
+        p[call2].imm = (start - call2 - 1) as i32;
+        p.extend(sub);
+        let (interp, jit) = both(&prep(&p), &[0u8; 64]);
+        prop_assert!(interp.r0.is_ok(), "the interpreter faulted: {:?}", interp.r0);
+        prop_assert_eq!(jit, interp);
+    }
+}
