@@ -3,7 +3,7 @@
 //! - `verify FILE` loads an object and verifies its programs here, with no running snic:
 //!   programs, maps, instruction counts and verification time, or the refusal with the
 //!   instruction index and the abstract register state before it.
-//! - `load`, `map dump|update|delete`, `events` and `trace` talk to a running `snic run` or
+//! - `list`, `load`, `map dump|update|delete`, `events` and `trace` talk to a running `snic run` or
 //!   `snic serve --port` over its control socket (`--control PATH`); the server side is
 //!   [`serve`], which the control socket's handler calls with the run's `xdp:` stages.
 //!
@@ -138,6 +138,15 @@ enum EbpfCmd {
         #[arg(long)]
         json: bool,
     },
+    /// List the `xdp:` stages of a running snic: programs, engines, swaps, maps.
+    List {
+        /// The control socket of the run.
+        #[arg(long, value_name = "PATH")]
+        control: PathBuf,
+        /// Print the answer as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the `bpf_trace_printk` lines of a running `xdp:` stage.
     Trace {
         /// The control socket of the run.
@@ -225,6 +234,36 @@ pub fn run(args: EbpfArgs) -> Result<()> {
         }
         EbpfCmd::Events { control, stage, count, timeout, json } => {
             events(&control, stage, count, timeout.map(Duration::from_secs_f64), json)
+        }
+        EbpfCmd::List { control, json } => {
+            let v = crate::control::request(&control, &Request::EbpfList)?;
+            if json {
+                println!("{v}");
+                return Ok(());
+            }
+            for (n, st) in v["stages"].as_array().into_iter().flatten().enumerate() {
+                println!(
+                    "stage {n} ({}): {} from {} ({} insns, {}, {} swaps)",
+                    st["name"].as_str().unwrap_or_default(),
+                    st["program"].as_str().unwrap_or_default(),
+                    st["path"].as_str().unwrap_or_default(),
+                    st["insns"],
+                    st["engine"].as_str().unwrap_or_default(),
+                    st["swaps"]
+                );
+                for m in st["maps"].as_array().into_iter().flatten() {
+                    println!(
+                        "  map {} {} key {} value {} max_entries {} ({} entries)",
+                        m["name"].as_str().unwrap_or_default(),
+                        m["type"].as_str().unwrap_or_default(),
+                        m["key_size"],
+                        m["value_size"],
+                        m["max_entries"],
+                        m["entries"]
+                    );
+                }
+            }
+            Ok(())
         }
         EbpfCmd::Trace { control, stage } => {
             let v = crate::control::request(&control, &Request::EbpfTrace { stage })?;

@@ -220,6 +220,11 @@ fn load_swaps_a_running_stage_and_maps_and_events_work_over_the_control_socket()
         assert!((14..=9000).contains(&len), "a frame length: {len}");
     }
 
+    let list = ok(ctl(&sock, &["list"]));
+    assert!(list.contains("stage 0 (xdp): xdp/count_events from "), "{list}");
+    assert!(list.contains("interp, 1 swaps"), "{list}");
+    assert!(list.contains("map ports hash key 4 value 4 max_entries 16 (0 entries)"), "{list}");
+
     // The stats document counts actions per stage.
     let o = snic().args(["stats", "--control"]).arg(&sock).output().unwrap();
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
