@@ -205,4 +205,5 @@ fn hundred_swaps(jit: bool) {
          (verify median {vm:?} max {vx:?}); each next slice of {PER_SLICE} packets, run by \
          the new program: median {sm:?} max {sx:?}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
 }
