@@ -96,8 +96,10 @@ struct Meta {
 #[derive(Debug)]
 struct Shared {
     slot: Arc<XdpSlot>,
-    /// Also serialises loads.
+    /// Held only to read or replace (never across a load: the run loop reads it for stats).
     meta: Mutex<Meta>,
+    /// Serialises loads (each rebinds the maps of the program it replaces).
+    loading: Mutex<()>,
     /// Generation each worker ran its last batch with.
     running: Vec<AtomicU64>,
     workers: usize,
@@ -197,6 +199,7 @@ impl XdpControl {
             shared: Arc::new(Shared {
                 slot: Arc::new(XdpSlot::new(Arc::new(program))),
                 meta: Mutex::new(Meta { path: path_name, name: pname, insns, swaps: 0 }),
+                loading: Mutex::new(()),
                 running: (0..workers).map(|_| AtomicU64::new(0)).collect(),
                 workers,
                 engine,
@@ -254,7 +257,7 @@ impl XdpControl {
     pub fn load(&self, path: &Path, section: Option<&str>) -> Result<LoadReport, XdpError> {
         let start = WallInstant::now();
         // One load at a time: each rebinds the maps of the program it replaces.
-        let mut meta = lock(&self.shared.meta);
+        let _loading = lock(&self.shared.loading);
         let (obj, path_name) = read_object(path)?;
         let old_maps = self.maps();
         let maps = MapSet::rebind(&obj, &old_maps, self.shared.workers).map_err(XdpError::Maps)?;
@@ -263,9 +266,12 @@ impl XdpControl {
         let program = load_program(&obj, section, maps, self.shared.engine)?;
         let verify = program.verify_time();
         let (pname, insns) = program_name(&obj, section);
-        self.shared.slot.swap(Arc::new(program));
+        {
+            let mut meta = lock(&self.shared.meta);
+            self.shared.slot.swap(Arc::new(program));
+            *meta = Meta { path: path_name, name: pname.clone(), insns, swaps: meta.swaps + 1 };
+        }
         let generation = self.shared.slot.generation();
-        *meta = Meta { path: path_name, name: pname.clone(), insns, swaps: meta.swaps + 1 };
         let load = start.elapsed();
         Ok(LoadReport { program: pname, insns, verify, load, generation, maps: report })
     }
