@@ -123,6 +123,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         ..ServerConfig::default()
     };
     let core = cfg.core.clone().unwrap_or_default();
+    let mut core_lines = Vec::new();
     for (slot, spec) in args.core_progs.iter().enumerate() {
         let (file, section) = match spec.split_once(',') {
             Some((f, s)) => (f, Some(s)),
@@ -131,7 +132,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         let e = core
             .load_file(slot, std::path::Path::new(file), section, args.compute_workers as usize)
             .map_err(|e| anyhow::anyhow!("--core-prog {spec}: {e}"))?;
-        println!("snic serve: core slot {slot}: {} ({} insns)", e.name, e.insns);
+        core_lines.push(format!("snic serve: core slot {slot}: {} ({} insns)", e.name, e.insns));
     }
     let signals = Signals::install().context("installing signal handlers")?;
     let (on_chip, on_board, workers) = (cfg.on_chip, cfg.on_board, cfg.workers);
@@ -161,6 +162,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
         }
         if let Some(d) = &nic_desc {
             writeln!(out, "snic serve: NIC {d}")?;
+        }
+        for l in &core_lines {
+            writeln!(out, "{l}")?;
         }
         // Streaming kernels' results go to device memory, where host programs read them.
         for k in kernels.iter().filter(|k| k.results_len() > 0) {
