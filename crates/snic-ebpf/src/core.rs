@@ -165,7 +165,9 @@ impl CoreProgram {
         let nargs = args.len();
         let maps = self.prepared.maps.iter().as_slice();
         let mut mem = Memory::new(maps);
-        let stack = mem.add_words(&mut w.stack).ok_or(Fault::Budget)?;
+        let stack = mem
+            .add_words(&mut w.stack)
+            .ok_or(Fault::Helper { id: 0, reason: "too many regions" })?;
         for a in args.iter_mut() {
             mem.add(a).ok_or(Fault::Helper { id: 0, reason: "too many regions" })?;
         }

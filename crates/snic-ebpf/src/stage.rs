@@ -8,6 +8,9 @@
 //! | `XDP_TX`        | egress = the ingress port                                        |
 //! | `XDP_REDIRECT`  | egress = the port `bpf_redirect`/the devmap named ([`DropReason::NoEgress`] if it is not a port number); with `BPF_F_BROADCAST`, [`PortId::FLOOD`] |
 //!
+//! The context's `ingress_ifindex` is the packet's ingress port number, `rx_queue_index` the
+//! worker's index (the queue RSS chose), `bpf_ktime_get_ns` the batch's `now`.
+//!
 //! **Hot swap.** The stage reads its program from a shared [`XdpSlot`]. [`XdpSlot::swap`]
 //! installs a new program and bumps a generation number; each stage checks the number once per
 //! batch and picks up the new program only then, so a batch runs entirely on one program and
@@ -163,7 +166,9 @@ impl Stage for XdpStage {
             let before = (p.headroom(), p.len());
             let lines = w.trace.len();
             let ingress = p.meta.ingress;
-            let out = prog.run(w, p, u32::from(ingress.0), 0, now_ns);
+            // The worker stands for the receive queue (RSS chose it).
+            let queue = u32::try_from(w.index).unwrap_or(u32::MAX);
+            let out = prog.run(w, p, u32::from(ingress.0), queue, now_ns);
             if (p.headroom(), p.len()) != before {
                 p.meta.parsed = false;
             }

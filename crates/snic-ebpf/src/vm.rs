@@ -371,7 +371,23 @@ pub fn prepare_insns(
                 let ok = match i.class() {
                     class::LDX => mode == 0x60 || (mode == 0x80 && i.code & 0x18 != 0x18),
                     class::ST => mode == 0x60,
-                    _ => mode == 0x60 || (mode == 0xc0 && matches!(i.code & 0x18, 0x00 | 0x18)),
+                    _ => {
+                        mode == 0x60
+                            || (mode == 0xc0
+                                && matches!(i.code & 0x18, 0x00 | 0x18)
+                                && matches!(
+                                    i.imm,
+                                    0x00 | 0x01
+                                        | 0x40
+                                        | 0x41
+                                        | 0x50
+                                        | 0x51
+                                        | 0xa0
+                                        | 0xa1
+                                        | 0xe1
+                                        | 0xf1
+                                ))
+                    }
                 };
                 if !ok {
                     return Err(PrepareError::Unsupported { insn: pc, code: i.code });

@@ -339,6 +339,15 @@ fn prepare_refuses_what_snic_does_not_run() {
         Err(PrepareError::Unsupported { .. })
     ));
     assert!(matches!(p(&[ja(5), exit()]), Err(PrepareError::BadJump { .. })));
+    // Load-acquire (atomic imm 0x100) and an atomic of 2 bytes are not run.
+    assert!(matches!(
+        p(&[atomic(8, 10, -8, 1, 0x100), exit()]),
+        Err(PrepareError::Unsupported { .. })
+    ));
+    assert!(matches!(
+        p(&[atomic(2, 10, -8, 1, 0x00), exit()]),
+        Err(PrepareError::Unsupported { .. })
+    ));
     assert!(matches!(
         p(&prog([&[ja(1)], &lddw(0, 1), &[exit()]])),
         Err(PrepareError::BadJump { .. })
