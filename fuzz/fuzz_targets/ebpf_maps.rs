@@ -194,13 +194,14 @@ fuzz_target!(|data: &[u8]| {
                 let _ = map.ringbuf_drain(arg as usize % 4);
             }
             _ => {
-                let entries = map.entries();
+                // Arrays list every index: bound the answer (a valid array may have 16M).
+                let entries = map.entries_up_to(1 << 12);
                 match kind {
                     MapKind::Hash
                     | MapKind::PerCpuHash
                     | MapKind::LruHash
                     | MapKind::LpmTrie
-                    | MapKind::DevMapHash => assert_eq!(entries.len(), map.len()),
+                    | MapKind::DevMapHash => assert_eq!(entries.len(), map.len().min(1 << 12)),
                     _ => {}
                 }
                 if model_on {

@@ -672,34 +672,43 @@ impl Map {
     /// Every entry as `(key, value)` in the syscall's layout (see [`Map::get`]), ordered by
     /// key: all indexes of an array, the present entries of a device map, the keys of a hash
     /// or trie (trie keys as last written, including bits beyond the prefix). Ring buffers
-    /// have none.
+    /// have none. A large array has many: [`Map::entries_up_to`] bounds the answer.
     pub fn entries(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        self.entries_up_to(usize::MAX)
+    }
+
+    /// The first `limit` entries of [`Map::entries`] (what a dump over the control socket
+    /// sends, so a 16-million-entry array does not become gigabytes of answer).
+    pub fn entries_up_to(&self, limit: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let sorted = |mut v: Vec<(Vec<u8>, Vec<u8>)>| {
+            v.sort();
+            v.truncate(limit);
+            v
+        };
         match &self.inner {
             Inner::Array => (0..self.spec.max_entries)
+                .take(limit)
                 .map(|i| (i.to_ne_bytes().to_vec(), self.read_entry(i as usize)))
                 .collect(),
             Inner::DevMap(present) => present
                 .iter()
                 .enumerate()
                 .filter(|(_, p)| p.load(Ordering::Acquire))
+                .take(limit)
                 .map(|(i, _)| ((i as u32).to_ne_bytes().to_vec(), self.read_entry(i)))
                 .collect(),
-            Inner::Hash(index) => {
-                let mut v: Vec<(Vec<u8>, Vec<u8>)> = read(index)
+            Inner::Hash(index) => sorted(
+                read(index)
                     .iter()
                     .map(|(k, slot)| (k.to_vec(), self.read_entry(slot as usize)))
-                    .collect();
-                v.sort();
-                v
-            }
-            Inner::Lpm(index) => {
-                let mut v: Vec<(Vec<u8>, Vec<u8>)> = read(index)
+                    .collect(),
+            ),
+            Inner::Lpm(index) => sorted(
+                read(index)
                     .iter()
                     .map(|(k, slot)| (k.to_vec(), self.read_entry(slot as usize)))
-                    .collect();
-                v.sort();
-                v
-            }
+                    .collect(),
+            ),
             Inner::Ring(_) => Vec::new(),
         }
     }

@@ -107,6 +107,7 @@ fn array_semantics() {
     let e = m.entries();
     assert_eq!(e.len(), 4);
     assert_eq!(e[3], (k(3).to_vec(), v));
+    assert_eq!(m.entries_up_to(2), e[..2].to_vec());
 }
 
 #[test]
@@ -191,6 +192,7 @@ fn hash_semantics() {
         m.entries(),
         vec![(k(2).to_vec(), u64v(6).to_vec()), (k(3).to_vec(), u64v(7).to_vec())]
     );
+    assert_eq!(m.entries_up_to(1), vec![(k(2).to_vec(), u64v(6).to_vec())]);
     assert_eq!(m.update(&k(9), &u64v(0), 3, 0).unwrap_err().errno(), -errno::EINVAL);
     assert_eq!(m.lookup(&[1, 2, 3], 0), None, "wrong key size");
     assert_eq!(m.get(&k(3)), Some(u64v(7).to_vec()));
