@@ -47,16 +47,32 @@
 //!   execute (never writable and executable at once), through `memmap2`.
 //!
 //! Like the kernel's JIT, the compiled code does not bounds-check memory accesses: it is only
-//! for programs the verifier accepted. The interpreter keeps its run-time checks.
+//! for programs the verifier accepted. The interpreter keeps its run-time checks. There is no
+//! instruction budget either (the verifier proved termination).
+//!
+//! # Use
+//!
+//! [`JitProgram::compile`] takes a [`Prepared`] program and refuses, with a [`JitError`], what
+//! it does not translate (legacy packet loads, kfunc and register calls, unknown opcodes, and
+//! every program on a target other than x86-64); callers fall back to the interpreter.
+//! [`JitProgram::run`] (unsafe: the program must be verified) runs it over a run's [`Env`].
+//! [`crate::XdpProgram`] and [`crate::core::CoreProgram`] compile every program they load
+//! and run it natively unless told otherwise (`set_engine(Engine::Interpreter)`).
+//!
+//! Measured (benches/jit.rs, thread CPU time per packet, whole run included; the kernel's
+//! `BPF_PROG_TEST_RUN` with `repeat` on the same machine): the array-map counter 32 ns
+//! (kernel 23 ns, interpreter 236 ns), the MAC swap 34 ns (kernel 25, interpreter 364), the
+//! UDP firewall 61-64 ns (kernel 39-45, interpreter 215-332); of that, about 35 ns is the fixed
+//! cost of one `XdpProgram::run` (a program that only returns XDP_PASS; kernel 21 ns).
 #![allow(
     unsafe_code,
-    reason = "executes generated machine code through a function pointer; the SAFETY comments \
-              say why each use is sound"
+    reason = "executes generated machine code through a function pointer and gives its helper \
+              entry the run's Env back; the SAFETY comments say why each use is sound"
 )]
 
 mod x86;
 
-#[cfg(test)]
+#[cfg(all(test, target_arch = "x86_64"))]
 mod tests;
 
 use std::fmt;
@@ -178,6 +194,8 @@ fn array_inline(m: &Arc<Map>) -> Option<(u64, ArrayInline)> {
         return None;
     }
     let stride = m.spec().value_size.checked_add(7)? & !7;
+    // The code multiplies by a sign-extended 32-bit immediate.
+    i32::try_from(stride).ok()?;
     let max = m.spec().max_entries;
     let at = |i: u32| m.lookup(&i.to_ne_bytes(), 0);
     // Trust the layout only if the map agrees at both ends and just past them.
@@ -210,7 +228,7 @@ impl JitProgram {
 
     /// Compiles instructions whose helper calls go to `helper` (an
     /// `extern "C" fn(env, id, r1, r2, r3, r4, r5) -> HelperRet`).
-    #[cfg(test)]
+    #[cfg(all(test, target_arch = "x86_64"))]
     pub(crate) fn compile_insns(insns: &[Insn], helper: u64) -> Result<JitProgram, JitError> {
         JitProgram::compile_with(insns, &CodeEnv { helper, arrays: Vec::new() })
     }

@@ -1,6 +1,7 @@
 //! The JIT against the interpreter on clang-compiled XDP programs: for each program and a few
 //! hundred packets, both engines give the same action, the same output bytes and window
-//! (adjust_head moves `data`), and leave the same map contents.
+//! (adjust_head moves `data`), and leave the same map contents. The JIT targets x86-64 only.
+#![cfg(target_arch = "x86_64")]
 
 use proptest::prelude::*;
 use snic_ebpf::testing::{compile, require_clang};

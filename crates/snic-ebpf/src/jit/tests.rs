@@ -441,6 +441,9 @@ pub(super) enum Op {
     Store { size: u8, src: Option<u8>, imm: i32, slot: i16, at: i16 },
     /// An atomic on a stack slot.
     Atomic { w: bool, imm: i32, src: u8, slot: i16 },
+    /// A helper without pointer arguments (ktime, prandom, processor id), then r1-r5 are
+    /// set again (a call leaves them undefined).
+    Call { id: i32, after: [u32; 5] },
 }
 
 fn width(size: u8) -> i16 {
@@ -516,6 +519,11 @@ pub(super) fn program() -> impl Strategy<Value = Vec<Insn>> {
         1 => (any::<bool>(), prop_oneof![Just(0x00i32), Just(0x40), Just(0x50), Just(0xa0), Just(0x01), Just(0x41), Just(0x51), Just(0xa1), Just(0xe1), Just(0xf1)], 1u8..10, 1i16..=64)
             .prop_map(|(w, imm, src, slot)| Op::Atomic { w, imm, src, slot }),
     ];
+    let op = prop_oneof![
+        12 => op,
+        1 => (prop_oneof![Just(5i32), Just(7), Just(8)], any::<[u32; 5]>())
+            .prop_map(|(id, after)| Op::Call { id, after }),
+    ];
     (proptest::collection::vec(op, 1..60), any::<[u64; 10]>())
         .prop_map(|(ops, init)| lower(&ops, &init))
 }
@@ -529,7 +537,11 @@ pub(super) fn lower(ops: &[Op], init: &[u64; 10]) -> Vec<Insn> {
     for slot in 1..=64i16 {
         p.push(ins(0x7a, 10, 0, -8 * slot, i32::from(slot) * 0x0101_0101));
     }
-    let size = |o: &Op| if matches!(o, Op::Lddw { .. }) { 2 } else { 1 };
+    let size = |o: &Op| match o {
+        Op::Lddw { .. } => 2,
+        Op::Call { .. } => 6,
+        _ => 1,
+    };
     let mut at = Vec::with_capacity(ops.len() + 1);
     let mut pos = p.len();
     for o in ops {
@@ -551,6 +563,13 @@ pub(super) fn lower(ops: &[Op], init: &[u64; 10]) -> Vec<Insn> {
             }
             Op::Lddw { dst, v } => {
                 p.extend(lddw(dst, v));
+                continue;
+            }
+            Op::Call { id, after } => {
+                p.push(ins(0x85, 0, 0, 0, id));
+                for (k, v) in after.iter().enumerate() {
+                    p.push(ins(0xb4, k as u8 + 1, 0, 0, *v as i32));
+                }
                 continue;
             }
             Op::Jmp { w, op, dst, src, imm, skip } => {
