@@ -171,6 +171,9 @@ pub enum Request {
         /// `BPF_ANY` (0), `BPF_NOEXIST` (1) or `BPF_EXIST` (2).
         #[serde(default)]
         flags: u64,
+        /// Most entries a dump returns (default 1000, at most [`MAX_DUMP_LIMIT`]).
+        #[serde(default = "default_dump_limit")]
+        limit: usize,
     },
     /// `{"cmd":"ebpf.events","stage":0,"max":N}`: take up to `max` records from the ring
     /// buffers of an `xdp:` stage's maps. Answer: `{"ok":true,"records":[{"map","data":hex}]}`.
@@ -708,7 +711,8 @@ mod tests {
                 op: "update".into(),
                 key: Some("0".into()),
                 value: Some("7".into()),
-                flags: 1
+                flags: 1,
+                limit: 1000
             }))
         );
         assert!(

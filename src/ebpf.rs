@@ -116,6 +116,9 @@ enum EbpfCmd {
         /// Update flags.
         #[arg(long, value_enum, default_value = "any")]
         flags: UpdateFlags,
+        /// Most entries a dump prints.
+        #[arg(long, default_value_t = 1000)]
+        limit: usize,
         /// Print the answer as JSON.
         #[arg(long)]
         json: bool,
@@ -199,7 +202,7 @@ pub fn run(args: EbpfArgs) -> Result<()> {
             }
             Ok(())
         }
-        EbpfCmd::Map { op, control, stage, map, key, value, flags, json } => {
+        EbpfCmd::Map { op, control, stage, map, key, value, flags, limit, json } => {
             let (op_name, need_key, need_value) = match op {
                 MapOp::Dump => ("dump", false, false),
                 MapOp::Update => ("update", true, true),
@@ -221,6 +224,7 @@ pub fn run(args: EbpfArgs) -> Result<()> {
                 key,
                 value,
                 flags: flags.bits(),
+                limit,
             };
             let v = crate::control::request(&control, &req)?;
             if json {
@@ -460,6 +464,9 @@ fn dump_text(v: &Value) -> String {
         }
     }
     s.push_str(&format!("{} entr{}\n", v["count"], if v["count"] == 1 { "y" } else { "ies" }));
+    if v["truncated"] == true {
+        s.push_str(&format!("(of {}: --limit for more)\n", v["total"]));
+    }
     s
 }
 
@@ -526,8 +533,12 @@ pub fn serve(targets: &Targets, req: Request) -> Value {
                 )),
             }
         }
-        Request::EbpfMap { stage, map, op, key, value, flags } => match pick(stage) {
-            Ok(ctl) => map_op(ctl, &map, &op, key.as_deref(), value.as_deref(), flags),
+        Request::EbpfMap { stage, map, op, key, value, flags, limit } => match pick(stage) {
+            Ok(_) if limit > crate::control::MAX_DUMP_LIMIT => error(format!(
+                "limit {limit} is over the most one dump returns ({})",
+                crate::control::MAX_DUMP_LIMIT
+            )),
+            Ok(ctl) => map_op(ctl, &map, &op, key.as_deref(), value.as_deref(), flags, limit),
             Err(e) => error(e),
         },
         Request::EbpfEvents { stage, max } => {
@@ -594,6 +605,7 @@ fn map_op(
     key: Option<&str>,
     value: Option<&str>,
     flags: u64,
+    limit: usize,
 ) -> Value {
     let maps = ctl.maps();
     let Some(m) = maps.by_name(name) else {
@@ -612,7 +624,7 @@ fn map_op(
             let stride = (spec.value_size as usize).div_ceil(8) * 8;
             let vs = spec.value_size as usize;
             let entries: Vec<Value> = m
-                .entries()
+                .entries_up_to(limit)
                 .into_iter()
                 .map(|(k, v)| {
                     let values: Vec<String> = if per_cpu && stride > 0 {
@@ -623,7 +635,9 @@ fn map_op(
                     json!({"key": show(&k), "values": values})
                 })
                 .collect();
-            json!({"ok": true, "map": name, "count": entries.len(), "entries": entries})
+            let truncated = entries.len() == limit && m.len() > limit;
+            json!({"ok": true, "map": name, "count": entries.len(), "total": m.len(),
+                   "truncated": truncated, "entries": entries})
         }
         "update" => {
             let k = match parse("KEY", key, spec.key_size) {

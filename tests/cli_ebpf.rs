@@ -194,6 +194,9 @@ fn load_swaps_a_running_stage_and_maps_and_events_work_over_the_control_socket()
     // Map updates and deletes, with the flags' semantics.
     ok(ctl(&sock, &["map", "update", "hits", "3", "0x0700000000000000"]));
     assert_eq!(hit(&sock, 3), 7);
+    let dump = ok(ctl(&sock, &["map", "dump", "hits", "--limit", "2"]));
+    assert!(dump.contains("2 entries\n(of 4: --limit for more)"), "{dump}");
+    assert!(!dump.contains("02 00 00 00 (2):"), "{dump}");
     ok(ctl(&sock, &["map", "update", "ports", "53", "1", "--flags", "noexist"]));
     let o = ctl(&sock, &["map", "update", "ports", "53", "2", "--flags", "noexist"]);
     assert!(!o.status.success() && text(&o).contains("EEXIST"), "{}", text(&o));
