@@ -701,3 +701,67 @@ pub fn actions_text(stages: &[snic_io::ebpf::XdpControl]) -> String {
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PER_CPU: &str = "#include <linux/bpf.h>\n#include <bpf/bpf_helpers.h>
+struct { __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY); __type(key, __u32); __type(value, __u32); __uint(max_entries, 2); } pc SEC(\".maps\");
+SEC(\"xdp\") int bump(struct xdp_md *ctx) {
+  __u32 k = 0; __u32 *v = bpf_map_lookup_elem(&pc, &k);
+  if (v) *v += 1;
+  return XDP_PASS;
+}
+char LICENSE[] SEC(\"license\") = \"GPL\";\n";
+
+    /// Per-CPU maps dump one value per worker; updates, deletes and bad keys answer as the
+    /// kernel's syscall would.
+    #[test]
+    fn per_cpu_dumps_show_every_worker_and_errors_are_answers() {
+        if !snic_ebpf::testing::require_clang("per_cpu_dumps_show_every_worker") {
+            return;
+        }
+        let obj = snic_ebpf::testing::compile_str("percpu", PER_CPU, &[]);
+        let dir = std::env::temp_dir().join(format!("snic-ebpf-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("percpu.o");
+        std::fs::write(&path, obj).unwrap();
+        let ctl = snic_io::ebpf::XdpControl::open("xdp", &path, None, 3, false).unwrap();
+        let targets = Targets { xdp: vec![ctl], core: None };
+        let map = |op: &str, key: Option<&str>, value: Option<&str>| {
+            serve(
+                &targets,
+                Request::EbpfMap {
+                    stage: 0,
+                    map: "pc".into(),
+                    op: op.into(),
+                    key: key.map(Into::into),
+                    value: value.map(Into::into),
+                    flags: 0,
+                    limit: 1000,
+                },
+            )
+        };
+        assert_eq!(map("update", Some("1"), Some("5"))["ok"], true);
+        let v = map("dump", None, None);
+        assert_eq!(v["count"], 2, "{v}");
+        let values = v["entries"][1]["values"].as_array().unwrap();
+        assert_eq!(values.len(), 3, "one value per worker: {v}");
+        assert!(values.iter().all(|x| x == "05 00 00 00 (5)"), "{v}");
+        let text = dump_text(&v);
+        assert!(text.contains("01 00 00 00 (1): worker 0: 05 00 00 00 (5), worker 1:"), "{text}");
+        // Wrong sizes and unknown maps or stages are error answers, never panics.
+        let e = map("update", Some("1"), Some("0x0102030405"));
+        assert_eq!(e["ok"], false, "{e}");
+        let e = map("update", Some("7"), Some("1"));
+        assert!(e["error"].as_str().unwrap().contains("E2BIG"), "{e}");
+        let e = map("frob", None, None);
+        assert!(e["error"].as_str().unwrap().contains("unknown map operation"), "{e}");
+        let e = serve(&targets, Request::EbpfEvents { stage: 3, max: 1 });
+        assert!(e["error"].as_str().unwrap().contains("no xdp stage 3"), "{e}");
+        let e = serve(&Targets::default(), Request::EbpfTrace { stage: 0 });
+        assert!(e["error"].as_str().unwrap().contains("no xdp stage"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
