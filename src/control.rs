@@ -126,6 +126,73 @@ pub enum Request {
         #[serde(default = "default_dump_limit")]
         limit: usize,
     },
+    /// `{"cmd":"ebpf.list"}`: the run's `xdp:` stages, their programs, maps and action
+    /// counters. Answer: `{"ok":true,"stages":[...]}`.
+    #[serde(rename = "ebpf.list")]
+    EbpfList,
+    /// `{"cmd":"ebpf.load","stage":0,"path":"/abs/prog.o","section":"xdp"}`: hot swap. The
+    /// server reads, verifies and prepares the object, then every worker picks the new
+    /// program up between two batches; a refusal changes nothing. Answer:
+    /// `{"ok":true,"program":..,"insns":n,"verify_us":t,"swap_us":t,"maps":[{"name","kept"}]}`.
+    #[serde(rename = "ebpf.load")]
+    EbpfLoad {
+        /// Which `xdp:` stage (0 = the first).
+        #[serde(default)]
+        stage: usize,
+        /// The object file, as the server sees it (the CLI sends an absolute path).
+        path: String,
+        /// The program's ELF section; none picks the object's XDP program.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        section: Option<String>,
+        /// Load a NIC-core (`snic/core`) program into this slot of a `snic serve` instead
+        /// (`stage` is then ignored): kernel `EBPF` runs it with `s0` = the slot.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        core: Option<usize>,
+    },
+    /// `{"cmd":"ebpf.map","stage":0,"map":"hits","op":"dump|update|delete","key":..,
+    /// "value":..,"flags":0}`: read or change a map of an `xdp:` stage (keys and values as
+    /// the CLI takes them, see `snic ebpf`). Answer (dump):
+    /// `{"ok":true,"count":n,"entries":[{"key","values":[per worker]}]}`.
+    #[serde(rename = "ebpf.map")]
+    EbpfMap {
+        /// Which `xdp:` stage.
+        #[serde(default)]
+        stage: usize,
+        /// The map's name.
+        map: String,
+        /// `dump`, `update` or `delete`.
+        op: String,
+        /// The key (update, delete).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key: Option<String>,
+        /// The value (update).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        value: Option<String>,
+        /// `BPF_ANY` (0), `BPF_NOEXIST` (1) or `BPF_EXIST` (2).
+        #[serde(default)]
+        flags: u64,
+        /// Most entries a dump returns (default 1000, at most [`MAX_DUMP_LIMIT`]).
+        #[serde(default = "default_dump_limit")]
+        limit: usize,
+    },
+    /// `{"cmd":"ebpf.events","stage":0,"max":N}`: take up to `max` records from the ring
+    /// buffers of an `xdp:` stage's maps. Answer: `{"ok":true,"records":[{"map","data":hex}]}`.
+    #[serde(rename = "ebpf.events")]
+    EbpfEvents {
+        /// Which `xdp:` stage.
+        #[serde(default)]
+        stage: usize,
+        /// Most records to take.
+        max: usize,
+    },
+    /// `{"cmd":"ebpf.trace","stage":0}`: the `bpf_trace_printk` lines kept since the last
+    /// request. Answer: `{"ok":true,"lines":[...]}`.
+    #[serde(rename = "ebpf.trace")]
+    EbpfTrace {
+        /// Which `xdp:` stage.
+        #[serde(default)]
+        stage: usize,
+    },
 }
 
 /// One policy edit of a `vswitch.apply` request: `{"op": "...", ...}`. Rules, layers and
@@ -625,6 +692,32 @@ mod tests {
         );
         assert!(p(r#"{"cmd":"vswitch.apply","edits":[{"op":"remove-layer","vport":70000,"name":"a"}]}"#)
             .is_err());
+        assert_eq!(
+            p(r#"{"cmd":"ebpf.load","path":"/x.o"}"#),
+            Ok(Incoming::Request(Request::EbpfLoad {
+                stage: 0,
+                path: "/x.o".into(),
+                section: None,
+                core: None
+            }))
+        );
+        assert_eq!(
+            p(
+                r#"{"cmd":"ebpf.map","stage":1,"map":"hits","op":"update","key":"0","value":"7","flags":1}"#
+            ),
+            Ok(Incoming::Request(Request::EbpfMap {
+                stage: 1,
+                map: "hits".into(),
+                op: "update".into(),
+                key: Some("0".into()),
+                value: Some("7".into()),
+                flags: 1,
+                limit: 1000
+            }))
+        );
+        assert!(
+            p(r#"{"cmd":"ebpf.events"}"#).unwrap_err().to_string().contains("missing field `max`")
+        );
         assert!(p(r#"{"nocmd":1}"#).unwrap_err().to_string().contains("missing field `cmd`"));
         assert!(p("[1,2]").is_err());
     }

@@ -29,6 +29,9 @@
 //! - `compute mm`: networked matrix multiplication between two `snic serve` (RecoNIC's
 //!   lookaside example): RDMA READs into device memory, the GEMM kernel, C back by C2H DMA.
 //!
+//! - `ebpf`: eBPF programs: `verify` an object offline; `load` (hot swap), `map`, `events`
+//!   and `trace` for the `xdp:` stages of a running snic over its control socket.
+//!
 //! - `stream`: the streaming kernels (`--stage kernel:NAME`) of a running snic: registers,
 //!   keys, and the telemetry tables read from results memory.
 //!
@@ -38,6 +41,7 @@ mod compute;
 mod control;
 mod decode;
 mod dma;
+mod ebpf;
 mod kernel;
 mod p4;
 mod rdma;
@@ -97,6 +101,9 @@ enum Command {
     /// Lookaside kernels through the host library: list them, run one with a check of its
     /// result, or time one against the same kernel called in-process.
     Kernel(kernel::KernelArgs),
+    /// eBPF programs: verify an object; hot-swap the program of a running `xdp:` stage, read
+    /// and change its maps, stream its ring-buffer events and trace lines.
+    Ebpf(ebpf::EbpfArgs),
 }
 
 /// Arguments of `snic decode`.
@@ -146,6 +153,7 @@ fn main() -> Result<()> {
         Command::Stream(args) => stream::run(args),
         Command::Compute(args) => compute::run(args),
         Command::Kernel(args) => kernel::run(args),
+        Command::Ebpf(args) => ebpf::run(args),
         Command::P4(args) => match p4::run(args) {
             0 => Ok(()),
             code => std::process::exit(i32::from(code)),

@@ -63,7 +63,9 @@ pub struct RunArgs {
         value_name = "NAME",
         help = "A pipeline stage, in order: parse, parse:pass, classify, classify:mark, l2fwd, \
                 l2fwd:I=E,..., l2fwd:learn, tap:PATH, vswitch, p4:PROG.p4[,entries=FILE][,I=DIR], \
-                kernel:NAME[,KEY=VALUE]... (telemetry, crypt). \
+                kernel:NAME[,KEY=VALUE]... (telemetry, crypt), \
+                xdp:PROG.o[,SECTION][,engine=interp|jit] (an eBPF XDP program; its \
+                ingress_ifindex is the snic port number). \
                 Repeat the option for each stage. Default: parse, classify, l2fwd (between ports \
                 0 and 1)."
     )]
@@ -445,6 +447,7 @@ pub fn run(args: RunArgs) -> Result<()> {
                 runtime.vswitch().cloned(),
                 runtime.p4().map(|p| p.control()),
                 runtime.stream_kernels().to_vec(),
+                crate::ebpf::Targets { xdp: runtime.xdp().to_vec(), core: None },
                 runtime.clock(),
             );
             let server = ControlServer::spawn(path, handler)?;
@@ -461,16 +464,28 @@ pub fn run(args: RunArgs) -> Result<()> {
         None => None,
     };
     let stats_flag: &AtomicBool = if args.control.is_some() { &poke } else { &signals.stats };
+    let xdp_final = runtime.xdp().to_vec();
+    let with_xdp = |mut doc: Value| {
+        if let (false, Some(obj)) = (xdp_final.is_empty(), doc.as_object_mut()) {
+            obj.insert("xdp".into(), crate::ebpf::actions_json(&xdp_final));
+        }
+        doc
+    };
     let on_stats = |r: &RunReport| {
         let print = args.control.is_none() || signals.take_stats_request();
         if args.control.is_some()
             && let Ok(mut l) = latest.lock()
         {
-            *l = report_json(r, &classes).to_string();
+            *l = with_xdp(report_json(r, &classes)).to_string();
         }
         if print {
             let mut err = io::stderr().lock();
-            let _ = writeln!(err, "--- snic stats (SIGUSR1)\n{}", report_text(r, &classes));
+            let _ = writeln!(
+                err,
+                "--- snic stats (SIGUSR1)\n{}{}",
+                report_text(r, &classes),
+                crate::ebpf::actions_text(&xdp_final)
+            );
         }
     };
     let vswitch_final = runtime.vswitch().cloned();
@@ -482,7 +497,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     let stdout = io::stdout();
     let mut out = stdout.lock();
     if args.json {
-        let mut doc = report_json(&report, &classes);
+        let mut doc = with_xdp(report_json(&report, &classes));
         if let (Some(vs), Some(obj)) = (&vswitch_final, doc.as_object_mut()) {
             obj.insert("vswitch".into(), crate::vswitch::show_json(vs));
         }
@@ -499,6 +514,10 @@ pub fn run(args: RunArgs) -> Result<()> {
         if let Some(vs) = &vswitch_final {
             writeln!(out, "--- vswitch")?;
             write!(out, "{}", crate::vswitch::show_text(&crate::vswitch::show_json(vs)))?;
+        }
+        if !xdp_final.is_empty() {
+            writeln!(out, "--- xdp")?;
+            write!(out, "{}", crate::ebpf::actions_text(&xdp_final))?;
         }
         for (stage, t) in crate::stream::final_tables(&kernels_final) {
             writeln!(out, "--- kernel {stage}")?;

@@ -90,6 +90,11 @@ pub struct ServeArgs {
     /// with a `vswitch` stage, `snic vswitch ... --control PATH` on this Unix socket.
     #[arg(long, value_name = "PATH")]
     pub control: Option<PathBuf>,
+    /// A NIC-core eBPF program (`SEC("snic/core")` object, `FILE[,SECTION]`) to load at
+    /// start; repeat for several, in slots 0, 1, ... Host programs run slot `s` as kernel
+    /// `ebpf` (id 9) with scalar 0 = `s`; `snic ebpf load --core SLOT` replaces one later.
+    #[arg(long = "core-prog", value_name = "FILE")]
+    pub core_progs: Vec<String>,
     #[command(flatten)]
     pub p4rt: crate::p4::P4RuntimeArgs,
 }
@@ -114,16 +119,29 @@ pub fn run(args: ServeArgs) -> Result<()> {
         huge: !args.no_huge,
         spin_us: args.spin_us,
         rdma: args.rdma,
+        core: Some(snic_device::ebpf::CorePrograms::new()),
         ..ServerConfig::default()
     };
+    let core = cfg.core.clone().unwrap_or_default();
+    let mut core_lines = Vec::new();
+    for (slot, spec) in args.core_progs.iter().enumerate() {
+        let (file, section) = match spec.split_once(',') {
+            Some((f, s)) => (f, Some(s)),
+            None => (spec.as_str(), None),
+        };
+        let e = core
+            .load_file(slot, std::path::Path::new(file), section, args.compute_workers as usize)
+            .map_err(|e| anyhow::anyhow!("--core-prog {spec}: {e}"))?;
+        core_lines.push(format!("snic serve: core slot {slot}: {} ({} insns)", e.name, e.insns));
+    }
     let signals = Signals::install().context("installing signal handlers")?;
     let (on_chip, on_board, workers) = (cfg.on_chip, cfg.on_board, cfg.workers);
-    let (wire, nic_desc, vswitch, p4, kernels) = match &args.port {
+    let (wire, nic_desc, vswitch, p4, kernels, xdp) = match &args.port {
         Some(spec) => {
-            let (w, desc, vs, p4, k) = open_nic(spec, &args)?;
-            (Some(w), Some(desc), vs, p4, k)
+            let (w, desc, vs, p4, k, x) = open_nic(spec, &args)?;
+            (Some(w), Some(desc), vs, p4, k, x)
         }
-        None => (None, None, None, None, Vec::new()),
+        None => (None, None, None, None, Vec::new(), Vec::new()),
     };
     let server = Server::start_with(cfg.clone(), wire)
         .with_context(|| format!("starting the server on {}", cfg.socket.display()))?;
@@ -144,6 +162,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
         }
         if let Some(d) = &nic_desc {
             writeln!(out, "snic serve: NIC {d}")?;
+        }
+        for l in &core_lines {
+            writeln!(out, "{l}")?;
         }
         // Streaming kernels' results go to device memory, where host programs read them.
         for k in kernels.iter().filter(|k| k.results_len() > 0) {
@@ -175,6 +196,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
         if !kernels.is_empty() {
             v["stream_kernels"] = crate::stream::results_json(&kernels);
         }
+        if !xdp.is_empty() {
+            v["xdp"] = crate::ebpf::actions_json(&xdp);
+        }
         v
     };
     let latest = Arc::new(Mutex::new(stats().to_string()));
@@ -185,6 +209,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 vswitch,
                 p4.map(|p| p.control()),
                 kernels.clone(),
+                crate::ebpf::Targets {
+                    xdp: xdp.clone(),
+                    core: Some((core.clone(), args.compute_workers as usize)),
+                },
                 snic_time::MonotonicClock::new(),
             );
             Some(ControlServer::spawn(path, handler)?)
@@ -265,6 +293,7 @@ type OpenNic = (
     Option<VSwitch>,
     Option<snic_io::p4::P4Program>,
     Vec<snic_stream::KernelControl>,
+    Vec<snic_io::ebpf::XdpControl>,
 );
 
 /// Where kernels' results tables are allocated: on-board device memory (the larger kind).
@@ -335,8 +364,16 @@ fn open_nic(spec: &PortSpec, args: &ServeArgs) -> Result<OpenNic> {
     }
     let mut kernels = snic_io::stream::StreamKernels::from_stages(&pcfg.stages, 1)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let pipeline =
-        build_nic_pipeline(&pcfg, &nic, vswitch.as_ref(), p4.as_ref(), Some(&mut kernels))?;
+    let mut xdp = snic_io::ebpf::XdpPrograms::from_stages(&pcfg.stages, 1)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let pipeline = build_nic_pipeline(
+        &pcfg,
+        &nic,
+        vswitch.as_ref(),
+        p4.as_ref(),
+        Some(&mut kernels),
+        Some(&mut xdp),
+    )?;
     let names: Vec<&str> = pipeline.stage_names().collect();
     let ports_desc: Vec<String> = ports.iter().map(|p| p.name().to_string()).collect();
     let desc = format!(
@@ -346,7 +383,14 @@ fn open_nic(spec: &PortSpec, args: &ServeArgs) -> Result<OpenNic> {
         ips.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(", "),
     );
     let node = NicNode::new("nic", pipeline, ports, nic, snic_pipeline::MAX_BATCH);
-    Ok((Wire { node, ips, link_mtu }, desc, vswitch, p4, kernels.controls().to_vec()))
+    Ok((
+        Wire { node, ips, link_mtu },
+        desc,
+        vswitch,
+        p4,
+        kernels.controls().to_vec(),
+        xdp.controls().to_vec(),
+    ))
 }
 
 #[cfg(test)]

@@ -413,12 +413,15 @@ pub const NO_VSWITCH: &str = "this run has no vswitch stage";
 /// counters).
 /// The control socket's handler of a run or a NIC: the counters document from `latest` (a
 /// snapshot the caller refreshes), vSwitch requests through `vs` timed with `clock` (the run's
-/// clock, so flow ages are right), `p4.cli` requests through `p4` (the `p4` stage's control).
+/// clock, so flow ages are right), `p4.cli` requests through `p4` (the `p4` stage's control),
+/// `stream.*` requests through `kernels` and `ebpf.*` requests through `ebpf` (the `xdp:`
+/// stages' controls and a device's NIC-core programs).
 pub fn control_handler(
     latest: std::sync::Arc<std::sync::Mutex<String>>,
     vs: Option<VSwitch>,
     p4: Option<snic_io::p4::P4Control>,
     kernels: Vec<snic_stream::KernelControl>,
+    ebpf: crate::ebpf::Targets,
     clock: snic_time::MonotonicClock,
 ) -> impl FnMut(crate::control::Incoming) -> String + Send + 'static {
     use crate::control::Incoming;
@@ -430,6 +433,13 @@ pub fn control_handler(
             Incoming::Request(Request::Stats) => {
                 format!("{{\"ok\":true,\"counters\":{}}}", counters())
             }
+            Incoming::Request(
+                r @ (Request::EbpfList
+                | Request::EbpfLoad { .. }
+                | Request::EbpfMap { .. }
+                | Request::EbpfEvents { .. }
+                | Request::EbpfTrace { .. }),
+            ) => crate::ebpf::serve(&ebpf, r).to_string(),
             Incoming::Request(Request::P4 { text }) => {
                 crate::p4::serve(p4.as_ref(), &text).to_string()
             }
@@ -454,6 +464,13 @@ pub fn serve(vs: Option<&VSwitch>, now: Instant, req: Request) -> Value {
         | Request::StreamKey { .. }
         | Request::StreamTable { .. } => {
             error("stream requests are answered by the kernel stages, not the vswitch")
+        }
+        Request::EbpfList
+        | Request::EbpfLoad { .. }
+        | Request::EbpfMap { .. }
+        | Request::EbpfEvents { .. }
+        | Request::EbpfTrace { .. } => {
+            error("ebpf requests are answered by the xdp stages, not the vswitch")
         }
         Request::VSwitchShow => json!({"ok": true, "vswitch": show_json(vs)}),
         Request::DumpFlows { limit, text } => {

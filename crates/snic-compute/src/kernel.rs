@@ -55,6 +55,14 @@ pub mod ids {
     /// [`super::status::CORRUPT_INPUT`] for a bad block, [`super::status::NO_SPACE`] when `a1`
     /// is too small (nothing is written then). ([`crate::lz4::Lz4DecompressKernel`])
     pub const LZ4_DECOMPRESS: u32 = 8;
+    /// An eBPF NIC-core program (`SEC("snic/core")`) loaded into the device: `s0` the
+    /// program's slot (`snic serve --core-prog`, `snic ebpf load --core SLOT`), `s1..s7` the
+    /// program's scalars 0..6, `a0..a7` its memory (`a0` is `data..data_end`). Every address
+    /// argument may be read and written, so none may overlap another. A program that faults
+    /// is [`super::status::BAD_ARGS`] and writes nothing. Result: the program's `r0`. Served
+    /// by `snic-device` (the kernel lives there because it needs the eBPF engine), not in
+    /// [`crate::builtins`].
+    pub const EBPF: u32 = 9;
 }
 
 /// Kernel ids are below this (the host interface has one FIFO slot per id).

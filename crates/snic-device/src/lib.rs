@@ -24,6 +24,7 @@
 //!   write-backs, interrupts) and compute workers (the kernel slots of every client: kernel
 //!   `k` on compute worker `k % compute_workers`, with per-kernel eventfds and counters);
 //!   sleeping and kicks for both.
+//! - [`ebpf`]: NIC-core eBPF programs served as the lookaside kernel `EBPF` (id 9).
 //!
 //! Conventions the host library relies on (beyond [`snic_hostif::abi`]):
 //! - `StartQueue` clears the queue's register slot: after the response every index is 0.
@@ -35,6 +36,7 @@
 //! - A kernel-FIFO producer index more than `KFIFO_DEPTH` ahead is ignored (counted in
 //!   `DOORBELLS_IGNORED`) until the host writes another value.
 
+pub mod ebpf;
 mod rdma;
 pub mod server;
 mod worker;

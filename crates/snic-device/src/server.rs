@@ -44,6 +44,9 @@ pub struct ServerConfig {
     pub compute_workers: u32,
     /// The lookaside kernels each compute worker offers.
     pub kernels: KernelSet,
+    /// NIC-core eBPF programs, offered as kernel [`snic_compute::ids::EBPF`] on every compute
+    /// worker; `None` leaves that kernel out.
+    pub core: Option<crate::ebpf::CorePrograms>,
     /// Try hugetlb pages for device memory.
     pub huge: bool,
     /// Microseconds a worker spins without work before it sleeps.
@@ -62,6 +65,7 @@ impl Default for ServerConfig {
             workers: 2,
             compute_workers: 1,
             kernels: KernelSet::default(),
+            core: None,
             huge: true,
             spin_us: 200,
             rdma: None,
@@ -203,7 +207,15 @@ impl Server {
                 Duration::from_micros(cfg.spin_us),
                 compute,
                 // DMA workers run no kernels.
-                if compute.is_some() { cfg.kernels.registry() } else { Kernels::new() },
+                match (compute, &cfg.core) {
+                    (Some((c, _)), Some(core)) => {
+                        let mut k = cfg.kernels.registry();
+                        let _ = k.register(Box::new(core.kernel(c as usize)));
+                        k
+                    }
+                    (Some(_), None) => cfg.kernels.registry(),
+                    (None, _) => Kernels::new(),
+                },
             );
             let name = match compute {
                 Some((c, _)) => format!("snic-hostif-c{c}"),
@@ -214,7 +226,8 @@ impl Server {
         }
         let path = cfg.socket.clone();
         let control = Control {
-            kernel_mask: cfg.kernels.registry().mask(),
+            kernel_mask: cfg.kernels.registry().mask()
+                | if cfg.core.is_some() { 1 << snic_compute::ids::EBPF } else { 0 },
             cfg,
             listener,
             wake: wake.clone(),

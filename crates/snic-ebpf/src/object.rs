@@ -220,7 +220,8 @@ impl Object {
                     continue;
                 }
                 let global = d.name.starts_with('.');
-                // PREVAIL's reader gives global data sections map type 0; they are arrays.
+                // PREVAIL's reader gives global-data sections map type 0 (unspecified); they
+                // are single-entry arrays, as libbpf and the kernel treat them.
                 let kind = if global { MapKind::Array } else { MapKind::from_linux(d.map_type) };
                 let data = if global {
                     let contents = sections

@@ -61,6 +61,7 @@ extern "C" {
 #define SNIC_KERNEL_CRC32C 6         /* a0 data; s0 initial CRC; result = CRC-32C */
 #define SNIC_KERNEL_LZ4_COMPRESS 7   /* a0 src, a1 dst; result = compressed bytes */
 #define SNIC_KERNEL_LZ4_DECOMPRESS 8 /* a0 LZ4 block, a1 dst; result = bytes */
+#define SNIC_KERNEL_EBPF 9           /* s0 NIC-core program slot, s1.. its scalars; a0..a7 its memory; result = r0 */
 #define SNIC_KERNEL_MAX_ADDRS 8
 #define SNIC_KERNEL_MAX_SCALARS 8
 #define SNIC_KERNEL_USER_REGS 8      /* user registers per kernel (snic_kernel_reg_*) */

@@ -69,6 +69,14 @@ impl Device {
             .filter(|id| mask & 1 << id != 0)
             .map(|id| match known.iter().find(|k| k.id() == id) {
                 Some(k) => KernelInfo { id, name: k.name().into(), usage: k.usage().into() },
+                // Served by the device's eBPF runtime, not among the built-ins.
+                None if id == snic_compute::ids::EBPF => KernelInfo {
+                    id,
+                    name: "ebpf".into(),
+                    usage: "s0 program slot, s1..s7 its scalars; a0..a7 its memory (a0 = data); \
+                            result = r0"
+                        .into(),
+                },
                 None => KernelInfo { id, name: format!("kernel{id}"), usage: String::new() },
             })
             .collect()

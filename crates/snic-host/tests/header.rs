@@ -121,6 +121,7 @@ fn header_constants_match_rust() {
         ("SNIC_KERNEL_CRC32C", ids::CRC32C.into()),
         ("SNIC_KERNEL_LZ4_COMPRESS", ids::LZ4_COMPRESS.into()),
         ("SNIC_KERNEL_LZ4_DECOMPRESS", ids::LZ4_DECOMPRESS.into()),
+        ("SNIC_KERNEL_EBPF", ids::EBPF.into()),
         ("SNIC_KERNEL_MAX_ADDRS", snic_compute::MAX_ADDRS as i64),
         ("SNIC_KERNEL_MAX_SCALARS", snic_compute::MAX_SCALARS as i64),
         ("SNIC_KERNEL_USER_REGS", abi::USER_REGS as i64),

@@ -37,6 +37,7 @@ pub mod script;
 pub mod udp;
 pub mod vlink;
 
+pub mod ebpf;
 pub mod nic;
 pub mod p4;
 pub mod runtime;

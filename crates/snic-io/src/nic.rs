@@ -236,20 +236,23 @@ pub fn build_pipeline_with(
     vswitch: Option<&snic_vswitch::engine::VSwitch>,
     p4: Option<&crate::p4::P4Program>,
 ) -> Result<Pipeline, RunError> {
-    build_nic_pipeline(cfg, nic, vswitch, p4, None)
+    build_nic_pipeline(cfg, nic, vswitch, p4, None, None)
 }
 
-/// [`build_pipeline_with`], with the instances of the `kernel:` stages (built for one
-/// worker: a NIC runs one pipeline).
+/// [`build_pipeline_with`], with the instances of the `kernel:` and `xdp:` stages (built for
+/// one worker: a NIC runs one pipeline).
 pub fn build_nic_pipeline(
     cfg: &PipelineConfig,
     nic: &Nic,
     vswitch: Option<&snic_vswitch::engine::VSwitch>,
     p4: Option<&crate::p4::P4Program>,
     kernels: Option<&mut crate::stream::StreamKernels>,
+    xdp: Option<&mut crate::ebpf::XdpPrograms>,
 ) -> Result<Pipeline, RunError> {
     let mut none = crate::stream::StreamKernels::default();
     let mut kernel_stage = kernels.unwrap_or(&mut none).factory_for(0);
+    let mut no_xdp = crate::ebpf::XdpPrograms::default();
+    let mut xdp_stage = xdp.unwrap_or(&mut no_xdp).factory_for(0);
     let mut cfg = cfg.clone();
     cfg.stages = nic_stages(&cfg.stages)?;
     let mut opener = |path: &str| -> io::Result<Box<dyn std::io::Write + Send>> {
@@ -257,6 +260,7 @@ pub fn build_nic_pipeline(
     };
     let mut factory = |spec: &StageSpec| match spec {
         StageSpec::Kernel { .. } => kernel_stage(spec),
+        StageSpec::Xdp { .. } => xdp_stage(spec),
         StageSpec::Local => Some(Ok(Box::new(nic.local_stage()) as Box<dyn Stage>)),
         StageSpec::VSwitch => vswitch.map(|vs| {
             vs.stage()

@@ -352,6 +352,7 @@ pub struct Runtime {
     vswitch: Option<snic_vswitch::engine::VSwitch>,
     p4: Option<P4Program>,
     kernels: Vec<snic_stream::KernelControl>,
+    xdp: Vec<crate::ebpf::XdpControl>,
 }
 
 impl Runtime {
@@ -391,12 +392,16 @@ impl Runtime {
             .map_err(|e| RunError::Config(format!("p4 stage: {e}")))?;
         let mut kernels = crate::stream::StreamKernels::from_stages(&cfg.stages, cfg.workers)
             .map_err(RunError::Config)?;
+        let mut xdp = crate::ebpf::XdpPrograms::from_stages(&cfg.stages, cfg.workers)
+            .map_err(RunError::Config)?;
         let mut pipelines = Vec::with_capacity(cfg.workers);
         for k in 0..cfg.workers {
             let mut opener = open_tap(k);
             let mut kernel_stage = kernels.factory_for(k);
+            let mut xdp_stage = xdp.factory_for(k);
             let mut factory = |spec: &StageSpec| match (spec, &vswitch, &p4) {
                 (StageSpec::Kernel { .. }, _, _) => kernel_stage(spec),
+                (StageSpec::Xdp { .. }, _, _) => xdp_stage(spec),
                 (StageSpec::VSwitch, Some(vs), _) => {
                     Some(vs.stage().map(|s| Box::new(s) as Box<dyn snic_pipeline::Stage>).map_err(
                         |e| BuildError::Stage { stage: "vswitch".into(), why: e.to_string() },
@@ -455,12 +460,18 @@ impl Runtime {
             vswitch,
             p4,
             kernels: kernels.controls().to_vec(),
+            xdp: xdp.controls().to_vec(),
         })
     }
 
     /// The control handles of the pipeline's `kernel:` stages, in stage order.
     pub fn stream_kernels(&self) -> &[snic_stream::KernelControl] {
         &self.kernels
+    }
+
+    /// The control handles of the pipeline's `xdp:` stages, in stage order.
+    pub fn xdp(&self) -> &[crate::ebpf::XdpControl] {
+        &self.xdp
     }
 
     /// The program of the pipeline's `p4` stage, for the control plane.

@@ -52,6 +52,7 @@ use std::io::Write;
 /// | `local` | the NIC's own packets to the device (RoCE engine, neighbour table); built by the NIC, which owns the addresses |
 /// | `p4:PROG.p4[,entries=FILE][,I=DIR]...` | a P4-16 v1model program; compiled and run by the I/O layer (`snic-io`), which reads the files |
 /// | `kernel:NAME[,KEY=VALUE]...` | a streaming kernel (`snic-stream`: `telemetry`, `crypt`) run on every packet; built by the I/O layer, which owns its results memory and control handle |
+/// | `xdp:PROG.o[,SECTION][,section=S][,engine=interp\|jit]` | an eBPF XDP program (`snic-ebpf`) run on every packet; loaded, verified and hot-swapped by the I/O layer, which reads the object file |
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub enum StageSpec {
@@ -97,6 +98,19 @@ pub enum StageSpec {
         name: String,
         /// `KEY=VALUE` arguments, in the order given.
         args: Vec<(String, String)>,
+    },
+    /// `xdp:PROG.o[,SECTION][,section=S][,engine=interp|jit]`: an eBPF XDP program (an object
+    /// built by `clang -target bpf`) run on every packet. This crate only carries the path and
+    /// the options; the I/O layer reads, verifies and runs the program (`snic-ebpf`).
+    Xdp {
+        /// The object file's path.
+        program: String,
+        /// The ELF section of the program (`xdp`, `xdp/fw`); none picks the object's only XDP
+        /// program.
+        section: Option<String>,
+        /// Run with the JIT (`engine=jit`; a program it cannot compile is an error) instead of
+        /// the interpreter (`engine=interp`, the default).
+        jit: bool,
     },
 }
 
@@ -197,10 +211,43 @@ impl FromStr for StageSpec {
                 Ok(StageSpec::Kernel { name: name.to_owned(), args: kv })
             }
             ("kernel", None) => Err(bad("needs a kernel name: kernel:NAME[,KEY=VALUE]...")),
-            ("parse" | "classify", Some(_)) => Err(bad("unknown option")),
-            _ => {
-                Err(bad("unknown stage (parse, classify, l2fwd, tap, vswitch, local, p4, kernel)"))
+            ("xdp", Some(args)) => {
+                let usage = "xdp:PROG.o[,SECTION][,section=S][,engine=interp|jit]";
+                let mut parts = args.split(',');
+                let program = parts.next().unwrap_or_default();
+                if program.is_empty() || program.contains('=') {
+                    return Err(bad(&format!("needs an object file first: {usage}")));
+                }
+                let (mut section, mut engine) = (None, None);
+                for part in parts {
+                    match part.split_once('=') {
+                        _ if part.is_empty() => return Err(bad("empty option")),
+                        None | Some(("section", _)) if section.is_some() => {
+                            return Err(bad("section given twice"));
+                        }
+                        None => section = Some(part.to_owned()),
+                        Some(("section", s)) if !s.is_empty() => section = Some(s.to_owned()),
+                        Some(("engine", _)) if engine.is_some() => {
+                            return Err(bad("engine given twice"));
+                        }
+                        Some(("engine", e @ ("interp" | "jit"))) => engine = Some(e == "jit"),
+                        Some(("engine", _)) => return Err(bad("engine is interp or jit")),
+                        _ => return Err(bad(&format!("options: {usage}"))),
+                    }
+                }
+                Ok(StageSpec::Xdp {
+                    program: program.to_owned(),
+                    section,
+                    jit: engine.unwrap_or(false),
+                })
             }
+            ("xdp", None) => {
+                Err(bad("needs an object file: xdp:PROG.o[,SECTION][,engine=interp|jit]"))
+            }
+            ("parse" | "classify", Some(_)) => Err(bad("unknown option")),
+            _ => Err(bad(
+                "unknown stage (parse, classify, l2fwd, tap, vswitch, local, p4, kernel, xdp)",
+            )),
         }
     }
 }
@@ -249,6 +296,16 @@ impl fmt::Display for StageSpec {
                 write!(f, "kernel:{name}")?;
                 for (k, v) in args {
                     write!(f, ",{k}={v}")?;
+                }
+                Ok(())
+            }
+            StageSpec::Xdp { program, section, jit } => {
+                write!(f, "xdp:{program}")?;
+                if let Some(s) = section {
+                    write!(f, ",section={s}")?;
+                }
+                if *jit {
+                    f.write_str(",engine=jit")?;
                 }
                 Ok(())
             }
@@ -551,6 +608,15 @@ impl Pipeline {
                         ));
                     }
                 },
+                StageSpec::Xdp { .. } => match factory(spec) {
+                    Some(stage) => stage?,
+                    None => {
+                        return Err(BuildError::Unsupported(
+                            "an xdp stage is built by the I/O layer (snic run, snic serve), \
+                             which loads and verifies the program and shares its maps",
+                        ));
+                    }
+                },
                 StageSpec::Local => match factory(spec) {
                     Some(stage) => stage?,
                     None => {
@@ -760,6 +826,10 @@ mod tests {
             "kernel:telemetry",
             "kernel:crypt,mode=encrypt,key=00ff",
             "kernel:telemetry,capacity=16,report=1",
+            "xdp:prog.o",
+            "xdp:dir/prog.o,section=xdp/fw",
+            "xdp:prog.o,engine=jit",
+            "xdp:prog.o,section=xdp,engine=jit",
         ] {
             let spec: StageSpec = s.parse().unwrap();
             assert_eq!(spec.to_string(), s);
@@ -770,6 +840,15 @@ mod tests {
             Ok(StageSpec::Kernel {
                 name: "crypt".into(),
                 args: vec![("mode".into(), "decrypt".into()), ("mtu".into(), "1500".into())],
+            })
+        );
+        // The issue's shorthand: a bare second part is the section.
+        assert_eq!(
+            "xdp:fw.o,xdp/fw,engine=interp".parse::<StageSpec>(),
+            Ok(StageSpec::Xdp {
+                program: "fw.o".into(),
+                section: Some("xdp/fw".into()),
+                jit: false
             })
         );
         assert_eq!(
@@ -798,6 +877,14 @@ mod tests {
             ("kernel:crypt,mode", "KEY=VALUE"),
             ("kernel:crypt,=1", "KEY=VALUE"),
             ("kernel:crypt,mode=a,mode=b", "twice"),
+            ("xdp", "needs an object file"),
+            ("xdp:", "needs an object file"),
+            ("xdp:section=x", "needs an object file"),
+            ("xdp:a.o,xdp,section=y", "twice"),
+            ("xdp:a.o,engine=fast", "interp or jit"),
+            ("xdp:a.o,engine=jit,engine=jit", "twice"),
+            ("xdp:a.o,frob=1", "options"),
+            ("xdp:a.o,", "empty option"),
         ] {
             let e = s.parse::<StageSpec>().unwrap_err();
             assert!(e.0.contains(why), "{s}: {e}");
