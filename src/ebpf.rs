@@ -727,7 +727,7 @@ char LICENSE[] SEC(\"license\") = \"GPL\";\n";
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("percpu.o");
         std::fs::write(&path, obj).unwrap();
-        let ctl = snic_io::ebpf::XdpControl::open("xdp", &path, None, 3, false).unwrap();
+        let ctl = snic_io::ebpf::XdpControl::open("xdp", &path, None, 3, Some(false)).unwrap();
         let targets = Targets { xdp: vec![ctl], core: None };
         let map = |op: &str, key: Option<&str>, value: Option<&str>| {
             serve(

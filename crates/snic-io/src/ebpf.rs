@@ -12,9 +12,10 @@
 //! program the verifier refuses (with the instruction index and the abstract state) and a
 //! program `prepare` cannot run are errors naming the stage, before any packet moves.
 //!
-//! The stage runs the program with snic's interpreter, which checks every memory access
-//! again at run time, unless the spec says `engine=jit` (the x86-64 JIT; a program it cannot
-//! compile is then an error). Hot swaps keep the stage's engine.
+//! The stage runs the program with snic's x86-64 JIT when it compiles it (as the kernel does
+//! with `bpf_jit_enable=1`), otherwise with the interpreter; `engine=interp` asks for the
+//! interpreter (which checks every memory access again at run time), `engine=jit` for the JIT
+//! (a program it cannot compile is then an error). Hot swaps keep the stage's choice.
 //!
 //! # Per packet
 //!
@@ -103,18 +104,20 @@ struct Shared {
     /// Generation each worker ran its last batch with.
     running: Vec<AtomicU64>,
     workers: usize,
-    engine: Engine,
+    engine: Option<Engine>,
 }
 
-/// Load the program and select `engine` for it.
+/// Load the program and select `engine` for it (none: the JIT when it compiles the program).
 fn load_program(
     obj: &Object,
     section: Option<&str>,
     maps: MapSet,
-    engine: Engine,
+    engine: Option<Engine>,
 ) -> Result<XdpProgram, XdpError> {
     let mut program = XdpProgram::load(obj, section, maps).map_err(XdpError::Load)?;
-    program.set_engine(engine).map_err(|e| XdpError::Jit(e.to_string()))?;
+    if let Some(engine) = engine {
+        program.set_engine(engine).map_err(|e| XdpError::Jit(e.to_string()))?;
+    }
     Ok(program)
 }
 
@@ -180,16 +183,17 @@ fn program_name(obj: &Object, section: Option<&str>) -> (String, usize) {
 impl XdpControl {
     /// Load the program of `path` (in `section`, or its XDP program) for `workers` workers,
     /// with new maps: the start of a stage.
-    /// `jit` selects the JIT (every swap then uses it too) instead of the interpreter.
+    /// `jit`: `Some(true)` requires the JIT, `Some(false)` the interpreter, `None` takes the
+    /// JIT when it compiles the program (every swap then does the same).
     pub fn open(
         name: &str,
         path: &Path,
         section: Option<&str>,
         workers: usize,
-        jit: bool,
+        jit: Option<bool>,
     ) -> Result<XdpControl, XdpError> {
         let workers = workers.max(1);
-        let engine = if jit { Engine::Jit } else { Engine::Interpreter };
+        let engine = jit.map(|jit| if jit { Engine::Jit } else { Engine::Interpreter });
         let (obj, path_name) = read_object(path)?;
         let maps = MapSet::new(&obj, workers).map_err(XdpError::Maps)?;
         let program = load_program(&obj, section, maps, engine)?;
@@ -234,7 +238,7 @@ impl XdpControl {
     /// The running program.
     pub fn info(&self) -> XdpInfo {
         let m = lock(&self.shared.meta).clone();
-        let engine = match self.shared.engine {
+        let engine = match self.shared.slot.current().engine() {
             Engine::Jit => "jit",
             Engine::Interpreter => "interp",
         };

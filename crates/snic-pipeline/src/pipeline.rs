@@ -108,9 +108,11 @@ pub enum StageSpec {
         /// The ELF section of the program (`xdp`, `xdp/fw`); none picks the object's only XDP
         /// program.
         section: Option<String>,
-        /// Run with the JIT (`engine=jit`; a program it cannot compile is an error) instead of
-        /// the interpreter (`engine=interp`, the default).
-        jit: bool,
+        /// The engine: `Some(true)` = `engine=jit` (a program the JIT cannot compile is an
+        /// error), `Some(false)` = `engine=interp` (the interpreter, which checks every memory
+        /// access again at run time), `None` (the default) = the JIT when it compiles the
+        /// program, the interpreter otherwise, as the kernel with `bpf_jit_enable=1`.
+        jit: Option<bool>,
     },
 }
 
@@ -235,11 +237,7 @@ impl FromStr for StageSpec {
                         _ => return Err(bad(&format!("options: {usage}"))),
                     }
                 }
-                Ok(StageSpec::Xdp {
-                    program: program.to_owned(),
-                    section,
-                    jit: engine.unwrap_or(false),
-                })
+                Ok(StageSpec::Xdp { program: program.to_owned(), section, jit: engine })
             }
             ("xdp", None) => {
                 Err(bad("needs an object file: xdp:PROG.o[,SECTION][,engine=interp|jit]"))
@@ -304,8 +302,10 @@ impl fmt::Display for StageSpec {
                 if let Some(s) = section {
                     write!(f, ",section={s}")?;
                 }
-                if *jit {
-                    f.write_str(",engine=jit")?;
+                match jit {
+                    Some(true) => f.write_str(",engine=jit")?,
+                    Some(false) => f.write_str(",engine=interp")?,
+                    None => {}
                 }
                 Ok(())
             }
@@ -830,6 +830,7 @@ mod tests {
             "xdp:dir/prog.o,section=xdp/fw",
             "xdp:prog.o,engine=jit",
             "xdp:prog.o,section=xdp,engine=jit",
+            "xdp:prog.o,engine=interp",
         ] {
             let spec: StageSpec = s.parse().unwrap();
             assert_eq!(spec.to_string(), s);
@@ -848,7 +849,7 @@ mod tests {
             Ok(StageSpec::Xdp {
                 program: "fw.o".into(),
                 section: Some("xdp/fw".into()),
-                jit: false
+                jit: Some(false)
             })
         );
         assert_eq!(

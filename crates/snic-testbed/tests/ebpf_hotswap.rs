@@ -75,7 +75,8 @@ fn frame(n: u32) -> Vec<u8> {
 }
 
 fn build(path: &Path, jit: bool) -> (Pipeline, XdpControl) {
-    let spec = StageSpec::Xdp { program: path.display().to_string(), section: None, jit };
+    let spec =
+        StageSpec::Xdp { program: path.display().to_string(), section: None, jit: Some(jit) };
     let mut xdp = XdpPrograms::from_stages(std::slice::from_ref(&spec), 1).expect("loads");
     let ctl = xdp.controls()[0].clone();
     let cfg = PipelineConfig::new(vec![spec]);
