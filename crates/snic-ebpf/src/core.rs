@@ -21,12 +21,12 @@
 //! [`CoreCtx`]: the same layout with `data`/`data_end` widened to 64-bit addresses, which
 //! `prepare` accounts for by rewriting context loads.
 
-use crate::jit::{JitError, JitProgram};
+use crate::jit::JitError;
 use crate::maps::MapSet;
 use crate::object::{Object, ProgKind};
 use crate::raw::Memory;
-use crate::vm::{CtxKind, Env, Fault, LDXDW, Prepared, Worker, interpret};
-use crate::xdp::{Engine, LoadFailure, load_program};
+use crate::vm::{CtxKind, Env, Fault, LDXDW, Prepared, Worker};
+use crate::xdp::{Engine, LoadFailure, Loaded};
 
 /// Helper id of `snic_arg_read(u32 arg, u32 offset, void *dst, u32 len)`.
 pub const HELPER_ARG_READ: u32 = 0x7000;
@@ -78,10 +78,7 @@ pub(crate) fn ctx_rewrite(off: i16, size: u8) -> Option<(u8, i16)> {
 /// after `set_engine(Engine::Interpreter)`) in the interpreter.
 #[derive(Debug)]
 pub struct CoreProgram {
-    prepared: Prepared,
-    verify_time: std::time::Duration,
-    jit: Option<JitProgram>,
-    engine: Engine,
+    loaded: Loaded,
 }
 
 impl CoreProgram {
@@ -91,40 +88,33 @@ impl CoreProgram {
         section: Option<&str>,
         maps: MapSet,
     ) -> Result<CoreProgram, LoadFailure> {
-        let (prepared, verdict) = load_program(obj, section, &maps, ProgKind::NicCore)?;
-        let jit = JitProgram::compile(&prepared).ok();
-        let engine = if jit.is_some() { Engine::Jit } else { Engine::Interpreter };
-        Ok(CoreProgram { prepared, verify_time: verdict.took, jit, engine })
+        Ok(CoreProgram { loaded: Loaded::load(obj, section, &maps, ProgKind::NicCore)? })
     }
 
     /// Selects the engine; [`Engine::Jit`] compiles the program first if needed and fails
     /// (leaving the engine as it was) when the JIT cannot compile it.
     pub fn set_engine(&mut self, engine: Engine) -> Result<(), JitError> {
-        if engine == Engine::Jit && self.jit.is_none() {
-            self.jit = Some(JitProgram::compile(&self.prepared)?);
-        }
-        self.engine = engine;
-        Ok(())
+        self.loaded.set_engine(engine)
     }
 
     /// The engine that runs the program.
     pub fn engine(&self) -> Engine {
-        self.engine
+        self.loaded.engine()
     }
 
     /// The prepared program (for the JIT).
     pub fn prepared(&self) -> &Prepared {
-        &self.prepared
+        &self.loaded.prepared
     }
 
     /// The program's maps.
     pub fn maps(&self) -> &MapSet {
-        &self.prepared.maps
+        &self.loaded.prepared.maps
     }
 
     /// How long verification took.
     pub fn verify_time(&self) -> std::time::Duration {
-        self.verify_time
+        self.loaded.verify_time()
     }
 
     /// Runs the program over `args` (address arguments, already resolved and bounds-checked by
@@ -163,7 +153,7 @@ impl CoreProgram {
             ctx.data_end = start + len;
         }
         let nargs = args.len();
-        let maps = self.prepared.maps.iter().as_slice();
+        let maps = self.loaded.prepared.maps.iter().as_slice();
         let mut mem = Memory::new(maps);
         let stack = mem
             .add_words(&mut w.stack)
@@ -172,26 +162,11 @@ impl CoreProgram {
             mem.add(a).ok_or(Fault::Helper { id: 0, reason: "too many regions" })?;
         }
         let ctx_addr = mem.set_ctx(&mut ctx);
-        let mut env = Env {
-            mem,
-            maps,
-            worker: w.index,
-            now_ns,
-            prng: w.prng,
-            trace: &mut w.trace,
-            ctx: CtxKind::Core(ctx_addr),
-            stack_top: stack.end(),
-            redirect: None,
-            args: table,
-            nargs,
-            fault: None,
-            reserved: Default::default(),
-        };
-        let r = match (&self.jit, self.engine) {
-            // Only `load` (which verifies) creates a `CoreProgram`.
-            (Some(jit), Engine::Jit) => jit.run_verified(&mut env, ctx_addr),
-            _ => interpret(&self.prepared, &mut env, ctx_addr),
-        };
+        let run = (w.index, w.prng, now_ns);
+        let mut env = Env::new(mem, maps, CtxKind::Core(ctx_addr), stack.end(), &mut w.trace, run);
+        env.args = table;
+        env.nargs = nargs;
+        let r = self.loaded.execute(&mut env, ctx_addr);
         let leaked = env.release_leaked();
         w.prng = env.prng;
         w.ringbuf_leaked += leaked;

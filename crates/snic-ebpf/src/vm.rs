@@ -592,7 +592,35 @@ impl Reserved {
     }
 }
 
-impl Env<'_> {
+impl<'a> Env<'a> {
+    /// A run's environment: `mem` its region table, `maps` the program's maps, `ctx` the
+    /// context kind and address, `stack_top` the initial `r10`, `trace` the worker's trace
+    /// buffer, `(worker, prng, now_ns)` the worker index, its PRNG state and the clock.
+    pub(crate) fn new(
+        mem: Memory<'a>,
+        maps: &'a [Arc<Map>],
+        ctx: CtxKind,
+        stack_top: u64,
+        trace: &'a mut TraceBuf,
+        (worker, prng, now_ns): (usize, u64, u64),
+    ) -> Env<'a> {
+        Env {
+            mem,
+            maps,
+            worker,
+            now_ns,
+            prng,
+            trace,
+            ctx,
+            stack_top,
+            redirect: None,
+            args: [(0, 0, false); 8],
+            nargs: 0,
+            fault: None,
+            reserved: Reserved::default(),
+        }
+    }
+
     /// Discards every record the run left reserved; returns how many there were.
     pub(crate) fn release_leaked(&mut self) -> u64 {
         let leaked = self.reserved;
@@ -961,9 +989,10 @@ fn truncate(v: u64, bits: i32) -> Option<u64> {
     })
 }
 
+/// Whether jump condition `op` holds: `a`/`b` are the operands zero-extended to 64 bits,
+/// `sa`/`sb` sign-extended (the same values for 64-bit jumps).
 #[inline]
-fn cond64(op: u8, a: u64, b: u64) -> Option<bool> {
-    let (sa, sb) = (a as i64, b as i64);
+fn cond(op: u8, a: u64, b: u64, sa: i64, sb: i64) -> Option<bool> {
     Some(match op {
         0x10 => a == b,
         0x20 => a > b,
@@ -981,22 +1010,13 @@ fn cond64(op: u8, a: u64, b: u64) -> Option<bool> {
 }
 
 #[inline]
+fn cond64(op: u8, a: u64, b: u64) -> Option<bool> {
+    cond(op, a, b, a as i64, b as i64)
+}
+
+#[inline]
 fn cond32(op: u8, a: u32, b: u32) -> Option<bool> {
-    let (sa, sb) = (a as i32, b as i32);
-    Some(match op {
-        0x10 => a == b,
-        0x20 => a > b,
-        0x30 => a >= b,
-        0x40 => a & b != 0,
-        0x50 => a != b,
-        0x60 => sa > sb,
-        0x70 => sa >= sb,
-        0xa0 => a < b,
-        0xb0 => a <= b,
-        0xc0 => sa < sb,
-        0xd0 => sa <= sb,
-        _ => return None,
-    })
+    cond(op, u64::from(a), u64::from(b), i64::from(a as i32), i64::from(b as i32))
 }
 
 #[cfg(test)]

@@ -22,37 +22,10 @@ fn run(insns: Vec<Insn>) -> Result<u64, Fault> {
 }
 
 fn run_prepared(prep: &Prepared, w: &mut Worker, pkt: &mut PacketBuf) -> Result<u64, Fault> {
-    // Through XdpProgram to get a real environment; the return code is what we test, so read
-    // r0 through a final `exit` as the action code is too narrow: use the raw interpreter.
-    let (buf, head, len, meta) = pkt.raw_parts_mut();
-    let base = buf.as_ptr() as u64;
-    let mut ctx = XdpCtx {
-        data: base + head as u64,
-        data_end: base + (head + len) as u64,
-        data_meta: base + (head - meta) as u64,
-        ..XdpCtx::default()
-    };
-    let maps = prep.maps.iter().as_slice();
-    let mut mem = Memory::new(maps);
-    let stack = mem.add_words(&mut w.stack).unwrap();
-    mem.set_packet_buf(buf, head - meta, head + len);
-    let ctx_addr = mem.set_ctx(&mut ctx);
-    let mut env = Env {
-        mem,
-        maps,
-        worker: w.index,
-        now_ns: 7,
-        prng: w.prng,
-        trace: &mut w.trace,
-        ctx: CtxKind::Xdp(ctx_addr),
-        stack_top: stack.end(),
-        redirect: None,
-        args: [(0, 0, false); 8],
-        nargs: 0,
-        fault: None,
-        reserved: Default::default(),
-    };
-    interpret(prep, &mut env, ctx_addr)
+    // The raw interpreter in an XDP environment: r0 itself is what we test (the action code
+    // `XdpProgram::run` makes of it is too narrow).
+    let ran = crate::xdp::run_in_env(prep, w, pkt, (0, 0, 7), |env, ctx| interpret(prep, env, ctx));
+    ran.and_then(|(r0, _)| r0)
 }
 
 #[test]

@@ -112,6 +112,54 @@ pub(crate) fn load_program(
     Ok((prepared, verdict))
 }
 
+/// Builds one XDP run's environment over `pkt` (the context on the packet's window in its
+/// buffer, the worker's stack, the region table), calls `f` with it and the context's address,
+/// then releases ring-buffer records the run leaked and writes the window the helpers moved
+/// back to `pkt`. `(ingress_ifindex, rx_queue, now_ns)` fill the context and the clock.
+/// Returns what `f` returned and the redirect target; a fault when the environment cannot be
+/// built.
+pub(crate) fn run_in_env<R>(
+    prepared: &Prepared,
+    w: &mut Worker,
+    pkt: &mut PacketBuf,
+    (ingress_ifindex, rx_queue, now_ns): (u32, u32, u64),
+    f: impl FnOnce(&mut Env<'_>, u64) -> R,
+) -> Result<(R, Option<u32>), Fault> {
+    let (buf, head, len, meta_len) = pkt.raw_parts_mut();
+    let base = buf.as_ptr() as u64;
+    let mut ctx = XdpCtx {
+        data: base + head as u64,
+        data_end: base + (head + len) as u64,
+        data_meta: base + (head - meta_len) as u64,
+        ingress_ifindex,
+        rx_queue_index: rx_queue,
+        egress_ifindex: 0,
+        pad: 0,
+    };
+    let maps = prepared.maps.iter().as_slice();
+    let mut mem = Memory::new(maps);
+    let stack = mem.add_words(&mut w.stack).ok_or(Fault::Budget)?;
+    mem.set_packet_buf(buf, head - meta_len, head + len);
+    let ctx_addr = mem.set_ctx(&mut ctx);
+    let run = (w.index, w.prng, now_ns);
+    let mut env = Env::new(mem, maps, CtxKind::Xdp(ctx_addr), stack.end(), &mut w.trace, run);
+    let r = f(&mut env, ctx_addr);
+    let leaked = env.release_leaked();
+    let (prng, redirect) = (env.prng, env.redirect);
+    w.prng = prng;
+    w.ringbuf_leaked += leaked;
+    // The helpers keep the window inside the buffer; set it on the buffer.
+    // (`set_window` refuses anything outside the buffer; wrapping keeps a broken
+    // invariant from panicking.)
+    let head = ctx.data.wrapping_sub(base) as usize;
+    let _ = pkt.set_window(
+        head,
+        ctx.data_end.wrapping_sub(ctx.data) as usize,
+        ctx.data.wrapping_sub(ctx.data_meta) as usize,
+    );
+    Ok((r, redirect))
+}
+
 /// What an XDP program decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum XdpAction {
@@ -177,7 +225,14 @@ pub enum Engine {
 /// after `set_engine(Engine::Interpreter)`, the interpreter runs it.
 #[derive(Debug)]
 pub struct XdpProgram {
-    prepared: Prepared,
+    loaded: Loaded,
+}
+
+/// What XDP and NIC-core programs share: the prepared program, whether the verifier accepted
+/// it, its JIT code and the engine that runs it.
+#[derive(Debug)]
+pub(crate) struct Loaded {
+    pub(crate) prepared: Prepared,
     verify_time: std::time::Duration,
     /// Whether the verifier accepted it (only then may the JIT run it).
     verified: bool,
@@ -185,37 +240,23 @@ pub struct XdpProgram {
     engine: Engine,
 }
 
-impl XdpProgram {
-    /// Loads the XDP program in `section` (or the object's first XDP program) over `maps`
-    /// (the object's runtime maps, e.g. `MapSet::new(&obj, workers)` or a rebind of a running
-    /// program's maps).
-    pub fn load(
+impl Loaded {
+    /// Loads, verifies and prepares the program of kind `want` in `section` over `maps`, and
+    /// compiles it with the JIT when the JIT can.
+    pub(crate) fn load(
         obj: &Object,
         section: Option<&str>,
-        maps: MapSet,
-    ) -> Result<XdpProgram, LoadFailure> {
-        let (prepared, verdict) = load_program(obj, section, &maps, ProgKind::Xdp)?;
+        maps: &MapSet,
+        want: ProgKind,
+    ) -> Result<Loaded, LoadFailure> {
+        let (prepared, verdict) = load_program(obj, section, maps, want)?;
         let jit = JitProgram::compile(&prepared).ok();
         let engine = if jit.is_some() { Engine::Jit } else { Engine::Interpreter };
-        Ok(XdpProgram { prepared, verify_time: verdict.took, verified: true, jit, engine })
+        Ok(Loaded { prepared, verify_time: verdict.took, verified: true, jit, engine })
     }
 
-    /// An XDP program from an already prepared one (e.g. [`crate::vm::prepare_insns`]). It
-    /// was not verified here, so only the interpreter runs it.
-    pub fn from_prepared(prepared: Prepared) -> XdpProgram {
-        XdpProgram {
-            prepared,
-            verify_time: std::time::Duration::ZERO,
-            verified: false,
-            jit: None,
-            engine: Engine::Interpreter,
-        }
-    }
-
-    /// Selects the engine. [`Engine::Jit`] compiles the program first if needed and fails
-    /// (leaving the engine as it was) when the JIT cannot compile it or the program did not
-    /// come through the verifier ([`XdpProgram::from_prepared`]).
-    pub fn set_engine(&mut self, engine: Engine) -> Result<(), JitError> {
+    /// See [`XdpProgram::set_engine`].
+    pub(crate) fn set_engine(&mut self, engine: Engine) -> Result<(), JitError> {
         if engine == Engine::Jit {
             if !self.verified {
                 return Err(JitError::Unverified);
@@ -228,29 +269,84 @@ impl XdpProgram {
         Ok(())
     }
 
+    /// Runs the program in `env` with the selected engine.
+    pub(crate) fn execute(&self, env: &mut Env<'_>, ctx_addr: u64) -> Result<u64, Fault> {
+        match (&self.jit, self.engine) {
+            // `jit` is only set for verified programs (`load`, `set_engine`).
+            (Some(jit), Engine::Jit) => jit.run_verified(env, ctx_addr),
+            _ => interpret(&self.prepared, env, ctx_addr),
+        }
+    }
+
+    pub(crate) fn engine(&self) -> Engine {
+        self.engine
+    }
+
+    pub(crate) fn jit(&self) -> Option<&JitProgram> {
+        self.jit.as_ref()
+    }
+
+    pub(crate) fn verify_time(&self) -> std::time::Duration {
+        self.verify_time
+    }
+}
+
+impl XdpProgram {
+    /// Loads the XDP program in `section` (or the object's first XDP program) over `maps`
+    /// (the object's runtime maps, e.g. `MapSet::new(&obj, workers)` or a rebind of a running
+    /// program's maps).
+    pub fn load(
+        obj: &Object,
+        section: Option<&str>,
+        maps: MapSet,
+    ) -> Result<XdpProgram, LoadFailure> {
+        Ok(XdpProgram { loaded: Loaded::load(obj, section, &maps, ProgKind::Xdp)? })
+    }
+
+    /// An XDP program from an already prepared one (e.g. [`crate::vm::prepare_insns`]). It
+    /// was not verified here, so only the interpreter runs it.
+    pub fn from_prepared(prepared: Prepared) -> XdpProgram {
+        XdpProgram {
+            loaded: Loaded {
+                prepared,
+                verify_time: std::time::Duration::ZERO,
+                verified: false,
+                jit: None,
+                engine: Engine::Interpreter,
+            },
+        }
+    }
+
+    /// Selects the engine. [`Engine::Jit`] compiles the program first if needed and fails
+    /// (leaving the engine as it was) when the JIT cannot compile it or the program did not
+    /// come through the verifier ([`XdpProgram::from_prepared`]).
+    pub fn set_engine(&mut self, engine: Engine) -> Result<(), JitError> {
+        self.loaded.set_engine(engine)
+    }
+
     /// The engine that runs the program.
     pub fn engine(&self) -> Engine {
-        self.engine
+        self.loaded.engine()
     }
 
     /// The compiled code, when the JIT compiled the program.
     pub fn jit(&self) -> Option<&JitProgram> {
-        self.jit.as_ref()
+        self.loaded.jit()
     }
 
     /// The prepared program (for the JIT).
     pub fn prepared(&self) -> &Prepared {
-        &self.prepared
+        &self.loaded.prepared
     }
 
     /// The program's maps.
     pub fn maps(&self) -> &MapSet {
-        &self.prepared.maps
+        &self.loaded.prepared.maps
     }
 
     /// How long verification took.
     pub fn verify_time(&self) -> std::time::Duration {
-        self.verify_time
+        self.loaded.verify_time()
     }
 
     /// Runs the program on `pkt` in place.
@@ -262,57 +358,17 @@ impl XdpProgram {
         rx_queue: u32,
         now_ns: u64,
     ) -> XdpOutcome {
-        let (buf, head, len, meta_len) = pkt.raw_parts_mut();
-        let base = buf.as_ptr() as u64;
-        let mut ctx = XdpCtx {
-            data: base + head as u64,
-            data_end: base + (head + len) as u64,
-            data_meta: base + (head - meta_len) as u64,
-            ingress_ifindex,
-            rx_queue_index: rx_queue,
-            egress_ifindex: 0,
-            pad: 0,
-        };
-        let maps = self.prepared.maps.iter().as_slice();
-        let mut mem = Memory::new(maps);
-        let Some(stack) = mem.add_words(&mut w.stack) else {
-            return XdpOutcome { action: XdpAction::Aborted, fault: Some(Fault::Budget) };
-        };
-        mem.set_packet_buf(buf, head - meta_len, head + len);
-        let ctx_addr = mem.set_ctx(&mut ctx);
-        let mut env = Env {
-            mem,
-            maps,
-            worker: w.index,
-            now_ns,
-            prng: w.prng,
-            trace: &mut w.trace,
-            ctx: CtxKind::Xdp(ctx_addr),
-            stack_top: stack.end(),
-            redirect: None,
-            args: [(0, 0, false); 8],
-            nargs: 0,
-            fault: None,
-            reserved: Default::default(),
-        };
-        let r = match (&self.jit, self.engine) {
-            // `jit` is only set for verified programs (`load`, `set_engine`).
-            (Some(jit), Engine::Jit) => jit.run_verified(&mut env, ctx_addr),
-            _ => interpret(&self.prepared, &mut env, ctx_addr),
-        };
-        let leaked = env.release_leaked();
-        let (prng, redirect) = (env.prng, env.redirect);
-        w.prng = prng;
-        w.ringbuf_leaked += leaked;
-        // The helpers keep the window inside the buffer; set it on the buffer.
-        // (`set_window` refuses anything outside the buffer; wrapping keeps a broken
-        // invariant from panicking.)
-        let head = ctx.data.wrapping_sub(base) as usize;
-        let _ = pkt.set_window(
-            head,
-            ctx.data_end.wrapping_sub(ctx.data) as usize,
-            ctx.data.wrapping_sub(ctx.data_meta) as usize,
+        let ran = run_in_env(
+            &self.loaded.prepared,
+            w,
+            pkt,
+            (ingress_ifindex, rx_queue, now_ns),
+            |env, ctx_addr| self.loaded.execute(env, ctx_addr),
         );
+        let (r, redirect) = match ran {
+            Ok((r, redirect)) => (r, redirect),
+            Err(f) => return XdpOutcome { action: XdpAction::Aborted, fault: Some(f) },
+        };
         match r {
             Err(f) => XdpOutcome { action: XdpAction::Aborted, fault: Some(f) },
             Ok(code) => {

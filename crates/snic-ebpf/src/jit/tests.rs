@@ -4,8 +4,7 @@
 use super::*;
 use crate::maps::MapSet;
 use crate::object::ProgKind;
-use crate::raw::Memory;
-use crate::vm::{CtxKind, Worker, XdpCtx, interpret, prepare_insns};
+use crate::vm::{Worker, interpret, prepare_insns};
 use proptest::prelude::*;
 use snic_pipeline::PacketBuf;
 
@@ -635,41 +634,16 @@ fn both(prep: &Prepared, frame: &[u8]) -> (Outcome, Outcome) {
     let one = |use_jit: bool| {
         let mut w = Worker::new(0);
         let mut pkt = PacketBuf::from_frame(frame);
-        let (buf, head, len, meta) = pkt.raw_parts_mut();
-        let base = buf.as_ptr() as u64;
-        let mut ctx = XdpCtx {
-            data: base + head as u64,
-            data_end: base + (head + len) as u64,
-            data_meta: base + (head - meta) as u64,
-            ..XdpCtx::default()
-        };
-        let maps = prep.maps.iter().as_slice();
-        let mut mem = Memory::new(maps);
-        let stack = mem.add_words(&mut w.stack).expect("stack region");
-        mem.set_packet_buf(buf, head - meta, head + len);
-        let ctx_addr = mem.set_ctx(&mut ctx);
-        let mut env = Env {
-            mem,
-            maps,
-            worker: 0,
-            now_ns: 7,
-            prng: 1,
-            trace: &mut w.trace,
-            ctx: CtxKind::Xdp(ctx_addr),
-            stack_top: stack.end(),
-            redirect: None,
-            args: [(0, 0, false); 8],
-            nargs: 0,
-            fault: None,
-            reserved: Default::default(),
-        };
-        let r0 = if use_jit {
-            // SAFETY: the generated programs only access their initialised stack frame (the
-            // worker's stack, which `env` was built over) and no packet memory.
-            unsafe { jit.run(&mut env, ctx_addr) }
-        } else {
-            interpret(prep, &mut env, ctx_addr)
-        };
+        let ran = crate::xdp::run_in_env(prep, &mut w, &mut pkt, (0, 0, 7), |env, ctx| {
+            if use_jit {
+                // SAFETY: the generated programs only access their initialised stack frame (the
+                // worker's stack, which `env` was built over) and no packet memory.
+                unsafe { jit.run(env, ctx) }
+            } else {
+                interpret(prep, env, ctx)
+            }
+        });
+        let r0 = ran.and_then(|(r0, _)| r0);
         Outcome { r0, stack: w.stack.to_vec(), packet: pkt.data().to_vec() }
     };
     (one(false), one(true))
