@@ -222,7 +222,9 @@ pub enum Engine {
 ///
 /// A program loaded (and so verified) by [`XdpProgram::load`] is compiled by the JIT when the
 /// JIT can (x86-64, every instruction supported) and then runs as native code; otherwise, and
-/// after `set_engine(Engine::Interpreter)`, the interpreter runs it.
+/// after `set_engine(Engine::Interpreter)`, the interpreter runs it. A program whose object has
+/// read-only data (`.rodata`) stays in the interpreter unless `set_engine(Engine::Jit)` asks:
+/// only the interpreter enforces that the data is read-only (see [`Loaded::load`]).
 #[derive(Debug)]
 pub struct XdpProgram {
     loaded: Loaded,
@@ -250,7 +252,12 @@ impl Loaded {
         want: ProgKind,
     ) -> Result<Loaded, LoadFailure> {
         let (prepared, verdict) = load_program(obj, section, maps, want)?;
-        let jit = JitProgram::compile(&prepared).ok();
+        // PREVAIL does not know which map values are read-only (`.rodata`), so it accepts a
+        // store into them that the kernel refuses. The interpreter faults on such a store
+        // (the region is read-only); JIT code would do it. So a program with read-only data
+        // runs in the interpreter unless the JIT is asked for by name (`set_engine`).
+        let readonly = prepared.maps.iter().any(|m| m.spec().readonly);
+        let jit = if readonly { None } else { JitProgram::compile(&prepared).ok() };
         let engine = if jit.is_some() { Engine::Jit } else { Engine::Interpreter };
         Ok(Loaded { prepared, verify_time: verdict.took, verified: true, jit, engine })
     }

@@ -486,3 +486,32 @@ mod mutated {
         assert_eq!(h.get(&7u32.to_ne_bytes()).unwrap(), 1u64.to_ne_bytes());
     }
 }
+
+#[test]
+fn read_only_data_keeps_a_program_in_the_interpreter() {
+    if !require_clang("rodata engine") {
+        return;
+    }
+    // PREVAIL accepts this store into `.rodata` (the kernel refuses it): the interpreter
+    // must be the default engine, and it must fault on the store.
+    let (_, mut prog) = load(
+        "vm_rodata_write",
+        r#"
+static const volatile __u32 limit = 7;
+SEC("xdp") int w(struct xdp_md *ctx) {
+    *(volatile __u32 *)&limit = 9;
+    return limit == 9 ? XDP_DROP : XDP_PASS;
+}"#,
+    );
+    assert_eq!(prog.engine(), crate::Engine::Interpreter);
+    let mut w = Worker::new(0);
+    let mut p = PacketBuf::from_frame(&[0u8; 60]);
+    let out = prog.run(&mut w, &mut p, 1, 0, 0);
+    assert_eq!(out.action, XdpAction::Aborted, "{out:?}");
+    assert!(matches!(out.fault, Some(Fault::Memory { write: true, .. })), "{out:?}");
+    // Asked for by name, the JIT may still run it (documented: nothing then stops the store).
+    if cfg!(target_arch = "x86_64") {
+        prog.set_engine(crate::Engine::Jit).unwrap();
+        assert_eq!(prog.engine(), crate::Engine::Jit);
+    }
+}
