@@ -350,6 +350,11 @@ fn assemble(insns: &[Insn], env: &CodeEnv) -> Result<Vec<u8>, JitError> {
 
 /// For each instruction, whether it is in the main function (false: in a bpf-to-bpf callee).
 fn functions(insns: &[Insn]) -> Result<Vec<bool>, JitError> {
+    // Each subprogram becomes a function with its own return: no jump may cross between them.
+    crate::vm::check_subprograms(insns).map_err(|e| match e {
+        crate::vm::PrepareError::BadJump { insn } => JitError::BadTarget { insn },
+        _ => JitError::BadTarget { insn: 0 },
+    })?;
     let n = insns.len();
     let mut starts = vec![false; n];
     for (i, x) in insns.iter().enumerate() {

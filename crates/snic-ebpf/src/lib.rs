@@ -25,3 +25,6 @@ pub use xdp::{Engine, LoadFailure, XdpAction, XdpOutcome, XdpProgram};
 
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+#[cfg(test)]
+#[path = "unsafe_programs_tests.rs"]
+mod unsafe_programs_tests;

@@ -104,10 +104,13 @@ pub fn verify(program: &Program) -> Result<Verdict, Refusal> {
         let mut registry = VariableRegistry::new();
         let result = prevail::fwd_analyzer::analyze(&cfg, &ctx, &mut registry);
         if !result.failed {
-            let mut ctx_accesses = Vec::new();
+            // Every analysed copy of each load/store (one per call site of a function, as
+            // PREVAIL inlines calls) says what its base register is.
+            let mut seen: std::collections::BTreeMap<usize, Base> =
+                std::collections::BTreeMap::new();
             for (label, pair) in &result.invariants {
                 let Ok(pc) = usize::try_from(label.from) else { continue };
-                if label.to != -1 || !label.special_label.is_empty() || ctx_accesses.contains(&pc) {
+                if label.to != -1 || !label.special_label.is_empty() || pair.pre.is_bottom() {
                     continue;
                 }
                 let Some(insn) = program.insns.get(pc) else { continue };
@@ -116,11 +119,39 @@ pub fn verify(program: &Program) -> Result<Verdict, Refusal> {
                     crate::insn::class::ST | crate::insn::class::STX => insn.dst,
                     _ => continue,
                 };
-                if pair.pre.is_bottom() {
-                    continue;
-                }
-                if pair.pre.to_set(&registry).contains(&format!("r{base}.type=ctx")) {
-                    ctx_accesses.push(pc);
+                let facts = pair.pre.to_set(&registry).to_string();
+                let this = Base::of(&facts, base);
+                let merged = match seen.get(&pc) {
+                    None => this,
+                    Some(&prev) if prev == this => this,
+                    Some(_) => Base::Mixed,
+                };
+                seen.insert(pc, merged);
+            }
+            let mut ctx_accesses = Vec::new();
+            for (&pc, &base) in &seen {
+                match base {
+                    Base::Other => {}
+                    Base::Ctx => ctx_accesses.push(pc),
+                    Base::MovedCtx => {
+                        return Err(Refusal {
+                            insn: Some(pc),
+                            message: "access through a context pointer moved by arithmetic \
+                                      (the context may only be accessed at constant offsets \
+                                      from its start)"
+                                .into(),
+                            state: Vec::new(),
+                        });
+                    }
+                    Base::Mixed => {
+                        return Err(Refusal {
+                            insn: Some(pc),
+                            message: "the same instruction accesses the context on one path \
+                                      (or call) and other memory on another"
+                                .into(),
+                            state: Vec::new(),
+                        });
+                    }
                 }
             }
             ctx_accesses.sort_unstable();
@@ -152,4 +183,83 @@ pub fn verify(program: &Program) -> Result<Verdict, Refusal> {
         Err(_) => return Err(refuse("the verifier could not analyse this program")),
     };
     Ok(Verdict { insns: program.insns.len(), max_loop_count, took: start.elapsed(), ctx_accesses })
+}
+
+/// What a load's or store's base register holds, as PREVAIL's invariant says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Base {
+    /// The context pointer itself (offset 0).
+    Ctx,
+    /// The context pointer plus a non-zero or unknown offset.
+    MovedCtx,
+    /// Never the context.
+    Other,
+    /// The context on some paths or copies, something else on others.
+    Mixed,
+}
+
+impl Base {
+    /// Classifies register `r` from the facts PREVAIL printed for one program point
+    /// (`r2.type=ctx`, `r2.type in {ctx, stack}`, `r2.ctx_offset=0`, ...). Anything this does
+    /// not recognise counts as possibly the context, so the access is refused rather than
+    /// run unrewritten.
+    fn of(facts: &str, r: u8) -> Base {
+        let ty = fact(facts, &format!("r{r}.type"));
+        let off = fact(facts, &format!("r{r}.ctx_offset"));
+        let is_word =
+            |t: &str| !t.is_empty() && t.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        match ty {
+            None => Base::Other,
+            Some("=ctx") => match off {
+                Some("=0") => Base::Ctx,
+                _ => Base::MovedCtx,
+            },
+            Some(t) if t.starts_with(" in {") => {
+                let kinds = t.trim_start_matches(" in {").trim_end_matches('}');
+                if kinds.split(',').all(|k| is_word(k.trim()) && k.trim() != "ctx") {
+                    Base::Other
+                } else {
+                    Base::Mixed
+                }
+            }
+            Some(t) if t.strip_prefix('=').is_some_and(|k| is_word(k) && k != "ctx") => Base::Other,
+            Some(_) => Base::Mixed,
+        }
+    }
+}
+
+/// The text after `name` in its fact (`name=...` up to the next `,`/`]`/newline, or
+/// `name in {...}` up to the closing brace), where `name` starts a fact.
+fn fact<'a>(facts: &'a str, name: &str) -> Option<&'a str> {
+    let mut from = 0;
+    while let Some(i) = facts[from..].find(name) {
+        let at = from + i;
+        from = at + name.len();
+        let starts_fact = facts[..at]
+            .chars()
+            .next_back()
+            .is_none_or(|c| c.is_whitespace() || c == ',' || c == '[');
+        let rest = &facts[from..];
+        if !starts_fact || !(rest.starts_with('=') || rest.starts_with(" in {")) {
+            continue;
+        }
+        let end = if rest.starts_with(" in {") {
+            rest.find('}').map_or(rest.len(), |e| e + 1)
+        } else {
+            rest.find([',', ']', '\n']).unwrap_or(rest.len())
+        };
+        return Some(rest[..end].trim_end());
+    }
+    None
+}
+
+/// [`Base::of`] by name, for tests.
+#[cfg(test)]
+pub(crate) fn classify_base(facts: &str, r: u8) -> &'static str {
+    match Base::of(facts, r) {
+        Base::Ctx => "ctx",
+        Base::MovedCtx => "moved ctx",
+        Base::Other => "other",
+        Base::Mixed => "mixed",
+    }
 }

@@ -191,7 +191,8 @@ pub enum PrepareError {
         /// Instruction index.
         insn: usize,
     },
-    /// A jump or call out of the program, or an `lddw` cut in half.
+    /// A jump or call out of the program, a jump from one bpf-to-bpf subprogram into another
+    /// (or a subprogram that does not end in `exit` or `ja`), or an `lddw` cut in half.
     BadJump {
         /// Instruction index.
         insn: usize,
@@ -221,7 +222,7 @@ impl fmt::Display for PrepareError {
                 write!(f, "instruction {insn}: map reference does not resolve")
             }
             PrepareError::BadJump { insn } => {
-                write!(f, "instruction {insn}: jump or call outside the program")
+                write!(f, "instruction {insn}: jump or call outside the program or its subprogram")
             }
         }
     }
@@ -274,7 +275,9 @@ const HELPER_TAIL_CALL: i32 = 12;
 /// [`crate::Object::maps`] index).
 pub fn prepare(prog: &Program, verdict: &Verdict, maps: &MapSet) -> Result<Prepared, PrepareError> {
     let name = format!("{}/{}", prog.section, prog.name);
-    prepare_insns(&prog.insns, prog.kind, &verdict.ctx_accesses, maps, name)
+    let prepared = prepare_insns(&prog.insns, prog.kind, &verdict.ctx_accesses, maps, name)?;
+    check_subprograms(&prepared.insns)?;
+    Ok(prepared)
 }
 
 /// [`prepare`] on a bare instruction list: `ctx_accesses` names the context loads to rewrite.
@@ -413,6 +416,51 @@ pub fn prepare_insns(
         insns[at].off = off;
     }
     Ok(Prepared { insns, kind, stack_size: STACK_SIZE, maps: maps.clone(), name })
+}
+
+/// The kernel's rule for bpf-to-bpf calls: the program splits into subprograms at the
+/// targets of its local calls (sorted); a jump must stay inside its subprogram, each
+/// subprogram must end in `exit` or an unconditional jump, and nothing may call the entry.
+/// Both engines rely on it: the JIT compiles each subprogram as a function with its own
+/// return, so a jump from one into another would run a `ret` in the wrong frame.
+pub(crate) fn check_subprograms(insns: &[Insn]) -> Result<(), PrepareError> {
+    let n = insns.len();
+    let mut starts = vec![0usize];
+    for (pc, i) in insns.iter().enumerate() {
+        if i.code == (class::JMP | 0x80) && i.src == pseudo::CALL {
+            // `check_target` already put the target inside the program.
+            let t = usize::try_from(pc as i64 + 1 + i64::from(i.imm))
+                .map_err(|_| PrepareError::BadJump { insn: pc })?;
+            if t == 0 {
+                return Err(PrepareError::BadJump { insn: pc });
+            }
+            starts.push(t);
+        }
+    }
+    starts.sort_unstable();
+    starts.dedup();
+    for (k, &start) in starts.iter().enumerate() {
+        let end = starts.get(k + 1).copied().unwrap_or(n);
+        let last = insns.get(end.wrapping_sub(1)).filter(|_| end > start);
+        if !last.is_some_and(|l| matches!(l.code, 0x95 | 0x05 | 0x06)) {
+            return Err(PrepareError::BadJump { insn: end.saturating_sub(1) });
+        }
+        let mut pc = start;
+        while pc < end {
+            let i = insns[pc];
+            let op = i.code & 0xf0;
+            let jump = matches!(i.class(), class::JMP | class::JMP32) && op != 0x80 && op != 0x90;
+            if jump {
+                let rel = if i.code == 0x06 { i64::from(i.imm) } else { i64::from(i.off) };
+                let t = pc as i64 + 1 + rel;
+                if t < start as i64 || t >= end as i64 {
+                    return Err(PrepareError::BadJump { insn: pc });
+                }
+            }
+            pc += if i.code == 0x18 { 2 } else { 1 };
+        }
+    }
+    Ok(())
 }
 
 /// Sizes by the 2-bit size field (W, H, B, DW).
