@@ -195,7 +195,12 @@ fn redirect_map(env: &mut Env<'_>, map: u64, key: u64, flags: u64) -> u64 {
     }
     let key = (key as u32).to_le_bytes();
     let ks = (m.spec().key_size as usize).min(4);
-    let Some(addr) = m.lookup(&key[..ks], env.worker) else { return flags & ACTION_MASK };
+    let Some(addr) = m.lookup(&key[..ks], env.worker) else {
+        // As the kernel: a failed lookup clears any earlier target, so the last call decides
+        // (an `XDP_REDIRECT` returned anyway then has nowhere to go and is aborted).
+        env.redirect = None;
+        return flags & ACTION_MASK;
+    };
     let Some(port) = env.mem.load(addr, 4) else {
         return fault(env, 51, "devmap value unreadable");
     };

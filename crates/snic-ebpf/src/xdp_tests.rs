@@ -515,3 +515,30 @@ SEC("xdp") int w(struct xdp_md *ctx) {
         assert_eq!(prog.engine(), crate::Engine::Jit);
     }
 }
+
+#[test]
+fn a_failed_redirect_map_clears_an_earlier_target() {
+    if !require_clang("redirect clear") {
+        return;
+    }
+    // bpf_redirect(5) then a devmap miss, then XDP_REDIRECT regardless: as in the kernel the
+    // miss cleared the target, so the packet goes nowhere (aborted), not to port 5.
+    let (_, prog) = load(
+        "vm_redirect_clear",
+        r#"
+struct { __uint(type, BPF_MAP_TYPE_DEVMAP); __type(key, __u32); __type(value, __u32);
+         __uint(max_entries, 8); } ports SEC(".maps");
+SEC("xdp") int redir(struct xdp_md *ctx) {
+    unsigned char *d = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
+    if (d + 1 > end) return XDP_DROP;
+    bpf_redirect(5, 0);
+    if (d[0] == 1) bpf_redirect_map(&ports, 3, XDP_PASS);
+    return XDP_REDIRECT;
+}"#,
+    );
+    let mut w = Worker::new(0);
+    let mut p = PacketBuf::from_frame(&[0, 0, 0, 0]);
+    assert_eq!(prog.run(&mut w, &mut p, 1, 0, 0).action, XdpAction::Redirect(5));
+    let mut p = PacketBuf::from_frame(&[1, 0, 0, 0]);
+    assert_eq!(prog.run(&mut w, &mut p, 1, 0, 0).action, XdpAction::Aborted);
+}
