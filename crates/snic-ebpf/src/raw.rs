@@ -15,6 +15,13 @@
 //! answers whether a range lies inside a live value (or a reserved ring-buffer record), and
 //! values are shared with other workers exactly as in the kernel (atomic instructions are
 //! real atomics there).
+//!
+//! One caveat, stated plainly: a program's plain (non-atomic) loads and stores to a map value
+//! may run at the same time as another worker's, or as the control plane's reads and writes of
+//! the same value. In the kernel that is an accepted race (the value is just bytes, programs
+//! that care use atomics); in Rust's memory model it is a data race on that memory. It cannot
+//! touch memory outside the value, and the maps module itself reads and writes values only with
+//! atomic word operations.
 #![allow(
     unsafe_code,
     reason = "checked loads, stores and atomics at program addresses, and the JIT's helper \
