@@ -224,7 +224,7 @@ pub enum Engine {
 /// JIT can (x86-64, every instruction supported) and then runs as native code; otherwise, and
 /// after `set_engine(Engine::Interpreter)`, the interpreter runs it. A program whose object has
 /// read-only data (`.rodata`) stays in the interpreter unless `set_engine(Engine::Jit)` asks:
-/// only the interpreter enforces that the data is read-only (see [`Loaded::load`]).
+/// only the interpreter enforces that the data is read-only.
 #[derive(Debug)]
 pub struct XdpProgram {
     loaded: Loaded,
