@@ -1,5 +1,6 @@
 //! The helper functions programs call (`call imm`), one implementation for both engines:
-//! the interpreter calls [`dispatch`] directly, the JIT through [`helper_trampoline`].
+//! the interpreter calls [`dispatch`] directly, the JIT through its own `extern "C"` entry
+//! around it (`jit::jit_helper`).
 //!
 //! Every pointer a program passes is checked against the run's regions ([`crate::raw::Memory`])
 //! and every map pointer must be one of the program's own maps; a bad argument sets the run's
@@ -16,8 +17,6 @@
 
 use crate::object::MapKind;
 use crate::vm::{CtxKind, Env, Fault, XdpCtx};
-
-pub use crate::raw::helper_trampoline;
 
 /// `bpf_map_lookup_elem`.
 pub const MAP_LOOKUP_ELEM: u32 = 1;

@@ -23,9 +23,8 @@
 //!   native stack; a bpf-to-bpf call saves the caller's r6-r10 there too, moves r10 down one
 //!   512-byte frame and `call`s the callee, whose `exit` is a `ret`. The verifier bounds the
 //!   call depth (8 frames).
-//! - Helpers go through a small entry of ours around [`helpers::dispatch`] (the same
-//!   `extern "C" fn(env, id, r1..r5)` shape as [`helpers::helper_trampoline`], which also
-//!   returns the fault flag in rdx): r1-r4 are moved to the SysV argument registers, r5 is
+//! - Helpers go through a small entry of ours around [`helpers::dispatch`]
+//!   (`extern "C" fn(env, id, r1..r5)`, which also returns the fault flag in rdx): r1-r4 are moved to the SysV argument registers, r5 is
 //!   pushed, the stack stays 16-byte aligned; the result lands in rax = r0. r1-r5 are
 //!   clobbered, as BPF's calling convention allows. When the helper faulted, the code jumps to
 //!   the epilogue at once, so a run ends at the same instruction as in the interpreter.

@@ -24,12 +24,11 @@
 //! atomic word operations.
 #![allow(
     unsafe_code,
-    reason = "checked loads, stores and atomics at program addresses, and the JIT's helper \
-              trampoline; each block has a SAFETY comment"
+    reason = "checked loads, stores and atomics at program addresses; each block has a SAFETY \
+              comment"
 )]
 
 use crate::maps::Map;
-use crate::vm::Env;
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -403,26 +402,4 @@ impl<'a> Memory<'a> {
         let s = unsafe { std::slice::from_raw_parts(addr as *const u8, len as usize) };
         Some(f(s))
     }
-}
-
-/// The JIT's way into the helpers: `env` in `rdi`, the helper id in `rsi`, `r1`..`r4` in
-/// `rdx`, `rcx`, `r8`, `r9` and `r5` on the stack (System V). Calls
-/// [`crate::helpers::dispatch`].
-///
-/// # Safety
-/// `env` must be the [`Env`] the run was started with, live and not otherwise borrowed for
-/// the duration of the call.
-pub unsafe extern "C" fn helper_trampoline(
-    env: *mut Env<'_>,
-    id: u64,
-    r1: u64,
-    r2: u64,
-    r3: u64,
-    r4: u64,
-    r5: u64,
-) -> u64 {
-    // SAFETY: the caller's contract: `env` is the live, exclusively borrowed environment of
-    // the current run.
-    let env = unsafe { &mut *env };
-    crate::helpers::dispatch(env, id as u32, [r1, r2, r3, r4, r5])
 }

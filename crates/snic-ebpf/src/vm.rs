@@ -579,7 +579,7 @@ pub(crate) enum CtxKind {
 
 /// The state one run gives its helpers: memory regions, maps, worker, time, PRNG, trace,
 /// redirect target, packet bounds, fault. Both engines pass it to
-/// [`crate::helpers::dispatch`] (the JIT through [`crate::helpers::helper_trampoline`]).
+/// [`crate::helpers::dispatch`] (the JIT through its `extern "C"` helper entry).
 #[derive(Debug)]
 pub struct Env<'a> {
     pub(crate) mem: Memory<'a>,
