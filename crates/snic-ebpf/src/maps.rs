@@ -411,7 +411,15 @@ impl Map {
         } else {
             0
         };
-        let entry = match &self.inner {
+        let entry = self.entry(key, true)?;
+        Some(self.base() + self.slot_off(entry * self.copies + copy) as u64)
+    }
+
+    /// The entry `key` names (the LPM trie: its longest matching prefix), if present;
+    /// `refresh` marks an LRU entry as just used (program lookups do, control-plane reads
+    /// do not).
+    fn entry(&self, key: &[u8], refresh: bool) -> Option<usize> {
+        Some(match &self.inner {
             Inner::Array => {
                 let i = self.array_index(key).ok()?;
                 (i < self.spec.max_entries).then_some(i as usize)?
@@ -422,7 +430,7 @@ impl Map {
             }
             Inner::Hash(index) => {
                 self.check_key(key).ok()?;
-                if self.spec.kind == MapKind::LruHash {
+                if refresh && self.spec.kind == MapKind::LruHash {
                     let mut ix = write(index);
                     let slot = ix.get(key)?;
                     ix.touch(slot);
@@ -436,8 +444,7 @@ impl Map {
                 read(index).lookup(key)? as usize
             }
             Inner::Ring(_) => return None,
-        };
-        Some(self.base() + self.slot_off(entry * self.copies + copy) as u64)
+        })
     }
 
     /// `bpf_map_update_elem` from a program on `worker`: sets `key`'s value (`value` is
@@ -614,25 +621,7 @@ impl Map {
     /// The LPM trie matches the longest prefix (as the syscall does). Does not refresh LRU
     /// recency.
     pub fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
-        let entry = match &self.inner {
-            Inner::Array => {
-                let i = self.array_index(key).ok()?;
-                (i < self.spec.max_entries).then_some(i as usize)?
-            }
-            Inner::DevMap(present) => {
-                let i = self.array_index(key).ok()? as usize;
-                present.get(i)?.load(Ordering::Acquire).then_some(i)?
-            }
-            Inner::Hash(index) => {
-                self.check_key(key).ok()?;
-                read(index).get(key)? as usize
-            }
-            Inner::Lpm(index) => {
-                self.check_key(key).ok()?;
-                read(index).lookup(key)? as usize
-            }
-            Inner::Ring(_) => return None,
-        };
+        let entry = self.entry(key, false)?;
         Some(self.read_entry(entry))
     }
 
