@@ -34,6 +34,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("snic-testbed", 4),
     ("snic-p4rt", 4),
     ("snic-device", 5),
+    ("snic-scenario", 5),
     // The binary.
     ("snic", 6),
 ];
