@@ -23,6 +23,7 @@ use snic_pipeline::PortId;
 use snic_rdma::RnicConfig;
 use snic_scenario::hosts::Hosts;
 use snic_scenario::load::{Format, Loaded, load_str};
+use snic_scenario::schema::{Action, DescSpec, DmaDir, Size};
 use snic_testbed::{NodeId, Testbed};
 use snic_time::Instant;
 use snic_wire::ethernet::EthernetAddress;
@@ -185,6 +186,11 @@ region = "rx"
 [[host.mr]]
 name = "atommr"
 region = "atom"
+[[host.mr]]
+name = "invmr"
+region = "atom"
+offset = 32
+len = 32
 [[host.cq]]
 name = "cq"
 [[host.qp]]
@@ -196,7 +202,7 @@ mtu = 1024
 [[op]]
 do = "post_recv"
 qp = "h1.qp"
-bufs = ["h1.rxmr:1024", "h1.rxmr+2048:16"]
+bufs = ["h1.rxmr:1024", "h1.rxmr+2048:16", "h1.rxmr+3072:64"]
 
 [[op]]
 do = "post_send"
@@ -214,7 +220,10 @@ wrs = [
 [[op]]
 do = "post_send"
 qp = "h0.qp"
-wrs = [{ op = "write", local = ["srcmr:16"], remote = "h1.rxmr+4000", wr_id = 7 }]
+wrs = [
+  { op = "write", local = ["srcmr:16"], remote = "h1.rxmr+4000", wr_id = 7 },
+  { op = "send_inv", local = ["srcmr:8"], invalidate = "h1.invmr", wr_id = 8 },
+]
 
 [[expect]]
 memory = "h1.buf:4096"
@@ -231,6 +240,9 @@ same_as = "h0.src+100"
 [[expect]]
 memory = "h1.rx+1000:1048"
 content = { fill = 0x33 }
+[[expect]]
+memory = "h1.rx+3072:8"
+same_as = "h0.src"
 [[expect]]
 memory = "h1.atom:16"
 content = { hex = "2a00000000000000 0600000000000000" }
@@ -253,12 +265,14 @@ list = [
   { wr_id = 4, status = "success", opcode = "fetch_add" },
   { wr_id = 99, status = "success", opcode = "rdma_write" },
   { wr_id = 7, status = "success", opcode = "rdma_write" },
+  { wr_id = 8, status = "success", opcode = "send" },
 ]
 [[expect]]
 cqes = "h1.cq"
 list = [
   { wr_id = 0, status = "success", opcode = "recv", byte_len = 1000 },
   { wr_id = 1, status = "success", opcode = "recv_rdma_with_imm", imm = 0, byte_len = 0 },
+  { wr_id = 2, status = "success", opcode = "recv", byte_len = 8 },
 ]
 [[expect]]
 name = "must fail: the WRITE's bytes are not zero"
@@ -285,7 +299,7 @@ fn rdma_of_every_kind_moves_the_bytes_and_completes() {
         "{}",
         diffs[1]
     );
-    assert!(diffs[1].contains("7 CQEs, want 1"), "{}", diffs[1]);
+    assert!(diffs[1].contains("8 CQEs, want 1"), "{}", diffs[1]);
     // QPs and buffers in device memory.
     for (nic, want) in [("nic0", snic_dma::MemKind::OnChip), ("nic1", snic_dma::MemKind::OnBoard)] {
         let id = BTreeMap::from_iter(bed(0.0, 1).1)[nic];
@@ -298,11 +312,15 @@ fn rdma_of_every_kind_moves_the_bytes_and_completes() {
     }
     let mut c = BTreeMap::new();
     hosts.counters(&mut c);
-    assert_eq!(c["h0.cq.cq.cqes"], 7);
+    assert_eq!(c["h0.cq.cq.cqes"], 8);
     assert_eq!(c["h0.cq.cq.errors"], 0);
-    assert_eq!(c["h1.cq.cq.cqes"], 2);
-    assert_eq!(c["h0.qp.qp.send_posted"], 10);
-    assert_eq!(c["h1.qp.qp.recv_posted"], 2);
+    assert_eq!(c["h1.cq.cq.cqes"], 3);
+    assert_eq!(c["h0.qp.qp.send_posted"], 11);
+    assert_eq!(c["h1.qp.qp.recv_posted"], 3);
+    assert_eq!(c["h1.qp.qp.recv_cqes"], 3);
+    // The SEND with invalidate invalidated h1.invmr's rkey.
+    let inv = hosts.cqes("h1.cq").expect("h1.cq")[2].1;
+    assert!(inv.invalidated_rkey.is_some(), "{inv:?}");
     let golden = hosts.cqe_json("h1.cq");
     assert_eq!(golden[0]["opcode"], "recv");
     assert_eq!(golden[1]["imm"], 0);
@@ -453,6 +471,15 @@ fn dma_with_bad_descriptors_among_good_ones() {
     // Two producer doorbells, and the host's two completion-ring consumer doorbells.
     assert_eq!(c["nic0.dma.doorbells"], 4);
     assert_eq!(c["nic1.dma.descs"], 0);
+
+    // More descriptors than the ring holds are refused before any is written.
+    let mut tb = tb;
+    let mut hosts = hosts;
+    let desc = DescSpec { src: "h0.hsrc".into(), dst: "h0.dev".into(), len: Size(64) };
+    let big = Action::Dma { queue: "h0.q".into(), dir: DmaDir::H2c, descs: vec![desc; 17] };
+    let now = tb.now();
+    let e = hosts.start(&mut tb, now, &big).expect_err("17 descriptors in a 16-slot ring");
+    assert!(e.to_string().contains("do not fit"), "{e}");
 }
 
 const GEMM: &str = r#"
