@@ -38,6 +38,12 @@
 //!   outcome to check, not a failed operation. A queue-level error (bad doorbell) fails it.
 //! - `kernel`: runs at once over the NIC's memory; fails when the kernel refuses the command.
 //!
+//! Hosts do their work in [`Hosts::poll`], which the driver calls between testbed steps: CQs
+//! are drained there (a CQE's time in the log is the time of the poll that found it), DMA
+//! engines run there until idle (a batch of descriptors completes within one poll), and
+//! kernels run when started. So after a poll the hosts hold no pending work of their own:
+//! whatever is still pending (a `post_send` waiting for its CQEs) waits on the testbed.
+//!
 //! # Kernel arguments
 //!
 //! | kernel | buffers | other arguments |
