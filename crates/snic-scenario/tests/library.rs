@@ -58,6 +58,15 @@ fn the_library_has_every_scenario_the_issue_asks_for() {
 }
 
 #[test]
+fn every_scenario_in_the_library_loads() {
+    let errors: Vec<String> = scenario_files()
+        .iter()
+        .filter_map(|p| load::load_file(p).err().map(|e| e.to_string()))
+        .collect();
+    assert!(errors.is_empty(), "scenarios that do not load:\n{}", errors.join("\n"));
+}
+
+#[test]
 fn every_scenario_in_the_library_passes() {
     let mut failed = Vec::new();
     for path in scenario_files() {
