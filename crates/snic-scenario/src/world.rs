@@ -201,6 +201,8 @@ pub struct PortLog {
     pub received: Vec<(Instant, u32)>,
     /// Traffic not yet injected, in time order.
     pub inbox: VecDeque<(Instant, Vec<u8>)>,
+    /// Frames injected so far (the traffic sources' frames), with when.
+    pub injected_frames: Vec<(Instant, Vec<u8>)>,
     /// Frames injected so far.
     pub injected: u64,
     /// Bytes injected so far.
@@ -238,6 +240,7 @@ impl Port for Recorded {
                 }
                 log.injected += 1;
                 log.injected_bytes += f.len() as u64;
+                log.injected_frames.push((now, f));
                 n += 1;
             }
         }
