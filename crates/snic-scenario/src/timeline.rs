@@ -45,7 +45,18 @@ impl Advance for SimAdvance {
 
     fn advance(&mut self, world: &mut World, horizon: Instant) -> Result<(), ScenarioError> {
         let run = |e: snic_testbed::TestbedError| ScenarioError::Run(e.to_string());
+        // Host work that is due now (a DMA doorbell, a kernel) goes first: time must not jump
+        // to the horizon past it when no device has a deadline.
+        let now = world.tb.now();
+        if world.hosts.poll(&mut world.tb, now) > 0 {
+            return Ok(());
+        }
         let step = world.tb.step_until(horizon).map_err(run)?;
+        // What settling produced (CQEs) is the hosts' before time jumps on.
+        let now = world.tb.now();
+        if world.hosts.poll(&mut world.tb, now) > 0 {
+            return Ok(());
+        }
         if step == Step::Idle && horizon > world.tb.now() && horizon < Instant::MAX {
             world.tb.run_until(horizon).map_err(run)?;
         }
