@@ -51,13 +51,17 @@ impl Advance for SimAdvance {
         if world.hosts.poll(&mut world.tb, now) > 0 {
             return Ok(());
         }
+        // Whether anything was pending before this step: when the step settles the last of
+        // it, the driver must see the idle world (a `wait` for idle, the end of the run)
+        // before time jumps to the horizon.
+        let was_idle = world.tb.poll_timeout().is_none();
         let step = world.tb.step_until(horizon).map_err(run)?;
         // What settling produced (CQEs) is the hosts' before time jumps on.
         let now = world.tb.now();
         if world.hosts.poll(&mut world.tb, now) > 0 {
             return Ok(());
         }
-        if step == Step::Idle && horizon > world.tb.now() && horizon < Instant::MAX {
+        if step == Step::Idle && was_idle && horizon > world.tb.now() && horizon < Instant::MAX {
             world.tb.run_until(horizon).map_err(run)?;
         }
         let now = world.tb.now();
