@@ -593,8 +593,15 @@ fn compile_c(
     std::fs::create_dir_all(&dir).map_err(|e| setup(format!("{}: {e}", dir.display())))?;
     temp.push(dir.clone());
     let obj = dir.join("prog.o");
+    // As examples/ebpf/build.sh: the multiarch headers (`asm/types.h`) and the program's own
+    // `include/` directory.
+    let multiarch = format!("-I/usr/include/{}-linux-gnu", std::env::consts::ARCH);
+    let own = src.parent().unwrap_or(Path::new(".")).join("include");
     let out = std::process::Command::new("clang")
-        .args(["-O2", "-g", "-target", "bpf", "-c"])
+        .args(["-O2", "-g", "-target", "bpf"])
+        .arg(multiarch)
+        .arg(format!("-I{}", own.display()))
+        .arg("-c")
         .arg(src)
         .arg("-o")
         .arg(&obj)
