@@ -2236,6 +2236,45 @@ memory = ["h1.dst"]
         );
     }
 
+    proptest::proptest! {
+        /// Damaged scenarios (a line dropped, doubled or cut short) give a scenario or errors
+        /// whose lines lie in the text, never a panic.
+        #[test]
+        fn damaged_scenarios_give_errors_in_the_text(
+            line in 0usize..120, how in 0u8..3, cut in 0usize..40, json in proptest::bool::ANY,
+        ) {
+            let base = if json { JSON } else { BASE };
+            let mut lines: Vec<String> = base.lines().map(str::to_string).collect();
+            let i = line % lines.len();
+            match how {
+                0 => {
+                    lines.remove(i);
+                }
+                1 => {
+                    let l = lines[i].clone();
+                    lines.insert(i, l);
+                }
+                _ => {
+                    let l = &mut lines[i];
+                    let mut at = cut.min(l.len());
+                    while !l.is_char_boundary(at) {
+                        at -= 1;
+                    }
+                    l.truncate(at);
+                }
+            }
+            let text = lines.join("\n");
+            let format = if json { Format::Json } else { Format::Toml };
+            if let Err(errs) = check_str(&text, format, Path::new("t"), Path::new(".")) {
+                proptest::prop_assert!(!errs.is_empty());
+                for e in errs {
+                    let l = e.line.unwrap_or(1);
+                    proptest::prop_assert!(l >= 1 && l <= lines.len() + 1, "{}", e);
+                }
+            }
+        }
+    }
+
     #[test]
     fn locating_follows_aliases_and_inline_tables() {
         let text = "[[nics]]\nname = \"a\"\n[[nics]]\nname = \"b\"\nrdma = { dscp = 99 }\n";

@@ -460,3 +460,64 @@ fn golden_data_is_recorded_then_compared() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `frame` (untagged IPv4) with its ECN field set to `ecn`, the header checksum fixed.
+fn with_ecn(hex: &str, ecn: u8) -> String {
+    let mut f: Vec<u8> = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
+        .collect();
+    f[15] = (f[15] & !3) | ecn;
+    f[24] = 0;
+    f[25] = 0;
+    let mut sum: u32 =
+        f[14..34].chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    f[24..26].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    f.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[test]
+fn a_congested_link_marks_ce_above_its_ecn_threshold() {
+    // 40 ECT(0) frames at once into a 100 Mbit/s link whose threshold is 8 queued frames:
+    // frames 9..39 (31 of them) find more than 8 queued and are marked; 10 not ECN-capable
+    // ones after them are not.
+    let ect = with_ecn(&a_to_b(9000), 2);
+    let text = two_nics("rate_mbps = 100\necn_threshold = 8", 0, "")
+        .replace(
+            &format!("packets = [ {{ hex = \"{}\", count = 0, interval = \"1us\" }} ]", a_to_b(9000)),
+            &format!(
+                "packets = [ {{ hex = \"{ect}\", count = 40, interval = \"0ns\" }}, {{ hex = \"{}\", count = 10, interval = \"0ns\" }} ]",
+                a_to_b(9000)
+            ),
+        );
+    let text = format!(
+        "{text}\n[[expect]]\ncounter = \"link.wire.a_to_b.ecn_marked\"\neq = 40\n[[expect]]\ncounter = \"nic1.port.host.tx_packets\"\neq = 50\n"
+    );
+    let r = run(&load(&text), None);
+    let marked = r.counters["link.wire.a_to_b.ecn_marked"];
+    assert_eq!(marked, 31, "{}", r.to_text());
+    // The CE frames h1 got still carry a valid IPv4 header checksum (the pipeline's parse
+    // stage would have dropped them otherwise), and all 50 arrived.
+    assert_eq!(r.counters["nic1.port.host.tx_packets"], 50);
+    assert!(!r.passed, "the eq = 40 expectation is wrong on purpose");
+    let e = r.expectations.iter().find(|e| e.name.ends_with("ecn_marked")).expect("expectation");
+    assert_eq!((e.passed, e.got.as_str()), (false, "31"));
+}
+
+#[test]
+fn a_trace_filter_puts_each_packets_path_in_the_notes() {
+    let l = load(&two_nics("", 2, ""));
+    let opts = RunOptions { trace: Some("udp dst 9000".into()), ..RunOptions::default() };
+    let r = snic_scenario::run(&l, &opts).expect("run");
+    assert!(r.passed, "{}", r.to_text());
+    let nic1: Vec<_> = r.notes.iter().filter(|n| n.starts_with("trace nic1:")).collect();
+    assert!(!nic1.is_empty(), "{:?}", r.notes);
+    assert!(
+        r.notes.iter().any(|n| n.starts_with("trace nic0:") && n.contains("l2fwd")),
+        "{:?}",
+        r.notes
+    );
+}
