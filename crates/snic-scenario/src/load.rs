@@ -2087,10 +2087,12 @@ memory = ["h1.dst"]
     }
 
     /// (replace this, with that, field wanted, message part, line marker: (after, needle)).
+    type Case<'a> = (&'a str, &'a str, &'a str, &'a str, (&'a str, &'a str));
+
     #[test]
     fn each_mistake_names_its_field_and_line() {
         #[rustfmt::skip]
-        let cases: &[(&str, &str, &str, &str, (&str, &str))] = &[
+        let cases: &[Case<'_>] = &[
             ("name = \"nic1\"", "name = \"nic0\"", "nic[1].name", "names two", ("name = \"nic0\"\n[[switch", "name")),
             ("name = \"sw\"", "name = \"nic0\"", "switch[0].name", "names two", ("[[switch]]", "name")),
             ("stages = [\"parse\", \"classify\", \"l2fwd\"]", "stages = [\"parse\", \"clasify\"]", "nic[0].stages[1]", "unknown stage", ("stages", "\"clasify\"")),
@@ -2232,6 +2234,45 @@ memory = ["h1.dst"]
             BufRef { host: "h".into(), name: "r".into(), offset: 8, len: Some(4) }.to_string(),
             "h.r+8:4"
         );
+    }
+
+    proptest::proptest! {
+        /// Damaged scenarios (a line dropped, doubled or cut short) give a scenario or errors
+        /// whose lines lie in the text, never a panic.
+        #[test]
+        fn damaged_scenarios_give_errors_in_the_text(
+            line in 0usize..120, how in 0u8..3, cut in 0usize..40, json in proptest::bool::ANY,
+        ) {
+            let base = if json { JSON } else { BASE };
+            let mut lines: Vec<String> = base.lines().map(str::to_string).collect();
+            let i = line % lines.len();
+            match how {
+                0 => {
+                    lines.remove(i);
+                }
+                1 => {
+                    let l = lines[i].clone();
+                    lines.insert(i, l);
+                }
+                _ => {
+                    let l = &mut lines[i];
+                    let mut at = cut.min(l.len());
+                    while !l.is_char_boundary(at) {
+                        at -= 1;
+                    }
+                    l.truncate(at);
+                }
+            }
+            let text = lines.join("\n");
+            let format = if json { Format::Json } else { Format::Toml };
+            if let Err(errs) = check_str(&text, format, Path::new("t"), Path::new(".")) {
+                proptest::prop_assert!(!errs.is_empty());
+                for e in errs {
+                    let l = e.line.unwrap_or(1);
+                    proptest::prop_assert!(l >= 1 && l <= lines.len() + 1, "{}", e);
+                }
+            }
+        }
     }
 
     #[test]

@@ -108,6 +108,42 @@ fn a_scenario_runs_the_same_twice() {
     assert_ne!(a, c, "the seed changes nothing");
 }
 
+#[test]
+fn the_expectations_catch_a_run_that_differs() {
+    // AccelNet without its mid-flow policy change: flow A is never denied. The counters, the
+    // captures and the GFT statistics the scenario expects must all notice.
+    let mut loaded = load(&library().join("accelnet_vnet.toml"));
+    loaded.scenario.timeline.retain(|op| op.name.as_deref() != Some("deny_flow_a"));
+    loaded.scenario.timeline.retain(|op| op.name.as_deref() != Some("allow_flow_a"));
+    let report = run(&loaded);
+    assert!(!report.passed, "{}", report.to_text());
+    let failed: Vec<&str> =
+        report.expectations.iter().filter(|e| !e.passed).map(|e| e.name.as_str()).collect();
+    for want in [
+        "flow A denied only while the rule was in force",
+        "h1 receives flow A, decapsulated",
+        "nic0: flows compiled by the slow path",
+    ] {
+        assert!(failed.contains(&want), "{want:?} did not fail: {failed:?}");
+    }
+    // An atomic that finds another value does not swap: the memory expectations notice.
+    let mut loaded = load(&library().join("rdma_opcodes_loss.toml"));
+    for op in &mut loaded.scenario.timeline {
+        if let snic_scenario::schema::Action::PostSend { wrs, .. } = &mut op.action {
+            for wr in wrs.iter_mut().filter(|w| w.compare.is_some()) {
+                wr.compare = Some(99);
+            }
+        }
+    }
+    let report = run(&loaded);
+    let ctr = report
+        .expectations
+        .iter()
+        .find(|e| e.name.starts_with("atomics ran exactly once"))
+        .expect("the counter expectation");
+    assert!(!ctr.passed && ctr.diff.is_some(), "{}", report.to_text());
+}
+
 /// netmm.json's dimensions and seed.
 const M: usize = 64;
 const N: usize = 48;
