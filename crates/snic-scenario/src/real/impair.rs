@@ -1,18 +1,26 @@
-//! A scenario link's impairments on a real veth pair, and its counters.
+//! A scenario link's impairments on real interfaces, and its counters.
 //!
-//! - **loss** (and a cut link): an nftables rule in the netdev family on the ingress hook of
-//!   the receiving end (`numgen random mod 1000000 < N counter drop`); its counter is the
-//!   direction's `lost`.
-//! - **rate** (and the queue limit): a `tbf` qdisc on the sending end; its drops are
-//!   `tail_dropped`.
-//! - delay, jitter, reordering, duplication and ECN marking need `netem` (or a switch), which
-//!   this machine may not have: they are not applied, and [`RealLink::new`] says so in notes
-//!   for the report rather than ignoring them silently.
+//! A link is two veth pairs and a namespace of its own in the middle: `a`'s port -- `to_a` and
+//! `to_b` (the link's namespace) -- `b`'s port. In the link's namespace, an nftables chain in the
+//! netdev family on each middle interface's ingress hook forwards every frame to the other
+//! one (`fwd to`), after the direction's impairments:
+//! - **loss** (and a cut link): `numgen random mod 1000000 < N counter drop`; its counter is
+//!   the direction's `lost`.
+//! - **rate** (and the queue limit): a `tbf` qdisc on the egress of the middle interface
+//!   towards the receiver; its drops are `tail_dropped`.
+//!
+//! Why not one veth pair with the rules on its ends: a packet socket (the NIC's AF_PACKET
+//! port) sees a received frame before the ingress hook could drop it, and a frame dropped on
+//! the sender's egress is refused to `send`, which the port retries. In the middle namespace
+//! nobody listens, and a drop is a drop.
+//!
+//! Delay, jitter, reordering, duplication and ECN marking need `netem`, which is not used:
+//! they are not applied, and [`RealLink::new`] says so in notes for the report rather than
+//! ignoring them silently.
 //!
 //! Counters per direction, named as the simulated links' (`snic_io::vlink::LinkStats`):
-//! `offered` (sent by the sending end, and dropped by its qdisc), `delivered` and
-//! `delivered_bytes` (received by the other end and not dropped by the loss rule), `lost`,
-//! `tail_dropped`.
+//! `offered` (frames that entered the link), `delivered` and `delivered_bytes` (frames the
+//! receiving port's interface got), `lost`, `tail_dropped`.
 
 use super::netns::{cmd, if_stats};
 use crate::ScenarioError;
@@ -20,8 +28,10 @@ use crate::schema::{Impairments, LinkSpec, LinkState};
 
 /// Resolution of the loss rule: probabilities are applied in millionths.
 const LOSS_SCALE: u64 = 1_000_000;
-/// The nftables table every loss rule of a namespace lives in.
+/// The nftables table of a link's namespace.
 const TABLE: &str = "snic_sc";
+/// The middle interfaces of a link's namespace: `MID[0]` faces `a`, `MID[1]` faces `b`.
+pub const MID: [&str; 2] = ["to_a", "to_b"];
 
 /// One end of a veth pair: its namespace and interface.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,7 +51,6 @@ struct Dir {
     down: bool,
     /// Frames the loss rule dropped before it was last replaced (its counter starts again).
     lost_before: u64,
-    lost_bytes_before: u64,
 }
 
 /// A direction's counters (see the module doc).
@@ -59,13 +68,15 @@ pub struct DirStats {
     pub tail_dropped: u64,
 }
 
-/// A scenario link on a veth pair: `ends[0]` is `a`, `ends[1]` is `b`.
+/// A scenario link (see the module doc): `ends[0]` is `a`'s port, `ends[1]` `b`'s.
 #[derive(Debug)]
 pub struct RealLink {
     /// The link's name.
     pub name: String,
-    /// The veth ends.
+    /// The ports' interfaces.
     pub ends: [End; 2],
+    /// The link's namespace; `MID[i]` in it is the peer of `ends[i]`.
+    pub mid_ns: String,
     /// `dirs[0]` is a -> b, `dirs[1]` is b -> a.
     dirs: [Dir; 2],
 }
@@ -76,10 +87,20 @@ fn pick<T: Copy>(o: Option<&Impairments>, f: impl Fn(&Impairments) -> Option<T>,
 }
 
 impl RealLink {
-    /// Apply `spec`'s impairments to the veth pair `ends` (a, b). Returns the link and notes
-    /// naming every impairment that could not be applied.
-    pub fn new(spec: &LinkSpec, ends: [End; 2]) -> Result<(RealLink, Vec<String>), ScenarioError> {
-        let mut link = RealLink { name: spec.name.clone(), ends, dirs: [Dir::default(); 2] };
+    /// Join `ends` (a, b) through namespace `mid_ns` (whose interfaces [`MID`] are the ends'
+    /// peers) with `spec`'s impairments. Returns the link and notes naming every impairment
+    /// that could not be applied.
+    pub fn new(
+        spec: &LinkSpec,
+        ends: [End; 2],
+        mid_ns: &str,
+    ) -> Result<(RealLink, Vec<String>), ScenarioError> {
+        let mut link = RealLink {
+            name: spec.name.clone(),
+            ends,
+            mid_ns: mid_ns.to_string(),
+            dirs: [Dir::default(); 2],
+        };
         let mut notes = Vec::new();
         for (i, (label, o)) in [("a_to_b", spec.a_to_b.as_ref()), ("b_to_a", spec.b_to_a.as_ref())]
             .into_iter()
@@ -114,52 +135,48 @@ impl RealLink {
             }
             link.dirs[i].queue_limit = qlim;
             link.set_rate(i, rate)?;
-            link.set_loss(i, loss, false)?;
+            link.write_chain(i, loss, false)?;
         }
         Ok((link, notes))
     }
 
-    /// The receiving end of direction `i`.
+    /// The receiving port's interface of direction `i`.
     fn rx_end(&self, i: usize) -> &End {
         &self.ends[1 - i]
     }
 
-    fn chain(dev: &str) -> String {
-        format!("in_{dev}")
+    fn chain(i: usize) -> String {
+        format!("fwd_{}", MID[i])
     }
 
-    /// Replace direction `i`'s loss rule: `loss` (0..=1), or every frame when `down`.
-    fn set_loss(&mut self, i: usize, loss: f64, down: bool) -> Result<(), ScenarioError> {
-        let (lost, bytes) = self.nft_counter(i);
-        let end = self.rx_end(i).clone();
-        let chain = Self::chain(&end.dev);
+    /// (Re)write direction `i`'s chain: `loss` (0..=1), or every frame when `down`, then
+    /// forward to the other side.
+    fn write_chain(&mut self, i: usize, loss: f64, down: bool) -> Result<(), ScenarioError> {
+        let (lost, _) = self.nft_counter(i);
+        let chain = Self::chain(i);
         let n = if down { LOSS_SCALE } else { (loss.clamp(0.0, 1.0) * LOSS_SCALE as f64) as u64 };
-        let rule = if n >= LOSS_SCALE {
-            "counter drop".to_string()
-        } else if n == 0 {
-            String::new()
-        } else {
-            format!("numgen random mod {LOSS_SCALE} < {n} counter drop")
-        };
-        let had = self.dirs[i].loss > 0.0 || self.dirs[i].down;
-        if rule.is_empty() && !had {
-            return Ok(());
-        }
         let mut script = format!(
             "add table netdev {TABLE}\nadd chain netdev {TABLE} {chain} {{ type filter hook \
              ingress device \"{dev}\" priority 0; policy accept; }}\nflush chain netdev \
              {TABLE} {chain}\n",
-            dev = end.dev
+            dev = MID[i]
         );
-        if !rule.is_empty() {
-            script.push_str(&format!("add rule netdev {TABLE} {chain} {rule}\n"));
+        if n >= LOSS_SCALE {
+            script.push_str(&format!("add rule netdev {TABLE} {chain} counter drop\n"));
+        } else if n > 0 {
+            script.push_str(&format!(
+                "add rule netdev {TABLE} {chain} numgen random mod {LOSS_SCALE} < {n} counter \
+                 drop\n"
+            ));
         }
-        cmd("ip", &["netns", "exec", &end.ns, "nft", "-f", "-"], Some(&script)).map_err(|e| {
-            ScenarioError::Setup(format!("link {}: loss rule (nftables): {e}", self.name))
-        })?;
+        script.push_str(&format!("add rule netdev {TABLE} {chain} fwd to \"{}\"\n", MID[1 - i]));
+        cmd("ip", &["netns", "exec", &self.mid_ns, "nft", "-f", "-"], Some(&script)).map_err(
+            |e| {
+                ScenarioError::Setup(format!("link {}: forwarding rule (nftables): {e}", self.name))
+            },
+        )?;
         let d = &mut self.dirs[i];
         d.lost_before += lost;
-        d.lost_bytes_before += bytes;
         d.loss = loss;
         d.down = down;
         Ok(())
@@ -167,7 +184,7 @@ impl RealLink {
 
     /// Put (or take away, rate 0) direction `i`'s rate limiter on its sending end.
     fn set_rate(&mut self, i: usize, rate_mbps: u64) -> Result<(), ScenarioError> {
-        let end = self.ends[i].clone();
+        let end = End { ns: self.mid_ns.clone(), dev: MID[1 - i].to_string() };
         let err = |e| ScenarioError::Setup(format!("link {}: rate (tc tbf): {e}", self.name));
         if rate_mbps == 0 {
             if self.dirs[i].rate_mbps != 0 {
@@ -232,7 +249,7 @@ impl RealLink {
                 }
             }
             if loss != self.dirs[i].loss || down != self.dirs[i].down {
-                self.set_loss(i, loss, down)?;
+                self.write_chain(i, loss, down)?;
             }
         }
         Ok(notes)
@@ -243,11 +260,10 @@ impl RealLink {
         if !(self.dirs[i].loss > 0.0 || self.dirs[i].down) {
             return (0, 0);
         }
-        let end = self.rx_end(i);
-        let chain = Self::chain(&end.dev);
+        let chain = Self::chain(i);
         let Ok(out) = cmd(
             "ip",
-            &["netns", "exec", &end.ns, "nft", "-j", "list", "chain", "netdev", TABLE, &chain],
+            &["netns", "exec", &self.mid_ns, "nft", "-j", "list", "chain", "netdev", TABLE, &chain],
             None,
         ) else {
             return (0, 0);
@@ -260,8 +276,7 @@ impl RealLink {
         if self.dirs[i].rate_mbps == 0 {
             return 0;
         }
-        let end = &self.ends[i];
-        cmd("tc", &["-n", &end.ns, "-s", "-j", "qdisc", "show", "dev", &end.dev], None)
+        cmd("tc", &["-n", &self.mid_ns, "-s", "-j", "qdisc", "show", "dev", MID[1 - i]], None)
             .ok()
             .and_then(|o| serde_json::from_str::<serde_json::Value>(&o).ok())
             .and_then(|v| {
@@ -278,17 +293,14 @@ impl RealLink {
     pub fn stats(&self) -> [DirStats; 2] {
         let mut out = [DirStats::default(); 2];
         for (i, o) in out.iter_mut().enumerate() {
-            let tx = if_stats(&self.ends[i].ns, &self.ends[i].dev).unwrap_or_default();
             let rx = if_stats(&self.rx_end(i).ns, &self.rx_end(i).dev).unwrap_or_default();
-            let (lost, lost_bytes) = self.nft_counter(i);
-            let lost = lost + self.dirs[i].lost_before;
-            // nftables counts bytes from the network header on ingress: add the Ethernet header.
-            let lost_bytes = lost_bytes + self.dirs[i].lost_bytes_before + 14 * lost;
+            let entered = if_stats(&self.mid_ns, MID[i]).unwrap_or_default();
+            let (lost, _) = self.nft_counter(i);
+            o.lost = lost + self.dirs[i].lost_before;
             o.tail_dropped = self.qdisc_drops(i);
-            o.offered = tx.tx_packets + o.tail_dropped;
-            o.lost = lost;
-            o.delivered = rx.rx_packets.saturating_sub(lost);
-            o.delivered_bytes = rx.rx_bytes.saturating_sub(lost_bytes);
+            o.offered = entered.rx_packets;
+            o.delivered = rx.rx_packets;
+            o.delivered_bytes = rx.rx_bytes;
         }
         out
     }

@@ -212,9 +212,12 @@ impl Net {
 
     /// A veth pair: end `a.1` in namespace `a.0`, end `b.1` in `b.0`, both up.
     pub fn veth(&mut self, a: (&str, &str), b: (&str, &str)) -> Result<(), ScenarioError> {
-        ip(&["link", "add", a.1, "netns", a.0, "type", "veth", "peer", "name", b.1, "netns", b.0])?;
+        ip(&[
+            "link", "add", "name", a.1, "netns", a.0, "type", "veth", "peer", "name", b.1, "netns",
+            b.0,
+        ])?;
         for (ns, dev) in [a, b] {
-            ip(&["-n", ns, "link", "set", dev, "up"])?;
+            ip(&["-n", ns, "link", "set", "dev", dev, "up"])?;
         }
         Ok(())
     }

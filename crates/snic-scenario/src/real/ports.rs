@@ -1,5 +1,6 @@
-//! The ports of a real run: every scenario link a veth pair between its nodes' namespaces,
-//! every host interface (or traffic port) a veth pair from its NIC's namespace to a host
+//! The ports of a real run: every scenario link two veth pairs from its nodes' namespaces to a
+//! namespace of its own in the middle, where its impairments are (see `impair`), every host
+//! interface (or traffic port) a veth pair from its NIC's namespace to a host
 //! namespace of its own; the NICs' ends are snic's AF_PACKET ports opened inside their
 //! namespaces.
 //!
@@ -10,7 +11,7 @@
 //! handle in both modes: a simulated host port is a `ScriptPort` on that handle, a real one
 //! the NIC's AF_PACKET port, with the pump on the other side of the veth.
 
-use super::impair::{End, RealLink};
+use super::impair::{End, MID, RealLink};
 use super::netns::{Net, ifname, in_netns};
 use crate::ScenarioError;
 use crate::schema::{Impairments, LinkSpec, LinkState};
@@ -162,9 +163,9 @@ impl RealPorts {
         Ok(p)
     }
 
-    /// The two ports of `link` (its `a` end, its `b` end): a veth pair between the nodes'
-    /// namespaces with the link's loss and rate applied (see `impair`); notes say what was
-    /// not applied.
+    /// The two ports of `link` (its `a` end, its `b` end): veth pairs from the nodes'
+    /// namespaces to the link's, with the link's loss and rate applied (see `impair`); notes
+    /// say what was not applied.
     pub fn link(&mut self, link: &LinkSpec, _seed: u64) -> Result<PortPair, ScenarioError> {
         let (na, pa) = split_port(&link.a)?;
         let (nb, pb) = split_port(&link.b)?;
@@ -172,8 +173,10 @@ impl RealPorts {
         let ns_b = self.node_ns(nb)?;
         let a = End { dev: self.dev_for(&ns_a, pa), ns: ns_a };
         let b = End { dev: self.dev_for(&ns_b, pb), ns: ns_b };
-        self.net.veth((&a.ns, &a.dev), (&b.ns, &b.dev))?;
-        let (real, notes) = RealLink::new(link, [a.clone(), b.clone()])?;
+        let mid = self.net.ns(&format!("l-{}", link.name))?;
+        self.net.veth((&a.ns, &a.dev), (&mid, MID[0]))?;
+        self.net.veth((&mid, MID[1]), (&b.ns, &b.dev))?;
+        let (real, notes) = RealLink::new(link, [a.clone(), b.clone()], &mid)?;
         self.notes.extend(notes);
         self.links.insert(link.name.clone(), real);
         let pa = self.open(&a)?;
@@ -267,7 +270,7 @@ impl RealPorts {
         }
     }
 
-    /// The veth ends of link `name` (`[a, b]`: namespace, interface).
+    /// The ports' interfaces of link `name` (`[a, b]`: namespace, interface).
     pub fn link_ends(&self, name: &str) -> Option<[(String, String); 2]> {
         self.links.get(name).map(|l| l.ends.clone().map(|e| (e.ns, e.dev)))
     }
