@@ -1,34 +1,130 @@
-//! Running a scenario on real interfaces: one network namespace per NIC and switch, a veth
-//! pair per link and per host interface, the NICs' ports as AF_PACKET sockets on the veth
-//! ends, the real clock (root only).
+//! Running a scenario on real interfaces (root only): one network namespace per NIC and
+//! switch, a namespace per link in the middle of two veth pairs (its loss and rate applied
+//! there), a veth pair per host interface (and per free port) to a host namespace where the
+//! scenario's traffic is injected and what arrives is captured with AF_PACKET; the NICs' ports
+//! are snic's AF_PACKET ports opened inside their namespaces; the real clock.
 //!
 //! - [`netns`]: the run's namespaces and veth pairs ([`netns::Net`], deleted on drop) and the
 //!   bounded `ip` / `nft` / `tc` commands.
-//! - [`impair`]: a link's loss (nftables, netdev ingress) and rate (`tbf`) on its veth pair,
-//!   and its counters; what cannot be applied without `netem` becomes a note in the report.
-//! - [`ports`]: the port factory of a real run ([`ports::RealPorts`]): AF_PACKET ports opened
-//!   inside the namespaces, host interfaces with a [`ports::HostPump`] on the host side.
+//! - [`impair`]: a link's loss (nftables) and rate (`tbf`), and its counters; what cannot be
+//!   applied without `netem` (delay, jitter, reordering, duplication, ECN marking) becomes a
+//!   note in the report, never silently ignored.
+//! - [`ports`]: the port factory of a real run ([`ports::RealPorts`]), host interfaces with a
+//!   [`ports::HostPump`] on the host side.
 //!
-//! The NICs themselves (pipeline, own packets, RoCE engine, hosts' memory) are the very objects
-//! of a simulated run; only their ports and the clock ([`snic_testbed::RealClock`]) differ.
+//! The NICs themselves (pipeline, own packets, RoCE engine, hosts' memory, DMA, kernels) are
+//! the very objects of a simulated run, built by [`crate::world::build_with`]; the same
+//! [`Driver`] runs the timeline and checks the expectations; only the ports and the clock
+//! ([`RealAdvance`], over [`snic_testbed::RealClock`]) differ. The scenario's `time_limit` is
+//! real time here, capped at [`MAX_REAL`]. Everything is torn down at the end, also on error.
 
 pub mod impair;
 pub mod netns;
 pub mod ports;
 
+use crate::timeline::{Advance, Driver};
+use crate::world::{self, BuildOptions, World};
 use crate::{Loaded, Report, RunOptions, ScenarioError};
+use core::time::Duration;
+use ports::RealPorts;
+use snic_testbed::RealClock;
+use snic_time::Instant;
 
 /// Most real time a run may take, whatever its `time_limit` says.
-pub const MAX_REAL_SECS: u64 = 60;
+pub const MAX_REAL: Duration = Duration::from_secs(30);
 
-/// Run `loaded` on real interfaces.
+/// The real clock as the timeline driver's [`Advance`].
+#[derive(Debug)]
+pub struct RealAdvance {
+    clock: RealClock,
+}
+
+impl RealAdvance {
+    /// A real clock starting now, sleeping on `fds` (the run's AF_PACKET sockets).
+    pub fn start(fds: Vec<std::os::fd::RawFd>) -> RealAdvance {
+        RealAdvance { clock: RealClock::start(fds) }
+    }
+}
+
+impl Advance for RealAdvance {
+    fn now(&self, world: &World) -> Instant {
+        world.tb.now()
+    }
+
+    fn advance(&mut self, world: &mut World, horizon: Instant) -> Result<(), ScenarioError> {
+        self.clock
+            .step_until(&mut world.tb, horizon)
+            .map_err(|e| ScenarioError::Run(e.to_string()))?;
+        let now = world.tb.now();
+        world.hosts.poll(&mut world.tb, now);
+        Ok(())
+    }
+
+    fn idle(&self, world: &World) -> bool {
+        self.clock.is_quiet(&world.tb)
+    }
+}
+
+/// Run `loaded` on real interfaces (see the module doc).
 pub fn run(loaded: &Loaded, opts: &RunOptions) -> Result<Report, ScenarioError> {
-    let _ = opts;
     if !netns::is_root() {
         return Err(ScenarioError::Unsupported("--real needs root (network namespaces)".into()));
     }
-    Err(ScenarioError::Unsupported(format!(
-        "{}: real interfaces are not supported yet",
-        loaded.scenario.name
-    )))
+    let mut capped = loaded.clone();
+    let mut capped_note = None;
+    if capped.scenario.time_limit.duration() > MAX_REAL {
+        capped_note = Some(format!(
+            "time_limit {} capped at {} s of real time",
+            capped.scenario.time_limit,
+            MAX_REAL.as_secs()
+        ));
+        capped.scenario.time_limit = crate::schema::SimTime(MAX_REAL.as_nanos() as u64);
+    }
+    let mut ports = RealPorts::new()?;
+    let result = run_on(&capped, opts, &mut ports);
+    // The world (and every socket) is gone by now; the namespaces go next, also on error.
+    let left = ports.teardown();
+    let mut report = result?;
+    report.notes.extend(capped_note);
+    if !left.is_empty() {
+        report.errors.push(format!("namespaces not deleted: {}", left.join("; ")));
+        report.passed = false;
+    }
+    Ok(report)
+}
+
+/// Build the world on `ports`, run it on the real clock, report.
+fn run_on(
+    loaded: &Loaded,
+    opts: &RunOptions,
+    ports: &mut RealPorts,
+) -> Result<Report, ScenarioError> {
+    let seed = opts.seed.unwrap_or(loaded.scenario.seed);
+    let bopts = BuildOptions { trace: opts.trace.clone() };
+    let mut world = world::build_with(loaded, seed, ports, &bopts)?;
+    // Traffic into a host interface goes through its veth: the pump injects it from the host
+    // namespace when its time comes (the world queued it for in-process injection).
+    let keys: Vec<String> = ports.host_ports().map(str::to_string).collect();
+    for key in &keys {
+        if let (Some(log), Some(h)) = (world.logs.get(key), ports.handle(key)) {
+            let mut log = log.lock().unwrap_or_else(|e| e.into_inner());
+            for (at, f) in log.inbox.drain(..) {
+                h.push(at, f);
+            }
+        }
+    }
+    for pump in ports.take_pumps() {
+        world.tb.add_device(Box::new(pump));
+    }
+    let mut driver = Driver::new(loaded);
+    let mut adv = RealAdvance::start(ports.poll_fds().to_vec());
+    driver.run(&mut world, &mut adv)?;
+    // What a host interface received is what arrived in its namespace.
+    for key in &keys {
+        if let (Some(log), Some(h)) = (world.logs.get(key), ports.handle(key)) {
+            log.lock().unwrap_or_else(|e| e.into_inner()).sent = h.take_sent();
+        }
+    }
+    driver.notes.extend(ports.notes());
+    Ok(driver.finish(&mut world, loaded, opts, "real", true))
 }

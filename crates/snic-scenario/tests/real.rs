@@ -285,3 +285,146 @@ fn a_real_run_without_root_is_a_clear_error() {
         other => note(&format!("as root: {:?}", other.map(|r| r.passed))),
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Whole scenarios with --real
+// ---------------------------------------------------------------------------------------------
+
+fn hex(f: &[u8]) -> String {
+    f.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn run_real(toml_text: &str) -> snic_scenario::Report {
+    let loaded = snic_scenario::load::load_str(
+        toml_text,
+        snic_scenario::load::Format::Toml,
+        std::path::Path::new("real.toml"),
+        std::path::Path::new("."),
+    )
+    .expect("the scenario loads");
+    let opts = snic_scenario::RunOptions { real: true, ..Default::default() };
+    let t0 = std::time::Instant::now();
+    let report = snic_scenario::run(&loaded, &opts).expect("the scenario runs");
+    note(&format!("{} ({:?})", report.to_text(), t0.elapsed()));
+    report
+}
+
+#[test]
+fn a_two_nic_scenario_forwards_host_traffic_over_a_real_veth() {
+    if skip_unless_root("a_two_nic_scenario_forwards_host_traffic_over_a_real_veth") {
+        return;
+    }
+    let f = hex(&frame(1));
+    let text = format!(
+        r#"
+name = "real-l2fwd"
+time_limit = "3s"
+[[nic]]
+name = "nic0"
+stages = ["parse", "classify", "l2fwd:0=1,1=0"]
+[[nic]]
+name = "nic1"
+stages = ["parse", "classify", "l2fwd:0=1,1=0"]
+[[host]]
+name = "h0"
+nic = "nic0"
+port = "host"
+[[host]]
+name = "h1"
+nic = "nic1"
+port = "host"
+[[link]]
+name = "wire"
+a = "nic0.wire"
+b = "nic1.wire"
+delay = "10us"
+[[traffic]]
+into = "h0"
+start = "2ms"
+packets = [{{ hex = "{f}", count = 10, interval = "200us" }}]
+[[op]]
+do = "wait"
+counter = "nic1.port.host.tx_packets"
+count = 10
+[[expect]]
+pcap = "h1"
+packets = [{{ hex = "{f}", count = 10 }}]
+[[expect]]
+counter = "link.wire.a_to_b.delivered"
+eq = 10
+[[expect]]
+counter = "nic1.port.host.tx_packets"
+eq = 10
+"#
+    );
+    let report = run_real(&text);
+    assert_eq!(report.mode, "real");
+    assert!(report.passed, "{}", report.to_text());
+    assert!(
+        report.notes.iter().any(|n| n.contains("delay") && n.contains("not applied")),
+        "the delay that could not be applied is said: {:?}",
+        report.notes
+    );
+}
+
+#[test]
+fn an_rdma_write_scenario_runs_over_a_real_veth() {
+    if skip_unless_root("an_rdma_write_scenario_runs_over_a_real_veth") {
+        return;
+    }
+    let text = r#"
+name = "real-rdma"
+time_limit = "5s"
+[[nic]]
+name = "nic0"
+[[nic]]
+name = "nic1"
+[[host]]
+name = "h0"
+nic = "nic0"
+[[host.region]]
+name = "src"
+size = "64KiB"
+init = { seed = 7 }
+[[host.mr]]
+name = "src_mr"
+region = "src"
+[[host.cq]]
+name = "cq"
+[[host.qp]]
+name = "qp"
+peer = "h1.qp"
+send_cq = "cq"
+[[host]]
+name = "h1"
+nic = "nic1"
+[[host.region]]
+name = "dst"
+size = "64KiB"
+[[host.mr]]
+name = "dst_mr"
+region = "dst"
+[[host.cq]]
+name = "cq"
+[[host.qp]]
+name = "qp"
+send_cq = "cq"
+[[link]]
+name = "wire"
+a = "nic0.wire"
+b = "nic1.wire"
+[[op]]
+do = "post_send"
+qp = "h0.qp"
+wrs = [{ op = "write", local = ["src_mr"], remote = "h1.dst_mr" }]
+[[expect]]
+memory = "h1.dst"
+same_as = "h0.src"
+[[expect]]
+cqes = "h0.cq"
+list = [{ status = "success", opcode = "rdma_write", byte_len = 65536 }]
+"#;
+    let report = run_real(text);
+    assert!(report.passed, "{}", report.to_text());
+    assert!(report.counters.get("link.wire.a_to_b.delivered").is_some_and(|&n| n >= 64));
+}

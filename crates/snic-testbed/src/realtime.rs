@@ -50,6 +50,12 @@ impl RealClock {
         self.quiet
     }
 
+    /// Whether nothing is pending in `tb` and no frame arrived for [`RealClock::quiet`].
+    pub fn is_quiet(&self, tb: &Testbed) -> bool {
+        tb.poll_timeout().is_none()
+            && self.now().saturating_duration_since(self.last_activity) >= self.quiet
+    }
+
     /// Time elapsed since the clock started, as a testbed instant.
     pub fn now(&self) -> Instant {
         let ns = u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX);

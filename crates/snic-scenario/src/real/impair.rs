@@ -291,18 +291,22 @@ impl RealLink {
 
     /// Both directions' counters now (`[a_to_b, b_to_a]`).
     pub fn stats(&self) -> [DirStats; 2] {
-        let mut out = [DirStats::default(); 2];
-        for (i, o) in out.iter_mut().enumerate() {
-            let rx = if_stats(&self.rx_end(i).ns, &self.rx_end(i).dev).unwrap_or_default();
-            let entered = if_stats(&self.mid_ns, MID[i]).unwrap_or_default();
-            let (lost, _) = self.nft_counter(i);
-            o.lost = lost + self.dirs[i].lost_before;
-            o.tail_dropped = self.qdisc_drops(i);
-            o.offered = entered.rx_packets;
-            o.delivered = rx.rx_packets;
-            o.delivered_bytes = rx.rx_bytes;
+        [self.dir_stats(0), self.dir_stats(1)]
+    }
+
+    /// Direction `i`'s counters now (0: a -> b, 1: b -> a).
+    pub fn dir_stats(&self, i: usize) -> DirStats {
+        let i = i.min(1);
+        let rx = if_stats(&self.rx_end(i).ns, &self.rx_end(i).dev).unwrap_or_default();
+        let entered = if_stats(&self.mid_ns, MID[i]).unwrap_or_default();
+        let (lost, _) = self.nft_counter(i);
+        DirStats {
+            offered: entered.rx_packets,
+            delivered: rx.rx_packets,
+            delivered_bytes: rx.rx_bytes,
+            lost: lost + self.dirs[i].lost_before,
+            tail_dropped: self.qdisc_drops(i),
         }
-        out
     }
 }
 

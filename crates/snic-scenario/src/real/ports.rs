@@ -15,18 +15,25 @@ use super::impair::{End, MID, RealLink};
 use super::netns::{Net, ifname, in_netns};
 use crate::ScenarioError;
 use crate::schema::{Impairments, LinkSpec, LinkState};
+use crate::world::{LinkHandle, LinkPorts, PortFactory};
 use snic_io::afpacket::AfPacketPort;
 use snic_io::port::{Port, PortCounters};
 use snic_io::script::{ScriptHandle, ScriptPort};
+use snic_io::vlink::LinkStats;
 use snic_pipeline::{Batch, Counters, MAX_BATCH};
 use snic_testbed::Device;
 use snic_time::Instant;
 use std::any::Any;
 use std::collections::BTreeMap;
 use std::os::fd::RawFd;
+use std::sync::{Arc, Mutex, MutexGuard};
 
-/// The two ports of a link (`a`, `b`).
-pub type PortPair = (Box<dyn Port>, Box<dyn Port>);
+/// Notes shared by a run's factory and its link handles.
+type Notes = Arc<Mutex<Vec<String>>>;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// Open an AF_PACKET port on `dev` inside namespace `ns`.
 pub fn open_in(ns: &str, dev: &str) -> Result<AfPacketPort, ScenarioError> {
@@ -117,11 +124,11 @@ struct HostSide {
 /// every namespace.
 #[derive(Debug)]
 pub struct RealPorts {
-    links: BTreeMap<String, RealLink>,
+    links: BTreeMap<String, Arc<Mutex<RealLink>>>,
     hosts: BTreeMap<String, HostSide>,
     /// Interface names used per namespace.
     used: BTreeMap<String, Vec<String>>,
-    notes: Vec<String>,
+    notes: Notes,
     fds: Vec<RawFd>,
     /// Last: the namespaces go after everything in them is closed.
     net: Net,
@@ -135,7 +142,7 @@ impl RealPorts {
             links: BTreeMap::new(),
             hosts: BTreeMap::new(),
             used: BTreeMap::new(),
-            notes: Vec::new(),
+            notes: Notes::default(),
             fds: Vec::new(),
         })
     }
@@ -166,7 +173,7 @@ impl RealPorts {
     /// The two ports of `link` (its `a` end, its `b` end): veth pairs from the nodes'
     /// namespaces to the link's, with the link's loss and rate applied (see `impair`); notes
     /// say what was not applied.
-    pub fn link(&mut self, link: &LinkSpec, _seed: u64) -> Result<PortPair, ScenarioError> {
+    pub fn link(&mut self, link: &LinkSpec, _seed: u64) -> Result<LinkPorts, ScenarioError> {
         let (na, pa) = split_port(&link.a)?;
         let (nb, pb) = split_port(&link.b)?;
         let ns_a = self.node_ns(na)?;
@@ -177,8 +184,8 @@ impl RealPorts {
         self.net.veth((&a.ns, &a.dev), (&mid, MID[0]))?;
         self.net.veth((&mid, MID[1]), (&b.ns, &b.dev))?;
         let (real, notes) = RealLink::new(link, [a.clone(), b.clone()], &mid)?;
-        self.notes.extend(notes);
-        self.links.insert(link.name.clone(), real);
+        lock(&self.notes).extend(notes);
+        self.links.insert(link.name.clone(), Arc::new(Mutex::new(real)));
         let pa = self.open(&a)?;
         let pb = self.open(&b)?;
         Ok((Box::new(pa), Box::new(pb)))
@@ -235,8 +242,8 @@ impl RealPorts {
     }
 
     /// Notes for the report: impairments not applied, ...
-    pub fn notes(&self) -> &[String] {
-        &self.notes
+    pub fn notes(&self) -> Vec<String> {
+        lock(&self.notes).clone()
     }
 
     /// A `link` operation on link `name`.
@@ -246,12 +253,10 @@ impl RealPorts {
         state: Option<LinkState>,
         set: Option<&Impairments>,
     ) -> Result<(), ScenarioError> {
-        let link = self
-            .links
-            .get_mut(name)
-            .ok_or_else(|| ScenarioError::Run(format!("no link {name:?}")))?;
-        let notes = link.change(state, set).map_err(|e| ScenarioError::Run(e.to_string()))?;
-        self.notes.extend(notes);
+        let link =
+            self.links.get(name).ok_or_else(|| ScenarioError::Run(format!("no link {name:?}")))?;
+        let notes = lock(link).change(state, set).map_err(|e| ScenarioError::Run(e.to_string()))?;
+        lock(&self.notes).extend(notes);
         Ok(())
     }
 
@@ -259,7 +264,7 @@ impl RealPorts {
     /// `host.NODE.PORT.FIELD` (the host end's interface counters) into `out`.
     pub fn counters(&self, out: &mut BTreeMap<String, u64>) {
         for (name, l) in &self.links {
-            for (dir, s) in ["a_to_b", "b_to_a"].iter().zip(l.stats()) {
+            for (dir, s) in ["a_to_b", "b_to_a"].iter().zip(lock(l).stats()) {
                 let k = |f: &str| format!("link.{name}.{dir}.{f}");
                 out.insert(k("offered"), s.offered);
                 out.insert(k("delivered"), s.delivered);
@@ -272,7 +277,7 @@ impl RealPorts {
 
     /// The ports' interfaces of link `name` (`[a, b]`: namespace, interface).
     pub fn link_ends(&self, name: &str) -> Option<[(String, String); 2]> {
-        self.links.get(name).map(|l| l.ends.clone().map(|e| (e.ns, e.dev)))
+        self.links.get(name).map(|l| lock(l).ends.clone().map(|e| (e.ns, e.dev)))
     }
 
     /// The veth ends of host interface `NODE.PORT` (`[NIC's end, host's end]`).
@@ -296,5 +301,58 @@ impl RealPorts {
     /// The namespaces of this run.
     pub fn namespaces(&self) -> &[String] {
         self.net.namespaces()
+    }
+}
+
+impl PortFactory for RealPorts {
+    fn link(&mut self, link: &LinkSpec, seed: u64) -> Result<LinkPorts, ScenarioError> {
+        RealPorts::link(self, link, seed)
+    }
+
+    fn host_port(&mut self, node: &str, port: &str) -> Result<Box<dyn Port>, ScenarioError> {
+        RealPorts::host_port(self, node, port)
+    }
+
+    fn link_control(&mut self, link: &str) -> Option<Box<dyn LinkHandle>> {
+        let link = self.links.get(link)?.clone();
+        Some(Box::new(RealLinkHandle { link, notes: self.notes.clone() }))
+    }
+}
+
+/// The control of a real link: `link` operations rewrite its rules, its counters come from
+/// the interfaces, nftables and the qdisc (see `impair`).
+#[derive(Debug)]
+pub struct RealLinkHandle {
+    link: Arc<Mutex<RealLink>>,
+    notes: Notes,
+}
+
+impl LinkHandle for RealLinkHandle {
+    fn set_down(&self, down: bool) -> Result<(), String> {
+        let state = if down { LinkState::Down } else { LinkState::Up };
+        let notes = lock(&self.link).change(Some(state), None).map_err(|e| e.to_string())?;
+        lock(&self.notes).extend(notes);
+        Ok(())
+    }
+
+    fn set(&self, imp: &Impairments) -> Result<(), String> {
+        let notes = lock(&self.link).change(None, Some(imp)).map_err(|e| e.to_string())?;
+        lock(&self.notes).extend(notes);
+        Ok(())
+    }
+
+    fn stats(&self, dir: usize) -> Option<LinkStats> {
+        if dir > 1 {
+            return None;
+        }
+        let s = lock(&self.link).dir_stats(dir);
+        Some(LinkStats {
+            offered: s.offered,
+            delivered: s.delivered,
+            delivered_bytes: s.delivered_bytes,
+            lost: s.lost,
+            tail_dropped: s.tail_dropped,
+            ..LinkStats::default()
+        })
     }
 }
