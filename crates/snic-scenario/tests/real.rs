@@ -30,12 +30,21 @@ fn note(msg: &str) {
     let _ = writeln!(std::io::stderr(), "{msg}");
 }
 
-fn skip_unless_root(test: &str) -> bool {
-    if netns::is_root() {
-        return false;
+/// The tests run one at a time (each checks that its namespaces are gone, with no other
+/// test's in the way): `None` (a note said why) when not root, else the turn.
+fn root_only(test: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    if !netns::is_root() {
+        note(&format!("{test}: skipped: --real needs root (network namespaces)"));
+        return None;
     }
-    note(&format!("{test}: skipped: --real needs root (network namespaces)"));
-    true
+    Some(SERIAL.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
+/// No namespace of this process is left.
+fn assert_no_namespaces() {
+    let left = netns::leftover_namespaces();
+    assert!(left.is_empty(), "namespaces left: {left:?}");
 }
 
 const NIC_MAC: [[u8; 6]; 2] = [[2, 0, 0, 0, 1, 1], [2, 0, 0, 0, 2, 1]];
@@ -147,14 +156,13 @@ impl Bed {
         for ns in &self.namespaces {
             assert!(!listed.contains(ns.as_str()), "{ns} still there:\n{listed}");
         }
+        assert_no_namespaces();
     }
 }
 
 #[test]
 fn host_traffic_crosses_two_nics_over_a_real_veth() {
-    if skip_unless_root("host_traffic_crosses_two_nics_over_a_real_veth") {
-        return;
-    }
+    let Some(_turn) = root_only("host_traffic_crosses_two_nics_over_a_real_veth") else { return };
     let mut bed = Bed::new(&link(0.0));
     let want = bed.send(0, 20);
     let h1 = bed.host[1].clone();
@@ -177,9 +185,9 @@ fn host_traffic_crosses_two_nics_over_a_real_veth() {
 
 #[test]
 fn loss_on_a_real_link_is_applied_counted_and_changed() {
-    if skip_unless_root("loss_on_a_real_link_is_applied_counted_and_changed") {
+    let Some(_turn) = root_only("loss_on_a_real_link_is_applied_counted_and_changed") else {
         return;
-    }
+    };
     let mut bed = Bed::new(&link(0.5));
     bed.send(0, 200);
     let h0 = bed.host[0].clone();
@@ -218,9 +226,7 @@ fn loss_on_a_real_link_is_applied_counted_and_changed() {
 
 #[test]
 fn rdma_write_crosses_a_real_veth() {
-    if skip_unless_root("rdma_write_crosses_a_real_veth") {
-        return;
-    }
+    let Some(_turn) = root_only("rdma_write_crosses_a_real_veth") else { return };
     let mut bed = Bed::new(&link(0.0));
     const LEN: u32 = 64 << 10;
     let opts = EndOpts::default();
@@ -268,22 +274,32 @@ fn rdma_write_crosses_a_real_veth() {
     bed.finish();
 }
 
+/// Not root: a clear error. Root: the smallest scenario (one NIC, nothing to do) runs,
+/// settles, passes and leaves nothing behind.
 #[test]
-fn a_real_run_without_root_is_a_clear_error() {
-    let loaded = snic_scenario::load::load_str(
-        "[[nic]]\nname = \"nic0\"\n",
-        snic_scenario::load::Format::Toml,
-        std::path::Path::new("t.toml"),
-        std::path::Path::new("."),
-    )
-    .expect("loads");
-    let opts = snic_scenario::RunOptions { real: true, ..Default::default() };
-    match snic_scenario::run(&loaded, &opts) {
-        Err(ScenarioError::Unsupported(m)) if !netns::is_root() => {
-            assert_eq!(m, "--real needs root (network namespaces)");
+fn real_mode_needs_root_and_cleans_up_after_itself() {
+    let text = "[[nic]]\nname = \"nic0\"\n";
+    if !netns::is_root() {
+        let loaded = snic_scenario::load::load_str(
+            text,
+            snic_scenario::load::Format::Toml,
+            std::path::Path::new("t.toml"),
+            std::path::Path::new("."),
+        )
+        .expect("loads");
+        let opts = snic_scenario::RunOptions { real: true, ..Default::default() };
+        match snic_scenario::run(&loaded, &opts) {
+            Err(ScenarioError::Unsupported(m)) => {
+                assert_eq!(m, "--real needs root (network namespaces)")
+            }
+            other => panic!("want Unsupported, got {:?}", other.map(|r| r.passed)),
         }
-        other => note(&format!("as root: {:?}", other.map(|r| r.passed))),
+        return;
     }
+    let Some(_turn) = root_only("real_mode_needs_root_and_cleans_up_after_itself") else { return };
+    let report = run_real(text);
+    assert!(report.passed, "{}", report.to_text());
+    assert!(report.end_ns < 2_000_000_000, "settles at once: {}", report.end_ns);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -306,14 +322,15 @@ fn run_real(toml_text: &str) -> snic_scenario::Report {
     let t0 = std::time::Instant::now();
     let report = snic_scenario::run(&loaded, &opts).expect("the scenario runs");
     note(&format!("{} ({:?})", report.to_text(), t0.elapsed()));
+    assert_no_namespaces();
     report
 }
 
 #[test]
 fn a_two_nic_scenario_forwards_host_traffic_over_a_real_veth() {
-    if skip_unless_root("a_two_nic_scenario_forwards_host_traffic_over_a_real_veth") {
+    let Some(_turn) = root_only("a_two_nic_scenario_forwards_host_traffic_over_a_real_veth") else {
         return;
-    }
+    };
     let f = hex(&frame(1));
     let text = format!(
         r#"
@@ -369,9 +386,7 @@ eq = 10
 
 #[test]
 fn an_rdma_write_scenario_runs_over_a_real_veth() {
-    if skip_unless_root("an_rdma_write_scenario_runs_over_a_real_veth") {
-        return;
-    }
+    let Some(_turn) = root_only("an_rdma_write_scenario_runs_over_a_real_veth") else { return };
     let text = r#"
 name = "real-rdma"
 time_limit = "5s"
@@ -413,6 +428,7 @@ send_cq = "cq"
 name = "wire"
 a = "nic0.wire"
 b = "nic1.wire"
+loss = 0.05
 [[op]]
 do = "post_send"
 qp = "h0.qp"
@@ -426,5 +442,83 @@ list = [{ status = "success", opcode = "rdma_write", byte_len = 65536 }]
 "#;
     let report = run_real(text);
     assert!(report.passed, "{}", report.to_text());
-    assert!(report.counters.get("link.wire.a_to_b.delivered").is_some_and(|&n| n >= 64));
+    let c = &report.counters;
+    assert!(c.get("link.wire.a_to_b.delivered").is_some_and(|&n| n >= 64), "{c:?}");
+    // 5% loss on the veth: whatever was lost, the engine's retransmissions made up for it.
+    let lost = c["link.wire.a_to_b.lost"] + c["link.wire.b_to_a.lost"];
+    let offered = c["link.wire.a_to_b.offered"] + c["link.wire.b_to_a.offered"];
+    assert_eq!(
+        offered,
+        c["link.wire.a_to_b.delivered"] + c["link.wire.b_to_a.delivered"] + lost,
+        "{c:?}"
+    );
+}
+
+#[test]
+fn a_failed_build_leaves_no_namespace() {
+    let Some(_turn) = root_only("a_failed_build_leaves_no_namespace") else { return };
+    // The link's namespaces and veths are made before the NIC's pipeline fails to build (a
+    // P4 program that is not there; the loader would refuse it, so it comes in afterwards).
+    let text = r#"
+[[nic]]
+name = "nic0"
+[[nic]]
+name = "nic1"
+[[link]]
+name = "wire"
+a = "nic0.wire"
+b = "nic1.wire"
+"#;
+    let mut loaded = snic_scenario::load::load_str(
+        text,
+        snic_scenario::load::Format::Toml,
+        std::path::Path::new("bad.toml"),
+        std::path::Path::new("."),
+    )
+    .expect("loads");
+    loaded.scenario.nics[1].stages =
+        ["parse", "classify", "p4:/nonexistent/prog.p4"].map(String::from).to_vec();
+    let opts = snic_scenario::RunOptions { real: true, ..Default::default() };
+    let e = snic_scenario::run(&loaded, &opts).expect_err("the P4 program does not exist");
+    assert!(matches!(e, ScenarioError::Setup(_)), "{e}");
+    assert_no_namespaces();
+}
+
+#[test]
+fn a_real_run_is_bounded_by_its_time_limit() {
+    let Some(_turn) = root_only("a_real_run_is_bounded_by_its_time_limit") else { return };
+    let text = r#"
+time_limit = "300ms"
+[[nic]]
+name = "nic0"
+[[op]]
+do = "wait"
+counter = "nic0.port.wire.rx_packets"
+count = 1
+"#;
+    let t0 = std::time::Instant::now();
+    let report = run_real(text);
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    assert!(!report.passed);
+    assert!(report.errors.iter().any(|e| e.contains("time limit")), "{:?}", report.errors);
+    assert!(report.end_ns >= 300_000_000, "{}", report.end_ns);
+}
+
+#[test]
+fn a_rate_limited_link_gets_a_token_bucket() {
+    let Some(_turn) = root_only("a_rate_limited_link_gets_a_token_bucket") else { return };
+    let mut l = link(0.0);
+    l.rate_mbps = 100;
+    let bed = Bed::new(&l);
+    let ends = bed.ports.link_ends("wire").expect("the link");
+    let mid = bed.ports.namespaces().iter().find(|n| n.ends_with("l-wire")).cloned().unwrap();
+    for dev in ["to_a", "to_b"] {
+        let q = netns::cmd("tc", &["-n", &mid, "qdisc", "show", "dev", dev], None).unwrap();
+        assert!(q.contains("tbf") && q.contains("100Mbit"), "{dev}: {q}");
+    }
+    // The ports' own interfaces keep their default queueing.
+    let q =
+        netns::cmd("tc", &["-n", &ends[0].0, "qdisc", "show", "dev", &ends[0].1], None).unwrap();
+    assert!(!q.contains("tbf"), "{q}");
+    bed.finish();
 }
