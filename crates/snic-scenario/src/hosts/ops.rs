@@ -216,6 +216,15 @@ impl Hosts {
             DmaDir::H2c => 0,
             DmaDir::C2h => 1,
         };
+        let outstanding: u32 = dq.waiting[di].iter().map(|w| w.1).sum();
+        if outstanding as usize + list.len() > dq.ring_size as usize {
+            return Err(format!(
+                "{queue}: {} descriptors do not fit the {:?} ring ({} slots, {outstanding} outstanding)",
+                list.len(),
+                dir,
+                dq.ring_size
+            ));
+        }
         let (ring, size, qid, pidx) =
             (if di == 0 { dq.h2c_ring } else { dq.c2h_ring }, dq.ring_size, dq.qid, dq.pidx[di]);
         let nic_name = host.nic.clone();
