@@ -2087,10 +2087,12 @@ memory = ["h1.dst"]
     }
 
     /// (replace this, with that, field wanted, message part, line marker: (after, needle)).
+    type Case<'a> = (&'a str, &'a str, &'a str, &'a str, (&'a str, &'a str));
+
     #[test]
     fn each_mistake_names_its_field_and_line() {
         #[rustfmt::skip]
-        let cases: &[(&str, &str, &str, &str, (&str, &str))] = &[
+        let cases: &[Case<'_>] = &[
             ("name = \"nic1\"", "name = \"nic0\"", "nic[1].name", "names two", ("name = \"nic0\"\n[[switch", "name")),
             ("name = \"sw\"", "name = \"nic0\"", "switch[0].name", "names two", ("[[switch]]", "name")),
             ("stages = [\"parse\", \"classify\", \"l2fwd\"]", "stages = [\"parse\", \"clasify\"]", "nic[0].stages[1]", "unknown stage", ("stages", "\"clasify\"")),
