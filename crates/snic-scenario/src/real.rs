@@ -27,7 +27,7 @@ use crate::world::{self, BuildOptions, World};
 use crate::{Loaded, Report, RunOptions, ScenarioError};
 use core::time::Duration;
 use ports::RealPorts;
-use snic_testbed::RealClock;
+use snic_testbed::{RealClock, Step};
 use snic_time::Instant;
 
 /// Most real time a run may take, whatever its `time_limit` says.
@@ -51,13 +51,20 @@ impl Advance for RealAdvance {
         world.tb.now()
     }
 
-    fn advance(&mut self, world: &mut World, horizon: Instant) -> Result<(), ScenarioError> {
-        self.clock
+    fn advance(&mut self, world: &mut World, horizon: Instant) -> Result<bool, ScenarioError> {
+        let step = self
+            .clock
             .step_until(&mut world.tb, horizon)
             .map_err(|e| ScenarioError::Run(e.to_string()))?;
         let now = world.tb.now();
         world.hosts.poll(&mut world.tb, now);
-        Ok(())
+        Ok(step != Step::Idle)
+    }
+
+    /// Real time cannot be skipped: one more real step towards `t` (it sleeps until a frame
+    /// arrives, `t` or a couple of milliseconds).
+    fn skip_to(&mut self, world: &mut World, t: Instant) -> Result<(), ScenarioError> {
+        self.advance(world, t).map(|_| ())
     }
 
     fn idle(&self, world: &World) -> bool {
