@@ -16,7 +16,7 @@
 //! the very objects of a simulated run, built by [`crate::world::build_with`]; the same
 //! [`Driver`] runs the timeline and checks the expectations; only the ports and the clock
 //! ([`RealAdvance`], over [`snic_testbed::RealClock`]) differ. The scenario's `time_limit` is
-//! real time here, capped at [`MAX_REAL`]. Everything is torn down at the end, also on error.
+//! real time here, within [`MIN_REAL`]..=[`MAX_REAL`]. Everything is torn down at the end, also on error.
 
 pub mod impair;
 pub mod netns;
@@ -32,6 +32,9 @@ use snic_time::Instant;
 
 /// Most real time a run may take, whatever its `time_limit` says.
 pub const MAX_REAL: Duration = Duration::from_secs(30);
+/// Least real time a run is given: a `time_limit` written for the simulated clock (a few
+/// milliseconds) leaves real interfaces no time to resolve neighbours or to go quiet.
+pub const MIN_REAL: Duration = Duration::from_secs(1);
 
 /// The real clock as the timeline driver's [`Advance`].
 #[derive(Debug)]
@@ -78,15 +81,18 @@ pub fn run(loaded: &Loaded, opts: &RunOptions) -> Result<Report, ScenarioError> 
         return Err(ScenarioError::Unsupported("--real needs root (network namespaces)".into()));
     }
     let mut capped = loaded.clone();
-    let mut capped_note = None;
-    if capped.scenario.time_limit.duration() > MAX_REAL {
-        capped_note = Some(format!(
-            "time_limit {} capped at {} s of real time",
+    let want = capped.scenario.time_limit.duration();
+    let limit = want.clamp(MIN_REAL, MAX_REAL);
+    let capped_note = (limit != want).then(|| {
+        format!(
+            "time_limit {} taken as {} ms of real time (real runs take {}..={} ms)",
             capped.scenario.time_limit,
-            MAX_REAL.as_secs()
-        ));
-        capped.scenario.time_limit = crate::schema::SimTime(MAX_REAL.as_nanos() as u64);
-    }
+            limit.as_millis(),
+            MIN_REAL.as_millis(),
+            MAX_REAL.as_millis()
+        )
+    });
+    capped.scenario.time_limit = crate::schema::SimTime(limit.as_nanos() as u64);
     let mut ports = RealPorts::new()?;
     let result = run_on(&capped, opts, &mut ports);
     // The world (and every socket) is gone by now; the namespaces go next, also on error.

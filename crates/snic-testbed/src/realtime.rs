@@ -2,8 +2,9 @@
 //! work between steps) on real ports, with the testbed's clock following the time elapsed
 //! since [`RealClock::start`].
 //!
-//! A step lets the testbed catch up with the real clock ([`Testbed::run_until`] the time now:
-//! every deadline passed meanwhile is run, in order), then sleeps on the real ports'
+//! A step lets the testbed catch up with the real clock ([`Testbed::run_until`] the time now,
+//! or the caller's horizon if that comes first: every deadline passed meanwhile is run, in
+//! order), then sleeps on the real ports'
 //! descriptors until a frame arrives, the next deadline, the caller's horizon or a short
 //! bound, whichever comes first, and catches up again. Nothing spins: an idle real run sleeps
 //! in `poll(2)`.
@@ -34,12 +35,12 @@ impl RealClock {
             start: std::time::Instant::now(),
             fds,
             max_wait: Duration::from_millis(2),
-            quiet: Duration::from_millis(50),
+            quiet: Duration::from_millis(20),
             last_activity: Instant::ZERO,
         }
     }
 
-    /// Idle after this long with no deadline and no frame received (default 50 ms).
+    /// Idle after this long with no deadline and no frame received (default 20 ms).
     pub fn with_quiet(mut self, quiet: Duration) -> Self {
         self.quiet = quiet;
         self
@@ -62,37 +63,43 @@ impl RealClock {
         Instant::from_nanos(ns)
     }
 
-    /// Catch `tb` up with the real clock (never moving it backwards).
-    pub fn catch_up(&mut self, tb: &mut Testbed) -> Result<Instant, TestbedError> {
-        let now = self.now().max(tb.now());
+    /// Catch `tb` up with the real clock (never moving it backwards), but not past `horizon`.
+    pub fn catch_up(
+        &mut self,
+        tb: &mut Testbed,
+        horizon: Instant,
+    ) -> Result<Instant, TestbedError> {
+        let now = self.now().min(horizon).max(tb.now());
         tb.run_until(now)?;
         Ok(now)
     }
 
     /// One real step (see the module doc): catch up, sleep until a frame arrives, the next
-    /// deadline or `horizon` (at most a couple of milliseconds), catch up again. Returns the
-    /// time reached, or [`Step::Idle`] once nothing is pending and nothing arrived for
-    /// [`RealClock::quiet`] (and `horizon` has passed or is unbounded).
+    /// deadline or `horizon` (at most a couple of milliseconds), catch up again. The testbed's
+    /// clock never passes `horizon` (the caller's next event, such as an operation that must
+    /// start before later frames are injected): it waits there, behind the real clock, until
+    /// the caller moves the horizon on. Returns the time reached, or [`Step::Idle`] once
+    /// nothing is pending and nothing arrived for [`RealClock::quiet`] (and `horizon` has
+    /// passed or is unbounded).
     pub fn step_until(&mut self, tb: &mut Testbed, horizon: Instant) -> Result<Step, TestbedError> {
-        let now = self.catch_up(tb)?;
+        let now = self.catch_up(tb, horizon)?;
         let deadline = tb.poll_timeout();
-        let until = [Some(horizon), deadline, Some(now.saturating_add(self.max_wait))]
+        let real = self.now();
+        let until = [Some(horizon), deadline, Some(real.saturating_add(self.max_wait))]
             .into_iter()
             .flatten()
             .min()
-            .unwrap_or(now);
+            .unwrap_or(real);
         let mut arrived = false;
-        if until > now {
-            arrived =
-                snic_io::sys::poll::wait_readable(&self.fds, until.saturating_duration_since(now))
-                    .unwrap_or(false);
+        if until > real {
+            let wait = until.saturating_duration_since(real);
+            arrived = snic_io::sys::poll::wait_readable(&self.fds, wait).unwrap_or(false);
         }
-        let now = self.catch_up(tb)?;
+        let now = self.catch_up(tb, horizon)?.max(now);
         if arrived || deadline.is_some() {
-            self.last_activity = now;
+            self.last_activity = self.now();
         }
-        let quiet = now.saturating_duration_since(self.last_activity) >= self.quiet;
-        if quiet && tb.poll_timeout().is_none() && (horizon == Instant::MAX || horizon <= now) {
+        if self.is_quiet(tb) && (horizon == Instant::MAX || horizon <= now) {
             return Ok(Step::Idle);
         }
         Ok(Step::Advanced(now))

@@ -133,6 +133,13 @@ impl RealLink {
                     missing.join(", ")
                 ));
             }
+            if loss > 0.0 && loss < 1.0 {
+                notes.push(format!(
+                    "link {} {label}: loss {loss} drawn by nftables' random numbers, not the \
+                     scenario's seed (which frames are lost differs from run to run)",
+                    spec.name
+                ));
+            }
             link.dirs[i].queue_limit = qlim;
             link.set_rate(i, rate)?;
             link.write_chain(i, loss, false)?;

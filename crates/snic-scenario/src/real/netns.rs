@@ -21,6 +21,9 @@ use std::time::{Duration, Instant};
 const NETNS_DIR: &str = "/run/netns";
 /// The prefix of every namespace a run creates.
 const PREFIX: &str = "snicsc";
+/// The MTU of every veth: jumbo, so a RoCE packet of a 4 KiB path MTU fits a frame (as it
+/// does on a simulated link).
+pub const VETH_MTU: u32 = 9000;
 /// Bound of one command.
 const CMD_SECS: u64 = 10;
 
@@ -210,14 +213,16 @@ impl Net {
         Ok(name)
     }
 
-    /// A veth pair: end `a.1` in namespace `a.0`, end `b.1` in `b.0`, both up.
+    /// A veth pair: end `a.1` in namespace `a.0`, end `b.1` in `b.0`, both up with an MTU of
+    /// [`VETH_MTU`].
     pub fn veth(&mut self, a: (&str, &str), b: (&str, &str)) -> Result<(), ScenarioError> {
         ip(&[
             "link", "add", "name", a.1, "netns", a.0, "type", "veth", "peer", "name", b.1, "netns",
             b.0,
         ])?;
         for (ns, dev) in [a, b] {
-            ip(&["-n", ns, "link", "set", "dev", dev, "up"])?;
+            let mtu = VETH_MTU.to_string();
+            ip(&["-n", ns, "link", "set", "dev", dev, "mtu", &mtu, "up"])?;
         }
         Ok(())
     }
