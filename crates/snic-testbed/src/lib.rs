@@ -25,6 +25,9 @@
 //! past it: that is a bug in the device. (The RDMA tests once ran their own harness that tolerated such stale
 //! deadlines; the engine never produced one, and its tests now run here, under this rule.)
 //!
+//! [`RealClock`] drives the same testbed with the real clock instead (real ports,
+//! `snic scenario run --real`).
+//!
 //! Given the same seeds, a run is exactly reproducible: nothing reads the real clock or an
 //! unseeded RNG.
 
@@ -40,8 +43,10 @@ use snic_rdma::{Rnic, RnicConfig};
 use snic_time::{Clock, Instant, SimClock};
 
 mod engine;
+pub mod realtime;
 
 pub use engine::{RnicDevice, RnicDeviceCounters, TX_PER_POLL, Tamper};
+pub use realtime::RealClock;
 
 /// Index of a node in a testbed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
