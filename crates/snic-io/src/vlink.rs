@@ -14,8 +14,14 @@
 //!   reordering, jitter never lets a frame overtake an earlier one;
 //! - **reordering**: with probability `reorder` a frame is held back an extra `reorder_delay`,
 //!   letting later frames pass it;
-//! - **duplication**: with probability `duplicate` a frame is delivered twice.
+//! - **duplication**: with probability `duplicate` a frame is delivered twice;
+//! - **ECN marking**: on a rate-limited link with an `ecn_threshold`, an ECN-capable IPv4 or
+//!   IPv6 frame (ECT(0) or ECT(1)) that finds more than that many frames queued is marked CE
+//!   (the IPv4 header checksum fixed), as a switch port's RED/ECN threshold does.
 //!
+//! A link can be cut and restored, and its impairments changed, while it runs
+//! ([`VLinkPort::control`], [`VLinkControl`]): a cut link loses every frame offered to it
+//! (counted as `lost`; frames already on the wire still arrive).
 //! [`VLink::pair`] joins two directions into two endpoints, [`VLinkPort`]s, usable as `Port`s.
 //! Stored frames are kept in recycled buffers.
 
@@ -49,6 +55,9 @@ pub struct LinkConfig {
     pub rate_bps: u64,
     /// Most frames waiting for the wire (rate-limited links only).
     pub queue_limit: usize,
+    /// Mark CE on ECN-capable frames that find more than this many frames queued
+    /// (rate-limited links only); `None`: never.
+    pub ecn_threshold: Option<usize>,
 }
 
 impl Default for LinkConfig {
@@ -62,6 +71,7 @@ impl Default for LinkConfig {
             jitter: Duration::ZERO,
             rate_bps: 0,
             queue_limit: 1024,
+            ecn_threshold: None,
         }
     }
 }
@@ -83,6 +93,8 @@ pub struct LinkStats {
     pub duplicated: u64,
     /// Frames held back by the reordering model.
     pub reordered: u64,
+    /// Frames marked CE because the queue was above the ECN threshold.
+    pub ecn_marked: u64,
 }
 
 #[derive(Debug)]
@@ -121,6 +133,51 @@ pub struct Link {
     last_at: Instant,
     seq: u64,
     stats: LinkStats,
+    down: bool,
+}
+
+/// Set CE in the IP header of an ECN-capable (ECT(0) / ECT(1)) IPv4 or IPv6 frame, fixing the
+/// IPv4 header checksum incrementally (RFC 1624). Returns whether it marked the frame.
+fn mark_ce(frame: &mut [u8]) -> bool {
+    if frame.len() < 14 {
+        return false;
+    }
+    let mut off = 12;
+    let mut ty = u16::from_be_bytes([frame[off], frame[off + 1]]);
+    // VLAN tags (802.1Q, 802.1ad).
+    while (ty == 0x8100 || ty == 0x88a8) && frame.len() >= off + 6 {
+        off += 4;
+        ty = u16::from_be_bytes([frame[off], frame[off + 1]]);
+    }
+    let ip = off + 2;
+    match ty {
+        0x0800 if frame.len() >= ip + 20 && frame[ip] >> 4 == 4 => {
+            let tos = frame[ip + 1];
+            if tos & 3 == 0 || tos & 3 == 3 {
+                return false;
+            }
+            let old = u16::from_be_bytes([frame[ip], tos]);
+            frame[ip + 1] = tos | 3;
+            let new = u16::from_be_bytes([frame[ip], frame[ip + 1]]);
+            let ck = u16::from_be_bytes([frame[ip + 10], frame[ip + 11]]);
+            // HC' = ~(~HC + ~m + m')
+            let mut sum = u32::from(!ck) + u32::from(!old) + u32::from(new);
+            while sum > 0xffff {
+                sum = (sum & 0xffff) + (sum >> 16);
+            }
+            frame[ip + 10..ip + 12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+            true
+        }
+        0x86dd if frame.len() >= ip + 40 && frame[ip] >> 4 == 6 => {
+            let tc = ((frame[ip] & 0x0f) << 4) | (frame[ip + 1] >> 4);
+            if tc & 3 == 0 || tc & 3 == 3 {
+                return false;
+            }
+            frame[ip + 1] |= 0x30;
+            true
+        }
+        _ => false,
+    }
 }
 
 impl Link {
@@ -136,7 +193,23 @@ impl Link {
             last_at: Instant::ZERO,
             seq: 0,
             stats: LinkStats::default(),
+            down: false,
         }
+    }
+
+    /// Change the impairments from now on (frames on the wire keep their delivery times).
+    pub fn set_config(&mut self, cfg: LinkConfig) {
+        self.cfg = cfg;
+    }
+
+    /// Cut (`true`) or restore the link: while cut, every frame offered is lost.
+    pub fn set_down(&mut self, down: bool) {
+        self.down = down;
+    }
+
+    /// Whether the link is cut.
+    pub fn is_down(&self) -> bool {
+        self.down
     }
 
     /// The link's counters.
@@ -179,6 +252,10 @@ impl Link {
         let r_dup: f64 = self.rng.r#gen();
         let r_reorder: f64 = self.rng.r#gen();
         let r_jitter: f64 = self.rng.r#gen();
+        if self.down {
+            self.stats.lost += 1;
+            return;
+        }
         if self.cfg.rate_bps > 0 {
             while self.queue.front().is_some_and(|end| *end <= now) {
                 self.queue.pop_front();
@@ -188,6 +265,8 @@ impl Link {
                 return;
             }
         }
+        let mark =
+            self.cfg.rate_bps > 0 && self.cfg.ecn_threshold.is_some_and(|t| self.queue.len() > t);
         let start = now.max(self.busy_until);
         let end = start + self.serialisation(frame.len());
         if self.cfg.rate_bps > 0 {
@@ -208,11 +287,18 @@ impl Link {
             self.last_at = at;
             at
         };
-        self.stash(at, frame);
+        let mut buf = self.pool.pop().unwrap_or_default();
+        buf.clear();
+        buf.extend_from_slice(frame);
+        if mark && mark_ce(&mut buf) {
+            self.stats.ecn_marked += 1;
+        }
         if r_dup < self.cfg.duplicate {
             self.stats.duplicated += 1;
-            self.stash(at, frame);
+            self.stash(at, &buf);
         }
+        self.seq += 1;
+        self.in_flight.push(Reverse(InFlight { at, seq: self.seq, frame: buf }));
     }
 
     /// When the next frame becomes deliverable; `None` when nothing is in flight.
@@ -307,6 +393,56 @@ impl VLinkPort {
     /// A handle that reads both directions' counters after the port was handed to a node.
     pub fn stats_handle(&self) -> VLinkStats {
         VLinkStats { side: self.side, links: self.links.clone() }
+    }
+
+    /// A handle that cuts, restores and re-impairs the link after the port was handed to a
+    /// node.
+    pub fn control(&self) -> VLinkControl {
+        VLinkControl { links: self.links.clone() }
+    }
+}
+
+/// Changes a running link ([`VLinkPort::control`]): direction 0 is A→B, 1 is B→A.
+#[derive(Debug, Clone)]
+pub struct VLinkControl {
+    links: Arc<Mutex<[Link; 2]>>,
+}
+
+impl VLinkControl {
+    fn lock(&self) -> MutexGuard<'_, [Link; 2]> {
+        self.links.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Cut (`true`) or restore both directions.
+    pub fn set_down(&self, down: bool) {
+        for l in self.lock().iter_mut() {
+            l.set_down(down);
+        }
+    }
+
+    /// Whether the link is cut.
+    pub fn is_down(&self) -> bool {
+        self.lock()[0].is_down()
+    }
+
+    /// The impairments of direction `dir` (0: A→B, 1: B→A; anything else reads B→A).
+    pub fn config(&self, dir: usize) -> LinkConfig {
+        *self.lock()[dir.min(1)].config()
+    }
+
+    /// Change the impairments of direction `dir` (0: A→B, 1: B→A) from now on.
+    pub fn set_config(&self, dir: usize, cfg: LinkConfig) {
+        self.lock()[dir.min(1)].set_config(cfg);
+    }
+
+    /// The counters of direction `dir` (0: A→B, 1: B→A).
+    pub fn stats(&self, dir: usize) -> LinkStats {
+        self.lock()[dir.min(1)].stats()
+    }
+
+    /// Frames in flight in direction `dir`.
+    pub fn in_flight(&self, dir: usize) -> usize {
+        self.lock()[dir.min(1)].in_flight()
     }
 }
 
@@ -509,6 +645,93 @@ mod tests {
         assert_eq!(l.stats().tail_dropped, 90);
         l.handle_send(Instant::from_micros(8), &frame(101, 1000));
         assert_eq!(l.stats().tail_dropped, 91);
+    }
+
+    fn ip_frame(v6: bool, ecn: u8) -> Vec<u8> {
+        let mut f = vec![0u8; 80];
+        if v6 {
+            f[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
+            f[14] = 0x60;
+            f[15] = ecn << 4;
+        } else {
+            f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+            f[14] = 0x45;
+            f[15] = ecn;
+            let mut sum = 0u32;
+            for w in f[14..34].chunks(2) {
+                sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
+            }
+            while sum > 0xffff {
+                sum = (sum & 0xffff) + (sum >> 16);
+            }
+            f[24..26].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+        }
+        f
+    }
+
+    fn ipv4_checksum_ok(f: &[u8]) -> bool {
+        let mut sum = 0u32;
+        for w in f[14..34].chunks(2) {
+            sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
+        }
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        sum == 0xffff
+    }
+
+    #[test]
+    fn ecn_capable_frames_above_the_threshold_are_marked() {
+        let cfg = LinkConfig {
+            rate_bps: 1_000_000_000,
+            queue_limit: 100,
+            ecn_threshold: Some(2),
+            ..Default::default()
+        };
+        let mut l = Link::new(cfg, 1);
+        // Frames 0..=2 find at most 2 queued; 3 and 4 find more (4 is not ECN-capable).
+        for (v6, ecn) in [(false, 1), (false, 2), (true, 2), (false, 2), (false, 0), (true, 1)] {
+            l.handle_send(Instant::ZERO, &ip_frame(v6, ecn));
+        }
+        assert_eq!(l.stats().ecn_marked, 2);
+        let mut b = Batch::new(16);
+        l.poll_deliver(Instant::from_millis(1), &mut b);
+        let ce: Vec<bool> = b
+            .iter()
+            .map(|p| {
+                let d = p.data();
+                if d[12] == 0x86 { (d[15] >> 4) & 3 == 3 } else { d[15] & 3 == 3 }
+            })
+            .collect();
+        assert_eq!(ce, [false, false, false, true, false, true]);
+        for p in b.iter().filter(|p| p.data()[12] == 0x08) {
+            assert!(ipv4_checksum_ok(p.data()), "{:02x?}", &p.data()[14..34]);
+        }
+    }
+
+    #[test]
+    fn a_cut_link_loses_everything_until_restored() {
+        let cfg = LinkConfig { delay: Duration::from_micros(10), ..Default::default() };
+        let (mut a, mut b) = VLink::symmetric("l", cfg, 1);
+        let ctl = a.control();
+        let mut batch = Batch::new(8);
+        batch.push_frame(&frame(1, 64)).unwrap();
+        a.send(Instant::ZERO, &mut batch).unwrap();
+        ctl.set_down(true);
+        assert!(ctl.is_down());
+        a.send(Instant::from_micros(1), &mut batch).unwrap();
+        ctl.set_down(false);
+        ctl.set_config(0, LinkConfig { delay: Duration::from_micros(1), ..cfg });
+        a.send(Instant::from_micros(2), &mut batch).unwrap();
+        let mut rx = Batch::new(8);
+        b.recv(Instant::from_micros(20), &mut rx).unwrap();
+        // The frame on the wire before the cut arrives; the one sent while cut is lost.
+        assert_eq!(rx.len(), 2);
+        // The shorter delay applies, but the later frame never overtakes the earlier one.
+        assert_eq!(rx.packets()[1].meta.rx_time, Instant::from_micros(10));
+        assert_eq!(ctl.config(0).delay, Duration::from_micros(1));
+        let s = ctl.stats(0);
+        assert_eq!((s.offered, s.lost, s.delivered), (3, 1, 2));
     }
 
     #[test]

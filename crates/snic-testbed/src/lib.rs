@@ -260,6 +260,13 @@ impl Testbed {
         Ok(self.add_device(Box::new(NicDevice { node, rnic: engine })))
     }
 
+    /// Add a NIC built by the caller: a [`NicNode`] (its pipeline with whatever stages it
+    /// needs: a vSwitch, a P4 program, XDP programs, kernels; see
+    /// [`snic_io::nic::build_nic_pipeline`]) and its RoCE engine.
+    pub fn add_nic_device(&mut self, node: NicNode, rnic: Rnic) -> NodeId {
+        self.add_device(Box::new(NicDevice { node, rnic }))
+    }
+
     /// Add a bare RoCE engine built from `rnic` on `port`, which carries the engine's IP
     /// packets as they are (see [`RnicDevice`]).
     pub fn add_rnic(

@@ -55,6 +55,7 @@ fn impaired() -> LinkConfig {
         jitter: Duration::from_micros(1),
         rate_bps: 25_000_000_000,
         queue_limit: 1 << 20,
+        ecn_threshold: None,
     }
 }
 

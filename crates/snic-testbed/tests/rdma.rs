@@ -529,6 +529,7 @@ impl Mix {
             jitter: Duration::from_micros(1),
             rate_bps: 40_000_000_000,
             queue_limit: 1 << 20,
+            ecn_threshold: None,
         };
         let mut p = Pair::new(cfg.v6, link, link, cfg.seed, false);
         p.limit = Instant::from_secs(cfg.limit_secs);
