@@ -44,6 +44,7 @@ type Lines = Vec<(String, Vec<(f64, f64)>)>;
 fn lines(
     series: &BTreeMap<String, Vec<u64>>,
     interval_ns: u64,
+    buckets: usize,
     per: f64,
     y: impl Fn(u64) -> f64,
 ) -> Lines {
@@ -53,6 +54,7 @@ fn lines(
             let pts = v
                 .iter()
                 .enumerate()
+                .take(buckets)
                 .map(|(i, &b)| ((i as u64 * interval_ns) as f64 / per, y(b)))
                 .collect();
             (name.clone(), pts)
@@ -130,19 +132,23 @@ where
     root.fill(&WHITE).map_err(e)?;
     let root = if text { root.titled(title, ("sans-serif", 24)).map_err(e)? } else { root };
     let interval = series.interval_ns.max(1);
-    let buckets =
-        series.links.values().chain(series.completions.values()).map(Vec::len).max().unwrap_or(0);
+    // A run often ends long after its last packet (a time limit, timers): plot up to a little
+    // after the last bucket with anything in it.
+    let all = || series.links.values().chain(series.completions.values());
+    let len = all().map(Vec::len).max().unwrap_or(0);
+    let active = all().filter_map(|v| v.iter().rposition(|&x| x != 0)).max();
+    let buckets = active.map_or(len, |last| (last + 1 + (last + 1) / 10 + 1).min(len));
     let span = buckets as u64 * interval;
     let (unit, per) = time_unit(span);
     let x_max = span as f64 / per;
     // Bytes per bucket to Mbit/s: bytes * 8 bits / interval ns * 1e3.
     let mbps = |b: u64| b as f64 * 8e3 / interval as f64;
-    let links = lines(&series.links, interval, per, mbps);
-    let cqes = lines(&series.completions, interval, per, |n| n as f64);
+    let links = lines(&series.links, interval, buckets, per, mbps);
+    let cqes = lines(&series.completions, interval, buckets, per, |n| n as f64);
     let areas = root.split_evenly((2, 1));
     let x_desc = format!("simulated time ({unit})");
     panel(&areas[0], "throughput per link direction", "Mbit/s", &x_desc, &links, x_max, text)?;
-    let per_bucket = format!("CQEs per {}", super::regress::fmt_ns(interval));
+    let per_bucket = format!("CQEs per {}", snic_scenario::schema::SimTime(interval));
     panel(&areas[1], "completions per CQ", &per_bucket, &x_desc, &cqes, x_max, text)?;
     root.present().map_err(e)?;
     Ok(())
@@ -206,7 +212,7 @@ mod tests {
     #[test]
     fn throughput_is_in_mbit_per_second() {
         let s = series();
-        let l = lines(&s.links, s.interval_ns, 1e3, |b| b as f64 * 8e3 / s.interval_ns as f64);
+        let l = lines(&s.links, s.interval_ns, 4, 1e3, |b| b as f64 * 8e3 / s.interval_ns as f64);
         // 12,500 bytes in 100 us is 1 Gbit/s.
         assert_eq!(l[0].1[1], (100.0, 1000.0));
     }

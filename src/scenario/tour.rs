@@ -42,7 +42,7 @@ pub type Engines = BTreeMap<&'static str, BTreeMap<String, Vec<(String, u64)>>>;
 
 /// Engines in the order the summary lists them, with the fields shown first.
 const ENGINES: &[(&str, &str, &[&str])] = &[
-    ("vswitch", "vSwitch", &["flows", "encap", "decap", "fast", "slow", "packets"]),
+    ("vswitch", "vSwitch", &["hits", "misses", "flows", "installs", "encap", "decap"]),
     (
         "rdma",
         "RDMA",
