@@ -2275,6 +2275,24 @@ memory = ["h1.dst"]
         }
     }
 
+    /// The first scenario and the JSON example of `docs/scenarios.md` are valid.
+    #[test]
+    fn the_documented_examples_are_valid() {
+        let doc = include_str!("../../../docs/scenarios.md");
+        let block = |after: &str, lang: &str| {
+            let start = doc.find(after).expect("section");
+            let open = start + doc[start..].find(&format!("```{lang}\n")).expect("block");
+            let body = open + lang.len() + 4;
+            doc[body..body + doc[body..].find("```").expect("end")].to_string()
+        };
+        let toml = block("## A first scenario", "toml");
+        check_str(&toml, Format::Toml, Path::new("doc.toml"), Path::new("."))
+            .unwrap_or_else(|e| panic!("{e:#?}"));
+        let json = block("## The same in JSON", "json");
+        check_str(&json, Format::Json, Path::new("doc.json"), Path::new("."))
+            .unwrap_or_else(|e| panic!("{e:#?}"));
+    }
+
     #[test]
     fn locating_follows_aliases_and_inline_tables() {
         let text = "[[nics]]\nname = \"a\"\n[[nics]]\nname = \"b\"\nrdma = { dscp = 99 }\n";
