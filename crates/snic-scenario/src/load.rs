@@ -180,9 +180,41 @@ pub fn validate(scenario: &Scenario, dir: &Path) -> Result<(), Vec<LoadError>> {
         .collect())
 }
 
+/// The path serde saw, with every alias written as the field's own name (`nics[1]` ->
+/// `nic[1]`), as validation errors name fields.
 fn path_field(p: &serde_path_to_error::Path) -> Option<String> {
-    let s = p.to_string();
-    (s != "." && !s.is_empty()).then_some(s)
+    use serde_path_to_error::Segment;
+    let mut out = String::new();
+    for seg in p.iter() {
+        match seg {
+            Segment::Seq { index } => out += &format!("[{index}]"),
+            Segment::Map { key } | Segment::Enum { variant: key } => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out += canonical(key);
+            }
+            Segment::Unknown => {}
+        }
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// A field's own name for one of its aliases.
+fn canonical(key: &str) -> &str {
+    match key {
+        "nics" => "nic",
+        "switches" => "switch",
+        "hosts" => "host",
+        "links" => "link",
+        "ops" => "op",
+        "regions" => "region",
+        "mrs" => "mr",
+        "cqs" => "cq",
+        "qps" => "qp",
+        "dma_queues" => "dma",
+        k => k,
+    }
 }
 
 /// serde_json appends " at line L column C": the line is reported separately.
@@ -1920,5 +1952,352 @@ fn check_mask(m: &str) -> Result<(), String> {
     match m.split_once('.') {
         Some((l, f)) if is_name(l) && is_name(f) => Ok(()),
         _ => Err(format!("{m:?} is neither a field (`ipv4.id`) nor a byte range (`14..16`)")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = r#"
+name = "base"
+[[nic]]
+name = "nic0"
+stages = ["parse", "classify", "l2fwd"]
+[[nic]]
+name = "nic1"
+[[switch]]
+name = "sw"
+ports = ["p0", "p1", "p2"]
+
+[[host]]
+name = "h0"
+nic = "nic0"
+port = "host"
+[[host.region]]
+name = "src"
+size = "64KiB"
+init = { seed = 7 }
+[[host.mr]]
+name = "smr"
+region = "src"
+[[host.cq]]
+name = "cq"
+[[host.qp]]
+name = "qp"
+send_cq = "cq"
+peer = "h1.qp"
+[[host.dma]]
+name = "q0"
+
+[[host]]
+name = "h1"
+nic = "nic1"
+[[host.region]]
+name = "dst"
+size = "64KiB"
+place = "on_board"
+[[host.mr]]
+name = "dmr"
+region = "dst"
+[[host.cq]]
+name = "cq"
+[[host.qp]]
+name = "qp"
+send_cq = "cq"
+
+[[link]]
+name = "wire"
+a = "nic0.wire"
+b = "sw.p0"
+loss = 0.05
+[[link]]
+name = "wire1"
+a = "nic1.wire"
+b = "sw.p1"
+
+[[traffic]]
+into = "h0"
+packets = [{ layers = 'Ether()/IP(dst="10.0.0.2")/UDP()/Raw(len=10)', count = 3 }]
+
+[[op]]
+name = "recv"
+do = "post_recv"
+qp = "h1.qp"
+bufs = ["h1.dmr:4096"]
+[[op]]
+name = "write"
+do = "post_send"
+qp = "h0.qp"
+wrs = [
+  { op = "write", local = ["smr:4096"], remote = "h1.dmr" },
+  { op = "fetch_add", local = ["src+8:8"], remote = "h1.dst+16", add = 1 },
+]
+[[op]]
+after = "write"
+do = "dma"
+queue = "h0.q0"
+dir = "h2c"
+descs = [{ src = "h0.src", dst = "addr:0x1000", len = 64 }]
+[[op]]
+do = "link"
+link = "wire"
+state = "down"
+[[op]]
+do = "wait"
+cq = "h1.cq"
+count = 1
+
+[[expect]]
+counter = "nic0.drop.policy_deny"
+eq = 0
+[[expect]]
+memory = "h1.dst:4096"
+same_as = "h0.src"
+[[expect]]
+cqes = "h0.cq"
+list = [{ status = "success", opcode = "rdma_write" }]
+[[expect]]
+pcap = "sw.p2"
+packets = [{ hex = "ffffffffffff 000000000000 9000" }]
+[[expect]]
+end_time = true
+max_time = "1s"
+
+[golden]
+counters = ["nic0.drop.*", "link.wire.a_to_b.*"]
+memory = ["h1.dst"]
+"#;
+
+    fn check(text: &str) -> Result<Loaded, Vec<LoadError>> {
+        check_str(text, Format::Toml, Path::new("t.toml"), Path::new("."))
+    }
+
+    /// Line (1-based) of the first line of `text` containing `needle` after `after`.
+    fn line(text: &str, after: &str, needle: &str) -> usize {
+        let start = text.find(after).expect("after");
+        let at = start + text[start..].find(needle).expect("needle");
+        line_of(text, at)
+    }
+
+    #[test]
+    fn the_base_scenario_is_valid() {
+        let l = check(BASE).unwrap_or_else(|e| panic!("{e:#?}"));
+        assert_eq!(l.scenario.name, "base");
+    }
+
+    /// (replace this, with that, field wanted, message part, line marker: (after, needle)).
+    type Case<'a> = (&'a str, &'a str, &'a str, &'a str, (&'a str, &'a str));
+
+    #[test]
+    fn each_mistake_names_its_field_and_line() {
+        #[rustfmt::skip]
+        let cases: &[Case<'_>] = &[
+            ("name = \"nic1\"", "name = \"nic0\"", "nic[1].name", "names two", ("name = \"nic0\"\n[[switch", "name")),
+            ("name = \"sw\"", "name = \"nic0\"", "switch[0].name", "names two", ("[[switch]]", "name")),
+            ("stages = [\"parse\", \"classify\", \"l2fwd\"]", "stages = [\"parse\", \"clasify\"]", "nic[0].stages[1]", "unknown stage", ("stages", "\"clasify\"")),
+            ("stages = [\"parse\", \"classify\", \"l2fwd\"]", "stages = [\"l2fwd:0=5\"]", "nic[0].stages[0]", "not one of", ("stages", "\"l2fwd")),
+            ("nic = \"nic1\"", "nic = \"sw\"", "host[1].nic", "switch, not a NIC", ("name = \"h1\"", "nic =")),
+            ("nic = \"nic1\"", "nic = \"nic9\"", "host[1].nic", "not a NIC", ("name = \"h1\"", "nic =")),
+            ("port = \"host\"", "port = \"eth9\"", "host[0].port", "no port", ("name = \"h0\"", "port =")),
+            ("name = \"smr\"", "name = \"src\"", "host[0].mr[0].name", "two regions or MRs", ("[[host.mr]]", "name")),
+            ("region = \"src\"", "region = \"smr\"", "host[0].mr[0].region", "is an MR", ("[[host.mr]]", "region")),
+            ("send_cq = \"cq\"\npeer", "send_cq = \"cqx\"\npeer", "host[0].qp[0].send_cq", "not a CQ", ("[[host.qp]]", "send_cq")),
+            ("peer = \"h1.qp\"", "peer = \"h0.qp\"", "host[0].qp[0].peer", "another host", ("[[host.qp]]", "peer")),
+            ("peer = \"h1.qp\"", "peer = \"h1.qpx\"", "host[0].qp[0].peer", "no QP", ("[[host.qp]]", "peer")),
+            ("name = \"q0\"", "name = \"q0\"\nring_size = 100", "host[0].dma[0].ring_size", "power of two", ("name = \"q0\"", "ring_size")),
+            ("b = \"sw.p1\"", "b = \"sw.p0\"", "link[1].b", "already carries link", ("name = \"wire1\"", "b =")),
+            ("b = \"sw.p1\"", "b = \"sw.p7\"", "link[1].b", "no port", ("name = \"wire1\"", "b =")),
+            ("a = \"nic1.wire\"", "a = \"nic0.host\"", "link[1].a", "host \"h0\"", ("name = \"wire1\"", "a =")),
+            ("loss = 0.05", "loss = 1.5", "link[0].loss", "probability", ("[[link]]", "loss")),
+            ("into = \"h0\"", "into = \"h1\"", "traffic[0].into", "no `port`", ("[[traffic]]", "into")),
+            ("into = \"h0\"", "into = \"nic0.wire\"", "traffic[0].into", "carries link", ("[[traffic]]", "into")),
+            ("/UDP()/Raw(len=10)", "/UDP(dprt=1)", "traffic[0].packets[0].layers", "no field", ("[[traffic]]", "packets")),
+            ("count = 3 }]", "count = 3, hex = \"00\" }]", "traffic[0].packets[0]", "exactly one", ("[[traffic]]", "packets")),
+            ("bufs = [\"h1.dmr:4096\"]", "bufs = [\"h1.dmr:99999999\"]", "op[0].bufs[0]", "past the end", ("name = \"recv\"", "bufs")),
+            ("bufs = [\"h1.dmr:4096\"]", "bufs = [\"h9.dmr\"]", "op[0].bufs[0]", "not a host", ("name = \"recv\"", "bufs")),
+            (", remote = \"h1.dmr\" }", " }", "op[1].wrs[0].remote", "needs `remote`", ("wrs = [", "{ op = \"write\"")),
+            (", add = 1 }", " }", "op[1].wrs[1].add", "needs `add`", ("wrs = [", "{ op = \"fetch_add\"")),
+            ("remote = \"h1.dmr\" }", "remote = \"h1.dmr\", imm = 3 }", "op[1].wrs[0].imm", "takes no `imm`", ("wrs = [", "{ op = \"write\"")),
+            ("local = [\"src+8:8\"]", "local = [\"src+8:4\"]", "op[1].wrs[1].local[0]", "8 bytes", ("wrs = [", "\"src+8:4\"")),
+            ("remote = \"h1.dmr\" }", "remote = \"h0.smr\" }", "op[1].wrs[0].remote", "peer QP's host", ("wrs = [", "{ op = \"write\"")),
+            ("after = \"write\"", "after = \"later\"", "op[2].after", "not an operation", ("do = \"post_send\"", "after")),
+            ("queue = \"h0.q0\"", "queue = \"h0.q1\"", "op[2].queue", "no DMA queue", ("do = \"dma\"", "queue")),
+            ("descs = [{ src = \"h0.src\", dst = \"addr:0x1000\", len = 64 }]", "descs = [{ src = \"h0.src\", dst = \"addr:0x1000\", len = \"1MiB\" }]", "op[2].descs[0].len", "do not fit", ("do = \"dma\"", "descs")),
+            ("link = \"wire\"\nstate", "link = \"wir\"\nstate", "op[3].link", "not a link", ("do = \"link\"", "link =")),
+            ("cq = \"h1.cq\"\ncount = 1", "cq = \"h1.cq\"", "op[4].count", "count", ("[[op]]\ndo = \"wait\"", "[[op]]")),
+            ("counter = \"nic0.drop.policy_deny\"", "counter = \"nic7.drop.policy_deny\"", "expect[0].counter", "not a NIC, switch, host", ("[[expect]]", "counter")),
+            ("eq = 0\n", "eq = 0\nsha256 = \"00\"\n", "expect[0].sha256", "belongs to a `memory`", ("[[expect]]", "sha256")),
+            ("same_as = \"h0.src\"", "same_as = \"h0.src\"\nsha256 = \"ab\"", "expect[1]", "exactly one of `content`", ("[[expect]]\nmemory", "[[expect]]")),
+            ("cqes = \"h0.cq\"", "cqes = \"h0.cqq\"", "expect[2].cqes", "no CQ", ("[[expect]]\ncqes", "cqes")),
+            ("status = \"success\"", "status = \"sucess\"", "expect[2].list[0].status", "not a status", ("[[expect]]\ncqes", "list")),
+            ("pcap = \"sw.p2\"", "pcap = \"sw.p2\"\ncounter = \"x.y\"", "expect[3]", "exactly one of", ("[[expect]]\npcap", "[[expect]]")),
+            ("hex = \"ffffffffffff 000000000000 9000\"", "hex = \"fff\"", "expect[3].packets[0].hex", "odd number", ("[[expect]]\npcap", "packets")),
+            ("max_time = \"1s\"", "min_time = \"2s\"\nmax_time = \"1s\"", "expect[4].max_time", "before min_time", ("end_time", "max_time")),
+            ("memory = [\"h1.dst\"]", "memory = [\"h1.nope\"]", "golden.memory[0]", "no region or MR", ("[golden]", "memory")),
+            ("\"link.wire.a_to_b.*\"", "\"link.wired.a_to_b.*\"", "golden.counters[1]", "not a link", ("[golden]", "counters")),
+        ];
+        for (from, to, field, msg, (after, needle)) in cases {
+            assert!(BASE.contains(from), "{from}");
+            let text = BASE.replacen(from, to, 1);
+            let errs = check(&text).expect_err(to);
+            let e = errs
+                .iter()
+                .find(|e| e.field.as_deref() == Some(*field))
+                .unwrap_or_else(|| panic!("{to}: no error for {field}: {errs:#?}"));
+            assert!(e.message.contains(msg), "{to}: {e}");
+            assert_eq!(e.line, Some(line(&text, after, needle)), "{to}: {e}");
+            assert_eq!(e.file, Path::new("t.toml"));
+        }
+    }
+
+    #[test]
+    fn every_mistake_is_reported() {
+        let text = BASE
+            .replacen("loss = 0.05", "loss = 2.0", 1)
+            .replacen("into = \"h0\"", "into = \"h1\"", 1)
+            .replacen("after = \"write\"", "after = \"nope\"", 1);
+        let errs = check(&text).expect_err("three mistakes");
+        let fields: Vec<_> = errs.iter().filter_map(|e| e.field.clone()).collect();
+        assert_eq!(fields, ["link[0].loss", "traffic[0].into", "op[2].after"]);
+    }
+
+    #[test]
+    fn parse_errors_name_field_and_line() {
+        let text = BASE.replacen("size = \"64KiB\"\ninit", "size = \"64 parsecs\"\ninit", 1);
+        let errs = check(&text).expect_err("bad size");
+        assert_eq!(errs.len(), 1);
+        assert_eq!(errs[0].field.as_deref(), Some("host[0].region[0].size"));
+        assert_eq!(errs[0].line, Some(line(&text, "[[host.region]]", "size")));
+        let text = BASE.replacen("name = \"cq\"", "name = \"cq\"\ndepht = 3", 1);
+        let errs = check(&text).expect_err("unknown field");
+        assert_eq!(errs[0].line, Some(line(&text, "[[host.cq]]", "depht")));
+        assert!(errs[0].message.contains("depht"), "{}", errs[0]);
+        assert_eq!(errs[0].field.as_deref(), Some("host[0].cq[0].depht"), "{}", errs[0]);
+    }
+
+    const JSON: &str = r#"{
+  "name": "j",
+  "nics": [
+    { "name": "nic0" },
+    { "name": "nic1", "stages": ["parse", "bogus"] }
+  ],
+  "links": [
+    { "name": "w", "a": "nic0.wire", "b": "nic1.wire", "loss": 0.5 }
+  ],
+  "ops": [
+    { "do": "link", "link": "w", "state": "down" },
+    { "do": "link", "link": "x", "state": "up" }
+  ]
+}
+"#;
+
+    #[test]
+    fn json_errors_name_field_and_line() {
+        let errs = check_str(JSON, Format::Json, Path::new("t.json"), Path::new("."))
+            .expect_err("two mistakes");
+        let got: Vec<_> =
+            errs.iter().map(|e| (e.field.clone().unwrap_or_default(), e.line)).collect();
+        assert_eq!(
+            got,
+            [("nic[1].stages[1]".to_string(), Some(5)), ("op[1].link".to_string(), Some(12))]
+        );
+        let bad = JSON.replacen("\"loss\": 0.5", "\"loss\": \"lots\"", 1);
+        let errs = check_str(&bad, Format::Json, Path::new("t.json"), Path::new("."))
+            .expect_err("type error");
+        assert_eq!(errs[0].line, Some(8), "{}", errs[0]);
+        assert_eq!(errs[0].field.as_deref(), Some("link[0].loss"), "{}", errs[0]);
+        let good = JSON.replacen("\"bogus\"", "\"l2fwd\"", 1).replacen("\"x\"", "\"w\"", 1);
+        check_str(&good, Format::Json, Path::new("t.json"), Path::new("."))
+            .unwrap_or_else(|e| panic!("{e:#?}"));
+    }
+
+    #[test]
+    fn references_parse() {
+        assert_eq!(
+            parse_buf_ref("h0.src+0x10:4KiB", None),
+            Ok(BufRef { host: "h0".into(), name: "src".into(), offset: 16, len: Some(4096) })
+        );
+        assert_eq!(
+            parse_buf_ref("src", Some("h1")),
+            Ok(BufRef { host: "h1".into(), name: "src".into(), offset: 0, len: None })
+        );
+        assert!(parse_buf_ref("src", None).is_err());
+        assert!(parse_buf_ref("h0.src+x", None).is_err());
+        assert!(parse_buf_ref("addr:0x10", None).is_err());
+        assert_eq!(parse_buf("addr:0x10:8", None), Ok(Buf::Raw { addr: 16, len: Some(8) }));
+        assert_eq!(parse_port_ref("nic0.wire"), Ok(("nic0".into(), "wire".into())));
+        assert!(parse_port_ref("nic0").is_err());
+        assert!(parse_port_ref("a.b.c").is_err());
+        assert_eq!(parse_host_ref("h0.qp", None), Ok(("h0".into(), "qp".into())));
+        assert_eq!(
+            BufRef { host: "h".into(), name: "r".into(), offset: 8, len: Some(4) }.to_string(),
+            "h.r+8:4"
+        );
+    }
+
+    proptest::proptest! {
+        /// Damaged scenarios (a line dropped, doubled or cut short) give a scenario or errors
+        /// whose lines lie in the text, never a panic.
+        #[test]
+        fn damaged_scenarios_give_errors_in_the_text(
+            line in 0usize..120, how in 0u8..3, cut in 0usize..40, json in proptest::bool::ANY,
+        ) {
+            let base = if json { JSON } else { BASE };
+            let mut lines: Vec<String> = base.lines().map(str::to_string).collect();
+            let i = line % lines.len();
+            match how {
+                0 => {
+                    lines.remove(i);
+                }
+                1 => {
+                    let l = lines[i].clone();
+                    lines.insert(i, l);
+                }
+                _ => {
+                    let l = &mut lines[i];
+                    let mut at = cut.min(l.len());
+                    while !l.is_char_boundary(at) {
+                        at -= 1;
+                    }
+                    l.truncate(at);
+                }
+            }
+            let text = lines.join("\n");
+            let format = if json { Format::Json } else { Format::Toml };
+            if let Err(errs) = check_str(&text, format, Path::new("t"), Path::new(".")) {
+                proptest::prop_assert!(!errs.is_empty());
+                for e in errs {
+                    let l = e.line.unwrap_or(1);
+                    proptest::prop_assert!(l >= 1 && l <= lines.len() + 1, "{}", e);
+                }
+            }
+        }
+    }
+
+    /// The first scenario and the JSON example of `docs/scenarios.md` are valid.
+    #[test]
+    fn the_documented_examples_are_valid() {
+        let doc = include_str!("../../../docs/scenarios.md");
+        let block = |after: &str, lang: &str| {
+            let start = doc.find(after).expect("section");
+            let open = start + doc[start..].find(&format!("```{lang}\n")).expect("block");
+            let body = open + lang.len() + 4;
+            doc[body..body + doc[body..].find("```").expect("end")].to_string()
+        };
+        let toml = block("## A first scenario", "toml");
+        check_str(&toml, Format::Toml, Path::new("doc.toml"), Path::new("."))
+            .unwrap_or_else(|e| panic!("{e:#?}"));
+        let json = block("## The same in JSON", "json");
+        check_str(&json, Format::Json, Path::new("doc.json"), Path::new("."))
+            .unwrap_or_else(|e| panic!("{e:#?}"));
+    }
+
+    #[test]
+    fn locating_follows_aliases_and_inline_tables() {
+        let text = "[[nics]]\nname = \"a\"\n[[nics]]\nname = \"b\"\nrdma = { dscp = 99 }\n";
+        let errs = check(text).expect_err("dscp");
+        assert_eq!(errs[0].field.as_deref(), Some("nic[1].rdma.dscp"));
+        assert_eq!(errs[0].line, Some(5));
     }
 }

@@ -27,11 +27,18 @@ use std::collections::BTreeMap;
 pub trait Advance {
     /// The current time.
     fn now(&self, world: &World) -> Instant;
-    /// Work and move time forward, not past `horizon` (and to `horizon` when nothing is
-    /// pending before it); let the hosts work after each step.
-    fn advance(&mut self, world: &mut World, horizon: Instant) -> Result<(), ScenarioError>;
+    /// Work and move time forward to the next thing any device has to do, not past
+    /// `horizon`; let the hosts work after each step. Returns false (time unmoved) when no
+    /// device has anything pending.
+    fn advance(&mut self, world: &mut World, horizon: Instant) -> Result<bool, ScenarioError>;
+    /// Nothing is pending anywhere: move time to `t` (the next operation, or the time limit).
+    fn skip_to(&mut self, world: &mut World, t: Instant) -> Result<(), ScenarioError>;
     /// Whether nothing is pending in any device.
     fn idle(&self, world: &World) -> bool;
+}
+
+fn run_err(e: snic_testbed::TestbedError) -> ScenarioError {
+    ScenarioError::Run(e.to_string())
 }
 
 /// The simulated clock: one testbed step per call.
@@ -43,11 +50,16 @@ impl Advance for SimAdvance {
         world.tb.now()
     }
 
-    fn advance(&mut self, world: &mut World, horizon: Instant) -> Result<(), ScenarioError> {
-        let run = |e: snic_testbed::TestbedError| ScenarioError::Run(e.to_string());
-        let step = world.tb.step_until(horizon).map_err(run)?;
-        if step == Step::Idle && horizon > world.tb.now() && horizon < Instant::MAX {
-            world.tb.run_until(horizon).map_err(run)?;
+    fn advance(&mut self, world: &mut World, horizon: Instant) -> Result<bool, ScenarioError> {
+        let step = world.tb.step_until(horizon).map_err(run_err)?;
+        let now = world.tb.now();
+        world.hosts.poll(&mut world.tb, now);
+        Ok(step != Step::Idle)
+    }
+
+    fn skip_to(&mut self, world: &mut World, t: Instant) -> Result<(), ScenarioError> {
+        if t > world.tb.now() {
+            world.tb.run_until(t).map_err(run_err)?;
         }
         let now = world.tb.now();
         world.hosts.poll(&mut world.tb, now);
@@ -156,8 +168,9 @@ impl Driver {
     }
 
     /// Start what is due at `now`, collect completions; repeat until nothing changes.
-    fn progress(&mut self, world: &mut World, now: Instant, idle: bool) {
+    fn progress(&mut self, world: &mut World, now: Instant, idle: bool) -> bool {
         let mut counters: Option<BTreeMap<String, u64>> = None;
+        let mut any = false;
         loop {
             let mut changed = false;
             for i in 0..self.ops.len() {
@@ -226,8 +239,9 @@ impl Driver {
                 }
             }
             if !changed {
-                break;
+                return any;
             }
+            any = true;
         }
     }
 
@@ -242,10 +256,13 @@ impl Driver {
     /// Run the timeline to its end: every operation done and nothing pending, or the time
     /// limit (then an error in the report).
     pub fn run(&mut self, world: &mut World, adv: &mut dyn Advance) -> Result<(), ScenarioError> {
+        let mut stalled = false;
         loop {
             let now = adv.now(world);
             let idle = adv.idle(world);
-            self.progress(world, now, idle);
+            if self.progress(world, now, idle) {
+                stalled = false;
+            }
             if self.all_done() && adv.idle(world) {
                 return Ok(());
             }
@@ -261,11 +278,21 @@ impl Driver {
                 } else {
                     format!("operations not done: {}", pending.join(", "))
                 };
-                self.errors.push(format!("time limit {} reached: {what}", self.limit));
+                self.errors.push(format!(
+                    "time limit {} reached: {what}",
+                    crate::schema::SimTime(self.limit.as_nanos())
+                ));
                 return Ok(());
             }
             let horizon = self.next_start().map_or(self.limit, |t| t.min(self.limit));
-            adv.advance(world, horizon)?;
+            if stalled {
+                // Nothing pending and nothing started: on to the next operation's time, or
+                // (only conditions left, which nothing can make hold now) the time limit.
+                adv.skip_to(world, horizon)?;
+                stalled = false;
+            } else {
+                stalled = !adv.advance(world, horizon)?;
+            }
         }
     }
 

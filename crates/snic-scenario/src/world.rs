@@ -589,12 +589,18 @@ fn compile_c(
     i: usize,
     temp: &mut Vec<PathBuf>,
 ) -> Result<String, ScenarioError> {
-    let dir = std::env::temp_dir().join(format!("snic-scenario-{}-{node}-{i}", std::process::id()));
+    // Unique per process and call: scenarios may be built on several threads at once.
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir()
+        .join(format!("snic-scenario-{}-{call}-{node}-{i}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| setup(format!("{}: {e}", dir.display())))?;
     temp.push(dir.clone());
     let obj = dir.join("prog.o");
     let out = std::process::Command::new("clang")
         .args(["-O2", "-g", "-target", "bpf", "-c"])
+        // Debian and Ubuntu keep `asm/types.h` under the multiarch directory.
+        .arg(format!("-I/usr/include/{}-linux-gnu", std::env::consts::ARCH))
         .arg(src)
         .arg("-o")
         .arg(&obj)

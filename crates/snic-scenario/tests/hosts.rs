@@ -211,8 +211,8 @@ wrs = [
   { op = "write", local = ["srcmr:4096"], remote = "h1.bufmr" },
   { op = "read", local = ["dstmr:2048"], remote = "h1.bufmr+8192" },
   { op = "send", local = ["srcmr+100:1000"] },
-  { op = "cmp_swap", local = ["dstmr+4096"], remote = "h1.atommr", compare = 0xdeadbeef, swap = 42 },
-  { op = "fetch_add", local = ["dstmr+4104"], remote = "h1.atommr+8", add = 5 },
+  { op = "cmp_swap", local = ["dstmr+4096:8"], remote = "h1.atommr", compare = 0xdeadbeef, swap = 42 },
+  { op = "fetch_add", local = ["dstmr+4104:8"], remote = "h1.atommr+8", add = 5 },
   { op = "write", local = ["srcmr+16384:1024"], remote = "h1.bufmr+32768", repeat = 3, signaled = false },
   { op = "write_imm", local = ["srcmr:0"], remote = "h1.bufmr", imm = 0, signaled = true, wr_id = 99 },
 ]
@@ -285,7 +285,7 @@ list = [{ opcode = "rdma_read" }]
 [[expect]]
 name = "must fail: a wrong hash"
 memory = "h1.atom:16"
-sha256 = "00"
+sha256 = "0000000000000000000000000000000000000000000000000000000000000000"
 "#;
 
 #[test]
@@ -509,6 +509,20 @@ init = { fill = 0xff }
 name = "small"
 size = 64
 place = "on_board"
+[[host.region]]
+name = "x"
+size = 16
+init = { hex = "01000000 02000000 03000000 ffffffff" }
+[[host.region]]
+name = "y"
+size = 16
+place = "on_chip"
+init = { hex = "0a000000 14000000 1e000000 02000000" }
+[[host.region]]
+name = "out"
+size = 32
+place = "on_chip"
+init = { fill = 0x77 }
 
 [[op]]
 do = "kernel"
@@ -527,12 +541,25 @@ do = "kernel"
 nic = "nic1"
 kernel = "gemm"
 args = { a = "h1.a", b = "h1.b", c = "h1.small", m = 8, n = 6, k = 10, dtype = "i8" }
+
+[[op]]
+do = "kernel"
+nic = "nic1"
+kernel = "vadd"
+args = { x = "h1.x", y = "h1.y", out = "h1.out", dtype = "i32", n = 4 }
+
+[[op]]
+do = "kernel"
+nic = "nic1"
+kernel = "copy"
+args = { src = "h1.x+4:8", dst = "h1.out+20" }
 "#;
 
 #[test]
 fn a_gemm_kernel_computes_the_product() {
     let (tb, hosts, _, outcomes) = run(GEMM, 0.0, 1);
     assert!(outcomes[0].is_ok() && outcomes[1].is_ok(), "{outcomes:?}");
+    assert!(outcomes[3].is_ok() && outcomes[4].is_ok(), "{outcomes:?}");
     let err = outcomes[2].as_ref().expect_err("C too small for the product");
     assert!(err.contains("bad_length"), "{err}");
     let seeded = |seed: u64, len: usize| {
@@ -554,7 +581,12 @@ fn a_gemm_kernel_computes_the_product() {
     assert_eq!(hosts.read(&tb, "h1.small").expect("untouched"), vec![0; 64]);
     let mut c = BTreeMap::new();
     hosts.counters(&mut c);
-    assert_eq!((c["nic1.kernel.runs"], c["nic1.kernel.errors"]), (3, 1));
+    assert_eq!((c["nic1.kernel.runs"], c["nic1.kernel.errors"]), (5, 1));
+    // VADD over 4 i32 (wrapping), then COPY of x's middle 8 bytes behind it.
+    let out = hosts.read(&tb, "h1.out").expect("out");
+    let words: Vec<u32> =
+        out.chunks(4).map(|w| u32::from_le_bytes(w.try_into().expect("4 bytes"))).collect();
+    assert_eq!(words, [11, 22, 33, 1, 0x7777_7777, 2, 3, 0x7777_7777]);
 }
 
 #[test]
@@ -571,7 +603,9 @@ fn build_errors_name_what_is_wrong() {
         (RDMA.replace("peer = \"h1.qp\"", "peer = \"h1.nope\""), "no peer QP h1.nope"),
         (RDMA.replace("mtu = 1024\n\n[[host]]", "mtu = 1000\n\n[[host]]"), "MTU 1000"),
     ] {
-        let loaded = load(&bad);
+        // Unvalidated (`load` refuses some of these already): the hosts' own checks.
+        let scenario = toml::from_str(&bad).expect("the TOML reads");
+        let loaded = Loaded { scenario, path: "<test>".into(), dir: ".".into() };
         let (mut tb, nics) = bed(0.0, 1);
         let e = Hosts::build(&loaded, 1, &mut tb, &nics).expect_err(why).to_string();
         assert!(e.contains(why), "{e}");

@@ -137,9 +137,9 @@ impl Hosts {
         } else if let Some(other) = &spec.same_as {
             // Without a length, the other buffer is compared over this one's length.
             let explicit = matches!(
-                util::parse_buf_ref(other),
-                Ok(util::BufRef::Named { len: Some(_), .. })
-                    | Ok(util::BufRef::Raw { len: Some(_), .. })
+                crate::load::parse_buf(other, None),
+                Ok(crate::load::Buf::Named(crate::load::BufRef { len: Some(_), .. }))
+                    | Ok(crate::load::Buf::Raw { len: Some(_), .. })
             );
             let read = if explicit {
                 self.read_buf(tb, other)

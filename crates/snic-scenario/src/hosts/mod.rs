@@ -38,6 +38,12 @@
 //!   outcome to check, not a failed operation. A queue-level error (bad doorbell) fails it.
 //! - `kernel`: runs at once over the NIC's memory; fails when the kernel refuses the command.
 //!
+//! Hosts do their work in [`Hosts::poll`], which the driver calls between testbed steps: CQs
+//! are drained there (a CQE's time in the log is the time of the poll that found it), DMA
+//! engines run there until idle (a batch of descriptors completes within one poll), and
+//! kernels run when started. So after a poll the hosts hold no pending work of their own:
+//! whatever is still pending (a `post_send` waiting for its CQEs) waits on the testbed.
+//!
 //! # Kernel arguments
 //!
 //! | kernel | buffers | other arguments |
@@ -68,6 +74,7 @@ pub mod util;
 
 use crate::ScenarioError;
 use crate::load::Loaded;
+use crate::load::{Buf, BufRef};
 use crate::report::ExpectReport;
 use crate::schema::{Action, ExpectSpec, Place};
 use snic_dma::{DmaEngine, MemKind};
@@ -75,7 +82,6 @@ use snic_rdma::{CqId, Cqe, MrInfo, Pd};
 use snic_testbed::{NodeId, Testbed};
 use snic_time::Instant;
 use std::collections::{BTreeMap, VecDeque};
-use util::BufRef;
 
 /// Every host of a scenario: their memory, RDMA objects, DMA queues, the operations started on
 /// them and what those produced (CQEs, DMA completions).
@@ -337,20 +343,18 @@ impl Hosts {
         host: Option<&str>,
         node: Option<NodeId>,
     ) -> Result<Resolved, String> {
-        match util::parse_buf_ref(s)? {
-            BufRef::Raw { addr, len } => Ok(Resolved {
+        match crate::load::parse_buf(s, host)? {
+            Buf::Raw { addr, len } => Ok(Resolved {
                 node,
                 addr,
                 len: len.unwrap_or(0),
                 explicit: len.is_some(),
                 mr: None,
             }),
-            BufRef::Named { host: h, name, off, len } => {
-                let hname =
-                    h.as_deref().or(host).ok_or_else(|| format!("buffer {s:?}: which host?"))?;
+            Buf::Named(BufRef { host: hname, name, offset: off, len }) => {
                 let hs = self
                     .hosts
-                    .get(hname)
+                    .get(&hname)
                     .ok_or_else(|| format!("buffer {s:?}: no host {hname}"))?;
                 let (base, size, mr) = if let Some(r) = hs.regions.get(&name) {
                     (r.addr, r.size, None)

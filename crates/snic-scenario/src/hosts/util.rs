@@ -1,33 +1,10 @@
-//! Small pieces the hosts need: buffer references, memory contents, SHA-256, snake-case names.
+//! Small pieces the hosts need: numbers, memory contents, SHA-256, snake-case names (buffer
+//! references are parsed by [`crate::load::parse_buf`]).
 
 use crate::schema::{Content, Size};
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::path::Path;
-
-/// A parsed buffer reference: `HOST.NAME[+OFF][:LEN]`, `NAME[+OFF][:LEN]` (host implied by
-/// the context) or `addr:0x...[:LEN]` (a raw engine address).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BufRef {
-    /// A region or MR by name.
-    Named {
-        /// The host, when written.
-        host: Option<String>,
-        /// The region or MR.
-        name: String,
-        /// Bytes into it.
-        off: u64,
-        /// Bytes, when written.
-        len: Option<u64>,
-    },
-    /// A raw engine address.
-    Raw {
-        /// The address.
-        addr: u64,
-        /// Bytes, when written.
-        len: Option<u64>,
-    },
-}
 
 /// A number: decimal, `0x` hex, or a size with a binary unit (`4KiB`).
 pub fn parse_num(s: &str) -> Result<u64, String> {
@@ -36,38 +13,6 @@ pub fn parse_num(s: &str) -> Result<u64, String> {
         return u64::from_str_radix(h, 16).map_err(|_| format!("{s:?} is not a hex number"));
     }
     t.parse::<Size>().map(|z| z.0)
-}
-
-/// Parse a buffer reference (see [`BufRef`]).
-pub fn parse_buf_ref(s: &str) -> Result<BufRef, String> {
-    let t = s.trim();
-    if let Some(raw) = t.strip_prefix("addr:") {
-        let (a, len) = match raw.split_once(':') {
-            Some((a, l)) => (a, Some(parse_num(l)?)),
-            None => (raw, None),
-        };
-        let addr = parse_num(a).map_err(|e| format!("buffer {s:?}: {e}"))?;
-        return Ok(BufRef::Raw { addr, len });
-    }
-    let (rest, len) = match t.rsplit_once(':') {
-        Some((r, l)) => (r, Some(parse_num(l).map_err(|e| format!("buffer {s:?}: length: {e}"))?)),
-        None => (t, None),
-    };
-    let (path, off) = match rest.split_once('+') {
-        Some((p, o)) => (p, parse_num(o).map_err(|e| format!("buffer {s:?}: offset: {e}"))?),
-        None => (rest, 0),
-    };
-    let (host, name) = match path.split_once('.') {
-        Some((h, n)) => (Some(h.to_string()), n),
-        None => (None, path),
-    };
-    let ok = |x: &str| !x.is_empty() && !x.contains(['.', '+', ':', ' ']);
-    if !ok(name) || host.as_deref().is_some_and(|h| !ok(h)) {
-        return Err(format!(
-            "{s:?} is not a buffer (HOST.NAME[+OFFSET][:LEN] or addr:0x...[:LEN])"
-        ));
-    }
-    Ok(BufRef::Named { host, name: name.to_string(), off, len })
 }
 
 /// Split `HOST.NAME` (a QP, a CQ, a queue, an MR).
@@ -287,34 +232,6 @@ mod tests {
             sha256_hex(&million),
             "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"
         );
-    }
-
-    #[test]
-    fn buffer_refs_parse() {
-        assert_eq!(
-            parse_buf_ref("h0.src+4096:1KiB"),
-            Ok(BufRef::Named {
-                host: Some("h0".into()),
-                name: "src".into(),
-                off: 4096,
-                len: Some(1024)
-            })
-        );
-        assert_eq!(
-            parse_buf_ref("mr"),
-            Ok(BufRef::Named { host: None, name: "mr".into(), off: 0, len: None })
-        );
-        assert_eq!(
-            parse_buf_ref("addr:0xdead0000:64"),
-            Ok(BufRef::Raw { addr: 0xdead_0000, len: Some(64) })
-        );
-        assert_eq!(
-            parse_buf_ref("h0.src+0x10"),
-            Ok(BufRef::Named { host: Some("h0".into()), name: "src".into(), off: 16, len: None })
-        );
-        for bad in ["", "h0.", ".x", "h0.a.b", "h0.src+", "h0.src:zz", "addr:xyz", "a b"] {
-            assert!(parse_buf_ref(bad).is_err(), "{bad:?}");
-        }
     }
 
     #[test]
