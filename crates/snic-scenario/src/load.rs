@@ -967,7 +967,8 @@ impl<'a> V<'a> {
                     Place::OnChip => 1,
                     Place::OnBoard => 2,
                 };
-                *used.entry((&h.nic, place)).or_default() += r.size.0;
+                let u = used.entry((&h.nic, place)).or_default();
+                *u = u.saturating_add(r.size.0);
                 self.content(format!("{rf}.init"), &r.init, Some(r.size.0));
             }
             for (j, m) in h.mrs.iter().enumerate() {
@@ -1434,7 +1435,9 @@ impl<'a> V<'a> {
         }
         if registered && let Some((k, off)) = region_range {
             let covered = host.objs.values().any(|o| match *o {
-                Obj::Mr(rk, mo, ml) => rk == k && mo <= off && off + len <= mo + ml,
+                Obj::Mr(rk, mo, ml) => {
+                    rk == k && mo <= off && off.saturating_add(len) <= mo.saturating_add(ml)
+                }
                 Obj::Region(_) => false,
             });
             if !covered {
@@ -2291,6 +2294,19 @@ memory = ["h1.dst"]
         let json = block("## The same in JSON", "json");
         check_str(&json, Format::Json, Path::new("doc.json"), Path::new("."))
             .unwrap_or_else(|e| panic!("{e:#?}"));
+    }
+
+    #[test]
+    fn huge_sizes_are_errors_not_overflows() {
+        let text =
+            BASE.replacen("size = \"64KiB\"\ninit", "size = \"17179869183GiB\"\ninit", 1).replacen(
+                "region = \"src\"",
+                "region = \"src\"\noffset = \"17179869183GiB\"\nlen = \"17179869183GiB\"",
+                1,
+            );
+        let errs = check(&text).expect_err("too big");
+        assert!(errs.iter().any(|e| e.field.as_deref() == Some("nic[0].memory.host")), "{errs:#?}");
+        assert!(errs.iter().any(|e| e.field.as_deref() == Some("host[0].mr[0].len")), "{errs:#?}");
     }
 
     #[test]
