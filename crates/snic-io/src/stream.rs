@@ -48,8 +48,18 @@ impl StreamKernels {
         stages: &[StageSpec],
         workers: usize,
     ) -> Result<StreamKernels, String> {
+        Self::with_salt(registry, stages, workers, random_salt())
+    }
+
+    /// [`StreamKernels::with_registry`] with a given nonce salt (a reproducible run: the
+    /// deterministic testbed derives it from its seed).
+    pub fn with_salt(
+        registry: &Registry,
+        stages: &[StageSpec],
+        workers: usize,
+        salt: [u8; 4],
+    ) -> Result<StreamKernels, String> {
         let mut out = StreamKernels::default();
-        let salt = random_salt();
         for spec in stages {
             let StageSpec::Kernel { name, args } = spec else { continue };
             let same = out.controls.iter().filter(|c| c.kernel() == name.as_str()).count();

@@ -582,13 +582,22 @@ fn trace_lines(world: &mut World) -> Vec<String> {
     out
 }
 
-/// Write every port's sent frames (`NODE.PORT.pcap`) and every link direction
-/// (`link.LINK.a_to_b.pcap`: what end a sent onto the link) into `dir`.
+/// Write into `dir` every port's sent frames (`NODE.PORT.pcap`), every link direction
+/// (`link.LINK.a_to_b.pcap`: what end a sent onto the link), and every host interface's
+/// traffic (`host.HOST.rx.pcap`: what it received; `host.HOST.tx.pcap`: what its traffic
+/// sources sent).
 fn write_pcaps(world: &World, dir: &std::path::Path) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     for (port, log) in &world.logs {
         let sent = log.lock().unwrap_or_else(|e| e.into_inner()).sent.clone();
         world::write_capture(&dir.join(format!("{port}.pcap")), &sent)?;
+    }
+    for (host, port) in &world.host_ports {
+        if let Some(log) = world.logs.get(port) {
+            let log = log.lock().unwrap_or_else(|e| e.into_inner());
+            world::write_capture(&dir.join(format!("host.{host}.rx.pcap")), &log.sent)?;
+            world::write_capture(&dir.join(format!("host.{host}.tx.pcap")), &log.injected_frames)?;
+        }
     }
     for (name, l) in &world.links {
         for (from, d) in [(&l.a, "a_to_b"), (&l.b, "b_to_a")] {

@@ -201,6 +201,8 @@ pub struct PortLog {
     pub received: Vec<(Instant, u32)>,
     /// Traffic not yet injected, in time order.
     pub inbox: VecDeque<(Instant, Vec<u8>)>,
+    /// Frames injected so far (the traffic sources' frames), with when.
+    pub injected_frames: Vec<(Instant, Vec<u8>)>,
     /// Frames injected so far.
     pub injected: u64,
     /// Bytes injected so far.
@@ -238,6 +240,7 @@ impl Port for Recorded {
                 }
                 log.injected += 1;
                 log.injected_bytes += f.len() as u64;
+                log.injected_frames.push((now, f));
                 n += 1;
             }
         }
@@ -616,6 +619,17 @@ fn compile_c(
     Ok(obj.display().to_string())
 }
 
+/// The `kernel:` stages of a node; the nonce salt of `crypt` comes from the scenario's seed
+/// and the node's name, not from the system, so runs are reproducible.
+fn kernels_of(stages: &[StageSpec], loaded: &Loaded, node: &str) -> Result<StreamKernels, String> {
+    let mut h: u64 = loaded.scenario.seed ^ 0xcbf2_9ce4_8422_2325;
+    for b in node.bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    let salt = (h as u32).to_le_bytes();
+    StreamKernels::with_salt(&snic_stream::Registry::with_builtins(), stages, 1, salt)
+}
+
 /// The vSwitch of a `vswitch` stage from its policy source (the default policy without one).
 fn build_vswitch(
     loaded: &Loaded,
@@ -703,7 +717,7 @@ fn build_nic(
         None
     };
     let p4 = P4Program::from_stages(&stages, 1).map_err(|e| err(e.to_string()))?;
-    let mut kernels = StreamKernels::from_stages(&stages, 1).map_err(err)?;
+    let mut kernels = kernels_of(&stages, loaded, name).map_err(err)?;
     let mut xdp = XdpPrograms::from_stages(&stages, 1).map_err(err)?;
     let cfg = pipeline_config(stages, ports.len(), opts);
     let pipeline = snic_io::nic::build_nic_pipeline(
@@ -752,7 +766,7 @@ fn build_switch(
         None
     };
     let p4 = P4Program::from_stages(&stages, 1).map_err(|e| err(e.to_string()))?;
-    let mut kernels = StreamKernels::from_stages(&stages, 1).map_err(err)?;
+    let mut kernels = kernels_of(&stages, loaded, name).map_err(err)?;
     let mut xdp = XdpPrograms::from_stages(&stages, 1).map_err(err)?;
     let cfg = pipeline_config(stages, ports.len(), opts);
     let pipeline = {

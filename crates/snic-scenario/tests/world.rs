@@ -455,9 +455,21 @@ fn golden_data_is_recorded_then_compared() {
     let pdir = dir.join("pcaps");
     let opts = RunOptions { pcap_dir: Some(pdir.clone()), ..RunOptions::default() };
     snic_scenario::run(&l, &opts).expect("run");
-    for f in ["nic1.host.pcap", "link.wire.a_to_b.pcap", "link.wire.b_to_a.pcap"] {
+    for f in [
+        "nic1.host.pcap",
+        "link.wire.a_to_b.pcap",
+        "link.wire.b_to_a.pcap",
+        "host.h0.tx.pcap",
+        "host.h1.rx.pcap",
+    ] {
         assert!(pdir.join(f).exists(), "{f}");
     }
+    let frames = |f: &str| snic_scenario::world::read_capture(&pdir.join(f)).expect("pcap").len();
+    // h0 sent 50; all went onto the link (the loss happens on it); h1 got what survived.
+    assert_eq!(frames("host.h0.tx.pcap"), 50);
+    assert_eq!(frames("link.wire.a_to_b.pcap"), 50);
+    let r = run(&l, None);
+    assert_eq!(frames("host.h1.rx.pcap") as u64, r.counters["link.wire.a_to_b.delivered"]);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
