@@ -35,6 +35,11 @@
 //! - `stream`: the streaming kernels (`--stage kernel:NAME`) of a running snic: registers,
 //!   keys, and the telemetry tables read from results memory.
 //!
+//! - `scenario`: whole systems of NICs, hosts and links described in a file: `run`, `record`
+//!   (golden data), `regress` (a directory, JUnit XML) and `check`.
+//! - `tour`: the built-in tour scenario: two NICs and their hosts over a lossy link (vSwitch,
+//!   RDMA, DMA, a kernel), what each engine did, a plot of the run.
+//!
 //! `anyhow` is used here only; the libraries return their own typed errors.
 
 mod compute;
@@ -47,6 +52,7 @@ mod p4;
 mod rdma;
 mod report;
 mod run;
+mod scenario;
 mod serve;
 mod stats;
 mod stream;
@@ -104,6 +110,13 @@ enum Command {
     /// eBPF programs: verify an object; hot-swap the program of a running `xdp:` stage, read
     /// and change its maps, stream its ring-buffer events and trace lines.
     Ebpf(ebpf::EbpfArgs),
+    /// Scenarios: whole systems of NICs, hosts and links in a file, run on the simulated clock
+    /// and checked against expectations (`run`, `record`, `regress`, `check`). Exit 0: passed;
+    /// 1: an expectation failed; 2: the scenario could not be loaded or built.
+    Scenario(scenario::ScenarioArgs),
+    /// The built-in tour: two NICs with hosts over a lossy link (VXLAN through the vSwitch,
+    /// RDMA into device memory, DMA, a kernel); what each engine did, and a plot of the run.
+    Tour(scenario::tour::TourArgs),
 }
 
 /// Arguments of `snic decode`.
@@ -154,11 +167,18 @@ fn main() -> Result<()> {
         Command::Compute(args) => compute::run(args),
         Command::Kernel(args) => kernel::run(args),
         Command::Ebpf(args) => ebpf::run(args),
+        Command::Scenario(args) => exit_with(scenario::run(args)),
+        Command::Tour(args) => exit_with(scenario::tour::run(&args)),
         Command::P4(args) => match p4::run(args) {
             0 => Ok(()),
             code => std::process::exit(i32::from(code)),
         },
     }
+}
+
+/// Exit with `code` (0 returns normally, so buffered output is flushed the usual way).
+fn exit_with(code: i32) -> Result<()> {
+    if code == 0 { Ok(()) } else { std::process::exit(code) }
 }
 
 #[cfg(test)]

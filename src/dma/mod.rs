@@ -12,7 +12,7 @@
 //! is polled unless `--interrupt` asks for an eventfd.
 
 mod bench;
-mod plot;
+pub(crate) mod plot;
 mod point;
 mod spawn;
 mod sweep;

@@ -42,7 +42,7 @@ pub struct PlotReport {
 }
 
 /// Register a font as "sans-serif" once; Ok(path) or Err(why not).
-fn font() -> &'static std::result::Result<String, String> {
+pub(crate) fn font() -> &'static std::result::Result<String, String> {
     static FONT: OnceLock<std::result::Result<String, String>> = OnceLock::new();
     FONT.get_or_init(|| {
         let env = std::env::var("SNIC_PLOT_FONT").ok();

@@ -967,7 +967,8 @@ impl<'a> V<'a> {
                     Place::OnChip => 1,
                     Place::OnBoard => 2,
                 };
-                *used.entry((&h.nic, place)).or_default() += r.size.0;
+                let u = used.entry((&h.nic, place)).or_default();
+                *u = u.saturating_add(r.size.0);
                 self.content(format!("{rf}.init"), &r.init, Some(r.size.0));
             }
             for (j, m) in h.mrs.iter().enumerate() {
@@ -1160,19 +1161,6 @@ impl<'a> V<'a> {
                             ),
                         );
                     }
-                }
-            }
-        }
-        for (i, h) in s.hosts.iter().enumerate() {
-            for (j, q) in h.qps.iter().enumerate() {
-                if !peer_of.contains_key(&(h.name.clone(), q.name.clone())) {
-                    self.err(
-                        format!("host[{i}].qp[{j}]"),
-                        format!(
-                            "QP {}.{} has no peer (name it in `peer` on either side)",
-                            h.name, q.name
-                        ),
-                    );
                 }
             }
         }
@@ -1434,7 +1422,9 @@ impl<'a> V<'a> {
         }
         if registered && let Some((k, off)) = region_range {
             let covered = host.objs.values().any(|o| match *o {
-                Obj::Mr(rk, mo, ml) => rk == k && mo <= off && off + len <= mo + ml,
+                Obj::Mr(rk, mo, ml) => {
+                    rk == k && mo <= off && off.saturating_add(len) <= mo.saturating_add(ml)
+                }
                 Obj::Region(_) => false,
             });
             if !covered {
@@ -1566,10 +1556,14 @@ impl<'a> V<'a> {
                 } else if !has_stage(self, node, |s| matches!(s, StageSpec::VSwitch)) {
                     self.err(format!("{f}.node"), format!("{node:?} has no `vswitch` stage"));
                 }
-                match (policy, edits.is_empty()) {
-                    (Some(p), true) => self.policy(format!("{f}.policy"), p),
-                    (None, false) => {}
-                    _ => self.err(f, "give exactly one of `policy` and `edits`"),
+                if let Some(p) = policy {
+                    self.policy(format!("{f}.policy"), p);
+                }
+                if policy.is_none() && edits.is_empty() {
+                    self.err(
+                        f,
+                        "give `policy`, `edits` or both (the policy first, then the edits)",
+                    );
                 }
             }
             Action::P4 { node, commands } => {
@@ -2273,6 +2267,86 @@ memory = ["h1.dst"]
                 }
             }
         }
+    }
+
+    /// The first scenario and the JSON example of `docs/scenarios.md` are valid.
+    #[test]
+    fn the_documented_examples_are_valid() {
+        let doc = include_str!("../../../docs/scenarios.md");
+        let block = |after: &str, lang: &str| {
+            let start = doc.find(after).expect("section");
+            let open = start + doc[start..].find(&format!("```{lang}\n")).expect("block");
+            let body = open + lang.len() + 4;
+            doc[body..body + doc[body..].find("```").expect("end")].to_string()
+        };
+        let toml = block("## A first scenario", "toml");
+        check_str(&toml, Format::Toml, Path::new("doc.toml"), Path::new("."))
+            .unwrap_or_else(|e| panic!("{e:#?}"));
+        let json = block("## The same in JSON", "json");
+        check_str(&json, Format::Json, Path::new("doc.json"), Path::new("."))
+            .unwrap_or_else(|e| panic!("{e:#?}"));
+    }
+
+    #[test]
+    fn huge_sizes_are_errors_not_overflows() {
+        let text =
+            BASE.replacen("size = \"64KiB\"\ninit", "size = \"17179869183GiB\"\ninit", 1).replacen(
+                "region = \"src\"",
+                "region = \"src\"\noffset = \"17179869183GiB\"\nlen = \"17179869183GiB\"",
+                1,
+            );
+        let errs = check(&text).expect_err("too big");
+        assert!(errs.iter().any(|e| e.field.as_deref() == Some("nic[0].memory.host")), "{errs:#?}");
+        assert!(errs.iter().any(|e| e.field.as_deref() == Some("host[0].mr[0].len")), "{errs:#?}");
+    }
+
+    #[test]
+    fn control_operations_need_their_stage() {
+        let ops = r#"
+[[op]]
+do = "vswitch"
+node = "sw"
+edits = [{ add_rule = "x" }]
+[[op]]
+do = "p4"
+node = "nic0"
+commands = ["table_add t a 1 =>"]
+[[op]]
+do = "ebpf_map"
+node = "nic9"
+map = "m"
+key = "1"
+[[op]]
+do = "kernel"
+nic = "sw"
+kernel = "warp"
+"#;
+        let text = BASE.replacen("[[expect]]", &format!("{ops}\n[[expect]]"), 1);
+        let errs = check(&text).expect_err("four operations without their stage");
+        let got: Vec<_> =
+            errs.iter().map(|e| (e.field.clone().unwrap_or_default(), e.line)).collect();
+        let at = |n: &str| Some(line(&text, ops.lines().nth(1).unwrap_or_default(), n));
+        assert_eq!(
+            got,
+            [
+                ("op[5].node".to_string(), at("node = \"sw\"")),
+                ("op[6].node".to_string(), at("node = \"nic0\"")),
+                ("op[7].node".to_string(), at("node = \"nic9\"")),
+                ("op[8].nic".to_string(), at("nic = \"sw\"")),
+                ("op[8].kernel".to_string(), at("kernel = \"warp\"")),
+            ]
+        );
+        // A vswitch stage makes the first valid, with a policy and edits together.
+        let text = text
+            .replacen(
+                "ports = [\"p0\", \"p1\", \"p2\"]",
+                "ports = [\"p0\", \"p1\", \"p2\"]\nstages = [\"parse\", \"vswitch\"]",
+                1,
+            )
+            .replacen("edits = [", "policy = { file = \"Cargo.toml\" }\nedits = [", 1);
+        let errs = check(&text).expect_err("three left");
+        assert!(errs.iter().all(|e| e.field.as_deref() != Some("op[5].node")), "{errs:#?}");
+        assert!(errs.iter().all(|e| e.field.as_deref() != Some("op[5]")), "{errs:#?}");
     }
 
     #[test]
