@@ -140,7 +140,11 @@ pub fn check_str(
                 let field = path_field(e.path());
                 let inner = e.into_inner();
                 let line = inner.span().map(|s| line_of(text, s.start));
-                vec![at(line, field, inner.message().trim().to_string())]
+                let message = match inner.message().trim() {
+                    "" => "not valid TOML".to_string(),
+                    m => m.to_string(),
+                };
+                vec![at(line, field, message)]
             })?
         }
     };
@@ -2347,6 +2351,18 @@ kernel = "warp"
         let errs = check(&text).expect_err("three left");
         assert!(errs.iter().all(|e| e.field.as_deref() != Some("op[5].node")), "{errs:#?}");
         assert!(errs.iter().all(|e| e.field.as_deref() != Some("op[5]")), "{errs:#?}");
+    }
+
+    /// Found by the `scenario_load` fuzz target: a TOML error with an empty message.
+    #[test]
+    fn every_error_has_a_message() {
+        let mut text = String::from("#0&Sr");
+        text.extend(core::iter::repeat_n('\0', 118));
+        text += "c+\u{5fd}";
+        for format in [Format::Toml, Format::Json] {
+            let errs = check_str(&text, format, Path::new("t"), Path::new(".")).expect_err("junk");
+            assert!(errs.iter().all(|e| !e.message.is_empty()), "{errs:#?}");
+        }
     }
 
     #[test]
