@@ -20,6 +20,8 @@ pub mod packet;
 pub mod real;
 pub mod report;
 pub mod schema;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod timeline;
 pub mod world;
 

@@ -10,7 +10,6 @@
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
-use std::path::Path;
 use std::time::Duration;
 
 use rand::{RngCore, SeedableRng};
@@ -22,8 +21,9 @@ use snic_nic::neigh::NeighConfig;
 use snic_pipeline::PortId;
 use snic_rdma::RnicConfig;
 use snic_scenario::hosts::Hosts;
-use snic_scenario::load::{Format, Loaded, load_str};
+use snic_scenario::load::Loaded;
 use snic_scenario::schema::{Action, DescSpec, DmaDir, Size};
+use snic_scenario::testing;
 use snic_testbed::{NodeId, Testbed};
 use snic_time::Instant;
 use snic_wire::ethernet::EthernetAddress;
@@ -68,7 +68,7 @@ fn bed(loss: f64, seed: u64) -> (Testbed, BTreeMap<String, NodeId>) {
 }
 
 fn load(text: &str) -> Loaded {
-    load_str(text, Format::Toml, Path::new("<test>"), Path::new(".")).expect("the scenario loads")
+    testing::load_toml(text)
 }
 
 /// Build the hosts and run every operation of the timeline in order, each once the previous

@@ -9,7 +9,7 @@
 use snic_compute::kernel::dtype;
 use snic_compute::netmm;
 use snic_scenario::schema::{Content, ExpectSpec};
-use snic_scenario::{Loaded, Report, RunOptions, load};
+use snic_scenario::{RunOptions, load};
 use std::path::{Path, PathBuf};
 
 fn library() -> PathBuf {
@@ -28,14 +28,7 @@ fn scenario_files() -> Vec<PathBuf> {
     files
 }
 
-fn load(path: &Path) -> Loaded {
-    load::load_file(path).unwrap_or_else(|e| panic!("{}: does not load: {e}", path.display()))
-}
-
-fn run(loaded: &Loaded) -> Report {
-    snic_scenario::run(loaded, &RunOptions::default())
-        .unwrap_or_else(|e| panic!("{}: does not run: {e}", loaded.path.display()))
-}
+use snic_scenario::testing::{load_path as load, run};
 
 #[test]
 fn the_library_has_every_scenario_the_issue_asks_for() {

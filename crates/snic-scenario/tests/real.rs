@@ -307,18 +307,10 @@ fn real_mode_needs_root_and_cleans_up_after_itself() {
 // Whole scenarios with --real
 // ---------------------------------------------------------------------------------------------
 
-fn hex(f: &[u8]) -> String {
-    f.iter().map(|b| format!("{b:02x}")).collect()
-}
+use snic_scenario::testing::hex;
 
 fn run_real(toml_text: &str) -> snic_scenario::Report {
-    let loaded = snic_scenario::load::load_str(
-        toml_text,
-        snic_scenario::load::Format::Toml,
-        std::path::Path::new("real.toml"),
-        std::path::Path::new("."),
-    )
-    .expect("the scenario loads");
+    let loaded = snic_scenario::testing::load_toml(toml_text);
     let opts = snic_scenario::RunOptions { real: true, ..Default::default() };
     let t0 = std::time::Instant::now();
     let report = snic_scenario::run(&loaded, &opts).expect("the scenario runs");

@@ -1,9 +1,9 @@
 //! Whole scenarios on the simulated clock: NICs, hosts and links built from a file, traffic,
 //! link and policy changes on the timeline, expectations and golden data.
 
-use snic_scenario::load::{Format, load_str};
+use snic_scenario::testing;
 use snic_scenario::{Loaded, Report, RunOptions};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// A UDP frame as hex.
 fn udp_hex(
@@ -18,7 +18,7 @@ fn udp_hex(
     let payload = [0x5au8; 64];
     let mut out = Vec::new();
     b.write(&mut out, &payload).expect("frame");
-    out.iter().map(|x| format!("{x:02x}")).collect()
+    testing::hex(&out)
 }
 
 const VM0: [u8; 6] = [2, 0, 0, 0, 0, 0x0a];
@@ -28,23 +28,8 @@ fn a_to_b(dport: u16) -> String {
     udp_hex(VM0, VM1, [10, 0, 0, 1], [10, 0, 0, 2], 5000, dport)
 }
 
-fn load_in(text: &str, dir: &Path) -> Loaded {
-    match load_str(text, Format::Toml, &dir.join("test.toml"), dir) {
-        Ok(l) => l,
-        Err(e) => panic!("{e}"),
-    }
-}
-
-fn load(text: &str) -> Loaded {
-    load_in(text, Path::new("."))
-}
-
 fn run(l: &Loaded, seed: Option<u64>) -> Report {
-    let opts = RunOptions { seed, ..RunOptions::default() };
-    match snic_scenario::run(l, &opts) {
-        Ok(r) => r,
-        Err(e) => panic!("{e}"),
-    }
+    testing::run_with(l, &RunOptions { seed, ..RunOptions::default() })
 }
 
 fn tempdir(tag: &str) -> PathBuf {
@@ -119,7 +104,7 @@ counter = "nic1.drop.no_egress"
 eq = 0
 "#,
     );
-    let l = load(&text);
+    let l = testing::load_toml(&text);
     let r = run(&l, None);
     assert!(r.passed, "{}", r.to_text());
     let c = &r.counters;
@@ -141,13 +126,13 @@ eq = 0
         "{text}\n[[expect]]\npcap = \"h1\"\nany_order = true\npackets = [ {{ hex = \"{}\", count = {delivered} }} ]\n",
         a_to_b(9000)
     );
-    let r2 = run(&load(&want), None);
+    let r2 = run(&testing::load_toml(&want), None);
     assert!(r2.passed, "{}", r2.to_text());
 }
 
 #[test]
 fn the_same_seed_gives_the_same_report_and_another_seed_does_not() {
-    let l = load(&two_nics("loss = 0.2\nreorder = 0.1\njitter = \"2us\"", 200, ""));
+    let l = testing::load_toml(&two_nics("loss = 0.2\nreorder = 0.1\njitter = \"2us\"", 200, ""));
     let a = serde_json::to_string(&run(&l, None)).expect("json");
     let b = serde_json::to_string(&run(&l, None)).expect("json");
     assert_eq!(a, b);
@@ -198,7 +183,7 @@ min_time = "109us"
 max_time = "109us"
 "#,
     );
-    let r = run(&load(&text), None);
+    let r = run(&testing::load_toml(&text), None);
     assert!(r.passed, "{}", r.to_text());
     let cut = &r.ops[0];
     assert_eq!(
@@ -240,7 +225,7 @@ packets = [ {{ hex = "{same}", count = 4 }} ]
             other = a_to_b(9001)
         ),
     );
-    let r = run(&load(&text), None);
+    let r = run(&testing::load_toml(&text), None);
     assert!(!r.passed);
     let by = |n: &str| r.expectations.iter().find(|e| e.name == n).expect(n);
     assert!(by("exact").passed, "{:?}", by("exact"));
@@ -276,7 +261,7 @@ count = 1000
     let text = text
         .replace("\ntime_limit = \"200us\"\n", "\n")
         .replace("time_limit = \"10ms\"", "time_limit = \"200us\"");
-    let r = run(&load(&text), None);
+    let r = run(&testing::load_toml(&text), None);
     assert!(!r.passed);
     assert_eq!(r.end_ns, 200_000);
     assert!(
@@ -417,7 +402,7 @@ packets = [ {{ hex = "{a}", count = 14 }} ]
 "#,
         a = a_to_b(9000)
     );
-    let r = run(&load_in(&text, &dir), None);
+    let r = run(&testing::load_toml_in(&text, &dir), None);
     assert!(r.passed, "{}", r.to_text());
     assert!(r.counters["nic0.vswitch.generation"] >= 2, "{}", r.to_text());
     // The encapsulated frames on the wire are VXLAN (UDP 4789), bigger than the inner ones.
@@ -433,7 +418,7 @@ fn golden_data_is_recorded_then_compared() {
         50,
         "[golden]\npcaps = [\"h1\", \"nic0.wire\"]\ncounters = [\"link.wire.a_to_b.*\"]\n",
     );
-    let l = load_in(&text, &dir);
+    let l = testing::load_toml_in(&text, &dir);
     let opts = RunOptions::default();
     // Before recording, the comparison fails and says how to record.
     let r = run(&l, None);
@@ -508,7 +493,7 @@ fn a_congested_link_marks_ce_above_its_ecn_threshold() {
     let text = format!(
         "{text}\n[[expect]]\ncounter = \"link.wire.a_to_b.ecn_marked\"\neq = 40\n[[expect]]\ncounter = \"nic1.port.host.tx_packets\"\neq = 50\n"
     );
-    let r = run(&load(&text), None);
+    let r = run(&testing::load_toml(&text), None);
     let marked = r.counters["link.wire.a_to_b.ecn_marked"];
     assert_eq!(marked, 31, "{}", r.to_text());
     // The CE frames h1 got still carry a valid IPv4 header checksum (the pipeline's parse
@@ -521,7 +506,7 @@ fn a_congested_link_marks_ce_above_its_ecn_threshold() {
 
 #[test]
 fn a_trace_filter_puts_each_packets_path_in_the_notes() {
-    let l = load(&two_nics("", 2, ""));
+    let l = testing::load_toml(&two_nics("", 2, ""));
     let opts = RunOptions { trace: Some("udp dst 9000".into()), ..RunOptions::default() };
     let r = snic_scenario::run(&l, &opts).expect("run");
     assert!(r.passed, "{}", r.to_text());
