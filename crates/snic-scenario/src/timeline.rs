@@ -51,9 +51,12 @@ impl Advance for SimAdvance {
     }
 
     fn advance(&mut self, world: &mut World, horizon: Instant) -> Result<bool, ScenarioError> {
-        let step = world.tb.step_until(horizon).map_err(run_err)?;
+        // The hosts work at the instant the devices settled at, before the clock moves: a CQE
+        // is polled (and stamped) when it was produced, not at the next deadline.
+        world.tb.settle().map_err(run_err)?;
         let now = world.tb.now();
         world.hosts.poll(&mut world.tb, now);
+        let step = world.tb.step_until(horizon).map_err(run_err)?;
         Ok(step != Step::Idle)
     }
 

@@ -347,8 +347,10 @@ impl Testbed {
         self.device_mut(id)
     }
 
-    /// Run every node at the current instant until none receives anything.
-    fn settle(&mut self) -> Result<(), TestbedError> {
+    /// Run every node at the current instant until none receives anything (what
+    /// [`Self::step_until`] does before it moves the clock; a driver that works outside the
+    /// testbed, such as a scenario's hosts polling their CQs, settles, works, then steps).
+    pub fn settle(&mut self) -> Result<(), TestbedError> {
         let now = self.clock.now();
         for round in 0.. {
             let moved: usize = self.nodes.iter_mut().map(|n| n.poll(now)).sum();
