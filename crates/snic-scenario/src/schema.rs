@@ -885,6 +885,11 @@ pub struct ExpectSpec {
     /// A name for the report (default: what it checks).
     #[serde(default)]
     pub name: Option<String>,
+    /// Check it only when running in this mode (`sim` or `real`): what only the simulation
+    /// can promise (seeded loss counts, exact end times, ECN marks a real link cannot make
+    /// without netem). Default: both.
+    #[serde(default)]
+    pub only: Option<Mode>,
     /// A counter: `NODE.pipeline.FIELD`, `NODE.drop.REASON`, `NODE.port.PORT.FIELD`,
     /// `NIC.rdma.FIELD`, `NIC.dma.FIELD`, `NIC.nic.FIELD`, `NODE.vswitch.FIELD`,
     /// `NODE.xdp.FIELD`, `link.LINK.a_to_b.FIELD`, `HOST.cq.CQ.cqes` (`snic scenario run
@@ -947,6 +952,26 @@ pub struct ExpectSpec {
     pub max_time: Option<SimTime>,
 }
 
+/// How a scenario runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// On the testbed's simulated clock.
+    Sim,
+    /// On real interfaces (`snic scenario run --real`).
+    Real,
+}
+
+impl Mode {
+    /// `sim` or `real`, as the report's `mode` says it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Sim => "sim",
+            Mode::Real => "real",
+        }
+    }
+}
+
 /// One CQE wanted; a field left out is not compared.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -977,6 +1002,10 @@ pub struct GoldenSpec {
     /// Directory, relative to the scenario file. Default `STEM.golden`.
     #[serde(default)]
     pub dir: Option<String>,
+    /// Compare the golden data only when running in this mode (as [`ExpectSpec::only`]).
+    /// Default: both.
+    #[serde(default)]
+    pub only: Option<Mode>,
     /// Ports whose sent frames are recorded (`NODE.PORT` or hosts). Default: none.
     #[serde(default)]
     pub pcaps: Vec<String>,

@@ -335,8 +335,35 @@ impl Driver {
                 error,
             });
         }
-        report.expectations = crate::expect::check_all(world, loaded);
-        if golden {
+        report.expectations = crate::expect::check_all(world, loaded)
+            .into_iter()
+            .zip(&loaded.scenario.expect)
+            .filter(|(_, spec)| spec.only.is_none_or(|m| m.as_str() == mode))
+            .map(|(r, _)| r)
+            .collect();
+        let skipped = loaded
+            .scenario
+            .expect
+            .iter()
+            .filter(|spec| spec.only.is_some_and(|m| m.as_str() != mode))
+            .count();
+        if skipped > 0 {
+            report.notes.push(format!(
+                "{skipped} expectation(s) apply only to the other mode ({}): not checked",
+                if mode == "sim" { "real" } else { "sim" }
+            ));
+        }
+        let golden_here = loaded
+            .scenario
+            .golden
+            .as_ref()
+            .is_none_or(|g| g.only.is_none_or(|m| m.as_str() == mode));
+        if golden && !golden_here {
+            report.notes.push(format!(
+                "golden data applies only to the other mode: not compared in {mode} mode"
+            ));
+        }
+        if golden && golden_here {
             report.expectations.extend(crate::golden::compare(world, loaded));
         }
         report.series = series(world, loaded);

@@ -518,3 +518,36 @@ fn a_rate_limited_link_gets_a_token_bucket() {
     assert!(!q.contains("tbf"), "{q}");
     bed.finish();
 }
+
+/// One description, both worlds: every scenario of the library (`scenarios/`, listed, so new
+/// files are picked up) passes on real interfaces too; expectations only the simulation can
+/// promise say `only = "sim"` and are reported as not checked.
+#[test]
+fn every_library_scenario_passes_on_real_interfaces() {
+    let Some(_turn) = root_only("every_library_scenario_passes_on_real_interfaces") else {
+        return;
+    };
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("scenarios/")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml" || e == "json"))
+        .collect();
+    files.sort();
+    let mut ran = 0;
+    for path in files {
+        let text = std::fs::read_to_string(&path).expect("read");
+        // Support files (vSwitch policies) sit beside the scenarios.
+        if !["[[nic]]", "[[switch]]", "\"nic\"", "\"switch\""].iter().any(|k| text.contains(k)) {
+            continue;
+        }
+        let loaded = snic_scenario::testing::load_path(&path);
+        let opts = snic_scenario::RunOptions { real: true, ..Default::default() };
+        let report = snic_scenario::testing::run_with(&loaded, &opts);
+        assert_eq!(report.mode, "real");
+        assert!(report.passed, "{} on real interfaces:\n{}", path.display(), report.to_text());
+        assert_no_namespaces();
+        ran += 1;
+    }
+    assert!(ran >= 8, "only {ran} scenarios found in {}", dir.display());
+}

@@ -518,3 +518,35 @@ fn a_trace_filter_puts_each_packets_path_in_the_notes() {
         r.notes
     );
 }
+
+#[test]
+fn expectations_for_the_other_mode_are_not_checked_and_say_so() {
+    let text = two_nics(
+        "",
+        10,
+        r#"
+[[expect]]
+counter = "link.wire.a_to_b.offered"
+eq = 10
+
+[[expect]]
+name = "only on real interfaces"
+only = "real"
+counter = "link.wire.a_to_b.offered"
+eq = 12345
+
+[[expect]]
+name = "only in the simulation"
+only = "sim"
+counter = "link.wire.a_to_b.delivered"
+eq = 9
+"#,
+    );
+    let r = run(&testing::load_toml(&text), None);
+    let names: Vec<&str> = r.expectations.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(names, ["link.wire.a_to_b.offered", "only in the simulation"]);
+    // The sim-only one is checked (and fails: 10 were delivered), the real-only one is not.
+    assert!(r.expectations[0].passed && !r.expectations[1].passed, "{}", r.to_text());
+    assert!(!r.passed);
+    assert!(r.notes.iter().any(|n| n.contains("1 expectation(s) apply only to the other mode")));
+}
