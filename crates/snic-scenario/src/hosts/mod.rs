@@ -109,6 +109,7 @@ struct Host {
     mrs: BTreeMap<String, Mr>,
     qps: BTreeMap<String, Qp>,
     dma: BTreeMap<String, DmaQueue>,
+    channels: BTreeMap<String, DmaChannel>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -157,6 +158,23 @@ struct DmaQueue {
     waiting: [VecDeque<(usize, u32)>; 2],
 }
 
+#[derive(Debug)]
+struct DmaChannel {
+    key: u32,
+    dir: snic_dma::Dir,
+    /// Most descriptors of one chain (the descriptor area's size).
+    max_descs: u32,
+    /// Where chains are written (host memory, `max_descs` descriptors).
+    area: u64,
+    runs: u64,
+    completed: u64,
+    errors: u64,
+    bytes: u64,
+    descs: u64,
+    /// The dma operation whose chain is running.
+    waiting: Option<usize>,
+}
+
 /// The engines of one NIC besides its RoCE engine.
 #[derive(Debug)]
 struct NicEngines {
@@ -165,6 +183,8 @@ struct NicEngines {
     kernels: snic_compute::Kernels,
     /// Queue id -> (host, queue name).
     queues: BTreeMap<u16, (String, String)>,
+    /// Channel key -> (host, channel name).
+    channels: BTreeMap<u32, (String, String)>,
 }
 
 #[derive(Debug)]
@@ -290,6 +310,17 @@ impl Hosts {
                     ("bytes", dq.bytes),
                 ] {
                     out.insert(format!("{h}.dma.{q}.{f}"), v);
+                }
+            }
+            for (c, ch) in &host.channels {
+                for (f, v) in [
+                    ("runs", ch.runs),
+                    ("completed", ch.completed),
+                    ("errors", ch.errors),
+                    ("bytes", ch.bytes),
+                    ("descs", ch.descs),
+                ] {
+                    out.insert(format!("{h}.dma.{c}.{f}"), v);
                 }
             }
         }
