@@ -2288,6 +2288,39 @@ memory = ["h1.dst"]
     }
 
     #[test]
+    fn json_channels_alias_names_field_and_line() {
+        let text = r#"{
+  "name": "j",
+  "nics": [{ "name": "nic0" }],
+  "hosts": [{
+    "name": "h0",
+    "nic": "nic0",
+    "regions": [{ "name": "a", "size": 4096 }, { "name": "b", "size": 4096, "place": "on_board" }],
+    "channels": [
+      { "name": "up", "dir": "h2c", "descs": 2 },
+      { "name": "down", "dir": "c2h", "key": 3 }
+    ]
+  }],
+  "ops": [
+    { "do": "dma", "queue": "h0.down", "dir": "h2c", "descs": [{ "src": "h0.a", "dst": "h0.b", "len": 64 }] },
+    { "do": "dma", "queue": "h0.up", "dir": "h2c", "descs": [{ "src": "h0.a", "dst": "h0.b", "len": 64 }] }
+  ]
+}
+"#;
+        let errs = check_str(text, Format::Json, Path::new("t.json"), Path::new("."))
+            .expect_err("a chain in the wrong direction");
+        let got: Vec<_> =
+            errs.iter().map(|e| (e.field.clone().unwrap_or_default(), e.line)).collect();
+        assert_eq!(got, [("op[0].dir".to_string(), Some(14))], "{errs:#?}");
+        assert!(errs[0].message.contains("\"h0.down\" is a c2h channel"), "{}", errs[0]);
+        let good = text.replacen("\"queue\": \"h0.down\"", "\"queue\": \"h0.up\"", 1);
+        let l = check_str(&good, Format::Json, Path::new("t.json"), Path::new("."))
+            .unwrap_or_else(|e| panic!("{e:#?}"));
+        let ch = &l.scenario.hosts[0].channels;
+        assert_eq!((ch[0].descs, ch[0].key, ch[1].descs, ch[1].key), (2, None, 64, Some(3)));
+    }
+
+    #[test]
     fn references_parse() {
         assert_eq!(
             parse_buf_ref("h0.src+0x10:4KiB", None),
