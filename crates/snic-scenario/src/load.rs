@@ -217,6 +217,7 @@ fn canonical(key: &str) -> &str {
         "cqs" => "cq",
         "qps" => "qp",
         "dma_queues" => "dma",
+        "channels" => "channel",
         k => k,
     }
 }
@@ -396,6 +397,7 @@ fn aliases(key: &str) -> &'static [&'static str] {
         "cq" => &["cqs"],
         "qp" => &["qps"],
         "dma" => &["dma_queues"],
+        "channel" => &["channels"],
         _ => &[],
     }
 }
@@ -608,10 +610,18 @@ impl JParser<'_> {
 // ---------------------------------------------------------------------------------------------
 
 use crate::schema::{
-    Action, Content, ExpectSpec, HostSpec, Impairments, PacketSpec, Place, PolicySource, WrKind,
-    WrSpec,
+    Action, Content, DmaDir, ExpectSpec, HostSpec, Impairments, PacketSpec, Place, PolicySource,
+    WrKind, WrSpec,
 };
 use std::collections::{BTreeMap, BTreeSet};
+
+/// `h2c` or `c2h`, as written in a file.
+fn dir_name(d: DmaDir) -> &'static str {
+    match d {
+        DmaDir::H2c => "h2c",
+        DmaDir::C2h => "c2h",
+    }
+}
 
 /// What a NIC or switch port carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -636,6 +646,8 @@ struct HostIndex<'a> {
     cqs: BTreeSet<&'a str>,
     qps: BTreeMap<&'a str, usize>,
     dma: BTreeSet<&'a str>,
+    /// DMA channels: name -> (direction, most descriptors of a chain).
+    channels: BTreeMap<&'a str, (DmaDir, u32)>,
     pds: BTreeSet<&'a str>,
 }
 
@@ -916,6 +928,7 @@ impl<'a> V<'a> {
         // Host memory per NIC and place, to find regions that cannot fit.
         let mut used: BTreeMap<(&str, u8), u64> = BTreeMap::new();
         let mut qids: BTreeMap<(&str, u16), String> = BTreeMap::new();
+        let mut keys: BTreeMap<(&str, u32), String> = BTreeMap::new();
         for (i, h) in s.hosts.iter().enumerate() {
             let f = format!("host[{i}]");
             self.name(format!("{f}.name"), &h.name, "host");
@@ -942,6 +955,7 @@ impl<'a> V<'a> {
                 cqs: BTreeSet::new(),
                 qps: BTreeMap::new(),
                 dma: BTreeSet::new(),
+                channels: BTreeMap::new(),
                 pds: BTreeSet::new(),
             };
             for (j, pd) in h.pds.iter().enumerate() {
@@ -1097,6 +1111,33 @@ impl<'a> V<'a> {
                         self.err(
                             format!("{df}.qid"),
                             format!("queue {q} of NIC {:?} is also {other}", h.nic),
+                        );
+                    }
+                }
+            }
+            for (j, c) in h.channels.iter().enumerate() {
+                let cf = format!("{f}.channel[{j}]");
+                self.name(format!("{cf}.name"), &c.name, "DMA channel");
+                if ix.dma.contains(c.name.as_str())
+                    || ix.channels.insert(&c.name, (c.dir, c.descs)).is_some()
+                {
+                    self.err(
+                        format!("{cf}.name"),
+                        format!("{:?} names two DMA queues or channels", c.name),
+                    );
+                }
+                if !(1..=snic_dma::desc::MAX_CHAIN).contains(&c.descs) {
+                    self.err(
+                        format!("{cf}.descs"),
+                        format!("{} is not in 1..={}", c.descs, snic_dma::desc::MAX_CHAIN),
+                    );
+                }
+                if let Some(k) = c.key {
+                    let who = format!("{}.{}", h.name, c.name);
+                    if let Some(other) = keys.insert((&h.nic, k), who) {
+                        self.err(
+                            format!("{cf}.key"),
+                            format!("channel {k} of NIC {:?} is also {other}", h.nic),
                         );
                     }
                 }
@@ -1504,11 +1545,33 @@ impl<'a> V<'a> {
                     }
                 }
             }
-            Action::Dma { queue, descs, .. } => {
-                let q = self
-                    .host_obj(&format!("{f}.queue"), queue, "DMA queue", |h, n| h.dma.contains(n));
+            Action::Dma { queue, dir, descs } => {
+                let q =
+                    self.host_obj(&format!("{f}.queue"), queue, "DMA queue or channel", |h, n| {
+                        h.dma.contains(n) || h.channels.contains_key(n)
+                    });
                 if descs.is_empty() {
                     self.err(format!("{f}.descs"), "post at least one descriptor");
+                }
+                let chan = q.as_ref().and_then(|(h, n)| {
+                    self.hosts.get(h).and_then(|x| x.channels.get(n.as_str())).copied()
+                });
+                if let Some((cdir, most)) = chan {
+                    if cdir != *dir {
+                        self.err(
+                            format!("{f}.dir"),
+                            format!("{queue:?} is a {} channel", dir_name(cdir)),
+                        );
+                    }
+                    if descs.len() > most as usize {
+                        self.err(
+                            format!("{f}.descs"),
+                            format!(
+                                "{} descriptors: the chain of {queue:?} holds at most {most}",
+                                descs.len()
+                            ),
+                        );
+                    }
                 }
                 let nic =
                     q.as_ref().and_then(|(h, _)| self.hosts.get(h)).map(|h| h.spec.nic.clone());
@@ -1987,6 +2050,14 @@ send_cq = "cq"
 peer = "h1.qp"
 [[host.dma]]
 name = "q0"
+[[host.channel]]
+name = "ch0"
+dir = "c2h"
+key = 2
+[[host.channel]]
+name = "ch1"
+dir = "h2c"
+descs = 1
 
 [[host]]
 name = "h1"
@@ -2121,6 +2192,12 @@ memory = ["h1.dst"]
             ("remote = \"h1.dmr\" }", "remote = \"h0.smr\" }", "op[1].wrs[0].remote", "peer QP's host", ("wrs = [", "{ op = \"write\"")),
             ("after = \"write\"", "after = \"later\"", "op[2].after", "not an operation", ("do = \"post_send\"", "after")),
             ("queue = \"h0.q0\"", "queue = \"h0.q1\"", "op[2].queue", "no DMA queue", ("do = \"dma\"", "queue")),
+            ("name = \"ch0\"", "name = \"q0\"", "host[0].channel[0].name", "two DMA queues or channels", ("[[host.channel]]", "name")),
+            ("name = \"ch1\"\ndir = \"h2c\"\ndescs = 1", "name = \"ch1\"\ndir = \"h2c\"\ndescs = 0", "host[0].channel[1].descs", "not in 1..=", ("name = \"ch1\"", "descs")),
+            ("name = \"ch1\"\ndir", "name = \"ch1\"\nkey = 2\ndir", "host[0].channel[1].key", "also h0.ch0", ("name = \"ch1\"", "key")),
+            ("dir = \"c2h\"\nkey", "dir = \"d2h\"\nkey", "host[0].channel[0].dir", "unknown variant", ("name = \"ch0\"", "dir")),
+            ("queue = \"h0.q0\"", "queue = \"h0.ch0\"", "op[2].dir", "is a c2h channel", ("do = \"dma\"", "dir")),
+            ("queue = \"h0.q0\"\ndir = \"h2c\"\ndescs = [{ src = \"h0.src\", dst = \"addr:0x1000\", len = 64 }]", "queue = \"h0.ch1\"\ndir = \"h2c\"\ndescs = [{ src = \"h0.src\", dst = \"addr:0x1000\", len = 64 }, { src = \"h0.src\", dst = \"addr:0x1000\", len = 64 }]", "op[2].descs", "at most 1", ("do = \"dma\"", "descs")),
             ("descs = [{ src = \"h0.src\", dst = \"addr:0x1000\", len = 64 }]", "descs = [{ src = \"h0.src\", dst = \"addr:0x1000\", len = \"1MiB\" }]", "op[2].descs[0].len", "do not fit", ("do = \"dma\"", "descs")),
             ("link = \"wire\"\nstate", "link = \"wir\"\nstate", "op[3].link", "not a link", ("do = \"link\"", "link =")),
             ("cq = \"h1.cq\"\ncount = 1", "cq = \"h1.cq\"", "op[4].count", "count", ("[[op]]\ndo = \"wait\"", "[[op]]")),
@@ -2208,6 +2285,39 @@ memory = ["h1.dst"]
         let good = JSON.replacen("\"bogus\"", "\"l2fwd\"", 1).replacen("\"x\"", "\"w\"", 1);
         check_str(&good, Format::Json, Path::new("t.json"), Path::new("."))
             .unwrap_or_else(|e| panic!("{e:#?}"));
+    }
+
+    #[test]
+    fn json_channels_alias_names_field_and_line() {
+        let text = r#"{
+  "name": "j",
+  "nics": [{ "name": "nic0" }],
+  "hosts": [{
+    "name": "h0",
+    "nic": "nic0",
+    "regions": [{ "name": "a", "size": 4096 }, { "name": "b", "size": 4096, "place": "on_board" }],
+    "channels": [
+      { "name": "up", "dir": "h2c", "descs": 2 },
+      { "name": "down", "dir": "c2h", "key": 3 }
+    ]
+  }],
+  "ops": [
+    { "do": "dma", "queue": "h0.down", "dir": "h2c", "descs": [{ "src": "h0.a", "dst": "h0.b", "len": 64 }] },
+    { "do": "dma", "queue": "h0.up", "dir": "h2c", "descs": [{ "src": "h0.a", "dst": "h0.b", "len": 64 }] }
+  ]
+}
+"#;
+        let errs = check_str(text, Format::Json, Path::new("t.json"), Path::new("."))
+            .expect_err("a chain in the wrong direction");
+        let got: Vec<_> =
+            errs.iter().map(|e| (e.field.clone().unwrap_or_default(), e.line)).collect();
+        assert_eq!(got, [("op[0].dir".to_string(), Some(14))], "{errs:#?}");
+        assert!(errs[0].message.contains("\"h0.down\" is a c2h channel"), "{}", errs[0]);
+        let good = text.replacen("\"queue\": \"h0.down\"", "\"queue\": \"h0.up\"", 1);
+        let l = check_str(&good, Format::Json, Path::new("t.json"), Path::new("."))
+            .unwrap_or_else(|e| panic!("{e:#?}"));
+        let ch = &l.scenario.hosts[0].channels;
+        assert_eq!((ch[0].descs, ch[0].key, ch[1].descs, ch[1].key), (2, None, 64, Some(3)));
     }
 
     #[test]

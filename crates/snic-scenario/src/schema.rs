@@ -251,6 +251,9 @@ pub struct HostSpec {
     /// DMA queues (TOML: `[[host.dma]]`).
     #[serde(default, rename = "dma", alias = "dma_queues")]
     pub dma: Vec<DmaQueueSpec>,
+    /// DMA channels (TOML: `[[host.channel]]`).
+    #[serde(default, rename = "channel", alias = "channels")]
+    pub channels: Vec<ChannelSpec>,
 }
 
 fn default_pds() -> Vec<String> {
@@ -492,6 +495,26 @@ pub struct DmaQueueSpec {
     pub rings: Place,
 }
 
+/// A DMA channel of a host (XDMA-like: the host writes a chain of descriptors in memory and
+/// starts the channel with the chain's first address; the engine validates the whole chain,
+/// then moves its bytes). A `dma` operation whose `queue` names the channel runs one chain.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelSpec {
+    /// Unique within the host, among its DMA queues and channels.
+    pub name: String,
+    /// The channel's direction: every chain run on it moves this way.
+    pub dir: DmaDir,
+    /// Channel key on its NIC's DMA engine. Default: the next free one.
+    #[serde(default)]
+    pub key: Option<u32>,
+    /// Most descriptors of one chain. Default 64. A descriptor area of this many
+    /// descriptors is allocated in host memory when the host is built; every chain is written
+    /// there.
+    #[serde(default = "sixty_four")]
+    pub descs: u32,
+}
+
 // ---------------------------------------------------------------------------------------------
 // Links and traffic
 // ---------------------------------------------------------------------------------------------
@@ -659,7 +682,7 @@ fn one_u32() -> u32 {
 /// One operation of the timeline. It starts at `at`, or `delay` after the operation `after`
 /// names has completed, or (neither given) `delay` after the previous operation in the list
 /// completed. It completes as its kind says (`post_send`: every signaled WR has its CQE;
-/// `dma`: every descriptor has completed; `wait`: its condition held; others: at once).
+/// `dma`: every descriptor has completed, or on a channel the chain has run; `wait`: its condition held; others: at once).
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 pub struct OpSpec {
     /// Unique among operations (default `op<i>`).
@@ -697,9 +720,10 @@ pub enum Action {
         /// Buffers, one WR each (`HOST.MR[+OFF][:LEN]`).
         bufs: Vec<String>,
     },
-    /// Post DMA descriptors on a host's queue, in one batch (one doorbell).
+    /// Post DMA descriptors on a host's queue, in one batch (one doorbell); or, when `queue`
+    /// names a channel, write them as one chain and start the channel.
     Dma {
-        /// `HOST.QUEUE`.
+        /// `HOST.QUEUE` or `HOST.CHANNEL`.
         queue: String,
         /// H2C (host to card) or C2H.
         dir: DmaDir,

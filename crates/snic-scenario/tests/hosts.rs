@@ -5,7 +5,8 @@
 //! What is checked: RDMA WRITE, READ, SEND and both atomics move the right bytes and give the
 //! right CQEs, with QPs and buffers in device memory; DMA H2C and C2H with bad descriptors
 //! among good ones (the good ones move their bytes, the bad ones complete with an error, no
-//! other byte changes); a GEMM kernel's product against one computed here; and that failed
+//! other byte changes); DMA channels running H2C and C2H chains, and a chain with a bad
+//! descriptor failing as a whole (not even its good descriptors move a byte); a GEMM kernel's product against one computed here; and that failed
 //! expectations say where they fail.
 
 use std::collections::BTreeMap;
@@ -480,6 +481,167 @@ fn dma_with_bad_descriptors_among_good_ones() {
     let now = tb.now();
     let e = hosts.start(&mut tb, now, &big).expect_err("17 descriptors in a 16-slot ring");
     assert!(e.to_string().contains("do not fit"), "{e}");
+}
+
+const CHANNELS: &str = r#"
+name = "hosts-dma-channels"
+[[nic]]
+name = "nic0"
+[[host]]
+name = "h0"
+nic = "nic0"
+[[host.region]]
+name = "hsrc"
+size = "16KiB"
+init = { seed = 5 }
+[[host.region]]
+name = "hdst"
+size = "16KiB"
+init = { fill = 0xee }
+[[host.region]]
+name = "dev"
+size = "16KiB"
+place = "on_board"
+init = { fill = 0x55 }
+[[host.channel]]
+name = "up"
+dir = "h2c"
+descs = 4
+[[host.channel]]
+name = "down"
+dir = "c2h"
+key = 7
+
+[[op]]
+do = "dma"
+queue = "h0.up"
+dir = "h2c"
+descs = [
+  { src = "h0.hsrc", dst = "h0.dev", len = 4096 },
+  { src = "h0.hsrc+4096", dst = "h0.dev+4096", len = 1000 },
+  { src = "h0.hsrc+8192", dst = "h0.dev+8192", len = 4096 },
+]
+
+[[op]]
+do = "dma"
+queue = "h0.down"
+dir = "c2h"
+descs = [
+  { src = "h0.dev", dst = "h0.hdst", len = 4096 },
+  { src = "h0.dev+4096", dst = "h0.hdst+4096", len = 1000 },
+  { src = "h0.dev+8192", dst = "h0.hdst+8192", len = 4096 },
+]
+
+# A good descriptor, a bad one (unmapped source), a good one: the engine validates the whole
+# chain before it moves a byte, so none of the three moves anything.
+[[op]]
+do = "dma"
+queue = "h0.up"
+dir = "h2c"
+descs = [
+  { src = "h0.hsrc+12288", dst = "h0.dev+12288", len = 1024 },
+  { src = "addr:0xdead0000", dst = "h0.dev+13312", len = 1024 },
+  { src = "h0.hsrc+14336", dst = "h0.dev+14336", len = 1024 },
+]
+
+# A C2H chain whose destination is device memory: the wrong direction.
+[[op]]
+do = "dma"
+queue = "h0.down"
+dir = "c2h"
+descs = [{ src = "h0.dev+12288", dst = "h0.dev+14336", len = 512 }]
+
+[[expect]]
+memory = "h0.dev:4096"
+same_as = "h0.hsrc"
+[[expect]]
+memory = "h0.dev+4096:1000"
+same_as = "h0.hsrc+4096:1000"
+[[expect]]
+name = "past the 1000 bytes of the second descriptor"
+memory = "h0.dev+5096:3096"
+content = { fill = 0x55 }
+[[expect]]
+memory = "h0.dev+8192:4096"
+same_as = "h0.hsrc+8192"
+[[expect]]
+name = "the failed chain moved nothing, its good descriptors neither"
+memory = "h0.dev+12288:4096"
+content = { fill = 0x55 }
+[[expect]]
+memory = "h0.hdst:4096"
+same_as = "h0.hsrc"
+[[expect]]
+memory = "h0.hdst+4096:1000"
+same_as = "h0.hsrc+4096:1000"
+[[expect]]
+memory = "h0.hdst+5096:3096"
+content = { fill = 0xee }
+[[expect]]
+memory = "h0.hdst+8192:4096"
+same_as = "h0.hsrc+8192"
+[[expect]]
+memory = "h0.hdst+12288:4096"
+content = { fill = 0xee }
+[[expect]]
+memory = "h0.hsrc"
+content = { seed = 5 }
+"#;
+
+#[test]
+fn dma_channels_run_chains_and_a_bad_descriptor_fails_the_whole_chain() {
+    let (tb, hosts, loaded, outcomes) = run(CHANNELS, 0.0, 1);
+    // A failed chain completes its operation too: the status is in the counters.
+    assert!(outcomes.iter().all(Result::is_ok), "{outcomes:?}");
+    assert!(check_all(&tb, &hosts, &loaded).is_empty());
+    let mut c = BTreeMap::new();
+    hosts.counters(&mut c);
+    let want = [
+        ("h0.dma.up.runs", 2),
+        ("h0.dma.up.completed", 1),
+        ("h0.dma.up.errors", 1),
+        ("h0.dma.up.bytes", 9192),
+        ("h0.dma.up.descs", 3),
+        ("h0.dma.down.runs", 2),
+        ("h0.dma.down.completed", 1),
+        ("h0.dma.down.errors", 1),
+        ("h0.dma.down.bytes", 9192),
+        ("h0.dma.down.descs", 3),
+        ("nic0.dma.channel_runs", 4),
+        ("nic0.dma.channel_errors", 2),
+        ("nic0.dma.channel_errors.unmapped", 1),
+        ("nic0.dma.channel_errors.wrong_direction", 1),
+        ("nic0.dma.descs", 6),
+        ("nic0.dma.h2c_bytes", 9192),
+        ("nic0.dma.c2h_bytes", 9192),
+        ("nic0.dma.errors", 0),
+        ("nic0.dma.completions", 0),
+    ];
+    for (k, v) in want {
+        assert_eq!(c.get(k), Some(&v), "{k}");
+    }
+
+    // Refused before anything is written: the wrong direction, more descriptors than the
+    // channel's area holds, a second chain while one runs.
+    let (mut tb, mut hosts) = (tb, hosts);
+    let desc = DescSpec { src: "h0.hsrc".into(), dst: "h0.dev".into(), len: Size(64) };
+    let now = tb.now();
+    let wrong = Action::Dma { queue: "h0.up".into(), dir: DmaDir::C2h, descs: vec![desc.clone()] };
+    let e = hosts.start(&mut tb, now, &wrong).expect_err("a C2H chain on an H2C channel");
+    assert!(e.to_string().contains("cannot run"), "{e}");
+    let big = Action::Dma { queue: "h0.up".into(), dir: DmaDir::H2c, descs: vec![desc.clone(); 5] };
+    let e = hosts.start(&mut tb, now, &big).expect_err("5 descriptors in an area of 4");
+    assert!(e.to_string().contains("do not fit"), "{e}");
+    let one = Action::Dma { queue: "h0.up".into(), dir: DmaDir::H2c, descs: vec![desc] };
+    let first = hosts.start(&mut tb, now, &one).expect("the channel is idle");
+    let e = hosts.start(&mut tb, now, &one).expect_err("the channel is busy");
+    assert!(e.to_string().contains("still running"), "{e}");
+    assert_eq!(hosts.status(first), None);
+    hosts.poll(&mut tb, now);
+    assert_eq!(hosts.status(first), Some(Ok(now)));
+    let mut c = BTreeMap::new();
+    hosts.counters(&mut c);
+    assert_eq!((c["h0.dma.up.runs"], c["h0.dma.up.bytes"]), (3, 9192 + 64));
 }
 
 const GEMM: &str = r#"

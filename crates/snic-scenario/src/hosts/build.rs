@@ -1,13 +1,19 @@
 //! Building the hosts: regions, PDs, MRs, CQs, QPs (connected in RC pairs), DMA queues.
 
-use super::{CqLog, DmaQueue, Host, Hosts, Mr, NicEngines, Qp, QpCounters, Region, kind, util};
+use super::{
+    CqLog, DmaChannel, DmaQueue, Host, Hosts, Mr, NicEngines, Qp, QpCounters, Region, kind, util,
+};
 use crate::load::Loaded;
+use crate::schema::DmaDir;
 use crate::schema::{AccessFlag, HostSpec, QpSpec};
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use snic_dma::desc::{CMPT_SIZE, DESC_SIZE};
+use snic_dma::desc::{CMPT_SIZE, DESC_SIZE, MAX_CHAIN};
 use snic_dma::engine::MAX_RING;
-use snic_dma::{AddressSpace, DmaEngine, Mode, NIC_OWNER, Notify, QueueConfig};
+use snic_dma::{
+    AddressSpace, ChannelConfig, ChannelKey, Dir, DmaEngine, MemKind, Mode, NIC_OWNER, Notify,
+    QueueConfig,
+};
 use snic_rdma::{Access, Mtu, QpAttr, QpInit, QpState, psn};
 use snic_testbed::{NicDevice, NodeId, Testbed};
 use std::collections::{BTreeMap, VecDeque};
@@ -43,6 +49,7 @@ pub(super) fn build(
                     dma: DmaEngine::new(AddressSpace::new()),
                     kernels: snic_compute::Kernels::with_builtins(),
                     queues: BTreeMap::new(),
+                    channels: BTreeMap::new(),
                 },
             );
         }
@@ -75,6 +82,7 @@ fn build_host(
         mrs: BTreeMap::new(),
         qps: BTreeMap::new(),
         dma: BTreeMap::new(),
+        channels: BTreeMap::new(),
     };
     for r in &spec.regions {
         let what = format!("region {}", r.name);
@@ -220,6 +228,55 @@ fn build_host(
                 errors: 0,
                 bytes: 0,
                 waiting: [VecDeque::new(), VecDeque::new()],
+            },
+        );
+    }
+    for c in &spec.channels {
+        let what = format!("DMA channel {}", c.name);
+        if host.dma.contains_key(&c.name) || host.channels.contains_key(&c.name) {
+            return Err(format!("{what}: the name is taken by another DMA queue or channel"));
+        }
+        if !(1..=MAX_CHAIN).contains(&c.descs) {
+            return Err(format!("{what}: descs {} is not in 1..={MAX_CHAIN}", c.descs));
+        }
+        let bytes = u64::from(c.descs) * DESC_SIZE as u64;
+        let area = d
+            .rnic
+            .alloc_buf(MemKind::Host, bytes, 4096)
+            .map_err(|e| format!("{what}: descriptor area in host memory: {e}"))?;
+        let eng = hosts
+            .nics
+            .get_mut(&spec.nic)
+            .ok_or_else(|| format!("{what}: NIC {} has no DMA engine", spec.nic))?;
+        let key = match c.key {
+            Some(k) => k,
+            None => (0..=u32::MAX)
+                .find(|k| !eng.channels.contains_key(k))
+                .ok_or_else(|| format!("{what}: no free channel key"))?,
+        };
+        if let Some((h, n)) = eng.channels.get(&key) {
+            return Err(format!("{what}: channel key {key} is taken by {h}.{n}"));
+        }
+        let dir = match c.dir {
+            DmaDir::H2c => Dir::H2c,
+            DmaDir::C2h => Dir::C2h,
+        };
+        let cfg = ChannelConfig { owner: NIC_OWNER, dir, align: 1, notify: Notify::Poll };
+        eng.dma.add_channel(ChannelKey(key), cfg).map_err(|e| format!("{what}: {e}"))?;
+        eng.channels.insert(key, (spec.name.clone(), c.name.clone()));
+        host.channels.insert(
+            c.name.clone(),
+            DmaChannel {
+                key,
+                dir,
+                max_descs: c.descs,
+                area,
+                runs: 0,
+                completed: 0,
+                errors: 0,
+                bytes: 0,
+                descs: 0,
+                waiting: None,
             },
         );
     }

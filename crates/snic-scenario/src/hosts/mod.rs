@@ -1,12 +1,12 @@
 //! Hosts: memory regions with their initial contents, RDMA objects (PDs, MRs, CQs, connected
-//! QPs), DMA queues on each NIC's DMA engine, lookaside kernels; the operations that use them
+//! QPs), DMA queues and channels on each NIC's DMA engine, lookaside kernels; the operations that use them
 //! (post send / receive, DMA, kernel) and the expectations that read them (memory, CQEs).
 //!
 //! # One memory per NIC
 //!
 //! A NIC's RoCE engine owns the NIC's [`snic_dma::AddressSpace`] (host pool, on-chip and
-//! on-board memory; `rnic.mem_mut()`). Every region, MR, QP ring and DMA ring of the hosts on
-//! that NIC is allocated there. The NIC's DMA engine ([`snic_dma::DmaEngine`], one per NIC,
+//! on-board memory; `rnic.mem_mut()`). Every region, MR, QP ring, DMA ring and DMA channel
+//! descriptor area of the hosts on that NIC is allocated there. The NIC's DMA engine ([`snic_dma::DmaEngine`], one per NIC,
 //! kept here) is built over an empty address space, and for every DMA call (adding a queue,
 //! a doorbell, a poll, reading completions) the RoCE engine's address space is swapped into
 //! the DMA engine's public `mem` field and swapped back after: both engines see the same
@@ -36,6 +36,16 @@
 //!   completes when every descriptor has its completion entry. A bad descriptor completes
 //!   with an error status (`HOST.dma.QUEUE.errors`, `NIC.dma.errors.STATUS`): that is an
 //!   outcome to check, not a failed operation. A queue-level error (bad doorbell) fails it.
+//! - `dma` on a channel (`queue` names one): the descriptors written as one chain into the
+//!   channel's descriptor area (allocated in host memory at build, `descs` descriptors; SOP
+//!   on the first, EOP on the last, `CHAIN` with the next one's address on the others), the
+//!   channel started on the first ([`snic_dma::DmaEngine::channel_run`]); completes on the
+//!   engine's [`snic_dma::Event::ChannelDone`]. A chain with a bad descriptor completes the
+//!   operation too: the engine validates the whole chain before it moves a byte, so none of
+//!   its descriptors moves anything, the good ones before the bad one included; the status is
+//!   counted in `HOST.dma.CHANNEL.errors` and `NIC.dma.channel_errors.STATUS`. A chain on a
+//!   channel that still runs one, in the wrong direction, or longer than the area fails to
+//!   start.
 //! - `kernel`: runs at once over the NIC's memory; fails when the kernel refuses the command.
 //!
 //! Hosts do their work in [`Hosts::poll`], which the driver calls between testbed steps: CQs
@@ -63,6 +73,8 @@
 //!
 //! `HOST.cq.CQ.cqes`, `HOST.cq.CQ.errors`; `HOST.qp.QP.{send_posted, recv_posted,
 //! send_cqes, recv_cqes, error_cqes}`; `HOST.dma.QUEUE.{posted, completed, errors, bytes}`;
+//! `HOST.dma.CHANNEL.{runs, completed, errors, bytes, descs}` (chains started, done without
+//! error, failed; bytes and descriptors moved);
 //! `NIC.dma.FIELD` (the fields of [`snic_dma::DmaStats`]; `errors` and `channel_errors` as
 //! totals and per status, `NIC.dma.errors.unmapped`); `NIC.kernel.{runs, errors}`.
 
@@ -109,6 +121,7 @@ struct Host {
     mrs: BTreeMap<String, Mr>,
     qps: BTreeMap<String, Qp>,
     dma: BTreeMap<String, DmaQueue>,
+    channels: BTreeMap<String, DmaChannel>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -157,6 +170,23 @@ struct DmaQueue {
     waiting: [VecDeque<(usize, u32)>; 2],
 }
 
+#[derive(Debug)]
+struct DmaChannel {
+    key: u32,
+    dir: snic_dma::Dir,
+    /// Most descriptors of one chain (the descriptor area's size).
+    max_descs: u32,
+    /// Where chains are written (host memory, `max_descs` descriptors).
+    area: u64,
+    runs: u64,
+    completed: u64,
+    errors: u64,
+    bytes: u64,
+    descs: u64,
+    /// The dma operation whose chain is running.
+    waiting: Option<usize>,
+}
+
 /// The engines of one NIC besides its RoCE engine.
 #[derive(Debug)]
 struct NicEngines {
@@ -165,6 +195,8 @@ struct NicEngines {
     kernels: snic_compute::Kernels,
     /// Queue id -> (host, queue name).
     queues: BTreeMap<u16, (String, String)>,
+    /// Channel key -> (host, channel name).
+    channels: BTreeMap<u32, (String, String)>,
 }
 
 #[derive(Debug)]
@@ -290,6 +322,17 @@ impl Hosts {
                     ("bytes", dq.bytes),
                 ] {
                     out.insert(format!("{h}.dma.{q}.{f}"), v);
+                }
+            }
+            for (c, ch) in &host.channels {
+                for (f, v) in [
+                    ("runs", ch.runs),
+                    ("completed", ch.completed),
+                    ("errors", ch.errors),
+                    ("bytes", ch.bytes),
+                    ("descs", ch.descs),
+                ] {
+                    out.insert(format!("{h}.dma.{c}.{f}"), v);
                 }
             }
         }

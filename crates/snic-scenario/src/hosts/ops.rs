@@ -3,8 +3,8 @@
 
 use super::{Hosts, Op, PendingWr, Resolved, util};
 use crate::schema::{Action, DescSpec, DmaDir, WrKind, WrSpec};
-use snic_dma::desc::{CMPT_SIZE, DESC_SIZE, DIR_QUEUE};
-use snic_dma::{Completion, Descriptor, Dir, Event};
+use snic_dma::desc::{CMPT_SIZE, DESC_SIZE, DIR_QUEUE, flags};
+use snic_dma::{ChannelKey, Completion, Descriptor, Dir, Event, Status};
 use snic_rdma::{Cqe, RecvWr, Remote, SendWr, SgList, Sge, WcOpcode, WcStatus, WrOp};
 use snic_testbed::Testbed;
 use snic_time::Instant;
@@ -195,23 +195,13 @@ impl Hosts {
     ) -> Result<usize, String> {
         let (h, q) = util::split_obj(queue)?;
         let host = self.hosts.get(h).ok_or_else(|| format!("no host {h}"))?;
-        let dq = host.dma.get(q).ok_or_else(|| format!("host {h} has no DMA queue {q}"))?;
-        let node = host.node;
-        let buf = |s: &str| -> Result<Resolved, String> {
-            let r = self.resolve(s, Some(h), Some(node))?;
-            if r.node != Some(node) {
-                return Err(format!("buffer {s:?} is not on the queue's NIC"));
-            }
-            Ok(r)
-        };
-        let mut list = Vec::new();
-        for (i, d) in descs.iter().enumerate() {
-            let e = |m: String| format!("{queue}: descriptor {i}: {m}");
-            let (src, dst) = (buf(&d.src).map_err(e)?, buf(&d.dst).map_err(e)?);
-            let len =
-                u32::try_from(d.len.0).map_err(|_| e(format!("{} bytes is too long", d.len.0)))?;
-            list.push(Descriptor::new(src.addr, dst.addr, len));
+        if host.channels.contains_key(q) {
+            return self.dma_chain(tb, now, queue, dir, descs);
         }
+        let dq =
+            host.dma.get(q).ok_or_else(|| format!("host {h} has no DMA queue or channel {q}"))?;
+        let node = host.node;
+        let list = self.descriptors(queue, descs)?;
         let di = match dir {
             DmaDir::H2c => 0,
             DmaDir::C2h => 1,
@@ -253,6 +243,97 @@ impl Hosts {
         if n > 0 {
             dq.waiting[di].push_back((op, n as u32));
         }
+        Ok(op)
+    }
+
+    /// The descriptors of a dma operation on `HOST.QUEUE` or `HOST.CHANNEL` (single ones,
+    /// SOP | EOP, not chained).
+    fn descriptors(&self, queue: &str, descs: &[DescSpec]) -> Result<Vec<Descriptor>, String> {
+        let (h, _) = util::split_obj(queue)?;
+        let node = self.hosts.get(h).ok_or_else(|| format!("no host {h}"))?.node;
+        let buf = |s: &str| -> Result<Resolved, String> {
+            let r = self.resolve(s, Some(h), Some(node))?;
+            if r.node != Some(node) {
+                return Err(format!("buffer {s:?} is not on the queue's NIC"));
+            }
+            Ok(r)
+        };
+        let mut list = Vec::new();
+        for (i, d) in descs.iter().enumerate() {
+            let e = |m: String| format!("{queue}: descriptor {i}: {m}");
+            let (src, dst) = (buf(&d.src).map_err(e)?, buf(&d.dst).map_err(e)?);
+            let len =
+                u32::try_from(d.len.0).map_err(|_| e(format!("{} bytes is too long", d.len.0)))?;
+            list.push(Descriptor::new(src.addr, dst.addr, len));
+        }
+        Ok(list)
+    }
+
+    /// A dma operation on a channel: the descriptors written as one chain into the channel's
+    /// descriptor area (SOP on the first, EOP on the last, CHAIN with `next` on all but the
+    /// last), then the channel started on the first. Completes on the channel's
+    /// `ChannelDone`, a failed chain included.
+    fn dma_chain(
+        &mut self,
+        tb: &mut Testbed,
+        now: Instant,
+        chan: &str,
+        dir: DmaDir,
+        descs: &[DescSpec],
+    ) -> Result<usize, String> {
+        let (h, c) = util::split_obj(chan)?;
+        let host = self.hosts.get(h).ok_or_else(|| format!("no host {h}"))?;
+        let ch = host.channels.get(c).ok_or_else(|| format!("host {h} has no DMA channel {c}"))?;
+        let want = match dir {
+            DmaDir::H2c => Dir::H2c,
+            DmaDir::C2h => Dir::C2h,
+        };
+        if want != ch.dir {
+            return Err(format!("{chan}: a {:?} channel cannot run a {dir:?} chain", ch.dir));
+        }
+        if descs.is_empty() {
+            return Err(format!("{chan}: a chain needs at least one descriptor"));
+        }
+        if descs.len() > ch.max_descs as usize {
+            return Err(format!(
+                "{chan}: {} descriptors do not fit its area ({} descriptors)",
+                descs.len(),
+                ch.max_descs
+            ));
+        }
+        if ch.waiting.is_some() {
+            return Err(format!("{chan}: the channel is still running a chain"));
+        }
+        let (node, key, area) = (host.node, ch.key, ch.area);
+        let nic_name = host.nic.clone();
+        let mut list = self.descriptors(chan, descs)?;
+        let last = list.len() - 1;
+        for (k, d) in list.iter_mut().enumerate() {
+            d.flags = 0;
+            if k == 0 {
+                d.flags |= flags::SOP;
+            }
+            if k == last {
+                d.flags |= flags::EOP;
+            } else {
+                d.flags |= flags::CHAIN;
+                d.next = area + (k as u64 + 1) * DESC_SIZE as u64;
+            }
+        }
+        let d = tb.nic_mut(node).ok_or_else(|| format!("{chan}: its NIC is not in the testbed"))?;
+        for (k, desc) in list.iter().enumerate() {
+            d.rnic
+                .mem_mut()
+                .write(area + k as u64 * DESC_SIZE as u64, &desc.encode())
+                .map_err(|e| format!("{chan}: descriptor area: {e}"))?;
+        }
+        let eng = self.nics.get_mut(&nic_name).ok_or_else(|| format!("{chan}: no DMA engine"))?;
+        eng.dma.channel_run(ChannelKey(key), area).map_err(|e| format!("{chan}: {e}"))?;
+        let op = self.new_op(1, now);
+        let ch =
+            self.hosts.get_mut(h).and_then(|x| x.channels.get_mut(c)).ok_or("channel vanished")?;
+        ch.runs += 1;
+        ch.waiting = Some(op);
         Ok(op)
     }
 
@@ -327,8 +408,10 @@ impl Hosts {
         // (host, queue, completion) and (host, queue, queue error).
         let mut cmpts: Vec<(String, String, Completion)> = Vec::new();
         let mut qerrs: Vec<(String, String, String)> = Vec::new();
+        // (host, channel, descriptors, bytes, status) of every chain that finished.
+        let mut chans: Vec<(String, String, u32, u64, Status)> = Vec::new();
         for eng in self.nics.values_mut() {
-            if eng.queues.is_empty() {
+            if eng.queues.is_empty() && eng.channels.is_empty() {
                 continue;
             }
             let Some(d) = tb.nic_mut(eng.node) else { continue };
@@ -342,10 +425,18 @@ impl Hosts {
                 }
             }
             while let Some(ev) = eng.dma.poll_event() {
-                if let Event::QueueError { qid, status } = ev
-                    && let Some((h, q)) = eng.queues.get(&qid)
-                {
-                    qerrs.push((h.clone(), q.clone(), status.reason().to_string()));
+                match ev {
+                    Event::QueueError { qid, status } => {
+                        if let Some((h, q)) = eng.queues.get(&qid) {
+                            qerrs.push((h.clone(), q.clone(), status.reason().to_string()));
+                        }
+                    }
+                    Event::ChannelDone { key, descs, bytes, status, .. } => {
+                        if let Some((h, c)) = eng.channels.get(&key.0) {
+                            chans.push((h.clone(), c.clone(), descs, bytes, status));
+                        }
+                    }
+                    Event::Completed { .. } => {}
                 }
             }
             for (&qid, (h, q)) in &eng.queues {
@@ -380,7 +471,27 @@ impl Hosts {
             std::mem::swap(mem, &mut eng.dma.mem);
             debug_assert_eq!(eng.dma.mem.regions().count(), 0, "the NIC's memory went back");
         }
-        work += cmpts.len();
+        work += cmpts.len() + chans.len();
+        for (h, c, descs, bytes, status) in chans {
+            let Some(ch) = self.hosts.get_mut(&h).and_then(|x| x.channels.get_mut(&c)) else {
+                continue;
+            };
+            if status == Status::Ok {
+                ch.completed += 1;
+            } else {
+                ch.errors += 1;
+            }
+            ch.bytes += bytes;
+            ch.descs += u64::from(descs);
+            if let Some(op) = ch.waiting.take()
+                && let Some(o) = self.ops.get_mut(op)
+            {
+                o.waiting = 0;
+                if o.status.is_none() {
+                    o.status = Some(Ok(now));
+                }
+            }
+        }
         for (h, q, c) in cmpts {
             let Some(dq) = self.hosts.get_mut(&h).and_then(|x| x.dma.get_mut(&q)) else { continue };
             if c.dir == DIR_QUEUE {
