@@ -362,6 +362,8 @@ impl Drop for World {
 impl World {
     /// The port (`NODE.PORT`) a capture name refers to: a port, or a host (its interface).
     pub fn capture_port(&self, name: &str) -> Option<String> {
+        // Spaces around it are ignored, as `snic scenario check` ignores them.
+        let name = name.trim();
         if self.logs.contains_key(name) {
             return Some(name.to_string());
         }

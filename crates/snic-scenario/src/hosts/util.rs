@@ -15,9 +15,10 @@ pub fn parse_num(s: &str) -> Result<u64, String> {
     t.parse::<Size>().map(|z| z.0)
 }
 
-/// Split `HOST.NAME` (a QP, a CQ, a queue, an MR).
+/// Split `HOST.NAME` (a QP, a CQ, a queue, an MR); spaces around it are ignored, as
+/// `snic scenario check` ignores them.
 pub fn split_obj(s: &str) -> Result<(&str, &str), String> {
-    match s.split_once('.') {
+    match s.trim().split_once('.') {
         Some((h, n)) if !h.is_empty() && !n.is_empty() && !n.contains('.') => Ok((h, n)),
         _ => Err(format!("{s:?} does not name a host object (HOST.NAME)")),
     }
