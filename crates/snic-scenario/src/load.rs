@@ -1260,6 +1260,7 @@ impl<'a> V<'a> {
                     duplicate: Some(l.duplicate),
                     reorder: Some(l.reorder),
                     queue_limit: Some(l.queue_limit),
+                    rate_mbps: Some(l.rate_mbps),
                     ..Default::default()
                 },
             );
@@ -1282,6 +1283,11 @@ impl<'a> V<'a> {
         }
         if imp.queue_limit == Some(0) {
             self.err(format!("{f}.queue_limit"), "must be more than 0");
+        }
+        if let Some(r) = imp.rate_mbps
+            && r.checked_mul(1_000_000).is_none()
+        {
+            self.err(format!("{f}.rate_mbps"), format!("{r} Mbit/s is too large"));
         }
     }
 
@@ -2476,6 +2482,14 @@ memory = ["h1.dst"]
                     && e.message.contains("classify")),
             "{errs:#?}"
         );
+    }
+
+    #[test]
+    fn a_rate_the_link_cannot_take_is_an_error() {
+        let errs =
+            check(&BASE.replacen("loss = 0.05", "loss = 0.05\nrate_mbps = 18446744073709551", 1))
+                .expect_err("bits per second overflow");
+        assert!(errs.iter().any(|e| e.field.as_deref() == Some("link[0].rate_mbps")), "{errs:#?}");
     }
 
     #[test]
