@@ -1950,6 +1950,9 @@ impl<'a> V<'a> {
                 if e.file.is_some() && !e.packets.is_empty() {
                     self.err(f, "give `file` or `packets`, not both");
                 }
+                if let Some(file) = &e.file {
+                    self.file(format!("{f}.file"), file);
+                }
                 self.packets(f, &e.packets);
                 for (j, m) in e.mask.iter().enumerate() {
                     if let Err(why) = check_mask(m) {
@@ -2490,6 +2493,13 @@ memory = ["h1.dst"]
             check(&BASE.replacen("loss = 0.05", "loss = 0.05\nrate_mbps = 18446744073709551", 1))
                 .expect_err("bits per second overflow");
         assert!(errs.iter().any(|e| e.field.as_deref() == Some("link[0].rate_mbps")), "{errs:#?}");
+    }
+
+    #[test]
+    fn a_capture_an_expectation_names_must_exist() {
+        let text = format!("{BASE}\n[[expect]]\npcap = \"sw.p2\"\nfile = \"no-such.pcap\"\n");
+        let errs = check(&text).expect_err("missing capture");
+        assert!(errs.iter().any(|e| e.message.contains("no-such.pcap")), "{errs:#?}");
     }
 
     #[test]
