@@ -168,6 +168,16 @@ pub fn run_all(
     opts: &RunOptions,
     done: &(dyn Fn(&Case) + Sync),
 ) -> Vec<Case> {
+    run_all_with(files, jobs, &|f: &Path| run_case(f, opts), done)
+}
+
+/// [`run_all`] with `runner` running one file.
+fn run_all_with(
+    files: &[PathBuf],
+    jobs: usize,
+    runner: &(dyn Fn(&Path) -> Case + Sync),
+    done: &(dyn Fn(&Case) + Sync),
+) -> Vec<Case> {
     let next = AtomicUsize::new(0);
     let slots: Vec<Mutex<Option<Case>>> = files.iter().map(|_| Mutex::new(None)).collect();
     std::thread::scope(|s| {
@@ -176,7 +186,20 @@ pub fn run_all(
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(f) = files.get(i) else { break };
-                    let case = run_case(f, opts);
+                    // A case that panics is that case's error: the other cases still run and
+                    // the table and JUnit XML still come out (a panicking scoped thread would
+                    // make `scope` panic too).
+                    let case = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| runner(f)))
+                        .unwrap_or_else(|p| Case {
+                            name: f.display().to_string(),
+                            path: f.clone(),
+                            outcome: Outcome::Error {
+                                message: format!("panicked: {}", panic_text(&*p)),
+                            },
+                            sim_ns: None,
+                            wall: Duration::ZERO,
+                            report: String::new(),
+                        });
                     done(&case);
                     *slots[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(case);
                 }
@@ -197,6 +220,14 @@ pub fn run_all(
             })
         })
         .collect()
+}
+
+/// What a panic said.
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into())
 }
 
 /// A simulated time for the table (`1.250 ms`).
@@ -378,6 +409,22 @@ mod tests {
             sim_ns: Some(1_500_000),
             wall: Duration::from_millis(20),
             report: "scenario <x> & \"y\"".into(),
+        }
+    }
+
+    #[test]
+    fn a_case_that_panics_is_an_error_and_the_others_still_run() {
+        let files: Vec<PathBuf> = ["a.toml", "boom.toml", "c.toml"].map(PathBuf::from).to_vec();
+        let runner = |f: &Path| {
+            assert!(!f.ends_with("boom.toml"), "the engine fell over");
+            case(&f.display().to_string(), Outcome::Passed)
+        };
+        let cases = run_all_with(&files, 2, &runner, &|_: &Case| {});
+        assert_eq!(cases.len(), 3);
+        assert!(cases[0].passed() && cases[2].passed());
+        match &cases[1].outcome {
+            Outcome::Error { message } => assert!(message.contains("fell over"), "{message}"),
+            o => panic!("{o:?}"),
         }
     }
 

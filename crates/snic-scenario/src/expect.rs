@@ -193,9 +193,14 @@ pub fn check_pcap(
 /// literal range (`14..16`). `Ok(None)`: the frame has no such header.
 pub fn mask_range(frame: &[u8], field: &str) -> Result<Option<(usize, usize)>, String> {
     if let Some((a, b)) = field.split_once("..") {
-        let a: usize = a.trim().parse().map_err(|_| format!("bad mask range {field:?}"))?;
-        let b: usize = b.trim().parse().map_err(|_| format!("bad mask range {field:?}"))?;
-        return Ok(Some((a, b)));
+        // As `snic scenario check` reads them: decimal, `0x` hex or a size (`1KiB`).
+        let num = |s: &str| {
+            crate::hosts::util::parse_num(s)
+                .ok()
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+                .ok_or_else(|| format!("bad mask range {field:?}"))
+        };
+        return Ok(Some((num(a)?, num(b)?)));
     }
     let (layer, f) = field.split_once('.').ok_or_else(|| format!("bad mask field {field:?}"))?;
     // L3 offset (after VLAN tags) and type.
@@ -414,4 +419,22 @@ pub fn decode(frame: &[u8]) -> String {
     }
     let _ = write!(s, ", {} bytes", frame.len());
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mask_ranges_read_as_check_reads_them() {
+        // `snic scenario check` takes hex and sizes in a range: the run must too.
+        let f = vec![0xaa; 40];
+        for m in ["18..20", "0x12..0x14", " 0x12 .. 20 "] {
+            assert_eq!(mask_range(&f, m), Ok(Some((18, 20))), "{m}");
+        }
+        assert_eq!(mask_range(&f, "0..1KiB"), Ok(Some((0, 1024))));
+        assert!(mask_range(&f, "a..b").is_err());
+        let m = masked(&f, &["0x12..0x14".into()]).expect("masks");
+        assert_eq!(&m[17..21], [0xaa, 0, 0, 0xaa]);
+    }
 }

@@ -837,6 +837,12 @@ impl<'a> V<'a> {
                 }
             }
             let specs = self.stages(&f, &n.stages, n.ports.len(), true);
+            // The order a NIC's pipeline needs (what the build would refuse).
+            if specs.len() == n.stages.len()
+                && let Err(e) = snic_io::nic::nic_stages(&specs)
+            {
+                self.err(format!("{f}.stages"), e.to_string());
+            }
             match (&n.vswitch, specs.contains(&StageSpec::VSwitch)) {
                 (Some(p), true) => self.policy(format!("{f}.vswitch"), p),
                 (Some(_), false) => {
@@ -851,6 +857,14 @@ impl<'a> V<'a> {
             ] {
                 if size.0 == 0 {
                     self.err(format!("{f}.memory.{what}"), "must be more than 0");
+                } else if size.0 > MAX_NIC_MEMORY {
+                    self.err(
+                        format!("{f}.memory.{what}"),
+                        format!(
+                            "{size} is more than the {} a simulated NIC may have",
+                            crate::schema::Size(MAX_NIC_MEMORY)
+                        ),
+                    );
                 }
             }
             if n.rdma.max_inflight == 0 {
@@ -1287,6 +1301,7 @@ impl<'a> V<'a> {
                     duplicate: Some(l.duplicate),
                     reorder: Some(l.reorder),
                     queue_limit: Some(l.queue_limit),
+                    rate_mbps: Some(l.rate_mbps),
                     ..Default::default()
                 },
             );
@@ -1310,29 +1325,59 @@ impl<'a> V<'a> {
         if imp.queue_limit == Some(0) {
             self.err(format!("{f}.queue_limit"), "must be more than 0");
         }
+        if let Some(r) = imp.rate_mbps
+            && r.checked_mul(1_000_000).is_none()
+        {
+            self.err(format!("{f}.rate_mbps"), format!("{r} Mbit/s is too large"));
+        }
     }
 
     fn packets(&mut self, f: &str, packets: &[PacketSpec]) {
+        let (mut frames, mut bytes) = (0u64, 0u64);
         for (j, p) in packets.iter().enumerate() {
             let pf = format!("{f}.packets[{j}]");
-            match (&p.layers, &p.hex) {
-                (Some(l), None) => {
-                    if let Err(e) = crate::packet::build(l) {
+            let len = match (&p.layers, &p.hex) {
+                (Some(l), None) => match crate::packet::build(l) {
+                    Ok(b) => b.len(),
+                    Err(e) => {
                         self.err(format!("{pf}.layers"), e.to_string());
+                        0
                     }
-                }
-                (None, Some(h)) => match crate::packet::from_hex(h) {
-                    Ok(b) if b.len() < 14 => self.err(
-                        format!("{pf}.hex"),
-                        format!("{} bytes is shorter than an Ethernet header", b.len()),
-                    ),
-                    Ok(_) => {}
-                    Err(e) => self.err(format!("{pf}.hex"), e.to_string()),
                 },
-                _ => self.err(pf.clone(), "give exactly one of `layers` and `hex`"),
-            }
+                (None, Some(h)) => match crate::packet::from_hex(h) {
+                    Ok(b) if b.len() < 14 => {
+                        self.err(
+                            format!("{pf}.hex"),
+                            format!("{} bytes is shorter than an Ethernet header", b.len()),
+                        );
+                        0
+                    }
+                    Ok(b) => b.len(),
+                    Err(e) => {
+                        self.err(format!("{pf}.hex"), e.to_string());
+                        0
+                    }
+                },
+                _ => {
+                    self.err(pf.clone(), "give exactly one of `layers` and `hex`");
+                    0
+                }
+            };
             if p.count == 0 {
                 self.err(format!("{pf}.count"), "must be more than 0");
+            }
+            frames = frames.saturating_add(u64::from(p.count));
+            bytes = bytes.saturating_add(u64::from(p.count).saturating_mul(len as u64));
+            if frames > MAX_FRAMES || bytes > MAX_FRAME_BYTES {
+                self.err(
+                    format!("{pf}.count"),
+                    format!(
+                        "the packets come to more than {MAX_FRAMES} frames or {} (every frame is \
+                         built before the run)",
+                        crate::schema::Size(MAX_FRAME_BYTES)
+                    ),
+                );
+                return;
             }
         }
     }
@@ -1389,10 +1434,15 @@ impl<'a> V<'a> {
             if let Some(p) = &t.pcap {
                 self.file(format!("{f}.pcap"), p);
             }
-            if let Some(g) = &t.generator
-                && g.count == 0
-            {
-                self.err(format!("{f}.generator.count"), "must be more than 0");
+            if let Some(g) = &t.generator {
+                if g.count == 0 {
+                    self.err(format!("{f}.generator.count"), "must be more than 0");
+                } else if g.count > MAX_FRAMES {
+                    self.err(
+                        format!("{f}.generator.count"),
+                        format!("{} frames is more than {MAX_FRAMES}", g.count),
+                    );
+                }
             }
             self.packets(&f, &t.packets);
         }
@@ -1521,6 +1571,16 @@ impl<'a> V<'a> {
                     self.err(format!("{f}.wrs"), "post at least one WR");
                 }
                 let peer_host = q.as_ref().and_then(|(h, n)| self.peer_host(h, n));
+                let depth = q.as_ref().and_then(|(h, n)| self.qp_spec(h, n)).map(|s| s.sq_depth);
+                let count = wrs.iter().fold(0u64, |a, w| a.saturating_add(u64::from(w.repeat)));
+                if let Some(d) = depth
+                    && count > u64::from(d)
+                {
+                    self.err(
+                        format!("{f}.wrs"),
+                        format!("{count} WRs (repeats included) do not fit the send queue ({d})"),
+                    );
+                }
                 for (j, wr) in wrs.iter().enumerate() {
                     self.wr(
                         &format!("{f}.wrs[{j}]"),
@@ -1534,6 +1594,15 @@ impl<'a> V<'a> {
                 let q = self.host_obj(&format!("{f}.qp"), qp, "QP", |h, n| h.qps.contains_key(n));
                 if bufs.is_empty() {
                     self.err(format!("{f}.bufs"), "post at least one buffer");
+                }
+                let depth = q.as_ref().and_then(|(h, n)| self.qp_spec(h, n)).map(|s| s.rq_depth);
+                if let Some(d) = depth
+                    && bufs.len() as u64 > u64::from(d)
+                {
+                    self.err(
+                        format!("{f}.bufs"),
+                        format!("{} buffers do not fit the receive queue ({d})", bufs.len()),
+                    );
                 }
                 let host = q.map(|(h, _)| h);
                 for (j, b) in bufs.iter().enumerate() {
@@ -1693,6 +1762,11 @@ impl<'a> V<'a> {
         }
     }
 
+    fn qp_spec(&self, host: &str, qp: &str) -> Option<&'a crate::schema::QpSpec> {
+        let h = self.hosts.get(host)?;
+        h.spec.qps.get(*h.qps.get(qp)?)
+    }
+
     fn peer_host(&self, host: &str, qp: &str) -> Option<String> {
         let h = self.hosts.get(host)?;
         let q = &h.spec.qps[*h.qps.get(qp)?];
@@ -1744,6 +1818,9 @@ impl<'a> V<'a> {
         if atomic && wr.local.len() != 1 {
             self.err(format!("{f}.local"), format!("`{op}` needs one 8-byte local buffer"));
         }
+        // The bytes one copy of the WR moves (its local buffers), when known.
+        let mut total = Some(0u64);
+        let repeat = u64::from(wr.repeat);
         for (j, b) in wr.local.iter().enumerate() {
             let bf = format!("{f}.local[{j}]");
             if let Some((bh, len)) = self.buf(&bf, b, host, false, true) {
@@ -1751,8 +1828,17 @@ impl<'a> V<'a> {
                     self.err(bf.clone(), format!("{b:?} is not memory of the QP's host"));
                 }
                 if atomic && len != Some(8) {
-                    self.err(bf, format!("{b:?}: an atomic's buffer is 8 bytes (write `:8`)"));
+                    self.err(
+                        bf.clone(),
+                        format!("{b:?}: an atomic's buffer is 8 bytes (write `:8`)"),
+                    );
                 }
+                total = total.zip(len).and_then(|(t, l)| t.checked_add(l));
+                if let Some(l) = len {
+                    self.repeated(&bf, b, host, l, repeat);
+                }
+            } else {
+                total = None;
             }
         }
         if let (Some(r), true) = (&wr.remote, needs_remote) {
@@ -1762,7 +1848,10 @@ impl<'a> V<'a> {
                     self.err(rf.clone(), format!("{r:?} is not memory of the peer QP's host"));
                 }
                 if atomic && len.is_some_and(|l| l < 8) {
-                    self.err(rf, format!("{r:?}: an atomic needs 8 bytes there"));
+                    self.err(rf.clone(), format!("{r:?}: an atomic needs 8 bytes there"));
+                }
+                if let Some(t) = total {
+                    self.repeated(&rf, r, None, t, repeat);
                 }
             }
         }
@@ -1770,6 +1859,26 @@ impl<'a> V<'a> {
             self.host_obj(&format!("{f}.invalidate"), inv, "MR", |h, n| {
                 matches!(h.objs.get(n), Some(Obj::Mr(..)))
             });
+        }
+    }
+
+    /// With `repeat` copies, copy `r` of a WR's buffer `b` starts `r * step` bytes further on
+    /// (see [`crate::schema::WrSpec::repeat`]): check the last copy's bytes too.
+    fn repeated(&mut self, field: &str, b: &str, host: Option<&str>, step: u64, repeat: u64) {
+        if repeat <= 1 {
+            return;
+        }
+        let Ok(Buf::Named(r)) = parse_buf(b, host) else { return };
+        let span = step.checked_mul(repeat - 1).and_then(|x| x.checked_add(r.len.unwrap_or(step)));
+        let Some(span) = span else {
+            self.err(field, format!("`repeat = {repeat}`: the copies of {b:?} overflow"));
+            return;
+        };
+        let whole = format!("{}.{}+{}:{span}", r.host, r.name, r.offset);
+        let before = self.out.len();
+        self.buf(field, &whole, None, false, true);
+        for (_, m) in &mut self.out[before..] {
+            *m = format!("`repeat = {repeat}`: the copies of {b:?} need {span} bytes: {m}");
         }
     }
 
@@ -1873,6 +1982,15 @@ impl<'a> V<'a> {
                     self.content(format!("{f}.content"), c, len);
                 }
                 if let Some(other) = &e.same_as
+                    && parse_buf(other, None).ok() == parse_buf(m, None).ok()
+                    && parse_buf(m, None).is_ok()
+                {
+                    self.err(
+                        format!("{f}.same_as"),
+                        format!("{other:?} is the buffer itself: the check could not fail"),
+                    );
+                }
+                if let Some(other) = &e.same_as
                     && let Some((_, olen)) =
                         self.buf(&format!("{f}.same_as"), other, None, false, false)
                     && let (Some(a), Some(b)) = (len, olen)
@@ -1894,6 +2012,9 @@ impl<'a> V<'a> {
                 self.capture_point(&format!("{f}.pcap"), p);
                 if e.file.is_some() && !e.packets.is_empty() {
                     self.err(f, "give `file` or `packets`, not both");
+                }
+                if let Some(file) = &e.file {
+                    self.file(format!("{f}.file"), file);
                 }
                 self.packets(f, &e.packets);
                 for (j, m) in e.mask.iter().enumerate() {
@@ -1979,6 +2100,14 @@ impl<'a> V<'a> {
         }
     }
 }
+
+/// The largest memory of each kind a NIC may have (host, on-chip, on-board): the simulation
+/// allocates it whole, so a larger one would abort the process instead of being an error.
+pub const MAX_NIC_MEMORY: u64 = 4 << 30;
+/// Most frames one traffic source (or one `pcap` expectation's `packets`) may describe.
+pub const MAX_FRAMES: u64 = 1 << 20;
+/// Most bytes one traffic source's (or one expectation's) `packets` may describe.
+pub const MAX_FRAME_BYTES: u64 = 1 << 30;
 
 /// The engine's completion statuses, snake case.
 pub const WC_STATUS: [&str; 13] = [
@@ -2282,7 +2411,9 @@ memory = ["h1.dst"]
             .expect_err("type error");
         assert_eq!(errs[0].line, Some(8), "{}", errs[0]);
         assert_eq!(errs[0].field.as_deref(), Some("link[0].loss"), "{}", errs[0]);
-        let good = JSON.replacen("\"bogus\"", "\"l2fwd\"", 1).replacen("\"x\"", "\"w\"", 1);
+        // (A NIC's pipeline needs `classify` too: the build would refuse it.)
+        let good =
+            JSON.replacen("\"bogus\"", "\"classify\", \"l2fwd\"", 1).replacen("\"x\"", "\"w\"", 1);
         check_str(&good, Format::Json, Path::new("t.json"), Path::new("."))
             .unwrap_or_else(|e| panic!("{e:#?}"));
     }
@@ -2399,6 +2530,93 @@ memory = ["h1.dst"]
         let json = block("## The same in JSON", "json");
         check_str(&json, Format::Json, Path::new("doc.json"), Path::new("."))
             .unwrap_or_else(|e| panic!("{e:#?}"));
+    }
+
+    #[test]
+    fn what_the_run_would_build_whole_is_bounded() {
+        let errs = check(&BASE.replacen(
+            "name = \"nic1\"\n",
+            "name = \"nic1\"\nmemory = { host = \"64GiB\" }\n",
+            1,
+        ))
+        .expect_err("too much memory");
+        assert!(errs.iter().any(|e| e.field.as_deref() == Some("nic[1].memory.host")), "{errs:#?}");
+        let errs = check(&BASE.replacen("count = 3", "count = 4000000000", 1))
+            .expect_err("too many frames");
+        assert!(
+            errs.iter().any(|e| e.field.as_deref() == Some("traffic[0].packets[0].count")),
+            "{errs:#?}"
+        );
+        let generated = BASE.replacen(
+            "packets = [{ layers = 'Ether()/IP(dst=\"10.0.0.2\")/UDP()/Raw(len=10)', count = 3 }]",
+            "generator = { count = 9000000000000 }",
+            1,
+        );
+        let errs = check(&generated).expect_err("too many frames");
+        assert!(
+            errs.iter().any(|e| e.field.as_deref() == Some("traffic[0].generator.count")),
+            "{errs:#?}"
+        );
+    }
+
+    #[test]
+    fn repeated_wrs_stay_in_their_buffers_and_queue() {
+        // 16 copies of 4 KiB fill the 64 KiB MRs exactly; 17 run past them.
+        let ok = BASE.replacen("remote = \"h1.dmr\" }", "remote = \"h1.dmr\", repeat = 16 }", 1);
+        check(&ok).unwrap_or_else(|e| panic!("{e:#?}"));
+        let past = BASE.replacen("remote = \"h1.dmr\" }", "remote = \"h1.dmr\", repeat = 17 }", 1);
+        let errs = check(&past).expect_err("past the MR");
+        assert!(
+            errs.iter().any(|e| e.field.as_deref() == Some("op[1].wrs[0].local[0]")
+                && e.message.contains("repeat = 17")),
+            "{errs:#?}"
+        );
+        assert!(
+            errs.iter().any(|e| e.field.as_deref() == Some("op[1].wrs[0].remote")),
+            "{errs:#?}"
+        );
+        let huge =
+            BASE.replacen("local = [\"src+8:8\"]", "local = [\"src+8:8\"], repeat = 4000000000", 1);
+        let errs = check(&huge).expect_err("more WRs than the send queue");
+        assert!(errs.iter().any(|e| e.field.as_deref() == Some("op[1].wrs")), "{errs:#?}");
+    }
+
+    #[test]
+    fn a_nic_pipeline_the_build_would_refuse_is_an_error() {
+        let errs = check(&BASE.replacen(
+            "stages = [\"parse\", \"classify\", \"l2fwd\"]",
+            "stages = [\"parse\", \"l2fwd\"]",
+            1,
+        ))
+        .expect_err("no classify");
+        assert!(
+            errs.iter()
+                .any(|e| e.field.as_deref() == Some("nic[0].stages")
+                    && e.message.contains("classify")),
+            "{errs:#?}"
+        );
+    }
+
+    #[test]
+    fn a_rate_the_link_cannot_take_is_an_error() {
+        let errs =
+            check(&BASE.replacen("loss = 0.05", "loss = 0.05\nrate_mbps = 18446744073709551", 1))
+                .expect_err("bits per second overflow");
+        assert!(errs.iter().any(|e| e.field.as_deref() == Some("link[0].rate_mbps")), "{errs:#?}");
+    }
+
+    #[test]
+    fn a_capture_an_expectation_names_must_exist() {
+        let text = format!("{BASE}\n[[expect]]\npcap = \"sw.p2\"\nfile = \"no-such.pcap\"\n");
+        let errs = check(&text).expect_err("missing capture");
+        assert!(errs.iter().any(|e| e.message.contains("no-such.pcap")), "{errs:#?}");
+    }
+
+    #[test]
+    fn a_buffer_is_not_compared_with_itself() {
+        let text = format!("{BASE}\n[[expect]]\nmemory = \"h0.src\"\nsame_as = \"h0.src\"\n");
+        let errs = check(&text).expect_err("cannot fail");
+        assert!(errs.iter().any(|e| e.message.contains("the buffer itself")), "{errs:#?}");
     }
 
     #[test]

@@ -101,7 +101,7 @@ impl Report {
                 group = g.to_string();
                 let _ = writeln!(s, "  {group}:");
             }
-            let _ = writeln!(s, "    {:<48} {v}", &k[g.len() + 1..]);
+            let _ = writeln!(s, "    {:<48} {v}", k.get(g.len() + 1..).unwrap_or(k));
         }
         if !self.ops.is_empty() {
             let _ = writeln!(s, "  operations:");

@@ -1080,19 +1080,40 @@ impl core::str::FromStr for SimTime {
         let t = s.trim();
         let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
         let (num, unit) = t.split_at(split);
-        let per: f64 = match unit.trim() {
-            "" | "ns" => 1.0,
-            "us" | "µs" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
+        let per: u128 = match unit.trim() {
+            "" | "ns" => 1,
+            "us" | "µs" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
             u => return Err(format!("unknown time unit {u:?} in {s:?} (ns, us, ms, s)")),
         };
-        let v: f64 = num.parse().map_err(|_| format!("{s:?} is not a time (e.g. \"10us\")"))?;
-        let ns = v * per;
-        if !ns.is_finite() || ns < 0.0 || ns > u64::MAX as f64 || ns.fract() != 0.0 {
+        // Exact decimal arithmetic: "1.001us" is 1001 ns (in f64 it is 1000.9999...).
+        let not_time = || format!("{s:?} is not a time (e.g. \"10us\")");
+        let (int, frac) = num.split_once('.').unwrap_or((num, ""));
+        if (int.is_empty() && frac.is_empty()) || frac.contains('.') {
+            return Err(not_time());
+        }
+        let digits = |d: &str| -> Result<u128, String> {
+            if d.is_empty() {
+                return Ok(0);
+            }
+            d.parse::<u128>().map_err(|_| format!("{s:?} is too large"))
+        };
+        let frac = frac.trim_end_matches('0');
+        if frac.len() > 9 {
             return Err(format!("{s:?} is not a whole number of nanoseconds"));
         }
-        Ok(SimTime(ns as u64))
+        let scale = 10u128.pow(frac.len() as u32);
+        let whole = digits(int)?.checked_mul(per);
+        let part = digits(frac)? * per;
+        if !part.is_multiple_of(scale) {
+            return Err(format!("{s:?} is not a whole number of nanoseconds"));
+        }
+        whole
+            .and_then(|w| w.checked_add(part / scale))
+            .and_then(|ns| u64::try_from(ns).ok())
+            .map(SimTime)
+            .ok_or_else(|| format!("{s:?} is too large"))
     }
 }
 
@@ -1240,6 +1261,17 @@ mod tests {
         assert_eq!("1.5ms".parse::<SimTime>(), Ok(SimTime(1_500_000)));
         assert_eq!(SimTime(2_000_000).to_string(), "2ms");
         assert!("3 parsecs".parse::<SimTime>().is_err());
+        // Exact, not through f64 (where 1.001 x 1000 is 1000.9999...).
+        assert_eq!("1.001us".parse::<SimTime>(), Ok(SimTime(1_001)));
+        assert_eq!("1.013ms".parse::<SimTime>(), Ok(SimTime(1_013_000)));
+        assert_eq!("0.000000001s".parse::<SimTime>(), Ok(SimTime(1)));
+        assert_eq!("18446744073709551615".parse::<SimTime>(), Ok(SimTime(u64::MAX)));
+        assert_eq!(".5us".parse::<SimTime>(), Ok(SimTime(500)));
+        assert!("18446744073709551616".parse::<SimTime>().is_err());
+        assert!("99999999999999999999999999999999999999999s".parse::<SimTime>().is_err());
+        for bad in ["3.14159us", "1.5ns", "0.0000000001s", ".", "1..2us", "us", ""] {
+            assert!(bad.parse::<SimTime>().is_err(), "{bad}");
+        }
         assert_eq!("64KiB".parse::<Size>(), Ok(Size(65536)));
         assert_eq!(Size(16 << 20).to_string(), "16MiB");
         assert!("1ZiB".parse::<Size>().is_err());

@@ -362,6 +362,8 @@ impl Drop for World {
 impl World {
     /// The port (`NODE.PORT`) a capture name refers to: a port, or a host (its interface).
     pub fn capture_port(&self, name: &str) -> Option<String> {
+        // Spaces around it are ignored, as `snic scenario check` ignores them.
+        let name = name.trim();
         if self.logs.contains_key(name) {
             return Some(name.to_string());
         }
@@ -857,7 +859,17 @@ pub fn packet_frames(
 
 /// Every frame of a pcap or pcapng file with its time relative to the first frame.
 pub fn read_capture(path: &Path) -> Result<Vec<(Duration, Vec<u8>)>, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    use std::io::Read;
+    // Every frame is held in memory: a capture is read up to a bound (a device such as
+    // /dev/zero never ends).
+    const MAX_CAPTURE: u64 = 1 << 30;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_CAPTURE + 1).read_to_end(&mut bytes))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if bytes.len() as u64 > MAX_CAPTURE {
+        return Err(format!("{}: more than {MAX_CAPTURE} bytes", path.display()));
+    }
     let name = path.display();
     let mut frames: Vec<(Duration, Vec<u8>)> = Vec::new();
     if bytes.len() >= 4 && bytes[..4] == [0x0a, 0x0d, 0x0d, 0x0a] {

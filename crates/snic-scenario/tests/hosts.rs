@@ -752,6 +752,24 @@ fn a_gemm_kernel_computes_the_product() {
 }
 
 #[test]
+fn a_kernel_size_past_its_buffers_is_an_error_not_a_shorter_run() {
+    // x, y and out hold 4 i32; 5 (or 2^64 - 1) elements do not fit.
+    for n in ["5", "\"0xffffffffffffffff\""] {
+        let text = format!(
+            "{GEMM}\n[[op]]\nat = 0\ndo = \"kernel\"\nnic = \"nic1\"\nkernel = \"vadd\"\n\
+             args = {{ x = \"h1.x\", y = \"h1.y\", out = \"h1.out\", dtype = \"i32\", n = {n} }}\n"
+        );
+        let loaded = load(&text);
+        let (mut tb, nics) = bed(0.0, 1);
+        let mut hosts = Hosts::build(&loaded, 1, &mut tb, &nics).expect("the hosts build");
+        let op = &loaded.scenario.timeline[5].action;
+        let now = tb.now();
+        let err = hosts.start(&mut tb, now, op).expect_err("n past the buffers").to_string();
+        assert!(err.contains("argument x") || err.contains("argument n"), "{err}");
+    }
+}
+
+#[test]
 fn build_errors_name_what_is_wrong() {
     for (bad, why) in [
         (RDMA.replace("nic = \"nic1\"", "nic = \"nic9\""), "no NIC nic9"),

@@ -551,3 +551,24 @@ fn every_library_scenario_passes_on_real_interfaces() {
     }
     assert!(ran >= 8, "only {ran} scenarios found in {}", dir.display());
 }
+
+#[test]
+fn port_names_that_are_no_interface_names_do_not_clash() {
+    let Some(_turn) = root_only("port_names_that_are_no_interface_names_do_not_clash") else {
+        return;
+    };
+    // `p1` is a port's own name; the long one needs a fallback, which must not be `p1` too;
+    // `lo` exists in every namespace already.
+    let text = r#"
+time_limit = "10ms"
+[[nic]]
+name = "nic0"
+ports = ["p1", "averyveryverylongportname", "lo"]
+stages = ["parse", "classify", "l2fwd:0=1,1=0"]
+[[op]]
+do = "wait"
+idle = true
+"#;
+    let report = run_real(text);
+    assert!(report.passed, "{}", report.to_text());
+}

@@ -564,3 +564,57 @@ eq = 9
     assert!(!r.passed);
     assert!(r.notes.iter().any(|n| n.contains("1 expectation(s) apply only to the other mode")));
 }
+
+#[test]
+fn references_with_spaces_run_as_they_check() {
+    // `check` trims `HOST.NAME` and `NODE.PORT`; the run must find the same objects.
+    let text = r#"
+[[nic]]
+name = "n0"
+[[nic]]
+name = "n1"
+[[host]]
+name = "h0"
+nic = "n0"
+region = [{ name = "src", size = "4KiB", init = { seed = 3 } }]
+mr = [{ name = "m", region = "src" }]
+cq = [{ name = "cq" }]
+qp = [{ name = "qp", send_cq = "cq", peer = " h1.qp " }]
+[[host]]
+name = "h1"
+nic = "n1"
+region = [{ name = "dst", size = "4KiB" }]
+mr = [{ name = "m", region = "dst" }]
+cq = [{ name = "cq" }]
+qp = [{ name = "qp", send_cq = "cq", peer = "h0.qp" }]
+[[link]]
+name = "w"
+a = "n0.wire"
+b = "n1.wire"
+[[op]]
+do = "post_send"
+qp = " h0.qp"
+wrs = [{ op = "write", local = ["h0.m"], remote = "h1.m" }]
+[[op]]
+do = "wait"
+cq = "h0.cq "
+count = 1
+[[expect]]
+memory = "h1.dst"
+same_as = "h0.src"
+[[expect]]
+cqes = " h0.cq"
+list = [{ status = "success", opcode = "rdma_write" }]
+[[expect]]
+pcap = "n1.host "
+"#;
+    let loaded = snic_scenario::load::load_str(
+        text,
+        snic_scenario::load::Format::Toml,
+        std::path::Path::new("spaces.toml"),
+        std::path::Path::new("."),
+    )
+    .expect("loads");
+    let report = snic_scenario::run(&loaded, &snic_scenario::RunOptions::default()).expect("runs");
+    assert!(report.passed, "{}", report.to_text());
+}

@@ -307,7 +307,7 @@ fn connect(hosts: &mut Hosts, loaded: &Loaded, seed: u64, tb: &mut Testbed) -> R
             return Err(format!("QP {}.{} names itself as its peer", key.0, key.1));
         }
         if let Some(back) = &pspec.peer
-            && *back != format!("{}.{}", key.0, key.1)
+            && back.trim() != format!("{}.{}", key.0, key.1)
         {
             return Err(format!(
                 "QP {}.{} names {peer} as its peer, but {peer} names {back}",

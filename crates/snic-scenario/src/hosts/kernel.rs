@@ -24,6 +24,12 @@ fn num(args: &Args, key: &str) -> Result<Option<u64>, String> {
     }
 }
 
+/// Bytes of `n` elements of type `dt`.
+fn elems(n: u64, dt: u64) -> Result<u64, String> {
+    n.checked_mul(dtype::size(dt).unwrap_or(1) as u64)
+        .ok_or_else(|| format!("argument n: {n} elements are too many"))
+}
+
 fn need(args: &Args, key: &str) -> Result<u64, String> {
     num(args, key)?.ok_or_else(|| format!("argument {key} is missing"))
 }
@@ -55,13 +61,16 @@ fn typed(args: &Args, key: &str, dt: u64, default: f64) -> Result<u64, String> {
 
 impl Hosts {
     /// A buffer argument: its address and length (the length written, else `want` when
-    /// given and it fits, else the rest of the region).
+    /// given, else the rest of the region). `want` past the buffer is an error (a kernel run
+    /// over fewer elements than asked would pass for one that did the work) unless
+    /// `self_checking`: the kernel gets the sizes too and checks them (GEMM).
     fn kbuf(
         &self,
         args: &Args,
         key: &str,
         nic: &str,
         want: Option<u64>,
+        self_checking: bool,
     ) -> Result<(u64, u64), String> {
         let v = args.get(key).ok_or_else(|| format!("argument {key} (a buffer) is missing"))?;
         let s = v.as_str().ok_or_else(|| format!("argument {key}: {v} is not a buffer"))?;
@@ -71,7 +80,14 @@ impl Hosts {
             return Err(format!("argument {key}: {s:?} is not in NIC {nic}'s memory"));
         }
         let len = match want {
-            Some(w) if !r.explicit => w.min(r.len),
+            Some(w) if w > r.len && self_checking => r.len,
+            Some(w) if w > r.len => {
+                return Err(format!(
+                    "argument {key}: {s:?} has {} bytes, the other arguments need {w}",
+                    r.len
+                ));
+            }
+            Some(w) if !r.explicit => w,
             _ => r.len,
         };
         Ok((r.addr, len))
@@ -90,38 +106,38 @@ impl Hosts {
                 let es = dtype::size(dt).unwrap_or(1) as u64;
                 push(
                     &mut cmd,
-                    self.kbuf(a, "a", nic, m.checked_mul(k).and_then(|x| x.checked_mul(es)))?,
+                    self.kbuf(a, "a", nic, m.checked_mul(k).and_then(|x| x.checked_mul(es)), true)?,
                 );
                 push(
                     &mut cmd,
-                    self.kbuf(a, "b", nic, k.checked_mul(n).and_then(|x| x.checked_mul(es)))?,
+                    self.kbuf(a, "b", nic, k.checked_mul(n).and_then(|x| x.checked_mul(es)), true)?,
                 );
                 push(
                     &mut cmd,
-                    self.kbuf(a, "c", nic, m.checked_mul(n).and_then(|x| x.checked_mul(4)))?,
+                    self.kbuf(a, "c", nic, m.checked_mul(n).and_then(|x| x.checked_mul(4)), true)?,
                 );
                 for s in [m, n, k, dt, num(a, "flags")?.unwrap_or(0)] {
                     cmd.try_scalar(s);
                 }
             }
             ids::COPY => {
-                let src = self.kbuf(a, "src", nic, num(a, "len")?)?;
+                let src = self.kbuf(a, "src", nic, num(a, "len")?, false)?;
                 push(&mut cmd, src);
-                push(&mut cmd, self.kbuf(a, "dst", nic, Some(src.1))?);
+                push(&mut cmd, self.kbuf(a, "dst", nic, Some(src.1), false)?);
             }
             ids::VADD => {
                 let dt = dtype_arg(a)?;
-                let bytes = need(a, "n")?.checked_mul(dtype::size(dt).unwrap_or(1) as u64);
+                let bytes = Some(elems(need(a, "n")?, dt)?);
                 for key in ["x", "y", "out"] {
-                    push(&mut cmd, self.kbuf(a, key, nic, bytes)?);
+                    push(&mut cmd, self.kbuf(a, key, nic, bytes, false)?);
                 }
                 cmd.try_scalar(dt);
             }
             ids::VSCALE => {
                 let dt = dtype_arg(a)?;
-                let bytes = need(a, "n")?.checked_mul(dtype::size(dt).unwrap_or(1) as u64);
+                let bytes = Some(elems(need(a, "n")?, dt)?);
                 for key in ["x", "out"] {
-                    push(&mut cmd, self.kbuf(a, key, nic, bytes)?);
+                    push(&mut cmd, self.kbuf(a, key, nic, bytes, false)?);
                 }
                 for s in [dt, typed(a, "alpha", dt, 1.0)?, typed(a, "beta", dt, 0.0)?] {
                     cmd.try_scalar(s);
@@ -129,8 +145,8 @@ impl Hosts {
             }
             ids::REDUCE => {
                 let dt = dtype_arg(a)?;
-                let bytes = need(a, "n")?.checked_mul(dtype::size(dt).unwrap_or(1) as u64);
-                push(&mut cmd, self.kbuf(a, "x", nic, bytes)?);
+                let bytes = Some(elems(need(a, "n")?, dt)?);
+                push(&mut cmd, self.kbuf(a, "x", nic, bytes, false)?);
                 let op = match a.get("op").and_then(|v| v.as_str()).unwrap_or("sum") {
                     "sum" => reduce::SUM,
                     "min" => reduce::MIN,
@@ -141,12 +157,12 @@ impl Hosts {
                 cmd.try_scalar(dt);
             }
             ids::CRC32C => {
-                push(&mut cmd, self.kbuf(a, "data", nic, None)?);
+                push(&mut cmd, self.kbuf(a, "data", nic, None, false)?);
                 cmd.try_scalar(num(a, "init")?.unwrap_or(0));
             }
             ids::LZ4_COMPRESS | ids::LZ4_DECOMPRESS => {
-                push(&mut cmd, self.kbuf(a, "src", nic, None)?);
-                push(&mut cmd, self.kbuf(a, "dst", nic, None)?);
+                push(&mut cmd, self.kbuf(a, "src", nic, None, false)?);
+                push(&mut cmd, self.kbuf(a, "dst", nic, None, false)?);
             }
             _ => return Err("the scenario format does not map arguments for this kernel".into()),
         }

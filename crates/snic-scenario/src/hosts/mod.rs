@@ -345,7 +345,7 @@ impl Hosts {
 
     /// CQEs polled so far from `HOST.CQ`, with when.
     pub fn cqes(&self, cq: &str) -> Option<&[(Instant, Cqe)]> {
-        self.cqs.get(cq).map(|c| c.log.as_slice())
+        self.cqs.get(cq.trim()).map(|c| c.log.as_slice())
     }
 
     /// Bytes of `HOST.REGION[+OFF][:LEN]`.

@@ -15,9 +15,10 @@ pub fn parse_num(s: &str) -> Result<u64, String> {
     t.parse::<Size>().map(|z| z.0)
 }
 
-/// Split `HOST.NAME` (a QP, a CQ, a queue, an MR).
+/// Split `HOST.NAME` (a QP, a CQ, a queue, an MR); spaces around it are ignored, as
+/// `snic scenario check` ignores them.
 pub fn split_obj(s: &str) -> Result<(&str, &str), String> {
-    match s.split_once('.') {
+    match s.trim().split_once('.') {
         Some((h, n)) if !h.is_empty() && !n.is_empty() && !n.contains('.') => Ok((h, n)),
         _ => Err(format!("{s:?} does not name a host object (HOST.NAME)")),
     }
@@ -70,8 +71,21 @@ pub fn content_bytes(content: &Content, len: usize, dir: &Path) -> Result<Vec<u8
         }
         Content::Hex(h) => padded(hex_bytes(h)?, "the hex"),
         Content::File(f) => {
+            use std::io::Read;
             let path = dir.join(f);
-            let data = std::fs::read(&path).map_err(|e| format!("file {}: {e}", path.display()))?;
+            let what = |e: std::io::Error| format!("file {}: {e}", path.display());
+            // One byte more than fits tells a file that is too long, without reading all of
+            // it (a device such as /dev/zero never ends).
+            let mut data = Vec::new();
+            std::fs::File::open(&path)
+                .and_then(|file| file.take(len as u64 + 1).read_to_end(&mut data))
+                .map_err(what)?;
+            if data.len() > len {
+                return Err(format!(
+                    "file {} has more than the {len} bytes of the buffer",
+                    path.display()
+                ));
+            }
             padded(data, &format!("file {}", path.display()))
         }
     }
@@ -190,6 +204,9 @@ mod tests {
         assert_eq!(content_bytes(&Content::Hex("01 02".into()), 3, d).unwrap(), [1, 2, 0]);
         assert!(content_bytes(&Content::Hex("01 02".into()), 1, d).is_err());
         assert!(content_bytes(&Content::Pattern(String::new()), 4, d).is_err());
+        // A file longer than the buffer is refused without reading it all.
+        let e = content_bytes(&Content::File("/dev/zero".into()), 16, d).expect_err("too long");
+        assert!(e.contains("more than the 16 bytes"), "{e}");
         let a = content_bytes(&Content::Seed(7), 64, d).unwrap();
         assert_eq!(a, content_bytes(&Content::Seed(7), 64, d).unwrap());
         assert_ne!(a, content_bytes(&Content::Seed(8), 64, d).unwrap());

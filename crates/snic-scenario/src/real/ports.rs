@@ -154,11 +154,15 @@ impl RealPorts {
 
     /// An interface name for `port` in namespace `ns`, unused there so far.
     fn dev_for(&mut self, ns: &str, port: &str) -> String {
-        let used = self.used.entry(ns.to_string()).or_default();
-        let fallback = format!("p{}", used.len());
-        let mut dev = ifname(port, &fallback);
-        if used.contains(&dev) {
-            dev = fallback;
+        // Every namespace has its loopback `lo` already.
+        let used = self.used.entry(ns.to_string()).or_insert_with(|| vec!["lo".into()]);
+        let mut dev = ifname(port, "");
+        if dev.is_empty() || used.contains(&dev) {
+            // The first `pN` not taken (a port may itself be called `p1`).
+            dev = (0..)
+                .map(|k| format!("p{k}"))
+                .find(|d| !used.contains(d))
+                .unwrap_or_else(|| "p".into());
         }
         used.push(dev.clone());
         dev
