@@ -802,6 +802,8 @@ impl<'a> V<'a> {
     fn ports(&mut self, field: &str, ports: &[String]) {
         if ports.is_empty() {
             self.err(format!("{field}.ports"), "needs at least one port");
+        } else if ports.len() > MAX_PORTS {
+            self.err(format!("{field}.ports"), format!("more than {MAX_PORTS} ports"));
         }
         let mut seen = BTreeSet::new();
         for (j, p) in ports.iter().enumerate() {
@@ -828,7 +830,16 @@ impl<'a> V<'a> {
             {
                 self.err(format!("{f}.wire"), format!("{w:?} is not one of its ports"));
             }
-            for (j, ip) in n.ips.iter().enumerate() {
+            // The defaults count NICs from 1 to 254 (`02:00:00:00:NN:01`, `192.0.2.NN`).
+            if i >= 254 && (n.mac.is_none() || n.ips.is_empty()) {
+                self.err(
+                    f.clone(),
+                    "NICs after the 254th need their own `mac` and `ips` (the defaults run out)",
+                );
+            }
+            let defaulted = [crate::world::default_ip(i)];
+            let own = if n.ips.is_empty() && i < 254 { &defaulted[..] } else { &n.ips[..] };
+            for (j, ip) in own.iter().enumerate() {
                 if let Some(other) = ips.insert(*ip, i) {
                     self.err(
                         format!("{f}.ips[{j}]"),
@@ -2101,6 +2112,8 @@ impl<'a> V<'a> {
     }
 }
 
+/// Most ports of one NIC or switch (a pipeline port id is 16 bits; far fewer make sense).
+pub const MAX_PORTS: usize = 4096;
 /// The largest memory of each kind a NIC may have (host, on-chip, on-board): the simulation
 /// allocates it whole, so a larger one would abort the process instead of being an error.
 pub const MAX_NIC_MEMORY: u64 = 4 << 30;
@@ -2699,5 +2712,33 @@ kernel = "warp"
         let errs = check(text).expect_err("dscp");
         assert_eq!(errs[0].field.as_deref(), Some("nic[1].rdma.dscp"));
         assert_eq!(errs[0].line, Some(5));
+    }
+}
+
+#[cfg(test)]
+mod default_address_tests {
+    use super::*;
+
+    fn check_toml(text: &str) -> Result<Loaded, Vec<LoadError>> {
+        check_str(text, Format::Toml, Path::new("t.toml"), Path::new("."))
+    }
+
+    #[test]
+    fn default_addresses_never_collide_and_do_not_run_out_silently() {
+        // nic1 takes the address nic0 would get by default.
+        let errs =
+            check_toml("[[nic]]\nname = \"a\"\n[[nic]]\nname = \"b\"\nips = [\"192.0.2.1\"]\n")
+                .expect_err("a collision");
+        assert_eq!(errs[0].field.as_deref(), Some("nic[1].ips[0]"), "{errs:?}");
+        // 254 NICs with defaults are fine; the 255th needs its own.
+        let many =
+            |n: usize| (0..n).map(|i| format!("[[nic]]\nname = \"n{i}\"\n")).collect::<String>();
+        assert!(check_toml(&many(254)).is_ok());
+        let errs = check_toml(&many(255)).expect_err("defaults run out");
+        assert!(errs.iter().any(|e| e.field.as_deref() == Some("nic[254]")), "{errs:?}");
+        let ports: Vec<String> = (0..=MAX_PORTS).map(|i| format!("\"p{i}\"")).collect();
+        let errs = check_toml(&format!("[[nic]]\nname = \"a\"\nports = [{}]\n", ports.join(",")))
+            .expect_err("too many ports");
+        assert_eq!(errs[0].field.as_deref(), Some("nic[0].ports"), "{errs:?}");
     }
 }

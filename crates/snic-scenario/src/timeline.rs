@@ -285,6 +285,19 @@ impl Driver {
                     "time limit {} reached: {what}",
                     crate::schema::SimTime(self.limit.as_nanos())
                 ));
+                // A wait on a counter that never came to exist is most likely a misspelt name.
+                let all = world::counters(world);
+                for (o, spec) in self.ops.iter().zip(&self.specs) {
+                    if let (Phase::Wait, Action::Wait { counter: Some(c), .. }) =
+                        (&o.phase, &spec.action)
+                        && !all.contains_key(c)
+                    {
+                        self.errors.push(format!(
+                            "{}: there is no counter {c:?} (`snic scenario run --json` lists them)",
+                            o.name
+                        ));
+                    }
+                }
                 return Ok(());
             }
             let horizon = self.next_start().map_or(self.limit, |t| t.min(self.limit));

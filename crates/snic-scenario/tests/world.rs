@@ -618,3 +618,24 @@ pcap = "n1.host "
     let report = snic_scenario::run(&loaded, &snic_scenario::RunOptions::default()).expect("runs");
     assert!(report.passed, "{}", report.to_text());
 }
+
+#[test]
+fn a_wait_on_a_counter_that_does_not_exist_says_so() {
+    let text = two_nics(
+        "",
+        3,
+        "[[op]]\nname = \"typo\"\ndo = \"wait\"\ncounter = \"nic1.port.host.tx_packetz\"\ncount = 3\n",
+    );
+    let r = run(&testing::load_toml(&text), None);
+    assert!(!r.passed);
+    assert!(
+        r.errors
+            .iter()
+            .any(|e| e.contains("typo: there is no counter \"nic1.port.host.tx_packetz\"")),
+        "{}",
+        r.to_text()
+    );
+    // The right name is satisfied and names no missing counter.
+    let r = run(&testing::load_toml(&text.replace("tx_packetz", "tx_packets")), None);
+    assert!(r.passed && r.errors.is_empty(), "{}", r.to_text());
+}
