@@ -20,12 +20,9 @@ use anyhow::{Context, Result};
 use serde_json::{Value, json};
 use snic_time::Instant;
 use snic_vswitch::engine::{Applied, VSwitch};
-use snic_vswitch::key::VPortId;
-use snic_vswitch::policy::MeterSpec;
-use snic_vswitch::policy::cli::{parse_layer, parse_mapping, parse_rule_with};
-use snic_vswitch::policy::edit::PolicyEdit;
-use snic_vswitch::policy::toml::{load_policy, parse_policy, to_toml};
-use snic_vswitch::policy::validate::{ConfigError, validate};
+use snic_vswitch::policy::toml::{load_policy, to_toml};
+use snic_vswitch::policy::validate::validate;
+use snic_vswitch::policy::wire::to_policy_edit;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -506,7 +503,7 @@ fn apply_edits(vs: &VSwitch, edits: &[Edit]) -> Result<Applied, String> {
     let policy = vs.policy();
     let mut parsed = Vec::with_capacity(edits.len());
     for (i, e) in edits.iter().enumerate() {
-        match to_policy_edit(e, &policy.meters) {
+        match to_policy_edit(e, &policy.meters, "<control socket>") {
             Ok(p) => parsed.push(p),
             // With one edit the error speaks for itself; with several, say which.
             Err(err) if edits.len() == 1 => return Err(err.to_string()),
@@ -514,49 +511,6 @@ fn apply_edits(vs: &VSwitch, edits: &[Edit]) -> Result<Applied, String> {
         }
     }
     vs.apply(&parsed).map_err(|e| e.to_string())
-}
-
-/// One wire edit as a [`PolicyEdit`] (rules, layers, mappings and policies parsed here; meter
-/// names in rules are resolved against `meters`, the policy in force).
-pub fn to_policy_edit(e: &Edit, meters: &[MeterSpec]) -> Result<PolicyEdit, ConfigError> {
-    Ok(match e {
-        Edit::AddRule { vport, layer, rule } => PolicyEdit::AddRule {
-            vport: VPortId(*vport),
-            layer: layer.clone(),
-            rule: parse_rule_with(rule, Some(meters))?,
-        },
-        Edit::RemoveRule { vport, layer, id } => {
-            PolicyEdit::RemoveRule { vport: VPortId(*vport), layer: layer.clone(), id: *id }
-        }
-        Edit::AddLayer { vport, layer, position } => PolicyEdit::AddLayer {
-            vport: VPortId(*vport),
-            layer: parse_layer(layer)?,
-            position: *position,
-        },
-        Edit::RemoveLayer { vport, name } => {
-            PolicyEdit::RemoveLayer { vport: VPortId(*vport), name: name.clone() }
-        }
-        Edit::AddMapping { vport, layer, mapping } => PolicyEdit::AddMapping {
-            vport: VPortId(*vport),
-            layer: layer.clone(),
-            mapping: parse_mapping(mapping)?,
-        },
-        Edit::RemoveMapping { vport, layer, ca } => PolicyEdit::RemoveMapping {
-            vport: VPortId(*vport),
-            layer: layer.clone(),
-            ca: ca.trim().parse().map_err(|_| ConfigError {
-                file: "<command line>".into(),
-                line: None,
-                column: None,
-                field: "ca".into(),
-                message: format!("{ca:?} is not an IPv4 or IPv6 address"),
-            })?,
-        },
-        Edit::Replace { policy, file } => PolicyEdit::Replace(parse_policy(
-            policy,
-            file.as_deref().unwrap_or("<control socket>"),
-        )?),
-    })
 }
 
 /// `{"ok":true,"generation":g,"vports":[{"id":v,"epoch":e}],"removed":n}`.
@@ -626,6 +580,7 @@ pub fn show_json(vs: &VSwitch) -> Value {
 mod tests {
     use super::*;
     use clap::Parser;
+    use snic_vswitch::key::VPortId;
 
     #[derive(Debug, Parser)]
     struct T {

@@ -19,8 +19,7 @@ use crate::world::{self, BuildOptions, SimPorts, World};
 use crate::{Loaded, RunOptions, ScenarioError};
 use snic_testbed::Step;
 use snic_time::Instant;
-use snic_vswitch::key::VPortId;
-use snic_vswitch::policy::edit::PolicyEdit;
+use snic_vswitch::policy::wire::{Edit, to_policy_edit};
 use std::collections::BTreeMap;
 
 /// How time moves: the simulated clock (testbed steps) or the real one.
@@ -401,91 +400,6 @@ enum Started {
     Done,
 }
 
-/// One wire edit of a `vswitch` operation, as `snic vswitch`'s control socket takes them
-/// (`{"op": "add-rule", "vport": 1, "layer": "acl", "rule": "..."}`).
-#[derive(Debug, serde::Deserialize)]
-#[serde(tag = "op", rename_all = "kebab-case", deny_unknown_fields)]
-enum Edit {
-    AddRule {
-        vport: u16,
-        layer: String,
-        rule: String,
-    },
-    RemoveRule {
-        vport: u16,
-        layer: String,
-        id: u32,
-    },
-    AddLayer {
-        vport: u16,
-        layer: String,
-        #[serde(default)]
-        position: Option<usize>,
-    },
-    RemoveLayer {
-        vport: u16,
-        name: String,
-    },
-    AddMapping {
-        vport: u16,
-        layer: String,
-        mapping: String,
-    },
-    RemoveMapping {
-        vport: u16,
-        layer: String,
-        ca: String,
-    },
-    Replace {
-        policy: String,
-        #[serde(default)]
-        file: Option<String>,
-    },
-}
-
-fn to_policy_edit(
-    e: Edit,
-    meters: &[snic_vswitch::policy::MeterSpec],
-) -> Result<PolicyEdit, String> {
-    use snic_vswitch::policy::cli::{parse_layer, parse_mapping, parse_rule_with};
-    let s = |e: snic_vswitch::policy::validate::ConfigError| e.to_string();
-    Ok(match e {
-        Edit::AddRule { vport, layer, rule } => PolicyEdit::AddRule {
-            vport: VPortId(vport),
-            layer,
-            rule: parse_rule_with(&rule, Some(meters)).map_err(s)?,
-        },
-        Edit::RemoveRule { vport, layer, id } => {
-            PolicyEdit::RemoveRule { vport: VPortId(vport), layer, id }
-        }
-        Edit::AddLayer { vport, layer, position } => PolicyEdit::AddLayer {
-            vport: VPortId(vport),
-            layer: parse_layer(&layer).map_err(s)?,
-            position,
-        },
-        Edit::RemoveLayer { vport, name } => {
-            PolicyEdit::RemoveLayer { vport: VPortId(vport), name }
-        }
-        Edit::AddMapping { vport, layer, mapping } => PolicyEdit::AddMapping {
-            vport: VPortId(vport),
-            layer,
-            mapping: parse_mapping(&mapping).map_err(s)?,
-        },
-        Edit::RemoveMapping { vport, layer, ca } => PolicyEdit::RemoveMapping {
-            vport: VPortId(vport),
-            layer,
-            ca: ca.trim().parse().map_err(|_| format!("{ca:?} is not an IP address"))?,
-        },
-        Edit::Replace { policy, file } => PolicyEdit::Replace(
-            snic_vswitch::policy::toml::parse_policy(
-                &policy,
-                file.as_deref().unwrap_or("<scenario>"),
-            )
-            .map_err(s)?,
-        ),
-    })
-}
-
 /// Start one operation at `now`.
 fn start(world: &mut World, now: Instant, action: &Action) -> Result<Started, String> {
     if Hosts::handles(action) {
@@ -531,7 +445,8 @@ fn start(world: &mut World, now: Instant, action: &Action) -> Result<Started, St
                     let edit: Edit = serde_json::from_value(e.clone())
                         .map_err(|err| format!("edit {i}: {err}"))?;
                     parsed.push(
-                        to_policy_edit(edit, &meters).map_err(|err| format!("edit {i}: {err}"))?,
+                        to_policy_edit(&edit, &meters, "<scenario>")
+                            .map_err(|err| format!("edit {i}: {err}"))?,
                     );
                 }
                 vs.apply(&parsed).map_err(|e| e.to_string())?;

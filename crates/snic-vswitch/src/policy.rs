@@ -3,9 +3,9 @@
 //!
 //! These are plain data, and [`default_policy`] is the embedded default. The submodules check,
 //! change, read and write them: [`validate`] (semantic checks) and [`edit`] (edits applied as
-//! one transaction) are what the engine uses; [`toml`] (the policy file) and [`cli`] (the
-//! command-line forms of rules, layers, mappings and actions) are what only the control plane
-//! uses. [`crate::vfp`] walks them for the first packet of each flow and compiles the result
+//! one transaction) are what the engine uses; [`toml`] (the policy file), [`cli`] (the
+//! command-line forms of rules, layers, mappings and actions) and [`wire`] (edits as documents)
+//! are what only the control plane uses. [`crate::vfp`] walks them for the first packet of each flow and compiles the result
 //! into a unified flow.
 //!
 //! Semantics:
@@ -23,6 +23,7 @@ pub mod edit;
 mod text;
 pub mod toml;
 pub mod validate;
+pub mod wire;
 
 use crate::key::{Direction, VPortId};
 use core::fmt;
