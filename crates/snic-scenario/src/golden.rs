@@ -53,26 +53,11 @@ pub fn wildcard(pat: &str, name: &str) -> bool {
     true
 }
 
-fn snake(debug: &str) -> String {
-    let mut s = String::new();
-    for (i, c) in debug.chars().enumerate() {
-        if c.is_ascii_uppercase() {
-            if i > 0 {
-                s.push('_');
-            }
-            s.push(c.to_ascii_lowercase());
-        } else {
-            s.push(c);
-        }
-    }
-    s
-}
-
 /// A CQE as golden data (`status`, `opcode` in snake case, `byte_len`, `imm`, `wr_id`).
 fn cqe_json(c: &snic_rdma::Cqe) -> Value {
     json!({
-        "status": snake(&format!("{:?}", c.status)),
-        "opcode": snake(&format!("{:?}", c.opcode)),
+        "status": crate::hosts::util::snake(&format!("{:?}", c.status)),
+        "opcode": crate::hosts::util::snake(&format!("{:?}", c.opcode)),
         "byte_len": c.byte_len,
         "imm": c.imm,
         "wr_id": c.wr_id,

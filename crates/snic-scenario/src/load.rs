@@ -344,7 +344,7 @@ pub fn is_name(s: &str) -> bool {
 }
 
 /// A number: decimal, `0x` hex, or a size with a binary unit (`4KiB`).
-fn parse_num(s: &str) -> Result<u64, String> {
+pub fn parse_num(s: &str) -> Result<u64, String> {
     let t = s.trim();
     if let Some(h) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
         return u64::from_str_radix(h, 16).map_err(|_| format!("{t:?} is not a hex number"));

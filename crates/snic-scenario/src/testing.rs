@@ -35,5 +35,5 @@ pub fn run(loaded: &Loaded) -> Report {
 
 /// Lower-case hex of a frame, as scenario files write frames.
 pub fn hex(frame: &[u8]) -> String {
-    frame.iter().map(|b| format!("{b:02x}")).collect()
+    crate::golden::hex(frame)
 }

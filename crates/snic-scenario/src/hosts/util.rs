@@ -1,19 +1,12 @@
 //! Small pieces the hosts need: numbers, memory contents, SHA-256, snake-case names (buffer
 //! references are parsed by [`crate::load::parse_buf`]).
 
-use crate::schema::{Content, Size};
+use crate::schema::Content;
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::path::Path;
 
-/// A number: decimal, `0x` hex, or a size with a binary unit (`4KiB`).
-pub fn parse_num(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    if let Some(h) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
-        return u64::from_str_radix(h, 16).map_err(|_| format!("{s:?} is not a hex number"));
-    }
-    t.parse::<Size>().map(|z| z.0)
-}
+pub use crate::load::parse_num;
 
 /// Split `HOST.NAME` (a QP, a CQ, a queue, an MR); spaces around it are ignored, as
 /// `snic scenario check` ignores them.
@@ -24,20 +17,9 @@ pub fn split_obj(s: &str) -> Result<(&str, &str), String> {
     }
 }
 
-/// Bytes of hex text (spaces, `:` and `_` allowed between bytes).
-pub fn hex_bytes(s: &str) -> Result<Vec<u8>, String> {
-    let digits: Vec<u8> =
-        s.bytes().filter(|b| !matches!(b, b' ' | b'\t' | b'\n' | b':' | b'_')).collect();
-    if !digits.len().is_multiple_of(2) {
-        return Err(format!("hex {s:?} has an odd number of digits"));
-    }
-    digits
-        .chunks(2)
-        .map(|p| {
-            let t = core::str::from_utf8(p).map_err(|_| format!("hex {s:?} is not text"))?;
-            u8::from_str_radix(t, 16).map_err(|_| format!("{t:?} in {s:?} is not a hex byte"))
-        })
-        .collect()
+/// Bytes of hex text, as packet specs and `check` read it.
+fn hex_bytes(s: &str) -> Result<Vec<u8>, String> {
+    crate::packet::from_hex(s).map_err(|e| format!("hex {s:?}: {e}"))
 }
 
 /// `len` bytes as `content` describes them (files relative to `dir`).
