@@ -16,6 +16,7 @@
 use super::PcapFileError;
 use byteorder_slice::{BigEndian, LittleEndian};
 use core::fmt;
+use core::time::Duration;
 use pcap_file::pcap::PcapParser;
 use pcap_file::pcapng::blocks::SECTION_HEADER_BLOCK;
 use pcap_file::pcapng::{Block, PcapNgParser};
@@ -68,6 +69,9 @@ pub enum Record<'a> {
         linktype: Option<DataLink>,
         /// Length on the wire (may exceed `data.len()` when the capture was snapped).
         orig_len: u32,
+        /// When it was captured (since the epoch); zero for pcapng blocks that carry no
+        /// time (simple packet blocks, obsolete packet blocks).
+        timestamp: Duration,
         /// The captured bytes, lent from the reader's buffer until the next call.
         data: &'a [u8],
     },
@@ -176,7 +180,7 @@ impl fmt::Debug for CaptureReader {
 /// What one step of the reader found.
 enum Step {
     /// A frame at `buf[at..at + len]`.
-    Frame { linktype: Option<DataLink>, orig_len: u32, at: usize, len: usize },
+    Frame { linktype: Option<DataLink>, orig_len: u32, timestamp: Duration, at: usize, len: usize },
     /// A well-framed block that does not parse, and why.
     Unreadable(String),
     /// A record that is not a packet (section header, interface description, statistics...).
@@ -261,9 +265,9 @@ impl CaptureReader {
             let base = input.start;
             input.start += used;
             match step {
-                Step::Frame { linktype, orig_len, at, len } => {
+                Step::Frame { linktype, orig_len, timestamp, at, len } => {
                     let data = &self.input.buf[base + at..base + at + len];
-                    return Ok(Some(Record::Frame { linktype, orig_len, data }));
+                    return Ok(Some(Record::Frame { linktype, orig_len, timestamp, data }));
                 }
                 Step::Unreadable(reason) => return Ok(Some(Record::Unreadable { reason })),
                 Step::NotAPacket => {}
@@ -303,7 +307,8 @@ fn step(parser: &mut Parser, data: &[u8]) -> (usize, Step) {
                     return (used, Step::Unreadable("record data not inside the record".into()));
                 };
                 let linktype = Some(parser.header().datalink);
-                (used, Step::Frame { linktype, orig_len: p.orig_len, at, len })
+                let timestamp = p.timestamp;
+                (used, Step::Frame { linktype, orig_len: p.orig_len, timestamp, at, len })
             }
         },
         Parser::PcapNg(parser) => match parser.next_raw_block(data) {
@@ -321,15 +326,16 @@ fn step(parser: &mut Parser, data: &[u8]) -> (usize, Step) {
                 } else {
                     raw.try_into_block::<LittleEndian>()
                 };
-                let (iface, orig_len, frame) = match &block {
+                let (iface, orig_len, timestamp, frame) = match &block {
                     // A well-framed block whose body does not parse: skip it.
                     Err(e) => return (used, Step::Unreadable(e.to_string())),
                     Ok(Block::EnhancedPacket(b)) => {
-                        (b.interface_id as usize, b.original_len, &b.data[..])
+                        (b.interface_id as usize, b.original_len, b.timestamp, &b.data[..])
                     }
-                    Ok(Block::SimplePacket(b)) => (0, b.original_len, &b.data[..]),
+                    Ok(Block::SimplePacket(b)) => (0, b.original_len, Duration::ZERO, &b.data[..]),
+                    // Its raw timestamp's unit depends on the interface: not interpreted.
                     Ok(Block::Packet(b)) => {
-                        (usize::from(b.interface_id), b.original_len, &b.data[..])
+                        (usize::from(b.interface_id), b.original_len, Duration::ZERO, &b.data[..])
                     }
                     // Interface descriptions, statistics, name resolution, journal, unknown
                     // blocks: not packets.
@@ -339,7 +345,7 @@ fn step(parser: &mut Parser, data: &[u8]) -> (usize, Step) {
                     return (used, Step::Unreadable("packet data not inside the block".into()));
                 };
                 let linktype = parser.interfaces().get(iface).map(|idb| idb.linktype);
-                (used, Step::Frame { linktype, orig_len, at, len })
+                (used, Step::Frame { linktype, orig_len, timestamp, at, len })
             }
         },
     }
@@ -414,12 +420,13 @@ mod tests {
             assert_eq!(r.format(), format);
             for f in frames {
                 let got = r.next_record().unwrap().expect("a frame");
-                let Record::Frame { linktype, orig_len, data } = got else {
+                let Record::Frame { linktype, orig_len, timestamp, data } = got else {
                     panic!("not a frame: {got:?}")
                 };
                 assert_eq!(data, f);
                 assert_eq!(linktype, Some(DataLink::ETHERNET));
                 assert_eq!(orig_len as usize, f.len());
+                assert_eq!(timestamp, Duration::from_secs(1));
             }
             assert!(r.next_record().unwrap().is_none());
         }
