@@ -857,37 +857,27 @@ pub fn packet_frames(
     Ok(out)
 }
 
-/// Every frame of a pcap or pcapng file with its time relative to the first frame.
+/// Every frame of a pcap or pcapng file with its time relative to the first frame, read by
+/// snic's one capture reader (`snic_io::pcap::read`). A block that does not parse is an error
+/// here (a golden capture or a traffic source must be read whole), and so is a capture of
+/// more than 1 GiB of frames: every frame is held in memory.
 pub fn read_capture(path: &Path) -> Result<Vec<(Duration, Vec<u8>)>, String> {
-    use std::io::Read;
-    // Every frame is held in memory: a capture is read up to a bound (a device such as
-    // /dev/zero never ends).
+    use snic_io::pcap::read::{CaptureReader, Record};
     const MAX_CAPTURE: u64 = 1 << 30;
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(MAX_CAPTURE + 1).read_to_end(&mut bytes))
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    if bytes.len() as u64 > MAX_CAPTURE {
-        return Err(format!("{}: more than {MAX_CAPTURE} bytes", path.display()));
-    }
     let name = path.display();
+    let mut r = CaptureReader::open(path).map_err(|e| format!("{name}: {e}"))?;
     let mut frames: Vec<(Duration, Vec<u8>)> = Vec::new();
-    if bytes.len() >= 4 && bytes[..4] == [0x0a, 0x0d, 0x0d, 0x0a] {
-        use pcap_file::pcapng::{Block, PcapNgReader};
-        let mut r = PcapNgReader::new(&bytes[..]).map_err(|e| format!("{name}: {e}"))?;
-        while let Some(b) = r.next_block() {
-            match b.map_err(|e| format!("{name}: {e}"))? {
-                Block::EnhancedPacket(p) => frames.push((p.timestamp, p.data.to_vec())),
-                Block::SimplePacket(p) => frames.push((Duration::ZERO, p.data.to_vec())),
-                _ => {}
+    let mut bytes = 0u64;
+    while let Some(rec) = r.next_record().map_err(|e| format!("{name}: {e}"))? {
+        match rec {
+            Record::Frame { timestamp, data, .. } => {
+                bytes += data.len() as u64;
+                if bytes > MAX_CAPTURE {
+                    return Err(format!("{name}: more than {MAX_CAPTURE} bytes of frames"));
+                }
+                frames.push((timestamp, data.to_vec()));
             }
-        }
-    } else {
-        use pcap_file::pcap::PcapReader;
-        let mut r = PcapReader::new(&bytes[..]).map_err(|e| format!("{name}: {e}"))?;
-        while let Some(p) = r.next_packet() {
-            let p = p.map_err(|e| format!("{name}: {e}"))?;
-            frames.push((p.timestamp, p.data.to_vec()));
+            Record::Unreadable { reason } => return Err(format!("{name}: {reason}")),
         }
     }
     let first = frames.first().map_or(Duration::ZERO, |f| f.0);

@@ -639,3 +639,34 @@ fn a_wait_on_a_counter_that_does_not_exist_says_so() {
     let r = run(&testing::load_toml(&text.replace("tx_packetz", "tx_packets")), None);
     assert!(r.passed && r.errors.is_empty(), "{}", r.to_text());
 }
+
+#[test]
+fn a_capture_file_is_replayed_at_its_own_times() {
+    use snic_scenario::world::{read_capture, write_capture};
+    use snic_time::Instant;
+    let dir = tempdir("replay");
+    // Three frames 5 us and then 15 us apart, at an arbitrary epoch.
+    let f = |port: u16| {
+        let h = a_to_b(port);
+        (0..h.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&h[i..i + 2], 16).expect("hex"))
+            .collect()
+    };
+    let t0 = Instant::from_secs(1_700_000_000);
+    let us = core::time::Duration::from_micros;
+    let frames = vec![(t0, f(1)), (t0 + us(5), f(2)), (t0 + us(20), f(3))];
+    write_capture(&dir.join("in.pcap"), &frames).expect("write");
+    let text =
+        two_nics("", 1, "[[traffic]]\ninto = \"h0\"\nstart = \"100us\"\npcap = \"in.pcap\"\n");
+    let opts = RunOptions { pcap_dir: Some(dir.join("out")), ..RunOptions::default() };
+    let r = testing::run_with(&testing::load_toml_in(&text, &dir), &opts);
+    assert!(r.passed, "{}", r.to_text());
+    // h0 sent the scripted frame at 0, then the capture's frames at 100, 105 and 120 us.
+    let sent = read_capture(&dir.join("out/host.h0.tx.pcap")).expect("h0's capture");
+    let times: Vec<_> = sent.iter().map(|(t, _)| *t).collect();
+    assert_eq!(times, [us(0), us(100), us(105), us(120)]);
+    let bytes: Vec<_> = sent.into_iter().skip(1).map(|(_, b)| b).collect();
+    assert_eq!(bytes, frames.into_iter().map(|(_, b)| b).collect::<Vec<Vec<u8>>>());
+    let _ = std::fs::remove_dir_all(&dir);
+}
