@@ -1,6 +1,6 @@
 //! Reading capture files: pcap (either byte order, either timestamp resolution) and pcapng, told
-//! apart by their magic number. The one reader of snic: the pcap port replays with it and
-//! `snic decode` prints what it reads.
+//! apart by their magic number. The one reader of snic: the pcap port replays with it,
+//! `snic decode` prints what it reads, and scenarios read traffic and golden captures with it.
 //!
 //! The records are parsed with the `pcap-file` crate's slice parsers (`PcapParser`,
 //! `PcapNgParser`) over a read buffer this module owns: 256 KiB by default, refilled from the
