@@ -11,15 +11,22 @@ use core::fmt::Write as _;
 use snic_time::Instant;
 use std::collections::BTreeMap;
 
-/// Check every expectation of `loaded` against the world at the end of its run.
-pub fn check_all(world: &World, loaded: &Loaded) -> Vec<ExpectReport> {
-    let counters = world::counters(world);
+/// Check every expectation of `loaded` that applies in `mode` (`sim` or `real`; see
+/// [`crate::schema::ExpectSpec::only`]) against the world at the end of its run, whose
+/// counters are `counters`.
+pub fn check_all(
+    world: &World,
+    loaded: &Loaded,
+    counters: &BTreeMap<String, u64>,
+    mode: &str,
+) -> Vec<ExpectReport> {
     loaded
         .scenario
         .expect
         .iter()
         .enumerate()
-        .map(|(i, e)| check_one(world, loaded, &counters, i, e))
+        .filter(|(_, e)| e.only.is_none_or(|m| m.as_str() == mode))
+        .map(|(i, e)| check_one(world, loaded, counters, i, e))
         .collect()
 }
 

@@ -347,18 +347,8 @@ impl Driver {
                 error,
             });
         }
-        report.expectations = crate::expect::check_all(world, loaded)
-            .into_iter()
-            .zip(&loaded.scenario.expect)
-            .filter(|(_, spec)| spec.only.is_none_or(|m| m.as_str() == mode))
-            .map(|(r, _)| r)
-            .collect();
-        let skipped = loaded
-            .scenario
-            .expect
-            .iter()
-            .filter(|spec| spec.only.is_some_and(|m| m.as_str() != mode))
-            .count();
+        report.expectations = crate::expect::check_all(world, loaded, &report.counters, mode);
+        let skipped = loaded.scenario.expect.len() - report.expectations.len();
         if skipped > 0 {
             report.notes.push(format!(
                 "{skipped} expectation(s) apply only to the other mode ({}): not checked",
