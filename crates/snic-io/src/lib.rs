@@ -47,6 +47,7 @@ pub mod sys;
 pub mod worker;
 
 pub mod afpacket;
+pub mod afxdp;
 pub mod bpf;
 pub mod tap;
 pub mod vnet;

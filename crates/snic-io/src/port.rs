@@ -34,8 +34,21 @@ pub struct PortCounters {
     /// Bytes of those frames.
     pub tx_bytes: u64,
     /// Frames the port was handed but could not send (full socket buffer, queue tail drop,
-    /// write error, frame too large).
+    /// write error, frame too large, full transmit ring).
     pub tx_dropped: u64,
+    /// Frames the kernel dropped at the port's socket before snic could read them: AF_PACKET's
+    /// `PACKET_STATISTICS` `tp_drops` (socket buffer or ring full), AF_XDP's `rx_dropped`.
+    /// These are snic's drops: the frames reached the port and never entered the pipeline.
+    pub rx_kernel_drops: u64,
+    /// Frames the kernel dropped because snic's receive ring was full (AF_XDP `rx_ring_full`;
+    /// TPACKET_V3 counts these in `rx_kernel_drops`).
+    pub rx_ring_full: u64,
+    /// Times the kernel found the AF_XDP fill ring empty (`rx_fill_ring_empty_descs`): frames
+    /// that had no buffer to land in.
+    pub rx_fill_empty: u64,
+    /// Transmit attempts that found the transmit ring (or the AF_XDP completion ring) full.
+    /// The frames they carried are also in `tx_dropped`.
+    pub tx_ring_full: u64,
 }
 
 impl PortCounters {
@@ -47,6 +60,15 @@ impl PortCounters {
         self.tx_packets = self.tx_packets.saturating_add(other.tx_packets);
         self.tx_bytes = self.tx_bytes.saturating_add(other.tx_bytes);
         self.tx_dropped = self.tx_dropped.saturating_add(other.tx_dropped);
+        self.rx_kernel_drops = self.rx_kernel_drops.saturating_add(other.rx_kernel_drops);
+        self.rx_ring_full = self.rx_ring_full.saturating_add(other.rx_ring_full);
+        self.rx_fill_empty = self.rx_fill_empty.saturating_add(other.rx_fill_empty);
+        self.tx_ring_full = self.tx_ring_full.saturating_add(other.tx_ring_full);
+    }
+
+    /// Drops the kernel counted for this port (socket, ring and fill-ring drops on receive).
+    pub fn kernel_drops(&self) -> u64 {
+        self.rx_kernel_drops.saturating_add(self.rx_ring_full).saturating_add(self.rx_fill_empty)
     }
 
     /// Count one received frame of `len` bytes.
@@ -73,7 +95,15 @@ impl fmt::Display for PortCounters {
             self.tx_packets,
             self.tx_bytes,
             self.tx_dropped
-        )
+        )?;
+        if self.kernel_drops() != 0 || self.tx_ring_full != 0 {
+            write!(
+                f,
+                "; kernel: {} socket drops, {} ring full, {} fill ring empty, {} tx ring full",
+                self.rx_kernel_drops, self.rx_ring_full, self.rx_fill_empty, self.tx_ring_full
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -136,6 +166,10 @@ mod tests {
             tx_packets: 3,
             tx_bytes: 30,
             tx_dropped: 4,
+            rx_kernel_drops: 5,
+            rx_ring_full: 6,
+            rx_fill_empty: 7,
+            tx_ring_full: 8,
         };
         a.merge(&b);
         assert_eq!(
@@ -146,9 +180,20 @@ mod tests {
                 rx_errors: 1,
                 tx_packets: 3,
                 tx_bytes: 30,
-                tx_dropped: 4
+                tx_dropped: 4,
+                rx_kernel_drops: 5,
+                rx_ring_full: 6,
+                rx_fill_empty: 7,
+                tx_ring_full: 8,
             }
         );
-        assert_eq!(a.to_string(), "rx 3 pkts 30 bytes 1 errors, tx 3 pkts 30 bytes 4 dropped");
+        assert_eq!(a.kernel_drops(), 18);
+        assert_eq!(
+            a.to_string(),
+            "rx 3 pkts 30 bytes 1 errors, tx 3 pkts 30 bytes 4 dropped; kernel: 5 socket drops, \
+             6 ring full, 7 fill ring empty, 8 tx ring full"
+        );
+        let quiet = PortCounters { rx_packets: 1, ..Default::default() };
+        assert_eq!(quiet.to_string(), "rx 1 pkts 0 bytes 0 errors, tx 0 pkts 0 bytes 0 dropped");
     }
 }

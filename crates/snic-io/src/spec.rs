@@ -4,6 +4,7 @@
 //! |---|---|
 //! | `pcap:IN[,OUT]` | read frames from pcap/pcapng file `IN`, write what is sent to `OUT` (an empty `IN`, as in `pcap:,out.pcap`, makes a write-only port) |
 //! | `afpacket:IFNAME` | an AF_PACKET socket on interface `IFNAME` |
+//! | `afxdp:IFNAME[,QUEUE]` | an AF_XDP socket on queue `QUEUE` (default 0) of interface `IFNAME` |
 //! | `tap:NAME` | a TAP device |
 //! | `udp:LOCAL,REMOTE` | a UDP tunnel, one Ethernet frame per datagram (`udp:127.0.0.1:7000,127.0.0.1:7001`) |
 //! | `gen:COUNT[,SEED]` | `COUNT` generated frames, a deterministic mix chosen by `SEED` (default 1) |
@@ -38,6 +39,14 @@ pub enum PortSpec {
     AfPacket {
         /// Interface name.
         ifname: String,
+    },
+    /// An AF_XDP socket bound to one queue of an interface.
+    AfXdp {
+        /// Interface name.
+        ifname: String,
+        /// Queue to bind (default 0). With several workers, worker `k` binds queue
+        /// `queue + k`.
+        queue: u32,
     },
     /// A TAP device.
     Tap {
@@ -104,7 +113,7 @@ impl fmt::Display for SpecError {
             SpecError::Empty => write!(f, "empty port spec"),
             SpecError::UnknownKind { kind } => write!(
                 f,
-                "unknown port kind {kind:?} (expected pcap, afpacket, tap, udp, gen or null)"
+                "unknown port kind {kind:?} (expected pcap, afpacket, afxdp, tap, udp, gen or null)"
             ),
             SpecError::Missing { kind, what } => write!(f, "{kind} port: missing {what}"),
             SpecError::TooManyArgs { kind, max } => {
@@ -180,6 +189,19 @@ impl FromStr for PortSpec {
                 let ifname = non_empty("afpacket", "interface name", args.first())?;
                 Ok(PortSpec::AfPacket { ifname: ifname.to_string() })
             }
+            "afxdp" => {
+                let args = split_args("afxdp", rest, 2)?;
+                let ifname = non_empty("afxdp", "interface name", args.first())?;
+                let queue = match args.get(1) {
+                    Some(a) if !a.is_empty() => {
+                        u32::try_from(number("afxdp", "queue", a)?).map_err(|_| {
+                            SpecError::BadArg { kind: "afxdp", what: "queue", got: a.to_string() }
+                        })?
+                    }
+                    _ => 0,
+                };
+                Ok(PortSpec::AfXdp { ifname: ifname.to_string(), queue })
+            }
             "tap" => {
                 let args = split_args("tap", rest, 1)?;
                 let name = non_empty("tap", "device name", args.first())?;
@@ -230,6 +252,7 @@ impl fmt::Display for PortSpec {
                 Ok(())
             }
             PortSpec::AfPacket { ifname } => write!(f, "afpacket:{ifname}"),
+            PortSpec::AfXdp { ifname, queue } => write!(f, "afxdp:{ifname},{queue}"),
             PortSpec::Tap { name } => write!(f, "tap:{name}"),
             PortSpec::Udp { local, remote } => write!(f, "udp:{local},{remote}"),
             PortSpec::Gen { count, seed } => write!(f, "gen:{count},{seed}"),
@@ -267,6 +290,7 @@ impl PortSpec {
                     .map_err(with_ctx)?,
             ),
             PortSpec::AfPacket { ifname } => shim::afpacket(ifname).map_err(with_ctx)?,
+            PortSpec::AfXdp { ifname, queue } => shim::afxdp(ifname, *queue).map_err(with_ctx)?,
             PortSpec::Tap { name } => shim::tap(name).map_err(with_ctx)?,
             PortSpec::Udp { local, remote } => {
                 Box::new(crate::udp::UdpPort::open(*local, *remote).map_err(with_ctx)?)
@@ -277,6 +301,32 @@ impl PortSpec {
             PortSpec::Null => Box::new(crate::null::NullPort::new()),
         };
         Ok(port)
+    }
+
+    /// Open the port as `n` independent queues, one per worker, for runtimes where each worker
+    /// receives and sends its own packets: `Some(queues)` (`queues.len() == n`, queue `k` for
+    /// worker `k`) for kinds that can split (AF_PACKET through `PACKET_FANOUT` hash, AF_XDP one
+    /// socket per interface queue starting at the spec's queue, multi-queue TAP, null), `None`
+    /// for kinds that cannot (pcap, generators, UDP tunnels: one reader only). Any queue may
+    /// send any frame. With `n == 1` a splittable kind gives `Some(vec![port])`, like `open`.
+    /// Errors carry the spec in their message.
+    pub fn open_queues(&self, n: usize) -> io::Result<Option<Vec<Box<dyn Port>>>> {
+        let with_ctx = |e: io::Error| io::Error::new(e.kind(), format!("opening {self}: {e}"));
+        if n == 0 {
+            return Err(with_ctx(io::Error::new(io::ErrorKind::InvalidInput, "zero queues")));
+        }
+        let queues = match self {
+            PortSpec::AfPacket { ifname } => shim::afpacket_queues(ifname, n).map_err(with_ctx)?,
+            PortSpec::AfXdp { ifname, queue } => {
+                shim::afxdp_queues(ifname, *queue, n).map_err(with_ctx)?
+            }
+            PortSpec::Tap { name } => shim::tap_queues(name, n).map_err(with_ctx)?,
+            PortSpec::Null => Some(
+                (0..n).map(|_| Box::new(crate::null::NullPort::new()) as Box<dyn Port>).collect(),
+            ),
+            PortSpec::Pcap { .. } | PortSpec::Udp { .. } | PortSpec::Gen { .. } => None,
+        };
+        Ok(queues)
     }
 }
 
@@ -291,6 +341,32 @@ mod shim {
 
     pub(super) fn tap(name: &str) -> io::Result<Box<dyn Port>> {
         Ok(Box::new(crate::tap::TapPort::open(name)?))
+    }
+
+    pub(super) fn afxdp(ifname: &str, queue: u32) -> io::Result<Box<dyn Port>> {
+        Ok(Box::new(crate::afxdp::AfXdpPort::open(ifname, queue)?))
+    }
+
+    /// `n` AF_PACKET sockets in one `PACKET_FANOUT` (hash) group. Not built yet: `None`.
+    pub(super) fn afpacket_queues(
+        _ifname: &str,
+        _n: usize,
+    ) -> io::Result<Option<Vec<Box<dyn Port>>>> {
+        Ok(None)
+    }
+
+    /// `n` AF_XDP sockets on queues `queue..queue + n`. Not built yet: `None`.
+    pub(super) fn afxdp_queues(
+        _ifname: &str,
+        _queue: u32,
+        _n: usize,
+    ) -> io::Result<Option<Vec<Box<dyn Port>>>> {
+        Ok(None)
+    }
+
+    /// `n` queues of a multi-queue TAP device (`IFF_MULTI_QUEUE`). Not built yet: `None`.
+    pub(super) fn tap_queues(_name: &str, _n: usize) -> io::Result<Option<Vec<Box<dyn Port>>>> {
+        Ok(None)
     }
 }
 
@@ -318,6 +394,11 @@ mod tests {
         );
         assert_eq!(p("afpacket:veth0").unwrap(), PortSpec::AfPacket { ifname: "veth0".into() });
         assert_eq!(p("tap:tap0").unwrap(), PortSpec::Tap { name: "tap0".into() });
+        assert_eq!(p("afxdp:veth0").unwrap(), PortSpec::AfXdp { ifname: "veth0".into(), queue: 0 });
+        assert_eq!(
+            p("afxdp:veth0,3").unwrap(),
+            PortSpec::AfXdp { ifname: "veth0".into(), queue: 3 }
+        );
         assert_eq!(
             p("udp:127.0.0.1:7000,127.0.0.1:7001").unwrap(),
             PortSpec::Udp {
@@ -341,6 +422,7 @@ mod tests {
             "pcap:a.pcap",
             "pcap:,b.pcap",
             "afpacket:eth0",
+            "afxdp:eth0,2",
             "tap:t0",
             "udp:127.0.0.1:1,127.0.0.1:2",
             "gen:5,9",
@@ -380,6 +462,15 @@ mod tests {
             Err(SpecError::BadArg { kind: "gen", what: "seed", got: "-2".into() })
         );
         assert_eq!(p("null:x"), Err(SpecError::TooManyArgs { kind: "null", max: 0 }));
+        assert_eq!(
+            p("afxdp:eth0,x"),
+            Err(SpecError::BadArg { kind: "afxdp", what: "queue", got: "x".into() })
+        );
+        assert_eq!(
+            p("afxdp:eth0,4294967296"),
+            Err(SpecError::BadArg { kind: "afxdp", what: "queue", got: "4294967296".into() })
+        );
+        assert_eq!(p("afxdp:eth0,1,2"), Err(SpecError::TooManyArgs { kind: "afxdp", max: 2 }));
         assert!(p("bogus:1").unwrap_err().to_string().contains("unknown port kind"));
     }
 
@@ -416,5 +507,17 @@ mod tests {
         assert!(p("pcap:a").unwrap().is_finite_source());
         assert!(!p("pcap:,b").unwrap().is_finite_source());
         assert!(!p("null").unwrap().is_finite_source());
+    }
+
+    #[test]
+    fn only_splittable_kinds_open_as_queues() {
+        let q = p("null").unwrap().open_queues(3).unwrap().unwrap();
+        assert_eq!(q.len(), 3);
+        assert!(p("gen:5").unwrap().open_queues(2).unwrap().is_none());
+        assert!(p("pcap:,o.pcap").unwrap().open_queues(2).unwrap().is_none());
+        assert_eq!(
+            p("null").unwrap().open_queues(0).unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
     }
 }

@@ -222,6 +222,7 @@ impl Port for TapPort {
             tx_packets: s.tx_packets,
             tx_bytes: s.tx_bytes,
             tx_dropped: s.tx_dropped,
+            ..PortCounters::default()
         }
     }
 }
