@@ -389,6 +389,84 @@ fn tcp_flow_lifecycle_syn_data_fin_time_wait_removal() {
     assert!(flows.iter().all(|f| !f.key.contains("proto=6")), "no TCP flow left: {flows:?}");
 }
 
+/// Issue 18's `tcp_invalid` denials, as the TSO runs between namespaces showed them: the
+/// receiver closes while the sender still has a window of data in flight, so the receiver's
+/// kernel answers every late segment with an RST. The first RST closes the connection; the
+/// vSwitch forgot a reset connection at once, so each later RST was the first packet of an
+/// unknown flow (and those arriving together queued behind the first one's compile), denied as
+/// `tcp_invalid`. A reset connection now lingers for the time-wait period: every trailing RST
+/// passes, and the flows still go when the period is over.
+#[test]
+fn rsts_trailing_a_reset_connection_are_delivered_not_denied() {
+    // Inbound connections are allowed too (as iperf3's server side needs): an unknown inbound
+    // RST reaches the TCP check instead of the ACL's default deny.
+    let mut p = policy();
+    p.vports[0].layers[0].rules.push(rule(2, Some(Direction::In), vec![], Action::AllowStateful));
+    let mut b = bed(p, VSwitchConfig::default());
+    let t = |us| Instant::from_micros(us);
+    let rem = [10, 0, 0, 2];
+    let out = |f: fn(_) -> _, seq| tcp_frame(VM_MAC, REMOTE_MAC, VM_IP, rem, 40001, 5201, f, seq);
+    let inn = |f: fn(_) -> _, seq| {
+        vxlan_in(
+            REMOTE_PA,
+            42,
+            50001,
+            &tcp_frame(REMOTE_MAC, VM_MAC, rem, VM_IP, 5201, 40001, f, seq),
+        )
+    };
+    b.vm.push(t(10), out(|s| s.syn(), 1));
+    b.tb.run_until(t(20)).unwrap();
+    b.wire.push(t(30), inn(|s| s.syn().ack(1001), 2));
+    b.tb.run_until(t(40)).unwrap();
+    b.vm.push(t(50), out(|s| s.ack(1001), 3));
+    // The sender's window: 40 segments leave before the receiver closes.
+    for i in 0..40 {
+        b.vm.push(t(60), out(|s| s.ack(1001), 100 + i));
+    }
+    b.tb.run_until(t(100)).unwrap();
+    // The receiver closes (FIN) and resets on the first late segment ...
+    b.wire.push(t(200), inn(|s| s.fin().ack(1001), 4));
+    b.wire.push(t(220), inn(|s| s.rst(), 5));
+    b.tb.run_until(t(300)).unwrap();
+    // ... and on each of the other 39, its RSTs arriving together.
+    for i in 0..39 {
+        b.wire.push(t(400), inn(|s| s.rst(), 200 + i));
+    }
+    b.tb.run_until(t(1_000)).unwrap();
+    let to_vm = b.vm.take_sent();
+    let to_wire = b.wire.take_sent();
+    let st = b.vs.stats();
+    assert_eq!(st.slow.tcp_invalid, 0, "{:?}\n{:?}", st.slow, st.fast);
+    assert_eq!(drops(&b, DropReason::PolicyDeny), 0, "{st:?}");
+    // SYN-ACK, FIN and all 40 RSTs reached the VM; SYN, ACK and the 40 segments left.
+    assert_eq!(to_vm.len(), 2 + 40);
+    assert_eq!(to_wire.len(), 2 + 40);
+    let rsts = to_vm
+        .iter()
+        .filter(|(_, f)| {
+            let st = Stack::parse(f);
+            let (_, off) = st.innermost().l4.unwrap();
+            f[usize::from(off) + 13] & 0x04 != 0
+        })
+        .count();
+    assert_eq!(rsts, 40);
+    assert_eq!((st.slow.conns, st.slow.closed), (1, 0), "lingering: {:?}", st.slow);
+    // Time-wait (2 s by default) passes; a packet of another flow drives the timers.
+    b.vm.push(t(2_500_000), vm_udp(rem, 1, 99, 64));
+    b.tb.drive(100_000).unwrap();
+    let st = b.vs.stats();
+    // The TCP connection was removed; the one left is the UDP flow's (the ACL is stateful).
+    assert_eq!((st.slow.closed, st.slow.time_wait, st.slow.conns), (1, 0, 1), "{:?}", st.slow);
+    let flows = b.vs.dump_flows(b.tb.now(), 100);
+    assert!(flows.iter().all(|f| !f.key.contains("proto=6")), "no TCP flow left: {flows:?}");
+    // Once it is gone, an RST of that tuple is an RST of an unknown connection: denied.
+    b.wire.push(t(2_600_000), inn(|s| s.rst(), 300));
+    b.tb.drive(100_000).unwrap();
+    assert!(b.vm.take_sent().is_empty());
+    assert_eq!(drops(&b, DropReason::PolicyDeny), 1);
+    assert_eq!(b.vs.stats().slow.tcp_invalid, 1);
+}
+
 fn metered(spec: MeterSpec, per_flow: bool) -> Policy {
     let mut p = policy();
     p.meters.push(spec);

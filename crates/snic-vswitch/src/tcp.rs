@@ -5,7 +5,7 @@
 //! or payload, so it cannot tell a retransmission from a new segment and does not validate that
 //! an RST is in-window. It answers what the vSwitch needs: is the connection half-open (counted
 //! and capped by the caller), has it been established, when may its flows be forgotten
-//! (time-wait after both FINs, at once after an RST).
+//! (time-wait after both FINs or an RST).
 //!
 //! States: a SYN opens it ([`TcpState::SynSent`]); the responder's SYN (with or without ACK:
 //! simultaneous open) moves it to [`TcpState::SynReceived`]; once each side's SYN has been
@@ -72,7 +72,8 @@ pub enum TcpState {
     Closing,
     /// Both sides sent FIN; the connection may be forgotten after the time-wait timeout.
     TimeWait,
-    /// Reset (or an invalid first segment): the connection may be forgotten now.
+    /// Reset (or an invalid first segment): the connection lingers for the time-wait period,
+    /// then may be forgotten.
     Closed,
 }
 
@@ -102,7 +103,7 @@ pub enum TcpEvent {
     FinSeen,
     /// Both FINs seen: the connection entered time-wait; see [`TcpConn::expires`].
     TimeWait,
-    /// An RST closed the connection; it may be forgotten now.
+    /// An RST closed the connection; it may be forgotten after the time-wait period.
     Reset,
     /// A segment that does not fit the state (a SYN on an established connection, SYN with FIN
     /// or RST, ...). The state is unchanged; the caller counts it.
@@ -342,12 +343,17 @@ impl TcpConn {
         self.last
     }
 
-    /// When the connection may be forgotten: time-wait entry plus `time_wait` in `TimeWait`,
-    /// the moment of the reset in `Closed`, otherwise `None` (idle aging decides).
+    /// When the connection may be forgotten: `time_wait` after it entered `TimeWait` or
+    /// `Closed`, otherwise `None` (idle aging decides).
+    ///
+    /// A reset connection lingers as long as a closed one (as Linux conntrack keeps a reset
+    /// connection in its CLOSE state): the segments that were in flight when it was reset, and
+    /// the peer's RSTs answering each of them, still belong to it and pass. Forgetting it at
+    /// once made every one of those RSTs the first packet of an unknown flow, denied as
+    /// `tcp_invalid`. A fresh SYN from the originator reopens it meanwhile.
     pub fn expires(&self, time_wait: Duration) -> Option<Instant> {
         match self.state {
-            TcpState::TimeWait => Some(self.since.saturating_add(time_wait)),
-            TcpState::Closed => Some(self.since),
+            TcpState::TimeWait | TcpState::Closed => Some(self.since.saturating_add(time_wait)),
             _ => None,
         }
     }
@@ -455,7 +461,7 @@ mod tests {
     }
 
     #[test]
-    fn reset_closes_from_any_state_and_expires_at_once() {
+    fn reset_closes_from_any_state_and_lingers_like_time_wait() {
         use TcpEvent as E;
         use TcpState as S;
         let c = run(&[
@@ -464,7 +470,9 @@ mod tests {
             (5, IN, RST, E::None, S::Closed),
             (6, OUT, ACK, E::None, S::Closed),
         ]);
-        assert_eq!(c.expires(TW), Some(t(4)));
+        // Trailing RSTs and data of the reset connection changed nothing: it expires
+        // `time_wait` after the reset.
+        assert_eq!(c.expires(TW), Some(t(4) + TW));
         assert!(!c.is_half_open());
         let prefixes: [&[(Direction, u8)]; 5] = [
             &[(OUT, SYN), (IN, SYN | ACK)],
@@ -481,7 +489,7 @@ mod tests {
             assert_ne!(c.state(), TcpState::Closed);
             assert_eq!(c.on_segment(t(9), IN, RST), TcpEvent::Reset, "{p:?}");
             assert_eq!(c.state(), TcpState::Closed);
-            assert_eq!(c.expires(TW), Some(t(9)));
+            assert_eq!(c.expires(TW), Some(t(9) + TW));
         }
     }
 
@@ -628,7 +636,7 @@ mod tests {
                 }
                 match c.state() {
                     TcpState::TimeWait => prop_assert_eq!(c.expires(TW), Some(c.since() + TW)),
-                    TcpState::Closed => prop_assert_eq!(c.expires(TW), Some(c.since())),
+                    TcpState::Closed => prop_assert_eq!(c.expires(TW), Some(c.since() + TW)),
                     _ => prop_assert_eq!(c.expires(TW), None),
                 }
             }

@@ -670,7 +670,7 @@ mod tests {
     }
 
     #[test]
-    fn reset_removes_at_once_and_rst_first_is_invalid() {
+    fn reset_lingers_for_trailing_segments_then_goes_and_rst_first_is_invalid() {
         let mut sp = slow(stateful_policy());
         let now = Instant::from_secs(1);
         let syn = tcp_frame(GW_MAC, A_MAC, A_IP, REMOTE_IP, 40001, 80, tcp::flags::SYN);
@@ -678,19 +678,36 @@ mod tests {
         let rk = forward(v).1.expect("stateful").key;
         let mut rem = Vec::new();
         sp.on_tcp(now, &rk, tcp::flags::RST, &mut rem);
-        assert_eq!(sp.poll_timeout(), Some(now));
+        let due = now + SlowPathConfig::default().time_wait;
+        assert_eq!(sp.poll_timeout(), Some(due));
         sp.handle_timeout(now, &mut rem);
+        assert!(rem.is_empty(), "a reset connection lingers: {rem:?}");
+        assert_eq!((sp.stats().half_open, sp.stats().time_wait, sp.stats().conns), (0, 1, 1));
+        // The segments still in flight when it was reset pass while it lingers: data from the
+        // originator (uncached by then) and the RSTs the peer answers it with.
+        let data = tcp_frame(GW_MAC, A_MAC, A_IP, REMOTE_IP, 40001, 80, tcp::flags::ACK);
+        assert!(matches!(
+            compile(&mut sp, now, &data, A_PORT).1,
+            super::super::Verdict::Forward { .. }
+        ));
+        let later = now + Duration::from_millis(5);
+        sp.on_tcp(later, &rk, tcp::flags::RST, &mut rem);
+        sp.on_tcp(later, &rk, tcp::flags::RST | tcp::flags::ACK, &mut rem);
+        assert_eq!(sp.stats().tcp_invalid, 0);
+        assert_eq!(sp.poll_timeout(), Some(due), "trailing RSTs do not extend the linger");
+        sp.handle_timeout(due, &mut rem);
         assert_eq!(rem.len(), 2);
         assert!(rem.contains(&k) && rem.contains(&rk));
-        assert_eq!(sp.stats().half_open, 0);
+        assert_eq!((sp.stats().conns, sp.stats().time_wait), (0, 0));
+        // An RST of a tuple nobody knows is still invalid.
         let rst = tcp_frame(GW_MAC, A_MAC, A_IP, REMOTE_IP, 40002, 80, tcp::flags::RST);
-        assert_eq!(deny(compile(&mut sp, now, &rst, A_PORT).1), (DenyReason::TcpInvalid, false));
+        assert_eq!(deny(compile(&mut sp, due, &rst, A_PORT).1), (DenyReason::TcpInvalid, false));
         // An invalid segment of a known connection is denied, not cached, and counted.
-        let (k, _) = compile(&mut sp, now, &syn, A_PORT);
-        sp.on_tcp(now, &k, tcp::flags::ACK, &mut rem);
+        let (k, _) = compile(&mut sp, due, &syn, A_PORT);
+        sp.on_tcp(due, &k, tcp::flags::ACK, &mut rem);
         let bad =
             tcp_frame(GW_MAC, A_MAC, A_IP, REMOTE_IP, 40001, 80, tcp::flags::SYN | tcp::flags::FIN);
-        assert_eq!(deny(compile(&mut sp, now, &bad, A_PORT).1), (DenyReason::TcpInvalid, false));
+        assert_eq!(deny(compile(&mut sp, due, &bad, A_PORT).1), (DenyReason::TcpInvalid, false));
         assert_eq!(sp.stats().tcp_invalid, 2);
     }
 

@@ -217,9 +217,10 @@ pub struct SlowPathConfig {
     /// Most half-open TCP connections (SYN seen, not established); further SYNs are denied
     /// (not cached). Default 65,536.
     pub max_half_open: usize,
-    /// How long a closed TCP connection stays before its flows are removed. Default 2 s: the
-    /// flows only need to outlive retransmitted FINs and the last ACK, not a full 2 MSL (the
-    /// hosts keep their own time-wait).
+    /// How long a closed (both FINs) or reset TCP connection stays before its flows are
+    /// removed. Default 2 s: the flows only need to outlive retransmitted FINs, the last ACK,
+    /// and after a reset the segments still in flight and the RSTs answering them, not a full
+    /// 2 MSL (the hosts keep their own time-wait).
     pub time_wait: Duration,
     /// Most connections (stateful flows and TCP flows). Default 1,048,576.
     pub max_conns: usize,
@@ -254,7 +255,7 @@ pub struct SlowPathStats {
     pub half_open: u64,
     /// SYNs denied by the half-open cap.
     pub half_open_rejected: u64,
-    /// Connections in time-wait (removal scheduled) now (gauge).
+    /// Connections in time-wait or reset (removal scheduled) now (gauge).
     pub time_wait: u64,
     /// Connections removed (closed, reset, evicted, denied by a new policy).
     pub closed: u64,
@@ -713,7 +714,8 @@ mod tests {
         // The new reply key reaches the connection; the old one does not.
         let mut rem = Vec::new();
         sp.on_tcp(Instant::ZERO, &rev.key, tcp::flags::RST, &mut rem);
-        sp.handle_timeout(Instant::ZERO, &mut rem);
+        // Reset: the connection lingers for the time-wait period, then both keys go.
+        sp.handle_timeout(Instant::ZERO + SlowPathConfig::default().time_wait, &mut rem);
         assert_eq!(rem.len(), 2);
         assert!(rem.contains(&k) && rem.contains(&rev.key));
         assert_eq!(sp.stats().conns, 0);
