@@ -234,7 +234,10 @@ fn do_send(core: &mut Core, qp: &mut Qp, pkt: &RxPkt<'_>, pos: Pos) -> Result<()
         return Err(INV_REQ);
     };
     let data = pkt.payload();
-    core.scatter(qp.init.pd, &wqe.sgl, offset, data).map_err(|e| match e {
+    // The RECV's buffers are checked against the PD of the queue they came from (an SRQ's
+    // may differ from the QP's).
+    let pd = qp::recv_pd(core, qp);
+    core.scatter(pd, &wqe.sgl, offset, data).map_err(|e| match e {
         // The message is longer than the RECV's buffers.
         MrFault::Bounds => Fail::InvReq(WcStatus::LocLenErr),
         _ => Fail::RemOp(WcStatus::LocProtErr),
@@ -1230,10 +1233,9 @@ mod tests {
         assert_eq!(t.nic.stats().cnps_sent, 3);
     }
 
-    #[test]
-    fn srq_feeds_sends() {
-        let mut t = all();
-        let srq = t.nic.create_srq(t.pd, 4, MemKind::Host).unwrap();
+    /// A second QP of `t.nic` in `t.pd`, fed by `srq`, in RTR towards `PEER_QPN + 1`
+    /// expecting PSN 7.
+    fn srq_qp(t: &mut T, srq: SrqId) -> u32 {
         let qpn = t
             .nic
             .create_qp(QpInit {
@@ -1264,12 +1266,27 @@ mod tests {
             | AttrMask::MAX_DEST_RD_ATOMIC
             | AttrMask::MIN_RNR_TIMER;
         t.nic.modify_qp(qpn, &rtr, mask, t.now).unwrap();
-        let sge = Sge { addr: t.buf + 300, len: 16, lkey: t.mr.lkey };
+        qpn
+    }
+
+    /// Post one RECV of 16 bytes at `off` through `lkey` to `srq`, deliver a SEND_ONLY "srq!"
+    /// to `qpn` and return the responses.
+    fn send_via_srq(t: &mut T, srq: SrqId, qpn: u32, lkey: u32, off: u64) -> Vec<Resp> {
+        let sge = Sge { addr: t.buf + off, len: 16, lkey };
         t.nic.post_srq_recv(srq, &[RecvWr { wr_id: 55, sgl: SgList::one(sge) }]).unwrap();
-        let mut r = req_bth(&t, opcode::RC_SEND_ONLY, 7, true);
+        let mut r = req_bth(t, opcode::RC_SEND_ONLY, 7, true);
         r.bth.dest_qp = qpn;
-        deliver(&mut t, &r, b"srq!");
-        let got = drain(&mut t);
+        deliver(t, &r, b"srq!");
+        drain(t)
+    }
+
+    #[test]
+    fn srq_feeds_sends() {
+        let mut t = all();
+        let srq = t.nic.create_srq(t.pd, 4, MemKind::Host).unwrap();
+        let qpn = srq_qp(&mut t, srq);
+        let lkey = t.mr.lkey;
+        let got = send_via_srq(&mut t, srq, qpn, lkey, 300);
         assert_eq!(got.len(), 1);
         assert_eq!(
             (got[0].op, got[0].psn, got[0].dest_qp),
@@ -1277,6 +1294,41 @@ mod tests {
         );
         assert_eq!(mem(&t, 300, 4), b"srq!");
         assert_eq!(cqes(&mut t)[0].wr_id, 55);
+    }
+
+    #[test]
+    fn srq_buffers_are_checked_against_the_srqs_pd() {
+        // The SRQ is in PD B, its QP in PD A. A RECV whose buffer is in an MR of PD A (the
+        // QP's, not the SRQ's) fails: local protection error, remote operational NAK, nothing
+        // written.
+        let mut t = all();
+        let pd_b = t.nic.alloc_pd();
+        let srq = t.nic.create_srq(pd_b, 4, MemKind::Host).unwrap();
+        let qpn = srq_qp(&mut t, srq);
+        let lkey_a = t.mr.lkey;
+        let got = send_via_srq(&mut t, srq, qpn, lkey_a, 300);
+        let want = Resp {
+            dest_qp: PEER_QPN + 1,
+            ..nak(7, 0, Syndrome::Nak(NakCode::RemoteOperationalError))
+        };
+        assert_eq!(got, vec![want]);
+        let c = cqes(&mut t);
+        assert_eq!((c[0].wr_id, c[0].status, c[0].qpn), (55, WcStatus::LocProtErr, qpn));
+        assert_eq!(mem(&t, 300, 4), vec![0; 4]);
+        assert_eq!(t.nic.query_qp(qpn).unwrap().state, QpState::Err);
+
+        // Same PDs, but the MR is in the SRQ's PD B: the SEND lands.
+        let mut t = all();
+        let pd_b = t.nic.alloc_pd();
+        let srq = t.nic.create_srq(pd_b, 4, MemKind::Host).unwrap();
+        let qpn = srq_qp(&mut t, srq);
+        let mr_b = t.nic.reg_mr(pd_b, t.buf + 4096, 4096, Access::LOCAL_WRITE).unwrap();
+        let got = send_via_srq(&mut t, srq, qpn, mr_b.lkey, 4096 + 32);
+        assert_eq!(got.len(), 1);
+        assert_eq!((got[0].op, got[0].psn), (opcode::RC_ACKNOWLEDGE, 7));
+        assert_eq!(mem(&t, 4096 + 32, 4), b"srq!");
+        let c = cqes(&mut t);
+        assert_eq!((c[0].wr_id, c[0].status, c[0].byte_len), (55, WcStatus::Success, 4));
     }
 
     #[test]
