@@ -1215,7 +1215,8 @@ mod tests {
         let qp_g = Access::REMOTE_WRITE | Access::FLUSH_GLOBAL;
         // (QP access, MR access, offset, length, placement, selectivity, answer)
         let ok = None;
-        let cases: [(Access, Access, u64, u32, u8, u8, Option<Syndrome>); 9] = [
+        type Case = (Access, Access, u64, u32, u8, u8, Option<Syndrome>);
+        let cases: [Case; 9] = [
             (Access::ALL, Access::ALL, 0, 64, g | p, 0, ok),
             (qp_g, mr_g, 64, 128, g, 0, ok),
             // Whole region: the RETH's address and length do not matter.
