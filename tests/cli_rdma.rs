@@ -196,7 +196,7 @@ fn ipv6_loopback_without_local_ip() {
         eprintln!("skipped: this host has no IPv6 loopback address (::1)");
         return;
     }
-    for (k, op) in [(13, "write"), (14, "read"), (15, "send")] {
+    for (k, op) in [(20, "write"), (21, "read"), (22, "send")] {
         let args = ["--ipv6", "-s", "65536", "-n", "50"];
         let (s, c) = pair_at(op, k, "::1", &args);
         both_ok(&format!("{op} over ::1"), &s, &c);
