@@ -3,7 +3,8 @@
 //! server fails with a clear error instead of hanging.
 //!
 //! The server listens on 127.0.0.1; the client of a loopback server takes 127.0.0.2 as its RoCE
-//! address, so both can bind the same RoCE UDP port. Every test has its own ports.
+//! address, so both can bind the same RoCE UDP port. Over IPv6 both share ::1 and the port.
+//! Every test has its own ports.
 
 use serde_json::Value;
 use std::process::{Command, Output, Stdio};
@@ -32,6 +33,11 @@ fn ports(k: u16) -> (u16, u16) {
 /// Run `snic rdma OP --server` and `snic rdma OP --client 127.0.0.1` with `extra` on both;
 /// returns (server, client) outputs. Both bound their own waits with `--timeout`.
 fn pair(op: &str, k: u16, extra: &[&str]) -> (Output, Output) {
+    pair_at(op, k, "127.0.0.1", extra)
+}
+
+/// [`pair`] with the client pointed at `server`.
+fn pair_at(op: &str, k: u16, addr: &str, extra: &[&str]) -> (Output, Output) {
     let (udp, tcp) = ports(k);
     let (udp, tcp) = (udp.to_string(), tcp.to_string());
     let common = ["--port", &udp, "--tcp-port", &tcp, "--timeout", "20"];
@@ -44,7 +50,7 @@ fn pair(op: &str, k: u16, extra: &[&str]) -> (Output, Output) {
         .spawn()
         .expect("spawn server");
     let client = snic()
-        .args(["rdma", op, "--client", "127.0.0.1"])
+        .args(["rdma", op, "--client", addr])
         .args(common)
         .args(extra)
         .output()
@@ -177,6 +183,25 @@ fn blast_prints_the_same_bandwidth_table() {
         assert_eq!(&row[..2], ["65536", "20"], "blast {who}: {row:?}");
         // Nothing is verified in a blast, so nothing may claim it.
         assert!(!t.contains("data verified"), "blast {who}:\n{t}");
+    }
+}
+
+/// Two processes over IPv6 on one host, without `--local-ip`: both take the one loopback
+/// address ::1 and the same RoCE UDP port there (SO_REUSEPORT, the client's socket connected
+/// to the server's QP), and WRITE, READ and SEND pass with their data verified both ways.
+#[test]
+fn ipv6_loopback_without_local_ip() {
+    if std::net::UdpSocket::bind("[::1]:0").is_err() {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "CI: this host has no ::1");
+        eprintln!("skipped: this host has no IPv6 loopback address (::1)");
+        return;
+    }
+    for (k, op) in [(20, "write"), (21, "read"), (22, "send")] {
+        let args = ["--ipv6", "-s", "65536", "-n", "50"];
+        let (s, c) = pair_at(op, k, "::1", &args);
+        both_ok(&format!("{op} over ::1"), &s, &c);
+        assert_table(&format!("{op} client over ::1"), &c, BW_HEADER, 65536, 50);
+        assert_table(&format!("{op} server over ::1"), &s, BW_HEADER, 65536, 50);
     }
 }
 

@@ -100,6 +100,52 @@ fn rdma_through_snic_serve() {
     assert!(st["rdma"]["engine"]["tx_packets"].as_u64().unwrap() >= 32, "{st}");
 }
 
+/// RC ATOMIC WRITE and FLUSH (IBTA 1.5) through `snic serve`: the 8 bytes land in device
+/// memory, the FLUSH completes, and a FLUSH for persistence on an MR without that right fails
+/// with a remote access error.
+#[test]
+fn atomic_write_and_flush_through_snic_serve() {
+    use snic_host::{RdmaOp, WC_ATOMIC_WRITE, WC_FLUSH};
+    let (_serve, dev) = start();
+    let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    let rings = dev.alloc_host(16 << 10).unwrap();
+    let devbuf = dev.alloc_device(DevKind::OnBoard, 4096, 4096).unwrap();
+    let (_, rkey) = dev.rdma_reg_mr(devbuf, 2048, rdma_access::ALL).unwrap();
+    let acc = rdma_access::LOCAL_WRITE | rdma_access::REMOTE_WRITE | rdma_access::FLUSH_GLOBAL;
+    let (_, rkey_g) = dev.rdma_reg_mr(devbuf + 2048, 2048, acc).unwrap();
+    let a = dev.rdma_create_qp(Placement::Host(&rings), 16).unwrap();
+    let b = dev.rdma_create_qp(Placement::OnBoard, 16).unwrap();
+    dev.rdma_connect(a.qpn, b.qpn, lo, 1024).unwrap();
+    dev.rdma_connect(b.qpn, a.qpn, lo, 1024).unwrap();
+    let none = RdmaSge { addr: 0, lkey: 0, len: 0 };
+    let value = 0x0123_4567_89ab_cdefu64;
+    let aw = RdmaOp::AtomicWrite { remote_addr: devbuf + 64, rkey, value };
+    dev.rdma_post(a.qpn, 1, aw, none).unwrap();
+    let fl = RdmaOp::Flush { remote_addr: devbuf, rkey, len: 128, whole_mr: false, placement: 3 };
+    dev.rdma_post(a.qpn, 2, fl, none).unwrap();
+    let mut c = Vec::new();
+    let t = Instant::now();
+    while c.len() < 2 && t.elapsed() < T {
+        c.extend(dev.rdma_wait_cq(a.qpn, 4, T).unwrap());
+    }
+    let got: Vec<_> = c.iter().map(|c| (c.wr_id, c.opcode, c.status)).collect();
+    assert_eq!(got, [(1, WC_ATOMIC_WRITE, WC_SUCCESS), (2, WC_FLUSH, WC_SUCCESS)], "{c:?}");
+    let mut word = [0u8; 8];
+    dev.read_device(devbuf + 64, &mut word).unwrap();
+    assert_eq!(u64::from_le_bytes(word), value);
+    // Persistence on an MR that only allows global visibility: remote access error (10).
+    let fl = RdmaOp::Flush {
+        remote_addr: devbuf + 2048,
+        rkey: rkey_g,
+        len: 8,
+        whole_mr: true,
+        placement: 2,
+    };
+    dev.rdma_post(a.qpn, 3, fl, none).unwrap();
+    let c = dev.rdma_wait_cq(a.qpn, 4, T).unwrap();
+    assert_eq!((c[0].wr_id, c[0].opcode, c[0].status), (3, WC_FLUSH, 10), "{c:?}");
+}
+
 /// A chained command through `snic serve`: QP `b` fetches A and B from the memory behind QP
 /// `a` (host memory) into device memory by RDMA READ, the GEMM kernel multiplies them, and C
 /// goes back by RDMA WRITE; the host posts once and sees one completion.

@@ -21,27 +21,23 @@ pub(super) fn client(a: &RdmaArgs, timeout: Duration) -> Result<()> {
     let host = a.client.as_deref().ok_or_else(|| anyhow!("--client ADDR or --server"))?;
     let server = resolve(host, a.tcp_port, a.ipv6)?;
     let stream = connect(server, timeout)?;
+    // Both processes bind the RoCE UDP port. On IPv4 loopback a second loopback address keeps
+    // them apart; elsewhere (IPv6 loopback has only ::1) they share the address and port (see
+    // `setup`).
     let local_ip = match a.local_ip {
         Some(ip) => ip,
         None if server.ip().is_loopback() && server.is_ipv4() => {
-            // Both processes bind the RoCE UDP port: a second loopback address keeps them apart.
             IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2))
         }
         None => canonical(stream.local_addr()?.ip()),
     };
-    ensure!(
-        canonical(local_ip) != canonical(server.ip()) || a.local_ip.is_some(),
-        "this client's RoCE address would be the server's ({local_ip}): both bind UDP port {} \
-         there; give the client another address with --local-ip",
-        a.port
-    );
     let mut ctrl = Ctrl::new(stream, timeout)?;
     let plan = Plan::new(a);
     ctrl.send(&plan.encode())?;
     if a.op == RdmaOp::Blast {
         return blast_client(ctrl, a, local_ip, server.ip());
     }
-    let mut side = setup(ctrl, plan, a, local_ip)?;
+    let mut side = setup(ctrl, plan, a, local_ip, true)?;
     let mut rep = Report { json: a.json, gbits: a.report_gbits, op: a.op, started: false };
     let mut all_ok = true;
     for size in sizes(a) {

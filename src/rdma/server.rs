@@ -37,7 +37,7 @@ pub(super) fn server(a: &RdmaArgs, timeout: Duration) -> Result<()> {
     if plan.op == RdmaOp::Blast {
         return blast_server(ctrl, a, local_ip);
     }
-    let mut side = setup(ctrl, plan, a, local_ip)?;
+    let mut side = setup(ctrl, plan, a, local_ip, false)?;
     let mut rep = Report { json: a.json, gbits: a.report_gbits, op: a.op, started: false };
     let mut all_ok = true;
     if plan.op == RdmaOp::Send && !plan.lat {

@@ -14,7 +14,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use super::args::RdmaArgs;
-use super::ctrl::{Ctrl, expect_tag, tag};
+use super::ctrl::{Ctrl, canonical, expect_tag, tag};
 use super::plan::Plan;
 use super::verify::marker;
 
@@ -44,7 +44,22 @@ pub(super) struct Side {
     pub(super) sends_done: u64,
 }
 
-pub(super) fn setup(ctrl: Ctrl, plan: Plan, a: &RdmaArgs, local_ip: IpAddr) -> Result<Side> {
+/// Set up this side: NIC, buffer, QP, the QP exchange over `ctrl`, the RoCE transport.
+/// `client`: this is the side that connected the control connection.
+///
+/// When both sides use the same address (two processes on one host without `--local-ip`: the
+/// only IPv6 loopback address `::1`, or any one address of the host) both bind UDP port 4791
+/// there with `SO_REUSEPORT`, and the client's receive socket is connected to the server's QP's
+/// source port ([`RoceTransport::bind_shared`]); the client takes the second QP number so that
+/// the two QPs (both processes would otherwise number theirs 0x11) send from different UDP
+/// source ports. RoCEv2's destination port stays 4791 on the wire both ways.
+pub(super) fn setup(
+    ctrl: Ctrl,
+    plan: Plan,
+    a: &RdmaArgs,
+    local_ip: IpAddr,
+    client: bool,
+) -> Result<Side> {
     let kind = a.mem.kind();
     let buf_len = u64::from(plan.buf_slots()) * plan.stride;
     let rings = 8 << 20;
@@ -73,9 +88,13 @@ pub(super) fn setup(ctrl: Ctrl, plan: Plan, a: &RdmaArgs, local_ip: IpAddr) -> R
         placement: kind,
         sq_sig_all: false,
     };
+    let peer = ctrl.s.peer_addr().context("control connection")?.ip();
+    if client && canonical(peer) == canonical(local_ip) {
+        // One address for both processes: leave the first QP number to the server's QP.
+        rnic.create_qp(init).map_err(|e| anyhow!("create_qp: {e}"))?;
+    }
     let qpn = rnic.create_qp(init).map_err(|e| anyhow!("create_qp: {e}"))?;
     let psn = initial_psn(qpn);
-    let peer = ctrl.s.peer_addr().context("control connection")?.ip();
     let mtu = a.mtu_towards(peer)?;
     let local = QpInfo {
         qpn,
@@ -105,8 +124,25 @@ pub(super) fn setup(ctrl: Ctrl, plan: Plan, a: &RdmaArgs, local_ip: IpAddr) -> R
         .map_err(|e| anyhow!("connect QP: {e}"))?;
     let opts = TransportOpts { gso: !a.no_gso, gro: !a.no_gso, ..TransportOpts::default() };
     let bind = SocketAddr::new(local_ip, a.port);
-    let tx = RoceTransport::bind(bind, opts)
-        .with_context(|| format!("cannot bind RoCE UDP socket {bind}"))?;
+    let tx = if canonical(remote.gid) == canonical(local_ip) {
+        let theirs = snic_rdma::pkt::sport_for(remote.qpn, qpn);
+        ensure!(
+            theirs != snic_rdma::pkt::sport_for(qpn, remote.qpn),
+            "both QPs ({qpn:#x} here, {:#x} at the peer) would send from UDP port {theirs} of \
+             {local_ip}: give one side another address with --local-ip",
+            remote.qpn
+        );
+        let from = client.then_some(SocketAddr::new(remote.gid, theirs));
+        RoceTransport::bind_shared(bind, from, opts).with_context(|| {
+            format!(
+                "cannot bind RoCE UDP socket {bind} beside the peer's (same address: both \
+                 need SO_REUSEPORT; an older peer may not set it: use --local-ip)"
+            )
+        })?
+    } else {
+        RoceTransport::bind(bind, opts)
+            .with_context(|| format!("cannot bind RoCE UDP socket {bind}"))?
+    };
     tracing::debug!(?local, ?remote, "QP connected");
     Ok(Side {
         rnic,

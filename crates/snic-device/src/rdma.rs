@@ -53,8 +53,8 @@ use snic_hostif::proto::{
 use snic_hostif::shm::EventFd;
 use snic_nic::offload::{ChainDone, ChainEnd, ChainOutcome, ChainRead, ChainSpec, Chains};
 use snic_rdma::{
-    Access, CqId, Cqe, MrInfo, Mtu, Pd, QpAttr, QpInit, RecvWr, Remote, Rnic, RnicConfig, SendWr,
-    SgList, Sge, VerbsError, WcOpcode, WcStatus, WrOp,
+    Access, CqId, Cqe, FlushLevel, MrInfo, Mtu, Pd, QpAttr, QpInit, RecvWr, Remote, Rnic,
+    RnicConfig, SendWr, SgList, Sge, VerbsError, WcOpcode, WcStatus, WrOp,
 };
 use snic_time::{Clock, MonotonicClock};
 
@@ -370,6 +370,8 @@ fn opcode_code(o: WcOpcode) -> u32 {
         WcOpcode::RdmaRead => 2,
         WcOpcode::CompSwap => 3,
         WcOpcode::FetchAdd => 4,
+        WcOpcode::Flush => 8,
+        WcOpcode::AtomicWrite => 9,
         WcOpcode::Recv => 128,
         WcOpcode::RecvRdmaWithImm => 129,
     }
@@ -485,7 +487,17 @@ impl RdmaHost {
                 rkey,
                 wr_id,
             } => {
-                let wr = RdmaSendWr { opcode, local_addr, lkey, len, remote_addr, rkey, wr_id };
+                let wr = RdmaSendWr {
+                    opcode,
+                    local_addr,
+                    lkey,
+                    len,
+                    remote_addr,
+                    rkey,
+                    wr_id,
+                    value: 0,
+                    flush: 0,
+                };
                 self.post_send(client, qpn, std::slice::from_ref(&wr))
             }
             RdmaRequest::PostSendBatch { qpn, wrs } => self.post_send(client, qpn, &wrs),
@@ -750,7 +762,11 @@ impl RdmaHost {
             m
         };
         let attr = QpAttr {
-            access: Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
+            access: Access::REMOTE_WRITE
+                | Access::REMOTE_READ
+                | Access::REMOTE_ATOMIC
+                | Access::FLUSH_GLOBAL
+                | Access::FLUSH_PERSISTENT,
             path_mtu,
             dest_qpn: remote_qpn,
             rq_psn: 0,
@@ -785,10 +801,22 @@ impl RdmaHost {
             "write" => WrOp::Write { remote },
             "read" => WrOp::Read { remote },
             "send" => WrOp::Send,
+            "flush" => {
+                let level = FlushLevel::from_selectivity(w.flush >> 4).ok_or_else(|| {
+                    Response::error("bad_request", format!("flush level {}", w.flush >> 4))
+                })?;
+                let placement = w.flush & 0x0f;
+                let op = WrOp::Flush { remote, len: w.len, level, placement };
+                return Ok(SendWr::new(w.wr_id, op, SgList::empty()));
+            }
+            "atomic_write" => {
+                let op = WrOp::AtomicWrite { remote, value: w.value };
+                return Ok(SendWr::new(w.wr_id, op, SgList::empty()));
+            }
             o => {
                 return Err(Response::error(
                     "bad_request",
-                    format!("opcode {o:?} (expected write, read or send)"),
+                    format!("opcode {o:?} (expected write, read, send, flush or atomic_write)"),
                 ));
             }
         };

@@ -240,6 +240,8 @@ int snic_queue_wait(snic_queue *q, snic_completion *out, uint32_t max, uint32_t 
 #define SNIC_RDMA_ACCESS_REMOTE_WRITE 0x2
 #define SNIC_RDMA_ACCESS_REMOTE_READ 0x4
 #define SNIC_RDMA_ACCESS_REMOTE_ATOMIC 0x8
+#define SNIC_RDMA_ACCESS_FLUSH_GLOBAL 0x10     /* peers may FLUSH for global visibility */
+#define SNIC_RDMA_ACCESS_FLUSH_PERSISTENT 0x20 /* peers may FLUSH for persistence */
 
 /* QP ring placement (snic_rdma_create_qp). */
 #define SNIC_RDMA_PLACE_HOST 0     /* in ring_buf (the whole buffer becomes a ring pool) */
@@ -256,6 +258,8 @@ int snic_queue_wait(snic_queue *q, snic_completion *out, uint32_t max, uint32_t 
 #define SNIC_WC_OP_SEND 0
 #define SNIC_WC_OP_RDMA_WRITE 1
 #define SNIC_WC_OP_RDMA_READ 2
+#define SNIC_WC_OP_FLUSH 8
+#define SNIC_WC_OP_ATOMIC_WRITE 9
 #define SNIC_WC_OP_RECV 128
 #define SNIC_WC_OP_CHAIN 64 /* a chained command (snic_rdma_chain); imm = kernel status */
 
@@ -296,6 +300,21 @@ int snic_rdma_connect(const snic_dev *dev, uint32_t qpn, uint32_t remote_qpn,
 int snic_rdma_post(const snic_dev *dev, uint32_t qpn, int opcode, uint64_t wr_id,
                    uint64_t local_addr, uint32_t lkey, uint32_t len, uint64_t remote_addr,
                    uint32_t rkey);
+/* FLUSH placement types and levels (snic_rdma_post_flush, IBTA 1.5). */
+#define SNIC_RDMA_FLUSH_GLOBAL 1     /* make the data globally visible */
+#define SNIC_RDMA_FLUSH_PERSISTENT 2 /* make the data persistent */
+#define SNIC_RDMA_FLUSH_RANGE 0      /* the range remote_addr .. + len */
+#define SNIC_RDMA_FLUSH_MR 1         /* the whole MR of rkey */
+/* Post an RC FLUSH: once every earlier WRITE of the QP is placed at the peer, make the range
+ * (or the whole MR) visible and/or persistent (placement: SNIC_RDMA_FLUSH_GLOBAL |
+ * SNIC_RDMA_FLUSH_PERSISTENT; level SNIC_RDMA_FLUSH_RANGE or _MR). Completes with
+ * SNIC_WC_OP_FLUSH. */
+int snic_rdma_post_flush(const snic_dev *dev, uint32_t qpn, uint64_t wr_id, uint64_t remote_addr,
+                         uint32_t rkey, uint32_t len, int level, int placement);
+/* Post an RC ATOMIC WRITE: store `value` (its little-endian bytes) at the 8-byte aligned
+ * remote_addr in one atomic write. Completes with SNIC_WC_OP_ATOMIC_WRITE. */
+int snic_rdma_post_atomic_write(const snic_dev *dev, uint32_t qpn, uint64_t wr_id,
+                                uint64_t remote_addr, uint32_t rkey, uint64_t value);
 /* Most work requests of one snic_rdma_post_batch. */
 #define SNIC_RDMA_MAX_BATCH 256
 

@@ -1126,6 +1126,70 @@ pub unsafe extern "C" fn snic_rdma_post(
     })
 }
 
+/// FLUSH level of `snic_rdma_post_flush`: the range.
+pub const SNIC_RDMA_FLUSH_RANGE: c_int = 0;
+/// FLUSH level of `snic_rdma_post_flush`: the whole MR.
+pub const SNIC_RDMA_FLUSH_MR: c_int = 1;
+
+/// Post an RC FLUSH (IBTA 1.5) on `qpn`: `placement` SNIC_RDMA_FLUSH_GLOBAL (1) and/or
+/// SNIC_RDMA_FLUSH_PERSISTENT (2) of `len` bytes at `remote_addr` under `rkey`, or of that
+/// whole MR with `level` SNIC_RDMA_FLUSH_MR; the completion carries `wr_id`.
+///
+/// # Safety
+/// `dev` a live device handle.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments, reason = "one flat C call per work request")]
+pub unsafe extern "C" fn snic_rdma_post_flush(
+    dev: *const SnicDev,
+    qpn: u32,
+    wr_id: u64,
+    remote_addr: u64,
+    rkey: u32,
+    len: u32,
+    level: c_int,
+    placement: c_int,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's promise about `dev`.
+        let d = unsafe { borrow(dev) }?;
+        let whole_mr = match level {
+            SNIC_RDMA_FLUSH_RANGE => false,
+            SNIC_RDMA_FLUSH_MR => true,
+            _ => return Err(inval("level must be SNIC_RDMA_FLUSH_RANGE or _MR")),
+        };
+        let placement = match placement {
+            1..=3 => placement as u8,
+            _ => return Err(inval("placement must be SNIC_RDMA_FLUSH_GLOBAL and/or _PERSISTENT")),
+        };
+        let op = RdmaOp::Flush { remote_addr, rkey, len, whole_mr, placement };
+        d.0.rdma_post(qpn, wr_id, op, RdmaSge { addr: 0, lkey: 0, len: 0 })?;
+        Ok(0)
+    })
+}
+
+/// Post an RC ATOMIC WRITE (IBTA 1.5) on `qpn`: `value` at the 8-byte aligned `remote_addr`
+/// under `rkey`; the completion carries `wr_id`.
+///
+/// # Safety
+/// `dev` a live device handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn snic_rdma_post_atomic_write(
+    dev: *const SnicDev,
+    qpn: u32,
+    wr_id: u64,
+    remote_addr: u64,
+    rkey: u32,
+    value: u64,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's promise about `dev`.
+        let d = unsafe { borrow(dev) }?;
+        let op = RdmaOp::AtomicWrite { remote_addr, rkey, value };
+        d.0.rdma_post(qpn, wr_id, op, RdmaSge { addr: 0, lkey: 0, len: 0 })?;
+        Ok(0)
+    })
+}
+
 /// One work request of `snic_rdma_post_batch` (`snic_rdma_wr`, 40 bytes).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]

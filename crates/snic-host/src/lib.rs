@@ -37,6 +37,6 @@ pub use snic_hostif::proto::{DevKind, DeviceRegion, QueueMode, Request, Response
 mod rdma;
 pub use rdma::{
     ChainRead, ChainReport, ChainWrite, Placement, RDMA_MAX_BATCH, RDMA_MAX_MSG, RdmaCqe, RdmaOp,
-    RdmaQp, RdmaSge, RdmaWr, WC_CHAIN, WC_RDMA_READ, WC_RDMA_WRITE, WC_RECV, WC_SEND, WC_SUCCESS,
-    rdma_access,
+    RdmaQp, RdmaSge, RdmaWr, WC_ATOMIC_WRITE, WC_CHAIN, WC_FLUSH, WC_RDMA_READ, WC_RDMA_WRITE,
+    WC_RECV, WC_SEND, WC_SUCCESS, rdma_access,
 };

@@ -54,8 +54,12 @@ pub mod rdma_access {
     pub const REMOTE_READ: u32 = 4;
     /// Peers may run atomics on the MR.
     pub const REMOTE_ATOMIC: u32 = 8;
+    /// Peers may FLUSH the MR for global visibility (IBTA 1.5).
+    pub const FLUSH_GLOBAL: u32 = 16;
+    /// Peers may FLUSH the MR for persistence (IBTA 1.5).
+    pub const FLUSH_PERSISTENT: u32 = 32;
     /// All of the above.
-    pub const ALL: u32 = 15;
+    pub const ALL: u32 = 63;
 }
 
 /// [`RdmaCqe::status`] of a successful completion (the other values are numbered as verbs'
@@ -67,6 +71,10 @@ pub const WC_SEND: u32 = 0;
 pub const WC_RDMA_WRITE: u32 = 1;
 /// [`RdmaCqe::opcode`] of a completed RDMA READ.
 pub const WC_RDMA_READ: u32 = 2;
+/// [`RdmaCqe::opcode`] of a completed FLUSH (`IBV_WC_FLUSH`).
+pub const WC_FLUSH: u32 = 8;
+/// [`RdmaCqe::opcode`] of a completed ATOMIC WRITE (`IBV_WC_ATOMIC_WRITE`).
+pub const WC_ATOMIC_WRITE: u32 = 9;
 /// [`RdmaCqe::opcode`] of a completed receive.
 pub const WC_RECV: u32 = 128;
 
@@ -138,6 +146,32 @@ pub enum RdmaOp {
     },
     /// SEND of the local buffer (consumes a receive posted on the peer QP).
     Send,
+    /// RC FLUSH (IBTA 1.5): once every earlier WRITE of the QP is placed at the peer, make
+    /// `len` bytes at `remote_addr` (or, with `whole_mr`, all of the MR of `rkey`) globally
+    /// visible and/or persistent. No local buffer (give an empty one).
+    Flush {
+        /// Remote address.
+        remote_addr: u64,
+        /// Remote key; its MR needs [`rdma_access::FLUSH_GLOBAL`] / `FLUSH_PERSISTENT` as
+        /// `placement` asks.
+        rkey: u32,
+        /// Bytes of the range.
+        len: u32,
+        /// Flush the whole MR instead of the range.
+        whole_mr: bool,
+        /// 1 global visibility, 2 persistence, 3 both.
+        placement: u8,
+    },
+    /// RC ATOMIC WRITE (IBTA 1.5): store `value` at the 8-byte aligned `remote_addr` in one
+    /// atomic write (the MR needs remote write). No local buffer (give an empty one).
+    AtomicWrite {
+        /// Remote address (8-byte aligned).
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+        /// The value written (its little-endian bytes land at the peer).
+        value: u64,
+    },
 }
 
 /// Most work requests one [`Device::rdma_post_batch`] posts.
@@ -170,19 +204,31 @@ impl RdmaWr {
     }
 
     fn to_proto(self) -> RdmaSendWr {
+        let (mut len, mut value, mut flush) = (self.local.len, 0, 0);
         let (opcode, remote_addr, rkey) = match self.op {
             RdmaOp::Write { remote_addr, rkey } => ("write", remote_addr, rkey),
             RdmaOp::Read { remote_addr, rkey } => ("read", remote_addr, rkey),
             RdmaOp::Send => ("send", 0, 0),
+            RdmaOp::Flush { remote_addr, rkey, len: l, whole_mr, placement } => {
+                len = l;
+                flush = (u8::from(whole_mr) << 4) | (placement & 0x0f);
+                ("flush", remote_addr, rkey)
+            }
+            RdmaOp::AtomicWrite { remote_addr, rkey, value: v } => {
+                value = v;
+                ("atomic_write", remote_addr, rkey)
+            }
         };
         RdmaSendWr {
             opcode: opcode.to_string(),
             local_addr: self.local.addr,
             lkey: self.local.lkey,
-            len: self.local.len,
+            len,
             remote_addr,
             rkey,
             wr_id: self.wr_id,
+            value,
+            flush,
         }
     }
 }
@@ -280,6 +326,10 @@ impl Device {
 
     /// Post one send work request on `qpn`; its completion carries `wr_id`.
     pub fn rdma_post(&self, qpn: u32, wr_id: u64, op: RdmaOp, local: RdmaSge) -> Result<()> {
+        if matches!(op, RdmaOp::Flush { .. } | RdmaOp::AtomicWrite { .. }) {
+            // Their fields travel in a batch's work request.
+            return self.rdma_post_batch(qpn, &[RdmaWr { wr_id, op, local }]);
+        }
         let w = RdmaWr { wr_id, op, local }.to_proto();
         self.rdma_ok(RdmaRequest::PostSend {
             qpn,

@@ -306,7 +306,8 @@ pub const MAX_POST_BATCH: usize = 256;
 /// [`RdmaRequest::PostSend`] but the QP).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RdmaSendWr {
-    /// "write", "read" or "send".
+    /// "write", "read", "send", "flush" or "atomic_write" (the last two: IBTA 1.5, no local
+    /// buffer: `lkey` and `len` of the local side are unused, a FLUSH's length is `len`).
     pub opcode: String,
     /// Local address.
     pub local_addr: u64,
@@ -320,6 +321,21 @@ pub struct RdmaSendWr {
     pub rkey: u32,
     /// Caller's id, echoed in the completion.
     pub wr_id: u64,
+    /// "atomic_write": the 8-byte value written (absent means 0).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub value: u64,
+    /// "flush": selectivity level in bits 7:4 (0 the range, 1 the whole MR) and placement
+    /// type in bits 3:0 (1 global visibility, 2 persistence, 3 both); absent means 0.
+    #[serde(default, skip_serializing_if = "is_zero_u8")]
+    pub flush: u8,
+}
+
+fn is_zero_u64(v: &u64) -> bool {
+    *v == 0
+}
+
+fn is_zero_u8(v: &u8) -> bool {
+    *v == 0
 }
 
 /// A response from snic.
@@ -594,6 +610,8 @@ mod tests {
             remote_addr: u64::MAX,
             rkey: u32::MAX,
             wr_id: u64::MAX,
+            value: u64::MAX,
+            flush: u8::MAX,
         };
         let r = Request::Rdma(RdmaRequest::PostSendBatch {
             qpn: u32::MAX,

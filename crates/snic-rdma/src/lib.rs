@@ -12,7 +12,8 @@
 //!   AckReq, retransmission timer, go-back-N, RNR and retry counters, `max_rd_atomic`, fences;
 //!   completer: ACK / NAK / READ response / atomic ACK handling and send CQEs.
 //! - responder ([`resp`]): PSN checking, duplicate detection, NAKs, RQ/SRQ consumption, WRITE,
-//!   READ and atomic execution with saved resources for replay, coalesced ACKs, CNPs on CE.
+//!   READ, atomic, FLUSH and ATOMIC WRITE (IBTA 1.5) execution with saved resources for
+//!   replay, coalesced ACKs, CNPs on CE.
 //! - congestion ([`cc`]): a DCQCN-style rate reaction to CNPs.
 //!
 //! Memory is [`snic_dma::AddressSpace`]: MRs and the QPs' rings live in host or device memory,

@@ -126,17 +126,19 @@ fn emit_headers(
     let hdr = bth::HEADER_LEN + info.ext_len();
     match info.fixed_payload_len() {
         None => {}
-        // Opcodes without payload (ACK, atomic ACK, READ request, atomics, CNP).
-        Some(0) if payload_len == 0 => {}
-        Some(0) => {
+        // Opcodes without payload (ACK, atomic ACK, READ request, atomics, FLUSH, CNP) and
+        // RC ATOMIC WRITE (exactly its 8 bytes).
+        Some(n) if payload_len == n => {}
+        Some(_) => {
             return Err(BuildError::Wire(snic_wire::Error::BadTotalLen { got: payload_len }));
         }
-        // Only RC ATOMIC WRITE has a fixed non-empty payload; the engine does not send it.
-        Some(_) => {
-            return Err(BuildError::Wire(snic_wire::Error::BadOpcode { got: roce.bth.opcode }));
-        }
     }
-    roce.emit(&mut r[..hdr + ICRC_LEN], &[])?;
+    // An opcode with a fixed payload (RC ATOMIC WRITE) is emitted with zeros there, which the
+    // caller's payload then replaces.
+    let fixed = info.fixed_payload_len().unwrap_or(0);
+    let zeros = [0u8; roce::opcode::ATOMIC_WRITE_LEN];
+    let stand_in = zeros.get(..fixed).ok_or(snic_wire::Error::BadTotalLen { got: fixed })?;
+    roce.emit(&mut r[..hdr + fixed + ICRC_LEN], stand_in)?;
     let pad = roce::packet::pad_for(payload_len);
     bth::Header::new_unchecked(&mut r[..bth::HEADER_LEN]).set_pad_count(pad as u8);
     // IP and UDP.

@@ -361,6 +361,18 @@ pub(crate) fn rq_pop(core: &mut Core, qp: &mut Qp) -> Option<Result<RecvWr, WqeE
     Some(r)
 }
 
+/// The PD the QP's receive WQEs are checked against: the SRQ's for a QP that takes its
+/// receive WQEs from an SRQ (IBTA 10.2.9: an SRQ's WQEs belong to the SRQ's PD, which may
+/// differ from its QPs'), the QP's own otherwise.
+pub(crate) fn recv_pd(core: &Core, qp: &Qp) -> crate::verbs::Pd {
+    match (qp.rq.as_ref(), qp.init.srq) {
+        (None, Some(srq)) => {
+            core.srqs.get(srq.0 as usize).and_then(|s| s.as_ref()).map_or(qp.init.pd, |s| s.pd)
+        }
+        _ => qp.init.pd,
+    }
+}
+
 /// Whether a receive WQE is available to the QP (without taking it).
 pub(crate) fn rq_ready(core: &Core, qp: &Qp) -> bool {
     match (qp.rq.as_ref(), qp.init.srq) {

@@ -20,7 +20,9 @@
 //!   still waiting for READ/atomic responses are flushed first, in order) and enters ERR.
 
 use snic_time::Instant;
-use snic_wire::roce::ext::{AtomicEthRepr, IethRepr, ImmDtRepr, NakCode, RethRepr, Syndrome};
+use snic_wire::roce::ext::{
+    AtomicEthRepr, FethRepr, IethRepr, ImmDtRepr, NakCode, RethRepr, Syndrome,
+};
 use snic_wire::roce::{RoceRepr, bth, opcode};
 
 use crate::nic_core::Core;
@@ -155,7 +157,9 @@ fn fetch(core: &Core, qp: &mut Qp) -> bool {
         Some(Ok(wr)) => {
             let len = wr.sgl.total_len();
             let write = wr.op.is_read_or_atomic();
-            if len > u64::from(u32::MAX >> 1) || (wr.op.is_atomic() && len != 8) {
+            let bad_len = (wr.op.is_atomic() && len != 8)
+                || (wr.op.is_flush_or_atomic_write() && !wr.sgl.as_slice().is_empty());
+            if len > u64::from(u32::MAX >> 1) || bad_len {
                 (wr, Some(WcStatus::LocQpOpErr))
             } else if core.check_sgl(qp.init.pd, &wr.sgl, write).is_err() {
                 (wr, Some(WcStatus::LocProtErr))
@@ -237,6 +241,26 @@ fn plan(qp: &Qp, w: &Wqe, off: u32, ack_every: u32, since_ackreq: u32) -> PktPla
             r.atomic_eth =
                 Some(AtomicEthRepr { va: remote.addr, rkey: remote.rkey, swap_add: swap, compare });
             PktPlan { roce: r, payload_off: 0, payload_len: 0, psns: 1, last: true }
+        }
+        WrOp::Flush { remote, len, level, placement } => {
+            let mut r = RoceRepr::new(bth_for(qp, opcode::RC_FLUSH, w.first, true, false));
+            r.feth = Some(FethRepr {
+                placement_type: placement & 0x0f,
+                selectivity_level: level.selectivity(),
+            });
+            r.reth = Some(RethRepr { va: remote.addr, rkey: remote.rkey, dma_len: len });
+            PktPlan { roce: r, payload_off: 0, payload_len: 0, psns: 1, last: true }
+        }
+        WrOp::AtomicWrite { remote, .. } => {
+            // The 8 bytes come from the WQE itself (see `poll_transmit`).
+            let mut r = RoceRepr::new(bth_for(qp, opcode::RC_ATOMIC_WRITE, w.first, true, false));
+            r.reth = Some(RethRepr {
+                va: remote.addr,
+                rkey: remote.rkey,
+                dma_len: opcode::ATOMIC_WRITE_LEN as u32,
+            });
+            let n = opcode::ATOMIC_WRITE_LEN;
+            PktPlan { roce: r, payload_off: 0, payload_len: n, psns: 1, last: true }
         }
         _ => {
             let first = off == 0;
@@ -392,8 +416,18 @@ pub fn poll_transmit(
     let w = &qp.req.wqes[i];
     let pl = plan(qp, w, off, core.cfg.ack_req_every, since);
     let (pd, sgl) = (qp.init.pd, w.wr.sgl);
-    let built = pkt::build_sg(buf, &path, &pl.roce, pl.payload_len, |h, sg| {
-        core.gather_sg(pd, &sgl, pl.payload_off, pl.payload_len, h, sg)
+    // An ATOMIC WRITE's 8 bytes are the value in its own SQ slot (which stays put until the
+    // WQE retires), sent from there like any payload.
+    let inline = matches!(w.wr.op, WrOp::AtomicWrite { .. })
+        .then(|| qp.sq.slot_addr(qp.sq.cidx.wrapping_add(i as u32)) + wqe::SQ_VALUE_OFF as u64);
+    let built = pkt::build_sg(buf, &path, &pl.roce, pl.payload_len, |h, sg| match inline {
+        Some(at) => {
+            h.update(core.mem.slice(at, pl.payload_len).map_err(|_| crate::mr::MrFault::Bounds)?);
+            sg.ranges[0] = (at, pl.payload_len as u32);
+            sg.npayload = 1;
+            Ok(())
+        }
+        None => core.gather_sg(pd, &sgl, pl.payload_off, pl.payload_len, h, sg),
     });
     let sg = match built {
         Ok(sg) => sg,
@@ -590,7 +624,41 @@ fn on_atomic_ack(core: &mut Core, qp: &mut Qp, now: Instant, p: u32, orig: u64) 
     retire(core, qp, now);
 }
 
+/// The zero-length READ response that answers a FLUSH or an ATOMIC WRITE (IBTA 1.5, as rxe
+/// sends it). `false` when no such WQE waits at `p` (then it is an ordinary READ response).
+fn on_flush_or_atomic_write_ack(
+    core: &mut Core,
+    qp: &mut Qp,
+    now: Instant,
+    p: u32,
+    op: u8,
+    data: &[u8],
+) -> bool {
+    let found = qp
+        .req
+        .wqes
+        .iter()
+        .take(qp.req.started)
+        .position(|w| !w.done() && w.wr.op.is_flush_or_atomic_write() && w.first == p);
+    let Some(i) = found else { return false };
+    if earlier_rd_open(core, qp, i) {
+        return true;
+    }
+    if op != opcode::RC_RDMA_READ_RESPONSE_ONLY || !data.is_empty() {
+        fail_at(core, qp, i, WcStatus::BadRespErr, now);
+        return true;
+    }
+    qp.req.wqes[i].status = Some(WcStatus::Success);
+    ack_through(qp, p);
+    progress(qp, now);
+    retire(core, qp, now);
+    true
+}
+
 fn on_read_response(core: &mut Core, qp: &mut Qp, now: Instant, p: u32, op: u8, data: &[u8]) {
+    if on_flush_or_atomic_write_ack(core, qp, now, p, op, data) {
+        return;
+    }
     let found = qp
         .req
         .wqes

@@ -23,7 +23,9 @@ use crate::pkt::{self, BuildError, Path, RxPkt, TxSg};
 use crate::psn;
 use crate::qp::{self, Qp, recv_cqe};
 use crate::resp_state::{MAX_OUT, Msg, Out, ReadOut, ResKind, Resource};
-use crate::verbs::{Access, QpState, RecvWr, WcOpcode, WcStatus};
+use crate::verbs::{
+    Access, FLUSH_GLOBAL, FLUSH_PERSISTENT, FlushLevel, QpState, RecvWr, WcOpcode, WcStatus,
+};
 
 /// AETH credit field of every ACK: "credits not limited" (we do not do end-to-end credits).
 const ACK_CREDITS: u8 = 0x1f;
@@ -55,6 +57,10 @@ enum Kind {
     Write,
     Read,
     Atomic,
+    /// RC FLUSH (IBTA 1.5).
+    Flush,
+    /// RC ATOMIC WRITE (IBTA 1.5).
+    AtomicWrite,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,6 +88,8 @@ fn classify(op: u8) -> Option<(Kind, Pos)> {
         RC_RDMA_WRITE_ONLY | RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE => (Kind::Write, Pos::Only),
         RC_RDMA_READ_REQUEST => (Kind::Read, Pos::Only),
         RC_COMPARE_SWAP | RC_FETCH_ADD => (Kind::Atomic, Pos::Only),
+        RC_FLUSH => (Kind::Flush, Pos::Only),
+        RC_ATOMIC_WRITE => (Kind::AtomicWrite, Pos::Only),
         _ => return None,
     })
 }
@@ -189,6 +197,9 @@ fn execute(core: &mut Core, qp: &mut Qp, pkt: &RxPkt<'_>) -> Result<(), Fail> {
         (Kind::Write, Pos::First | Pos::Only) => Some(Access::REMOTE_WRITE),
         (Kind::Read, _) => Some(Access::REMOTE_READ),
         (Kind::Atomic, _) => Some(Access::REMOTE_ATOMIC),
+        (Kind::AtomicWrite, _) => Some(Access::REMOTE_WRITE),
+        // As rxe: the QP must allow each placement type the FLUSH asks for.
+        (Kind::Flush, _) => pkt.roce.headers().feth.map(|f| flush_access(f.placement_type)),
         _ => None,
     };
     if need.is_some_and(|a| !qp.attr.access.contains(a)) {
@@ -217,6 +228,8 @@ fn execute(core: &mut Core, qp: &mut Qp, pkt: &RxPkt<'_>) -> Result<(), Fail> {
         Kind::Write => do_write(core, qp, pkt, pos, with_imm)?,
         Kind::Read => return do_read(core, qp, pkt),
         Kind::Atomic => return do_atomic(core, qp, pkt),
+        Kind::Flush => return do_flush(core, qp, pkt),
+        Kind::AtomicWrite => return do_atomic_write(core, qp, pkt),
     }
     qp.resp.epsn = psn::add(bth.psn, 1);
     if bth.ack_req && !qp.resp.queue_ack(bth.psn) {
@@ -234,7 +247,10 @@ fn do_send(core: &mut Core, qp: &mut Qp, pkt: &RxPkt<'_>, pos: Pos) -> Result<()
         return Err(INV_REQ);
     };
     let data = pkt.payload();
-    core.scatter(qp.init.pd, &wqe.sgl, offset, data).map_err(|e| match e {
+    // The RECV's buffers are checked against the PD of the queue they came from (an SRQ's
+    // may differ from the QP's).
+    let pd = qp::recv_pd(core, qp);
+    core.scatter(pd, &wqe.sgl, offset, data).map_err(|e| match e {
         // The message is longer than the RECV's buffers.
         MrFault::Bounds => Fail::InvReq(WcStatus::LocLenErr),
         _ => Fail::RemOp(WcStatus::LocProtErr),
@@ -397,6 +413,91 @@ fn do_atomic(core: &mut Core, qp: &mut Qp, pkt: &RxPkt<'_>) -> Result<(), Fail> 
     Ok(())
 }
 
+/// The access flags a FLUSH of `placement` needs (of the QP and of the MR).
+fn flush_access(placement: u8) -> Access {
+    let mut a = Access::NONE;
+    if placement & FLUSH_GLOBAL != 0 {
+        a = a | Access::FLUSH_GLOBAL;
+    }
+    if placement & FLUSH_PERSISTENT != 0 {
+        a = a | Access::FLUSH_PERSISTENT;
+    }
+    a
+}
+
+/// The answer to a FLUSH or ATOMIC WRITE at `p`: one READ RESPONSE ONLY without payload.
+fn empty_read_response(p: u32, msn: u32) -> Out {
+    Out::Read(ReadOut { res_first: p, psn: p, last: p, va: 0, rkey: 0, left: 0, msn })
+}
+
+/// Execute an RC FLUSH (IBTA 1.5 section 9.4.6; rxe's `process_flush`).
+///
+/// Ordering: the responder places every request in PSN order as it arrives, synchronously,
+/// into the one engine memory, so when a FLUSH executes every earlier WRITE / ATOMIC WRITE of
+/// the QP is already placed and visible to every reader of that memory. snic's memories (host
+/// pool, on-chip, on-board) have no separate persistence domain, so a persistence FLUSH has
+/// nothing more to write back; it still needs the MR's (and the QP's) `FLUSH_PERSISTENT`
+/// right, so an application gets the errors a real persistent-memory NIC gives it.
+fn do_flush(core: &mut Core, qp: &mut Qp, pkt: &RxPkt<'_>) -> Result<(), Fail> {
+    let p = pkt.bth().psn;
+    let h = pkt.roce.headers();
+    let (feth, reth) = (h.feth.ok_or(INV_REQ)?, h.reth.ok_or(INV_REQ)?);
+    let level = FlushLevel::from_selectivity(feth.selectivity_level).ok_or(INV_REQ)?;
+    let placement = feth.placement_type;
+    // Placement types other than visibility, persistence or both are reserved.
+    if placement == 0 || placement & !(FLUSH_GLOBAL | FLUSH_PERSISTENT) != 0 {
+        return Err(INV_REQ);
+    }
+    let need = flush_access(placement);
+    let pd = qp.init.pd;
+    let (va, len) = match level {
+        FlushLevel::Range => (reth.va, u64::from(reth.dma_len)),
+        // The whole MR: its address and length are not the RETH's (rxe skips the range check).
+        FlushLevel::Region => {
+            let mr = core.mrs.by_rkey(reth.rkey).ok_or(Fail::Access)?;
+            (mr.addr, mr.len)
+        }
+    };
+    core.mrs.check_remote(reth.rkey, pd, va, len, need).map_err(|_| Fail::Access)?;
+    if qp.resp.out.len() >= MAX_OUT {
+        return Err(Fail::Busy);
+    }
+    core.stats.flushes_executed += 1;
+    let max = qp.attr.max_dest_rd_atomic;
+    qp.resp.push_resource(Resource { first: p, last: p, kind: ResKind::Done }, max);
+    qp.resp.msn = psn::add(qp.resp.msn, 1);
+    qp.resp.out.push_back(empty_read_response(p, qp.resp.msn));
+    qp.resp.epsn = psn::add(p, 1);
+    Ok(())
+}
+
+/// Execute an RC ATOMIC WRITE (IBTA 1.5 section 9.4.5; rxe's `atomic_write_reply`): the 8
+/// payload bytes land at the 8-byte aligned address in one store. The engine is the only
+/// writer of its memory while it handles a packet, so no reader sees half of them (the same
+/// guarantee as its CmpSwap and FetchAdd).
+fn do_atomic_write(core: &mut Core, qp: &mut Qp, pkt: &RxPkt<'_>) -> Result<(), Fail> {
+    let p = pkt.bth().psn;
+    let reth = pkt.roce.headers().reth.ok_or(INV_REQ)?;
+    let data: [u8; opcode::ATOMIC_WRITE_LEN] = pkt.payload().try_into().map_err(|_| INV_REQ)?;
+    if reth.dma_len as usize != opcode::ATOMIC_WRITE_LEN || reth.va % 8 != 0 {
+        return Err(INV_REQ);
+    }
+    core.mrs
+        .check_remote(reth.rkey, qp.init.pd, reth.va, 8, Access::REMOTE_WRITE)
+        .map_err(|_| Fail::Access)?;
+    if qp.resp.out.len() >= MAX_OUT {
+        return Err(Fail::Busy);
+    }
+    core.mem.write(reth.va, &data).map_err(|_| Fail::RemOp(WcStatus::LocQpOpErr))?;
+    core.stats.atomic_writes_executed += 1;
+    let max = qp.attr.max_dest_rd_atomic;
+    qp.resp.push_resource(Resource { first: p, last: p, kind: ResKind::Done }, max);
+    qp.resp.msn = psn::add(qp.resp.msn, 1);
+    qp.resp.out.push_back(empty_read_response(p, qp.resp.msn));
+    qp.resp.epsn = psn::add(p, 1);
+    Ok(())
+}
+
 /// A request with a PSN before the ePSN: answer it again without executing it again.
 fn duplicate(core: &mut Core, qp: &mut Qp, pkt: &RxPkt<'_>) {
     core.stats.dup_requests += 1;
@@ -423,6 +524,23 @@ fn duplicate(core: &mut Core, qp: &mut Qp, pkt: &RxPkt<'_>) {
                 qp.resp.out.push_back(Out::Atomic { psn: p, orig, msn: qp.resp.msn });
             }
             core.stats.dup_atomics_replayed += 1;
+        }
+        Some(k @ (Kind::Flush | Kind::AtomicWrite)) => {
+            let found = qp.resp.res.iter().any(|r| r.kind == ResKind::Done && r.first == p);
+            if !found {
+                // Evicted (or never ours): IBTA class D, drop; never run it again.
+                return;
+            }
+            qp.resp.drop_after(p);
+            let queued = qp.resp.out.iter().any(|o| matches!(o, Out::Read(r) if r.res_first == p));
+            if !queued && qp.resp.out.len() < MAX_OUT {
+                qp.resp.out.push_back(empty_read_response(p, qp.resp.msn));
+            }
+            if k == Kind::Flush {
+                core.stats.dup_flushes_replayed += 1;
+            } else {
+                core.stats.dup_atomic_writes_replayed += 1;
+            }
         }
         None => {}
     }
@@ -1016,6 +1134,134 @@ mod tests {
         assert_eq!(state(&t), QpState::Err);
     }
 
+    fn atomic_write_req(t: &mut T, psn: u32, off: u64, rkey: u32, dma_len: u32, data: [u8; 8]) {
+        let mut r = req_bth(t, opcode::RC_ATOMIC_WRITE, psn, true);
+        r.reth = Some(RethRepr { va: t.buf + off, rkey, dma_len });
+        deliver(t, &r, &data);
+    }
+
+    fn flush_req(t: &mut T, psn: u32, va: u64, len: u32, placement: u8, selectivity: u8) {
+        let mut r = req_bth(t, opcode::RC_FLUSH, psn, true);
+        r.feth = Some(snic_wire::roce::ext::FethRepr {
+            placement_type: placement,
+            selectivity_level: selectivity,
+        });
+        r.reth = Some(RethRepr { va, rkey: t.mr.rkey, dma_len: len });
+        deliver(t, &r, &[]);
+    }
+
+    /// The answer to a FLUSH / ATOMIC WRITE: READ RESPONSE ONLY, no payload, AETH ACK.
+    fn empty_read_resp(psn: u32, msn: u32) -> Resp {
+        read_resp(opcode::RC_RDMA_READ_RESPONSE_ONLY, psn, msn, &[])
+    }
+
+    #[test]
+    fn atomic_write_lands_once_and_duplicates_are_replayed() {
+        let mut t = all();
+        let rkey = t.mr.rkey;
+        let v = 0x1122_3344_5566_7788u64.to_le_bytes();
+        atomic_write_req(&mut t, 100, 16, rkey, 8, v);
+        assert_eq!(drain(&mut t), vec![empty_read_resp(100, 1)]);
+        assert_eq!(t.nic.mem().read_u64(t.buf + 16).unwrap(), 0x1122_3344_5566_7788);
+        // A later WRITE changes the word; the retransmitted ATOMIC WRITE must not undo it.
+        write(&mut t, opcode::RC_RDMA_WRITE_ONLY, 101, true, Some((16, 8)), &[9; 8]);
+        assert_eq!(drain(&mut t), vec![ack(101, 2)]);
+        atomic_write_req(&mut t, 100, 16, rkey, 8, v);
+        assert_eq!(drain(&mut t), vec![empty_read_resp(100, 2)]);
+        assert_eq!(mem(&t, 16, 8), vec![9; 8]);
+        let s = t.nic.stats();
+        assert_eq!((s.atomic_writes_executed, s.dup_atomic_writes_replayed), (1, 1));
+        assert!(cqes(&mut t).is_empty(), "no receive completion");
+    }
+
+    #[test]
+    fn atomic_write_errors() {
+        let inv = Syndrome::Nak(NakCode::InvalidRequest);
+        let acc = Syndrome::Nak(NakCode::RemoteAccessError);
+        let cases: [(Access, Access, u64, u32, Syndrome); 5] = [
+            // Misaligned address.
+            (Access::ALL, Access::ALL, 12, 8, inv),
+            // A RETH length other than 8.
+            (Access::ALL, Access::ALL, 16, 4, inv),
+            // The QP does not allow remote writes.
+            (Access::REMOTE_READ, Access::ALL, 16, 8, inv),
+            // The MR does not allow remote writes.
+            (Access::ALL, Access::LOCAL_WRITE | Access::REMOTE_ATOMIC, 16, 8, acc),
+            // Beyond the MR.
+            (Access::ALL, Access::ALL, MR_LEN, 8, acc),
+        ];
+        for (qp_acc, mr_acc, off, len, syn) in cases {
+            let mut t = setup(qp_acc, mr_acc);
+            let rkey = t.mr.rkey;
+            atomic_write_req(&mut t, 100, off, rkey, len, [7; 8]);
+            assert_eq!(drain(&mut t), vec![nak(100, 0, syn)], "off {off} len {len}");
+            assert_eq!(mem(&t, 0, BUF_LEN as usize), vec![0; BUF_LEN as usize]);
+            assert_eq!(state(&t), QpState::Err);
+            assert_eq!(t.nic.stats().atomic_writes_executed, 0);
+        }
+        // A wrong rkey.
+        let mut t = all();
+        let rkey = t.mr.rkey ^ 0x100;
+        atomic_write_req(&mut t, 100, 16, rkey, 8, [7; 8]);
+        assert_eq!(drain(&mut t), vec![nak(100, 0, acc)]);
+    }
+
+    #[test]
+    fn flush_checks_placement_rights_and_range() {
+        let (g, p) = (FLUSH_GLOBAL, FLUSH_PERSISTENT);
+        let inv = Syndrome::Nak(NakCode::InvalidRequest);
+        let acc = Syndrome::Nak(NakCode::RemoteAccessError);
+        let mr_g = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::FLUSH_GLOBAL;
+        let qp_g = Access::REMOTE_WRITE | Access::FLUSH_GLOBAL;
+        // (QP access, MR access, offset, length, placement, selectivity, answer)
+        let ok = None;
+        type Case = (Access, Access, u64, u32, u8, u8, Option<Syndrome>);
+        let cases: [Case; 9] = [
+            (Access::ALL, Access::ALL, 0, 64, g | p, 0, ok),
+            (qp_g, mr_g, 64, 128, g, 0, ok),
+            // Whole region: the RETH's address and length do not matter.
+            (qp_g, mr_g, 1 << 40, u32::MAX, g, 1, ok),
+            // The MR lacks FLUSH_PERSISTENT.
+            (Access::ALL, mr_g, 0, 64, p, 0, Some(acc)),
+            // The QP lacks FLUSH_PERSISTENT.
+            (qp_g, Access::ALL, 0, 64, p, 0, Some(inv)),
+            // The range leaves the MR.
+            (Access::ALL, Access::ALL, MR_LEN - 8, 64, g, 0, Some(acc)),
+            // Reserved placement types and selectivity levels.
+            (Access::ALL, Access::ALL, 0, 64, 0, 0, Some(inv)),
+            (Access::ALL, Access::ALL, 0, 64, 4 | g, 0, Some(inv)),
+            (Access::ALL, Access::ALL, 0, 64, g, 2, Some(inv)),
+        ];
+        for (i, (qa, ma, off, len, plt, sel, want)) in cases.into_iter().enumerate() {
+            let mut t = setup(qa, ma);
+            // An earlier WRITE: already placed when the FLUSH executes (snic places in order).
+            write(&mut t, opcode::RC_RDMA_WRITE_ONLY, 100, false, Some((0, 4)), b"data");
+            let va = if sel == 1 { off } else { t.buf + off };
+            flush_req(&mut t, 101, va, len, plt, sel);
+            let got = drain(&mut t);
+            match want {
+                None => {
+                    assert_eq!(got, vec![empty_read_resp(101, 2)], "case {i}");
+                    assert_eq!(t.nic.stats().flushes_executed, 1);
+                    assert_eq!(mem(&t, 0, 4), b"data");
+                }
+                Some(syn) => {
+                    assert_eq!(got, vec![nak(101, 1, syn)], "case {i}");
+                    assert_eq!(t.nic.stats().flushes_executed, 0);
+                    assert_eq!(state(&t), QpState::Err);
+                }
+            }
+        }
+        // A duplicate FLUSH is answered again, not run again.
+        let mut t = all();
+        let va = t.buf;
+        flush_req(&mut t, 100, va, 8, g, 0);
+        flush_req(&mut t, 100, va, 8, g, 0);
+        assert_eq!(drain(&mut t), vec![empty_read_resp(100, 1)]);
+        let s = t.nic.stats();
+        assert_eq!((s.flushes_executed, s.dup_flushes_replayed), (1, 1));
+    }
+
     fn read_req(t: &mut T, psn: u32, off: u64, len: u32) {
         let mut r = req_bth(t, opcode::RC_RDMA_READ_REQUEST, psn, true);
         r.reth = reth(t, off, len);
@@ -1230,10 +1476,9 @@ mod tests {
         assert_eq!(t.nic.stats().cnps_sent, 3);
     }
 
-    #[test]
-    fn srq_feeds_sends() {
-        let mut t = all();
-        let srq = t.nic.create_srq(t.pd, 4, MemKind::Host).unwrap();
+    /// A second QP of `t.nic` in `t.pd`, fed by `srq`, in RTR towards `PEER_QPN + 1`
+    /// expecting PSN 7.
+    fn srq_qp(t: &mut T, srq: SrqId) -> u32 {
         let qpn = t
             .nic
             .create_qp(QpInit {
@@ -1264,12 +1509,27 @@ mod tests {
             | AttrMask::MAX_DEST_RD_ATOMIC
             | AttrMask::MIN_RNR_TIMER;
         t.nic.modify_qp(qpn, &rtr, mask, t.now).unwrap();
-        let sge = Sge { addr: t.buf + 300, len: 16, lkey: t.mr.lkey };
+        qpn
+    }
+
+    /// Post one RECV of 16 bytes at `off` through `lkey` to `srq`, deliver a SEND_ONLY "srq!"
+    /// to `qpn` and return the responses.
+    fn send_via_srq(t: &mut T, srq: SrqId, qpn: u32, lkey: u32, off: u64) -> Vec<Resp> {
+        let sge = Sge { addr: t.buf + off, len: 16, lkey };
         t.nic.post_srq_recv(srq, &[RecvWr { wr_id: 55, sgl: SgList::one(sge) }]).unwrap();
-        let mut r = req_bth(&t, opcode::RC_SEND_ONLY, 7, true);
+        let mut r = req_bth(t, opcode::RC_SEND_ONLY, 7, true);
         r.bth.dest_qp = qpn;
-        deliver(&mut t, &r, b"srq!");
-        let got = drain(&mut t);
+        deliver(t, &r, b"srq!");
+        drain(t)
+    }
+
+    #[test]
+    fn srq_feeds_sends() {
+        let mut t = all();
+        let srq = t.nic.create_srq(t.pd, 4, MemKind::Host).unwrap();
+        let qpn = srq_qp(&mut t, srq);
+        let lkey = t.mr.lkey;
+        let got = send_via_srq(&mut t, srq, qpn, lkey, 300);
         assert_eq!(got.len(), 1);
         assert_eq!(
             (got[0].op, got[0].psn, got[0].dest_qp),
@@ -1277,6 +1537,41 @@ mod tests {
         );
         assert_eq!(mem(&t, 300, 4), b"srq!");
         assert_eq!(cqes(&mut t)[0].wr_id, 55);
+    }
+
+    #[test]
+    fn srq_buffers_are_checked_against_the_srqs_pd() {
+        // The SRQ is in PD B, its QP in PD A. A RECV whose buffer is in an MR of PD A (the
+        // QP's, not the SRQ's) fails: local protection error, remote operational NAK, nothing
+        // written.
+        let mut t = all();
+        let pd_b = t.nic.alloc_pd();
+        let srq = t.nic.create_srq(pd_b, 4, MemKind::Host).unwrap();
+        let qpn = srq_qp(&mut t, srq);
+        let lkey_a = t.mr.lkey;
+        let got = send_via_srq(&mut t, srq, qpn, lkey_a, 300);
+        let want = Resp {
+            dest_qp: PEER_QPN + 1,
+            ..nak(7, 0, Syndrome::Nak(NakCode::RemoteOperationalError))
+        };
+        assert_eq!(got, vec![want]);
+        let c = cqes(&mut t);
+        assert_eq!((c[0].wr_id, c[0].status, c[0].qpn), (55, WcStatus::LocProtErr, qpn));
+        assert_eq!(mem(&t, 300, 4), vec![0; 4]);
+        assert_eq!(t.nic.query_qp(qpn).unwrap().state, QpState::Err);
+
+        // Same PDs, but the MR is in the SRQ's PD B: the SEND lands.
+        let mut t = all();
+        let pd_b = t.nic.alloc_pd();
+        let srq = t.nic.create_srq(pd_b, 4, MemKind::Host).unwrap();
+        let qpn = srq_qp(&mut t, srq);
+        let mr_b = t.nic.reg_mr(pd_b, t.buf + 4096, 4096, Access::LOCAL_WRITE).unwrap();
+        let got = send_via_srq(&mut t, srq, qpn, mr_b.lkey, 4096 + 32);
+        assert_eq!(got.len(), 1);
+        assert_eq!((got[0].op, got[0].psn), (opcode::RC_ACKNOWLEDGE, 7));
+        assert_eq!(mem(&t, 4096 + 32, 4), b"srq!");
+        let c = cqes(&mut t);
+        assert_eq!((c[0].wr_id, c[0].status, c[0].byte_len), (55, WcStatus::Success, 4));
     }
 
     #[test]
@@ -1355,7 +1650,7 @@ mod tests {
             for (op_i, dpsn, va_bits, len, good_key, plen, operand) in reqs {
                 let infos: Vec<_> = opcode::ALL
                     .iter()
-                    .filter(|i| i.is_request() && i.transport() == 0 && i.fixed_payload_len() != Some(8))
+                    .filter(|i| i.is_request() && i.transport() == 0)
                     .collect();
                 let info = infos[op_i % infos.len()];
                 let mut r = req_bth(&t, info.code, psn::add(100, dpsn), true);
@@ -1369,11 +1664,11 @@ mod tests {
                         opcode::ExtHeader::AtomicEth => {
                             r.atomic_eth = Some(AtomicEthRepr { va, rkey, swap_add: operand, compare: 0 })
                         }
-                        opcode::ExtHeader::Feth => r.feth = Some(snic_wire::roce::ext::FethRepr { placement_type: 1, selectivity_level: 0 }),
+                        opcode::ExtHeader::Feth => r.feth = Some(snic_wire::roce::ext::FethRepr { placement_type: (operand & 0xf) as u8, selectivity_level: ((operand >> 4) & 3) as u8 }),
                         _ => {}
                     }
                 }
-                let plen = if info.payload { plen } else { 0 };
+                let plen = info.fixed_payload_len().unwrap_or(plen);
                 if va_bits & 2 == 0 {
                     let sge = Sge { addr: t.buf, len: 128, lkey: t.mr.lkey };
                     // May be refused (ring full): that is fine here.

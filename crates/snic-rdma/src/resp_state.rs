@@ -43,9 +43,13 @@ pub(crate) enum ResKind {
     Atomic {
         orig: u64,
     },
+    /// A FLUSH or ATOMIC WRITE ran; a duplicate gets its empty READ response again, and is
+    /// not run again.
+    Done,
 }
 
-/// A saved responder resource (IBTA 9.7.5.1.2): PSN range of one READ or atomic.
+/// A saved responder resource (IBTA 9.7.5.1.2): PSN range of one READ, atomic, FLUSH or
+/// ATOMIC WRITE.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Resource {
     pub(crate) first: u32,

@@ -638,6 +638,14 @@ fn validate_send(wr: &SendWr) -> Result<(), VerbsError> {
     if wr.op.is_atomic() && wr.sgl.total_len() != 8 {
         return Err(VerbsError::InvalidWr("atomic needs one 8-byte local buffer"));
     }
+    if wr.op.is_flush_or_atomic_write() && !wr.sgl.as_slice().is_empty() {
+        return Err(VerbsError::InvalidWr("FLUSH and ATOMIC WRITE take no local buffers"));
+    }
+    if let WrOp::Flush { placement, .. } = wr.op
+        && (placement == 0 || placement & !(FLUSH_GLOBAL | FLUSH_PERSISTENT) != 0)
+    {
+        return Err(VerbsError::InvalidWr("FLUSH placement: FLUSH_GLOBAL and/or FLUSH_PERSISTENT"));
+    }
     Ok(())
 }
 

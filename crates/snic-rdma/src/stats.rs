@@ -69,6 +69,15 @@ pub struct RdmaStats {
     pub dup_atomics_replayed: u64,
     /// Responder: atomics executed.
     pub atomics_executed: u64,
+    /// Responder: FLUSHes executed (IBTA 1.5).
+    pub flushes_executed: u64,
+    /// Responder: ATOMIC WRITEs executed (IBTA 1.5).
+    pub atomic_writes_executed: u64,
+    /// Responder: duplicate FLUSHes answered again from saved resources.
+    pub dup_flushes_replayed: u64,
+    /// Responder: duplicate ATOMIC WRITEs answered again from saved resources (not written
+    /// again).
+    pub dup_atomic_writes_replayed: u64,
     /// Responder: READ response packets sent.
     pub read_resp_sent: u64,
     /// Responder: out-of-sequence requests dropped silently (a NAK was already sent).

@@ -21,8 +21,14 @@ impl Access {
     pub const REMOTE_READ: Access = Access(4);
     /// Remote peers may run atomics.
     pub const REMOTE_ATOMIC: Access = Access(8);
+    /// Remote peers may FLUSH with placement type "global visibility" (IBTA 1.5,
+    /// `IBV_ACCESS_FLUSH_GLOBAL`).
+    pub const FLUSH_GLOBAL: Access = Access(16);
+    /// Remote peers may FLUSH with placement type "persistence" (IBTA 1.5,
+    /// `IBV_ACCESS_FLUSH_PERSISTENT`).
+    pub const FLUSH_PERSISTENT: Access = Access(32);
     /// Everything.
-    pub const ALL: Access = Access(15);
+    pub const ALL: Access = Access(63);
 
     /// Whether every flag of `other` is set.
     pub const fn contains(self, other: Access) -> bool {
@@ -48,6 +54,8 @@ impl fmt::Debug for Access {
             (Access::REMOTE_WRITE, "REMOTE_WRITE"),
             (Access::REMOTE_READ, "REMOTE_READ"),
             (Access::REMOTE_ATOMIC, "REMOTE_ATOMIC"),
+            (Access::FLUSH_GLOBAL, "FLUSH_GLOBAL"),
+            (Access::FLUSH_PERSISTENT, "FLUSH_PERSISTENT"),
         ];
         let set: Vec<&str> = names.iter().filter(|(a, _)| self.contains(*a)).map(|x| x.1).collect();
         if set.is_empty() { write!(f, "NONE") } else { write!(f, "{}", set.join("|")) }
@@ -145,6 +153,39 @@ pub struct Remote {
     pub rkey: u32,
 }
 
+/// What a FLUSH covers (the FETH selectivity level, IBTA 1.5 / `ibv_wr_flush`'s `level`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum FlushLevel {
+    /// The range `[remote.addr, remote.addr + len)` (`IBV_FLUSH_RANGE`, selectivity 0).
+    Range,
+    /// The whole memory region of `remote.rkey`; the address and length are not checked
+    /// (`IBV_FLUSH_MR`, selectivity 1).
+    Region,
+}
+
+impl FlushLevel {
+    /// The FETH selectivity level.
+    pub const fn selectivity(self) -> u8 {
+        match self {
+            FlushLevel::Range => 0,
+            FlushLevel::Region => 1,
+        }
+    }
+    /// The level of a FETH selectivity value; `None` for the reserved 2 and 3.
+    pub const fn from_selectivity(v: u8) -> Option<FlushLevel> {
+        match v {
+            0 => Some(FlushLevel::Range),
+            1 => Some(FlushLevel::Region),
+            _ => None,
+        }
+    }
+}
+
+/// FLUSH placement type bit: make the data globally visible (`IBV_FLUSH_GLOBAL`).
+pub const FLUSH_GLOBAL: u8 = snic_wire::roce::ext::FLUSH_GLOBAL_VISIBILITY;
+/// FLUSH placement type bit: make the data persistent (`IBV_FLUSH_PERSISTENT`).
+pub const FLUSH_PERSISTENT: u8 = snic_wire::roce::ext::FLUSH_PERSISTENCE;
+
 /// The operation of a send-queue work request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WrOp {
@@ -193,6 +234,31 @@ pub enum WrOp {
         /// Addend.
         add: u64,
     },
+    /// RC FLUSH (IBTA 1.5, opcode 0x1C): once every earlier WRITE of this QP is placed at the
+    /// responder, make the range (or the whole MR) globally visible and/or persistent. Takes
+    /// no local buffers (the SG list must be empty). Completes with [`WcOpcode::Flush`].
+    Flush {
+        /// Start of the range and the MR's rkey.
+        remote: Remote,
+        /// Bytes of the range (ignored for [`FlushLevel::Region`]).
+        len: u32,
+        /// Range or whole region.
+        level: FlushLevel,
+        /// Placement type: [`FLUSH_GLOBAL`], [`FLUSH_PERSISTENT`] or both. The target MR needs
+        /// the matching [`Access::FLUSH_GLOBAL`] / [`Access::FLUSH_PERSISTENT`].
+        placement: u8,
+    },
+    /// RC ATOMIC WRITE (IBTA 1.5, opcode 0x1D): write 8 bytes at an 8-byte aligned remote
+    /// address as one atomic store. The value travels in the WQE (like `ibv_wr_atomic_write`'s
+    /// 8 bytes); the SG list must be empty. The responder writes `value`'s bytes in this
+    /// engine's memory order (little-endian), so its `read_u64` gives `value` back. Completes
+    /// with [`WcOpcode::AtomicWrite`].
+    AtomicWrite {
+        /// Target (8-byte aligned; needs REMOTE_WRITE).
+        remote: Remote,
+        /// The value written.
+        value: u64,
+    },
 }
 
 impl WrOp {
@@ -204,11 +270,26 @@ impl WrOp {
             WrOp::Read { .. } => WcOpcode::RdmaRead,
             WrOp::CmpSwap { .. } => WcOpcode::CompSwap,
             WrOp::FetchAdd { .. } => WcOpcode::FetchAdd,
+            WrOp::Flush { .. } => WcOpcode::Flush,
+            WrOp::AtomicWrite { .. } => WcOpcode::AtomicWrite,
         }
     }
-    /// READ or atomic (needs responder resources; counts against `max_rd_atomic`).
+    /// READ, atomic, FLUSH or ATOMIC WRITE: answered by a response of their own (not a plain
+    /// ACK), so each needs a responder resource and counts against `max_rd_atomic` (IBTA 1.5
+    /// counts FLUSH and ATOMIC WRITE with the READs and atomics).
     pub const fn is_read_or_atomic(self) -> bool {
-        matches!(self, WrOp::Read { .. } | WrOp::CmpSwap { .. } | WrOp::FetchAdd { .. })
+        matches!(
+            self,
+            WrOp::Read { .. }
+                | WrOp::CmpSwap { .. }
+                | WrOp::FetchAdd { .. }
+                | WrOp::Flush { .. }
+                | WrOp::AtomicWrite { .. }
+        )
+    }
+    /// FLUSH or ATOMIC WRITE: no local buffers, answered by a zero-length READ response.
+    pub const fn is_flush_or_atomic_write(self) -> bool {
+        matches!(self, WrOp::Flush { .. } | WrOp::AtomicWrite { .. })
     }
     /// CmpSwap or FetchAdd.
     pub const fn is_atomic(self) -> bool {
@@ -330,6 +411,10 @@ pub enum WcOpcode {
     CompSwap,
     /// A fetch-and-add completed.
     FetchAdd,
+    /// A FLUSH completed (`IBV_WC_FLUSH`).
+    Flush,
+    /// An ATOMIC WRITE completed (`IBV_WC_ATOMIC_WRITE`).
+    AtomicWrite,
     /// A RECV consumed by a SEND.
     Recv,
     /// A RECV consumed by a WRITE with immediate.

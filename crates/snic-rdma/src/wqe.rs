@@ -8,22 +8,26 @@
 //! | off | field |
 //! |----:|-------|
 //! | 0 | wr_id u64 |
-//! | 8 | opcode u8 (0 SEND, 1 SEND_IMM, 2 SEND_INV, 3 WRITE, 4 WRITE_IMM, 5 READ, 6 CMP_SWAP, 7 FETCH_ADD) |
+//! | 8 | opcode u8 (0 SEND, 1 SEND_IMM, 2 SEND_INV, 3 WRITE, 4 WRITE_IMM, 5 READ, 6 CMP_SWAP, 7 FETCH_ADD, 8 FLUSH, 9 ATOMIC_WRITE) |
 //! | 9 | flags u8 (1 signaled, 2 solicited, 4 fence) |
 //! | 10 | SGE count u8 |
-//! | 12 | immediate data / rkey to invalidate u32 |
+//! | 11 | FLUSH: selectivity level u8 (bits 7:4), placement type (bits 3:0) |
+//! | 12 | immediate data / rkey to invalidate / FLUSH length u32 |
 //! | 16 | remote address u64 |
 //! | 24 | rkey u32 |
-//! | 32 | compare / add u64 |
+//! | 32 | compare / add / ATOMIC WRITE value u64 |
 //! | 40 | swap u64 |
 //! | 48 | 4 SGEs of 16 bytes: address u64, length u32, lkey u32 |
 //!
 //! Receive WQE, [`RQ_SLOT`] bytes: wr_id u64, SGE count u8 at 8, SGEs from 16.
 
-use crate::verbs::{MAX_SGE, RecvWr, Remote, SendWr, SgList, Sge, WrOp};
+use crate::verbs::{FlushLevel, MAX_SGE, RecvWr, Remote, SendWr, SgList, Sge, WrOp};
 
 /// Bytes of one send WQE slot.
 pub const SQ_SLOT: usize = 128;
+/// Offset in a send slot of the compare / add / ATOMIC WRITE value (8 bytes, little-endian):
+/// an ATOMIC WRITE's payload is sent straight from there.
+pub const SQ_VALUE_OFF: usize = 32;
 /// Bytes of one receive WQE slot.
 pub const RQ_SLOT: usize = 80;
 
@@ -32,6 +36,8 @@ pub const RQ_SLOT: usize = 80;
 pub enum WqeError {
     /// Unknown opcode byte.
     BadOpcode(u8),
+    /// A FLUSH with a reserved selectivity level.
+    BadFlushLevel(u8),
     /// SGE count above [`MAX_SGE`].
     BadSgeCount(u8),
     /// The slot is shorter than a WQE.
@@ -76,6 +82,7 @@ pub fn encode_send(wr: &SendWr, slot: &mut [u8]) {
     let b = &mut slot[..SQ_SLOT];
     b.fill(0);
     b[0..8].copy_from_slice(&wr.wr_id.to_le_bytes());
+    let mut flush = 0u8;
     let (op, imm, remote, c, s) = match wr.op {
         WrOp::Send => (0u8, 0u32, Remote::default(), 0u64, 0u64),
         WrOp::SendImm { imm } => (1, imm, Remote::default(), 0, 0),
@@ -85,8 +92,14 @@ pub fn encode_send(wr: &SendWr, slot: &mut [u8]) {
         WrOp::Read { remote } => (5, 0, remote, 0, 0),
         WrOp::CmpSwap { remote, compare, swap } => (6, 0, remote, compare, swap),
         WrOp::FetchAdd { remote, add } => (7, 0, remote, add, 0),
+        WrOp::Flush { remote, len, level, placement } => {
+            flush = (level.selectivity() << 4) | (placement & 0x0f);
+            (8, len, remote, 0, 0)
+        }
+        WrOp::AtomicWrite { remote, value } => (9, 0, remote, value, 0),
     };
     b[8] = op;
+    b[11] = flush;
     b[9] = u8::from(wr.signaled) | (u8::from(wr.solicited) << 1) | (u8::from(wr.fence) << 2);
     b[10] = wr.sgl.as_slice().len() as u8;
     b[12..16].copy_from_slice(&imm.to_le_bytes());
@@ -115,6 +128,14 @@ pub fn decode_send(slot: &[u8]) -> Result<SendWr, WqeError> {
         5 => WrOp::Read { remote },
         6 => WrOp::CmpSwap { remote, compare: c, swap: s },
         7 => WrOp::FetchAdd { remote, add: c },
+        8 => WrOp::Flush {
+            remote,
+            len: imm,
+            level: FlushLevel::from_selectivity(b[11] >> 4)
+                .ok_or(WqeError::BadFlushLevel(b[11] >> 4))?,
+            placement: b[11] & 0x0f,
+        },
+        9 => WrOp::AtomicWrite { remote, value: c },
         x => return Err(WqeError::BadOpcode(x)),
     };
     let f = b[9];
@@ -171,7 +192,14 @@ mod tests {
             r.clone().prop_map(|remote| WrOp::Read { remote }),
             (r.clone(), any::<u64>(), any::<u64>())
                 .prop_map(|(remote, compare, swap)| WrOp::CmpSwap { remote, compare, swap }),
-            (r, any::<u64>()).prop_map(|(remote, add)| WrOp::FetchAdd { remote, add }),
+            (r.clone(), any::<u64>()).prop_map(|(remote, add)| WrOp::FetchAdd { remote, add }),
+            (r.clone(), any::<u32>(), any::<bool>(), 0u8..16).prop_map(
+                |(remote, len, mr, placement)| {
+                    let level = if mr { FlushLevel::Region } else { FlushLevel::Range };
+                    WrOp::Flush { remote, len, level, placement }
+                }
+            ),
+            (r, any::<u64>()).prop_map(|(remote, value)| WrOp::AtomicWrite { remote, value }),
         ]
     }
 

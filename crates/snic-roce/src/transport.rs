@@ -197,13 +197,49 @@ impl RoceTransport {
     /// RoCE port the engine uses: 4791 on a real network). Non-blocking, TOS/traffic class
     /// reported on receive, UDP GRO when `opts.gro` and the kernel has it, big socket buffers.
     pub fn bind(local: SocketAddr, opts: TransportOpts) -> io::Result<Self> {
+        Self::bind_rx(local, opts, None)
+    }
+
+    /// [`Self::bind`] for two processes of one host that use the same address (one GID, e.g.
+    /// `::1`, the only IPv6 loopback address) and both take UDP port 4791 there, so that
+    /// RoCEv2's destination port stays 4791 on the wire both ways: the receive socket is bound
+    /// with `SO_REUSEPORT` (the other process's must be too), and with `from` set it is also
+    /// connected to `from`, the peer's address and the UDP source port its QP sends from
+    /// ([`snic_rdma::pkt::sport_for`] of its QPN and ours). The kernel hands a datagram to the
+    /// socket whose connection matches its source before any unconnected one, so the peer's
+    /// packets come to the connected socket and everything else (the packets this process
+    /// sends to the peer) to the peer's unconnected one. One side of each pair connects, the
+    /// other does not; the two QPs must send from different source ports (different QPNs).
+    pub fn bind_shared(
+        local: SocketAddr,
+        from: Option<SocketAddr>,
+        opts: TransportOpts,
+    ) -> io::Result<Self> {
+        Self::bind_rx(local, opts, Some(from))
+    }
+
+    /// [`Self::bind`] (`shared` `None`) or [`Self::bind_shared`] (`Some(from)`).
+    fn bind_rx(
+        local: SocketAddr,
+        opts: TransportOpts,
+        shared: Option<Option<SocketAddr>>,
+    ) -> io::Result<Self> {
         if local.ip().is_unspecified() || local.port() == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "RoCE transport needs a specific local address (the GID) and port (the RoCE port)",
             ));
         }
-        let rx = UdpSocket::bind(local)?;
+        let rx = match shared {
+            None => UdpSocket::bind(local)?,
+            Some(from) => {
+                let s = bind_reuseport(local)?;
+                if let Some(f) = from {
+                    s.connect(f)?;
+                }
+                s
+            }
+        };
         rx.set_nonblocking(true)?;
         let fd = rx.as_raw_fd();
         set_buffer(fd, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, SOCKET_BUFFER);
@@ -966,6 +1002,29 @@ pub(crate) fn recv_batch(
         out[k] = meta;
     }
     Ok(r)
+}
+
+/// A UDP socket bound to `addr` with `SO_REUSEPORT` set before the bind (so another socket of
+/// the same user may bind the same address and port: [`RoceTransport::bind_shared`]).
+fn bind_reuseport(addr: SocketAddr) -> io::Result<UdpSocket> {
+    use std::os::fd::FromRawFd;
+    let domain = if addr.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
+    // SAFETY: socket(2) with constant arguments; it returns a new descriptor or -1.
+    let fd = unsafe { libc::socket(domain, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor nobody else owns; the UdpSocket closes it on drop.
+    let sock = unsafe { UdpSocket::from_raw_fd(fd) };
+    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEPORT, 1)?;
+    let mut sa = empty_sockaddr();
+    let len = to_sockaddr(&addr, &mut sa);
+    // SAFETY: `sa` holds a valid sockaddr of `len` bytes for the call's duration.
+    let r = unsafe { libc::bind(fd, (&raw const sa).cast::<libc::sockaddr>(), len) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(sock)
 }
 
 /// A non-blocking UDP socket bound to `addr` for sending (big send buffer, DF on IPv4).
