@@ -96,6 +96,18 @@ fn memory_per_flow(policy: &snic_vswitch::policy::Policy, n: u64, stack: &Stack)
     grown / flows
 }
 
+/// Anonymous memory of this process backed by transparent huge pages, in bytes
+/// (`AnonHugePages` of `/proc/self/smaps_rollup`; 0 where the kernel does not say).
+fn huge_backed() -> u64 {
+    std::fs::read_to_string("/proc/self/smaps_rollup")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("AnonHugePages:"))?;
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
 fn flow_sizes() -> Vec<u64> {
     std::env::var("SNIC_BENCH_FLOWS")
         .ok()
@@ -153,13 +165,14 @@ fn bench(c: &mut Criterion) {
         assert_eq!(st.flows as u64, n, "every flow cached");
         let mem = vs.table_memory();
         eprintln!(
-            "fastpath: {n} flows installed in {:.2?} ({:.0} setups/s); table memory {} MiB = {:.0} B/flow at capacity {}, {} MiB advised for huge pages",
+            "fastpath: {n} flows installed in {:.2?} ({:.0} setups/s); table memory {} MiB = {:.0} B/flow at capacity {}, {} MiB advised for huge pages, {} MiB of the process on huge pages",
             t0.elapsed(),
             n as f64 / t0.elapsed().as_secs_f64(),
             mem >> 20,
             mem as f64 / st.capacity as f64,
             st.capacity,
-            huge >> 20
+            huge >> 20,
+            huge_backed() >> 20
         );
         let mut rng = ChaCha8Rng::seed_from_u64(n);
         let mut pick =

@@ -40,7 +40,7 @@
 //! vPort still gets its rate, not N times it); each shard holds the buckets by `Arc`, picked up
 //! with the policy. Per-flow meters keep their bucket in the flow entry (one shard per flow).
 
-use crate::gft::{ActionId, FlowEntry, FlowId, Gft, GftConfig, GftError, GftStats};
+use crate::gft::{ActionId, Candidate, FlowEntry, FlowId, Gft, GftConfig, GftError, GftStats};
 use crate::key::{self, Direction, FlowKey, VPortId};
 use crate::policy::edit::{PolicyEdit, apply_edits};
 use crate::policy::validate::{ConfigError, validate};
@@ -396,6 +396,7 @@ pub struct Shard {
     keys: Vec<FlowKey>,
     hashes: Vec<u64>,
     ids: Vec<Option<FlowId>>,
+    cands: Vec<Candidate>,
     kinds: Vec<PacketKind>,
     keep: Vec<bool>,
 }
@@ -562,6 +563,7 @@ impl VSwitch {
             keys: vec![FlowKey::default(); MAX_BATCH],
             hashes: vec![0; MAX_BATCH],
             ids: vec![None; MAX_BATCH],
+            cands: vec![Candidate::default(); MAX_BATCH],
             kinds: vec![PacketKind::Passthrough; MAX_BATCH],
             keep: vec![true; MAX_BATCH],
         };
@@ -1009,6 +1011,33 @@ impl Shard {
         }
     }
 
+    /// First step for the packets `r` of the batch: decide their kind, extract their flow
+    /// keys, hash them and prefetch their first buckets.
+    #[inline]
+    fn prepare(&mut self, pkts: &[PacketBuf], r: core::ops::Range<usize>) {
+        for (i, p) in pkts.iter().enumerate().take(r.end).skip(r.start) {
+            let port = p.meta.ingress.0;
+            self.kinds[i] = match self.roles.get(usize::from(port)).copied().flatten() {
+                None => PacketKind::Passthrough,
+                Some(dir) => {
+                    let k = &mut self.keys[i];
+                    match key::extract_into(p.data(), &p.meta.stack, port, dir, k) {
+                        Ok(()) => PacketKind::Flow,
+                        Err(_) => PacketKind::NotAFlow,
+                    }
+                }
+            };
+        }
+        // Hashed in a second pass: by now the keys' stores have reached the cache, so the
+        // hash's word loads do not wait on them.
+        for i in r.clone() {
+            if self.kinds[i] == PacketKind::Flow {
+                self.hashes[i] = self.gft.hash(&self.keys[i]);
+            }
+        }
+        self.gft.prefetch_buckets(&self.hashes[r]);
+    }
+
     /// Process one batch (the stage's body).
     fn process(
         &mut self,
@@ -1020,50 +1049,52 @@ impl Shard {
     ) {
         self.refresh(shared, now);
         self.take_removals(cell);
-        // The batch is handled in chunks of `CHUNK` packets: keys, hashes and table lookups of
-        // a chunk first (its lookups overlap their cache misses), then each packet's fast path
-        // while its headers and flow entry are still in the L1 cache. Packets are still served
-        // in batch order, and the fast path never changes the table, so the outcome is that of
-        // one pass over the whole batch.
+        // The batch is handled in chunks of `CHUNK` packets, in a three-step software pipeline:
+        // keys, hashes and bucket prefetches of a chunk two steps ahead, the bucket scan (and
+        // entry prefetches) of the next chunk, then the key compare and each packet's fast path
+        // for this chunk, its headers and flow entry by then in the cache. Packets are still
+        // served in batch order, and the fast path never changes the table's index (only entry
+        // counters), so the outcome is that of one pass over the whole batch.
         let n = batch.len();
         if self.keys.len() < n {
             // A batch larger than `MAX_BATCH` (never in the pipeline): grow the scratch once.
             self.keys.resize(n, FlowKey::default());
             self.hashes.resize(n, 0);
             self.ids.resize(n, None);
+            self.cands.resize(n, Candidate::default());
             self.kinds.resize(n, PacketKind::Passthrough);
             self.keep.resize(n, true);
         }
         let pkts = batch.packets_mut();
         let mut kept = 0;
-        let mut start = 0;
-        while start < n {
-            let end = n.min(start + CHUNK);
-            for (i, p) in pkts.iter().enumerate().take(end).skip(start) {
-                let port = p.meta.ingress.0;
-                self.kinds[i] = match self.roles.get(usize::from(port)).copied().flatten() {
-                    None => PacketKind::Passthrough,
-                    Some(dir) => {
-                        let k = &mut self.keys[i];
-                        match key::extract_into(p.data(), &p.meta.stack, port, dir, k) {
-                            Ok(()) => PacketKind::Flow,
-                            Err(_) => PacketKind::NotAFlow,
-                        }
-                    }
-                };
+        // Software pipeline over the chunks: while chunk `c` is served, the candidate entries
+        // of chunk `c + 1` (found in buckets prefetched one step earlier) and the buckets of
+        // chunk `c + 2` are on their way into the cache.
+        let chunks = n.div_ceil(CHUNK);
+        let range = |c: usize| c * CHUNK..n.min((c + 1) * CHUNK);
+        for c in 0..chunks.min(2) {
+            self.prepare(pkts, range(c));
+        }
+        if chunks > 0 {
+            let r = range(0);
+            self.gft.scan_buckets(&self.hashes[r.clone()], &mut self.cands[r]);
+        }
+        for c in 0..chunks {
+            if c + 2 < chunks {
+                self.prepare(pkts, range(c + 2));
             }
-            // Hashed in a second pass: by now the keys' stores have reached the cache, so the
-            // hash's word loads do not wait on them.
-            for i in start..end {
-                if self.kinds[i] == PacketKind::Flow {
-                    self.hashes[i] = self.gft.hash(&self.keys[i]);
-                }
+            if c + 1 < chunks {
+                let r = range(c + 1);
+                self.gft.scan_buckets(&self.hashes[r.clone()], &mut self.cands[r]);
             }
-            {
-                let (h, k) = (&self.hashes[start..end], &self.keys[start..end]);
-                self.gft.lookup_batch(h, k, &mut self.ids[start..end]);
-            }
-            for (i, p) in pkts.iter_mut().enumerate().take(end).skip(start) {
+            let r = range(c);
+            self.gft.resolve(
+                &self.hashes[r.clone()],
+                &self.keys[r.clone()],
+                &self.cands[r.clone()],
+                &mut self.ids[r.clone()],
+            );
+            for (i, p) in pkts.iter_mut().enumerate().take(r.end).skip(r.start) {
                 let keep = match self.fast(shared, now, p, i) {
                     Fate::Keep => {
                         if let Some(port) = p.meta.egress {
@@ -1077,7 +1108,6 @@ impl Shard {
                 self.keep[i] = keep;
                 kept += usize::from(keep);
             }
-            start = end;
         }
         if kept != n {
             let (mut i, keep) = (0, &self.keep);

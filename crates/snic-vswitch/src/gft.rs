@@ -1,7 +1,8 @@
 //! The Generic Flow Table (GFT): the exact-match cache of unified flows that the fast path
 //! consults for every packet.
 //!
-//! Layout (all reserved once in [`Gft::new`]; nothing allocates afterwards):
+//! Layout (all reserved once in [`Gft::new`]; nothing allocates afterwards, and the index is
+//! first written at the first insert, so huge pages advised right after `new` take effect):
 //!
 //! - a *slab* of entries, one 192-byte, cache-line-aligned slot per flow. A slot holds the
 //!   [`FlowEntry`] (`#[repr(C)]`, so the key and the per-packet fields — action, epoch,
@@ -24,25 +25,37 @@
 //! least recently seen of them. Idle aging ([`Gft::expire`]) walks a cursor over the slab a
 //! budget of slots at a time. Every displaced flow is handed back to the caller.
 //!
-//! Prefetching: `_mm_prefetch` still needs `unsafe` on this toolchain, which the crate denies,
-//! so [`Gft::lookup_batch`] works in stages instead: compute every first-bucket index and touch
-//! those buckets, then scan tags and touch the candidate entries (or, for the roughly one flow
-//! in ten that sits in its second bucket, touch that bucket and scan it in a short extra pass),
-//! then compare keys. The touches are plain loads whose values are only needed at the end of a
-//! stage, so an out-of-order core keeps many misses in flight at once.
+//! Prefetching: [`Gft::lookup_batch`] works in stages, with real software prefetches
+//! (`PREFETCHT0`, the crate's one small `unsafe` module): prefetch every first bucket, then scan
+//! the buckets' tags and prefetch the candidate entries' two hot cache lines (or, for the roughly
+//! one flow in ten that sits in its second bucket, that bucket), then compare keys, so many
+//! misses are in flight at once. The three stages are also public ([`Gft::prefetch_buckets`],
+//! [`Gft::scan_buckets`], [`Gft::resolve`]), so the engine can run them on different chunks of a
+//! batch (a software pipeline) and keep other work between a prefetch and its use.
 //!
 //! This module is not concurrent (one table per worker shard, no locks), does not read the clock
 //! (callers pass `now`), and knows nothing of what an [`ActionId`] means.
 
 use crate::key::FlowKey;
+use crate::prefetch::prefetch_read;
 use core::fmt;
-use core::hint::black_box;
 use core::time::Duration;
 use snic_time::Instant;
 
 /// Index of a compiled action in the engine's action table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct ActionId(pub u32);
+
+/// Where [`Gft::scan_buckets`] found a key's candidate entry (opaque; for [`Gft::resolve`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Candidate(u32);
+
+impl Default for Candidate {
+    /// No candidate.
+    fn default() -> Self {
+        Candidate(NONE)
+    }
+}
 
 /// Slot of a flow in the table; valid until the next insert/remove/expire.
 ///
@@ -348,8 +361,9 @@ impl fmt::Debug for Gft {
 }
 
 impl Gft {
-    /// Build a table for `cfg.capacity` flows. The slab is reserved (not touched); the index
-    /// (about 9 bytes per flow) is written once.
+    /// Build a table for `cfg.capacity` flows. The slab and the index (about 9 bytes per flow)
+    /// are reserved, not touched: the index is written at the first insert, the slab as flows
+    /// arrive.
     pub fn new(cfg: GftConfig) -> Result<Gft, GftError> {
         if cfg.capacity == 0 || cfg.capacity > MAX_CAPACITY {
             return Err(GftError::BadCapacity { requested: cfg.capacity, max: MAX_CAPACITY });
@@ -371,7 +385,9 @@ impl Gft {
             what: "index",
             bytes: n_buckets.saturating_mul(core::mem::size_of::<Bucket>()),
         })?;
-        buckets.resize(n_buckets, Bucket::EMPTY);
+        // Reserved, not written: the index is filled with empty buckets at the first insert
+        // ([`Gft::ensure_index`]), so pages the I/O layer advises for huge pages right after
+        // `new` are first touched afterwards (and can be faulted in as huge pages).
         let words = cap.div_ceil(64);
         let mut live: Vec<u64> = Vec::new();
         live.try_reserve_exact(words)
@@ -393,6 +409,16 @@ impl Gft {
         })
     }
 
+    /// Fill the index with empty buckets if it is not yet (before the first insert). Until
+    /// then the table is empty, and every lookup misses without reading the index.
+    #[inline]
+    fn ensure_index(&mut self) {
+        if self.buckets.is_empty() {
+            // Within the reserved capacity: never reallocates.
+            self.buckets.resize(self.n_buckets as usize, Bucket::EMPTY);
+        }
+    }
+
     /// The table's hash of `key` (keyed by the table's seed).
     #[inline]
     pub fn hash(&self, key: &FlowKey) -> u64 {
@@ -411,13 +437,17 @@ impl Gft {
         if c >= b { c - b } else { c + self.n_buckets as usize - b }
     }
 
-    /// Start loading the buckets of `hash` (a plain load whose value is discarded: the core does
-    /// not wait for it). Call it a few packets ahead of [`Gft::lookup`].
+    /// Start loading the buckets of `hash` (a software prefetch: the core does not wait for
+    /// it). Call it a few packets ahead of [`Gft::lookup`].
     #[inline]
     pub fn prefetch(&self, hash: u64) {
+        if self.buckets.is_empty() {
+            return;
+        }
         let b1 = self.bucket1(hash);
         let b2 = self.alt(b1, tag_of(hash));
-        black_box(self.buckets[b1].tags[0] ^ self.buckets[b2].tags[0]);
+        prefetch_read(&self.buckets[b1]);
+        prefetch_read(&self.buckets[b2]);
     }
 
     /// The slab index of `key` in bucket `b`, if there.
@@ -439,6 +469,9 @@ impl Gft {
     /// Where `key` is: (bucket, slot, slab index).
     #[inline]
     fn find(&self, hash: u64, key: &FlowKey) -> Option<(usize, usize, u32)> {
+        if self.buckets.is_empty() {
+            return None;
+        }
         let tag = tag_of(hash);
         let b1 = self.bucket1(hash);
         if let Some((s, i)) = self.probe(b1, tag, key) {
@@ -457,86 +490,100 @@ impl Gft {
         self.find(hash, key).map(|(_, _, i)| FlowId(i))
     }
 
-    /// Batch lookup: `hashes[i]`/`keys[i]` -> `out[i]`. Touches all first buckets, then the
-    /// candidate entries (and the second buckets that are needed), then compares keys, so the
-    /// cache misses of a batch overlap. Same results as [`Gft::lookup`] on each key.
+    /// Batch lookup: `hashes[i]`/`keys[i]` -> `out[i]`. Prefetches all first buckets, then
+    /// scans them and prefetches the candidate entries (and the second buckets that are
+    /// needed), then compares keys, so the cache misses of a batch overlap. Same results as
+    /// [`Gft::lookup`] on each key.
     ///
     /// Handles the first `min(hashes.len(), keys.len(), out.len())` items; the rest of `out` is
     /// left as it was.
     pub fn lookup_batch(&self, hashes: &[u64], keys: &[FlowKey], out: &mut [Option<FlowId>]) {
         debug_assert!(hashes.len() == keys.len() && keys.len() == out.len());
         let n = hashes.len().min(keys.len()).min(out.len());
+        let mut cand = [Candidate::default(); BATCH];
         let mut start = 0;
         while start < n {
             let end = n.min(start + BATCH);
-            self.lookup_chunk(&hashes[start..end], &keys[start..end], &mut out[start..end]);
+            let c = &mut cand[..end - start];
+            self.prefetch_buckets(&hashes[start..end]);
+            self.scan_buckets(&hashes[start..end], c);
+            self.resolve(&hashes[start..end], &keys[start..end], c, &mut out[start..end]);
             start = end;
         }
     }
 
-    /// One stage-wise batch of at most [`BATCH`] keys (all three slices the same length).
+    /// First stage of a pipelined batch lookup: start loading the first bucket of every hash
+    /// (software prefetch). Then, ideally after other work, [`Gft::scan_buckets`].
     #[inline]
-    fn lookup_chunk(&self, hashes: &[u64], keys: &[FlowKey], out: &mut [Option<FlowId>]) {
-        let mut b1s = [0u32; BATCH];
-        let mut cand = [NONE; BATCH];
-        // Stage 1: first buckets; touch them. (About nine in ten flows sit in their first
-        // bucket, so the second is only touched when the first does not have the tag.)
-        let mut touch = 0u32;
-        for (h, b1o) in hashes.iter().zip(b1s.iter_mut()) {
-            let b1 = self.bucket1(*h);
-            *b1o = b1 as u32;
-            touch ^= self.buckets[b1].tags[0];
+    pub fn prefetch_buckets(&self, hashes: &[u64]) {
+        if self.buckets.is_empty() {
+            return;
         }
-        black_box(touch);
-        // Stage 2: scan the first bucket's tags; touch the candidate's two hot cache lines, or
-        // the second bucket when the tag is not in the first.
-        let mut touch = 0u64;
-        let mut pending = false;
-        for (i, h) in hashes.iter().enumerate() {
+        for h in hashes {
+            prefetch_read(&self.buckets[self.bucket1(*h)]);
+        }
+    }
+
+    /// Second stage: scan each hash's first bucket for its tag and note the candidate slot in
+    /// `cand[i]` (prefetching the candidate entry's two hot cache lines), or, for the roughly
+    /// one flow in ten that sits in its second bucket, prefetch that bucket. Then
+    /// [`Gft::resolve`]. Handles `min(hashes.len(), cand.len())` items.
+    #[inline]
+    pub fn scan_buckets(&self, hashes: &[u64], cand: &mut [Candidate]) {
+        if self.buckets.is_empty() {
+            cand.fill(Candidate(NONE));
+            return;
+        }
+        for (h, c) in hashes.iter().zip(cand.iter_mut()) {
             let tag = tag_of(*h);
-            let b1 = b1s[i] as usize;
+            let b1 = self.bucket1(*h);
             let bk = &self.buckets[b1];
             let m = bk.matches(tag);
-            if m != 0 {
-                let c = bk.idx[m.trailing_zeros() as usize];
-                cand[i] = c;
-                let e = &self.slab[c as usize].e;
-                touch ^= u64::from(e.key.src[0]) ^ e.packets;
+            *c = if m != 0 {
+                let i = bk.idx[m.trailing_zeros() as usize];
+                if let Some(s) = self.slab.get(i as usize) {
+                    prefetch_read(&s.e.key);
+                    prefetch_read(&s.e.packets);
+                }
+                Candidate(i)
             } else {
                 let b2 = self.alt(b1, tag);
-                if b2 != b1 {
-                    cand[i] = PENDING;
-                    pending = true;
-                    touch ^= u64::from(self.buckets[b2].tags[0]);
+                if b2 == b1 {
+                    Candidate(NONE)
+                } else {
+                    prefetch_read(&self.buckets[b2]);
+                    Candidate(PENDING)
                 }
-            }
+            };
         }
-        // Stage 2b (rare): scan the second buckets; touch those candidates.
-        if pending {
-            for (i, h) in hashes.iter().enumerate() {
-                if cand[i] != PENDING {
-                    continue;
-                }
+    }
+
+    /// Last stage: compare each key with its candidate (scanning the second bucket where the
+    /// candidate is pending) into `out[i]`: the same result as [`Gft::lookup`]. `cand` must come
+    /// from [`Gft::scan_buckets`] of the same hashes on the unchanged table. Handles the
+    /// shortest of the four slices.
+    #[inline]
+    pub fn resolve(
+        &self,
+        hashes: &[u64],
+        keys: &[FlowKey],
+        cand: &[Candidate],
+        out: &mut [Option<FlowId>],
+    ) {
+        for (((h, k), c), o) in hashes.iter().zip(keys).zip(cand).zip(out.iter_mut()) {
+            let mut c = c.0;
+            if c == PENDING {
                 let tag = tag_of(*h);
-                let bk = &self.buckets[self.alt(b1s[i] as usize, tag)];
+                let bk = &self.buckets[self.alt(self.bucket1(*h), tag)];
                 let m = bk.matches(tag);
-                cand[i] = if m != 0 { bk.idx[m.trailing_zeros() as usize] } else { NONE };
-                if let Some(s) = self.slab.get(cand[i] as usize) {
-                    touch ^= u64::from(s.e.key.src[0]) ^ s.e.packets;
-                }
+                c = if m != 0 { bk.idx[m.trailing_zeros() as usize] } else { NONE };
             }
-        }
-        black_box(touch);
-        // Stage 3: compare. A key that does not match its first candidate (a 32-bit tag
-        // collision, about one in 2^28) takes the full path.
-        for (i, ((h, k), o)) in hashes.iter().zip(keys).zip(out.iter_mut()).enumerate() {
-            let c = cand[i];
-            *o = if c == NONE {
-                None
-            } else if key_eq(&self.slab[c as usize].e.key, k) {
-                Some(FlowId(c))
-            } else {
-                self.lookup(*h, k)
+            // A key that does not match its first candidate (a 32-bit tag collision, about one
+            // in 2^28, or a stale candidate) takes the full path.
+            *o = match self.slab.get(c as usize) {
+                None if c == NONE => None,
+                Some(s) if key_eq(&s.e.key, k) => Some(FlowId(c)),
+                _ => self.lookup(*h, k),
             };
         }
     }
@@ -608,6 +655,9 @@ impl Gft {
 
     /// Where slab index `i` (with hash `hash`) sits in the index.
     fn position_of(&self, hash: u64, i: u32) -> Option<(usize, usize)> {
+        if self.buckets.is_empty() {
+            return None;
+        }
         let tag = tag_of(hash);
         let b1 = self.bucket1(hash);
         let b2 = self.alt(b1, tag);
@@ -795,6 +845,7 @@ impl Gft {
     ) -> (FlowId, Option<FlowEntry>) {
         debug_assert_eq!(hash, self.hash(&entry.key), "hash is not Gft::hash of the key");
         self.stats.inserts += 1;
+        self.ensure_index();
         if let Some((_, _, i)) = self.find(hash, &entry.key) {
             self.stats.replaced += 1;
             let s = &mut self.slab[i as usize];
@@ -1249,6 +1300,56 @@ mod tests {
         }
         assert_eq!(out[200], Some(FlowId(12345)), "beyond the batch is untouched");
         t.prefetch(hashes[0]);
+    }
+
+    /// The three stages run apart (as the engine's software pipeline runs them, with entry
+    /// counters changing between scan and resolve) find what `lookup` finds, in a full table
+    /// where many flows sit in their second bucket.
+    /// The index is written at the first insert, not by `new` (so the I/O layer can advise
+    /// its pages for huge pages first); until then every kind of lookup misses.
+    #[test]
+    fn index_is_written_at_the_first_insert() {
+        let mut t = Gft::new(cfg(1000)).unwrap();
+        assert!(t.buckets.is_empty());
+        assert_eq!(t.buckets.capacity(), buckets_for(1000));
+        let ks = [key(1), key(2)];
+        let hs = [t.hash(&ks[0]), t.hash(&ks[1])];
+        let mut out = [Some(FlowId(7)); 2];
+        t.prefetch(hs[0]);
+        t.lookup_batch(&hs, &ks, &mut out);
+        assert_eq!(out, [None, None]);
+        assert_eq!(t.remove(hs[0], &ks[0]), None);
+        assert_eq!(t.expire(Instant::from_secs(100), 10, |_| {}), 0);
+        let (id, _) = ins(&mut t, entry(1, 1));
+        assert_eq!(t.buckets.len(), buckets_for(1000));
+        t.lookup_batch(&hs, &ks, &mut out);
+        assert_eq!(out, [Some(id), None]);
+        t.check_invariants();
+    }
+
+    #[test]
+    fn pipelined_stages_match_lookup() {
+        let mut t = Gft::new(cfg(700)).unwrap();
+        for n in 0..700 {
+            ins(&mut t, entry(n, 1));
+        }
+        let keys: Vec<FlowKey> = (0..900u32).map(|n| key(n * 13 % 900)).collect();
+        let hashes: Vec<u64> = keys.iter().map(|k| t.hash(k)).collect();
+        let mut cand = vec![Candidate::default(); keys.len()];
+        t.prefetch_buckets(&hashes);
+        t.scan_buckets(&hashes, &mut cand);
+        let second = cand.iter().filter(|c| c.0 == PENDING).count();
+        assert!(second > 0, "some flows sit in their second bucket");
+        let ids: Vec<FlowId> = (0..700).filter_map(|n| look(&t, n)).collect();
+        for id in ids {
+            t.entry_mut(id).packets += 1;
+        }
+        let mut out = vec![None; keys.len()];
+        t.resolve(&hashes, &keys, &cand, &mut out);
+        for (i, k) in keys.iter().enumerate() {
+            assert_eq!(out[i], t.lookup(hashes[i], k));
+            assert_eq!(out[i].is_some(), (i as u32 * 13 % 900) < 700);
+        }
     }
 
     #[test]

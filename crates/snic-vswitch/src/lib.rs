@@ -21,6 +21,7 @@ pub mod engine;
 pub mod gft;
 pub mod key;
 pub mod policy;
+mod prefetch;
 pub mod qos;
 pub mod tcp;
 pub mod transposition;
