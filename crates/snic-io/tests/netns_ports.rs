@@ -383,6 +383,7 @@ fn afpacket_forwards_super_packets_between_namespaces() {
     let a = AfPacketPort::open(&topo.outer[0]).expect("open port a");
     let b = AfPacketPort::open(&topo.outer[1]).expect("open port b");
     assert_eq!(a.name(), format!("afpacket:{}", topo.outer[0]));
+    assert!(a.uses_rings() && b.uses_rings(), "rings are the default");
     let fwd = Forwarder::start(a, b, false);
     ping(&topo, 0, 1);
     transfer_intact(&topo, 0, 1);
@@ -435,7 +436,7 @@ fn fanout_group_shares_an_interface() {
     }
     let topo = Topology::create("fo", [true, true]);
     let group = Some((std::process::id() & 0xffff) as u16);
-    let opts = AfPacketOptions { promiscuous: true, fanout_group: group };
+    let opts = AfPacketOptions { fanout_group: group, ..Default::default() };
     let a1 = AfPacketPort::open_with(&topo.outer[0], opts).expect("first socket of the group");
     let a2 = AfPacketPort::open_with(&topo.outer[0], opts).expect("second socket of the group");
     assert_ne!(a1.poll_fd(), a2.poll_fd());
