@@ -1273,8 +1273,11 @@ impl Port for AfPacketPort {
         } else {
             self.recv_mmsg(now, batch)?
         };
+        // PACKET_STATISTICS is one getsockopt: read it every STATS_EVERY receives, or sooner
+        // when the socket has nothing (a busy loop polling an idle port reads it at most every
+        // 16th time).
         self.since_stats += 1;
-        if got == 0 || self.since_stats >= STATS_EVERY {
+        if self.since_stats >= STATS_EVERY || (got == 0 && self.since_stats >= 16) {
             self.since_stats = 0;
             self.read_kernel_stats();
         }
