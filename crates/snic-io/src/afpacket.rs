@@ -1331,6 +1331,23 @@ mod tests {
     }
 
     #[test]
+    fn rings_are_the_default_and_sizes_are_checked() {
+        let o = AfPacketOptions::default();
+        assert_eq!(o.mode, AfPacketMode::Ring(RingSizes::default()));
+        assert!(o.promiscuous && o.fanout_group.is_none());
+        // A transmit frame takes a whole super-packet behind its headers; a block holds 15.
+        assert!(TX_FRAME_SIZE >= tpacket::TX_DATA_OFFSET + VNET_HDR_LEN + RX_FRAME_ROOM);
+        assert_eq!(TX_FRAME_SIZE % tpacket::TPACKET_ALIGNMENT, 0);
+        assert_eq!(TX_BLOCK_SIZE / TX_FRAME_SIZE, 15);
+        // The default receive block takes a super-packet with its headers.
+        assert!(RingSizes::default().rx_block_size > RX_FRAME_ROOM + 256);
+        assert_eq!(
+            AfPacketPort::open_queues("lo", 0, o).unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
+    }
+
+    #[test]
     fn nul_in_name_is_invalid_input() {
         let e = AfPacketPort::open("eth\0x").unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput);

@@ -378,12 +378,30 @@ fn afpacket_forwards_super_packets_between_namespaces() {
     if !can_run("afpacket_forwards_super_packets_between_namespaces") {
         return;
     }
-    let topo = Topology::create("pt", [true, true]);
+    forward_super_packets("pt", AfPacketOptions::default());
+}
+
+/// The same through the `recvmmsg`/`sendmmsg` path (the fallback).
+#[test]
+fn afpacket_mmsg_forwards_super_packets_between_namespaces() {
+    if !can_run("afpacket_mmsg_forwards_super_packets_between_namespaces") {
+        return;
+    }
+    let opts = AfPacketOptions {
+        mode: snic_io::afpacket::AfPacketMode::Mmsg,
+        ..AfPacketOptions::default()
+    };
+    forward_super_packets("pm", opts);
+}
+
+fn forward_super_packets(tag: &str, opts: AfPacketOptions) {
+    let topo = Topology::create(tag, [true, true]);
     // Default offloads stay on: TSO on the veths is what makes super-packets.
-    let a = AfPacketPort::open(&topo.outer[0]).expect("open port a");
-    let b = AfPacketPort::open(&topo.outer[1]).expect("open port b");
+    let a = AfPacketPort::open_with(&topo.outer[0], opts).expect("open port a");
+    let b = AfPacketPort::open_with(&topo.outer[1], opts).expect("open port b");
     assert_eq!(a.name(), format!("afpacket:{}", topo.outer[0]));
-    assert!(a.uses_rings() && b.uses_rings(), "rings are the default");
+    let rings = matches!(opts.mode, snic_io::afpacket::AfPacketMode::Ring(_));
+    assert_eq!((a.uses_rings(), b.uses_rings()), (rings, rings));
     let fwd = Forwarder::start(a, b, false);
     ping(&topo, 0, 1);
     transfer_intact(&topo, 0, 1);
