@@ -517,6 +517,10 @@ const TX_FRAME_SIZE: usize =
     tpacket::tpacket_align(tpacket::TX_DATA_OFFSET + VNET_HDR_LEN + RX_FRAME_ROOM);
 /// Size of one transmit ring block (15 frames).
 const TX_BLOCK_SIZE: usize = 1 << 20;
+// A transmit frame takes a whole super-packet behind its headers, aligned; a block holds 15.
+const _: () = assert!(TX_FRAME_SIZE >= tpacket::TX_DATA_OFFSET + VNET_HDR_LEN + RX_FRAME_ROOM);
+const _: () = assert!(TX_FRAME_SIZE.is_multiple_of(tpacket::TPACKET_ALIGNMENT));
+const _: () = assert!(TX_BLOCK_SIZE / TX_FRAME_SIZE == 15);
 
 impl AfPacketPort {
     /// Open an AF_PACKET port on interface `ifname` (see the module documentation). Fails with a
@@ -1335,10 +1339,6 @@ mod tests {
         let o = AfPacketOptions::default();
         assert_eq!(o.mode, AfPacketMode::Ring(RingSizes::default()));
         assert!(o.promiscuous && o.fanout_group.is_none());
-        // A transmit frame takes a whole super-packet behind its headers; a block holds 15.
-        assert!(TX_FRAME_SIZE >= tpacket::TX_DATA_OFFSET + VNET_HDR_LEN + RX_FRAME_ROOM);
-        assert_eq!(TX_FRAME_SIZE % tpacket::TPACKET_ALIGNMENT, 0);
-        assert_eq!(TX_BLOCK_SIZE / TX_FRAME_SIZE, 15);
         // The default receive block takes a super-packet with its headers.
         assert!(RingSizes::default().rx_block_size > RX_FRAME_ROOM + 256);
         assert_eq!(
