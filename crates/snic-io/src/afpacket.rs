@@ -141,6 +141,9 @@ pub struct RingSizes {
     /// Milliseconds after which the kernel hands over a block that is not full
     /// (`tp_retire_blk_tov`).
     pub rx_block_timeout_ms: u32,
+    /// Transmit through a ring too (true, the default); false: receive through the ring,
+    /// transmit with `sendmmsg`.
+    pub tx_ring: bool,
     /// Transmit frames (rounded up to whole blocks). Each takes a 64 KiB super-packet.
     pub tx_frame_nr: usize,
 }
@@ -153,6 +156,7 @@ impl Default for RingSizes {
             rx_block_size: 128 << 10,
             rx_block_nr: 64,
             rx_block_timeout_ms: 1,
+            tx_ring: true,
             tx_frame_nr: 120,
         }
     }
@@ -612,8 +616,20 @@ impl AfPacketPort {
         }
         // Best effort: older kernels lack it, and outgoing frames are also filtered by type.
         let _ = setsockopt_int(raw, SOL_PACKET, PACKET_IGNORE_OUTGOING, 1);
+        let scratch = || {
+            Box::new(MmsgScratch {
+                vnet: [[0; VNET_HDR_LEN]; BURST],
+                iov: [[sock::empty_iovec(); 2]; BURST],
+                addrs: [sock::empty_sockaddr_ll(); BURST],
+                ctrl: [CmsgBuf([0; 64]); BURST],
+                msgs: [sock::empty_mmsghdr(); BURST],
+            })
+        };
         let (rings, mmsg) = match opts.mode {
-            AfPacketMode::Ring(sizes) => (Some(setup_rings(raw, ifname, &sizes)?), None),
+            AfPacketMode::Ring(sizes) => {
+                let rings = setup_rings(raw, ifname, &sizes)?;
+                (Some(rings), (!sizes.tx_ring).then(scratch))
+            }
             AfPacketMode::Mmsg => {
                 // The kernel strips the outer VLAN tag of received frames into metadata; this
                 // reports it with every frame so that `recv` can put it back.
@@ -623,21 +639,12 @@ impl AfPacketPort {
                 // Large socket buffers: a burst of super-packets is megabytes. FORCE needs
                 // CAP_NET_ADMIN; fall back to the capped variant.
                 sock::set_buffer(raw, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, SOCKET_BUF_BYTES);
-                sock::set_buffer(raw, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, SOCKET_BUF_BYTES);
-                let m = Box::new(MmsgScratch {
-                    vnet: [[0; VNET_HDR_LEN]; BURST],
-                    iov: [[sock::empty_iovec(); 2]; BURST],
-                    addrs: [sock::empty_sockaddr_ll(); BURST],
-                    ctrl: [CmsgBuf([0; 64]); BURST],
-                    msgs: [sock::empty_mmsghdr(); BURST],
-                });
-                (None, Some(m))
+                (None, Some(scratch()))
             }
         };
-        if rings.is_some() {
-            // The transmit ring's frames are charged to the send buffer while in flight.
-            sock::set_buffer(raw, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, SOCKET_BUF_BYTES);
-        }
+        // Frames in flight (from the transmit ring or `sendmmsg`) are charged to the send
+        // buffer.
+        sock::set_buffer(raw, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, SOCKET_BUF_BYTES);
 
         let mut sll = sock::empty_sockaddr_ll();
         sll.sll_family = libc::AF_PACKET as libc::c_ushort;
@@ -721,9 +728,14 @@ impl AfPacketPort {
         self.mtu
     }
 
-    /// True when the port moves frames through mapped rings, false for `recvmmsg`/`sendmmsg`.
+    /// True when the port receives through a mapped ring, false for `recvmmsg`.
     pub fn uses_rings(&self) -> bool {
         self.rings.is_some()
+    }
+
+    /// True when the port transmits through a mapped ring, false for `sendmmsg`.
+    pub fn uses_tx_ring(&self) -> bool {
+        self.rings.as_ref().is_some_and(|r| r.tx_frame_nr > 0)
     }
 
     /// The `PACKET_FANOUT` group this socket is in, if any.
@@ -1098,11 +1110,11 @@ fn setup_rings(fd: RawFd, ifname: &str, sizes: &RingSizes) -> io::Result<Box<Rin
             format!("receive ring: block size {bs} must be a non-zero multiple of {page}"),
         ));
     }
-    if sizes.tx_frame_nr == 0 || sizes.rx_block_nr > u32::MAX as usize {
+    if (sizes.tx_ring && sizes.tx_frame_nr == 0) || sizes.rx_block_nr > u32::MAX as usize {
         return Err(invalid(ifname, "ring sizes must be non-zero".into()));
     }
     let tx_fpb = TX_BLOCK_SIZE / TX_FRAME_SIZE;
-    let tx_block_nr = sizes.tx_frame_nr.div_ceil(tx_fpb);
+    let tx_block_nr = if sizes.tx_ring { sizes.tx_frame_nr.div_ceil(tx_fpb) } else { 0 };
     let tx_frame_nr = tx_block_nr * tx_fpb;
     if setsockopt_int(fd, SOL_PACKET, PACKET_VERSION, TPACKET_V3).is_err() {
         return Err(os_err("PACKET_VERSION TPACKET_V3", ifname));
@@ -1131,7 +1143,7 @@ fn setup_rings(fd: RawFd, ifname: &str, sizes: &RingSizes) -> io::Result<Box<Rin
         tp_frame_nr: tx_frame_nr as u32,
         ..TpacketReq3::default()
     };
-    if sock::setsockopt_value(fd, SOL_PACKET, PACKET_TX_RING, &tx).is_err() {
+    if tx_block_nr > 0 && sock::setsockopt_value(fd, SOL_PACKET, PACKET_TX_RING, &tx).is_err() {
         return Err(os_err(&format!("PACKET_TX_RING {tx:?}"), ifname));
     }
     let rx_len = bs * sizes.rx_block_nr;
@@ -1289,7 +1301,11 @@ impl Port for AfPacketPort {
     }
 
     fn send(&mut self, _now: Instant, batch: &mut Batch) -> io::Result<usize> {
-        let sent = if self.rings.is_some() { self.send_ring(batch) } else { self.send_mmsg(batch) };
+        let sent = if self.rings.as_ref().is_some_and(|r| r.tx_frame_nr > 0) {
+            self.send_ring(batch)
+        } else {
+            self.send_mmsg(batch)
+        };
         self.stats.tx_dropped += (batch.len() - sent) as u64;
         Ok(sent)
     }

@@ -394,6 +394,20 @@ fn afpacket_mmsg_forwards_super_packets_between_namespaces() {
     forward_super_packets("pm", opts);
 }
 
+/// The same with a receive ring and `sendmmsg` (`RingSizes::tx_ring` false).
+#[test]
+fn afpacket_rx_ring_forwards_super_packets_between_namespaces() {
+    if !can_run("afpacket_rx_ring_forwards_super_packets_between_namespaces") {
+        return;
+    }
+    let sizes = snic_io::afpacket::RingSizes { tx_ring: false, ..Default::default() };
+    let opts = AfPacketOptions {
+        mode: snic_io::afpacket::AfPacketMode::Ring(sizes),
+        ..AfPacketOptions::default()
+    };
+    forward_super_packets("pr", opts);
+}
+
 fn forward_super_packets(tag: &str, opts: AfPacketOptions) {
     let topo = Topology::create(tag, [true, true]);
     // Default offloads stay on: TSO on the veths is what makes super-packets.
@@ -402,6 +416,8 @@ fn forward_super_packets(tag: &str, opts: AfPacketOptions) {
     assert_eq!(a.name(), format!("afpacket:{}", topo.outer[0]));
     let rings = matches!(opts.mode, snic_io::afpacket::AfPacketMode::Ring(_));
     assert_eq!((a.uses_rings(), b.uses_rings()), (rings, rings));
+    let tx_ring = matches!(opts.mode, snic_io::afpacket::AfPacketMode::Ring(s) if s.tx_ring);
+    assert_eq!(b.uses_tx_ring(), tx_ring);
     let fwd = Forwarder::start(a, b, false);
     ping(&topo, 0, 1);
     transfer_intact(&topo, 0, 1);
