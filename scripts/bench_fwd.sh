@@ -5,8 +5,8 @@
 # receiver's interface counts what arrived. Forwarders, run in turn (interleaved, RUNS times):
 #   c        the classic C AF_PACKET recvmmsg/sendmmsg forwarder (scripts/fwd/fwd.c), batch 64
 #   snic:N   `snic run --port KIND:A --port KIND:B --workers N $SNIC_ARGS` (KIND=$PORT_KIND)
-#   snic-mmsg:N  the same with SNIC_AFPACKET_MODE=mmsg (AF_PACKET on recvmmsg/sendmmsg, no rings)
-#   snic-rxring:N  the same with SNIC_AFPACKET_MODE=rx-ring (receive ring, sendmmsg)
+#   snic-mmsg:N  the same with SNIC_AFPACKET_MODE=mmsg (AF_PACKET on recvmmsg/sendmmsg, no ring)
+#   snic-txring:N  the same with SNIC_AFPACKET_MODE=tx-ring (transmit ring too)
 # Per run it prints the frames the sender offered (its interface's tx counter), the frames that
 # reached the receiver namespace (its interface's rx counter), delivered/offered, delivered kpps
 # and the forwarder's own drop report; then the medians per forwarder and the ratio to `c`.
@@ -71,11 +71,11 @@ run_one() {
     local name=$1 r=$2 log=$D/$1.$2.log
     case $name in
     c) ip netns exec "$NS_F" $(pin "${PIN_FWD:-}") "$D/fwd" "$IF_FA" "$IF_FB" >"$log" 2>&1 & ;;
-    snic:*|snic-mmsg:*|snic-rxring:*)
-        # snic-mmsg: AF_PACKET ports on recvmmsg/sendmmsg instead of the TPACKET_V3 rings;
-        # snic-rxring: receive ring, sendmmsg.
-        local mode=ring
-        case $name in snic-mmsg:*) mode=mmsg ;; snic-rxring:*) mode=rx-ring ;; esac
+    snic:*|snic-mmsg:*|snic-txring:*)
+        # snic-mmsg: AF_PACKET ports on recvmmsg/sendmmsg instead of the TPACKET_V3 receive
+        # ring; snic-txring: a transmit ring too.
+        local mode=default
+        case $name in snic-mmsg:*) mode=mmsg ;; snic-txring:*) mode=tx-ring ;; esac
         # shellcheck disable=SC2086
         ip netns exec "$NS_F" env SNIC_AFPACKET_MODE=$mode $(pin "${PIN_FWD:-}") "$SNIC" run --json \
             --port "$PORT_KIND:$IF_FA" --port "$PORT_KIND:$IF_FB" --workers "${name#*:}" \

@@ -9,8 +9,9 @@
 //!
 //! # Two ways to move frames ([`AfPacketMode`])
 //!
-//! **Rings** (the default, [`AfPacketMode::Ring`]): a `TPACKET_V3` receive ring of blocks and a
-//! transmit ring of frames, both mapped into the process once. Receive walks the blocks the
+//! **Rings** (the default, [`AfPacketMode::Ring`]): a `TPACKET_V3` receive ring of blocks and,
+//! with [`RingSizes::tx_ring`], a transmit ring of frames, both mapped into the process once.
+//! By default transmit uses `sendmmsg` (see [`RingSizes::tx_ring`] for why). Receive walks the blocks the
 //! kernel handed over (`TP_STATUS_USER`), copies each frame into the batch's buffer (the one copy
 //! on the way in: the pipeline owns its buffers, so ring memory is never handed out) and gives
 //! the block back (`TP_STATUS_KERNEL`) when it is walked: no system call per batch. A block is
@@ -141,8 +142,10 @@ pub struct RingSizes {
     /// Milliseconds after which the kernel hands over a block that is not full
     /// (`tp_retire_blk_tov`).
     pub rx_block_timeout_ms: u32,
-    /// Transmit through a ring too (true, the default); false: receive through the ring,
-    /// transmit with `sendmmsg`.
+    /// Transmit through a ring too (true); false (the default): receive through the ring,
+    /// transmit with `sendmmsg`. On veth the transmit ring measured slower than `sendmmsg`
+    /// (BENCHMARKS.md, issue 18): its frames reach the kernel as page fragments of the ring,
+    /// which a veth copies again before handing them on.
     pub tx_ring: bool,
     /// Transmit frames (rounded up to whole blocks). Each takes a 64 KiB super-packet.
     pub tx_frame_nr: usize,
@@ -150,13 +153,14 @@ pub struct RingSizes {
 
 impl Default for RingSizes {
     /// 64 receive blocks of 128 KiB (8 MiB, the size of the socket buffer the `recvmmsg` path
-    /// asks for), handed over after 1 ms; 120 transmit frames of 64 KiB.
+    /// asks for), handed over after 1 ms; transmit with `sendmmsg` (with `tx_ring`: 120
+    /// transmit frames of 64 KiB).
     fn default() -> Self {
         RingSizes {
             rx_block_size: 128 << 10,
             rx_block_nr: 64,
             rx_block_timeout_ms: 1,
-            tx_ring: true,
+            tx_ring: false,
             tx_frame_nr: 120,
         }
     }
