@@ -144,8 +144,8 @@ pub struct RingSizes {
     pub rx_block_timeout_ms: u32,
     /// Transmit through a ring too (true); false (the default): receive through the ring,
     /// transmit with `sendmmsg`. On veth the transmit ring measured slower than `sendmmsg`
-    /// (BENCHMARKS.md, issue 18): its frames reach the kernel as page fragments of the ring,
-    /// which a veth copies again before handing them on.
+    /// (BENCHMARKS.md, issue 18); likely because its frames reach the kernel as zero-copy page
+    /// fragments of the ring, which a veth copies again before handing them on.
     pub tx_ring: bool,
     /// Transmit frames (rounded up to whole blocks). Each takes a 64 KiB super-packet.
     pub tx_frame_nr: usize,
