@@ -7,23 +7,57 @@
 //! ([`PortCaps::gso`] is true). `PACKET_IGNORE_OUTGOING` keeps our own transmissions out of the
 //! receive path; frames the kernel still reports as outgoing are skipped and counted.
 //!
-//! Receive is batched with `recvmmsg` straight into the batch's buffers (each reserved for a
-//! 64 KiB super-packet once, then reused), transmit with `sendmmsg`. Errors are counted in
-//! [`AfPacketStats`], never panics.
+//! # Two ways to move frames ([`AfPacketMode`])
+//!
+//! **Rings** (the default, [`AfPacketMode::Ring`]): a `TPACKET_V3` receive ring of blocks and,
+//! with [`RingSizes::tx_ring`], a transmit ring of frames, both mapped into the process once.
+//! By default transmit uses `sendmmsg` (see [`RingSizes::tx_ring`] for why). Receive walks the blocks the
+//! kernel handed over (`TP_STATUS_USER`), copies each frame into the batch's buffer (the one copy
+//! on the way in: the pipeline owns its buffers, so ring memory is never handed out) and gives
+//! the block back (`TP_STATUS_KERNEL`) when it is walked: no system call per batch. A block is
+//! handed over when it is full or after `tp_retire_blk_tov` (1 ms by default), so a trickle of
+//! frames is not held back. The virtio-net header sits right before each frame (`tp_mac - 10`);
+//! the stripped VLAN tag is in the frame header. The block walk ([`tpacket`]) checks every
+//! offset against the block: a malformed block is counted in
+//! [`AfPacketStats::rx_ring_errors`] and handed back, never read out of bounds. Transmit writes
+//! each frame, behind its virtio-net header, into the next free ring frame and marks it
+//! `TP_STATUS_SEND_REQUEST`; one `sendto(fd, NULL, 0, MSG_DONTWAIT)` per batch makes the kernel
+//! send them all. The socket has `PACKET_LOSS` on, so the kernel skips a frame it cannot send
+//! (bad offload metadata) instead of stopping the ring; such frames are not seen as errors here.
+//! When the ring has no free frame (after a bounded wait of a few milliseconds), the rest of
+//! the batch is dropped and counted in [`AfPacketStats::tx_ring_full`] (and `tx_dropped`).
+//!
+//! **`recvmmsg`/`sendmmsg`** ([`AfPacketMode::Mmsg`], kept for comparison and as a fallback):
+//! receive is batched with `recvmmsg` straight into the batch's buffers (each reserved for a
+//! 64 KiB super-packet once, then reused), transmit with `sendmmsg`.
+//!
+//! Either way, errors are counted in [`AfPacketStats`], never panics. The kernel's own drops at
+//! the socket (`PACKET_STATISTICS`: the ring or the socket buffer was full) are read whenever a
+//! receive finds nothing, every 256 receives, and when the counters are read; they accumulate in
+//! [`AfPacketStats::rx_kernel_drops`] and [`PortCounters::rx_kernel_drops`].
+//!
+//! # Queues
+//!
+//! [`AfPacketPort::open_queues`] opens `n` sockets on one interface, each with its own rings,
+//! joined in one `PACKET_FANOUT` group (hash mode, with defragmentation): the kernel spreads
+//! flows over them by a symmetric hash, one flow always to the same socket. The group id is
+//! picked by the kernel (`PACKET_FANOUT_FLAG_UNIQUEID`), so two processes never share a group
+//! by accident; the group ignores outgoing frames (`PACKET_FANOUT_FLAG_IGNORE_OUTGOING`), so no
+//! queue receives its own or its siblings' transmissions.
 //!
 //! # VLAN tags
 //!
 //! On receive the kernel takes the outer 802.1Q or 802.1ad tag out of every tagged frame and
 //! keeps it as packet metadata (`skb->vlan_tci`), whatever the interface's offload settings
 //! (a veth too): the bytes a packet socket reads lack it, and a QinQ frame shows only its inner
-//! tag. The socket has `PACKET_AUXDATA` on, so each `recvmmsg` message also fills a small
-//! per-slot control buffer with a `tpacket_auxdata`; when its `tp_status` has
-//! `TP_STATUS_VLAN_VALID`, the port puts the tag back after the two MAC addresses: TPID
-//! `tp_vlan_tpid` (when `TP_STATUS_VLAN_TPID_VALID`, else 0x8100), then `tp_vlan_tci` (a
-//! priority tag with TCI 0 included). The MAC addresses move 4 bytes into the buffer's
-//! headroom, so nothing is allocated and only 12 bytes are copied, and a frame that filled the
-//! receive area still fits. The virtio-net header counts `csum_start` and `hdr_len` from the
-//! untagged frame the kernel hands over; both move by 4 with the tag (see
+//! tag. With rings the tag is in the frame header; with `recvmmsg` the socket has
+//! `PACKET_AUXDATA` on, so each message also fills a small per-slot control buffer with a
+//! `tpacket_auxdata`. When the status has `TP_STATUS_VLAN_VALID`, the port puts the tag back
+//! after the two MAC addresses: TPID `tp_vlan_tpid` (when `TP_STATUS_VLAN_TPID_VALID`, else
+//! 0x8100), then `tp_vlan_tci` (a priority tag with TCI 0 included). The MAC addresses move 4
+//! bytes into the buffer's headroom, so nothing is allocated and only 12 bytes are copied, and
+//! a frame that filled the receive area still fits. The virtio-net header counts `csum_start`
+//! and `hdr_len` from the untagged frame the kernel hands over; both move by 4 with the tag (see
 //! [`VnetHdr::shifted`]). Frames so restored are counted in [`AfPacketStats::rx_vlan`];
 //! `rx_bytes` counts them with their tag, as they were on the wire.
 //!
@@ -34,17 +68,26 @@
 //! full-MTU payload, is dropped as too big before `send`.
 //!
 //! Needs root (`CAP_NET_RAW`); [`AfPacketPort::open`] says so in its error otherwise.
-#![allow(unsafe_code, reason = "AF_PACKET sockets are driven through libc system calls")]
+#![allow(
+    unsafe_code,
+    reason = "AF_PACKET sockets are driven through libc system calls and mapped rings"
+)]
+
+pub mod tpacket;
 
 use crate::port::{Port, PortCaps, PortCounters};
 use crate::sys::{self, sock, sock::setsockopt_int};
 use crate::vnet::{VNET_HDR_LEN, VnetHdr};
+use core::sync::atomic::{AtomicU32, Ordering};
 use snic_pipeline::buf::NoRoom;
+use snic_pipeline::meta::Offload;
 use snic_pipeline::{Batch, PacketBuf};
 use snic_time::Instant;
+use std::cell::Cell;
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use tpacket::{RingError, RxFrame};
 
 /// Largest frame a receive buffer takes: a 64 KiB super-packet plus Ethernet and VLAN headers.
 pub const RX_FRAME_ROOM: usize = 65_536 + 64;
@@ -57,9 +100,15 @@ const ETH_P_ALL: u16 = 0x0003;
 const SOL_PACKET: libc::c_int = 263;
 const PACKET_ADD_MEMBERSHIP: libc::c_int = 1;
 const PACKET_MR_PROMISC: libc::c_ushort = 1;
+const PACKET_RX_RING: libc::c_int = 5;
+const PACKET_STATISTICS: libc::c_int = 6;
+const PACKET_VERSION: libc::c_int = 10;
+const PACKET_TX_RING: libc::c_int = 13;
+const PACKET_LOSS: libc::c_int = 14;
 const PACKET_VNET_HDR: libc::c_int = 15;
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
 const PACKET_OUTGOING: u8 = 4;
+const TPACKET_V3: libc::c_int = 2;
 const SOCKET_BUF_BYTES: libc::c_int = 8 << 20;
 
 const PACKET_AUXDATA: libc::c_int = 8;
@@ -73,6 +122,64 @@ const MACS_LEN: usize = 12;
 
 const PACKET_FANOUT: libc::c_int = 18;
 const PACKET_FANOUT_HASH: libc::c_int = 0;
+const PACKET_FANOUT_FLAG_UNIQUEID: libc::c_int = 0x2000;
+const PACKET_FANOUT_FLAG_IGNORE_OUTGOING: libc::c_int = 0x4000;
+const PACKET_FANOUT_FLAG_DEFRAG: libc::c_int = 0x8000;
+
+/// Receives between two reads of `PACKET_STATISTICS` while frames keep coming.
+const STATS_EVERY: u32 = 256;
+/// Times a transmit waits (1 ms each) for a free ring frame or socket buffer before it drops.
+const TX_FULL_WAITS: u32 = 8;
+
+/// Sizes of the `TPACKET_V3` rings of one socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RingSizes {
+    /// Bytes per receive block: a multiple of the page size, and more than 64 KiB plus the
+    /// headers to take a super-packet whole (a larger frame is cut and counted as truncated).
+    pub rx_block_size: usize,
+    /// Receive blocks.
+    pub rx_block_nr: usize,
+    /// Milliseconds after which the kernel hands over a block that is not full
+    /// (`tp_retire_blk_tov`).
+    pub rx_block_timeout_ms: u32,
+    /// Transmit through a ring too (true); false (the default): receive through the ring,
+    /// transmit with `sendmmsg`. On veth the transmit ring measured slower than `sendmmsg`
+    /// (BENCHMARKS.md, issue 18); likely because its frames reach the kernel as zero-copy page
+    /// fragments of the ring, which a veth copies again before handing them on.
+    pub tx_ring: bool,
+    /// Transmit frames (rounded up to whole blocks). Each takes a 64 KiB super-packet.
+    pub tx_frame_nr: usize,
+}
+
+impl Default for RingSizes {
+    /// 64 receive blocks of 128 KiB (8 MiB, the size of the socket buffer the `recvmmsg` path
+    /// asks for), handed over after 1 ms; transmit with `sendmmsg` (with `tx_ring`: 120
+    /// transmit frames of 64 KiB).
+    fn default() -> Self {
+        RingSizes {
+            rx_block_size: 128 << 10,
+            rx_block_nr: 64,
+            rx_block_timeout_ms: 1,
+            tx_ring: false,
+            tx_frame_nr: 120,
+        }
+    }
+}
+
+/// How an AF_PACKET port moves frames (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfPacketMode {
+    /// `TPACKET_V3` receive and transmit rings mapped into the process (the default).
+    Ring(RingSizes),
+    /// `recvmmsg` / `sendmmsg` into and from the batch's buffers.
+    Mmsg,
+}
+
+impl Default for AfPacketMode {
+    fn default() -> Self {
+        AfPacketMode::Ring(RingSizes::default())
+    }
+}
 
 /// Options of [`AfPacketPort::open_with`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,13 +188,16 @@ pub struct AfPacketOptions {
     pub promiscuous: bool,
     /// Join this `PACKET_FANOUT` group in hash mode: every socket on the interface with the same
     /// group id gets a share of the frames, one flow always to the same socket (one port per
-    /// worker). `None` (the default): this socket gets every frame.
+    /// worker). `None` (the default): this socket gets every frame. [`AfPacketPort::open_queues`]
+    /// picks a group id of its own instead.
     pub fanout_group: Option<u16>,
+    /// Rings or `recvmmsg`/`sendmmsg` (default: rings).
+    pub mode: AfPacketMode,
 }
 
 impl Default for AfPacketOptions {
     fn default() -> Self {
-        AfPacketOptions { promiscuous: true, fanout_group: None }
+        AfPacketOptions { promiscuous: true, fanout_group: None, mode: AfPacketMode::default() }
     }
 }
 
@@ -99,6 +209,19 @@ struct PacketMreq {
     mr_type: libc::c_ushort,
     mr_alen: libc::c_ushort,
     mr_address: [u8; 8],
+}
+
+/// `struct tpacket_req3`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct TpacketReq3 {
+    tp_block_size: u32,
+    tp_block_nr: u32,
+    tp_frame_size: u32,
+    tp_frame_nr: u32,
+    tp_retire_blk_tov: u32,
+    tp_sizeof_priv: u32,
+    tp_feature_req_word: u32,
 }
 
 /// `struct tpacket_auxdata`, the `PACKET_AUXDATA` control message's payload.
@@ -172,7 +295,7 @@ pub struct AfPacketStats {
     pub rx_gso: u64,
     /// Frames dropped because their virtio-net header was short or invalid.
     pub rx_bad_vnet: u64,
-    /// Frames dropped because they did not fit the receive buffer.
+    /// Frames dropped because they did not fit the receive buffer (or the ring's block).
     pub rx_truncated: u64,
     /// Our own transmissions seen on receive and skipped.
     pub rx_outgoing: u64,
@@ -183,42 +306,179 @@ pub struct AfPacketStats {
     pub rx_vlan_lost: u64,
     /// `recvmmsg` calls that failed with something other than "nothing to read".
     pub rx_errors: u64,
-    /// Frames the kernel accepted for transmission.
+    /// Receive blocks (or the rest of one) given back unread because a header in them was out
+    /// of bounds (see [`tpacket::RingError`]).
+    pub rx_ring_errors: u64,
+    /// Frames the kernel dropped at this socket because the ring or the socket buffer was full
+    /// (`PACKET_STATISTICS` `tp_drops`, accumulated: the kernel resets it on every read).
+    pub rx_kernel_drops: u64,
+    /// Times the kernel froze the receive ring because every block was in user space
+    /// (`tp_freeze_q_cnt`, rings only).
+    pub rx_ring_freezes: u64,
+    /// Frames the kernel accepted for transmission (with rings: written into the transmit ring
+    /// and handed to the kernel).
     pub tx_packets: u64,
     /// Bytes of those frames.
     pub tx_bytes: u64,
     /// Transmitted frames that were super-packets.
     pub tx_gso: u64,
-    /// Frames the kernel refused (bad offload metadata, too large, no buffer).
+    /// Frames refused: by the kernel (`sendmmsg`), or before they reached it (too large for the
+    /// MTU without GSO, or for a ring frame).
     pub tx_errors: u64,
     /// Times transmission stopped because the socket buffer stayed full.
     pub tx_full: u64,
+    /// Frames dropped because the transmit ring had no free frame (also in `tx_dropped`).
+    pub tx_ring_full: u64,
     /// Frames handed to `send` that did not leave (refused, or left over when the buffer
-    /// stayed full).
+    /// or the ring stayed full).
     pub tx_dropped: u64,
+}
+
+/// The receive ring's read position: the block being walked and where in it.
+#[derive(Debug, Clone, Copy)]
+struct RxPos {
+    hdr: tpacket::BlockHdr,
+    off: usize,
+    remaining: u32,
+}
+
+/// The `TPACKET_V3` rings of one socket, mapped into the process: the receive blocks first,
+/// then the transmit blocks. Unmapped on drop.
+struct Rings {
+    map: *mut u8,
+    map_len: usize,
+    rx_block_size: usize,
+    rx_block_nr: usize,
+    /// The next receive block to look at.
+    rx_cur: usize,
+    /// Where the walk of `rx_cur` stands, once the kernel has handed it over.
+    rx_pos: Option<RxPos>,
+    /// Byte offset of the transmit ring in the mapping.
+    tx_base: usize,
+    tx_block_size: usize,
+    tx_frame_size: usize,
+    tx_frames_per_block: usize,
+    tx_frame_nr: usize,
+    /// The next transmit frame to fill (the kernel sends them in the same order).
+    tx_head: usize,
+    /// Frames marked for sending that no `sendto` has taken yet.
+    tx_unkicked: bool,
+}
+
+impl Drop for Rings {
+    fn drop(&mut self) {
+        // SAFETY: `map` and `map_len` are exactly what mmap returned; nothing borrows the
+        // mapping once the port is being dropped.
+        unsafe { libc::munmap(self.map.cast(), self.map_len) };
+    }
+}
+
+impl Rings {
+    /// The status word of receive block `i` (`i < rx_block_nr`).
+    fn rx_status(&self, i: usize) -> &AtomicU32 {
+        debug_assert!(i < self.rx_block_nr);
+        // SAFETY: block `i` lies inside the mapping, which lives as long as `self`; blocks
+        // are page-aligned, so the word at offset 8 is aligned for a u32. The kernel writes
+        // it concurrently, which is why it is only accessed atomically.
+        unsafe {
+            AtomicU32::from_ptr(
+                self.map.add(i * self.rx_block_size + tpacket::BLOCK_STATUS_OFFSET).cast(),
+            )
+        }
+    }
+
+    /// Receive block `i` as bytes. Only while user space owns it (its status has
+    /// `TP_STATUS_USER`, read with acquire ordering): the kernel does not write it then.
+    fn rx_block(&self, i: usize) -> &[u8] {
+        debug_assert!(i < self.rx_block_nr);
+        // SAFETY: the block lies inside the mapping, which lives as long as `self`; the
+        // callers only take it after seeing TP_STATUS_USER (acquire), when the kernel leaves
+        // the block alone until we store TP_STATUS_KERNEL, which happens after the slice is
+        // dropped (the borrow of `self` ends first).
+        unsafe {
+            core::slice::from_raw_parts(self.map.add(i * self.rx_block_size), self.rx_block_size)
+        }
+    }
+
+    /// Hand receive block `rx_cur` back to the kernel and move on.
+    fn rx_release(&mut self) {
+        self.rx_status(self.rx_cur).store(tpacket::TP_STATUS_KERNEL, Ordering::Release);
+        self.rx_cur = (self.rx_cur + 1) % self.rx_block_nr;
+        self.rx_pos = None;
+    }
+
+    /// Byte offset of transmit frame `i` in the mapping.
+    fn tx_frame_offset(&self, i: usize) -> usize {
+        let (block, slot) = (i / self.tx_frames_per_block, i % self.tx_frames_per_block);
+        self.tx_base + block * self.tx_block_size + slot * self.tx_frame_size
+    }
+
+    /// The status word of transmit frame `i`.
+    fn tx_status(&self, i: usize) -> &AtomicU32 {
+        debug_assert!(i < self.tx_frame_nr);
+        // SAFETY: the frame lies inside the mapping (blocks are page-aligned, frame sizes a
+        // multiple of 16), so the status word is in bounds and aligned; it is shared with the
+        // kernel and only accessed atomically.
+        unsafe {
+            AtomicU32::from_ptr(
+                self.map.add(self.tx_frame_offset(i) + tpacket::FRAME_STATUS_OFFSET).cast(),
+            )
+        }
+    }
+
+    /// Transmit frame `i` as bytes, writable. Only while its status is `TP_STATUS_AVAILABLE`
+    /// (read with acquire ordering): the kernel does not touch it then.
+    fn tx_frame(&mut self, i: usize) -> &mut [u8] {
+        debug_assert!(i < self.tx_frame_nr);
+        // SAFETY: the frame lies inside the mapping, which lives as long as `self`; callers
+        // take it only after seeing TP_STATUS_AVAILABLE, and the kernel does not read it until
+        // we store TP_STATUS_SEND_REQUEST after the slice is dropped.
+        unsafe {
+            core::slice::from_raw_parts_mut(
+                self.map.add(self.tx_frame_offset(i)),
+                self.tx_frame_size,
+            )
+        }
+    }
+}
+
+/// Scratch of the `recvmmsg`/`sendmmsg` path: every pointer in it is set before each call.
+struct MmsgScratch {
+    /// One virtio-net header slot per burst entry, for receive and transmit.
+    vnet: [[u8; VNET_HDR_LEN]; BURST],
+    /// Scatter lists: [virtio-net header, frame] per burst entry.
+    iov: [[libc::iovec; 2]; BURST],
+    /// Sender addresses on receive (for the packet type).
+    addrs: [libc::sockaddr_ll; BURST],
+    /// Control messages on receive (`PACKET_AUXDATA`: the stripped VLAN tag).
+    ctrl: [CmsgBuf; BURST],
+    msgs: [libc::mmsghdr; BURST],
 }
 
 /// An AF_PACKET port on one interface. See the module documentation.
 pub struct AfPacketPort {
+    /// The mapped rings (ring mode); unmapped before the socket closes.
+    rings: Option<Box<Rings>>,
+    /// The `recvmmsg`/`sendmmsg` scratch (mmsg mode).
+    mmsg: Option<Box<MmsgScratch>>,
     fd: OwnedFd,
     name: String,
     ifindex: libc::c_int,
     mtu: usize,
     stats: AfPacketStats,
-    /// One virtio-net header slot per burst entry, for receive and transmit.
-    vnet: Box<[[u8; VNET_HDR_LEN]; BURST]>,
-    /// Scatter lists: [virtio-net header, frame] per burst entry.
-    iov: Box<[[libc::iovec; 2]; BURST]>,
-    /// Sender addresses on receive (for the packet type).
-    addrs: Box<[libc::sockaddr_ll; BURST]>,
-    /// Control messages on receive (`PACKET_AUXDATA`: the stripped VLAN tag).
-    ctrl: Box<[CmsgBuf; BURST]>,
-    msgs: Box<[libc::mmsghdr; BURST]>,
+    /// `tp_drops` and `tp_freeze_q_cnt` accumulated from `PACKET_STATISTICS` (read from
+    /// `&self` too, when the counters are read).
+    kernel: Cell<(u64, u64)>,
+    /// Receives since `PACKET_STATISTICS` was last read.
+    since_stats: u32,
+    /// The fanout group this socket joined, if any.
+    fanout: Option<u16>,
 }
 
-// SAFETY: the raw pointers inside `iov` and `msgs` are scratch space, rebuilt before every system
-// call and never dereferenced otherwise (but for reading `ctrl` right after a receive, in
-// `vlan_tag`); the port owns everything they point to while in use.
+// SAFETY: the raw pointers inside the port (the ring mapping, the `mmsg` scratch) point at
+// memory the port owns (the mapping lives until `Rings` drops; the scratch pointers are rebuilt
+// before every system call); nothing is shared with another thread, so moving the port moves
+// them all together.
 unsafe impl Send for AfPacketPort {}
 
 impl std::fmt::Debug for AfPacketPort {
@@ -228,7 +488,9 @@ impl std::fmt::Debug for AfPacketPort {
             .field("fd", &self.fd.as_raw_fd())
             .field("ifindex", &self.ifindex)
             .field("mtu", &self.mtu)
-            .field("stats", &self.stats)
+            .field("ring", &self.rings.is_some())
+            .field("fanout", &self.fanout)
+            .field("stats", &self.stats())
             .finish()
     }
 }
@@ -242,6 +504,32 @@ fn os_err(what: &str, ifname: &str) -> io::Error {
     io::Error::new(e.kind(), format!("afpacket:{ifname}: {what}: {e}{hint}"))
 }
 
+fn invalid(ifname: &str, what: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, format!("afpacket:{ifname}: {what}"))
+}
+
+/// How a socket joins a fanout group.
+#[derive(Debug, Clone, Copy)]
+enum Fanout {
+    /// Not at all.
+    None,
+    /// Join group `id` with these type and flag bits.
+    Join { id: u16, type_flags: libc::c_int },
+    /// Create a new group with an id the kernel picks, with these type and flag bits.
+    Unique { type_flags: libc::c_int },
+}
+
+/// Size of one transmit ring frame: the frame header, the virtio-net header and a 64 KiB
+/// super-packet with its headers.
+const TX_FRAME_SIZE: usize =
+    tpacket::tpacket_align(tpacket::TX_DATA_OFFSET + VNET_HDR_LEN + RX_FRAME_ROOM);
+/// Size of one transmit ring block (15 frames).
+const TX_BLOCK_SIZE: usize = 1 << 20;
+// A transmit frame takes a whole super-packet behind its headers, aligned; a block holds 15.
+const _: () = assert!(TX_FRAME_SIZE >= tpacket::TX_DATA_OFFSET + VNET_HDR_LEN + RX_FRAME_ROOM);
+const _: () = assert!(TX_FRAME_SIZE.is_multiple_of(tpacket::TPACKET_ALIGNMENT));
+const _: () = assert!(TX_BLOCK_SIZE / TX_FRAME_SIZE == 15);
+
 impl AfPacketPort {
     /// Open an AF_PACKET port on interface `ifname` (see the module documentation). Fails with a
     /// clear error when the interface does not exist or the process lacks `CAP_NET_RAW`.
@@ -249,8 +537,52 @@ impl AfPacketPort {
         Self::open_with(ifname, AfPacketOptions::default())
     }
 
-    /// [`AfPacketPort::open`] with options (promiscuous mode, fanout group).
+    /// [`AfPacketPort::open`] with options (promiscuous mode, fanout group, rings or not).
     pub fn open_with(ifname: &str, opts: AfPacketOptions) -> io::Result<AfPacketPort> {
+        let fanout = match opts.fanout_group {
+            None => Fanout::None,
+            Some(id) => Fanout::Join { id, type_flags: fanout_type_flags(true) },
+        };
+        Self::open_inner(ifname, opts, fanout)
+    }
+
+    /// Open `n` queues of one interface: `n` sockets, each with its own rings (or `recvmmsg`
+    /// scratch), joined in a new `PACKET_FANOUT` hash group whose id the kernel picks (see the
+    /// module documentation). `opts.fanout_group` is ignored. With `n == 1` no group is made.
+    pub fn open_queues(
+        ifname: &str,
+        n: usize,
+        opts: AfPacketOptions,
+    ) -> io::Result<Vec<AfPacketPort>> {
+        if n == 0 {
+            return Err(invalid(ifname, "zero queues".into()));
+        }
+        if n == 1 {
+            return Ok(vec![Self::open_inner(ifname, opts, Fanout::None)?]);
+        }
+        // Kernels before 6.6 (or so) lack IGNORE_OUTGOING for groups: try without it then (the
+        // packet type still filters our own frames out on receive).
+        let (first, type_flags) = match Self::open_inner(
+            ifname,
+            opts,
+            Fanout::Unique { type_flags: fanout_type_flags(true) },
+        ) {
+            Ok(p) => (p, fanout_type_flags(true)),
+            Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
+                let tf = fanout_type_flags(false);
+                (Self::open_inner(ifname, opts, Fanout::Unique { type_flags: tf })?, tf)
+            }
+            Err(e) => return Err(e),
+        };
+        let id = first.fanout.ok_or_else(|| invalid(ifname, "fanout group id missing".into()))?;
+        let mut queues = vec![first];
+        for _ in 1..n {
+            queues.push(Self::open_inner(ifname, opts, Fanout::Join { id, type_flags })?);
+        }
+        Ok(queues)
+    }
+
+    fn open_inner(ifname: &str, opts: AfPacketOptions, fanout: Fanout) -> io::Result<AfPacketPort> {
         let cname = CString::new(ifname).map_err(|_| {
             io::Error::new(io::ErrorKind::InvalidInput, "interface name contains a NUL byte")
         })?;
@@ -266,7 +598,8 @@ impl AfPacketPort {
             io::Error::new(e.kind(), format!("afpacket:{ifname}: reading the MTU: {e}"))
         })?;
 
-        // Protocol 0 until bound, so no frame of another interface is queued in between.
+        // Protocol 0 until bound, so no frame of another interface is queued in between (and
+        // none lands in the plain receive queue before the ring is there).
         // SAFETY: plain socket(2) call; the result is checked.
         let fd = unsafe {
             libc::socket(
@@ -285,16 +618,36 @@ impl AfPacketPort {
         if setsockopt_int(raw, SOL_PACKET, PACKET_VNET_HDR, 1).is_err() {
             return Err(os_err("PACKET_VNET_HDR", ifname));
         }
-        // The kernel strips the outer VLAN tag of received frames into metadata; this reports
-        // it with every frame so that `recv` can put it back.
-        if setsockopt_int(raw, SOL_PACKET, PACKET_AUXDATA, 1).is_err() {
-            return Err(os_err("PACKET_AUXDATA", ifname));
-        }
         // Best effort: older kernels lack it, and outgoing frames are also filtered by type.
         let _ = setsockopt_int(raw, SOL_PACKET, PACKET_IGNORE_OUTGOING, 1);
-        // Large socket buffers: a burst of super-packets is megabytes. FORCE needs
-        // CAP_NET_ADMIN; fall back to the capped variant.
-        sock::set_buffer(raw, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, SOCKET_BUF_BYTES);
+        let scratch = || {
+            Box::new(MmsgScratch {
+                vnet: [[0; VNET_HDR_LEN]; BURST],
+                iov: [[sock::empty_iovec(); 2]; BURST],
+                addrs: [sock::empty_sockaddr_ll(); BURST],
+                ctrl: [CmsgBuf([0; 64]); BURST],
+                msgs: [sock::empty_mmsghdr(); BURST],
+            })
+        };
+        let (rings, mmsg) = match opts.mode {
+            AfPacketMode::Ring(sizes) => {
+                let rings = setup_rings(raw, ifname, &sizes)?;
+                (Some(rings), (!sizes.tx_ring).then(scratch))
+            }
+            AfPacketMode::Mmsg => {
+                // The kernel strips the outer VLAN tag of received frames into metadata; this
+                // reports it with every frame so that `recv` can put it back.
+                if setsockopt_int(raw, SOL_PACKET, PACKET_AUXDATA, 1).is_err() {
+                    return Err(os_err("PACKET_AUXDATA", ifname));
+                }
+                // Large socket buffers: a burst of super-packets is megabytes. FORCE needs
+                // CAP_NET_ADMIN; fall back to the capped variant.
+                sock::set_buffer(raw, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, SOCKET_BUF_BYTES);
+                (None, Some(scratch()))
+            }
+        };
+        // Frames in flight (from the transmit ring or `sendmmsg`) are charged to the send
+        // buffer.
         sock::set_buffer(raw, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, SOCKET_BUF_BYTES);
 
         let mut sll = sock::empty_sockaddr_ll();
@@ -324,35 +677,49 @@ impl AfPacketPort {
                 return Err(os_err("PACKET_ADD_MEMBERSHIP promiscuous", ifname));
             }
         }
-        if let Some(group) = opts.fanout_group {
-            let arg = libc::c_int::from(group) | (PACKET_FANOUT_HASH << 16);
-            if setsockopt_int(raw, SOL_PACKET, PACKET_FANOUT, arg).is_err() {
-                return Err(os_err("PACKET_FANOUT", ifname));
+        let fanout_id = match fanout {
+            Fanout::None => None,
+            Fanout::Join { id, type_flags } => {
+                let arg = libc::c_int::from(id) | (type_flags << 16);
+                if setsockopt_int(raw, SOL_PACKET, PACKET_FANOUT, arg).is_err() {
+                    return Err(os_err("PACKET_FANOUT", ifname));
+                }
+                Some(id)
             }
-        }
+            Fanout::Unique { type_flags } => {
+                let arg = (type_flags | PACKET_FANOUT_FLAG_UNIQUEID) << 16;
+                if setsockopt_int(raw, SOL_PACKET, PACKET_FANOUT, arg).is_err() {
+                    return Err(os_err("PACKET_FANOUT (new group)", ifname));
+                }
+                let v = sock::getsockopt_int(raw, SOL_PACKET, PACKET_FANOUT)
+                    .map_err(|_| os_err("reading the PACKET_FANOUT group", ifname))?;
+                Some((v & 0xffff) as u16)
+            }
+        };
 
-        // Scratch for every burst; every pointer in them is set before each system call.
-        let iov = Box::new([[sock::empty_iovec(); 2]; BURST]);
-        let addrs = Box::new([sock::empty_sockaddr_ll(); BURST]);
-        let ctrl = Box::new([CmsgBuf([0; 64]); BURST]);
-        let msgs = Box::new([sock::empty_mmsghdr(); BURST]);
-        Ok(AfPacketPort {
+        let port = AfPacketPort {
+            rings,
+            mmsg,
             fd,
             name: format!("afpacket:{ifname}"),
             ifindex,
             mtu,
             stats: AfPacketStats::default(),
-            vnet: Box::new([[0; VNET_HDR_LEN]; BURST]),
-            iov,
-            addrs,
-            ctrl,
-            msgs,
-        })
+            kernel: Cell::new((0, 0)),
+            since_stats: 0,
+            fanout: fanout_id,
+        };
+        // Start the drop count from zero: the socket existed (unbound) a moment before.
+        port.read_kernel_stats();
+        port.kernel.set((0, 0));
+        Ok(port)
     }
 
-    /// This port's counters.
+    /// This port's counters (the kernel's drop counts read now).
     pub fn stats(&self) -> AfPacketStats {
-        self.stats
+        self.read_kernel_stats();
+        let (drops, freezes) = self.kernel.get();
+        AfPacketStats { rx_kernel_drops: drops, rx_ring_freezes: freezes, ..self.stats }
     }
 
     /// The interface's index.
@@ -365,126 +732,181 @@ impl AfPacketPort {
         self.mtu
     }
 
-    /// Send the live packets of `batch`; returns how many the kernel took.
-    fn send_frames(&mut self, batch: &mut Batch) -> usize {
-        let mut sent = 0;
-        let mut full_waits = 0;
-        for chunk in batch.packets_mut().chunks_mut(BURST) {
-            let n = chunk.len();
-            for (i, p) in chunk.iter_mut().enumerate() {
-                let h = VnetHdr::from_offload(&p.meta.offload, p.data());
-                self.vnet[i] = h.to_bytes();
-                let data = p.data_mut();
-                self.iov[i] = [
-                    libc::iovec {
-                        iov_base: self.vnet[i].as_mut_ptr().cast(),
-                        iov_len: VNET_HDR_LEN,
-                    },
-                    libc::iovec { iov_base: data.as_mut_ptr().cast(), iov_len: data.len() },
-                ];
-                let m = &mut self.msgs[i];
-                m.msg_hdr.msg_name = core::ptr::null_mut();
-                m.msg_hdr.msg_namelen = 0;
-                m.msg_hdr.msg_iov = self.iov[i].as_mut_ptr();
-                m.msg_hdr.msg_iovlen = 2;
-                m.msg_hdr.msg_control = core::ptr::null_mut();
-                m.msg_hdr.msg_controllen = 0;
-                m.msg_hdr.msg_flags = 0;
-                m.msg_len = 0;
-            }
-            let mut idx = 0;
-            while idx < n {
-                // SAFETY: entries idx..n of `msgs` point at the port's vnet slots and at the
-                // frames of `chunk`, all live and borrowed for the duration of the call.
-                let r = unsafe {
-                    libc::sendmmsg(
-                        self.fd.as_raw_fd(),
-                        self.msgs.as_mut_ptr().add(idx),
-                        (n - idx) as libc::c_uint,
-                        libc::MSG_DONTWAIT,
-                    )
-                };
-                if r > 0 {
-                    let r = (r as usize).min(n - idx);
-                    for p in &chunk[idx..idx + r] {
-                        self.stats.tx_packets += 1;
-                        self.stats.tx_bytes += p.len() as u64;
-                        if p.meta.offload.gso.is_some() {
-                            self.stats.tx_gso += 1;
-                        }
-                    }
-                    idx += r;
-                    sent += r;
-                    continue;
-                }
-                if r == 0 {
-                    // Nothing taken and no error to read: stop rather than spin.
-                    self.stats.tx_full += 1;
-                    return sent;
-                }
-                let e = io::Error::last_os_error();
-                match e.raw_os_error() {
-                    Some(libc::EINTR) => {}
-                    Some(libc::EAGAIN) | Some(libc::ENOBUFS) if full_waits < 8 => {
-                        // The socket buffer or the device queue is full: give the kernel a
-                        // moment, bounded, then let the caller count the rest as drops.
-                        full_waits += 1;
-                        self.wait_writable(1);
-                    }
-                    Some(libc::EAGAIN) | Some(libc::ENOBUFS) => {
-                        self.stats.tx_full += 1;
-                        return sent;
-                    }
-                    _ => {
-                        // This frame was refused (bad metadata, too large, link down): skip
-                        // it and go on with the next.
-                        self.stats.tx_errors += 1;
-                        idx += 1;
-                    }
-                }
-            }
-        }
-        sent
+    /// True when the port receives through a mapped ring, false for `recvmmsg`.
+    pub fn uses_rings(&self) -> bool {
+        self.rings.is_some()
     }
 
-    /// The outer VLAN tag the kernel stripped from the frame of receive slot `i`, from its
-    /// `PACKET_AUXDATA` control message (`None`: the frame was not tagged, or kept its tag).
-    fn vlan_tag(&self, i: usize) -> Option<VlanTag> {
-        let hdr = &self.msgs[i].msg_hdr;
-        let mut aux = None;
-        // SAFETY: after `recvmmsg`, `hdr.msg_control` points at `self.ctrl[i]` (live, owned by
-        // the port) and `hdr.msg_controllen` is the length the kernel wrote there, at most the
-        // buffer's size; the CMSG_* walk stays inside that range. The payload is read unaligned
-        // and only when the message is as long as a `tpacket_auxdata`.
-        unsafe {
-            let mut c = libc::CMSG_FIRSTHDR(hdr);
-            while !c.is_null() {
-                let need = libc::CMSG_LEN(core::mem::size_of::<TpacketAuxdata>() as u32) as usize;
-                if (*c).cmsg_level == SOL_PACKET
-                    && (*c).cmsg_type == PACKET_AUXDATA
-                    && (*c).cmsg_len as usize >= need
-                {
-                    aux = Some(libc::CMSG_DATA(c).cast::<TpacketAuxdata>().read_unaligned());
-                    break;
-                }
-                c = libc::CMSG_NXTHDR(hdr, c);
-            }
-        }
-        aux.as_ref().and_then(VlanTag::from_auxdata)
+    /// True when the port transmits through a mapped ring, false for `sendmmsg`.
+    pub fn uses_tx_ring(&self) -> bool {
+        self.rings.as_ref().is_some_and(|r| r.tx_frame_nr > 0)
     }
 
-    /// Wait up to `timeout_ms` for the socket to become writable.
+    /// The `PACKET_FANOUT` group this socket is in, if any.
+    pub fn fanout_group(&self) -> Option<u16> {
+        self.fanout
+    }
+
+    /// Add the kernel's drop counts since the last read (`PACKET_STATISTICS` resets them).
+    fn read_kernel_stats(&self) {
+        // `struct tpacket_stats_v3 { tp_packets, tp_drops, tp_freeze_q_cnt }`; a socket
+        // without a TPACKET_V3 ring fills only the first two.
+        if let Ok(([_packets, drops, freezes], _)) =
+            sock::getsockopt_u32s::<3>(self.fd.as_raw_fd(), SOL_PACKET, PACKET_STATISTICS)
+        {
+            let (d, f) = self.kernel.get();
+            self.kernel.set((d + u64::from(drops), f + u64::from(freezes)));
+        }
+    }
+
+    /// Wait up to `timeout_ms` for the socket to become writable (with a ring: for the frame
+    /// at the kernel's transmit head to be free).
     fn wait_writable(&self, timeout_ms: u64) {
         sys::poll::wait_writable(self.fd.as_raw_fd(), std::time::Duration::from_millis(timeout_ms));
     }
-}
 
-impl Port for AfPacketPort {
-    fn name(&self) -> &str {
-        &self.name
+    /// Ask the kernel to send every frame marked in the transmit ring.
+    fn kick(&mut self) {
+        let Some(r) = self.rings.as_mut() else { return };
+        if !r.tx_unkicked {
+            return;
+        }
+        // SAFETY: a zero-length sendto with no buffer and no address: the kernel reads only the
+        // transmit ring, which it owns for the frames marked TP_STATUS_SEND_REQUEST.
+        let n = unsafe {
+            libc::sendto(
+                self.fd.as_raw_fd(),
+                core::ptr::null(),
+                0,
+                libc::MSG_DONTWAIT,
+                core::ptr::null(),
+                0,
+            )
+        };
+        if n >= 0 {
+            r.tx_unkicked = false;
+        } else {
+            // EAGAIN / ENOBUFS: the send buffer is full for now; the frames stay marked and
+            // the next kick sends them. Anything else: the link is down or the device refused;
+            // count it and try again with the next batch.
+            let e = io::Error::last_os_error();
+            if !sock::is_full(&e) && e.raw_os_error() != Some(libc::EINTR) {
+                self.stats.tx_errors += 1;
+                r.tx_unkicked = false;
+            }
+        }
     }
 
-    fn recv(&mut self, now: Instant, batch: &mut Batch) -> io::Result<usize> {
+    /// Receive through the ring: walk the blocks user space owns, copying frames into `batch`.
+    fn recv_ring(&mut self, now: Instant, batch: &mut Batch) -> usize {
+        let Some(r) = self.rings.as_mut() else { return 0 };
+        let stats = &mut self.stats;
+        let mut got = 0;
+        while !batch.is_full() {
+            let mut pos = match r.rx_pos {
+                Some(p) => p,
+                None => {
+                    if r.rx_status(r.rx_cur).load(Ordering::Acquire) & tpacket::TP_STATUS_USER == 0
+                    {
+                        break;
+                    }
+                    match tpacket::block_header(r.rx_block(r.rx_cur)) {
+                        Ok(hdr) => RxPos { hdr, off: hdr.first, remaining: hdr.num_pkts },
+                        Err(_) => {
+                            stats.rx_ring_errors += 1;
+                            r.rx_release();
+                            continue;
+                        }
+                    }
+                }
+            };
+            if pos.remaining == 0 {
+                r.rx_release();
+                continue;
+            }
+            let block = r.rx_block(r.rx_cur);
+            match tpacket::frame_at(block, &pos.hdr, pos.off, pos.remaining, VNET_HDR_LEN) {
+                Ok((f, next)) => {
+                    if deliver_ring_frame(stats, now, batch, block, &f) {
+                        got += 1;
+                    }
+                    pos.remaining -= 1;
+                    match next {
+                        Some(n) => pos.off = n,
+                        None => pos.remaining = 0,
+                    }
+                    r.rx_pos = Some(pos);
+                }
+                Err(RingError::BadBlock | RingError::FrameOutside { .. })
+                | Err(RingError::BadFrameData { .. } | RingError::BadNext { .. }) => {
+                    stats.rx_ring_errors += 1;
+                    r.rx_release();
+                }
+            }
+        }
+        // A block walked to its end goes back now, not at the next receive.
+        if r.rx_pos.is_some_and(|p| p.remaining == 0) {
+            r.rx_release();
+        }
+        got
+    }
+
+    /// Transmit through the ring; returns how many frames went into it.
+    fn send_ring(&mut self, batch: &Batch) -> usize {
+        let max_plain = self.mtu + 18;
+        let mut sent = 0;
+        let mut waits = 0;
+        for (i, p) in batch.iter().enumerate() {
+            let len = VNET_HDR_LEN + p.len();
+            let Some(r) = self.rings.as_mut() else { return sent };
+            if tpacket::TX_DATA_OFFSET + len > r.tx_frame_size
+                || (p.meta.offload.gso.is_none() && p.len() > max_plain)
+            {
+                self.stats.tx_errors += 1;
+                continue;
+            }
+            // A free frame at the head, or send what is marked and wait a little.
+            loop {
+                let r = self.rings.as_ref().expect("ring mode");
+                if r.tx_status(r.tx_head).load(Ordering::Acquire) == tpacket::TP_STATUS_AVAILABLE {
+                    break;
+                }
+                if waits >= TX_FULL_WAITS {
+                    let left = (batch.len() - i) as u64;
+                    self.stats.tx_ring_full += left;
+                    self.kick();
+                    return sent;
+                }
+                waits += 1;
+                self.kick();
+                self.wait_writable(1);
+            }
+            let r = self.rings.as_mut().expect("ring mode");
+            let head = r.tx_head;
+            let hdr = VnetHdr::from_offload(&p.meta.offload, p.data()).to_bytes();
+            let f = r.tx_frame(head);
+            // Cannot fail: the frame size was checked above.
+            let _ = tpacket::write_tx_header(f, len as u32);
+            let d = tpacket::TX_DATA_OFFSET;
+            f[d..d + VNET_HDR_LEN].copy_from_slice(&hdr);
+            f[d + VNET_HDR_LEN..d + len].copy_from_slice(p.data());
+            r.tx_status(head).store(tpacket::TP_STATUS_SEND_REQUEST, Ordering::Release);
+            r.tx_head = (head + 1) % r.tx_frame_nr;
+            r.tx_unkicked = true;
+            sent += 1;
+            self.stats.tx_packets += 1;
+            self.stats.tx_bytes += p.len() as u64;
+            if p.meta.offload.gso.is_some() {
+                self.stats.tx_gso += 1;
+            }
+        }
+        self.kick();
+        sent
+    }
+
+    /// Receive with `recvmmsg` into the batch's buffers.
+    fn recv_mmsg(&mut self, now: Instant, batch: &mut Batch) -> io::Result<usize> {
+        let Some(m) = self.mmsg.as_mut() else { return Ok(0) };
         let base = batch.len();
         let want = (batch.max() - base).min(BURST);
         if want == 0 {
@@ -500,27 +922,27 @@ impl Port for AfPacketPort {
         let slots = &mut batch.packets_mut()[base..];
         for (i, p) in slots.iter_mut().enumerate() {
             let area = p.recv_area();
-            self.iov[i] = [
-                libc::iovec { iov_base: self.vnet[i].as_mut_ptr().cast(), iov_len: VNET_HDR_LEN },
+            m.iov[i] = [
+                libc::iovec { iov_base: m.vnet[i].as_mut_ptr().cast(), iov_len: VNET_HDR_LEN },
                 libc::iovec { iov_base: area.as_mut_ptr().cast(), iov_len: area.len() },
             ];
-            let m = &mut self.msgs[i];
-            m.msg_hdr.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_ll).cast();
-            m.msg_hdr.msg_namelen = core::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
-            m.msg_hdr.msg_iov = self.iov[i].as_mut_ptr();
-            m.msg_hdr.msg_iovlen = 2;
-            m.msg_hdr.msg_control = self.ctrl[i].0.as_mut_ptr().cast();
-            m.msg_hdr.msg_controllen = core::mem::size_of::<CmsgBuf>() as _;
-            m.msg_hdr.msg_flags = 0;
-            m.msg_len = 0;
+            let msg = &mut m.msgs[i];
+            msg.msg_hdr.msg_name = (&mut m.addrs[i] as *mut libc::sockaddr_ll).cast();
+            msg.msg_hdr.msg_namelen = core::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+            msg.msg_hdr.msg_iov = m.iov[i].as_mut_ptr();
+            msg.msg_hdr.msg_iovlen = 2;
+            msg.msg_hdr.msg_control = m.ctrl[i].0.as_mut_ptr().cast();
+            msg.msg_hdr.msg_controllen = core::mem::size_of::<CmsgBuf>() as _;
+            msg.msg_hdr.msg_flags = 0;
+            msg.msg_len = 0;
         }
-        // SAFETY: the first `want` entries of `msgs` point at live buffers: the port's vnet
+        // SAFETY: the first `want` entries of `msgs` point at live buffers: the scratch's vnet
         // slots, addresses and control buffers, and the receive areas of the batch's slots,
         // which stay borrowed (through `slots`) until after the call.
         let r = unsafe {
             libc::recvmmsg(
                 self.fd.as_raw_fd(),
-                self.msgs.as_mut_ptr(),
+                m.msgs.as_mut_ptr(),
                 want as libc::c_uint,
                 libc::MSG_DONTWAIT | libc::MSG_TRUNC,
                 core::ptr::null_mut(),
@@ -551,27 +973,22 @@ impl Port for AfPacketPort {
         // Keep the good frames at the front of the new slots; drop the rest.
         let mut kept = 0;
         for i in 0..got {
-            let m = &self.msgs[i];
-            let len = m.msg_len as usize;
-            let ok = if self.addrs[i].sll_pkttype == PACKET_OUTGOING {
+            let msg = &m.msgs[i];
+            let len = msg.msg_len as usize;
+            let ok = if m.addrs[i].sll_pkttype == PACKET_OUTGOING {
                 self.stats.rx_outgoing += 1;
                 None
-            } else if m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+            } else if msg.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
                 self.stats.rx_truncated += 1;
                 None
             } else if len < VNET_HDR_LEN {
                 self.stats.rx_bad_vnet += 1;
                 None
             } else {
-                let tag = self.vlan_tag(i);
-                // A tag put back in front of the L3 header moves every frame offset by 4.
-                let shift = if tag.is_some() { VLAN_TAG_LEN as u16 } else { 0 };
-                match VnetHdr::parse(&self.vnet[i])
-                    .and_then(|h| h.shifted(shift))
-                    .and_then(|h| h.to_offload())
-                {
+                let tag = vlan_tag(msg).as_ref().and_then(VlanTag::from_auxdata);
+                match frame_offload(&m.vnet[i], tag) {
                     Ok(off) => Some((off, len - VNET_HDR_LEN, tag)),
-                    Err(_) => {
+                    Err(()) => {
                         self.stats.rx_bad_vnet += 1;
                         None
                     }
@@ -585,21 +1002,9 @@ impl Port for AfPacketPort {
                 self.stats.rx_truncated += 1;
                 continue;
             }
-            if let Some(tag) = tag {
-                if insert_vlan_tag(p, tag).is_err() {
-                    self.stats.rx_vlan_lost += 1;
-                    continue;
-                }
-                self.stats.rx_vlan += 1;
+            if finish_rx(&mut self.stats, now, p, off, tag) {
+                kept += 1;
             }
-            p.meta.offload = off;
-            p.meta.rx_time = now;
-            self.stats.rx_packets += 1;
-            self.stats.rx_bytes += p.len() as u64;
-            if off.gso.is_some() {
-                self.stats.rx_gso += 1;
-            }
-            kept += 1;
         }
         for _ in kept..want {
             batch.pop_slot();
@@ -607,8 +1012,304 @@ impl Port for AfPacketPort {
         Ok(kept)
     }
 
+    /// Send the live packets of `batch` with `sendmmsg`; returns how many the kernel took.
+    fn send_mmsg(&mut self, batch: &mut Batch) -> usize {
+        let Some(m) = self.mmsg.as_mut() else { return 0 };
+        let mut sent = 0;
+        let mut full_waits = 0;
+        for chunk in batch.packets_mut().chunks_mut(BURST) {
+            let n = chunk.len();
+            for (i, p) in chunk.iter_mut().enumerate() {
+                let h = VnetHdr::from_offload(&p.meta.offload, p.data());
+                m.vnet[i] = h.to_bytes();
+                let data = p.data_mut();
+                m.iov[i] = [
+                    libc::iovec { iov_base: m.vnet[i].as_mut_ptr().cast(), iov_len: VNET_HDR_LEN },
+                    libc::iovec { iov_base: data.as_mut_ptr().cast(), iov_len: data.len() },
+                ];
+                let msg = &mut m.msgs[i];
+                msg.msg_hdr.msg_name = core::ptr::null_mut();
+                msg.msg_hdr.msg_namelen = 0;
+                msg.msg_hdr.msg_iov = m.iov[i].as_mut_ptr();
+                msg.msg_hdr.msg_iovlen = 2;
+                msg.msg_hdr.msg_control = core::ptr::null_mut();
+                msg.msg_hdr.msg_controllen = 0;
+                msg.msg_hdr.msg_flags = 0;
+                msg.msg_len = 0;
+            }
+            let mut idx = 0;
+            while idx < n {
+                // SAFETY: entries idx..n of `msgs` point at the scratch's vnet slots and at
+                // the frames of `chunk`, all live and borrowed for the duration of the call.
+                let r = unsafe {
+                    libc::sendmmsg(
+                        self.fd.as_raw_fd(),
+                        m.msgs.as_mut_ptr().add(idx),
+                        (n - idx) as libc::c_uint,
+                        libc::MSG_DONTWAIT,
+                    )
+                };
+                if r > 0 {
+                    let r = (r as usize).min(n - idx);
+                    for p in &chunk[idx..idx + r] {
+                        self.stats.tx_packets += 1;
+                        self.stats.tx_bytes += p.len() as u64;
+                        if p.meta.offload.gso.is_some() {
+                            self.stats.tx_gso += 1;
+                        }
+                    }
+                    idx += r;
+                    sent += r;
+                    continue;
+                }
+                if r == 0 {
+                    // Nothing taken and no error to read: stop rather than spin.
+                    self.stats.tx_full += 1;
+                    return sent;
+                }
+                let e = io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EINTR) => {}
+                    Some(libc::EAGAIN) | Some(libc::ENOBUFS) if full_waits < TX_FULL_WAITS => {
+                        // The socket buffer or the device queue is full: give the kernel a
+                        // moment, bounded, then let the caller count the rest as drops.
+                        full_waits += 1;
+                        sys::poll::wait_writable(
+                            self.fd.as_raw_fd(),
+                            std::time::Duration::from_millis(1),
+                        );
+                    }
+                    Some(libc::EAGAIN) | Some(libc::ENOBUFS) => {
+                        self.stats.tx_full += 1;
+                        return sent;
+                    }
+                    _ => {
+                        // This frame was refused (bad metadata, too large, link down): skip
+                        // it and go on with the next.
+                        self.stats.tx_errors += 1;
+                        idx += 1;
+                    }
+                }
+            }
+        }
+        sent
+    }
+}
+
+/// Type and flag bits of the fanout groups snic makes: hash, defragment first, and (when
+/// `ignore_outgoing`) leave transmitted frames out.
+fn fanout_type_flags(ignore_outgoing: bool) -> libc::c_int {
+    let io = if ignore_outgoing { PACKET_FANOUT_FLAG_IGNORE_OUTGOING } else { 0 };
+    PACKET_FANOUT_HASH | PACKET_FANOUT_FLAG_DEFRAG | io
+}
+
+/// Set up and map the `TPACKET_V3` rings of socket `fd` (before it is bound).
+fn setup_rings(fd: RawFd, ifname: &str, sizes: &RingSizes) -> io::Result<Box<Rings>> {
+    // SAFETY: sysconf has no memory effects.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    let bs = sizes.rx_block_size;
+    if bs == 0 || !bs.is_multiple_of(page) || bs > u32::MAX as usize || sizes.rx_block_nr == 0 {
+        return Err(invalid(
+            ifname,
+            format!("receive ring: block size {bs} must be a non-zero multiple of {page}"),
+        ));
+    }
+    if (sizes.tx_ring && sizes.tx_frame_nr == 0) || sizes.rx_block_nr > u32::MAX as usize {
+        return Err(invalid(ifname, "ring sizes must be non-zero".into()));
+    }
+    let tx_fpb = TX_BLOCK_SIZE / TX_FRAME_SIZE;
+    let tx_block_nr = if sizes.tx_ring { sizes.tx_frame_nr.div_ceil(tx_fpb) } else { 0 };
+    let tx_frame_nr = tx_block_nr * tx_fpb;
+    if setsockopt_int(fd, SOL_PACKET, PACKET_VERSION, TPACKET_V3).is_err() {
+        return Err(os_err("PACKET_VERSION TPACKET_V3", ifname));
+    }
+    // A frame the kernel cannot send is skipped, not a stop of the whole transmit ring.
+    if setsockopt_int(fd, SOL_PACKET, PACKET_LOSS, 1).is_err() {
+        return Err(os_err("PACKET_LOSS", ifname));
+    }
+    // The frame size is not used by TPACKET_V3 receive, but must divide the block.
+    let rx_frame = 2048.min(bs);
+    let rx = TpacketReq3 {
+        tp_block_size: bs as u32,
+        tp_block_nr: sizes.rx_block_nr as u32,
+        tp_frame_size: rx_frame as u32,
+        tp_frame_nr: ((bs / rx_frame) * sizes.rx_block_nr) as u32,
+        tp_retire_blk_tov: sizes.rx_block_timeout_ms,
+        ..TpacketReq3::default()
+    };
+    if sock::setsockopt_value(fd, SOL_PACKET, PACKET_RX_RING, &rx).is_err() {
+        return Err(os_err(&format!("PACKET_RX_RING {rx:?}"), ifname));
+    }
+    let tx = TpacketReq3 {
+        tp_block_size: TX_BLOCK_SIZE as u32,
+        tp_block_nr: tx_block_nr as u32,
+        tp_frame_size: TX_FRAME_SIZE as u32,
+        tp_frame_nr: tx_frame_nr as u32,
+        ..TpacketReq3::default()
+    };
+    if tx_block_nr > 0 && sock::setsockopt_value(fd, SOL_PACKET, PACKET_TX_RING, &tx).is_err() {
+        return Err(os_err(&format!("PACKET_TX_RING {tx:?}"), ifname));
+    }
+    let rx_len = bs * sizes.rx_block_nr;
+    let map_len = rx_len + TX_BLOCK_SIZE * tx_block_nr;
+    // SAFETY: a fresh shared mapping of the socket's rings (receive ring first, then transmit,
+    // as the kernel lays them out); the result is checked and owned by `Rings`.
+    let map = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            map_len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    if map == libc::MAP_FAILED {
+        return Err(os_err("mmap of the rings", ifname));
+    }
+    Ok(Box::new(Rings {
+        map: map.cast(),
+        map_len,
+        rx_block_size: bs,
+        rx_block_nr: sizes.rx_block_nr,
+        rx_cur: 0,
+        rx_pos: None,
+        tx_base: rx_len,
+        tx_block_size: TX_BLOCK_SIZE,
+        tx_frame_size: TX_FRAME_SIZE,
+        tx_frames_per_block: tx_fpb,
+        tx_frame_nr,
+        tx_head: 0,
+        tx_unkicked: false,
+    }))
+}
+
+/// The offload metadata of a received frame from its virtio-net header, with its offsets moved
+/// past a VLAN tag that is put back.
+fn frame_offload(vnet: &[u8], tag: Option<VlanTag>) -> Result<Offload, ()> {
+    let shift = if tag.is_some() { VLAN_TAG_LEN as u16 } else { 0 };
+    VnetHdr::parse(vnet).and_then(|h| h.shifted(shift)).and_then(|h| h.to_offload()).map_err(|_| ())
+}
+
+/// The last steps of receiving a frame into `p`: put the stripped tag back, set the metadata,
+/// count. False (counted) when the tag could not be put back.
+fn finish_rx(
+    stats: &mut AfPacketStats,
+    now: Instant,
+    p: &mut PacketBuf,
+    off: Offload,
+    tag: Option<VlanTag>,
+) -> bool {
+    if let Some(tag) = tag {
+        if insert_vlan_tag(p, tag).is_err() {
+            stats.rx_vlan_lost += 1;
+            return false;
+        }
+        stats.rx_vlan += 1;
+    }
+    p.meta.offload = off;
+    p.meta.rx_time = now;
+    stats.rx_packets += 1;
+    stats.rx_bytes += p.len() as u64;
+    if off.gso.is_some() {
+        stats.rx_gso += 1;
+    }
+    true
+}
+
+/// Copy ring frame `f` of `block` into a new slot of `batch` (the caller checked that one is
+/// free); false (counted) when it is dropped.
+fn deliver_ring_frame(
+    stats: &mut AfPacketStats,
+    now: Instant,
+    batch: &mut Batch,
+    block: &[u8],
+    f: &RxFrame,
+) -> bool {
+    if f.pkttype == PACKET_OUTGOING {
+        stats.rx_outgoing += 1;
+        return false;
+    }
+    if f.snaplen < f.len || f.snaplen > RX_FRAME_ROOM {
+        stats.rx_truncated += 1;
+        return false;
+    }
+    let tag = (f.status & TP_STATUS_VLAN_VALID != 0).then_some(VlanTag {
+        tpid: if f.status & TP_STATUS_VLAN_TPID_VALID != 0 { f.vlan_tpid } else { ETH_P_8021Q },
+        tci: f.vlan_tci,
+    });
+    let (vnet, data) = f.slices(block, VNET_HDR_LEN);
+    let Ok(off) = frame_offload(vnet, tag) else {
+        stats.rx_bad_vnet += 1;
+        return false;
+    };
+    let Some(p) = batch.push_slot() else { return false };
+    p.reserve_frame(data.len());
+    p.recv_area()[..data.len()].copy_from_slice(data);
+    if p.set_len(data.len()).is_err() || !finish_rx(stats, now, p, off, tag) {
+        batch.pop_slot();
+        return false;
+    }
+    true
+}
+
+/// The `PACKET_AUXDATA` control message of received message `hdr`, if any.
+fn vlan_tag(msg: &libc::mmsghdr) -> Option<TpacketAuxdata> {
+    let hdr = &msg.msg_hdr;
+    let mut aux = None;
+    // SAFETY: after `recvmmsg`, `hdr.msg_control` points at the scratch's control buffer of
+    // this slot (live, owned by the port) and `hdr.msg_controllen` is the length the kernel
+    // wrote there, at most the buffer's size; the CMSG_* walk stays inside that range. The
+    // payload is read unaligned and only when the message is as long as a `tpacket_auxdata`.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(hdr);
+        while !c.is_null() {
+            let need = libc::CMSG_LEN(core::mem::size_of::<TpacketAuxdata>() as u32) as usize;
+            if (*c).cmsg_level == SOL_PACKET
+                && (*c).cmsg_type == PACKET_AUXDATA
+                && (*c).cmsg_len as usize >= need
+            {
+                aux = Some(libc::CMSG_DATA(c).cast::<TpacketAuxdata>().read_unaligned());
+                break;
+            }
+            c = libc::CMSG_NXTHDR(hdr, c);
+        }
+    }
+    aux
+}
+
+impl Port for AfPacketPort {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn recv(&mut self, now: Instant, batch: &mut Batch) -> io::Result<usize> {
+        let got = if self.rings.is_some() {
+            // Frames marked on a full send buffer go out with the next chance.
+            if self.rings.as_ref().is_some_and(|r| r.tx_unkicked) {
+                self.kick();
+            }
+            self.recv_ring(now, batch)
+        } else {
+            self.recv_mmsg(now, batch)?
+        };
+        // PACKET_STATISTICS is one getsockopt: read it every STATS_EVERY receives, or sooner
+        // when the socket has nothing (a busy loop polling an idle port reads it at most every
+        // 16th time).
+        self.since_stats += 1;
+        if self.since_stats >= STATS_EVERY || (got == 0 && self.since_stats >= 16) {
+            self.since_stats = 0;
+            self.read_kernel_stats();
+        }
+        Ok(got)
+    }
+
     fn send(&mut self, _now: Instant, batch: &mut Batch) -> io::Result<usize> {
-        let sent = self.send_frames(batch);
+        let sent = if self.rings.as_ref().is_some_and(|r| r.tx_frame_nr > 0) {
+            self.send_ring(batch)
+        } else {
+            self.send_mmsg(batch)
+        };
         self.stats.tx_dropped += (batch.len() - sent) as u64;
         Ok(sent)
     }
@@ -623,14 +1324,20 @@ impl Port for AfPacketPort {
     }
 
     fn counters(&self) -> PortCounters {
-        let s = &self.stats;
+        let s = self.stats();
         PortCounters {
             rx_packets: s.rx_packets,
             rx_bytes: s.rx_bytes,
-            rx_errors: s.rx_bad_vnet + s.rx_truncated + s.rx_vlan_lost + s.rx_errors,
+            rx_errors: s.rx_bad_vnet
+                + s.rx_truncated
+                + s.rx_vlan_lost
+                + s.rx_errors
+                + s.rx_ring_errors,
             tx_packets: s.tx_packets,
             tx_bytes: s.tx_bytes,
             tx_dropped: s.tx_dropped,
+            rx_kernel_drops: s.rx_kernel_drops,
+            tx_ring_full: s.tx_ring_full,
             ..PortCounters::default()
         }
     }
@@ -645,6 +1352,19 @@ mod tests {
         let e = AfPacketPort::open("snicnosuch0").unwrap_err();
         let msg = e.to_string();
         assert!(msg.starts_with("afpacket:snicnosuch0: no such interface"), "{msg}");
+    }
+
+    #[test]
+    fn rings_are_the_default_and_sizes_are_checked() {
+        let o = AfPacketOptions::default();
+        assert_eq!(o.mode, AfPacketMode::Ring(RingSizes::default()));
+        assert!(o.promiscuous && o.fanout_group.is_none());
+        // The default receive block takes a super-packet with its headers.
+        assert!(RingSizes::default().rx_block_size > RX_FRAME_ROOM + 256);
+        assert_eq!(
+            AfPacketPort::open_queues("lo", 0, o).unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
     }
 
     #[test]

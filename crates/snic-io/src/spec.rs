@@ -3,7 +3,7 @@
 //! | spec | port |
 //! |---|---|
 //! | `pcap:IN[,OUT]` | read frames from pcap/pcapng file `IN`, write what is sent to `OUT` (an empty `IN`, as in `pcap:,out.pcap`, makes a write-only port) |
-//! | `afpacket:IFNAME` | an AF_PACKET socket on interface `IFNAME` |
+//! | `afpacket:IFNAME` | an AF_PACKET socket on interface `IFNAME` (TPACKET_V3 rings; `SNIC_AFPACKET_MODE=mmsg` in the environment selects `recvmmsg`/`sendmmsg`, `tx-ring` a transmit ring too) |
 //! | `afxdp:IFNAME[,QUEUE]` | an AF_XDP socket on queue `QUEUE` (default 0) of interface `IFNAME` |
 //! | `tap:NAME` | a TAP device |
 //! | `udp:LOCAL,REMOTE` | a UDP tunnel, one Ethernet frame per datagram (`udp:127.0.0.1:7000,127.0.0.1:7001`) |
@@ -336,7 +336,22 @@ mod shim {
     use std::io;
 
     pub(super) fn afpacket(ifname: &str) -> io::Result<Box<dyn Port>> {
-        Ok(Box::new(crate::afpacket::AfPacketPort::open(ifname)?))
+        Ok(Box::new(crate::afpacket::AfPacketPort::open_with(ifname, afpacket_options())?))
+    }
+
+    /// AF_PACKET options of ports opened from a spec: the defaults (receive ring, `sendmmsg`),
+    /// or, for comparison and as a fallback, the `recvmmsg`/`sendmmsg` path when the
+    /// environment has `SNIC_AFPACKET_MODE=mmsg`, a transmit ring too with `tx-ring`.
+    fn afpacket_options() -> crate::afpacket::AfPacketOptions {
+        use crate::afpacket::{AfPacketMode, AfPacketOptions, RingSizes};
+        match std::env::var("SNIC_AFPACKET_MODE").as_deref() {
+            Ok("mmsg") => AfPacketOptions { mode: AfPacketMode::Mmsg, ..Default::default() },
+            Ok("tx-ring") => {
+                let sizes = RingSizes { tx_ring: true, ..RingSizes::default() };
+                AfPacketOptions { mode: AfPacketMode::Ring(sizes), ..Default::default() }
+            }
+            _ => AfPacketOptions::default(),
+        }
     }
 
     pub(super) fn tap(name: &str) -> io::Result<Box<dyn Port>> {
@@ -347,12 +362,13 @@ mod shim {
         Ok(Box::new(crate::afxdp::AfXdpPort::open(ifname, queue)?))
     }
 
-    /// `n` AF_PACKET sockets in one `PACKET_FANOUT` (hash) group. Not built yet: `None`.
+    /// `n` AF_PACKET sockets, each with its own rings, in one `PACKET_FANOUT` (hash) group.
     pub(super) fn afpacket_queues(
-        _ifname: &str,
-        _n: usize,
+        ifname: &str,
+        n: usize,
     ) -> io::Result<Option<Vec<Box<dyn Port>>>> {
-        Ok(None)
+        let qs = crate::afpacket::AfPacketPort::open_queues(ifname, n, afpacket_options())?;
+        Ok(Some(qs.into_iter().map(|q| Box::new(q) as Box<dyn Port>).collect()))
     }
 
     /// `n` AF_XDP sockets on queues `queue..queue + n`. Not built yet: `None`.
@@ -364,9 +380,10 @@ mod shim {
         Ok(None)
     }
 
-    /// `n` queues of a multi-queue TAP device (`IFF_MULTI_QUEUE`). Not built yet: `None`.
-    pub(super) fn tap_queues(_name: &str, _n: usize) -> io::Result<Option<Vec<Box<dyn Port>>>> {
-        Ok(None)
+    /// `n` queues of a multi-queue TAP device (`IFF_MULTI_QUEUE`).
+    pub(super) fn tap_queues(name: &str, n: usize) -> io::Result<Option<Vec<Box<dyn Port>>>> {
+        let qs = crate::tap::TapPort::open_queues(name, n)?;
+        Ok(Some(qs.into_iter().map(|q| Box::new(q) as Box<dyn Port>).collect()))
     }
 }
 

@@ -78,27 +78,65 @@ impl TapPort {
     /// Create (or attach to) TAP device `name`, bring it up, and open it with virtio-net
     /// headers and offloads on, non-blocking.
     pub fn open(name: &str) -> io::Result<TapPort> {
-        let ctx = |what: &str, e: io::Error| {
-            let hint = if e.kind() == io::ErrorKind::PermissionDenied {
-                " (TAP devices need root or CAP_NET_ADMIN)"
-            } else {
-                ""
-            };
-            io::Error::new(e.kind(), format!("tap:{name}: {what}: {e}{hint}"))
-        };
         let dev = DeviceBuilder::new()
             .name(name)
             .layer(Layer::L2)
             .offload(true)
             .enable(true)
             .build_sync()
-            .map_err(|e| ctx("creating the device", e))?;
+            .map_err(|e| Self::ctx(name, "creating the device", e))?;
+        Self::from_device(name, dev)
+    }
+
+    /// Open `n` queues of multi-queue TAP device `name` (`IFF_MULTI_QUEUE`, created or attached
+    /// to like [`TapPort::open`]): `/dev/net/tun` is opened `n` times on the same name, each
+    /// with virtio-net headers and offloads, non-blocking. The kernel spreads the frames the
+    /// host sends into the device over the queues by flow; any queue may send any frame. A
+    /// device that exists without `IFF_MULTI_QUEUE` cannot be attached this way (the error
+    /// says so). With `n == 1` this is [`TapPort::open`].
+    pub fn open_queues(name: &str, n: usize) -> io::Result<Vec<TapPort>> {
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("tap:{name}: zero queues"),
+            ));
+        }
+        if n == 1 {
+            return Ok(vec![Self::open(name)?]);
+        }
+        let first = DeviceBuilder::new()
+            .name(name)
+            .layer(Layer::L2)
+            .offload(true)
+            .multi_queue(true)
+            .enable(true)
+            .build_sync()
+            .map_err(|e| Self::ctx(name, "creating the multi-queue device", e))?;
+        let mut devs = Vec::with_capacity(n);
+        for _ in 1..n {
+            devs.push(first.try_clone().map_err(|e| Self::ctx(name, "opening a queue", e))?);
+        }
+        devs.insert(0, first);
+        devs.into_iter().map(|d| Self::from_device(name, d)).collect()
+    }
+
+    fn ctx(name: &str, what: &str, e: io::Error) -> io::Error {
+        let hint = if e.kind() == io::ErrorKind::PermissionDenied {
+            " (TAP devices need root or CAP_NET_ADMIN)"
+        } else {
+            ""
+        };
+        io::Error::new(e.kind(), format!("tap:{name}: {what}: {e}{hint}"))
+    }
+
+    /// A port over an opened device (or one queue of it).
+    fn from_device(name: &str, dev: SyncDevice) -> io::Result<TapPort> {
         if !dev.tcp_gso() {
             return Err(io::Error::other(format!(
                 "tap:{name}: the kernel refused IFF_VNET_HDR / TUNSETOFFLOAD"
             )));
         }
-        dev.set_nonblocking(true).map_err(|e| ctx("set_nonblocking", e))?;
+        dev.set_nonblocking(true).map_err(|e| Self::ctx(name, "set_nonblocking", e))?;
         let mtu = dev.mtu().map(usize::from).unwrap_or(1500);
         Ok(TapPort {
             dev,

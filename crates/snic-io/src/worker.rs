@@ -28,6 +28,7 @@ use snic_pipeline::trace::{TX_STAGE, TraceEvent, TraceRing, TraceWhat};
 use snic_pipeline::{Batch, Counters, DropReason, MAX_BATCH, PacketBuf, Pipeline, PortId};
 use snic_time::{Clock, Instant, MonotonicClock};
 use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -417,6 +418,11 @@ impl PortSet {
         self.ports.iter().map(|p| (p.name().to_string(), p.counters())).collect()
     }
 
+    /// Each port's own counters, in `PortId` order.
+    pub fn port_counters_only(&self) -> Vec<PortCounters> {
+        self.ports.iter().map(|p| p.counters()).collect()
+    }
+
     /// Flush every port; the first error is returned after trying them all.
     pub fn flush(&mut self) -> io::Result<()> {
         let mut first = Ok(());
@@ -723,6 +729,231 @@ impl WorkerPool {
         }
         out
     }
+}
+
+/// What one queue worker shares with the thread that watches the run.
+#[derive(Debug, Default)]
+struct QueueShared {
+    /// Packets the worker received so far (the watcher's idle-exit clock).
+    received: AtomicU64,
+    /// Packets the worker's pipeline holds (a shaper, an exception queue), as of its last idle
+    /// round.
+    pending: AtomicUsize,
+    /// The worker's finite sources (if it has any) are all exhausted, as of its last idle round.
+    sources_done: AtomicBool,
+    /// The worker's counters as last published: pipeline and I/O side merged, and each port's
+    /// own counters.
+    snapshot: Mutex<(Counters, Vec<PortCounters>)>,
+}
+
+#[derive(Debug)]
+struct QueueHandle {
+    shared: Arc<QueueShared>,
+    thread: Option<JoinHandle<(Node, Option<io::Error>)>>,
+}
+
+/// Worker threads that each own one queue of every port (see [`crate::spec::PortSpec::open_queues`])
+/// and run the whole loop themselves: receive from their queues, run their pipeline, transmit
+/// on their own queue of the egress port, and wait in `poll(2)` on their own descriptors when
+/// idle. There is no I/O thread, no RSS dispatch and so no `pipeline_full` drop: the kernel (or
+/// the port) spreads the flows over the queues. Each worker is a [`Node`] on the real clock.
+///
+/// Workers publish their counters every 100 ms ([`QueuePool::snapshot`]), count what they
+/// receive ([`QueuePool::received`], for an idle timeout), and stop when asked
+/// ([`QueuePool::join`]), releasing what their stages still hold first.
+#[derive(Debug)]
+pub struct QueuePool {
+    workers: Vec<QueueHandle>,
+    stop: Arc<AtomicBool>,
+    names: Vec<String>,
+}
+
+/// Longest a stopping queue worker waits for its stages to release packets they hold.
+const HELD_DRAIN_LIMIT: Duration = Duration::from_secs(10);
+
+impl QueuePool {
+    /// Start one thread per node. `finite[i]` says whether port `i` is a finite source (its
+    /// exhaustion may end the run); `idle_wait` is the longest `poll(2)` wait of an idle worker.
+    /// Every node must have the same ports, in the same order (queue `k` of each port in node
+    /// `k`).
+    pub fn start(
+        nodes: Vec<Node>,
+        finite: &[bool],
+        clock: MonotonicClock,
+        idle_wait: Duration,
+    ) -> io::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let names = nodes
+            .first()
+            .map(|n| n.ports.ports().iter().map(|p| p.name().to_string()).collect())
+            .unwrap_or_default();
+        let mut workers = Vec::with_capacity(nodes.len());
+        for (k, node) in nodes.into_iter().enumerate() {
+            let shared = Arc::new(QueueShared {
+                snapshot: Mutex::new((node.counters(), node.ports.port_counters_only())),
+                ..Default::default()
+            });
+            let (sh, st, fin) = (Arc::clone(&shared), Arc::clone(&stop), finite.to_vec());
+            let spawned = std::thread::Builder::new()
+                .name(format!("snic-worker-{k}"))
+                .spawn(move || queue_worker(node, &fin, &sh, &st, clock, idle_wait));
+            match spawned {
+                Ok(t) => workers.push(QueueHandle { shared, thread: Some(t) }),
+                Err(e) => {
+                    // Stop the ones already running before reporting.
+                    stop.store(true, Ordering::Relaxed);
+                    for w in &mut workers {
+                        if let Some(t) = w.thread.take() {
+                            let _ = t.join();
+                        }
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(QueuePool { workers, stop, names })
+    }
+
+    /// Number of workers.
+    pub fn len(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// True with no workers.
+    pub fn is_empty(&self) -> bool {
+        self.workers.is_empty()
+    }
+
+    /// The ports' names (worker 0's queues), in `PortId` order.
+    pub fn port_names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// Packets received by every worker so far.
+    pub fn received(&self) -> u64 {
+        self.workers.iter().map(|w| w.shared.received.load(Ordering::Relaxed)).sum()
+    }
+
+    /// Packets the workers' stages hold, as of their last idle round.
+    pub fn pending(&self) -> usize {
+        self.workers.iter().map(|w| w.shared.pending.load(Ordering::Relaxed)).sum()
+    }
+
+    /// True when every worker's finite sources are exhausted (false when no port is finite).
+    pub fn sources_done(&self) -> bool {
+        self.workers.iter().all(|w| w.shared.sources_done.load(Ordering::Relaxed))
+    }
+
+    /// The latest counter snapshots of every worker: pipeline and I/O counters merged, and each
+    /// port's own counters merged over its queues.
+    pub fn snapshot(&self) -> (Counters, Vec<PortCounters>) {
+        let mut c = Counters::default();
+        let mut ports = vec![PortCounters::default(); self.names.len()];
+        for w in &self.workers {
+            if let Ok(s) = w.shared.snapshot.lock() {
+                c.merge(&s.0);
+                for (m, q) in ports.iter_mut().zip(&s.1) {
+                    m.merge(q);
+                }
+            }
+        }
+        (c, ports)
+    }
+
+    /// Stop the workers and return their nodes (in worker order) and the first I/O error a
+    /// worker stopped on, if any.
+    pub fn join(mut self) -> (Vec<Node>, Option<io::Error>) {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut nodes = Vec::with_capacity(self.workers.len());
+        let mut first = None;
+        for w in &mut self.workers {
+            match w.thread.take().map(JoinHandle::join) {
+                Some(Ok((node, err))) => {
+                    nodes.push(node);
+                    if let Some(e) = err {
+                        first.get_or_insert(e);
+                    }
+                }
+                Some(Err(_)) => {
+                    first.get_or_insert(io::Error::other("a worker thread panicked"));
+                }
+                None => {}
+            }
+        }
+        (nodes, first)
+    }
+}
+
+impl Drop for QueuePool {
+    fn drop(&mut self) {
+        // Never leave workers running behind a pool that was not joined.
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// One queue worker's loop (see [`QueuePool`]).
+fn queue_worker(
+    mut node: Node,
+    finite: &[bool],
+    shared: &QueueShared,
+    stop: &AtomicBool,
+    clock: MonotonicClock,
+    idle_wait: Duration,
+) -> (Node, Option<io::Error>) {
+    let mut fds = Vec::new();
+    node.poll_fds(&mut fds);
+    let has_finite = finite.iter().any(|f| *f);
+    let publish = |node: &Node| {
+        if let Ok(mut s) = shared.snapshot.lock() {
+            *s = (node.counters(), node.ports.port_counters_only());
+        }
+    };
+    let mut last_publish = clock.now();
+    let mut error = None;
+    while !stop.load(Ordering::Relaxed) {
+        let now = clock.now();
+        let received = {
+            let Node { pipeline, ports, trace, .. } = &mut node;
+            ports.round(now, &mut Inline { pipeline, trace })
+        };
+        let released = node.ports.release_held(now, &mut node.pipeline, &mut node.trace);
+        if received > 0 {
+            shared.received.fetch_add(received as u64, Ordering::Relaxed);
+        }
+        if now - last_publish >= PUBLISH_EVERY {
+            last_publish = now;
+            publish(&node);
+        }
+        if received > 0 || released.is_some_and(|n| n > 0) {
+            continue;
+        }
+        shared.pending.store(node.pipeline.pending(), Ordering::Relaxed);
+        if has_finite {
+            let done = node.finite_sources_exhausted(finite);
+            shared.sources_done.store(done, Ordering::Relaxed);
+        }
+        // Idle: sleep until a queue is readable, something a stage or port holds is due, or
+        // `idle_wait` (which also bounds how late the stop flag is seen).
+        let wait = match node.poll_timeout() {
+            Some(t) => t.saturating_duration_since(now).clamp(HELD_POLL_MIN, idle_wait),
+            None => idle_wait,
+        };
+        if let Err(e) = crate::sys::poll::wait_readable(&fds, wait) {
+            error = Some(e);
+            break;
+        }
+    }
+    // Stopping: what the stages still hold is released (when due) and transmitted.
+    let deadline = clock.now() + HELD_DRAIN_LIMIT;
+    while node.pipeline.pending() > 0 && clock.now() < deadline {
+        let now = clock.now();
+        if node.ports.release_held(now, &mut node.pipeline, &mut node.trace).is_none() {
+            std::thread::sleep(HELD_POLL_MIN);
+        }
+    }
+    shared.pending.store(node.pipeline.pending(), Ordering::Relaxed);
+    publish(&node);
+    (node, error)
 }
 
 #[cfg(test)]

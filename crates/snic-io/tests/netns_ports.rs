@@ -378,11 +378,47 @@ fn afpacket_forwards_super_packets_between_namespaces() {
     if !can_run("afpacket_forwards_super_packets_between_namespaces") {
         return;
     }
-    let topo = Topology::create("pt", [true, true]);
+    forward_super_packets("pt", AfPacketOptions::default());
+}
+
+/// The same through the `recvmmsg`/`sendmmsg` path (the fallback).
+#[test]
+fn afpacket_mmsg_forwards_super_packets_between_namespaces() {
+    if !can_run("afpacket_mmsg_forwards_super_packets_between_namespaces") {
+        return;
+    }
+    let opts = AfPacketOptions {
+        mode: snic_io::afpacket::AfPacketMode::Mmsg,
+        ..AfPacketOptions::default()
+    };
+    forward_super_packets("pm", opts);
+}
+
+/// The same with a transmit ring too (`RingSizes::tx_ring`): the virtio-net header goes in
+/// front of each frame in the ring.
+#[test]
+fn afpacket_tx_ring_forwards_super_packets_between_namespaces() {
+    if !can_run("afpacket_tx_ring_forwards_super_packets_between_namespaces") {
+        return;
+    }
+    let sizes = snic_io::afpacket::RingSizes { tx_ring: true, ..Default::default() };
+    let opts = AfPacketOptions {
+        mode: snic_io::afpacket::AfPacketMode::Ring(sizes),
+        ..AfPacketOptions::default()
+    };
+    forward_super_packets("pr", opts);
+}
+
+fn forward_super_packets(tag: &str, opts: AfPacketOptions) {
+    let topo = Topology::create(tag, [true, true]);
     // Default offloads stay on: TSO on the veths is what makes super-packets.
-    let a = AfPacketPort::open(&topo.outer[0]).expect("open port a");
-    let b = AfPacketPort::open(&topo.outer[1]).expect("open port b");
+    let a = AfPacketPort::open_with(&topo.outer[0], opts).expect("open port a");
+    let b = AfPacketPort::open_with(&topo.outer[1], opts).expect("open port b");
     assert_eq!(a.name(), format!("afpacket:{}", topo.outer[0]));
+    let rings = matches!(opts.mode, snic_io::afpacket::AfPacketMode::Ring(_));
+    assert_eq!((a.uses_rings(), b.uses_rings()), (rings, rings));
+    let tx_ring = matches!(opts.mode, snic_io::afpacket::AfPacketMode::Ring(s) if s.tx_ring);
+    assert_eq!(b.uses_tx_ring(), tx_ring);
     let fwd = Forwarder::start(a, b, false);
     ping(&topo, 0, 1);
     transfer_intact(&topo, 0, 1);
@@ -435,7 +471,7 @@ fn fanout_group_shares_an_interface() {
     }
     let topo = Topology::create("fo", [true, true]);
     let group = Some((std::process::id() & 0xffff) as u16);
-    let opts = AfPacketOptions { promiscuous: true, fanout_group: group };
+    let opts = AfPacketOptions { fanout_group: group, ..Default::default() };
     let a1 = AfPacketPort::open_with(&topo.outer[0], opts).expect("first socket of the group");
     let a2 = AfPacketPort::open_with(&topo.outer[0], opts).expect("second socket of the group");
     assert_ne!(a1.poll_fd(), a2.poll_fd());
@@ -835,4 +871,235 @@ fn afpacket_keeps_vlan_tags_of_super_packets() {
     assert!(a.rx_gso >= 1 && a.rx_vlan >= 1 && b.tx_gso == 0, "{a:?} {b:?}");
     assert_eq!(a.rx_bad_vnet + a.rx_vlan_lost + b.tx_errors, 0);
     assert_no_drops(dropped, [a.tx_dropped, b.tx_dropped]);
+}
+
+/// A veth pair in the root namespace with IPv6 off on both ends (so the kernel sends nothing
+/// on them by itself: every frame on the pair is the test's); deleted on drop.
+struct VethPair {
+    a: String,
+    b: String,
+}
+
+impl VethPair {
+    fn create(tag: &str) -> VethPair {
+        let pid = std::process::id();
+        let p = VethPair { a: format!("fp{tag}{pid}a"), b: format!("fp{tag}{pid}b") };
+        must(10, &["ip", "link", "add", &p.a, "type", "veth", "peer", "name", &p.b]);
+        for d in [&p.a, &p.b] {
+            std::fs::write(format!("/proc/sys/net/ipv6/conf/{d}/disable_ipv6"), "1")
+                .expect("disable IPv6");
+            must(10, &["ip", "link", "set", d, "up"]);
+        }
+        p
+    }
+
+    /// A counter of interface `dev` from sysfs.
+    fn stat(dev: &str, what: &str) -> u64 {
+        std::fs::read_to_string(format!("/sys/class/net/{dev}/statistics/{what}"))
+            .expect("interface statistics")
+            .trim()
+            .parse()
+            .expect("a number")
+    }
+}
+
+impl Drop for VethPair {
+    fn drop(&mut self) {
+        let _ = run(10, &["ip", "link", "del", &self.a]);
+    }
+}
+
+/// A 64-byte Ethernet/IPv4/UDP frame of flow `flow` (its source port) carrying `seq`.
+fn flow_frame(flow: u16, seq: u32) -> Vec<u8> {
+    let mut f = Vec::new();
+    let mut payload = b"FPKT".to_vec();
+    payload.extend_from_slice(&seq.to_be_bytes());
+    payload.resize(18, 0);
+    etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+        .ipv4([10, 198, 0, 1], [10, 198, 0, 2], 64)
+        .udp(10_000 + flow, 7777)
+        .write(&mut f, &payload)
+        .expect("build frame");
+    f
+}
+
+/// The sequence number of a frame built by [`flow_frame`], if it is one.
+fn flow_seq(frame: &[u8]) -> Option<u32> {
+    let p = frame.get(42..50)?;
+    (p[..4] == *b"FPKT").then(|| u32::from_be_bytes([p[4], p[5], p[6], p[7]]))
+}
+
+/// Send `n` frames of `flows` flows (sequence numbers `first..first + n`) on `tx`, in batches.
+fn send_flows(tx: &mut dyn Port, first: u32, n: u32, flows: u16) -> u64 {
+    let mut sent = 0;
+    let mut seq = first;
+    while seq < first + n {
+        let mut b = Batch::new(64);
+        while !b.is_full() && seq < first + n {
+            b.push_frame(&flow_frame((seq % u32::from(flows)) as u16, seq)).unwrap();
+            seq += 1;
+        }
+        sent += tx.send(Instant::ZERO, &mut b).expect("send") as u64;
+    }
+    sent
+}
+
+/// Read `port` until it has had nothing for 100 ms in a row (a drain, not a timing check);
+/// returns the sequence numbers of the test frames received.
+fn drain(port: &mut dyn Port) -> Vec<u32> {
+    let mut seqs = Vec::new();
+    let mut idle = std::time::Instant::now();
+    let start = std::time::Instant::now();
+    while idle.elapsed() < Duration::from_millis(100) && start.elapsed() < Duration::from_secs(20) {
+        let mut b = Batch::new(256);
+        if port.recv(Instant::ZERO, &mut b).expect("recv") > 0 {
+            seqs.extend(b.iter().filter_map(|p| flow_seq(p.data())));
+            idle = std::time::Instant::now();
+        } else {
+            thread::sleep(Duration::from_micros(200));
+        }
+    }
+    seqs
+}
+
+/// A receive ring far too small for a burst that is not read: the kernel drops at the socket,
+/// and those drops show in the port's `rx_kernel_drops` (from `PACKET_STATISTICS`). Every
+/// frame the sending interface sent is accounted for: received or dropped by the kernel.
+#[test]
+fn afpacket_ring_reports_kernel_drops() {
+    if !can_run("afpacket_ring_reports_kernel_drops") {
+        return;
+    }
+    use snic_io::afpacket::{AfPacketMode, RingSizes};
+    let pair = VethPair::create("kd");
+    let tiny = RingSizes { rx_block_size: 4096, rx_block_nr: 2, ..RingSizes::default() };
+    let opts = AfPacketOptions { mode: AfPacketMode::Ring(tiny), ..Default::default() };
+    let mut rx = AfPacketPort::open_with(&pair.b, opts).expect("open receiver");
+    let quiet = AfPacketOptions { promiscuous: false, ..Default::default() };
+    let mut tx = AfPacketPort::open_with(&pair.a, quiet).expect("open sender");
+    let before = VethPair::stat(&pair.a, "tx_packets");
+    let n = 200_000;
+    let sent = send_flows(&mut tx, 0, n, 64);
+    let wire = VethPair::stat(&pair.a, "tx_packets") - before;
+    let got = drain(&mut rx);
+    let s = rx.stats();
+    eprintln!("sent {sent} (interface: {wire}), received {}, {s:?}", got.len());
+    assert!(sent > 0 && wire > 0, "nothing sent: {:?}", tx.stats());
+    assert!(s.rx_kernel_drops > 0, "no kernel drops reported: {s:?}");
+    assert_eq!(rx.counters().rx_kernel_drops, s.rx_kernel_drops);
+    assert_eq!(s.rx_packets, got.len() as u64, "only the test's frames on the pair");
+    assert_eq!(s.rx_packets + s.rx_kernel_drops, wire, "received + dropped = sent: {s:?}");
+    assert_eq!(s.rx_ring_errors + s.rx_bad_vnet + s.rx_truncated, 0, "{s:?}");
+}
+
+/// The same burst through the `recvmmsg` path: drops are reported there too (socket buffer).
+#[test]
+fn afpacket_mmsg_reports_kernel_drops() {
+    if !can_run("afpacket_mmsg_reports_kernel_drops") {
+        return;
+    }
+    use snic_io::afpacket::AfPacketMode;
+    let pair = VethPair::create("km");
+    let opts = AfPacketOptions { mode: AfPacketMode::Mmsg, ..Default::default() };
+    let mut rx = AfPacketPort::open_with(&pair.b, opts).expect("open receiver");
+    let mut tx = AfPacketPort::open_with(&pair.a, AfPacketOptions { promiscuous: false, ..opts })
+        .expect("open sender");
+    assert!(!rx.uses_rings());
+    let before = VethPair::stat(&pair.a, "tx_packets");
+    send_flows(&mut tx, 0, 200_000, 64);
+    let wire = VethPair::stat(&pair.a, "tx_packets") - before;
+    let got = drain(&mut rx);
+    let s = rx.stats();
+    eprintln!("interface sent {wire}, received {}, {s:?}", got.len());
+    assert!(s.rx_kernel_drops > 0, "no kernel drops reported: {s:?}");
+    assert_eq!(s.rx_packets + s.rx_kernel_drops, wire, "received + dropped = sent: {s:?}");
+}
+
+/// Two fanout queues on one interface: frames of many flows land on both, each exactly once
+/// in total, and a queue's own transmissions come back to neither.
+#[test]
+fn afpacket_fanout_queues_split_flows() {
+    if !can_run("afpacket_fanout_queues_split_flows") {
+        return;
+    }
+    let pair = VethPair::create("fq");
+    let spec: snic_io::PortSpec = format!("afpacket:{}", pair.b).parse().unwrap();
+    let mut queues = spec.open_queues(2).expect("open queues").expect("afpacket splits");
+    assert_eq!(queues.len(), 2);
+    let quiet = AfPacketOptions { promiscuous: false, ..Default::default() };
+    let mut tx = AfPacketPort::open_with(&pair.a, quiet).expect("open sender");
+    let n = 2000;
+    assert_eq!(send_flows(&mut tx, 0, n, 97), u64::from(n));
+    // A queue transmits on the shared interface: frames with other sequence numbers.
+    assert_eq!(send_flows(queues[0].as_mut(), 1_000_000, 100, 7), 100);
+    assert_eq!(send_flows(queues[1].as_mut(), 2_000_000, 100, 7), 100);
+    let mut per_queue = Vec::new();
+    let mut all = Vec::new();
+    for q in queues.iter_mut() {
+        let got = drain(q.as_mut());
+        per_queue.push(got.len());
+        all.extend(got);
+    }
+    eprintln!("per queue: {per_queue:?}");
+    assert!(all.iter().all(|&s| s < n), "a queue received transmitted frames");
+    all.sort_unstable();
+    let want: Vec<u32> = (0..n).collect();
+    assert_eq!(all, want, "every frame exactly once over the queues");
+    assert!(per_queue.iter().all(|&c| c > 0), "one queue got nothing: {per_queue:?}");
+    assert_eq!(VethPair::stat(&pair.a, "rx_packets"), 200, "both queues' frames left");
+}
+
+/// UDP to 64 ports, `argv[2]` datagrams, from the namespace to `argv[1]`; payload `FPKT` and a
+/// sequence number (as in [`flow_frame`]).
+const FLOW_SENDER: &str = r#"
+import socket, struct, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for i in range(int(sys.argv[2])):
+    s.sendto(b"FPKT" + struct.pack("!I", i) + bytes(10), (sys.argv[1], 7000 + i % 64))
+"#;
+
+/// A multi-queue TAP: the host's frames of many flows are spread over both queues, each
+/// exactly once; both queues send.
+#[test]
+fn tap_queues_split_flows() {
+    if !can_run("tap_queues_split_flows") {
+        return;
+    }
+    let topo = Topology::create("tq", [false, false]);
+    let name = format!("fptq{}", std::process::id());
+    let spec: snic_io::PortSpec = format!("tap:{name}").parse().unwrap();
+    let mut queues = spec.open_queues(2).expect("open queues").expect("tap splits");
+    assert_eq!(queues.len(), 2);
+    topo.adopt(0, &name);
+    let dev = &topo.inner[0];
+    // A neighbour with a fixed MAC address, so the namespace sends at once (no ARP).
+    topo.must_in(
+        0,
+        &["ip", "neigh", "add", "10.199.77.9", "lladdr", "02:00:00:00:00:09", "dev", dev],
+    );
+    let n = 500u32;
+    topo.must_in(0, &["python3", "-c", FLOW_SENDER, "10.199.77.9", &n.to_string()]);
+    let mut per_queue = Vec::new();
+    let mut all = Vec::new();
+    for q in queues.iter_mut() {
+        let got = drain(q.as_mut());
+        per_queue.push(got.len());
+        all.extend(got);
+    }
+    eprintln!("per queue: {per_queue:?}");
+    all.sort_unstable();
+    assert_eq!(all, (0..n).collect::<Vec<_>>(), "every datagram exactly once");
+    assert!(per_queue.iter().all(|&c| c > 0), "one queue got nothing: {per_queue:?}");
+    // Both queues send into the namespace.
+    let rx = |topo: &Topology| -> u64 {
+        let (ok, s) =
+            topo.exec(0, 10, &["cat", &format!("/sys/class/net/{dev}/statistics/rx_packets")]);
+        assert!(ok);
+        s.trim().parse().expect("a number")
+    };
+    let before = rx(&topo);
+    for q in queues.iter_mut() {
+        assert_eq!(send_flows(q.as_mut(), 0, 10, 3), 10);
+    }
+    assert_eq!(rx(&topo) - before, 20, "frames of both queues arrived");
 }

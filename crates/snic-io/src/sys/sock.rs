@@ -48,6 +48,24 @@ pub fn getsockopt_int(fd: RawFd, level: libc::c_int, opt: libc::c_int) -> io::Re
     if r == 0 { Ok(val) } else { Err(io::Error::last_os_error()) }
 }
 
+/// `getsockopt` of an option made of `N` 32-bit words (a `tpacket_stats_v3`, ...) on the open
+/// socket `fd`: returns the words (those the kernel did not write stay 0) and the number of
+/// bytes it wrote.
+pub fn getsockopt_u32s<const N: usize>(
+    fd: RawFd,
+    level: libc::c_int,
+    opt: libc::c_int,
+) -> io::Result<([u32; N], usize)> {
+    let mut val = [0u32; N];
+    let mut len = libc::socklen_t::try_from(core::mem::size_of::<[u32; N]>())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "option value too large"))?;
+    // SAFETY: `val` and `len` are live and `len` is `val`'s size; the kernel writes at most
+    // `len` bytes into `val` (any bytes are valid u32 words) and the length it wrote into
+    // `len`. `fd` is an open socket of the caller.
+    let r = unsafe { libc::getsockopt(fd, level, opt, val.as_mut_ptr().cast(), &mut len) };
+    if r == 0 { Ok((val, len as usize)) } else { Err(io::Error::last_os_error()) }
+}
+
 /// The MTU of the route to `peer`, as the kernel knows it now (the egress interface's MTU, or
 /// a smaller path MTU it learned): a UDP socket is connected to `peer` (which sends nothing)
 /// and asked for `IP_MTU` / `IPV6_MTU`.
