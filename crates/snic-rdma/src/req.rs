@@ -97,12 +97,18 @@ fn fail_at(core: &mut Core, qp: &mut Qp, i: usize, status: WcStatus, now: Instan
 }
 
 /// Forward progress: reset retry counters and restart (or stop) the retransmission timer.
+/// The path estimator learns what was acknowledged and the loss probe starts again.
 fn progress(qp: &mut Qp, now: Instant) {
     let t = crate::ack_timeout(qp.attr.timeout);
     let rs = &mut qp.req;
     rs.retry_used = 0;
     rs.rnr_used = 0;
-    rs.rto = if rs.waiting() && rs.rnr_until.is_none() { t.map(|t| now + t) } else { None };
+    let acked = psn::diff(rs.una, rs.path_una).max(0) as u32;
+    rs.path_una = rs.una;
+    rs.path.on_ack(now, rs.una, acked);
+    let armed = rs.waiting() && rs.rnr_until.is_none();
+    rs.rto = if armed { t.map(|t| now + t) } else { None };
+    rs.probe = if armed { rs.path.probe_timeout().map(|t| now + t) } else { None };
 }
 
 /// Everything up to and including PSN `p` reached the responder. SEND/WRITE WQEs ending at or
@@ -373,9 +379,15 @@ pub fn poll_transmit(
             _ => psn::add(w.first, rs.cur_off),
         }
     };
-    if psn::diff(cur_psn, rs.una) >= core.cfg.max_inflight.max(1) as i32 {
+    // The send window: sized to the path (see `crate::window`), at most `max_inflight`.
+    if psn::diff(cur_psn, rs.una) >= rs.path.window(core.cfg.max_inflight) as i32 {
+        if !rs.win_stalled {
+            rs.win_stalled = true;
+            core.stats.window_stalls += 1;
+        }
         return None;
     }
+    rs.win_stalled = false;
     if !rs.cc.may_send(now) {
         rs.paced_blocked = true;
         return None;
@@ -411,10 +423,15 @@ pub fn poll_transmit(
     let rs = &mut qp.req;
     let p = pl.roce.bth.psn;
     let end = psn::add(p, pl.psns);
-    if psn::before(p, rs.max_sent) {
+    let again = psn::before(p, rs.max_sent);
+    if again {
         core.stats.retransmits += 1;
     } else {
         core.stats.req_packets += 1;
+    }
+    rs.path.on_send(now, end, !again && pl.roce.bth.ack_req);
+    if rs.probe.is_none() {
+        rs.probe = rs.path.probe_timeout().map(|t| now + t);
     }
     if psn::before(rs.max_sent, end) {
         rs.max_sent = end;
@@ -531,6 +548,7 @@ fn on_aeth(core: &mut Core, qp: &mut Qp, now: Instant, p: u32, syn: Syndrome) {
             let us = crate::RNR_TIMER_US[usize::from(timer & 0x1f)];
             rs.rnr_until = Some(now + core::time::Duration::from_micros(u64::from(us)));
             rs.rto = None;
+            rs.probe = None;
             rs.go_back(p);
         }
         Syndrome::Nak(code) => {
@@ -662,7 +680,7 @@ pub fn poll_timeout(qp: &Qp) -> Option<Instant> {
     }
     let rs = &qp.req;
     let pacing = if rs.paced_blocked { rs.cc.next_send() } else { None };
-    [rs.rto, rs.rnr_until, pacing, rs.cc.timer_deadline()].into_iter().flatten().min()
+    [rs.rto, rs.probe, rs.rnr_until, pacing, rs.cc.timer_deadline()].into_iter().flatten().min()
 }
 
 /// Run requester timers due at `now`.
@@ -694,6 +712,24 @@ pub fn handle_timeout(core: &mut Core, qp: &mut Qp, now: Instant) {
         let off = rs.resume_off(oldest);
         rs.go_back_to(oldest, off);
         rs.rto = crate::ack_timeout(qp.attr.timeout).map(|t| now + t);
+        rs.probe = rs.path.probe_timeout().map(|t| now + t);
+    }
+    if rs.probe.is_some_and(|t| t <= now) {
+        // Nothing acknowledged for the path's probe timeout: go back as a timeout would, but
+        // without spending `retry_cnt` (the IBTA timer above still decides the peer is gone).
+        rs.probe = None;
+        let Some(oldest) = rs.oldest_open() else { return };
+        if rs.rnr_until.is_some() {
+            return;
+        }
+        core.stats.loss_probes += 1;
+        rs.path.on_probe();
+        for w in rs.wqes.iter_mut() {
+            w.retry_pending = false;
+        }
+        let off = rs.resume_off(oldest);
+        rs.go_back_to(oldest, off);
+        rs.probe = rs.path.probe_timeout().map(|t| now + t);
     }
 }
 

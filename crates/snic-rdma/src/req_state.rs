@@ -9,6 +9,7 @@ use snic_time::Instant;
 use crate::cc::CcState;
 use crate::psn;
 use crate::verbs::{SendWr, WcStatus, WrOp};
+use crate::window::PathEstimator;
 
 /// The requester's shadow of one fetched send WQE.
 #[derive(Debug, Clone)]
@@ -80,13 +81,21 @@ pub struct ReqState {
     pub(crate) paced_blocked: bool,
     /// DCQCN reaction point.
     pub cc: CcState,
+    /// Round trip, delivery rate, send window and loss-probe timeout.
+    pub path: PathEstimator,
+    /// Loss-probe deadline (see [`crate::window`]).
+    pub(crate) probe: Option<Instant>,
+    /// `una` as last reported to `path` (the packets acknowledged since are its next sample).
+    pub(crate) path_una: u32,
+    /// A new packet is held back by the send window (counted once per stall).
+    pub(crate) win_stalled: bool,
 }
 
 impl ReqState {
     /// Start (RTR -> RTS) with the first PSN to send.
     pub fn reset(&mut self, sq_psn: u32, _now: Instant) {
         let p = sq_psn & psn::MASK;
-        *self = ReqState { next_psn: p, max_sent: p, una: p, ..ReqState::default() };
+        *self = ReqState { next_psn: p, max_sent: p, una: p, path_una: p, ..ReqState::default() };
     }
 
     /// Send WQEs fetched and not yet retired.
@@ -133,6 +142,7 @@ impl ReqState {
         if (i, off) < (self.cur, self.cur_off) {
             self.cur = i;
             self.cur_off = off;
+            self.path.on_go_back();
         }
     }
 
