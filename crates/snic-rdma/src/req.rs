@@ -992,6 +992,75 @@ mod tests {
         assert_eq!((c[0].wr_id, c[0].status), (2, WcStatus::WrFlushErr));
     }
 
+    /// A first WRITE acknowledged after 100 us gives the path its first sample (srtt 100 us,
+    /// rttvar 50 us: probe after 300 us). A second WRITE loses its tail: no later packet can
+    /// reveal it with a NAK, and the IBTA timer (timeout 14: 67 ms) is far away. The loss
+    /// probe sends the unacknowledged packets again after 300 us, without spending retry_cnt.
+    #[test]
+    fn loss_probe_resends_a_lost_tail_long_before_the_ibta_timer() {
+        let (mut a, b) = pair(Mtu::M1024, 0, |_| {});
+        let us = core::time::Duration::from_micros;
+        let t0 = Instant::from_micros(1);
+        let w1 = SendWr::new(1, WrOp::Write { remote: b.remote(0) }, a.sge(0, 4096));
+        a.nic.post_send(a.qpn, &w1, t0).unwrap();
+        assert_eq!(drain(&mut a, t0).len(), 4);
+        a.nic.handle_packet(t0 + us(100), &aeth_pkt(&a, &b, 3, ACK));
+        let c = a.poll_all();
+        assert_eq!((c.len(), c[0].status), (1, WcStatus::Success));
+        let t2 = t0 + us(200);
+        let w2 = SendWr::new(2, WrOp::Write { remote: b.remote(0) }, a.sge(0, 4096));
+        a.nic.post_send(a.qpn, &w2, t2).unwrap();
+        let first: Vec<u32> = drain(&mut a, t2).iter().map(|(r, _)| r.bth.psn).collect();
+        assert_eq!(first, [4, 5, 6, 7]);
+        // PSN 7 is lost; the responder acknowledged up to 6 (ACK coalescing).
+        let t3 = t2 + us(100);
+        a.nic.handle_packet(t3, &aeth_pkt(&a, &b, 6, ACK));
+        let probe = a.nic.poll_timeout().unwrap();
+        assert!(probe < t2 + crate::ack_timeout(14).unwrap());
+        // PSN 7 is the timed packet, so the ACK at t3 is no sample: the probe counts from that
+        // progress with srtt 100 us, rttvar 50 us.
+        assert_eq!(probe, t3 + us(300));
+        assert!(drain(&mut a, t3 + us(299)).is_empty());
+        a.nic.handle_timeout(probe);
+        let again: Vec<u32> = drain(&mut a, probe).iter().map(|(r, _)| r.bth.psn).collect();
+        assert_eq!(again, [7], "only the unacknowledged tail goes again");
+        let s = a.nic.stats();
+        assert_eq!((s.loss_probes, s.timeouts, s.retransmits), (1, 0, 1));
+        // Without progress the next probe waits twice as long.
+        assert_eq!(a.nic.poll_timeout(), Some(probe + us(600)));
+        a.nic.handle_packet(probe + us(50), &aeth_pkt(&a, &b, 7, ACK));
+        let c = a.poll_all();
+        assert_eq!((c.len(), c[0].wr_id, c[0].status), (1, 2, WcStatus::Success));
+        assert_eq!(a.nic.poll_timeout(), None, "nothing outstanding: no timer, no probe");
+    }
+
+    /// Once the path is measured, new packets stop at the window (twice the bandwidth-delay
+    /// product, at least `MIN_WINDOW`) instead of `max_inflight`, and go on as ACKs arrive.
+    #[test]
+    fn window_sized_to_the_path_bounds_packets_in_flight() {
+        let (mut a, b) = pair(Mtu::M256, 0, |_| {});
+        let us = core::time::Duration::from_micros;
+        let t0 = Instant::from_micros(1);
+        let w1 = SendWr::new(1, WrOp::Write { remote: b.remote(0) }, a.sge(0, 256));
+        a.nic.post_send(a.qpn, &w1, t0).unwrap();
+        assert_eq!(drain(&mut a, t0).len(), 1);
+        // One packet per 100 us: a slow path, the window is the minimum.
+        let t1 = t0 + us(100);
+        a.nic.handle_packet(t1, &aeth_pkt(&a, &b, 0, ACK));
+        assert_eq!(a.poll_all().len(), 1);
+        let w2 = SendWr::new(2, WrOp::Write { remote: b.remote(0) }, a.sge(0, 64 * 256));
+        a.nic.post_send(a.qpn, &w2, t1).unwrap();
+        let sent: Vec<u32> = drain(&mut a, t1).iter().map(|(r, _)| r.bth.psn).collect();
+        let win = crate::window::MIN_WINDOW;
+        assert_eq!(sent, (1..=win).collect::<Vec<u32>>());
+        assert_eq!(a.nic.stats().window_stalls, 1);
+        // Eight acknowledged: eight more may leave.
+        a.nic.handle_packet(t1 + us(10), &aeth_pkt(&a, &b, 8, ACK));
+        let more: Vec<u32> = drain(&mut a, t1 + us(10)).iter().map(|(r, _)| r.bth.psn).collect();
+        assert_eq!(more, (win + 1..=win + 8).collect::<Vec<u32>>());
+        assert_eq!(a.nic.stats().retransmits, 0);
+    }
+
     #[test]
     fn seq_nak_goes_back_and_rnr_nak_waits() {
         let (mut a, b) = pair(Mtu::M256, 0, |at| at.rnr_retry = 1);

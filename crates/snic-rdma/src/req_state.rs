@@ -142,7 +142,10 @@ impl ReqState {
         if (i, off) < (self.cur, self.cur_off) {
             self.cur = i;
             self.cur_off = off;
-            self.path.on_go_back();
+            // The PSN sending resumes at (a READ's `off` counts its responses received).
+            let started = self.wqes.iter().take(self.started).nth(i);
+            let from = started.map_or(self.next_psn, |w| psn::add(w.first, off));
+            self.path.on_go_back(from);
         }
     }
 

@@ -18,8 +18,9 @@
 //! only sends duplicates, which the responder acknowledges again (and replays for READ/atomic
 //! from its saved resources), so correctness never depends on it.
 //!
-//! Samples follow Karn: one timed packet (a new one with AckReq) at a time, discarded when
-//! anything is sent again before its acknowledgment.
+//! Samples follow Karn: one timed packet (a new one with AckReq) at a time, discarded when it
+//! is sent again before its acknowledgment. Before the first sample the window is
+//! [`INIT_WINDOW`].
 
 use core::time::Duration;
 
@@ -29,6 +30,9 @@ use crate::psn;
 
 /// Smallest send window, in packets.
 pub const MIN_WINDOW: u32 = 16;
+/// Send window before the path is measured, in packets (a go-back before the first sample
+/// costs at most this much).
+pub const INIT_WINDOW: u32 = 64;
 /// Shortest loss-probe timeout.
 pub const MIN_PROBE: Duration = Duration::from_micros(200);
 /// Window gain over the bandwidth-delay product (room for the rate to grow and for batching).
@@ -74,9 +78,12 @@ impl PathEstimator {
         }
     }
 
-    /// Something is sent again: the timed packet's ACK may be for either copy (Karn).
-    pub fn on_go_back(&mut self) {
-        self.timed = None;
+    /// Sending goes back to PSN `from`: if the timed packet is sent again, its ACK may be for
+    /// either copy (Karn), so it is no longer timed.
+    pub fn on_go_back(&mut self, from: u32) {
+        if self.timed.is_some_and(|t| !psn::before(psn::add(t.end, psn::MASK), from)) {
+            self.timed = None;
+        }
     }
 
     /// `una` moved forward by `acked` packets to `una` at `now`.
@@ -123,11 +130,11 @@ impl PathEstimator {
         Some((min_rtt, max_rate))
     }
 
-    /// Packets that may be in flight: `GAIN` x BDP within `MIN_WINDOW..=max` (`max` before
-    /// the first sample).
+    /// Packets that may be in flight: `GAIN` x BDP within `MIN_WINDOW..=max` ([`INIT_WINDOW`]
+    /// before the first sample).
     pub fn window(&self, max: u32) -> u32 {
         let max = max.max(1);
-        let Some((rtt, rate)) = self.filters() else { return max };
+        let Some((rtt, rate)) = self.filters() else { return INIT_WINDOW.min(max) };
         let bdp = GAIN * rate * rtt.as_secs_f64();
         let w = if bdp.is_finite() { bdp.ceil().min(f64::from(u32::MAX)) as u32 } else { max };
         w.clamp(MIN_WINDOW.min(max), max)
@@ -158,7 +165,8 @@ mod tests {
     #[test]
     fn no_sample_no_limit() {
         let p = PathEstimator::default();
-        assert_eq!(p.window(1024), 1024);
+        assert_eq!(p.window(1024), INIT_WINDOW);
+        assert_eq!(p.window(10), 10);
         assert_eq!(p.probe_timeout(), None);
     }
 
@@ -182,13 +190,20 @@ mod tests {
     }
 
     #[test]
-    fn karn_discards_a_sample_across_a_go_back() {
+    fn karn_discards_a_sample_sent_again() {
         let mut p = PathEstimator::default();
+        // Going back past the timed packet (PSN 9) keeps the sample...
         p.on_send(at(0), 10, true);
-        p.on_go_back();
-        p.on_ack(at(500), 10, 10);
-        assert_eq!(p.srtt(), None);
-        assert_eq!(p.window(1024), 1024);
+        p.on_go_back(10);
+        p.on_ack(at(50), 10, 10);
+        assert_eq!(p.srtt(), Some(Duration::from_micros(50)));
+        // ...going back to it or before drops it.
+        let mut q = PathEstimator::default();
+        q.on_send(at(0), 10, true);
+        q.on_go_back(9);
+        q.on_ack(at(500), 10, 10);
+        assert_eq!(q.srtt(), None);
+        assert_eq!(q.window(1024), INIT_WINDOW);
     }
 
     #[test]
