@@ -429,7 +429,7 @@ pub fn poll_transmit(
     } else {
         core.stats.req_packets += 1;
     }
-    rs.path.on_send(now, end, !again && pl.roce.bth.ack_req);
+    rs.path.on_send(now, end, pl.roce.bth.ack_req, again);
     if rs.probe.is_none() {
         rs.probe = rs.path.probe_timeout().map(|t| now + t);
     }

@@ -137,15 +137,22 @@ impl ReqState {
         self.cur_off = self.resume_off(i);
     }
 
-    /// Go back to `(i, off)` unless the cursor is already at or before it.
+    /// Go back to `(i, off)` unless the cursor is already at or before it (after a timer or
+    /// probe: the first copies may still arrive).
     pub(crate) fn go_back_to(&mut self, i: usize, off: u32) {
+        self.go_back_from(i, off, false);
+    }
+
+    /// [`Self::go_back_to`]; `nak`: asked for by a PSN sequence NAK or a gap in READ
+    /// responses (the first copies from there on were discarded or lost).
+    pub(crate) fn go_back_from(&mut self, i: usize, off: u32, nak: bool) {
         if (i, off) < (self.cur, self.cur_off) {
             self.cur = i;
             self.cur_off = off;
             // The PSN sending resumes at (a READ's `off` counts its responses received).
             let started = self.wqes.iter().take(self.started).nth(i);
             let from = started.map_or(self.next_psn, |w| psn::add(w.first, off));
-            self.path.on_go_back(from);
+            self.path.on_go_back(from, self.max_sent, nak);
         }
     }
 
@@ -167,7 +174,7 @@ impl ReqState {
                 break;
             }
         }
-        self.go_back_to(target.0, target.1);
+        self.go_back_from(target.0, target.1, true);
     }
 
     /// Index of the oldest started WQE not done.

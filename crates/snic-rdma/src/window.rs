@@ -67,22 +67,35 @@ pub struct PathEstimator {
     samples: usize,
     /// Probes fired since the last progress.
     backoff: u32,
+    /// After a timer or probe: retransmissions below this PSN are not timed.
+    unsure: Option<u32>,
 }
 
 impl PathEstimator {
-    /// A packet ending before PSN `end` left at `now`; `timeable`: it is new (not a
-    /// retransmission) and asks for an ACK.
-    pub fn on_send(&mut self, now: Instant, end: u32, timeable: bool) {
-        if timeable && self.timed.is_none() {
+    /// A packet ending before PSN `end` left at `now`; `ack_req`: it asks for an ACK; `again`:
+    /// it is a retransmission. Only packets asking for an ACK are timed, and a retransmission
+    /// only when no earlier copy can still be acknowledged (see [`Self::on_go_back`]).
+    pub fn on_send(&mut self, now: Instant, end: u32, ack_req: bool, again: bool) {
+        if !again {
+            self.unsure = None;
+        }
+        let unsure = again && self.unsure.is_some_and(|u| psn::before(psn::add(end, psn::MASK), u));
+        if ack_req && !unsure && self.timed.is_none() {
             self.timed = Some(Timed { end, sent: now, delivered: self.delivered });
         }
     }
 
-    /// Sending goes back to PSN `from`: if the timed packet is sent again, its ACK may be for
-    /// either copy (Karn), so it is no longer timed.
-    pub fn on_go_back(&mut self, from: u32) {
+    /// Sending goes back to PSN `from`, packets up to `max_sent` (exclusive) having been sent.
+    /// The timed packet, if it is sent again, is no longer timed. `nak`: a PSN sequence NAK
+    /// asked for it, so the responder discarded every first copy from `from` on and an ACK
+    /// there can only be for a new copy, which may be timed. After a timer or probe the first
+    /// copies may still arrive, and (Karn) no copy below `max_sent` is timed.
+    pub fn on_go_back(&mut self, from: u32, max_sent: u32, nak: bool) {
         if self.timed.is_some_and(|t| !psn::before(psn::add(t.end, psn::MASK), from)) {
             self.timed = None;
+        }
+        if !nak {
+            self.unsure = Some(max_sent);
         }
     }
 
@@ -150,7 +163,6 @@ impl PathEstimator {
     /// A probe fired: the next one waits twice as long until progress.
     pub fn on_probe(&mut self) {
         self.backoff = (self.backoff + 1).min(MAX_BACKOFF);
-        self.timed = None;
     }
 }
 
@@ -175,8 +187,8 @@ mod tests {
         let mut p = PathEstimator::default();
         // Packets 0..100 sent over 100 us, 1 per us; packet 0 is timed; its ACK after 50 us
         // comes when 50 have been acknowledged.
-        p.on_send(at(0), 1, true);
-        p.on_send(at(1), 2, true); // only one timed at a time
+        p.on_send(at(0), 1, true, false);
+        p.on_send(at(1), 2, true, false); // only one timed at a time
         p.on_ack(at(50), 50, 50);
         // Rate 50 / 50 us = 1 packet/us, RTT 50 us: BDP 50, window 100.
         assert_eq!(p.window(1024), 100);
@@ -184,7 +196,7 @@ mod tests {
         assert_eq!(p.srtt(), Some(Duration::from_micros(50)));
         // A slow path: never below the minimum.
         let mut q = PathEstimator::default();
-        q.on_send(at(0), 1, true);
+        q.on_send(at(0), 1, true, false);
         q.on_ack(at(1000), 1, 1);
         assert_eq!(q.window(1024), MIN_WINDOW);
     }
@@ -193,23 +205,34 @@ mod tests {
     fn karn_discards_a_sample_sent_again() {
         let mut p = PathEstimator::default();
         // Going back past the timed packet (PSN 9) keeps the sample...
-        p.on_send(at(0), 10, true);
-        p.on_go_back(10);
+        p.on_send(at(0), 10, true, false);
+        p.on_go_back(10, 10, false);
         p.on_ack(at(50), 10, 10);
         assert_eq!(p.srtt(), Some(Duration::from_micros(50)));
         // ...going back to it or before drops it.
         let mut q = PathEstimator::default();
-        q.on_send(at(0), 10, true);
-        q.on_go_back(9);
+        q.on_send(at(0), 10, true, false);
+        q.on_go_back(9, 10, false);
         q.on_ack(at(500), 10, 10);
         assert_eq!(q.srtt(), None);
         assert_eq!(q.window(1024), INIT_WINDOW);
+        // After a timer or probe (not a NAK) its copy sent again is not timed either...
+        q.on_send(at(600), 10, true, true);
+        q.on_ack(at(700), 10, 10);
+        assert_eq!(q.srtt(), None);
+        // ...but after a NAK the first copies were discarded: the new copy is timed.
+        let mut r = PathEstimator::default();
+        r.on_send(at(0), 10, true, false);
+        r.on_go_back(5, 10, true);
+        r.on_send(at(100), 10, true, true);
+        r.on_ack(at(130), 10, 10);
+        assert_eq!(r.srtt(), Some(Duration::from_micros(30)));
     }
 
     #[test]
     fn probe_timeout_backs_off_and_resets_on_progress() {
         let mut p = PathEstimator::default();
-        p.on_send(at(0), 1, true);
+        p.on_send(at(0), 1, true, false);
         p.on_ack(at(1000), 1, 1);
         // srtt 1 ms, rttvar 0.5 ms: 3 ms.
         assert_eq!(p.probe_timeout(), Some(Duration::from_micros(3000)));
@@ -223,7 +246,7 @@ mod tests {
         assert_eq!(p.probe_timeout(), Some(Duration::from_micros(3000)));
         // Short round trips still wait at least MIN_PROBE.
         let mut q = PathEstimator::default();
-        q.on_send(at(0), 1, true);
+        q.on_send(at(0), 1, true, false);
         q.on_ack(at(5), 1, 1);
         assert_eq!(q.probe_timeout(), Some(MIN_PROBE));
     }
@@ -231,7 +254,7 @@ mod tests {
     #[test]
     fn acks_before_the_timed_packet_do_not_sample() {
         let mut p = PathEstimator::default();
-        p.on_send(at(0), 0x00ff_fffe, true); // across the PSN wrap
+        p.on_send(at(0), 0x00ff_fffe, true, false); // across the PSN wrap
         p.on_ack(at(10), 0x00ff_fffd, 3);
         assert_eq!(p.srtt(), None);
         p.on_ack(at(20), 0x00ff_ffff, 2);
