@@ -115,7 +115,7 @@ impl PathEstimator {
                 self.rttvar = rtt / 2;
             }
             Some(s) => {
-                let err = if s > rtt { s - rtt } else { rtt - s };
+                let err = s.abs_diff(rtt);
                 self.rttvar = (self.rttvar * 3 + err) / 4;
                 self.srtt = Some((s * 7 + rtt) / 8);
             }
