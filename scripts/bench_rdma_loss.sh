@@ -9,8 +9,9 @@
 # 64 KiB messages; three runs, the median goodput (MB/s, perftest's BW average) is printed with
 # its ratio to the loss-free median of the same op, plus the client's retransmission counters.
 #
-# Usage (root): scripts/bench_rdma_loss.sh [path/to/snic] [iterations] [loss%...]
+# Usage (root): [FLAGS=--fixed-window] scripts/bench_rdma_loss.sh [path/to/snic] [iterations] [loss%...]
 #   e.g. scripts/bench_rdma_loss.sh target/release/snic 1000 0 1 5
+# FLAGS go to both `snic rdma` processes (`--fixed-window`: the engine before issue 18).
 # Namespaces are removed on exit whatever happens.
 set -euo pipefail
 
@@ -44,14 +45,14 @@ ip -n $A route add default via 10.18.1.2
 ip -n $B route add default via 10.18.2.2
 ip netns exec $M sysctl -qw net.ipv4.ip_forward=1
 ip netns exec $M nft add table inet fprloss
-ip netns exec $M nft 'add chain inet fprloss fwd { type filter hook forward priority 0 ; }'
+ip netns exec $M nft 'add chain inet fprloss fwdc { type filter hook forward priority 0 ; }'
 
 set_loss() {
-    ip netns exec $M nft flush chain inet fprloss fwd
+    ip netns exec $M nft flush chain inet fprloss fwdc
     local permille
     permille=$(python3 -c "print(int(round(float('$1') * 10)))")
     if [ "$permille" -gt 0 ]; then
-        ip netns exec $M nft add rule inet fprloss fwd udp dport $PORT \
+        ip netns exec $M nft add rule inet fprloss fwdc udp dport $PORT \
             numgen random mod 1000 '<' "$permille" counter drop
     fi
 }
@@ -59,13 +60,14 @@ set_loss() {
 # One run: prints "bw_MBps retransmits timeouts seq_naks".
 one() {
     local op=$1
+    # shellcheck disable=SC2086
     ip netns exec $B timeout -k 2 120 "$SNIC" rdma "$op" --server --port $PORT -p $TCP \
-        --timeout 60 >/dev/null 2>&1 &
+        --timeout 60 ${FLAGS:-} >/dev/null 2>&1 &
     local srv=$!
     sleep 0.3
     local out
     out=$(ip netns exec $A timeout -k 2 120 "$SNIC" rdma "$op" --client 10.18.2.1 --port $PORT \
-        -p $TCP -s 65536 -n "$N" --timeout 60 --json 2>/dev/null | tail -1) || true
+        -p $TCP -s 65536 -n "$N" --timeout 60 --json ${FLAGS:-} 2>/dev/null | tail -1) || true
     wait $srv 2>/dev/null || true
     python3 - "$out" <<'EOF'
 import json, sys
@@ -85,7 +87,7 @@ EOF
 
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
-echo "load average before: $(cat /proc/loadavg)"
+echo "flags: ${FLAGS:-none}; load average before: $(cat /proc/loadavg)"
 echo
 echo "| loss | op | runs MB/s | median MB/s | vs loss-free | retransmits (last run) | timeouts |"
 echo "|---:|---|---|---:|---:|---:|---:|"
@@ -100,7 +102,7 @@ for loss in "${LOSSES[@]}"; do
         done
         med=$(printf '%s\n' "${runs[@]}" | median)
         [ "$loss" = 0 ] && base[$op]=$med
-        ratio=$(python3 -c "b='${base[$op]:-nan}'; print(f'{float('$med')/float(b):.2f}' if b!='nan' else '-')")
+        ratio=$(python3 -c "import sys; b, m = sys.argv[1:3]; print('%.2f' % (float(m) / float(b)) if b != 'nan' else '-')" "${base[$op]:-nan}" "$med")
         echo "| $loss% | $op | ${runs[*]} | $med | $ratio | $(echo "$last" | cut -d' ' -f2) | $(echo "$last" | cut -d' ' -f3) |"
     done
 done

@@ -108,7 +108,7 @@ fn progress(qp: &mut Qp, now: Instant) {
     rs.path.on_ack(now, rs.una, acked);
     let armed = rs.waiting() && rs.rnr_until.is_none();
     rs.rto = if armed { t.map(|t| now + t) } else { None };
-    rs.probe = if armed { rs.path.probe_timeout().map(|t| now + t) } else { None };
+    rs.probe = if armed && rs.path_on { rs.path.probe_timeout().map(|t| now + t) } else { None };
 }
 
 /// Everything up to and including PSN `p` reached the responder. SEND/WRITE WQEs ending at or
@@ -379,8 +379,16 @@ pub fn poll_transmit(
             _ => psn::add(w.first, rs.cur_off),
         }
     };
-    // The send window: sized to the path (see `crate::window`), at most `max_inflight`.
-    if psn::diff(cur_psn, rs.una) >= rs.path.window(core.cfg.max_inflight) as i32 {
+    // The send window: sized to the path (see `crate::window`), at most `max_inflight`. A
+    // READ/atomic request is one packet whose responses may exceed any window: it keeps
+    // `max_inflight` (and `max_rd_atomic`), so READs still overlap.
+    rs.path_on = core.cfg.path_window;
+    let window = if rs.wqes[i].is_rd_atomic() || !rs.path_on {
+        core.cfg.max_inflight.max(1)
+    } else {
+        rs.path.window(core.cfg.max_inflight)
+    };
+    if psn::diff(cur_psn, rs.una) >= window as i32 {
         if !rs.win_stalled {
             rs.win_stalled = true;
             core.stats.window_stalls += 1;
@@ -430,7 +438,7 @@ pub fn poll_transmit(
         core.stats.req_packets += 1;
     }
     rs.path.on_send(now, end, pl.roce.bth.ack_req, again);
-    if rs.probe.is_none() {
+    if rs.probe.is_none() && rs.path_on {
         rs.probe = rs.path.probe_timeout().map(|t| now + t);
     }
     if psn::before(rs.max_sent, end) {
@@ -712,7 +720,7 @@ pub fn handle_timeout(core: &mut Core, qp: &mut Qp, now: Instant) {
         let off = rs.resume_off(oldest);
         rs.go_back_to(oldest, off);
         rs.rto = crate::ack_timeout(qp.attr.timeout).map(|t| now + t);
-        rs.probe = rs.path.probe_timeout().map(|t| now + t);
+        rs.probe = rs.path.probe_timeout().filter(|_| rs.path_on).map(|t| now + t);
     }
     if rs.probe.is_some_and(|t| t <= now) {
         // Nothing acknowledged for the path's probe timeout: go back as a timeout would, but

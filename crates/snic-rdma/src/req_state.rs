@@ -89,6 +89,8 @@ pub struct ReqState {
     pub(crate) path_una: u32,
     /// A new packet is held back by the send window (counted once per stall).
     pub(crate) win_stalled: bool,
+    /// The NIC sizes windows to the path and runs loss probes (`RnicConfig::path_window`).
+    pub(crate) path_on: bool,
 }
 
 impl ReqState {
