@@ -6,7 +6,9 @@
 //! loss made a 64 KiB WRITE resend most of what it sent. The window here is sized to the path
 //! instead, as BBR and IRN's BDP-FC do: twice the bandwidth-delay product, the largest recent
 //! delivery rate times the smallest recent round trip, never below [`MIN_WINDOW`]. A loss then
-//! costs about one BDP, not the whole queue.
+//! costs about one BDP, not the whole queue. The window bounds SEND/WRITE packets; a
+//! READ/atomic request keeps `max_inflight` (one READ's responses may exceed any window).
+//! `RnicConfig::path_window = false` turns the window and the probe off.
 //!
 //! Losses a NAK cannot reveal (the last packets of a burst, a lost NAK, a retransmission lost
 //! again while the responder stays silent after its one NAK) wait for a timer. The IBTA local
