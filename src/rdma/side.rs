@@ -63,7 +63,12 @@ pub(super) fn setup(
     let kind = a.mem.kind();
     let buf_len = u64::from(plan.buf_slots()) * plan.stride;
     let rings = 8 << 20;
-    let mut cfg = RnicConfig { local_ip, udp_port: a.port, ..RnicConfig::default() };
+    let mut cfg = RnicConfig {
+        local_ip,
+        udp_port: a.port,
+        path_window: !a.fixed_window,
+        ..RnicConfig::default()
+    };
     match kind {
         MemKind::Host => cfg.host_pool = buf_len + rings,
         _ => {

@@ -36,6 +36,7 @@ pub mod stats;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod verbs;
+pub mod window;
 pub mod wqe;
 
 pub use nic_core::RnicConfig;

@@ -44,6 +44,10 @@ pub struct RnicConfig {
     pub max_qps: u32,
     /// Most request packets in flight (sent, not acknowledged) per QP.
     pub max_inflight: u32,
+    /// Size the send window to the path and run loss probes ([`crate::window`]); `false`:
+    /// the window is `max_inflight` and only the IBTA timer detects silent losses (the
+    /// behaviour before issue 18, kept for comparison).
+    pub path_window: bool,
 }
 
 impl RnicConfig {
@@ -73,6 +77,7 @@ impl Default for RnicConfig {
             cc: crate::cc::CcConfig::default(),
             max_qps: 1024,
             max_inflight: 1024,
+            path_window: true,
         }
     }
 }

@@ -99,12 +99,18 @@ fn fail_at(core: &mut Core, qp: &mut Qp, i: usize, status: WcStatus, now: Instan
 }
 
 /// Forward progress: reset retry counters and restart (or stop) the retransmission timer.
+/// The path estimator learns what was acknowledged and the loss probe starts again.
 fn progress(qp: &mut Qp, now: Instant) {
     let t = crate::ack_timeout(qp.attr.timeout);
     let rs = &mut qp.req;
     rs.retry_used = 0;
     rs.rnr_used = 0;
-    rs.rto = if rs.waiting() && rs.rnr_until.is_none() { t.map(|t| now + t) } else { None };
+    let acked = psn::diff(rs.una, rs.path_una).max(0) as u32;
+    rs.path_una = rs.una;
+    rs.path.on_ack(now, rs.una, acked);
+    let armed = rs.waiting() && rs.rnr_until.is_none();
+    rs.rto = if armed { t.map(|t| now + t) } else { None };
+    rs.probe = if armed && rs.path_on { rs.path.probe_timeout().map(|t| now + t) } else { None };
 }
 
 /// Everything up to and including PSN `p` reached the responder. SEND/WRITE WQEs ending at or
@@ -397,9 +403,23 @@ pub fn poll_transmit(
             _ => psn::add(w.first, rs.cur_off),
         }
     };
-    if psn::diff(cur_psn, rs.una) >= core.cfg.max_inflight.max(1) as i32 {
+    // The send window: sized to the path (see `crate::window`), at most `max_inflight`. A
+    // READ/atomic request is one packet whose responses may exceed any window: it keeps
+    // `max_inflight` (and `max_rd_atomic`), so READs still overlap.
+    rs.path_on = core.cfg.path_window;
+    let window = if rs.wqes[i].is_rd_atomic() || !rs.path_on {
+        core.cfg.max_inflight.max(1)
+    } else {
+        rs.path.window(core.cfg.max_inflight)
+    };
+    if psn::diff(cur_psn, rs.una) >= window as i32 {
+        if !rs.win_stalled {
+            rs.win_stalled = true;
+            core.stats.window_stalls += 1;
+        }
         return None;
     }
+    rs.win_stalled = false;
     if !rs.cc.may_send(now) {
         rs.paced_blocked = true;
         return None;
@@ -445,10 +465,15 @@ pub fn poll_transmit(
     let rs = &mut qp.req;
     let p = pl.roce.bth.psn;
     let end = psn::add(p, pl.psns);
-    if psn::before(p, rs.max_sent) {
+    let again = psn::before(p, rs.max_sent);
+    if again {
         core.stats.retransmits += 1;
     } else {
         core.stats.req_packets += 1;
+    }
+    rs.path.on_send(now, end, pl.roce.bth.ack_req, again);
+    if rs.probe.is_none() && rs.path_on {
+        rs.probe = rs.path.probe_timeout().map(|t| now + t);
     }
     if psn::before(rs.max_sent, end) {
         rs.max_sent = end;
@@ -565,6 +590,7 @@ fn on_aeth(core: &mut Core, qp: &mut Qp, now: Instant, p: u32, syn: Syndrome) {
             let us = crate::RNR_TIMER_US[usize::from(timer & 0x1f)];
             rs.rnr_until = Some(now + core::time::Duration::from_micros(u64::from(us)));
             rs.rto = None;
+            rs.probe = None;
             rs.go_back(p);
         }
         Syndrome::Nak(code) => {
@@ -730,7 +756,7 @@ pub fn poll_timeout(qp: &Qp) -> Option<Instant> {
     }
     let rs = &qp.req;
     let pacing = if rs.paced_blocked { rs.cc.next_send() } else { None };
-    [rs.rto, rs.rnr_until, pacing, rs.cc.timer_deadline()].into_iter().flatten().min()
+    [rs.rto, rs.probe, rs.rnr_until, pacing, rs.cc.timer_deadline()].into_iter().flatten().min()
 }
 
 /// Run requester timers due at `now`.
@@ -762,6 +788,24 @@ pub fn handle_timeout(core: &mut Core, qp: &mut Qp, now: Instant) {
         let off = rs.resume_off(oldest);
         rs.go_back_to(oldest, off);
         rs.rto = crate::ack_timeout(qp.attr.timeout).map(|t| now + t);
+        rs.probe = rs.path.probe_timeout().filter(|_| rs.path_on).map(|t| now + t);
+    }
+    if rs.probe.is_some_and(|t| t <= now) {
+        // Nothing acknowledged for the path's probe timeout: go back as a timeout would, but
+        // without spending `retry_cnt` (the IBTA timer above still decides the peer is gone).
+        rs.probe = None;
+        let Some(oldest) = rs.oldest_open() else { return };
+        if rs.rnr_until.is_some() {
+            return;
+        }
+        core.stats.loss_probes += 1;
+        rs.path.on_probe();
+        for w in rs.wqes.iter_mut() {
+            w.retry_pending = false;
+        }
+        let off = rs.resume_off(oldest);
+        rs.go_back_to(oldest, off);
+        rs.probe = rs.path.probe_timeout().map(|t| now + t);
     }
 }
 
@@ -1022,6 +1066,75 @@ mod tests {
         let c = a.poll_all();
         assert_eq!(c.len(), 1);
         assert_eq!((c[0].wr_id, c[0].status), (2, WcStatus::WrFlushErr));
+    }
+
+    /// A first WRITE acknowledged after 100 us gives the path its first sample (srtt 100 us,
+    /// rttvar 50 us: probe after 300 us). A second WRITE loses its tail: no later packet can
+    /// reveal it with a NAK, and the IBTA timer (timeout 14: 67 ms) is far away. The loss
+    /// probe sends the unacknowledged packets again after 300 us, without spending retry_cnt.
+    #[test]
+    fn loss_probe_resends_a_lost_tail_long_before_the_ibta_timer() {
+        let (mut a, b) = pair(Mtu::M1024, 0, |_| {});
+        let us = core::time::Duration::from_micros;
+        let t0 = Instant::from_micros(1);
+        let w1 = SendWr::new(1, WrOp::Write { remote: b.remote(0) }, a.sge(0, 4096));
+        a.nic.post_send(a.qpn, &w1, t0).unwrap();
+        assert_eq!(drain(&mut a, t0).len(), 4);
+        a.nic.handle_packet(t0 + us(100), &aeth_pkt(&a, &b, 3, ACK));
+        let c = a.poll_all();
+        assert_eq!((c.len(), c[0].status), (1, WcStatus::Success));
+        let t2 = t0 + us(200);
+        let w2 = SendWr::new(2, WrOp::Write { remote: b.remote(0) }, a.sge(0, 4096));
+        a.nic.post_send(a.qpn, &w2, t2).unwrap();
+        let first: Vec<u32> = drain(&mut a, t2).iter().map(|(r, _)| r.bth.psn).collect();
+        assert_eq!(first, [4, 5, 6, 7]);
+        // PSN 7 is lost; the responder acknowledged up to 6 (ACK coalescing).
+        let t3 = t2 + us(100);
+        a.nic.handle_packet(t3, &aeth_pkt(&a, &b, 6, ACK));
+        let probe = a.nic.poll_timeout().unwrap();
+        assert!(probe < t2 + crate::ack_timeout(14).unwrap());
+        // PSN 7 is the timed packet, so the ACK at t3 is no sample: the probe counts from that
+        // progress with srtt 100 us, rttvar 50 us.
+        assert_eq!(probe, t3 + us(300));
+        assert!(drain(&mut a, t3 + us(299)).is_empty());
+        a.nic.handle_timeout(probe);
+        let again: Vec<u32> = drain(&mut a, probe).iter().map(|(r, _)| r.bth.psn).collect();
+        assert_eq!(again, [7], "only the unacknowledged tail goes again");
+        let s = a.nic.stats();
+        assert_eq!((s.loss_probes, s.timeouts, s.retransmits), (1, 0, 1));
+        // Without progress the next probe waits twice as long.
+        assert_eq!(a.nic.poll_timeout(), Some(probe + us(600)));
+        a.nic.handle_packet(probe + us(50), &aeth_pkt(&a, &b, 7, ACK));
+        let c = a.poll_all();
+        assert_eq!((c.len(), c[0].wr_id, c[0].status), (1, 2, WcStatus::Success));
+        assert_eq!(a.nic.poll_timeout(), None, "nothing outstanding: no timer, no probe");
+    }
+
+    /// Once the path is measured, new packets stop at the window (twice the bandwidth-delay
+    /// product, at least `MIN_WINDOW`) instead of `max_inflight`, and go on as ACKs arrive.
+    #[test]
+    fn window_sized_to_the_path_bounds_packets_in_flight() {
+        let (mut a, b) = pair(Mtu::M256, 0, |_| {});
+        let us = core::time::Duration::from_micros;
+        let t0 = Instant::from_micros(1);
+        let w1 = SendWr::new(1, WrOp::Write { remote: b.remote(0) }, a.sge(0, 256));
+        a.nic.post_send(a.qpn, &w1, t0).unwrap();
+        assert_eq!(drain(&mut a, t0).len(), 1);
+        // One packet per 100 us: a slow path, the window is the minimum.
+        let t1 = t0 + us(100);
+        a.nic.handle_packet(t1, &aeth_pkt(&a, &b, 0, ACK));
+        assert_eq!(a.poll_all().len(), 1);
+        let w2 = SendWr::new(2, WrOp::Write { remote: b.remote(0) }, a.sge(0, 64 * 256));
+        a.nic.post_send(a.qpn, &w2, t1).unwrap();
+        let sent: Vec<u32> = drain(&mut a, t1).iter().map(|(r, _)| r.bth.psn).collect();
+        let win = crate::window::MIN_WINDOW;
+        assert_eq!(sent, (1..=win).collect::<Vec<u32>>());
+        assert_eq!(a.nic.stats().window_stalls, 1);
+        // Eight acknowledged: eight more may leave.
+        a.nic.handle_packet(t1 + us(10), &aeth_pkt(&a, &b, 8, ACK));
+        let more: Vec<u32> = drain(&mut a, t1 + us(10)).iter().map(|(r, _)| r.bth.psn).collect();
+        assert_eq!(more, (win + 1..=win + 8).collect::<Vec<u32>>());
+        assert_eq!(a.nic.stats().retransmits, 0);
     }
 
     #[test]

@@ -9,6 +9,7 @@ use snic_time::Instant;
 use crate::cc::CcState;
 use crate::psn;
 use crate::verbs::{SendWr, WcStatus, WrOp};
+use crate::window::PathEstimator;
 
 /// The requester's shadow of one fetched send WQE.
 #[derive(Debug, Clone)]
@@ -80,13 +81,23 @@ pub struct ReqState {
     pub(crate) paced_blocked: bool,
     /// DCQCN reaction point.
     pub cc: CcState,
+    /// Round trip, delivery rate, send window and loss-probe timeout.
+    pub path: PathEstimator,
+    /// Loss-probe deadline (see [`crate::window`]).
+    pub(crate) probe: Option<Instant>,
+    /// `una` as last reported to `path` (the packets acknowledged since are its next sample).
+    pub(crate) path_una: u32,
+    /// A new packet is held back by the send window (counted once per stall).
+    pub(crate) win_stalled: bool,
+    /// The NIC sizes windows to the path and runs loss probes (`RnicConfig::path_window`).
+    pub(crate) path_on: bool,
 }
 
 impl ReqState {
     /// Start (RTR -> RTS) with the first PSN to send.
     pub fn reset(&mut self, sq_psn: u32, _now: Instant) {
         let p = sq_psn & psn::MASK;
-        *self = ReqState { next_psn: p, max_sent: p, una: p, ..ReqState::default() };
+        *self = ReqState { next_psn: p, max_sent: p, una: p, path_una: p, ..ReqState::default() };
     }
 
     /// Send WQEs fetched and not yet retired.
@@ -128,11 +139,22 @@ impl ReqState {
         self.cur_off = self.resume_off(i);
     }
 
-    /// Go back to `(i, off)` unless the cursor is already at or before it.
+    /// Go back to `(i, off)` unless the cursor is already at or before it (after a timer or
+    /// probe: the first copies may still arrive).
     pub(crate) fn go_back_to(&mut self, i: usize, off: u32) {
+        self.go_back_from(i, off, false);
+    }
+
+    /// [`Self::go_back_to`]; `nak`: asked for by a PSN sequence NAK or a gap in READ
+    /// responses (the first copies from there on were discarded or lost).
+    pub(crate) fn go_back_from(&mut self, i: usize, off: u32, nak: bool) {
         if (i, off) < (self.cur, self.cur_off) {
             self.cur = i;
             self.cur_off = off;
+            // The PSN sending resumes at (a READ's `off` counts its responses received).
+            let started = self.wqes.iter().take(self.started).nth(i);
+            let from = started.map_or(self.next_psn, |w| psn::add(w.first, off));
+            self.path.on_go_back(from, self.max_sent, nak);
         }
     }
 
@@ -154,7 +176,7 @@ impl ReqState {
                 break;
             }
         }
-        self.go_back_to(target.0, target.1);
+        self.go_back_from(target.0, target.1, true);
     }
 
     /// Index of the oldest started WQE not done.

@@ -34,6 +34,11 @@ pub struct RdmaStats {
     pub retransmits: u64,
     /// Requester: retransmission timer expiries.
     pub timeouts: u64,
+    /// Requester: loss probes fired (no progress for the path's probe timeout: go back to the
+    /// oldest unacknowledged packet without spending `retry_cnt`; see [`crate::window`]).
+    pub loss_probes: u64,
+    /// Requester: new packets held back because the path's send window was full.
+    pub window_stalls: u64,
     /// Requester: ACKs received (including coalesced ones).
     pub acks_rcvd: u64,
     /// Requester: PSN sequence error NAKs received.
