@@ -355,13 +355,14 @@ mod shim {
         Ok(None)
     }
 
-    /// `n` AF_XDP sockets on queues `queue..queue + n`. Not built yet: `None`.
+    /// `n` AF_XDP sockets on queues `queue..queue + n`, sharing one XDP program and XSKMAP.
     pub(super) fn afxdp_queues(
-        _ifname: &str,
-        _queue: u32,
-        _n: usize,
+        ifname: &str,
+        queue: u32,
+        n: usize,
     ) -> io::Result<Option<Vec<Box<dyn Port>>>> {
-        Ok(None)
+        let ports = crate::afxdp::AfXdpPort::open_queues(ifname, queue, n)?;
+        Ok(Some(ports.into_iter().map(|p| Box::new(p) as Box<dyn Port>).collect()))
     }
 
     /// `n` queues of a multi-queue TAP device (`IFF_MULTI_QUEUE`). Not built yet: `None`.
