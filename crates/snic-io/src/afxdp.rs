@@ -322,11 +322,11 @@ impl RingLayout {
 
     /// Whether the layout fits `len` bytes with aligned indexes (checked before any access).
     fn fits(&self, len: usize, size: u32, entry: usize) -> bool {
-        let idx_ok = |o: usize| o % 4 == 0 && o + 4 <= len;
+        let idx_ok = |o: usize| o.is_multiple_of(4) && o + 4 <= len;
         idx_ok(self.producer)
             && idx_ok(self.consumer)
             && idx_ok(self.flags)
-            && self.desc % 8 == 0
+            && self.desc.is_multiple_of(8)
             && self.len(size, entry) <= len
     }
 }
@@ -491,7 +491,7 @@ pub struct AfXdpStats {
     pub tx_packets: u64,
     /// Bytes of those frames.
     pub tx_bytes: u64,
-    /// Frames larger than a UMEM frame or the interface's MTU, dropped.
+    /// Frames larger than a UMEM frame or the interface's MTU (or empty), dropped.
     pub tx_too_big: u64,
     /// `send` calls that found no free frame or TX slot after bounded waits.
     pub tx_ring_full: u64,
@@ -555,8 +555,9 @@ fn last(ifname: &str, what: &str) -> io::Error {
     ctx(ifname, what, io::Error::last_os_error())
 }
 
-/// Number of receive queues of `ifname` (`/sys/class/net/IF/queues/rx-*`).
-fn rx_queue_count(ifname: &str) -> Option<u32> {
+/// Number of receive queues of `ifname` (`/sys/class/net/IF/queues/rx-*`), `None` when
+/// unknown (no such interface, no sysfs).
+pub fn rx_queue_count(ifname: &str) -> Option<u32> {
     let dir = std::fs::read_dir(format!("/sys/class/net/{ifname}/queues")).ok()?;
     let n = dir
         .filter_map(Result::ok)
@@ -899,12 +900,17 @@ impl AfXdpPort {
                     self.stats.tx_too_big += 1;
                     continue;
                 }
-                let Some(addr) = self.tx_free.pop() else { break };
+                let Some(addr) = self.tx_free.pop() else {
+                    // Not reached (`room` counts free frames), but never lose the packet.
+                    next -= 1;
+                    break;
+                };
                 let len = p.len();
                 match frame_mut(&mut self.umem, self.frame_size, addr, len) {
                     Some(f) => f.copy_from_slice(p.data()),
                     None => {
                         self.tx_free.push(addr);
+                        self.stats.tx_too_big += 1;
                         continue;
                     }
                 }
@@ -1084,5 +1090,186 @@ impl Port for AfXdpPort {
             rx_fill_empty: k.rx_fill_ring_empty_descs,
             tx_ring_full: s.tx_ring_full,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Plain memory laid out like a kernel ring: indexes at 0, 64, 128, entries from 192.
+    struct FakeRing {
+        mem: Vec<u64>,
+    }
+
+    const LAYOUT: RingLayout = RingLayout { producer: 0, consumer: 64, flags: 128, desc: 192 };
+
+    impl FakeRing {
+        fn new(size: u32, entry: usize) -> FakeRing {
+            FakeRing { mem: vec![0; (LAYOUT.len(size, entry)).div_ceil(8)] }
+        }
+        fn ring(&mut self, size: u32, entry: usize) -> Ring {
+            let len = self.mem.len() * 8;
+            // SAFETY: `mem` is 8-aligned, `len` bytes, and outlives the ring in every test
+            // (the FakeRing is declared first and dropped last).
+            unsafe { Ring::new(self.mem.as_mut_ptr().cast(), len, LAYOUT, size, entry, None) }
+                .unwrap()
+        }
+    }
+
+    #[test]
+    fn rings_wrap_and_respect_the_other_side() {
+        let mut mem = FakeRing::new(8, 8);
+        // Producer and consumer views of the same memory (user and "kernel").
+        let mut prod = mem.ring(8, 8);
+        let mut cons = mem.ring(8, 8);
+        let mut next = 0u64;
+        let mut seen = Vec::new();
+        for round in 0..10u32 {
+            let n = prod.prod_free(5);
+            // Never more than the ring holds minus what the consumer has not taken.
+            assert!(n <= 8 - prod.local.wrapping_sub(cons.local), "round {round}");
+            for i in 0..n {
+                prod.put_addr(i, next + u64::from(i));
+            }
+            prod.submit(n);
+            next += u64::from(n);
+            let take = cons.cons_ready(3 + round % 4);
+            for i in 0..take {
+                seen.push(cons.get_addr(i));
+            }
+            cons.release(take);
+        }
+        let rest = cons.cons_ready(64);
+        for i in 0..rest {
+            seen.push(cons.get_addr(i));
+        }
+        cons.release(rest);
+        assert_eq!(seen, (0..next).collect::<Vec<_>>());
+        assert!(next > 8, "the indexes wrapped the ring");
+        assert_eq!(prod.prod_outstanding(), 0);
+        // A full ring refuses more until the consumer moves.
+        assert_eq!(prod.prod_free(8), 8);
+        prod.submit(8);
+        assert_eq!(prod.prod_free(1), 0);
+        assert_eq!(prod.prod_outstanding(), 8);
+        cons.cons_ready(8);
+        cons.release(2);
+        assert_eq!(prod.prod_free(4), 2);
+    }
+
+    #[test]
+    fn descriptors_round_trip_and_the_wakeup_flag_is_read() {
+        let mut mem = FakeRing::new(4, 16);
+        let mut prod = mem.ring(4, 16);
+        let mut cons = mem.ring(4, 16);
+        assert!(!prod.needs_wakeup());
+        prod.put_desc(0, libc::xdp_desc { addr: 4096, len: 60, options: 0 });
+        prod.submit(1);
+        assert_eq!(cons.cons_ready(4), 1);
+        let d = cons.get_desc(0);
+        assert_eq!((d.addr, d.len), (4096, 60));
+        prod.index(LAYOUT.flags).store(libc::XDP_RING_NEED_WAKEUP, Ordering::Relaxed);
+        assert!(prod.needs_wakeup());
+    }
+
+    #[test]
+    fn ring_layouts_that_do_not_fit_are_refused() {
+        let mut mem = FakeRing::new(8, 8);
+        let len = mem.mem.len() * 8;
+        let p = mem.mem.as_mut_ptr().cast();
+        let bad = [
+            // Entries past the end.
+            (LAYOUT, 16),
+            // Misaligned index.
+            (RingLayout { consumer: 66, ..LAYOUT }, 8),
+            // Not a power of two.
+            (LAYOUT, 6),
+        ];
+        for (layout, size) in bad {
+            // SAFETY: as in `FakeRing::ring`; a refused ring never touches the memory.
+            assert!(unsafe { Ring::new(p, len, layout, size, 8, None) }.is_err(), "{layout:?}");
+        }
+    }
+
+    #[test]
+    fn frames_stay_inside_their_chunk_and_the_umem() {
+        let umem = 4 * 2048;
+        assert_eq!(frame_range(umem, 2048, 256, 1518), Some(256));
+        assert_eq!(frame_range(umem, 2048, 2048 + 256, 1792), Some(2304));
+        // Crossing into the next frame, past the UMEM, or overflowing: refused.
+        assert_eq!(frame_range(umem, 2048, 256, 1793), None);
+        assert_eq!(frame_range(umem, 2048, 4 * 2048, 60), None);
+        assert_eq!(frame_range(umem, 2048, u64::MAX - 10, 60), None);
+    }
+
+    #[test]
+    fn frame_size_follows_the_mtu() {
+        assert_eq!(frame_size_for_mtu(1500), Some(2048));
+        assert_eq!(frame_size_for_mtu(1774), Some(2048));
+        assert_eq!(frame_size_for_mtu(1775), Some(4096));
+        assert_eq!(frame_size_for_mtu(3800), Some(4096));
+        assert_eq!(frame_size_for_mtu(9000), None);
+    }
+
+    #[test]
+    fn modes_map_to_kernel_flags_best_first() {
+        assert_eq!(XdpMode::NativeZeroCopy.link_flags(), XDP_FLAGS_DRV_MODE);
+        assert_eq!(XdpMode::GenericCopy.link_flags(), XDP_FLAGS_SKB_MODE);
+        assert_eq!(
+            XdpMode::NativeZeroCopy.bind_flags(),
+            libc::XDP_ZEROCOPY | libc::XDP_USE_NEED_WAKEUP
+        );
+        assert_eq!(XdpMode::NativeCopy.bind_flags(), libc::XDP_COPY | libc::XDP_USE_NEED_WAKEUP);
+        assert_eq!(AttachMode::Auto.candidates()[0], XdpMode::NativeZeroCopy);
+        assert_eq!(AttachMode::Generic.candidates(), &[XdpMode::GenericCopy]);
+        assert_eq!(XdpMode::NativeCopy.to_string(), "native copy");
+    }
+
+    #[test]
+    fn the_redirect_program_reads_the_queue_and_falls_back_to_pass() {
+        let p = redirect_program();
+        assert_eq!(p.len(), 6);
+        assert_eq!((p[0].code, p[0].dst, p[0].src, p[0].off), (0x61, 2, 1, 16));
+        assert_eq!((p[1].code, p[1].src, p[1].imm), (0x18, pseudo::MAP_FD, 0));
+        assert_eq!((p[3].dst, p[3].imm), (3, XDP_PASS));
+        assert_eq!((p[4].code, p[4].imm), (0x85, BPF_FUNC_REDIRECT_MAP));
+        assert_eq!(p[5].code, 0x95);
+    }
+
+    #[test]
+    fn the_kernel_verifies_the_redirect_program_and_it_passes_without_a_socket() {
+        if !crate::bpf::require_bpf("the_kernel_verifies_the_redirect_program") {
+            return;
+        }
+        let map = KernelMap::create(&MapSpec {
+            name: "t_xsks".into(),
+            kind: MapKind::Other(BPF_MAP_TYPE_XSKMAP),
+            key_size: 4,
+            value_size: 4,
+            max_entries: 4,
+            data: None,
+            readonly: false,
+        })
+        .unwrap();
+        let prog =
+            KernelProgram::load_raw(&redirect_program(), &[&map], PROG_TYPE_XDP, "GPL", "t_redir")
+                .unwrap_or_else(|r| panic!("{r}"));
+        // No socket at queue 0: the fallback action, XDP_PASS.
+        let run = prog.test_run(&[0u8; 64], 1).unwrap();
+        assert_eq!(run.retval, XDP_PASS as u32);
+    }
+
+    #[test]
+    fn missing_interfaces_and_bad_queues_are_clear_errors() {
+        let e = AfXdpPort::open("snicnosuchxdp0", 0).unwrap_err();
+        assert!(e.to_string().starts_with("afxdp:snicnosuchxdp0: no such interface"), "{e}");
+        assert_eq!(AfXdpPort::open("a\0b", 0).unwrap_err().kind(), io::ErrorKind::InvalidInput);
+        // Loopback has one receive queue.
+        let e = AfXdpPort::open("lo", 7).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert!(e.to_string().contains("receive queue"), "{e}");
+        let e = AfXdpPort::open_queues("lo", 0, 0).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
     }
 }

@@ -14,6 +14,10 @@
 //! `union bpf_attr` (stable ABI), so the only `unsafe` code is the system call itself and the
 //! adoption of the descriptor it returns.
 //!
+//! The AF_XDP ports ([`crate::afxdp`]) use the same wrapper for their own small program:
+//! [`KernelProgram::load_raw`] loads hand-built instructions, and [`KernelLink::xdp`] attaches
+//! an XDP program with `BPF_LINK_CREATE`, detached when the link's descriptor closes.
+//!
 //! Every file descriptor is an [`OwnedFd`]: a map or a program lives as long as its value.
 //! Ring-buffer records are read through the map's memory mapping, with bounds-checked
 //! volatile reads ([`KernelMap::ringbuf_drain`]).

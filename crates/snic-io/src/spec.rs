@@ -356,11 +356,18 @@ mod shim {
     }
 
     /// `n` AF_XDP sockets on queues `queue..queue + n`, sharing one XDP program and XSKMAP.
+    /// `None` when the interface has fewer receive queues than that (one socket then gets
+    /// everything and the caller spreads the packets itself).
     pub(super) fn afxdp_queues(
         ifname: &str,
         queue: u32,
         n: usize,
     ) -> io::Result<Option<Vec<Box<dyn Port>>>> {
+        let have = crate::afxdp::rx_queue_count(ifname);
+        let want = u64::from(queue) + n as u64;
+        if have.is_some_and(|have| u64::from(have) < want) {
+            return Ok(None);
+        }
         let ports = crate::afxdp::AfXdpPort::open_queues(ifname, queue, n)?;
         Ok(Some(ports.into_iter().map(|p| Box::new(p) as Box<dyn Port>).collect()))
     }
