@@ -14,6 +14,10 @@
 //! `union bpf_attr` (stable ABI), so the only `unsafe` code is the system call itself and the
 //! adoption of the descriptor it returns.
 //!
+//! The AF_XDP ports ([`crate::afxdp`]) use the same wrapper for their own small program:
+//! [`KernelProgram::load_raw`] loads hand-built instructions, and [`KernelLink::xdp`] attaches
+//! an XDP program with `BPF_LINK_CREATE`, detached when the link's descriptor closes.
+//!
 //! Every file descriptor is an [`OwnedFd`]: a map or a program lives as long as its value.
 //! Ring-buffer records are read through the map's memory mapping, with bounds-checked
 //! volatile reads ([`KernelMap::ringbuf_drain`]).
@@ -28,7 +32,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
-use snic_ebpf::insn::pseudo;
+use snic_ebpf::insn::{Insn, pseudo};
 use snic_ebpf::{MapKind, MapSpec, Program};
 
 /// `enum bpf_cmd` values used here.
@@ -41,7 +45,11 @@ mod cmd {
     pub const PROG_LOAD: i64 = 5;
     pub const PROG_TEST_RUN: i64 = 10;
     pub const MAP_FREEZE: i64 = 22;
+    pub const LINK_CREATE: i64 = 28;
 }
+
+/// `BPF_XDP`, the `enum bpf_attach_type` value of XDP links.
+pub const ATTACH_XDP: u32 = 37;
 
 /// `BPF_PROG_TYPE_XDP`.
 pub const PROG_TYPE_XDP: u32 = 6;
@@ -477,9 +485,9 @@ pub struct TestRun {
 /// `src = MAP_FD, imm = map index` gets the map's descriptor; `src = MAP_VALUE` too (its
 /// second half keeps the value offset). A reference to a map index without a kernel map is
 /// an `EINVAL` refusal.
-fn bind_maps(program: &Program, maps: &[&KernelMap]) -> Result<Vec<u8>, KernelRefusal> {
-    let mut out = Vec::with_capacity(program.insns.len() * 8);
-    let mut insns = program.insns.iter().copied();
+fn bind_maps(program: &[Insn], maps: &[&KernelMap]) -> Result<Vec<u8>, KernelRefusal> {
+    let mut out = Vec::with_capacity(program.len() * 8);
+    let mut insns = program.iter().copied();
     while let Some(mut i) = insns.next() {
         let lddw = i.code == 0x18;
         if lddw && (i.src == pseudo::MAP_FD || i.src == pseudo::MAP_VALUE) {
@@ -601,6 +609,22 @@ impl KernelProgram {
         Self::load_as(program, maps, prog_type, license, Privilege::Root)
     }
 
+    /// Loads instructions built by hand (not from an object), named `name`, as `prog_type`:
+    /// `lddw` with `src = MAP_FD` and `imm = i` refers to `maps[i]`, as in [`load`](Self::load).
+    pub fn load_raw(
+        insns: &[Insn],
+        maps: &[&KernelMap],
+        prog_type: u32,
+        license: &str,
+        name: &str,
+    ) -> Result<KernelProgram, KernelRefusal> {
+        let bytes = bind_maps(insns, maps)?;
+        let mut lic = license.as_bytes().to_vec();
+        lic.retain(|&b| b != 0);
+        lic.push(0);
+        load_insns(&bytes, &lic, prog_type, name)
+    }
+
     /// Like [`load`](Self::load), verified under `privilege`.
     pub fn load_as(
         program: &Program,
@@ -609,7 +633,7 @@ impl KernelProgram {
         license: &str,
         privilege: Privilege,
     ) -> Result<KernelProgram, KernelRefusal> {
-        let insns = bind_maps(program, maps)?;
+        let insns = bind_maps(&program.insns, maps)?;
         let mut lic = license.as_bytes().to_vec();
         lic.retain(|&b| b != 0);
         lic.push(0);
@@ -669,6 +693,29 @@ impl KernelProgram {
         let n = (a.get_u32(12) as usize).min(out.len());
         out.truncate(n);
         Ok(TestRun { retval: a.get_u32(4), data_out: out, duration_ns: a.get_u32(36) })
+    }
+}
+
+/// A BPF link (`BPF_LINK_CREATE`): the program stays attached while the link's descriptor is
+/// open, and is detached when it closes (drop, or the process's exit).
+#[derive(Debug)]
+pub struct KernelLink {
+    fd: OwnedFd,
+}
+
+impl KernelLink {
+    /// Attaches the XDP program `prog` to interface `ifindex` with `flags`
+    /// (`XDP_FLAGS_SKB_MODE` 2, `XDP_FLAGS_DRV_MODE` 4; `include/uapi/linux/if_link.h`).
+    pub fn xdp(prog: &KernelProgram, ifindex: u32, flags: u32) -> io::Result<KernelLink> {
+        let mut a = Attr::new();
+        // struct { prog_fd; target_ifindex; attach_type; flags; } of `link_create`.
+        a.u32(0, prog.fd() as u32).u32(4, ifindex).u32(8, ATTACH_XDP).u32(12, flags);
+        Ok(KernelLink { fd: sys_bpf_fd(cmd::LINK_CREATE, &mut a)? })
+    }
+
+    /// The link's descriptor.
+    pub fn fd(&self) -> i32 {
+        self.fd.as_raw_fd()
     }
 }
 

@@ -371,13 +371,21 @@ mod shim {
         Ok(Some(qs.into_iter().map(|q| Box::new(q) as Box<dyn Port>).collect()))
     }
 
-    /// `n` AF_XDP sockets on queues `queue..queue + n`. Not built yet: `None`.
+    /// `n` AF_XDP sockets on queues `queue..queue + n`, sharing one XDP program and XSKMAP.
+    /// `None` when the interface has fewer receive queues than that (one socket then gets
+    /// everything and the caller spreads the packets itself).
     pub(super) fn afxdp_queues(
-        _ifname: &str,
-        _queue: u32,
-        _n: usize,
+        ifname: &str,
+        queue: u32,
+        n: usize,
     ) -> io::Result<Option<Vec<Box<dyn Port>>>> {
-        Ok(None)
+        let have = crate::afxdp::rx_queue_count(ifname);
+        let want = u64::from(queue) + n as u64;
+        if have.is_some_and(|have| u64::from(have) < want) {
+            return Ok(None);
+        }
+        let ports = crate::afxdp::AfXdpPort::open_queues(ifname, queue, n)?;
+        Ok(Some(ports.into_iter().map(|p| Box::new(p) as Box<dyn Port>).collect()))
     }
 
     /// `n` queues of a multi-queue TAP device (`IFF_MULTI_QUEUE`).
