@@ -30,6 +30,6 @@ impl Port for AfXdpPort {
         Ok(0)
     }
     fn caps(&self) -> PortCaps {
-        PortCaps { gso: false, max_frame: 1514 }
+        PortCaps { gso: false, max_frame: 1514, tunnel_gso: false }
     }
 }
