@@ -23,6 +23,7 @@
 
 use crate::port::{Port, PortCaps, PortCounters};
 use crate::vnet::VnetHdr;
+use snic_pipeline::gro;
 use snic_pipeline::meta::Offload;
 use snic_pipeline::offload::{self, OffloadError};
 use snic_pipeline::trace::{TX_STAGE, TraceEvent, TraceRing, TraceWhat};
@@ -115,6 +116,14 @@ fn send_one(
     trace: &mut TraceRing,
 ) {
     let caps = port.caps();
+    if caps.gso && t.len() > 1 {
+        // GRO: a port that takes super-packets gets consecutive TCP segments of a flow as one
+        // (VXLAN-encapsulated ones too when it takes them whole).
+        let merged = gro::coalesce(t, caps.tunnel_gso);
+        if merged > 0 {
+            io.port_mut(PortId(j as u16)).gro_coalesced += merged as u64;
+        }
+    }
     if t.iter().any(|p| needs_software(p, caps)) {
         SEGMENTS.with(|cell| match cell.try_borrow_mut() {
             Ok(mut out) => send_offloaded(now, port, t, j, io, trace, caps, &mut out),
