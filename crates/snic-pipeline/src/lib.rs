@@ -32,7 +32,6 @@ pub use stage::{Stage, StageCtx};
 pub mod stages;
 pub mod trace;
 pub use trace::{TraceEvent, TraceFilter, TraceRing, TraceWhat};
-/// Receive-side coalescing of TCP segments into super-packets (GRO).
 pub mod gro;
 pub mod offload;
 #[cfg(any(test, feature = "testing"))]
