@@ -318,6 +318,8 @@ pub fn report_json(report: &RunReport, classes: &ClassCounts) -> Value {
                 "tx_bytes": pc.tx_bytes,
                 "rx_drops": pc.rx_drops,
                 "tx_drops": pc.tx_drops,
+                "tunnel_segmented": pc.tunnel_segmented,
+                "gro_coalesced": pc.gro_coalesced,
                 "device": p.counters,
             })
         })

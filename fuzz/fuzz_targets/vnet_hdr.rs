@@ -13,11 +13,27 @@
 use libfuzzer_sys::fuzz_target;
 use snic_io::vnet::{
     FLAG_DATA_VALID, FLAG_NEEDS_CSUM, GSO_ECN, GSO_NONE, GSO_TCPV4, GSO_TCPV6, GSO_UDP_L4,
-    VNET_HDR_LEN, VnetError, VnetHdr,
+    GSO_UDP_TUNNEL_IPV4, GSO_UDP_TUNNEL_IPV6, VNET_HDR_LEN, VNET_HDR_TNL_LEN, VnetError, VnetHdr,
 };
 use snic_pipeline::meta::GsoKind;
 
 fuzz_target!(|data: &[u8]| {
+    // The 24-byte UDP-tunnel header: parsed and re-emitted exactly (but the unused fields), and
+    // an accepted tunnel header maps back to itself.
+    if let Ok(t) = VnetHdr::parse_sized(data, VNET_HDR_TNL_LEN) {
+        let b = t.to_tnl_bytes();
+        assert_eq!(b[..VNET_HDR_LEN], data[..VNET_HDR_LEN]);
+        assert_eq!(b[20..24], data[20..24]);
+        let frame = &data[VNET_HDR_TNL_LEN..];
+        if let Ok(off) = t.to_offload()
+            && off.gso.is_some_and(|g| g.tunnel.is_some())
+            && VnetHdr::tunnel_whole(&off, frame)
+        {
+            assert_eq!(VnetHdr::from_offload(&off, frame).to_offload(), Ok(off));
+        }
+    } else {
+        assert!(data.len() < VNET_HDR_TNL_LEN);
+    }
     let h = match VnetHdr::parse(data) {
         Ok(h) => h,
         Err(e) => {
@@ -53,6 +69,11 @@ fuzz_target!(|data: &[u8]| {
         Err(VnetError::ZeroGsoSize) => {
             assert_eq!(h.gso_size, 0);
             assert_ne!(gso_base, GSO_NONE);
+        }
+        // A 10-byte header has no tunnel offsets: every UDP-tunnel type is refused.
+        Err(VnetError::UnsupportedTunnel(t)) => {
+            assert_eq!(t, h.gso_type);
+            assert_ne!(t & (GSO_UDP_TUNNEL_IPV4 | GSO_UDP_TUNNEL_IPV6), 0);
         }
         Err(e) => panic!("to_offload gave an error it never should: {e:?}"),
         Ok(off) => {

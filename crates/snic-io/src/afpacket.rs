@@ -1320,7 +1320,7 @@ impl Port for AfPacketPort {
 
     fn caps(&self) -> PortCaps {
         // Ethernet header plus one VLAN tag beyond the MTU.
-        PortCaps { gso: true, max_frame: self.mtu + 18 }
+        PortCaps { gso: true, max_frame: self.mtu + 18, tunnel_gso: false }
     }
 
     fn counters(&self) -> PortCounters {

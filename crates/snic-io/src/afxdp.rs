@@ -1065,7 +1065,7 @@ impl Port for AfXdpPort {
 
     fn caps(&self) -> PortCaps {
         // No GSO: the caller segments super-packets. Ethernet header and one VLAN tag.
-        PortCaps { gso: false, max_frame: (self.mtu + 18).min(self.frame_size) }
+        PortCaps { gso: false, tunnel_gso: false, max_frame: (self.mtu + 18).min(self.frame_size) }
     }
 
     fn counters(&self) -> PortCounters {

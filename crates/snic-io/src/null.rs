@@ -35,7 +35,7 @@ impl Port for NullPort {
     }
 
     fn caps(&self) -> PortCaps {
-        PortCaps { gso: true, max_frame: 65_535 }
+        PortCaps { gso: true, max_frame: 65_535, tunnel_gso: false }
     }
 
     fn counters(&self) -> PortCounters {

@@ -16,6 +16,11 @@ pub struct PortCaps {
     pub gso: bool,
     /// Largest frame the port sends without segmentation (its MTU plus L2 header).
     pub max_frame: usize,
+    /// The port also takes UDP-tunnel super-packets whole (a TAP device that negotiated
+    /// `TUN_F_UDP_TUNNEL_GSO` with the 24-byte virtio-net header): a guest's TSO packet that the
+    /// vSwitch encapsulated in VXLAN leaves as one write. Ports without it get such packets
+    /// segmented in software (counted as `tunnel_segmented`).
+    pub tunnel_gso: bool,
 }
 
 /// Counters a port keeps about itself. Drivers (runtime, testbed) read them with

@@ -110,7 +110,7 @@ impl Port for ScriptPort {
     }
 
     fn caps(&self) -> PortCaps {
-        PortCaps { gso: false, max_frame: 65_535 }
+        PortCaps { gso: false, max_frame: 65_535, tunnel_gso: false }
     }
 
     fn counters(&self) -> PortCounters {

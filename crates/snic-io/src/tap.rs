@@ -7,13 +7,23 @@
 //! carries a [`VnetHdr`]: the kernel hands us TCP/UDP super-packets and partial checksums with
 //! their metadata, and takes them back the same way ([`PortCaps::gso`] is true).
 //!
+//! Where the kernel has it (Linux 6.17+), the port then also negotiates UDP-tunnel GSO: header
+//! size 24 (`TUNSETVNETHDRSZ`) and `TUN_F_UDP_TUNNEL_GSO` (`TUNSETOFFLOAD`), so that a VXLAN
+//! super-packet (a guest's TSO packet encapsulated by the vSwitch) is written whole with the
+//! tunnel header, and tunnelled super-packets the kernel sends come in whole
+//! ([`PortCaps::tunnel_gso`], [`TapStats::tunnel_gso`]; see `crate::vnet`). Older kernels keep
+//! the 10-byte header.
+//!
 //! The header is read into, and written from, the packet buffer's headroom, so neither direction
 //! copies the frame. The descriptor is non-blocking; [`Port::poll_fd`] returns it.
 //!
 //! Needs root (`CAP_NET_ADMIN`) to create the device.
 
 use crate::port::{Port, PortCaps, PortCounters};
-use crate::vnet::{VNET_HDR_LEN, VnetHdr};
+use crate::sys::tun;
+use crate::vnet::{
+    GSO_UDP_TUNNEL_IPV4, GSO_UDP_TUNNEL_IPV6, VNET_HDR_LEN, VNET_HDR_TNL_LEN, VnetHdr,
+};
 use snic_pipeline::Batch;
 use snic_time::Instant;
 use std::io;
@@ -21,7 +31,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use tun_rs::{DeviceBuilder, Layer, SyncDevice};
 
 /// Receive room per frame: a 64 KiB super-packet, its virtio-net header, Ethernet and VLAN.
-pub const RX_FRAME_ROOM: usize = 65_536 + 64 + VNET_HDR_LEN;
+pub const RX_FRAME_ROOM: usize = 65_536 + 64 + VNET_HDR_TNL_LEN;
 
 /// Counters of one TAP port.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -46,6 +56,12 @@ pub struct TapStats {
     pub tx_errors: u64,
     /// Frames handed to `send` that did not leave (refused, or the device queue was full).
     pub tx_dropped: u64,
+    /// UDP-tunnel super-packets received whole.
+    pub rx_tunnel_gso: u64,
+    /// UDP-tunnel super-packets written whole.
+    pub tx_tunnel_gso: u64,
+    /// Whether the device negotiated UDP-tunnel GSO (24-byte headers).
+    pub tunnel_gso: bool,
 }
 
 /// How often a TAP port re-reads its device's MTU: the host may change it while the port runs
@@ -60,6 +76,8 @@ pub struct TapPort {
     mtu: usize,
     /// When `mtu` was last read from the device (`None`: not since the port opened).
     mtu_read: Option<Instant>,
+    /// Bytes of the virtio-net header in front of every frame: 10, or 24 with UDP-tunnel GSO.
+    vnet_len: usize,
     stats: TapStats,
 }
 
@@ -138,12 +156,15 @@ impl TapPort {
         }
         dev.set_nonblocking(true).map_err(|e| Self::ctx(name, "set_nonblocking", e))?;
         let mtu = dev.mtu().map(usize::from).unwrap_or(1500);
+        let tunnel_gso = negotiate_tunnel_gso(dev.as_raw_fd());
+        let vnet_len = if tunnel_gso { VNET_HDR_TNL_LEN } else { VNET_HDR_LEN };
         Ok(TapPort {
             dev,
             name: format!("tap:{name}"),
             mtu,
             mtu_read: None,
-            stats: TapStats::default(),
+            vnet_len,
+            stats: TapStats { tunnel_gso, ..TapStats::default() },
         })
     }
 
@@ -156,6 +177,26 @@ impl TapPort {
     pub fn ifname(&self) -> io::Result<String> {
         self.dev.name()
     }
+}
+
+/// Ask for UDP-tunnel GSO on TAP descriptor `fd`: the tunnel offload (with and, on kernels
+/// without USO, without the UDP offloads), then the 24-byte header. Returns whether both took;
+/// on failure the device is left with the 10-byte header and the offloads tun-rs set.
+fn negotiate_tunnel_gso(fd: RawFd) -> bool {
+    let tcp = tun::TUN_F_CSUM | tun::TUN_F_TSO4 | tun::TUN_F_TSO6;
+    let uso = tun::TUN_F_USO4 | tun::TUN_F_USO6;
+    let Some(base) = [tcp | uso, tcp]
+        .into_iter()
+        .find(|b| tun::set_offload(fd, b | tun::TUN_F_UDP_TUNNEL_GSO).is_ok())
+    else {
+        return false;
+    };
+    if tun::set_vnet_hdr_size(fd, VNET_HDR_TNL_LEN as libc::c_int).is_ok() {
+        return true;
+    }
+    // Back to what the device had: the same offloads without the tunnel.
+    let _ = tun::set_offload(fd, base);
+    false
 }
 
 impl Port for TapPort {
@@ -190,24 +231,35 @@ impl Port for TapPort {
             };
             // The virtio-net header sits in front of the frame: parse it, then move the frame
             // start past it (into the headroom; nothing is copied).
-            let off = match p
-                .set_len(n)
-                .ok()
-                .and_then(|()| VnetHdr::parse(p.data()).and_then(|h| h.to_offload()).ok())
-            {
-                Some(off) if p.pull_front(VNET_HDR_LEN).is_ok() => off,
-                _ => {
-                    self.stats.rx_bad_vnet += 1;
-                    batch.pop_slot();
-                    continue;
-                }
-            };
+            let vl = self.vnet_len;
+            let off =
+                match p.set_len(n).ok().and_then(|()| {
+                    VnetHdr::parse_sized(p.data(), vl).and_then(|h| h.to_offload()).ok()
+                }) {
+                    // A tunnel super-packet must be what snic takes whole (VXLAN over IPv4).
+                    Some(off)
+                        if p.pull_front(vl).is_ok()
+                            && off.gso.is_none_or(|g| {
+                                g.tunnel.is_none() || VnetHdr::tunnel_whole(&off, p.data())
+                            }) =>
+                    {
+                        off
+                    }
+                    _ => {
+                        self.stats.rx_bad_vnet += 1;
+                        batch.pop_slot();
+                        continue;
+                    }
+                };
             p.meta.offload = off;
             p.meta.rx_time = now;
             self.stats.rx_packets += 1;
             self.stats.rx_bytes += p.len() as u64;
-            if off.gso.is_some() {
+            if let Some(g) = off.gso {
                 self.stats.rx_gso += 1;
+                if g.tunnel.is_some() {
+                    self.stats.rx_tunnel_gso += 1;
+                }
             }
             got += 1;
         }
@@ -216,16 +268,27 @@ impl Port for TapPort {
 
     fn send(&mut self, _now: Instant, batch: &mut Batch) -> io::Result<usize> {
         let mut sent = 0;
+        let vl = self.vnet_len;
         for p in batch.iter_mut() {
-            let hdr = VnetHdr::from_offload(&p.meta.offload, p.data()).to_bytes();
-            let Ok(front) = p.push_front(VNET_HDR_LEN) else {
+            let h = VnetHdr::from_offload(&p.meta.offload, p.data());
+            let tunnel = h.gso_type & (GSO_UDP_TUNNEL_IPV4 | GSO_UDP_TUNNEL_IPV6) != 0;
+            // A tunnelled super-packet the header cannot describe (the transmit path segments
+            // those first) is refused, not sent as a plain one.
+            let unfit = p.meta.offload.gso.is_some_and(|g| g.tunnel.is_some()) && !tunnel;
+            if unfit || (tunnel && vl < VNET_HDR_TNL_LEN) {
+                self.stats.tx_errors += 1;
+                continue;
+            }
+            let bytes = h.to_tnl_bytes();
+            let Ok(front) = p.push_front(vl) else {
                 self.stats.tx_errors += 1;
                 continue;
             };
-            front.copy_from_slice(&hdr);
+            // The 10-byte header is the first 10 bytes of the tunnel one.
+            front.copy_from_slice(&bytes[..vl]);
             let r = self.dev.send(p.data());
             // Restore the frame as it was; cannot fail, the bytes were just pushed.
-            let _ = p.pull_front(VNET_HDR_LEN);
+            let _ = p.pull_front(vl);
             match r {
                 Ok(_) => {
                     sent += 1;
@@ -233,6 +296,9 @@ impl Port for TapPort {
                     self.stats.tx_bytes += p.len() as u64;
                     if p.meta.offload.gso.is_some() {
                         self.stats.tx_gso += 1;
+                    }
+                    if tunnel {
+                        self.stats.tx_tunnel_gso += 1;
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -248,7 +314,7 @@ impl Port for TapPort {
     }
 
     fn caps(&self) -> PortCaps {
-        PortCaps { gso: true, max_frame: self.mtu + 18 }
+        PortCaps { gso: true, max_frame: self.mtu + 18, tunnel_gso: self.stats.tunnel_gso }
     }
 
     fn counters(&self) -> PortCounters {

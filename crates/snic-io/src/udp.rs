@@ -196,7 +196,11 @@ impl Port for UdpPort {
 
     fn caps(&self) -> PortCaps {
         // What a peer UdpPort can receive into one packet buffer.
-        PortCaps { gso: false, max_frame: snic_pipeline::buf::DEFAULT_FRAME_ROOM }
+        PortCaps {
+            gso: false,
+            max_frame: snic_pipeline::buf::DEFAULT_FRAME_ROOM,
+            tunnel_gso: false,
+        }
     }
 
     fn counters(&self) -> PortCounters {

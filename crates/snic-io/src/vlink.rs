@@ -495,7 +495,7 @@ impl Port for VLinkPort {
     }
 
     fn caps(&self) -> PortCaps {
-        PortCaps { gso: false, max_frame: 9216 }
+        PortCaps { gso: false, max_frame: 9216, tunnel_gso: false }
     }
 
     fn counters(&self) -> PortCounters {

@@ -18,13 +18,52 @@
 //! 8..10  csum_offset  u16  where the checksum is stored, from csum_start
 //! ```
 //!
+//! # The UDP-tunnel header (Linux 6.17+)
+//!
+//! `struct virtio_net_hdr_v1_hash_tunnel` ([`VNET_HDR_TNL_LEN`] = 24 bytes) extends the header
+//! for super-packets inside a UDP tunnel (VXLAN, Geneve): `gso_type` adds
+//! [`GSO_UDP_TUNNEL_IPV4`] or [`GSO_UDP_TUNNEL_IPV6`] (the outer IP version) to the inner kind,
+//! `flags` may add [`FLAG_UDP_TUNNEL_CSUM`] (the outer UDP checksum is to be computed per
+//! segment), `csum_start` names the *inner* L4 header, and two offsets from the frame start
+//! follow:
+//!
+//! ```text
+//! 10..12 num_buffers      u16  (unused here, 0)
+//! 12..16 hash_value       u32  (unused here, 0)
+//! 16..18 hash_report      u16  (unused here, 0)
+//! 18..20 padding          u16
+//! 20..22 outer_th_offset  u16  the outer UDP header
+//! 22..24 inner_nh_offset  u16  the inner IP header
+//! ```
+//!
+//! A TAP device takes this header on write once its header size is 24 (`TUNSETVNETHDRSZ`), and
+//! hands tunnelled super-packets over whole on read once `TUNSETOFFLOAD` has
+//! `TUN_F_UDP_TUNNEL_GSO` (0x80). The kernel requires NEEDS_CSUM (the inner checksum partial)
+//! for a tunnel super-packet. AF_PACKET's `PACKET_VNET_HDR` does not take the tunnel types
+//! (`virtio_net_hdr_to_skb` refuses them): packet sockets keep the 10-byte header.
+//! snic maps the tunnel types to [`snic_pipeline::meta::TunnelGso`] for VXLAN over IPv4 with a
+//! zero outer UDP checksum only (what its encapsulation writes); [`VnetHdr::tunnel_whole`] says
+//! when a packet can be written so, and anything else is segmented in software.
+//!
 //! This module is sans-IO: it only reads and writes bytes.
 
 use core::fmt;
-use snic_pipeline::meta::{Gso, GsoKind, Offload};
+use snic_pipeline::meta::{Gso, GsoKind, Offload, TunnelGso, TunnelGsoKind};
 
 /// Size of the header in bytes.
 pub const VNET_HDR_LEN: usize = 10;
+/// Size of the UDP-tunnel header (`struct virtio_net_hdr_v1_hash_tunnel`).
+pub const VNET_HDR_TNL_LEN: usize = 24;
+/// `gso_type` bit: the super-packet is inside a UDP tunnel over IPv4.
+pub const GSO_UDP_TUNNEL_IPV4: u8 = 0x20;
+/// `gso_type` bit: the super-packet is inside a UDP tunnel over IPv6.
+pub const GSO_UDP_TUNNEL_IPV6: u8 = 0x40;
+/// `flags`: the outer UDP checksum of a tunnel super-packet is to be computed per segment.
+pub const FLAG_UDP_TUNNEL_CSUM: u8 = 8;
+/// Bytes of a VXLAN header plus the outer UDP header.
+const UDP_VXLAN_LEN: u16 = 16;
+/// Bytes of an untagged Ethernet header.
+const ETH_LEN: u16 = 14;
 
 /// `flags`: the L4 checksum is partial and must be completed from `csum_start`.
 pub const FLAG_NEEDS_CSUM: u8 = 1;
@@ -63,6 +102,10 @@ pub enum VnetError {
     UnknownFlags(u8),
     /// Moving the header's frame offsets for inserted bytes overflowed 16 bits.
     OffsetOverflow,
+    /// A UDP-tunnel super-packet snic does not take whole: not VXLAN over IPv4 with an
+    /// untagged inner Ethernet header and a zero outer checksum, or without NEEDS_CSUM (the
+    /// raw `gso_type`).
+    UnsupportedTunnel(u8),
 }
 
 impl fmt::Display for VnetError {
@@ -80,6 +123,12 @@ impl fmt::Display for VnetError {
             VnetError::UnknownFlags(x) => write!(f, "virtio-net header: unknown flags {x:#04x}"),
             VnetError::OffsetOverflow => {
                 write!(f, "virtio-net header: offsets overflow after inserting bytes")
+            }
+            VnetError::UnsupportedTunnel(t) => {
+                write!(
+                    f,
+                    "virtio-net header: unsupported UDP-tunnel super-packet (gso_type {t:#04x})"
+                )
             }
         }
     }
@@ -102,6 +151,10 @@ pub struct VnetHdr {
     pub csum_start: u16,
     /// Offset of the checksum field from `csum_start`.
     pub csum_offset: u16,
+    /// UDP-tunnel header only: where the outer UDP header starts (0 when not tunnelled).
+    pub outer_th: u16,
+    /// UDP-tunnel header only: where the inner IP header starts (0 when not tunnelled).
+    pub inner_nh: u16,
 }
 
 impl VnetHdr {
@@ -119,7 +172,52 @@ impl VnetHdr {
             gso_size: le(4),
             csum_start: le(6),
             csum_offset: le(8),
+            outer_th: 0,
+            inner_nh: 0,
         })
+    }
+
+    /// Decode a header of `len` bytes ([`VNET_HDR_LEN`], or [`VNET_HDR_TNL_LEN`] and more for
+    /// the UDP-tunnel header, whose offsets are read too).
+    pub fn parse_sized(buf: &[u8], len: usize) -> Result<VnetHdr, VnetError> {
+        let mut h = VnetHdr::parse(buf)?;
+        if len >= VNET_HDR_TNL_LEN {
+            let Some(b) = buf.get(..VNET_HDR_TNL_LEN) else {
+                return Err(VnetError::Truncated { need: VNET_HDR_TNL_LEN, got: buf.len() });
+            };
+            h.outer_th = u16::from_le_bytes([b[20], b[21]]);
+            h.inner_nh = u16::from_le_bytes([b[22], b[23]]);
+        }
+        Ok(h)
+    }
+
+    /// The UDP-tunnel header as bytes (the tunnel offsets are zero for other packets).
+    pub fn to_tnl_bytes(&self) -> [u8; VNET_HDR_TNL_LEN] {
+        let mut b = [0u8; VNET_HDR_TNL_LEN];
+        // Cannot fail: the array holds VNET_HDR_LEN bytes.
+        let _ = self.emit(&mut b);
+        b[20..22].copy_from_slice(&self.outer_th.to_le_bytes());
+        b[22..24].copy_from_slice(&self.inner_nh.to_le_bytes());
+        b
+    }
+
+    /// Whether a packet with offload state `off` and frame `frame` can leave whole, with the
+    /// UDP-tunnel header, through a port that negotiated UDP-tunnel GSO: a TCP super-packet in
+    /// VXLAN over IPv4 (no outer VLAN tag) with its inner checksum partial, an untagged inner
+    /// Ethernet header, and a zero outer UDP checksum (nothing to compute per segment). Plain
+    /// packets return false (they need no tunnel header).
+    pub fn tunnel_whole(off: &Offload, frame: &[u8]) -> bool {
+        let Some(Gso { kind: GsoKind::TcpV4 | GsoKind::TcpV6, tunnel: Some(t), .. }) = off.gso
+        else {
+            return false;
+        };
+        let ol = usize::from(t.outer_len);
+        t.kind == TunnelGsoKind::Vxlan
+            && off.csum_partial.is_some()
+            && frame.get(12..14) == Some(&[0x08, 0x00])
+            && ol == usize::from(ETH_LEN + 20 + UDP_VXLAN_LEN)
+            && frame.get(ol - 10..ol - 8) == Some(&[0, 0])
+            && frame.get(ol + 12..ol + 14).is_some_and(|e| e != [0x81, 0x00] && e != [0x88, 0xa8])
     }
 
     /// Encode into `out`, which must hold at least [`VNET_HDR_LEN`] bytes.
@@ -173,6 +271,10 @@ impl VnetHdr {
         if unknown != 0 {
             return Err(VnetError::UnknownFlags(self.flags));
         }
+        // FLAG_UDP_TUNNEL_CSUM is refused above: snic does not negotiate outer checksums.
+        if self.gso_type & (GSO_UDP_TUNNEL_IPV4 | GSO_UDP_TUNNEL_IPV6) != 0 {
+            return self.tunnel_offload();
+        }
         let csum_partial =
             (self.flags & FLAG_NEEDS_CSUM != 0).then_some((self.csum_start, self.csum_offset));
         let kind = match self.gso_type & !GSO_ECN {
@@ -191,8 +293,40 @@ impl VnetHdr {
         })
     }
 
+    /// [`VnetHdr::to_offload`] for a UDP-tunnel super-packet: VXLAN over IPv4 (the offsets
+    /// say UDP + VXLAN + untagged Ethernet lie between the outer UDP and inner IP headers), no
+    /// outer checksum to compute, inner TCP with NEEDS_CSUM. The frame's bytes are not looked
+    /// at here: the port checks the outer protocol (see [`VnetHdr::tunnel_whole`]).
+    fn tunnel_offload(&self) -> Result<Offload, VnetError> {
+        let unsupported = VnetError::UnsupportedTunnel(self.gso_type);
+        if self.gso_type & GSO_UDP_TUNNEL_IPV6 != 0
+            || self.flags != FLAG_NEEDS_CSUM
+            || self.outer_th != ETH_LEN + 20
+            || self.inner_nh != self.outer_th + UDP_VXLAN_LEN + ETH_LEN
+            || self.csum_start < self.inner_nh + 20
+        {
+            return Err(unsupported);
+        }
+        let kind = match self.gso_type & !(GSO_ECN | GSO_UDP_TUNNEL_IPV4) {
+            GSO_TCPV4 => GsoKind::TcpV4,
+            GSO_TCPV6 => GsoKind::TcpV6,
+            _ => return Err(unsupported),
+        };
+        if self.gso_size == 0 {
+            return Err(VnetError::ZeroGsoSize);
+        }
+        let outer_len = self.inner_nh - ETH_LEN;
+        let tunnel = Some(TunnelGso { kind: TunnelGsoKind::Vxlan, outer_len });
+        Ok(Offload {
+            csum_partial: Some((self.csum_start, self.csum_offset)),
+            gso: Some(Gso { kind, size: self.gso_size, hdr_len: self.hdr_len, tunnel }),
+        })
+    }
+
     /// The header to send `frame` with, given its offload state. For a TCP super-packet the ECN
     /// bit is set when the TCP header (found at `csum_start`) has CWR set, as the kernel expects.
+    /// A tunnelled super-packet that [`VnetHdr::tunnel_whole`] accepts gets the UDP-tunnel type
+    /// and offsets (send it with [`VnetHdr::to_tnl_bytes`]); callers segment the others first.
     pub fn from_offload(off: &Offload, frame: &[u8]) -> VnetHdr {
         let mut h = VnetHdr::default();
         if let Some((start, offset)) = off.csum_partial {
@@ -216,6 +350,13 @@ impl VnetHdr {
                 {
                     h.gso_type |= GSO_ECN;
                 }
+            }
+            if let Some(t) = gso.tunnel
+                && VnetHdr::tunnel_whole(off, frame)
+            {
+                h.gso_type |= GSO_UDP_TUNNEL_IPV4;
+                h.outer_th = t.outer_len - UDP_VXLAN_LEN;
+                h.inner_nh = t.outer_len + ETH_LEN;
             }
         }
         h
@@ -241,7 +382,8 @@ mod tests {
                 hdr_len: 66,
                 gso_size: 1448,
                 csum_start: 34,
-                csum_offset: 16
+                csum_offset: 16,
+                ..VnetHdr::default()
             }
         );
         let off = h.to_offload().unwrap();
@@ -342,5 +484,87 @@ mod tests {
         assert_eq!(zero.to_offload(), Err(VnetError::ZeroGsoSize));
         let flags = VnetHdr { flags: 0x41, ..Default::default() };
         assert_eq!(flags.to_offload(), Err(VnetError::UnknownFlags(0x41)));
+    }
+
+    /// A VXLAN-over-IPv4 super-packet as snic encapsulates it: Ethernet + IPv4 + UDP (checksum
+    /// 0) + VXLAN + inner Ethernet + IPv4 + TCP.
+    fn vxlan_frame() -> Vec<u8> {
+        let mut f = vec![0u8; 50 + 14 + 20 + 20 + 100];
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        f[14] = 0x45;
+        f[23] = 17;
+        f[50 + 12..50 + 14].copy_from_slice(&[0x08, 0x00]);
+        f
+    }
+
+    #[test]
+    fn tunnel_header_round_trips_with_offsets() {
+        let tunnel = Some(TunnelGso { kind: TunnelGsoKind::Vxlan, outer_len: 50 });
+        let gso = Gso { kind: GsoKind::TcpV4, size: 1398, hdr_len: 104, tunnel };
+        let off = Offload { csum_partial: Some((84, 16)), gso: Some(gso) };
+        let f = vxlan_frame();
+        assert!(VnetHdr::tunnel_whole(&off, &f));
+        let h = VnetHdr::from_offload(&off, &f);
+        let b = h.to_tnl_bytes();
+        assert_eq!(
+            b,
+            [
+                0x01, 0x21, 104, 0, 0x76, 0x05, 84, 0, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 34, 0,
+                64, 0
+            ]
+        );
+        let back = VnetHdr::parse_sized(&b, VNET_HDR_TNL_LEN).unwrap();
+        assert_eq!(back, h);
+        assert_eq!(back.to_offload().unwrap(), off);
+        // A 10-byte parse does not read the offsets.
+        let short = VnetHdr::parse_sized(&b, VNET_HDR_LEN).unwrap();
+        assert_eq!((short.outer_th, short.inner_nh), (0, 0));
+        assert_eq!(
+            VnetHdr::parse_sized(&b[..20], VNET_HDR_TNL_LEN).unwrap_err(),
+            VnetError::Truncated { need: 24, got: 20 }
+        );
+        // A plain header in 24 bytes: zero offsets, same meaning.
+        let plain = VnetHdr::parse(&TCP4).unwrap();
+        assert_eq!(&plain.to_tnl_bytes()[..10], &TCP4);
+        assert_eq!(&plain.to_tnl_bytes()[10..], &[0; 14]);
+    }
+
+    #[test]
+    fn tunnel_packets_snic_cannot_take_whole_are_refused() {
+        let tunnel = Some(TunnelGso { kind: TunnelGsoKind::Vxlan, outer_len: 50 });
+        let gso = Gso { kind: GsoKind::TcpV4, size: 1398, hdr_len: 104, tunnel };
+        let off = Offload { csum_partial: Some((84, 16)), gso: Some(gso) };
+        let f = vxlan_frame();
+        // Outer UDP checksum set, inner VLAN tag, outer IPv6, no partial checksum, NVGRE.
+        let mut csum = f.clone();
+        csum[40] = 1;
+        let mut tagged = f.clone();
+        tagged[62..64].copy_from_slice(&[0x81, 0x00]);
+        let mut v6 = f.clone();
+        v6[12..14].copy_from_slice(&[0x86, 0xdd]);
+        for frame in [&csum, &tagged, &v6] {
+            assert!(!VnetHdr::tunnel_whole(&off, frame));
+            assert_eq!(VnetHdr::from_offload(&off, frame).gso_type, GSO_TCPV4);
+        }
+        assert!(!VnetHdr::tunnel_whole(&Offload { csum_partial: None, ..off }, &f));
+        let nvgre = Some(TunnelGso { kind: TunnelGsoKind::Nvgre, outer_len: 50 });
+        let g = Offload { gso: Some(Gso { tunnel: nvgre, ..gso }), ..off };
+        assert!(!VnetHdr::tunnel_whole(&g, &f));
+        assert!(!VnetHdr::tunnel_whole(&Offload::default(), &f));
+        // Received headers: outer IPv6, outer checksum, Geneve-sized offsets, UDP inside, no
+        // NEEDS_CSUM are typed errors.
+        let good = VnetHdr::from_offload(&off, &f);
+        let bad = [
+            VnetHdr { gso_type: GSO_TCPV4 | GSO_UDP_TUNNEL_IPV6, ..good },
+            VnetHdr { inner_nh: 72, ..good },
+            VnetHdr { gso_type: GSO_UDP_L4 | GSO_UDP_TUNNEL_IPV4, ..good },
+            VnetHdr { flags: 0, ..good },
+        ];
+        for h in bad {
+            assert_eq!(h.to_offload(), Err(VnetError::UnsupportedTunnel(h.gso_type)), "{h:?}");
+        }
+        let with_csum = VnetHdr { flags: FLAG_NEEDS_CSUM | FLAG_UDP_TUNNEL_CSUM, ..good };
+        assert_eq!(with_csum.to_offload(), Err(VnetError::UnknownFlags(9)));
+        assert_eq!(VnetHdr { gso_size: 0, ..good }.to_offload(), Err(VnetError::ZeroGsoSize));
     }
 }

@@ -21,7 +21,9 @@
 //! segments for port N`, or `dropped at port N: reason`. An untraced packet costs one branch;
 //! events are only built (and allocate) for traced packets.
 
-use crate::port::{Port, PortCounters};
+use crate::port::{Port, PortCaps, PortCounters};
+use crate::vnet::VnetHdr;
+use snic_pipeline::gro;
 use snic_pipeline::meta::Offload;
 use snic_pipeline::offload::{self, OffloadError};
 use snic_pipeline::trace::{TX_STAGE, TraceEvent, TraceRing, TraceWhat};
@@ -114,24 +116,39 @@ fn send_one(
     io: &mut Counters,
     trace: &mut TraceRing,
 ) {
-    let soft = !port.caps().gso;
-    if t.iter().any(|p| needs_software(p, soft)) {
+    let caps = port.caps();
+    if caps.gso && t.len() > 1 {
+        // GRO: a port that takes super-packets gets consecutive TCP segments of a flow as one
+        // (VXLAN-encapsulated ones too when it takes them whole).
+        let merged = gro::coalesce(t, caps.tunnel_gso);
+        if merged > 0 {
+            io.port_mut(PortId(j as u16)).gro_coalesced += merged as u64;
+        }
+    }
+    if t.iter().any(|p| needs_software(p, caps)) {
         SEGMENTS.with(|cell| match cell.try_borrow_mut() {
-            Ok(mut out) => send_offloaded(now, port, t, j, io, trace, soft, &mut out),
+            Ok(mut out) => send_offloaded(now, port, t, j, io, trace, caps, &mut out),
             // Not re-entered in practice; a fresh batch rather than a panic if it ever is.
-            Err(_) => send_offloaded(now, port, t, j, io, trace, soft, &mut Batch::new(MAX_BATCH)),
+            Err(_) => send_offloaded(now, port, t, j, io, trace, caps, &mut Batch::new(MAX_BATCH)),
         });
     } else {
         send_direct(now, port, t, j, io, trace);
     }
 }
 
-/// Whether `p` must go through [`send_offloaded`]: a tunnelled super-packet always (a
-/// virtio-net header cannot describe it, so no port takes it as such), any offload state when
-/// the port has no GSO capability (`soft`).
-fn needs_software(p: &PacketBuf, soft: bool) -> bool {
-    p.meta.offload.gso.is_some_and(|g| g.tunnel.is_some())
-        || (soft && p.meta.offload != Offload::default())
+/// Whether `p` must go through [`send_offloaded`]: any offload state when the port has no GSO
+/// capability; a tunnelled super-packet unless the port takes it whole ([`tunnel_whole`]).
+fn needs_software(p: &PacketBuf, caps: PortCaps) -> bool {
+    if !caps.gso {
+        return p.meta.offload != Offload::default();
+    }
+    p.meta.offload.gso.is_some_and(|g| g.tunnel.is_some()) && !tunnel_whole(p, caps)
+}
+
+/// Whether the tunnelled super-packet `p` leaves whole through a port with `caps`: the port
+/// negotiated UDP-tunnel GSO and the virtio-net tunnel header can describe the packet.
+fn tunnel_whole(p: &PacketBuf, caps: PortCaps) -> bool {
+    caps.tunnel_gso && VnetHdr::tunnel_whole(&p.meta.offload, p.data())
 }
 
 thread_local! {
@@ -141,11 +158,12 @@ thread_local! {
 }
 
 /// The NIC's TSO/checksum offload done in software. When the port cannot take super-packets
-/// or partial checksums (`soft`: pcap, UDP tunnel, virtual link, null), super-packets are cut
+/// or partial checksums (no `caps.gso`: pcap, UDP tunnel, virtual link), super-packets are cut
 /// into MTU-sized, fully checksummed segments and partial checksums are completed, in order.
 /// Tunnelled super-packets (VXLAN/NVGRE pushed by the vSwitch on a guest's TSO packet) are cut
-/// for every port ("tunnel TSO"); on a port with GSO capability the other packets keep their
-/// offload state. Packets that need no segmenting move into `out` by buffer swap (no copy);
+/// for every port that cannot take them whole ("tunnel TSO", counted per super-packet in the
+/// port's `tunnel_segmented`); a TAP port with UDP-tunnel GSO takes VXLAN ones whole. On a
+/// port with GSO capability the other packets keep their offload state. Packets that need no segmenting move into `out` by buffer swap (no copy);
 /// segments are written into `out`'s reused buffers.
 #[allow(clippy::too_many_arguments, reason = "the transmit helpers' shared arguments plus two")]
 fn send_offloaded(
@@ -155,10 +173,11 @@ fn send_offloaded(
     j: usize,
     io: &mut Counters,
     trace: &mut TraceRing,
-    soft: bool,
+    caps: PortCaps,
     out: &mut Batch,
 ) {
     let id = PortId(j as u16);
+    let soft = !caps.gso;
     let failed = |p: &PacketBuf, io: &mut Counters, trace: &mut TraceRing| {
         io.port_mut(id).tx_drops.add(DropReason::OffloadFailed);
         if p.meta.trace {
@@ -168,10 +187,14 @@ fn send_offloaded(
     };
     out.clear();
     for p in t.packets_mut() {
-        if p.meta.offload.gso.is_some_and(|g| soft || g.tunnel.is_some()) {
+        let tunnelled = p.meta.offload.gso.is_some_and(|g| g.tunnel.is_some());
+        if p.meta.offload.gso.is_some() && (soft || (tunnelled && !tunnel_whole(p, caps))) {
             loop {
                 match offload::segment(p, out) {
                     Ok(segments) => {
+                        if tunnelled {
+                            io.port_mut(id).tunnel_segmented += 1;
+                        }
                         if p.meta.trace {
                             let what = TraceWhat::Segmented { port: id, segments };
                             trace_tx(trace, p.meta.seq, what);
@@ -1025,7 +1048,7 @@ mod tests {
     type Sent = std::sync::Arc<Mutex<Vec<(Vec<u8>, Offload)>>>;
 
     #[derive(Debug)]
-    struct GsoSink(Sent);
+    struct GsoSink(Sent, bool);
 
     impl Port for GsoSink {
         fn name(&self) -> &str {
@@ -1041,7 +1064,7 @@ mod tests {
             Ok(b.len())
         }
         fn caps(&self) -> crate::PortCaps {
-            crate::PortCaps { gso: true, max_frame: 1518 }
+            crate::PortCaps { gso: true, max_frame: 1518, tunnel_gso: self.1 }
         }
     }
 
@@ -1074,7 +1097,7 @@ mod tests {
         let tun_gso = Gso { hdr_len: 104, tunnel, ..plain_gso };
 
         let sent: Sent = Default::default();
-        let mut ports: Vec<Box<dyn Port>> = vec![Box::new(GsoSink(sent.clone()))];
+        let mut ports: Vec<Box<dyn Port>> = vec![Box::new(GsoSink(sent.clone(), false))];
         let mut tx = vec![Batch::new(MAX_BATCH)];
         let mut io = Counters::default();
         let mut batch = Batch::new(4);
@@ -1119,6 +1142,65 @@ mod tests {
         }
         assert_eq!(joined, payload);
         assert_eq!(io.port(PortId(0)).unwrap().tx_packets, (2 + nseg) as u64);
+        // The fallback is counted: one tunnelled super-packet segmented.
+        assert_eq!(io.port(PortId(0)).unwrap().tunnel_segmented, 1);
+    }
+
+    /// Tunnel GSO: a port that negotiated UDP-tunnel GSO gets the VXLAN super-packet whole, with
+    /// its offload state, and nothing is counted as segmented; an NVGRE one (no virtio-net
+    /// tunnel type describes it) is still segmented, and counted.
+    #[test]
+    fn tunnelled_super_packets_leave_whole_through_tunnel_gso_ports() {
+        use snic_pipeline::meta::{Gso, GsoKind, TunnelGso, TunnelGsoKind};
+        let payload: Vec<u8> = (0..5000u32).map(|i| (i % 253) as u8).collect();
+        let mut inner = Vec::new();
+        etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 0xa], [2, 0, 0, 0, 0, 0xb])
+            .ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+            .tcp(40000, 5201, 77, 64_000)
+            .ack(7)
+            .write(&mut inner, &payload)
+            .unwrap();
+        let mut vx = vec![0x08, 0, 0, 0, 0, 0, 42, 0];
+        vx.extend_from_slice(&inner);
+        let mut tunnelled = Vec::new();
+        etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 1, 1], [2, 0, 0, 0, 2, 2])
+            .ipv4([192, 168, 100, 1], [192, 168, 100, 2], 64)
+            .udp(0xc001, 4789)
+            .write(&mut tunnelled, &vx)
+            .unwrap();
+        tunnelled[40..42].copy_from_slice(&[0, 0]);
+        let mut gre = tunnelled.clone();
+        // The same bytes claimed as NVGRE: segmenting fails on them, which is counted as an
+        // offload failure; what matters here is that it is not sent whole.
+        gre[23] = 47;
+        let vxlan = TunnelGso { kind: TunnelGsoKind::Vxlan, outer_len: 50 };
+        let gso = Gso { kind: GsoKind::TcpV4, size: 1398, hdr_len: 104, tunnel: Some(vxlan) };
+        let tun = Offload { csum_partial: Some((84, 16)), gso: Some(gso) };
+        let nvgre = TunnelGso { kind: TunnelGsoKind::Nvgre, outer_len: 50 };
+        let gre_off = Offload { gso: Some(Gso { tunnel: Some(nvgre), ..gso }), ..tun };
+
+        let sent: Sent = Default::default();
+        let mut ports: Vec<Box<dyn Port>> = vec![Box::new(GsoSink(sent.clone(), true))];
+        let mut tx = vec![Batch::new(MAX_BATCH)];
+        let mut io = Counters::default();
+        let mut batch = Batch::new(4);
+        for (f, off) in [(&tunnelled, tun), (&gre, gre_off)] {
+            let p = batch.push_frame(f).unwrap();
+            p.meta.egress = Some(PortId(0));
+            p.meta.offload = off;
+        }
+        transmit(Instant::ZERO, &mut batch, &mut ports, &mut tx, &mut io, &mut TraceRing::new(8));
+        let sent = sent.lock().unwrap();
+        assert_eq!(sent.len(), 1, "only the VXLAN super-packet leaves, whole");
+        assert_eq!(sent[0], (tunnelled.clone(), tun));
+        let c = io.port(PortId(0)).unwrap();
+        assert_eq!(c.tunnel_segmented, 0);
+        assert_eq!(c.tx_drops.get(DropReason::OffloadFailed), 1);
+        // The header the TAP port writes for it: TCPv4 in a UDP tunnel over IPv4, offsets of the
+        // outer UDP header and the inner IP header.
+        let h = VnetHdr::from_offload(&tun, &tunnelled);
+        assert_eq!(h.gso_type, crate::vnet::GSO_TCPV4 | crate::vnet::GSO_UDP_TUNNEL_IPV4);
+        assert_eq!((h.outer_th, h.inner_nh, h.csum_start, h.gso_size), (34, 64, 84, 1398));
     }
 
     fn stamped(b: &mut Batch, frames: &[(u8, Option<PortId>)], ingress: u16) {

@@ -208,6 +208,14 @@ pub struct PortCounters {
     pub rx_drops: DropCounts,
     /// Transmit-side drops by reason.
     pub tx_drops: DropCounts,
+    /// Tunnelled super-packets (a guest's TSO packet the vSwitch encapsulated) this port could
+    /// not take whole, segmented in software before transmit (the fallback of tunnel GSO).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub tunnel_segmented: u64,
+    /// Received TCP segments merged into super-packets before transmit (GRO), not counting the
+    /// first segment of each super-packet.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub gro_coalesced: u64,
 }
 
 impl PortCounters {
@@ -233,6 +241,8 @@ impl PortCounters {
         self.tx_bytes += other.tx_bytes;
         self.rx_drops.merge(&other.rx_drops);
         self.tx_drops.merge(&other.tx_drops);
+        self.tunnel_segmented += other.tunnel_segmented;
+        self.gro_coalesced += other.gro_coalesced;
     }
 }
 

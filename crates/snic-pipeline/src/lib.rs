@@ -32,6 +32,7 @@ pub use stage::{Stage, StageCtx};
 pub mod stages;
 pub mod trace;
 pub use trace::{TraceEvent, TraceFilter, TraceRing, TraceWhat};
+pub mod gro;
 pub mod offload;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

@@ -119,8 +119,8 @@ pub struct Gso {
     /// included once a tunnel was pushed).
     pub hdr_len: u16,
     /// Outer tunnel headers pushed in front of the super-packet (by the vSwitch's
-    /// encapsulation), `None` for a plain one. A tunnelled super-packet cannot be described by
-    /// a virtio-net header, so it is always segmented in software ("tunnel TSO").
+    /// encapsulation, or received whole from a TAP port with UDP-tunnel GSO), `None` for a
+    /// plain one. Ports that cannot take it whole get it segmented in software ("tunnel TSO").
     pub tunnel: Option<TunnelGso>,
 }
 

@@ -12,9 +12,9 @@
 //!   segment.
 //!   Tunnelled super-packets (`gso.tunnel`: the vSwitch pushed VXLAN or NVGRE headers on one)
 //!   are segmented by their inner payload, the outer headers replicated in front of each
-//!   segment with their own lengths, IPv4 identification and checksums ("tunnel TSO"). A
-//!   virtio-net header cannot describe such a packet, so the I/O layer always segments them,
-//!   whatever the port's capabilities.
+//!   segment with their own lengths, IPv4 identification and checksums ("tunnel TSO"). The I/O
+//!   layer does so for every port that cannot take them whole (only a TAP port with the
+//!   UDP-tunnel virtio-net header of Linux 6.17+ can, for VXLAN over IPv4).
 //! - [`complete_checksum`]: finish a partial L4 checksum in place.
 //!
 //! The headers are located by parsing the frame here (Ethernet, up to four 802.1Q/802.1ad

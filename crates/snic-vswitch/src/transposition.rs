@@ -22,10 +22,12 @@
 //! GSO super-packets (`meta.offload.gso`, from a guest with TSO on) may be encapsulated: the
 //! push records the outer headers in `gso.tunnel` and moves `gso.hdr_len` and the checksum
 //! start past them; the outer lengths are those of the whole super-packet and the outer
-//! UDP/IPv6 checksum is left 0, since the I/O layer segments such a packet in software
-//! (`snic_pipeline::offload::segment`, "tunnel TSO") and fixes both per segment. A pop of a
-//! super-packet is allowed only for outer headers pushed that way (`gso.tunnel`): the kernel
-//! does not hand a GRO'd tunnel packet over with a plain virtio-net header.
+//! UDP/IPv6 checksum is left 0. The I/O layer then either writes it whole (a TAP port with
+//! UDP-tunnel GSO: VXLAN over IPv4, whose zero outer checksum needs no per-segment work) or
+//! segments it in software (`snic_pipeline::offload::segment`, "tunnel TSO"), fixing lengths and
+//! checksums per segment. A pop of a super-packet is allowed only for outer headers of exactly
+//! the recorded length (`gso.tunnel`): pushed here, or received whole with a UDP-tunnel
+//! virtio-net header (VXLAN, which the TAP port maps to the same record).
 //!
 //! This module does not parse frames (it uses the layer offsets of `pkt.meta.stack`), does not
 //! segment GSO super-packets, does not add VLAN tags to the outer frame of an encapsulation, and

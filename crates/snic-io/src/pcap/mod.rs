@@ -307,7 +307,7 @@ impl Port for PcapPort {
     }
 
     fn caps(&self) -> PortCaps {
-        PortCaps { gso: false, max_frame: SNAPLEN as usize }
+        PortCaps { gso: false, max_frame: SNAPLEN as usize, tunnel_gso: false }
     }
 
     fn flush(&mut self) -> io::Result<()> {

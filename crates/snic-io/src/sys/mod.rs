@@ -11,7 +11,9 @@
 //!   zeroed `iovec`/`mmsghdr`/`sockaddr_storage`, `SocketAddr` <-> `sockaddr_storage`.
 //! - [`poll`]: wait for readable (or writable) descriptors.
 //! - [`hugepage`]: ask for transparent huge pages on large tables.
+//! - [`tun`]: TAP offload and virtio-net header size ioctls.
 
 pub mod hugepage;
 pub mod poll;
 pub mod sock;
+pub mod tun;
