@@ -1,10 +1,9 @@
 //! `snic run` on real interfaces: frames the kernel drops at snic's AF_PACKET sockets are snic's
 //! drops (root only; skipped with a message otherwise; under CI a missing tool fails the test).
 //!
-//! Two namespaces joined by a veth. In B, `snic run --port afpacket:VETH --port null
-//! --workers 2` (each worker owns one `PACKET_FANOUT` queue of the veth and one of the null
-//! sink) is frozen with SIGSTOP; in A, another `snic run` sends 300,000 generated frames into
-//! the veth, far more than B's receive rings hold, then B is thawed. The kernel dropped what
+//! Two namespaces joined by a veth. In B, `snic run --port afpacket:VETH --port null` is frozen
+//! with SIGSTOP; in A, another `snic run` sends 80,000 generated frames into the veth, more
+//! than B's receive ring holds (8 MiB), then B is thawed. The kernel dropped what
 //! did not fit, and snic must say so: on its control socket (`snic stats --control`), in the
 //! final report's summary line (never `drops: none`) and on the port's line. Every frame the
 //! sender's port sent is either received by B's port or counted as a kernel drop.
@@ -16,7 +15,7 @@ use serde_json::Value;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-const FRAMES: u64 = 300_000;
+const FRAMES: u64 = 80_000;
 
 fn ready() -> bool {
     if !is_root() {
@@ -68,7 +67,7 @@ fn kernel_drops_at_the_socket_are_reported_as_drops() {
     if !ready() {
         return;
     }
-    let pair = VethPair::create("fprk", "fprk", 40);
+    let pair = VethPair::create("fprk", "fprk", 60);
     let dir = std::env::temp_dir().join(format!("snic-netns-run-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let sock = dir.join("ctl.sock");
@@ -77,7 +76,7 @@ fn kernel_drops_at_the_socket_are_reported_as_drops() {
         .args(["netns", "exec", &pair.ns[1]])
         .arg(env!("CARGO_BIN_EXE_snic"))
         .args(["run", "--port", &format!("afpacket:{}", pair.veth[1]), "--port", "null"])
-        .args(["--workers", "2", "--duration", "30", "--control"])
+        .args(["--workers", "1", "--duration", "90", "--control"])
         .arg(&sock)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
