@@ -281,7 +281,33 @@ impl Port for ClassCountingPort {
     }
 }
 
-/// Sum drop counts by reason over every stage and port.
+/// The ports' kernel-side counters summed over every port: frames the kernel dropped before
+/// snic could read them (`rx_kernel_drops`: socket or ring full, AF_PACKET `PACKET_STATISTICS`
+/// and AF_XDP `rx_dropped`; `rx_ring_full`; `rx_fill_empty`), and transmit attempts that found
+/// the ring full (`tx_ring_full`, whose frames are also counted as transmit drops).
+fn kernel_totals(report: &RunReport) -> PortCounters {
+    let mut k = PortCounters::default();
+    for p in &report.ports {
+        k.merge(&PortCounters {
+            rx_kernel_drops: p.counters.rx_kernel_drops,
+            rx_ring_full: p.counters.rx_ring_full,
+            rx_fill_empty: p.counters.rx_fill_empty,
+            tx_ring_full: p.counters.tx_ring_full,
+            ..PortCounters::default()
+        });
+    }
+    k
+}
+
+/// Every drop of the run: the pipeline's and the I/O side's (by reason), plus the frames the
+/// kernel dropped at the ports (they reached snic's ports and never entered a pipeline).
+/// `tx_ring_full` is not added: its frames are already counted as `tx_queue_full`.
+fn drops_total(report: &RunReport) -> u64 {
+    report.counters.total_drops().saturating_add(kernel_totals(report).kernel_drops())
+}
+
+/// Sum drop counts by reason over every stage and port, and the ports' kernel-side counters
+/// (`rx_kernel_drops`, `rx_ring_full`, `rx_fill_empty`, `tx_ring_full`) when non-zero.
 fn drops_by_reason(report: &RunReport) -> serde_json::Map<String, Value> {
     let mut all = serde_json::Map::new();
     let c = &report.counters;
@@ -296,13 +322,26 @@ fn drops_by_reason(report: &RunReport) -> serde_json::Map<String, Value> {
             *e = json!(e.as_u64().unwrap_or(0) + n);
         }
     }
+    let k = kernel_totals(report);
+    for (key, n) in [
+        ("rx_kernel_drops", k.rx_kernel_drops),
+        ("rx_ring_full", k.rx_ring_full),
+        ("rx_fill_empty", k.rx_fill_empty),
+        ("tx_ring_full", k.tx_ring_full),
+    ] {
+        if n != 0 {
+            all.insert(key.to_string(), json!(n));
+        }
+    }
     all
 }
 
 /// The counters of a run as one JSON document (what `--json` and the control socket give):
 /// `classified` is the classify stage's count by class, `classes` the packets forwarded by class,
 /// `created` the packets stages made (P4 replicas and clones: what left plus what was dropped
-/// is what arrived plus this).
+/// is what arrived plus this). `drops_total` counts the pipeline's drops and the frames the
+/// kernel dropped at the ports (`kernel`: the ports' kernel-side counters summed; each port's
+/// own are in its `device`); `drops` lists both by reason.
 pub fn report_json(report: &RunReport, classes: &ClassCounts) -> Value {
     let ports: Vec<Value> = report
         .ports
@@ -329,7 +368,13 @@ pub fn report_json(report: &RunReport, classes: &ClassCounts) -> Value {
         "elapsed_secs": report.elapsed_secs,
         "ports": ports,
         "stages": report.counters.stages,
-        "drops_total": report.counters.total_drops(),
+        "drops_total": drops_total(report),
+        "kernel": {
+            "rx_kernel_drops": kernel_totals(report).rx_kernel_drops,
+            "rx_ring_full": kernel_totals(report).rx_ring_full,
+            "rx_fill_empty": kernel_totals(report).rx_fill_empty,
+            "tx_ring_full": kernel_totals(report).tx_ring_full,
+        },
         "created": report.counters.created_total(),
         "drops": drops_by_reason(report),
         "classified": report.counters.classified(),
@@ -363,7 +408,7 @@ pub fn report_text(report: &RunReport, classes: &ClassCounts) -> String {
         s.push_str("drops: none\n");
     } else {
         let parts: Vec<String> = drops.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        s.push_str(&format!("drops ({}): {}\n", report.counters.total_drops(), parts.join(", ")));
+        s.push_str(&format!("drops ({}): {}\n", drops_total(report), parts.join(", ")));
     }
     s
 }
@@ -398,15 +443,17 @@ pub fn run(args: RunArgs) -> Result<()> {
     );
 
     let classes = Arc::new(ClassCounts::default());
-    let mut ports: Vec<Box<dyn Port>> = Vec::with_capacity(cfg.ports.len());
-    let mut finite = Vec::with_capacity(cfg.ports.len());
-    for spec in &cfg.ports {
-        let port = spec.open().with_context(|| format!("cannot open port {spec}"))?;
-        ports.push(Box::new(ClassCountingPort::new(port, Arc::clone(&classes))));
-        finite.push(spec.is_finite_source());
-    }
+    // With several workers and ports that split (AF_PACKET fanout, AF_XDP queues, multi-queue
+    // TAP, null), each worker gets its own queue of every port; every queue is class-counted.
+    let finite: Vec<bool> = cfg.ports.iter().map(PortSpec::is_finite_source).collect();
+    let ports = snic_io::runtime::open_ports(&cfg.ports, cfg.workers)
+        .map_err(anyhow::Error::new)?
+        .map(|port| Box::new(ClassCountingPort::new(port, Arc::clone(&classes))) as Box<dyn Port>);
     let p4_stage = crate::p4::p4_stage(&cfg.stages);
-    let runtime = Runtime::with_ports(cfg, ports, finite).context("cannot start the runtime")?;
+    let runtime = Runtime::with_open(cfg, ports, finite).context("cannot start the runtime")?;
+    if runtime.per_worker_queues() {
+        tracing::info!("each worker owns a queue of every port");
+    }
     if let Some(p4) = runtime.p4() {
         for w in p4.warnings() {
             eprintln!("{w}");
@@ -642,6 +689,44 @@ mod tests {
         std::fs::write(&p, "ports = [\"gen:5\"]\nbogus = 1\n").unwrap();
         assert!(parse(&["--config", p.to_str().unwrap()]).config().is_err());
         std::fs::remove_file(&p).unwrap();
+    }
+
+    /// Frames the kernel dropped at a port are drops of the run: the summary line says so
+    /// instead of `drops: none`, and the JSON document counts them in `drops_total`.
+    #[test]
+    fn kernel_drops_are_in_the_summary_and_the_json() {
+        use snic_io::runtime::PortReport;
+        let port =
+            |id: u16, c: PortCounters| PortReport { id, name: format!("p{id}"), counters: c };
+        let mut report = RunReport {
+            counters: snic_pipeline::Counters::default(),
+            ports: vec![port(0, PortCounters::default()), port(1, PortCounters::default())],
+            workers: 1,
+            elapsed_secs: 1.0,
+            trace: Vec::new(),
+            trace_lost: 0,
+        };
+        let classes = ClassCounts::default();
+        assert!(report_text(&report, &classes).contains("drops: none\n"));
+        report.ports[0].counters.rx_kernel_drops = 1_000_000;
+        report.ports[1].counters.rx_fill_empty = 3;
+        report.ports[1].counters.tx_ring_full = 2;
+        let text = report_text(&report, &classes);
+        assert!(!text.contains("drops: none"), "{text}");
+        assert!(
+            text.contains(
+                "drops (1000003): rx_fill_empty 3, rx_kernel_drops 1000000, tx_ring_full 2\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("kernel: 1000000 socket drops"), "{text}");
+        let doc = report_json(&report, &classes);
+        assert_eq!(doc["drops_total"], 1_000_003);
+        assert_eq!(doc["drops"]["rx_kernel_drops"], 1_000_000);
+        assert_eq!(doc["kernel"]["rx_kernel_drops"], 1_000_000);
+        assert_eq!(doc["kernel"]["rx_ring_full"], 0);
+        assert_eq!(doc["kernel"]["tx_ring_full"], 2);
+        assert_eq!(doc["ports"][0]["device"]["rx_kernel_drops"], 1_000_000);
     }
 
     #[test]

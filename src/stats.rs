@@ -1,7 +1,10 @@
 //! `snic stats`: the counters of a running `snic run`.
 //!
 //! `snic stats --control PATH` prints the counters document its control socket answers (see
-//! [`crate::control`]). `snic stats --pid PID` instead sends SIGUSR1 to the process, which
+//! [`crate::control`]; the same document as `snic run --json`). Frames the kernel dropped at the
+//! ports are drops of the run: `drops_total` and `drops` include them (`rx_kernel_drops`,
+//! `rx_ring_full`, `rx_fill_empty`), `kernel` sums the ports' kernel-side counters (with
+//! `tx_ring_full`), and each port's `device` has its own. `snic stats --pid PID` instead sends SIGUSR1 to the process, which
 //! prints its counters on its own stderr.
 
 use crate::control::query;
