@@ -39,8 +39,11 @@
 //! # Queues
 //!
 //! [`AfPacketPort::open_queues`] opens `n` sockets on one interface, each with its own rings,
-//! joined in one `PACKET_FANOUT` group (hash mode, with defragmentation): the kernel spreads
-//! flows over them by a symmetric hash, one flow always to the same socket. The group id is
+//! joined in one `PACKET_FANOUT` group (hash mode): the kernel spreads flows over them by a
+//! symmetric hash, one flow always to the same socket. Not with `PACKET_FANOUT_FLAG_DEFRAG`: a
+//! NIC passes IP fragments on as they are, and the kernel would hold a fragment whose siblings
+//! never come (the P4 classifier's PTF test sends a lone first fragment). The kernel's hash of
+//! a fragment leaves out the ports, so every fragment of a datagram lands on one queue. The group id is
 //! picked by the kernel (`PACKET_FANOUT_FLAG_UNIQUEID`), so two processes never share a group
 //! by accident; the group ignores outgoing frames (`PACKET_FANOUT_FLAG_IGNORE_OUTGOING`), so no
 //! queue receives its own or its siblings' transmissions.
@@ -124,7 +127,6 @@ const PACKET_FANOUT: libc::c_int = 18;
 const PACKET_FANOUT_HASH: libc::c_int = 0;
 const PACKET_FANOUT_FLAG_UNIQUEID: libc::c_int = 0x2000;
 const PACKET_FANOUT_FLAG_IGNORE_OUTGOING: libc::c_int = 0x4000;
-const PACKET_FANOUT_FLAG_DEFRAG: libc::c_int = 0x8000;
 
 /// Receives between two reads of `PACKET_STATISTICS` while frames keep coming.
 const STATS_EVERY: u32 = 256;
@@ -1096,11 +1098,11 @@ impl AfPacketPort {
     }
 }
 
-/// Type and flag bits of the fanout groups snic makes: hash, defragment first, and (when
-/// `ignore_outgoing`) leave transmitted frames out.
+/// Type and flag bits of the fanout groups snic makes: hash, and (when `ignore_outgoing`)
+/// leave transmitted frames out. No defragmentation: fragments pass as they are.
 fn fanout_type_flags(ignore_outgoing: bool) -> libc::c_int {
     let io = if ignore_outgoing { PACKET_FANOUT_FLAG_IGNORE_OUTGOING } else { 0 };
-    PACKET_FANOUT_HASH | PACKET_FANOUT_FLAG_DEFRAG | io
+    PACKET_FANOUT_HASH | io
 }
 
 /// Set up and map the `TPACKET_V3` rings of socket `fd` (before it is bound).
