@@ -9,9 +9,10 @@
 # 64 KiB messages; three runs, the median goodput (MB/s, perftest's BW average) is printed with
 # its ratio to the loss-free median of the same op, plus the client's retransmission counters.
 #
-# Usage (root): [FLAGS=--fixed-window] scripts/bench_rdma_loss.sh [path/to/snic] [iterations] [loss%...]
+# Usage (root): [FLAGS=--path-window] scripts/bench_rdma_loss.sh [path/to/snic] [iterations] [loss%...]
 #   e.g. scripts/bench_rdma_loss.sh target/release/snic 1000 0 1 5
-# FLAGS go to both `snic rdma` processes (`--fixed-window`: the engine before issue 18).
+# FLAGS go to both `snic rdma` processes (`--path-window`: the path-sized window and loss
+# probes of issue 18; without it, the default fixed window).
 # Namespaces are removed on exit whatever happens.
 set -euo pipefail
 

@@ -140,10 +140,10 @@ pub struct RdmaArgs {
     /// Do not use UDP segmentation offload.
     #[arg(long = "no-gso")]
     pub no_gso: bool,
-    /// The engine's window is `max_inflight` (1024 packets) and silent losses wait for the
-    /// IBTA timer: no path-sized window, no loss probe (the behaviour before issue 18).
-    #[arg(long = "fixed-window")]
-    pub fixed_window: bool,
+    /// Size the engine's send windows to the path and run loss probes (off by default: the
+    /// window is 1024 packets and silent losses wait for the IBTA timer).
+    #[arg(long = "path-window")]
+    pub path_window: bool,
     /// Give up with an error after this many seconds without progress.
     #[arg(long, value_name = "SECS", default_value_t = 30.0, value_parser = parse_secs)]
     pub timeout: f64,

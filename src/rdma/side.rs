@@ -66,7 +66,7 @@ pub(super) fn setup(
     let mut cfg = RnicConfig {
         local_ip,
         udp_port: a.port,
-        path_window: !a.fixed_window,
+        path_window: a.path_window,
         ..RnicConfig::default()
     };
     match kind {

@@ -829,6 +829,15 @@ mod tests {
         (p.a, p.b)
     }
 
+    /// [`pair`] whose NICs size their windows to the path and run loss probes.
+    fn path_pair(mtu: Mtu) -> (End, End) {
+        let mut attr = QpAttr { path_mtu: mtu, ..QpAttr::default() };
+        attr.access = Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
+        let opts = EndOpts { path_window: true, ..EndOpts::default() };
+        let p = Pair::new(&opts, attr, [0, 0x100]);
+        (p.a, p.b)
+    }
+
     /// Every packet `e` emits at `now`, parsed.
     fn drain(e: &mut End, now: Instant) -> Vec<(RoceRepr, Vec<u8>)> {
         let mut out = Vec::new();
@@ -1074,7 +1083,7 @@ mod tests {
     /// probe sends the unacknowledged packets again after 300 us, without spending retry_cnt.
     #[test]
     fn loss_probe_resends_a_lost_tail_long_before_the_ibta_timer() {
-        let (mut a, b) = pair(Mtu::M1024, 0, |_| {});
+        let (mut a, b) = path_pair(Mtu::M1024);
         let us = core::time::Duration::from_micros;
         let t0 = Instant::from_micros(1);
         let w1 = SendWr::new(1, WrOp::Write { remote: b.remote(0) }, a.sge(0, 4096));
@@ -1114,7 +1123,7 @@ mod tests {
     /// product, at least `MIN_WINDOW`) instead of `max_inflight`, and go on as ACKs arrive.
     #[test]
     fn window_sized_to_the_path_bounds_packets_in_flight() {
-        let (mut a, b) = pair(Mtu::M256, 0, |_| {});
+        let (mut a, b) = path_pair(Mtu::M256);
         let us = core::time::Duration::from_micros;
         let t0 = Instant::from_micros(1);
         let w1 = SendWr::new(1, WrOp::Write { remote: b.remote(0) }, a.sge(0, 256));

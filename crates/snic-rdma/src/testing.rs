@@ -73,6 +73,9 @@ pub struct EndOpts {
     pub sq_sig_all: bool,
     /// IPv6 addresses ([`ip`]) instead of IPv4.
     pub v6: bool,
+    /// The NIC sizes its send windows to the path and runs loss probes
+    /// ([`RnicConfig::path_window`]).
+    pub path_window: bool,
 }
 
 impl Default for EndOpts {
@@ -90,6 +93,7 @@ impl Default for EndOpts {
             placement: MemKind::Host,
             sq_sig_all: false,
             v6: false,
+            path_window: false,
         }
     }
 }
@@ -103,6 +107,7 @@ impl EndOpts {
             host_pool: self.host_pool,
             on_chip: self.on_chip,
             on_board: self.on_board,
+            path_window: self.path_window,
             ..RnicConfig::default()
         }
     }

@@ -8,7 +8,8 @@
 //! delivery rate times the smallest recent round trip, never below [`MIN_WINDOW`]. A loss then
 //! costs about one BDP, not the whole queue. The window bounds SEND/WRITE packets; a
 //! READ/atomic request keeps `max_inflight` (one READ's responses may exceed any window).
-//! `RnicConfig::path_window = false` turns the window and the probe off.
+//! Opt-in: `RnicConfig::path_window = true` turns the window and the probe on (off by default;
+//! see that field for why).
 //!
 //! Losses a NAK cannot reveal (the last packets of a burst, a lost NAK, a retransmission lost
 //! again while the responder stays silent after its one NAK) wait for a timer. The IBTA local

@@ -58,7 +58,8 @@ fn run(loss: f64, seed: u64) -> Outcome {
     let mut tb = Testbed::new();
     let mut id = [NodeId(0); 2];
     for (i, end) in [ea, eb].into_iter().enumerate() {
-        let cfg = EndOpts { host_pool: 16 << 20, ..EndOpts::default() }.config(i as u8 + 1);
+        let cfg = EndOpts { host_pool: 16 << 20, path_window: true, ..EndOpts::default() }
+            .config(i as u8 + 1);
         id[i] = tb.add_rnic(&format!("nic{i}"), cfg, Box::new(end)).expect("engine");
     }
     let total = u64::from(MSG) * MSGS as u64;
