@@ -1016,16 +1016,21 @@ impl Port for AfXdpPort {
             } else {
                 None
             };
-            match (frame, batch.push_slot()) {
-                (Some(f), Some(p)) => {
-                    p.set_frame(f);
-                    p.meta.rx_time = now;
-                    self.stats.rx_packets += 1;
-                    self.stats.rx_bytes += len as u64;
-                    got += 1;
-                }
-                _ => self.stats.rx_bad_desc += 1,
-            }
+            // A bad descriptor takes no slot: `push_slot` adds one, so it comes after the check.
+            let Some(f) = frame else {
+                self.stats.rx_bad_desc += 1;
+                continue;
+            };
+            let Some(p) = batch.push_slot() else {
+                // Unreachable: `want` is at most the batch's room.
+                self.stats.rx_bad_desc += 1;
+                continue;
+            };
+            p.set_frame(f);
+            p.meta.rx_time = now;
+            self.stats.rx_packets += 1;
+            self.stats.rx_bytes += len as u64;
+            got += 1;
         }
         // The frames go straight back to the kernel (the fill ring holds all of them).
         let room = self.fill.prod_free(n);
