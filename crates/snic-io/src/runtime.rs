@@ -362,10 +362,19 @@ pub fn open_ports(specs: &[PortSpec], workers: usize) -> Result<OpenPorts, RunEr
     if workers > 1 && !specs.is_empty() && specs.iter().all(splittable) {
         let mut per_port = Vec::with_capacity(specs.len());
         for spec in specs {
-            match spec.open_queues(workers).map_err(err(spec))? {
-                Some(q) if q.len() == workers => per_port.push(q),
+            match spec.open_queues(workers) {
+                Ok(Some(q)) if q.len() == workers => per_port.push(q),
                 // A kind that cannot split (yet): the queues opened so far close here.
-                _ => {
+                Ok(_) => {
+                    per_port.clear();
+                    break;
+                }
+                // A port that exists but cannot be split (a TAP device made without
+                // `IFF_MULTI_QUEUE` refuses a multi-queue attach): one I/O loop for all
+                // workers, as before per-worker queues. A port that cannot be opened at all
+                // fails below with its own error.
+                Err(e) => {
+                    eprintln!("snic: {spec}: no per-worker queues ({e}); one I/O loop serves all");
                     per_port.clear();
                     break;
                 }
