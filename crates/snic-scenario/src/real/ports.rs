@@ -16,7 +16,7 @@ use super::netns::{Net, ifname, in_netns};
 use crate::ScenarioError;
 use crate::schema::{Impairments, LinkSpec, LinkState};
 use crate::world::{LinkHandle, LinkPorts, PortFactory};
-use snic_io::afpacket::AfPacketPort;
+use snic_io::afpacket::{AfPacketMode, AfPacketOptions, AfPacketPort};
 use snic_io::port::{Port, PortCounters};
 use snic_io::script::{ScriptHandle, ScriptPort};
 use snic_io::vlink::LinkStats;
@@ -36,8 +36,14 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// Open an AF_PACKET port on `dev` inside namespace `ns`.
+///
+/// With `recvmmsg`/`sendmmsg`, not the `TPACKET_V3` receive ring `snic run` uses by default: a
+/// ring hands frames over a block at a time, after up to its 1 ms block timeout on a quiet
+/// link, and a scenario's timeline places operations (a rule added, a link cut) between
+/// frames microseconds apart. Frames must reach the NIC when they arrive.
 pub fn open_in(ns: &str, dev: &str) -> Result<AfPacketPort, ScenarioError> {
-    in_netns(ns, || AfPacketPort::open(dev))
+    let opts = AfPacketOptions { mode: AfPacketMode::Mmsg, ..AfPacketOptions::default() };
+    in_netns(ns, || AfPacketPort::open_with(dev, opts))
         .map_err(|e| ScenarioError::Setup(format!("AF_PACKET on {dev} in {ns}: {e}")))
 }
 
