@@ -11,6 +11,8 @@
 //! As root, a missing tool (`ip`, `python3`, `timeout`) fails the tests when `CI` is set (CI
 //! installs them) and skips them with a message otherwise.
 
+mod common;
+use common::{have, is_root, must, run};
 use snic_io::afxdp::{AfXdpOptions, AfXdpPort, AttachMode, XdpMode};
 use snic_io::{Port, PortSpec};
 use snic_pipeline::Batch;
@@ -19,50 +21,6 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
-
-/// Run `args` under `timeout`, returning (success, stdout).
-fn run(secs: u32, args: &[&str]) -> (bool, String) {
-    let out = Command::new("timeout")
-        .args(["-k", "2", &secs.to_string()])
-        .args(args)
-        .stdin(Stdio::null())
-        .output();
-    match out {
-        Ok(o) => {
-            if !o.status.success() {
-                eprintln!("{args:?} failed: {}\n{}", o.status, String::from_utf8_lossy(&o.stderr));
-            }
-            (o.status.success(), String::from_utf8_lossy(&o.stdout).into_owned())
-        }
-        Err(e) => {
-            eprintln!("{args:?} could not start: {e}");
-            (false, String::new())
-        }
-    }
-}
-
-fn must(secs: u32, args: &[&str]) -> String {
-    let (ok, out) = run(secs, args);
-    assert!(ok, "command failed: {args:?}");
-    out
-}
-
-fn have(tool: &str) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::env::var_os("PATH").is_some_and(|path| {
-        std::env::split_paths(&path).any(|dir| {
-            std::fs::metadata(dir.join(tool))
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
-    })
-}
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
-        s.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|ids| ids.split_whitespace().nth(1))
-            == Some("0")
-    })
-}
 
 /// Whether the test can run (see the module documentation).
 fn can_run(test: &str) -> bool {

@@ -10,6 +10,8 @@
 //! As root, a missing tool (`ip`, `ping`, `python3`, `timeout`, `cat`) fails the tests when the
 //! `CI` environment variable is set (CI installs them) and skips them with a message otherwise.
 
+mod common;
+use common::{have, is_root, must, run};
 use snic_io::Port;
 use snic_io::afpacket::{AfPacketOptions, AfPacketPort};
 use snic_io::tap::TapPort;
@@ -21,60 +23,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::Duration;
-
-/// Run `args` under `timeout`, returning (success, stdout).
-fn run(secs: u32, args: &[&str]) -> (bool, String) {
-    let out = Command::new("timeout")
-        .arg("-k")
-        .arg("2")
-        .arg(secs.to_string())
-        .args(args)
-        .stdin(Stdio::null())
-        .output();
-    match out {
-        Ok(o) => {
-            if !o.status.success() {
-                eprintln!(
-                    "command {:?} failed: {}\n{}",
-                    args,
-                    o.status,
-                    String::from_utf8_lossy(&o.stderr)
-                );
-            }
-            (o.status.success(), String::from_utf8_lossy(&o.stdout).into_owned())
-        }
-        Err(e) => {
-            eprintln!("command {args:?} could not start: {e}");
-            (false, String::new())
-        }
-    }
-}
-
-fn must(secs: u32, args: &[&str]) -> String {
-    let (ok, out) = run(secs, args);
-    assert!(ok, "command failed: {args:?}");
-    out
-}
-
-/// Whether `tool` is an executable file in a `PATH` directory (not a shell builtin: `kill`
-/// must exist as a program for `Command` to run it).
-fn have(tool: &str) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::env::var_os("PATH").is_some_and(|path| {
-        std::env::split_paths(&path).any(|dir| {
-            std::fs::metadata(dir.join(tool))
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
-    })
-}
-
-/// Whether the effective user id is 0, from `/proc/self/status` (no tool needed).
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
-        s.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|ids| ids.split_whitespace().nth(1))
-            == Some("0")
-    })
-}
 
 /// Namespaces and links of one run; everything is deleted on drop, on every exit path.
 ///
