@@ -1068,13 +1068,9 @@ mod tests {
         }
     }
 
-    /// Tunnel TSO: a VXLAN-encapsulated super-packet is segmented in software even for a port
-    /// that takes super-packets (no virtio-net header can describe it), while a plain
-    /// super-packet and a partial checksum in the same batch pass to that port untouched, in
-    /// order.
-    #[test]
-    fn tunnelled_super_packets_are_segmented_even_for_gso_ports() {
-        use snic_pipeline::meta::{Gso, GsoKind, TunnelGso, TunnelGsoKind};
+    /// A 5000-byte TCP payload, its inner Ethernet/IPv4/TCP frame, and that frame in
+    /// VXLAN/UDP/IPv4 with a zero outer UDP checksum (as snic sends it).
+    fn tunnelled_super_packet() -> (Vec<u8>, Vec<u8>, Vec<u8>) {
         let payload: Vec<u8> = (0..5000u32).map(|i| (i % 253) as u8).collect();
         let mut inner = Vec::new();
         etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 0xa], [2, 0, 0, 0, 0, 0xb])
@@ -1091,7 +1087,18 @@ mod tests {
             .udp(0xc001, 4789)
             .write(&mut tunnelled, &vx)
             .unwrap();
-        tunnelled[40..42].copy_from_slice(&[0, 0]); // outer UDP/IPv4 checksum 0, as snic sends
+        tunnelled[40..42].copy_from_slice(&[0, 0]);
+        (payload, inner, tunnelled)
+    }
+
+    /// Tunnel TSO: a VXLAN-encapsulated super-packet is segmented in software even for a port
+    /// that takes super-packets (no virtio-net header can describe it), while a plain
+    /// super-packet and a partial checksum in the same batch pass to that port untouched, in
+    /// order.
+    #[test]
+    fn tunnelled_super_packets_are_segmented_even_for_gso_ports() {
+        use snic_pipeline::meta::{Gso, GsoKind, TunnelGso, TunnelGsoKind};
+        let (payload, inner, tunnelled) = tunnelled_super_packet();
         let plain_gso = Gso { kind: GsoKind::TcpV4, size: 1398, hdr_len: 54, tunnel: None };
         let tunnel = Some(TunnelGso { kind: TunnelGsoKind::Vxlan, outer_len: 50 });
         let tun_gso = Gso { hdr_len: 104, tunnel, ..plain_gso };
@@ -1152,23 +1159,7 @@ mod tests {
     #[test]
     fn tunnelled_super_packets_leave_whole_through_tunnel_gso_ports() {
         use snic_pipeline::meta::{Gso, GsoKind, TunnelGso, TunnelGsoKind};
-        let payload: Vec<u8> = (0..5000u32).map(|i| (i % 253) as u8).collect();
-        let mut inner = Vec::new();
-        etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 0xa], [2, 0, 0, 0, 0, 0xb])
-            .ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
-            .tcp(40000, 5201, 77, 64_000)
-            .ack(7)
-            .write(&mut inner, &payload)
-            .unwrap();
-        let mut vx = vec![0x08, 0, 0, 0, 0, 0, 42, 0];
-        vx.extend_from_slice(&inner);
-        let mut tunnelled = Vec::new();
-        etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 1, 1], [2, 0, 0, 0, 2, 2])
-            .ipv4([192, 168, 100, 1], [192, 168, 100, 2], 64)
-            .udp(0xc001, 4789)
-            .write(&mut tunnelled, &vx)
-            .unwrap();
-        tunnelled[40..42].copy_from_slice(&[0, 0]);
+        let (_, _, tunnelled) = tunnelled_super_packet();
         let mut gre = tunnelled.clone();
         // The same bytes claimed as NVGRE: segmenting fails on them, which is counted as an
         // offload failure; what matters here is that it is not sent whole.
