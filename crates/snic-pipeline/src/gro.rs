@@ -185,6 +185,10 @@ struct Head {
     flags: u8,
     /// No more segments may follow (a short or PSH segment was merged).
     closed: bool,
+    /// How the outer IPv4 identifications go, decided by the second segment: all equal
+    /// (`Some(true)`) or incrementing (`Some(false)`). One run never mixes the two, so
+    /// segmenting the merged packet again gives back the same identifications.
+    outer_fixed: Option<bool>,
 }
 
 impl Head {
@@ -199,7 +203,12 @@ impl Head {
             && s.l4 == f.l4
             && s.payload <= f.payload
             && s.id == f.id.wrapping_add(k)
-            && (!f.tunnel || s.outer_id == f.outer_id || s.outer_id == f.outer_id.wrapping_add(k))
+            && (!f.tunnel
+                || match self.outer_fixed {
+                    None => s.outer_id == f.outer_id || s.outer_id == f.outer_id.wrapping_add(k),
+                    Some(true) => s.outer_id == f.outer_id,
+                    Some(false) => s.outer_id == f.outer_id.wrapping_add(k),
+                })
             && s.seq == f.seq.wrapping_add(self.payload as u32)
             && inner_total + if f.tunnel { VXLAN_OUTER } else { 0 } <= 65_535
     }
@@ -233,6 +242,9 @@ pub fn coalesce(batch: &mut Batch, tunnels: bool) -> usize {
         {
             let (before, after) = pkts.split_at_mut(j);
             if append(&mut before[h.idx], &after[0].data()[seg.hdr_len..]) {
+                if h.outer_fixed.is_none() {
+                    h.outer_fixed = Some(seg.outer_id == h.first.outer_id);
+                }
                 h.count += 1;
                 h.payload += seg.payload;
                 h.flags = seg.flags;
@@ -252,6 +264,7 @@ pub fn coalesce(batch: &mut Batch, tunnels: bool) -> usize {
             payload: seg.payload,
             flags: seg.flags,
             closed: seg.flags & TCP_PSH != 0,
+            outer_fixed: None,
         });
     }
     if let Some(h) = head.take() {
@@ -438,6 +451,28 @@ mod tests {
         assert_eq!(coalesce(&mut segs, true), 3);
         assert_eq!(segs.len(), 1);
         assert_eq!(segs.packets()[0].len(), VXLAN_OUTER + 54 + 4000);
+    }
+
+    /// Outer identifications 5, 5, 7: the second segment fixes the run's pattern (all equal),
+    /// so the third, which would fit only an incrementing one, starts a new packet.
+    #[test]
+    fn mixed_outer_id_patterns_do_not_merge() {
+        let payload = vec![3u8; 3000];
+        let sp = super_packet(&payload, 1000, 1, 1, 5, true, false);
+        let mut segs = Batch::new(16);
+        segment(&sp, &mut segs).unwrap();
+        assert_eq!(segs.len(), 3);
+        for (p, id) in segs.packets_mut().iter_mut().zip([5u16, 5, 7]) {
+            let f = p.data_mut();
+            f[18..20].copy_from_slice(&id.to_be_bytes());
+            f[24..26].copy_from_slice(&[0, 0]);
+            let c = !checksum::data(&f[14..34]);
+            f[24..26].copy_from_slice(&c.to_be_bytes());
+        }
+        assert_eq!(coalesce(&mut segs, true), 1);
+        assert_eq!(segs.len(), 2);
+        assert_eq!(segs.packets()[0].len(), VXLAN_OUTER + 54 + 2000);
+        assert_eq!(segs.packets()[1].len(), VXLAN_OUTER + 54 + 1000);
     }
 
     #[test]
