@@ -437,6 +437,14 @@ impl Ring {
         self.index(self.layout.producer).store(self.local, Ordering::Release);
     }
 
+    /// A ring snic reads (RX, completion): its own index is the consumer's and the cached one
+    /// the producer's. `new` reads the kernel's indexes the producer's way round (its own =
+    /// producer, cached = consumer); on a fresh socket both are 0, so only the roles differ.
+    fn consumer(mut self) -> Ring {
+        core::mem::swap(&mut self.local, &mut self.cached);
+        self
+    }
+
     /// Producer side: entries published but not yet consumed by the kernel.
     fn prod_outstanding(&mut self) -> u32 {
         self.cached = self.index(self.layout.consumer).load(Ordering::Acquire);
@@ -726,13 +734,15 @@ impl AfXdpPort {
         let off = mmap_offsets(raw).map_err(|e| ctx(ifname, "XDP_MMAP_OFFSETS", e))?;
         let desc = core::mem::size_of::<libc::xdp_desc>();
         let rx = Ring::map(raw, &off.rx, RX_SIZE, desc, libc::XDP_PGOFF_RX_RING as u64)
-            .map_err(|e| ctx(ifname, "mapping the RX ring", e))?;
+            .map_err(|e| ctx(ifname, "mapping the RX ring", e))?
+            .consumer();
         let tx = Ring::map(raw, &off.tx, TX_SIZE, desc, libc::XDP_PGOFF_TX_RING as u64)
             .map_err(|e| ctx(ifname, "mapping the TX ring", e))?;
         let mut fill = Ring::map(raw, &off.fr, FILL_SIZE, 8, libc::XDP_UMEM_PGOFF_FILL_RING)
             .map_err(|e| ctx(ifname, "mapping the fill ring", e))?;
         let comp = Ring::map(raw, &off.cr, TX_SIZE, 8, libc::XDP_UMEM_PGOFF_COMPLETION_RING)
-            .map_err(|e| ctx(ifname, "mapping the completion ring", e))?;
+            .map_err(|e| ctx(ifname, "mapping the completion ring", e))?
+            .consumer();
 
         // Every receive frame into the fill ring before the socket can receive.
         let n = fill.prod_free(RX_FRAMES);
