@@ -425,6 +425,17 @@ fn flush_access(placement: u8) -> Access {
     a
 }
 
+/// A FLUSH or ATOMIC WRITE at `p` was executed: remember it (a duplicate is answered from the
+/// resource, never executed again), count the message, queue its empty READ RESPONSE ONLY and
+/// expect the next PSN.
+fn answer_done(qp: &mut Qp, p: u32) {
+    let max = qp.attr.max_dest_rd_atomic;
+    qp.resp.push_resource(Resource { first: p, last: p, kind: ResKind::Done }, max);
+    qp.resp.msn = psn::add(qp.resp.msn, 1);
+    qp.resp.out.push_back(empty_read_response(p, qp.resp.msn));
+    qp.resp.epsn = psn::add(p, 1);
+}
+
 /// The answer to a FLUSH or ATOMIC WRITE at `p`: one READ RESPONSE ONLY without payload.
 fn empty_read_response(p: u32, msn: u32) -> Out {
     Out::Read(ReadOut { res_first: p, psn: p, last: p, va: 0, rkey: 0, left: 0, msn })
@@ -463,11 +474,7 @@ fn do_flush(core: &mut Core, qp: &mut Qp, pkt: &RxPkt<'_>) -> Result<(), Fail> {
         return Err(Fail::Busy);
     }
     core.stats.flushes_executed += 1;
-    let max = qp.attr.max_dest_rd_atomic;
-    qp.resp.push_resource(Resource { first: p, last: p, kind: ResKind::Done }, max);
-    qp.resp.msn = psn::add(qp.resp.msn, 1);
-    qp.resp.out.push_back(empty_read_response(p, qp.resp.msn));
-    qp.resp.epsn = psn::add(p, 1);
+    answer_done(qp, p);
     Ok(())
 }
 
@@ -490,11 +497,7 @@ fn do_atomic_write(core: &mut Core, qp: &mut Qp, pkt: &RxPkt<'_>) -> Result<(), 
     }
     core.mem.write(reth.va, &data).map_err(|_| Fail::RemOp(WcStatus::LocQpOpErr))?;
     core.stats.atomic_writes_executed += 1;
-    let max = qp.attr.max_dest_rd_atomic;
-    qp.resp.push_resource(Resource { first: p, last: p, kind: ResKind::Done }, max);
-    qp.resp.msn = psn::add(qp.resp.msn, 1);
-    qp.resp.out.push_back(empty_read_response(p, qp.resp.msn));
-    qp.resp.epsn = psn::add(p, 1);
+    answer_done(qp, p);
     Ok(())
 }
 
