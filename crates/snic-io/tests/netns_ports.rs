@@ -892,6 +892,19 @@ fn send_flows(tx: &mut dyn Port, first: u32, n: u32, flows: u16) -> u64 {
     sent
 }
 
+/// [`drain`] every queue: how many frames each received, and all their sequence numbers.
+fn drain_queues(queues: &mut [Box<dyn Port>]) -> (Vec<usize>, Vec<u32>) {
+    let mut per_queue = Vec::new();
+    let mut all = Vec::new();
+    for q in queues.iter_mut() {
+        let got = drain(q.as_mut());
+        per_queue.push(got.len());
+        all.extend(got);
+    }
+    eprintln!("per queue: {per_queue:?}");
+    (per_queue, all)
+}
+
 /// Read `port` until it has had nothing for 100 ms in a row (a drain, not a timing check);
 /// returns the sequence numbers of the test frames received.
 fn drain(port: &mut dyn Port) -> Vec<u32> {
@@ -981,14 +994,7 @@ fn afpacket_fanout_queues_split_flows() {
     // A queue transmits on the shared interface: frames with other sequence numbers.
     assert_eq!(send_flows(queues[0].as_mut(), 1_000_000, 100, 7), 100);
     assert_eq!(send_flows(queues[1].as_mut(), 2_000_000, 100, 7), 100);
-    let mut per_queue = Vec::new();
-    let mut all = Vec::new();
-    for q in queues.iter_mut() {
-        let got = drain(q.as_mut());
-        per_queue.push(got.len());
-        all.extend(got);
-    }
-    eprintln!("per queue: {per_queue:?}");
+    let (per_queue, mut all) = drain_queues(&mut queues);
     assert!(all.iter().all(|&s| s < n), "a queue received transmitted frames");
     all.sort_unstable();
     let want: Vec<u32> = (0..n).collect();
@@ -1027,14 +1033,7 @@ fn tap_queues_split_flows() {
     );
     let n = 500u32;
     topo.must_in(0, &["python3", "-c", FLOW_SENDER, "10.199.77.9", &n.to_string()]);
-    let mut per_queue = Vec::new();
-    let mut all = Vec::new();
-    for q in queues.iter_mut() {
-        let got = drain(q.as_mut());
-        per_queue.push(got.len());
-        all.extend(got);
-    }
-    eprintln!("per queue: {per_queue:?}");
+    let (per_queue, mut all) = drain_queues(&mut queues);
     all.sort_unstable();
     assert_eq!(all, (0..n).collect::<Vec<_>>(), "every datagram exactly once");
     assert!(per_queue.iter().all(|&c| c > 0), "one queue got nothing: {per_queue:?}");
