@@ -354,6 +354,41 @@ fn stats(snic: &str, sock: &str) -> Result<serde_json::Value, String> {
     serde_json::from_str(out.trim()).map_err(|e| format!("snic stats is not JSON ({e}): {out}"))
 }
 
+/// Start `snic run` in the switch namespace with ports `pa` (the VM side) and `pb` (the
+/// underlay), the vSwitch stage with the interop policy and a control socket, for `secs`
+/// seconds; wait until it answers. Returns snic's path, the control socket's and snic's child
+/// index.
+fn start_vswitch(g: &mut Guard, pa: &str, pb: &str, secs: u32) -> (&'static str, String, usize) {
+    let snic = env!("CARGO_BIN_EXE_snic");
+    let sock = g.dir.join("ctl.sock");
+    let sock = sock.to_str().expect("temp dir path is UTF-8").to_string();
+    let dur = secs.to_string();
+    let cmd = g.in_ns(
+        SW,
+        &[
+            snic,
+            "run",
+            "--port",
+            pa,
+            "--port",
+            pb,
+            "--stage",
+            "parse",
+            "--stage",
+            "vswitch",
+            "--policy",
+            POLICY,
+            "--control",
+            &sock,
+            "--duration",
+            &dur,
+        ],
+    );
+    let si = g.spawn("snic", secs + 5, &cmd);
+    wait_ready(g, si, snic, &sock);
+    (snic, sock, si)
+}
+
 /// Wait until the `snic run` child `si` answers `snic stats` with real counters for both ports.
 fn wait_ready(g: &mut Guard, si: usize, snic: &str, sock: &str) {
     let t0 = Instant::now();
@@ -448,34 +483,8 @@ fn vswitch_interops_with_the_kernel_vxlan_device() {
     if !g.offloads_off {
         note("ethtool missing: TX offloads stay on (snic may see GSO super-packets)");
     }
-    let snic = env!("CARGO_BIN_EXE_snic");
-    let sock = g.dir.join("ctl.sock");
-    let sock = sock.to_str().expect("temp dir path is UTF-8").to_string();
     let (pa, pb) = (format!("afpacket:{}", g.va), format!("afpacket:{}", g.ub));
-    let dur = SNIC_SECS.to_string();
-    let cmd = g.in_ns(
-        SW,
-        &[
-            snic,
-            "run",
-            "--port",
-            &pa,
-            "--port",
-            &pb,
-            "--stage",
-            "parse",
-            "--stage",
-            "vswitch",
-            "--policy",
-            POLICY,
-            "--control",
-            &sock,
-            "--duration",
-            &dur,
-        ],
-    );
-    let si = g.spawn("snic", SNIC_SECS + 5, &cmd);
-    wait_ready(&mut g, si, snic, &sock);
+    let (snic, sock, si) = start_vswitch(&mut g, &pa, &pb, SNIC_SECS);
 
     // 1. ping both ways through the tunnel, with the underlay captured meanwhile.
     let pcap = g.dir.join("underlay.pcap");
@@ -789,33 +798,8 @@ fn vswitch_super_packets_cross_a_tap_underlay_whole() {
         return;
     }
     let mut g = Guard::create("fpt", true, true);
-    let snic = env!("CARGO_BIN_EXE_snic");
-    let sock = g.dir.join("ctl.sock");
-    let sock = sock.to_str().expect("temp dir path is UTF-8").to_string();
     let (pa, pb) = (format!("afpacket:{}", g.va), format!("tap:{}", g.ub));
-    let cmd = g.in_ns(
-        SW,
-        &[
-            snic,
-            "run",
-            "--port",
-            &pa,
-            "--port",
-            &pb,
-            "--stage",
-            "parse",
-            "--stage",
-            "vswitch",
-            "--policy",
-            POLICY,
-            "--control",
-            &sock,
-            "--duration",
-            "40",
-        ],
-    );
-    let si = g.spawn("snic", 45, &cmd);
-    wait_ready(&mut g, si, snic, &sock);
+    let (snic, sock, _) = start_vswitch(&mut g, &pa, &pb, 40);
     g.tap_to_host_b(true);
     let (ok, out) = g.ping(VM, HOST_B_CA);
     assert!(ok, "ping vm-a -> host-b through the TAP underlay failed:\n{out}\n{}", g.log("snic"));
