@@ -78,7 +78,7 @@
 
 pub mod tpacket;
 
-use crate::port::{Port, PortCaps, PortCounters};
+use crate::port::{Port, PortCaps, PortCounters, Refused};
 use crate::sys::{self, sock, sock::setsockopt_int};
 use crate::vnet::{VNET_HDR_LEN, VnetHdr};
 use core::sync::atomic::{AtomicU32, Ordering};
@@ -127,6 +127,11 @@ const PACKET_FANOUT: libc::c_int = 18;
 const PACKET_FANOUT_HASH: libc::c_int = 0;
 const PACKET_FANOUT_FLAG_UNIQUEID: libc::c_int = 0x2000;
 const PACKET_FANOUT_FLAG_IGNORE_OUTGOING: libc::c_int = 0x4000;
+
+/// `Rings::tx_len` of a frame [`Port::flush`] counted as not sent.
+const TX_WRITTEN_OFF: u32 = u32::MAX;
+/// Longest [`Port::flush`] waits for the transmit ring to drain.
+const FLUSH_LIMIT: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Receives between two reads of `PACKET_STATISTICS` while frames keep coming.
 const STATS_EVERY: u32 = 256;
@@ -311,6 +316,10 @@ pub struct AfPacketStats {
     /// Receive blocks (or the rest of one) given back unread because a header in them was out
     /// of bounds (see [`tpacket::RingError`]).
     pub rx_ring_errors: u64,
+    /// Frames lost in those blocks: the frames the block still claimed when its walk failed
+    /// (bounded by what fits in a block, at least one per error). These count in the port's
+    /// `rx_errors`, frame by frame.
+    pub rx_ring_lost: u64,
     /// Frames the kernel dropped at this socket because the ring or the socket buffer was full
     /// (`PACKET_STATISTICS` `tp_drops`, accumulated: the kernel resets it on every read).
     pub rx_kernel_drops: u64,
@@ -332,8 +341,11 @@ pub struct AfPacketStats {
     /// Frames dropped because the transmit ring had no free frame (also in `tx_dropped`).
     pub tx_ring_full: u64,
     /// Frames handed to `send` that did not leave (refused, or left over when the buffer
-    /// or the ring stayed full).
+    /// or the ring stayed full, or still on the transmit ring when [`Port::flush`] gave up).
     pub tx_dropped: u64,
+    /// Frames written into the transmit ring that the kernel had not sent when
+    /// [`Port::flush`] stopped waiting: moved from `tx_packets` to `tx_dropped`.
+    pub tx_unsent: u64,
 }
 
 /// The receive ring's read position: the block being walked and where in it.
@@ -365,6 +377,9 @@ struct Rings {
     tx_head: usize,
     /// Frames marked for sending that no `sendto` has taken yet.
     tx_unkicked: bool,
+    /// Length of the frame last written into each transmit frame ([`TX_WRITTEN_OFF`] once
+    /// [`Port::flush`] counted it as not sent), for the counts of a flush.
+    tx_len: Vec<u32>,
 }
 
 impl Drop for Rings {
@@ -754,7 +769,7 @@ impl AfPacketPort {
         // `struct tpacket_stats_v3 { tp_packets, tp_drops, tp_freeze_q_cnt }`; a socket
         // without a TPACKET_V3 ring fills only the first two.
         if let Ok(([_packets, drops, freezes], _)) =
-            sock::getsockopt_u32s::<3>(self.fd.as_raw_fd(), SOL_PACKET, PACKET_STATISTICS)
+            sock::getsockopt_words::<u32, 3>(self.fd.as_raw_fd(), SOL_PACKET, PACKET_STATISTICS)
         {
             let (d, f) = self.kernel.get();
             self.kernel.set((d + u64::from(drops), f + u64::from(freezes)));
@@ -799,6 +814,18 @@ impl AfPacketPort {
         }
     }
 
+    /// Transmit frames written and not yet sent (not `TP_STATUS_AVAILABLE`), except those a
+    /// flush already counted as not sent.
+    fn tx_ring_pending(&self) -> impl Iterator<Item = usize> + '_ {
+        let r = self.rings.as_deref();
+        (0..r.map_or(0, |r| r.tx_frame_nr)).filter(move |&i| {
+            r.is_some_and(|r| {
+                r.tx_len[i] != TX_WRITTEN_OFF
+                    && r.tx_status(i).load(Ordering::Acquire) != tpacket::TP_STATUS_AVAILABLE
+            })
+        })
+    }
+
     /// Receive through the ring: walk the blocks user space owns, copying frames into `batch`.
     fn recv_ring(&mut self, now: Instant, batch: &mut Batch) -> usize {
         let Some(r) = self.rings.as_mut() else { return 0 };
@@ -812,10 +839,13 @@ impl AfPacketPort {
                     {
                         break;
                     }
-                    match tpacket::block_header(r.rx_block(r.rx_cur)) {
+                    let block = r.rx_block(r.rx_cur);
+                    match tpacket::block_header(block) {
                         Ok(hdr) => RxPos { hdr, off: hdr.first, remaining: hdr.num_pkts },
                         Err(_) => {
+                            let claimed = tpacket::claimed_frames(block);
                             stats.rx_ring_errors += 1;
+                            stats.rx_ring_lost += tpacket::frames_lost(claimed, block.len());
                             r.rx_release();
                             continue;
                         }
@@ -841,7 +871,9 @@ impl AfPacketPort {
                 }
                 Err(RingError::BadBlock | RingError::FrameOutside { .. })
                 | Err(RingError::BadFrameData { .. } | RingError::BadNext { .. }) => {
+                    // This frame and every one after it in the block are lost.
                     stats.rx_ring_errors += 1;
+                    stats.rx_ring_lost += tpacket::frames_lost(pos.remaining, block.len());
                     r.rx_release();
                 }
             }
@@ -853,8 +885,9 @@ impl AfPacketPort {
         got
     }
 
-    /// Transmit through the ring; returns how many frames went into it.
-    fn send_ring(&mut self, batch: &Batch) -> usize {
+    /// Transmit through the ring; returns how many frames went into it (frames refused on the
+    /// way are marked in `refused`).
+    fn send_ring(&mut self, batch: &Batch, refused: &mut Refused) -> usize {
         let max_plain = self.mtu + 18;
         let mut sent = 0;
         let mut waits = 0;
@@ -865,6 +898,7 @@ impl AfPacketPort {
                 || (p.meta.offload.gso.is_none() && p.len() > max_plain)
             {
                 self.stats.tx_errors += 1;
+                refused.mark(i);
                 continue;
             }
             // A free frame at the head, or send what is marked and wait a little.
@@ -892,6 +926,7 @@ impl AfPacketPort {
             let d = tpacket::TX_DATA_OFFSET;
             f[d..d + VNET_HDR_LEN].copy_from_slice(&hdr);
             f[d + VNET_HDR_LEN..d + len].copy_from_slice(p.data());
+            r.tx_len[head] = p.len() as u32;
             r.tx_status(head).store(tpacket::TP_STATUS_SEND_REQUEST, Ordering::Release);
             r.tx_head = (head + 1) % r.tx_frame_nr;
             r.tx_unkicked = true;
@@ -1014,12 +1049,13 @@ impl AfPacketPort {
         Ok(kept)
     }
 
-    /// Send the live packets of `batch` with `sendmmsg`; returns how many the kernel took.
-    fn send_mmsg(&mut self, batch: &mut Batch) -> usize {
+    /// Send the live packets of `batch` with `sendmmsg`; returns how many the kernel took
+    /// (frames it refused are marked in `refused`).
+    fn send_mmsg(&mut self, batch: &mut Batch, refused: &mut Refused) -> usize {
         let Some(m) = self.mmsg.as_mut() else { return 0 };
         let mut sent = 0;
         let mut full_waits = 0;
-        for chunk in batch.packets_mut().chunks_mut(BURST) {
+        for (c, chunk) in batch.packets_mut().chunks_mut(BURST).enumerate() {
             let n = chunk.len();
             for (i, p) in chunk.iter_mut().enumerate() {
                 let h = VnetHdr::from_offload(&p.meta.offload, p.data());
@@ -1089,6 +1125,7 @@ impl AfPacketPort {
                         // This frame was refused (bad metadata, too large, link down): skip
                         // it and go on with the next.
                         self.stats.tx_errors += 1;
+                        refused.mark(c * BURST + idx);
                         idx += 1;
                     }
                 }
@@ -1183,6 +1220,7 @@ fn setup_rings(fd: RawFd, ifname: &str, sizes: &RingSizes) -> io::Result<Box<Rin
         tx_frame_nr,
         tx_head: 0,
         tx_unkicked: false,
+        tx_len: vec![0; tx_frame_nr],
     }))
 }
 
@@ -1307,17 +1345,51 @@ impl Port for AfPacketPort {
     }
 
     fn send(&mut self, _now: Instant, batch: &mut Batch) -> io::Result<usize> {
+        let mut refused = Refused::default();
         let sent = if self.rings.as_ref().is_some_and(|r| r.tx_frame_nr > 0) {
-            self.send_ring(batch)
+            self.send_ring(batch, &mut refused)
         } else {
-            self.send_mmsg(batch)
+            self.send_mmsg(batch, &mut refused)
         };
+        refused.move_sent_first(batch, sent);
         self.stats.tx_dropped += (batch.len() - sent) as u64;
         Ok(sent)
     }
 
     fn poll_fd(&self) -> Option<RawFd> {
         Some(self.fd.as_raw_fd())
+    }
+
+    /// With a transmit ring: wake the kernel until every frame written into the ring has been
+    /// sent, waiting at most [`FLUSH_LIMIT`]; frames still on the ring then did not leave and
+    /// are counted so ([`AfPacketStats::tx_unsent`]). `sendmmsg` sends synchronously: nothing
+    /// to do.
+    fn flush(&mut self) -> io::Result<()> {
+        if !self.uses_tx_ring() {
+            return Ok(());
+        }
+        let deadline = std::time::Instant::now() + FLUSH_LIMIT;
+        loop {
+            let pending = self.tx_ring_pending().count();
+            if pending == 0 || std::time::Instant::now() >= deadline {
+                break;
+            }
+            if let Some(r) = self.rings.as_mut() {
+                r.tx_unkicked = true;
+            }
+            self.kick();
+            self.wait_writable(1);
+        }
+        let unsent: Vec<usize> = self.tx_ring_pending().collect();
+        let Some(r) = self.rings.as_mut() else { return Ok(()) };
+        for i in unsent {
+            let len = core::mem::replace(&mut r.tx_len[i], TX_WRITTEN_OFF);
+            self.stats.tx_packets = self.stats.tx_packets.saturating_sub(1);
+            self.stats.tx_bytes = self.stats.tx_bytes.saturating_sub(u64::from(len));
+            self.stats.tx_dropped += 1;
+            self.stats.tx_unsent += 1;
+        }
+        Ok(())
     }
 
     fn caps(&self) -> PortCaps {
@@ -1334,7 +1406,7 @@ impl Port for AfPacketPort {
                 + s.rx_truncated
                 + s.rx_vlan_lost
                 + s.rx_errors
-                + s.rx_ring_errors,
+                + s.rx_ring_lost,
             tx_packets: s.tx_packets,
             tx_bytes: s.tx_bytes,
             tx_dropped: s.tx_dropped,

@@ -56,8 +56,15 @@
 //!
 //! `XDP_STATISTICS` gives the kernel's side: `rx_ring_full` (the RX ring had no room: snic was
 //! too slow), `rx_fill_ring_empty_descs` (no frame to land in) and `rx_dropped` (every other
-//! receive drop; the kernel also counts fill-ring-empty drops there, so the port reports
-//! `rx_dropped` minus them as `rx_kernel_drops` and each lost frame is counted once).
+//! receive drop; a copying socket also counts fill-ring-empty drops there, so the port reports
+//! `rx_dropped` minus them as `rx_kernel_drops` and each lost frame is counted once). In
+//! zero-copy mode `rx_fill_ring_empty_descs` counts the driver's refill attempts that found the
+//! fill ring empty, not lost frames, so it is not reported as drops there.
+//!
+//! Transmit counts a frame as sent when it is posted on the TX ring. [`Port::flush`] (at the
+//! end of a run) wakes the kernel and waits, bounded, for every posted frame to complete; the
+//! frames still outstanding then are moved from `tx_packets` to `tx_dropped` (and counted in
+//! [`AfXdpStats::tx_unsent`]).
 //!
 //! Needs root (`CAP_NET_ADMIN`, `CAP_NET_RAW`, `CAP_BPF`): [`AfXdpPort::open`] says so.
 #![allow(
@@ -68,7 +75,7 @@
 )]
 
 use crate::bpf::{KernelLink, KernelMap, KernelProgram, PROG_TYPE_XDP};
-use crate::port::{Port, PortCaps, PortCounters};
+use crate::port::{Port, PortCaps, PortCounters, Refused};
 use crate::sys::{self, sock};
 use snic_ebpf::insn::{Insn, pseudo};
 use snic_ebpf::{MapKind, MapSpec};
@@ -111,6 +118,10 @@ pub const BURST: usize = 64;
 /// Rounds of "wake the kernel, reap completions, wait 1 ms" `send` tries before dropping what
 /// does not fit.
 const TX_FULL_ROUNDS: u32 = 8;
+/// `tx_len` of a frame [`Port::flush`] gave up on (counted as not sent).
+const WRITTEN_OFF: u32 = u32::MAX;
+/// Longest [`Port::flush`] waits for posted frames to complete.
+const FLUSH_LIMIT: Duration = Duration::from_millis(200);
 
 /// How the XDP program is attached and the socket bound.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -511,6 +522,9 @@ pub struct AfXdpStats {
     pub tx_wakeup_errors: u64,
     /// `recvfrom(2)` wake-ups of the fill ring (zero-copy drivers that ask for them).
     pub rx_wakeups: u64,
+    /// Frames posted on the TX ring that had not completed when [`Port::flush`] gave up
+    /// waiting: moved from `tx_packets` to `tx_dropped`.
+    pub tx_unsent: u64,
 }
 
 /// An AF_XDP socket on one queue of an interface. See the module documentation.
@@ -530,6 +544,9 @@ pub struct AfXdpPort {
     umem: Mapping,
     /// Transmit frames (UMEM offsets) free for a new packet.
     tx_free: Vec<u64>,
+    /// Length of the packet in each transmit frame while it is posted and not completed (0:
+    /// the frame is free), by transmit frame number.
+    tx_len: Vec<u32>,
     stats: AfXdpStats,
     _attach: Arc<Attachment>,
 }
@@ -789,6 +806,7 @@ impl AfXdpPort {
             fd,
             umem,
             tx_free,
+            tx_len: vec![0; TX_FRAMES as usize],
             stats: AfXdpStats::default(),
             _attach: att,
         })
@@ -809,31 +827,27 @@ impl AfXdpPort {
         self.stats
     }
 
-    /// The kernel's `XDP_STATISTICS` of the socket.
+    /// The kernel's `XDP_STATISTICS` of the socket (fields a kernel does not report stay 0).
     pub fn kernel_stats(&self) -> io::Result<libc::xdp_statistics> {
-        let mut s = libc::xdp_statistics {
-            rx_dropped: 0,
-            rx_invalid_descs: 0,
-            tx_invalid_descs: 0,
-            rx_ring_full: 0,
-            rx_fill_ring_empty_descs: 0,
-            tx_ring_empty_descs: 0,
-        };
-        let mut len = core::mem::size_of::<libc::xdp_statistics>() as libc::socklen_t;
-        // SAFETY: `s` and `len` are live; the kernel writes at most `len` bytes into `s`.
-        let r = unsafe {
-            libc::getsockopt(
-                self.fd.as_raw_fd(),
-                libc::SOL_XDP,
-                libc::XDP_STATISTICS,
-                (&mut s as *mut libc::xdp_statistics).cast(),
-                &mut len,
-            )
-        };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(s)
+        let (w, _) = sock::getsockopt_words::<u64, 6>(
+            self.fd.as_raw_fd(),
+            libc::SOL_XDP,
+            libc::XDP_STATISTICS,
+        )?;
+        Ok(libc::xdp_statistics {
+            rx_dropped: w[0],
+            rx_invalid_descs: w[1],
+            tx_invalid_descs: w[2],
+            rx_ring_full: w[3],
+            rx_fill_ring_empty_descs: w[4],
+            tx_ring_empty_descs: w[5],
+        })
+    }
+
+    /// The transmit frame number of UMEM offset `base` (a frame start), if it is one.
+    fn tx_slot(&self, base: u64) -> Option<usize> {
+        let k = (base / self.frame_size as u64).checked_sub(u64::from(RX_FRAMES))?;
+        usize::try_from(k).ok().filter(|&k| k < TX_FRAMES as usize)
     }
 
     /// Completed transmit frames back to the free list.
@@ -843,8 +857,11 @@ impl AfXdpPort {
             let a = self.comp.get_addr(i);
             let fs = self.frame_size as u64;
             let base = a - a % fs;
-            // Only our own transmit frames go back to the free list.
-            if base >= u64::from(RX_FRAMES) * fs && self.tx_free.len() < TX_FRAMES as usize {
+            // Only our own transmit frames go back to the free list, each once.
+            if let Some(len) = self.tx_slot(base).and_then(|k| self.tx_len.get_mut(k))
+                && *len != 0
+            {
+                *len = 0;
                 self.tx_free.push(base);
             }
         }
@@ -891,8 +908,9 @@ impl AfXdpPort {
         }
     }
 
-    /// Post the live packets of `batch` on the TX ring; returns how many were posted.
-    fn send_frames(&mut self, batch: &Batch) -> usize {
+    /// Post the live packets of `batch` on the TX ring; returns how many were posted (frames
+    /// refused on the way are marked in `refused`).
+    fn send_frames(&mut self, batch: &Batch, refused: &mut Refused) -> usize {
         self.reap();
         let max_len = (self.mtu + 18).min(self.frame_size);
         let pkts = batch.packets();
@@ -908,6 +926,7 @@ impl AfXdpPort {
                 next += 1;
                 if p.len() > max_len || p.is_empty() {
                     self.stats.tx_too_big += 1;
+                    refused.mark(next - 1);
                     continue;
                 }
                 let Some(addr) = self.tx_free.pop() else {
@@ -921,8 +940,12 @@ impl AfXdpPort {
                     None => {
                         self.tx_free.push(addr);
                         self.stats.tx_too_big += 1;
+                        refused.mark(next - 1);
                         continue;
                     }
+                }
+                if let Some(l) = self.tx_slot(addr).and_then(|k| self.tx_len.get_mut(k)) {
+                    *l = len as u32;
                 }
                 self.tx.put_desc(posted, libc::xdp_desc { addr, len: len as u32, options: 0 });
                 posted += 1;
@@ -977,31 +1000,57 @@ fn frame_mut(umem: &mut Mapping, frame_size: usize, addr: u64, len: usize) -> Op
     Some(unsafe { core::slice::from_raw_parts_mut(umem.ptr.add(at), len) })
 }
 
+/// The kernel's receive drops at one socket, each lost frame counted once (see the module
+/// documentation, "Counters").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct KernelDrops {
+    /// Frames dropped for any other reason (too large for a frame, no buffer in copy mode).
+    socket: u64,
+    /// Frames dropped because the RX ring was full.
+    ring_full: u64,
+    /// Frames dropped because the fill ring was empty.
+    fill_empty: u64,
+}
+
+impl KernelDrops {
+    /// The drops `k` reports for a socket in `mode`.
+    ///
+    /// A copying socket drops the frame when the fill ring is empty and counts it twice: in
+    /// `rx_fill_ring_empty_descs` and in `rx_dropped`. In zero-copy mode the driver takes frames
+    /// from the fill ring to refill its hardware ring ahead of time: `rx_fill_ring_empty_descs`
+    /// counts its refill attempts that found the ring empty, not lost frames (a frame the NIC
+    /// then had no buffer for is in the driver's own statistics), and `rx_dropped` does not
+    /// include them. So zero-copy reports no fill-ring drops rather than an overstated count.
+    fn of(mode: XdpMode, k: &libc::xdp_statistics) -> KernelDrops {
+        let (socket, fill_empty) = match mode {
+            XdpMode::NativeZeroCopy => (k.rx_dropped, 0),
+            XdpMode::NativeCopy | XdpMode::GenericCopy => (
+                k.rx_dropped.saturating_sub(k.rx_fill_ring_empty_descs),
+                k.rx_fill_ring_empty_descs,
+            ),
+        };
+        KernelDrops { socket, ring_full: k.rx_ring_full, fill_empty }
+    }
+}
+
 /// `XDP_MMAP_OFFSETS` of socket `fd` (the full struct, with the rings' flags: Linux 5.4+).
 fn mmap_offsets(fd: RawFd) -> io::Result<libc::xdp_mmap_offsets> {
-    let zero = libc::xdp_ring_offset { producer: 0, consumer: 0, desc: 0, flags: 0 };
-    let mut off = libc::xdp_mmap_offsets { rx: zero, tx: zero, fr: zero, cr: zero };
-    let mut len = core::mem::size_of::<libc::xdp_mmap_offsets>() as libc::socklen_t;
-    // SAFETY: `off` and `len` are live; the kernel writes at most `len` bytes into `off`.
-    let r = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_XDP,
-            libc::XDP_MMAP_OFFSETS,
-            (&mut off as *mut libc::xdp_mmap_offsets).cast(),
-            &mut len,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if len as usize != core::mem::size_of::<libc::xdp_mmap_offsets>() {
+    // Four `struct xdp_ring_offset { producer, consumer, desc, flags }` of u64s: RX, TX, fill,
+    // completion.
+    let (w, len) = sock::getsockopt_words::<u64, 16>(fd, libc::SOL_XDP, libc::XDP_MMAP_OFFSETS)?;
+    if len != core::mem::size_of::<libc::xdp_mmap_offsets>() {
         return Err(io::Error::new(
             io::ErrorKind::Unsupported,
             "the kernel's AF_XDP rings have no flags (Linux before 5.4)",
         ));
     }
-    Ok(off)
+    let ring = |k: usize| libc::xdp_ring_offset {
+        producer: w[4 * k],
+        consumer: w[4 * k + 1],
+        desc: w[4 * k + 2],
+        flags: w[4 * k + 3],
+    };
+    Ok(libc::xdp_mmap_offsets { rx: ring(0), tx: ring(1), fr: ring(2), cr: ring(3) })
 }
 
 impl Port for AfXdpPort {
@@ -1068,7 +1117,9 @@ impl Port for AfXdpPort {
     }
 
     fn send(&mut self, _now: Instant, batch: &mut Batch) -> io::Result<usize> {
-        let sent = self.send_frames(batch);
+        let mut refused = Refused::default();
+        let sent = self.send_frames(batch, &mut refused);
+        refused.move_sent_first(batch, sent);
         let dropped = (batch.len() - sent) as u64;
         self.stats.tx_dropped += dropped;
         Ok(sent)
@@ -1076,6 +1127,33 @@ impl Port for AfXdpPort {
 
     fn poll_fd(&self) -> Option<RawFd> {
         Some(self.fd.as_raw_fd())
+    }
+
+    /// Wake the kernel until every posted frame has completed, waiting at most
+    /// [`FLUSH_LIMIT`]; frames still outstanding then did not leave and are counted so.
+    fn flush(&mut self) -> io::Result<()> {
+        let deadline = std::time::Instant::now() + FLUSH_LIMIT;
+        loop {
+            self.kick();
+            self.reap();
+            let done = self.tx_len.iter().all(|&l| l == 0 || l == WRITTEN_OFF);
+            if done || std::time::Instant::now() >= deadline {
+                break;
+            }
+            sys::poll::wait_writable(self.fd.as_raw_fd(), Duration::from_millis(1));
+        }
+        for l in &mut self.tx_len {
+            if *l != 0 && *l != WRITTEN_OFF {
+                self.stats.tx_packets = self.stats.tx_packets.saturating_sub(1);
+                self.stats.tx_bytes = self.stats.tx_bytes.saturating_sub(u64::from(*l));
+                self.stats.tx_dropped += 1;
+                self.stats.tx_unsent += 1;
+                // Written off: a late completion still frees the frame (see `reap`), but is
+                // not counted again.
+                *l = WRITTEN_OFF;
+            }
+        }
+        Ok(())
     }
 
     fn caps(&self) -> PortCaps {
@@ -1093,6 +1171,7 @@ impl Port for AfXdpPort {
             rx_fill_ring_empty_descs: 0,
             tx_ring_empty_descs: 0,
         });
+        let d = KernelDrops::of(self.mode, &k);
         PortCounters {
             rx_packets: s.rx_packets,
             rx_bytes: s.rx_bytes,
@@ -1100,9 +1179,9 @@ impl Port for AfXdpPort {
             tx_packets: s.tx_packets,
             tx_bytes: s.tx_bytes,
             tx_dropped: s.tx_dropped,
-            rx_kernel_drops: k.rx_dropped.saturating_sub(k.rx_fill_ring_empty_descs),
-            rx_ring_full: k.rx_ring_full,
-            rx_fill_empty: k.rx_fill_ring_empty_descs,
+            rx_kernel_drops: d.socket,
+            rx_ring_full: d.ring_full,
+            rx_fill_empty: d.fill_empty,
             tx_ring_full: s.tx_ring_full,
         }
     }

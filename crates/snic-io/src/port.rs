@@ -2,7 +2,7 @@
 
 use core::fmt;
 use serde::Serialize;
-use snic_pipeline::Batch;
+use snic_pipeline::{Batch, MAX_BATCH};
 use snic_time::Instant;
 use std::io;
 use std::os::fd::RawFd;
@@ -151,6 +151,52 @@ pub trait Port: Send {
     }
 }
 
+/// The frames of one batch that a sender refused while it went on with later ones. A sender
+/// that skips a refused frame and sends the next marks it here and, before it returns, calls
+/// [`Refused::move_sent_first`], which keeps [`Port::send`]'s contract: the frames that left are
+/// the first `sent` of the batch, in their order (callers count bytes and trace packets by
+/// position).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Refused {
+    bits: [u64; MAX_BATCH / 64],
+    any: bool,
+}
+
+impl Refused {
+    /// Packet `i` of the batch did not leave.
+    pub fn mark(&mut self, i: usize) {
+        if let Some(w) = self.bits.get_mut(i / 64) {
+            *w |= 1 << (i % 64);
+            self.any = true;
+        }
+    }
+
+    /// True when packet `i` was marked.
+    pub fn contains(&self, i: usize) -> bool {
+        self.bits.get(i / 64).is_some_and(|w| w & (1 << (i % 64)) != 0)
+    }
+
+    /// Move the `sent` packets that left to the front of `batch`, keeping their order. The
+    /// sender tried the packets in order: those it sent are the first `sent` unmarked ones
+    /// (packets after the last one it tried are unmarked too, and stay behind).
+    pub fn move_sent_first(&self, batch: &mut Batch, sent: usize) {
+        if !self.any {
+            return;
+        }
+        let pkts = batch.packets_mut();
+        let mut w = 0;
+        for i in 0..pkts.len() {
+            if w == sent {
+                break;
+            }
+            if !self.contains(i) {
+                pkts.swap(w, i);
+                w += 1;
+            }
+        }
+    }
+}
+
 impl fmt::Debug for dyn Port {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -200,5 +246,38 @@ mod tests {
         );
         let quiet = PortCounters { rx_packets: 1, ..Default::default() };
         assert_eq!(quiet.to_string(), "rx 1 pkts 0 bytes 0 errors, tx 0 pkts 0 bytes 0 dropped");
+    }
+
+    #[test]
+    fn refused_frames_move_behind_the_sent_ones_in_order() {
+        let mut b = Batch::new(MAX_BATCH);
+        for i in 0..MAX_BATCH {
+            b.push_frame(&[(i % 251) as u8, (i / 251) as u8]).unwrap();
+        }
+        let mut r = Refused::default();
+        r.move_sent_first(&mut b, 3);
+        assert_eq!(b.packets()[3].data(), [3, 0], "nothing marked: nothing moves");
+        // Refused frames among the first 201 tried; the sender stopped after frame 200 (the
+        // rest, never tried, are not marked and must stay behind).
+        let refused = [0, 1, 63, 64, 200];
+        for i in refused {
+            r.mark(i);
+        }
+        // Out of range: ignored, never a panic.
+        r.mark(MAX_BATCH);
+        assert!(r.contains(63) && !r.contains(62) && !r.contains(MAX_BATCH));
+        let sent = 201 - refused.len();
+        r.move_sent_first(&mut b, sent);
+        let tag = |p: &snic_pipeline::PacketBuf| {
+            usize::from(p.data()[0]) + 251 * usize::from(p.data()[1])
+        };
+        let front: Vec<usize> = b.iter().take(sent).map(tag).collect();
+        let want: Vec<usize> = (0..201).filter(|i| !refused.contains(i)).collect();
+        assert_eq!(front, want);
+        let mut back: Vec<usize> = b.iter().skip(sent).map(tag).collect();
+        back.sort_unstable();
+        let mut rest: Vec<usize> = refused.to_vec();
+        rest.extend(201..MAX_BATCH);
+        assert_eq!(back, rest);
     }
 }

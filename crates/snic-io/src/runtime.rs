@@ -834,6 +834,10 @@ impl Runtime {
         let tick = idle_wait.min(Duration::from_millis(10));
         let (mut seen, mut last_rx) = (0, started);
         while !stop.load(Ordering::Relaxed) {
+            // A worker that died leaves its queues unserved: stop, and `join` says why.
+            if pool.any_exited() {
+                break;
+            }
             let now = self.clock.now();
             if stats.swap(false, Ordering::Relaxed) {
                 on_stats(&self.queue_snapshot(&pool, started));
@@ -1279,6 +1283,61 @@ mod tests {
         assert_eq!(snapshots, vec![2]);
         assert_eq!(report.ports[1].counters.tx_packets, 250, "{report}");
         assert_eq!(report.counters.port(PortId(1)).unwrap().tx_packets, 250);
+    }
+
+    /// A queue whose receive panics (a bug in a port or a stage takes its worker down).
+    #[derive(Debug)]
+    struct Dies(crate::vlink::VLinkPort);
+
+    impl Port for Dies {
+        fn name(&self) -> &str {
+            self.0.name()
+        }
+        fn recv(&mut self, _: Instant, _: &mut Batch) -> io::Result<usize> {
+            panic!("receive failed for the test");
+        }
+        fn send(&mut self, now: Instant, batch: &mut Batch) -> io::Result<usize> {
+            self.0.send(now, batch)
+        }
+        fn caps(&self) -> crate::port::PortCaps {
+            self.0.caps()
+        }
+    }
+
+    /// A queue worker that dies ends the run with its error while the others would go on
+    /// forever (no stop flag, no idle exit); a watchdog bounds the test if it did not.
+    #[test]
+    fn a_dead_queue_worker_stops_the_run_with_its_error() {
+        use crate::vlink::VLink;
+        let mut queues = Vec::new();
+        for k in 0..2 {
+            let (a0, _) = VLink::symmetric(&format!("in{k}"), Default::default(), 1);
+            let (a1, _) = VLink::symmetric(&format!("out{k}"), Default::default(), 2);
+            let q0: Box<dyn Port> = if k == 1 { Box::new(Dies(a0)) } else { Box::new(a0) };
+            queues.push(vec![q0, Box::new(a1)]);
+        }
+        let rt = Runtime::with_queues(l2fwd_config(), queues).unwrap();
+        let stop = AtomicBool::new(false);
+        let done = AtomicBool::new(false);
+        let fired = AtomicBool::new(false);
+        let r = std::thread::scope(|s| {
+            s.spawn(|| {
+                for _ in 0..600 {
+                    if done.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                fired.store(true, Ordering::Relaxed);
+                stop.store(true, Ordering::Relaxed);
+            });
+            let r = rt.run(&stop, &no_stop(), |_| {});
+            done.store(true, Ordering::Relaxed);
+            r
+        });
+        assert!(!fired.load(Ordering::Relaxed), "the run went on after its worker died");
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains("queue worker 1 panicked: receive failed for the test"), "{e}");
     }
 
     /// Ports that split open as per-worker queues when there are several workers; a port that

@@ -19,7 +19,7 @@
 //!
 //! Needs root (`CAP_NET_ADMIN`) to create the device.
 
-use crate::port::{Port, PortCaps, PortCounters};
+use crate::port::{Port, PortCaps, PortCounters, Refused};
 use crate::sys::tun;
 use crate::vnet::{
     GSO_UDP_TUNNEL_IPV4, GSO_UDP_TUNNEL_IPV6, VNET_HDR_LEN, VNET_HDR_TNL_LEN, VnetHdr,
@@ -269,7 +269,8 @@ impl Port for TapPort {
     fn send(&mut self, _now: Instant, batch: &mut Batch) -> io::Result<usize> {
         let mut sent = 0;
         let vl = self.vnet_len;
-        for p in batch.iter_mut() {
+        let mut refused = Refused::default();
+        for (i, p) in batch.iter_mut().enumerate() {
             let h = VnetHdr::from_offload(&p.meta.offload, p.data());
             let tunnel = h.gso_type & (GSO_UDP_TUNNEL_IPV4 | GSO_UDP_TUNNEL_IPV6) != 0;
             // A tunnelled super-packet the header cannot describe (the transmit path segments
@@ -277,11 +278,13 @@ impl Port for TapPort {
             let unfit = p.meta.offload.gso.is_some_and(|g| g.tunnel.is_some()) && !tunnel;
             if unfit || (tunnel && vl < VNET_HDR_TNL_LEN) {
                 self.stats.tx_errors += 1;
+                refused.mark(i);
                 continue;
             }
             let bytes = h.to_tnl_bytes();
             let Ok(front) = p.push_front(vl) else {
                 self.stats.tx_errors += 1;
+                refused.mark(i);
                 continue;
             };
             // The 10-byte header is the first 10 bytes of the tunnel one.
@@ -302,9 +305,13 @@ impl Port for TapPort {
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(_) => self.stats.tx_errors += 1,
+                Err(_) => {
+                    self.stats.tx_errors += 1;
+                    refused.mark(i);
+                }
             }
         }
+        refused.move_sent_first(batch, sent);
         self.stats.tx_dropped += (batch.len() - sent) as u64;
         Ok(sent)
     }

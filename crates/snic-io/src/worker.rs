@@ -446,14 +446,30 @@ impl PortSet {
         self.ports.iter().map(|p| p.counters()).collect()
     }
 
-    /// Flush every port; the first error is returned after trying them all.
+    /// Flush every port; the first error is returned after trying them all. Frames a port
+    /// counted as sent and, flushing, found it could not send (left on a transmit ring: its
+    /// `tx_packets` went down) move from transmitted to `tx_queue_full` drops here too, so the
+    /// report agrees with the port.
     pub fn flush(&mut self) -> io::Result<()> {
         let mut first = Ok(());
-        for p in &mut self.ports {
+        for (j, p) in self.ports.iter_mut().enumerate() {
+            let before = p.counters();
             if let Err(e) = p.flush()
                 && first.is_ok()
             {
                 first = Err(e);
+            }
+            let after = p.counters();
+            let unsent = before.tx_packets.saturating_sub(after.tx_packets);
+            if unsent > 0 {
+                let c = self.io.port_mut(PortId(j as u16));
+                c.tx_packets = c.tx_packets.saturating_sub(unsent);
+                c.tx_bytes = c
+                    .tx_bytes
+                    .saturating_sub(before.tx_bytes - after.tx_bytes.min(before.tx_bytes));
+                for _ in 0..unsent {
+                    c.tx_drops.add(DropReason::TxQueueFull);
+                }
             }
         }
         first
@@ -759,6 +775,9 @@ impl WorkerPool {
 struct QueueShared {
     /// Packets the worker received so far (the watcher's idle-exit clock).
     received: AtomicU64,
+    /// The worker's thread has ended (set on every way out, a panic included): before the
+    /// stop flag, that means it died.
+    exited: AtomicBool,
     /// Packets the worker's pipeline holds (a shaper, an exception queue), as of its last idle
     /// round.
     pending: AtomicUsize,
@@ -783,7 +802,9 @@ struct QueueHandle {
 ///
 /// Workers publish their counters every 100 ms ([`QueuePool::snapshot`]), count what they
 /// receive ([`QueuePool::received`], for an idle timeout), and stop when asked
-/// ([`QueuePool::join`]), releasing what their stages still hold first.
+/// ([`QueuePool::join`]), releasing what their stages still hold first. A worker that ends
+/// on its own (an I/O error, a panic) shows at once in [`QueuePool::any_exited`], so the
+/// watcher stops the run with its error rather than carry on with its queues unserved.
 #[derive(Debug)]
 pub struct QueuePool {
     workers: Vec<QueueHandle>,
@@ -817,9 +838,11 @@ impl QueuePool {
                 ..Default::default()
             });
             let (sh, st, fin) = (Arc::clone(&shared), Arc::clone(&stop), finite.to_vec());
-            let spawned = std::thread::Builder::new()
-                .name(format!("snic-worker-{k}"))
-                .spawn(move || queue_worker(node, &fin, &sh, &st, clock, idle_wait));
+            let spawned =
+                std::thread::Builder::new().name(format!("snic-worker-{k}")).spawn(move || {
+                    let _exit = ExitFlag(&sh.exited);
+                    queue_worker(node, &fin, &sh, &st, clock, idle_wait)
+                });
             match spawned {
                 Ok(t) => workers.push(QueueHandle { shared, thread: Some(t) }),
                 Err(e) => {
@@ -862,6 +885,12 @@ impl QueuePool {
         self.workers.iter().map(|w| w.shared.pending.load(Ordering::Relaxed)).sum()
     }
 
+    /// True when a worker's thread has ended. Workers only end when told to stop, so before
+    /// [`QueuePool::join`] this means one died (an I/O error, a panic); `join` reports why.
+    pub fn any_exited(&self) -> bool {
+        self.workers.iter().any(|w| w.shared.exited.load(Ordering::Acquire))
+    }
+
     /// True when every worker's finite sources are exhausted (false when no port is finite).
     pub fn sources_done(&self) -> bool {
         self.workers.iter().all(|w| w.shared.sources_done.load(Ordering::Relaxed))
@@ -889,7 +918,7 @@ impl QueuePool {
         self.stop.store(true, Ordering::Relaxed);
         let mut nodes = Vec::with_capacity(self.workers.len());
         let mut first = None;
-        for w in &mut self.workers {
+        for (k, w) in self.workers.iter_mut().enumerate() {
             match w.thread.take().map(JoinHandle::join) {
                 Some(Ok((node, err))) => {
                     nodes.push(node);
@@ -897,8 +926,15 @@ impl QueuePool {
                         first.get_or_insert(e);
                     }
                 }
-                Some(Err(_)) => {
-                    first.get_or_insert(io::Error::other("a worker thread panicked"));
+                Some(Err(payload)) => {
+                    let why = payload
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| payload.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "no message".into());
+                    first.get_or_insert(io::Error::other(format!(
+                        "queue worker {k} panicked: {why}"
+                    )));
                 }
                 None => {}
             }
@@ -911,6 +947,15 @@ impl Drop for QueuePool {
     fn drop(&mut self) {
         // Never leave workers running behind a pool that was not joined.
         self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Sets its flag when dropped: when the worker's thread ends, however it ends.
+struct ExitFlag<'a>(&'a AtomicBool);
+
+impl Drop for ExitFlag<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
     }
 }
 
@@ -1041,6 +1086,74 @@ mod tests {
         }
         assert_eq!(joined, payload);
         assert_eq!(io.port(PortId(0)).unwrap().tx_packets, rx.len() as u64);
+    }
+
+    /// A port that takes every frame into a "ring" and, flushing, finds the last `stuck` of
+    /// them never left (as a transmit ring on a downed link): it moves them from sent to
+    /// dropped in its own counters.
+    #[derive(Debug)]
+    struct Stuck {
+        counters: PortCounters,
+        last: Vec<usize>,
+        stuck: usize,
+    }
+
+    impl Port for Stuck {
+        fn name(&self) -> &str {
+            "stuck"
+        }
+        fn recv(&mut self, _: Instant, _: &mut Batch) -> io::Result<usize> {
+            Ok(0)
+        }
+        fn send(&mut self, _: Instant, b: &mut Batch) -> io::Result<usize> {
+            for p in b.iter() {
+                self.counters.count_tx(p.len());
+                self.last.push(p.len());
+            }
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            for len in self.last.drain(..).rev().take(self.stuck) {
+                self.counters.tx_packets -= 1;
+                self.counters.tx_bytes -= len as u64;
+                self.counters.tx_dropped += 1;
+            }
+            Ok(())
+        }
+        fn caps(&self) -> crate::PortCaps {
+            crate::PortCaps { gso: false, max_frame: 1518, tunnel_gso: false }
+        }
+        fn counters(&self) -> PortCounters {
+            self.counters
+        }
+    }
+
+    /// Frames a port finds unsent when flushed leave the I/O counters' transmits for
+    /// `tx_queue_full` drops, so the report agrees with the port; other ports are untouched.
+    #[test]
+    fn flush_moves_what_a_port_could_not_send_to_drops() {
+        let stuck = Stuck { counters: PortCounters::default(), last: Vec::new(), stuck: 2 };
+        let mut set = PortSet::new(vec![Box::new(NullPort::new()), Box::new(stuck)], 64);
+        let mut b = Batch::new(MAX_BATCH);
+        for (i, len) in [60usize, 70, 80, 90, 100].into_iter().enumerate() {
+            let p = b.push_frame(&vec![i as u8; len]).unwrap();
+            p.meta.egress = Some(PortId(1));
+        }
+        set.transmit(Instant::ZERO, &mut b, &mut TraceRing::new(0));
+        assert_eq!(set.io().port(PortId(1)).unwrap().tx_packets, 5);
+        set.flush().unwrap();
+        let mut want = snic_pipeline::counters::PortCounters {
+            port: 1,
+            tx_packets: 3,
+            tx_bytes: 60 + 70 + 80,
+            ..Default::default()
+        };
+        want.tx_drops.add(DropReason::TxQueueFull);
+        want.tx_drops.add(DropReason::TxQueueFull);
+        assert_eq!(set.io().port(PortId(1)), Some(&want));
+        assert_eq!(set.io().port(PortId(0)).map(|c| c.tx_packets).unwrap_or(0), 0);
+        let c = set.port_counters_only()[1];
+        assert_eq!((c.tx_packets, c.tx_bytes, c.tx_dropped), (3, 210, 2));
     }
 
     /// A port with GSO capability that records what it was handed: each frame with its

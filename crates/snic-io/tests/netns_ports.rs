@@ -1054,3 +1054,47 @@ fn tap_queues_split_flows() {
     }
     assert_eq!(rx(&topo) - before, 20, "frames of both queues arrived");
 }
+
+/// A flush at stop waits for the transmit ring to drain and counts honestly what did not leave:
+/// with the interface down the kernel takes nothing from the ring, so every frame written into
+/// it is moved from `tx_packets` to `tx_dropped` (and `tx_unsent`) by `flush`. No frame can
+/// leave a downed interface, so nothing is sent anywhere.
+#[test]
+fn afpacket_tx_ring_flush_counts_frames_left_on_the_ring() {
+    if !can_run("afpacket_tx_ring_flush_counts_frames_left_on_the_ring") {
+        return;
+    }
+    let topo = Topology::create("hiofl", [true, true]);
+    let sizes = snic_io::afpacket::RingSizes { tx_ring: true, ..Default::default() };
+    let opts = AfPacketOptions {
+        mode: snic_io::afpacket::AfPacketMode::Ring(sizes),
+        ..AfPacketOptions::default()
+    };
+    let mut port = AfPacketPort::open_with(&topo.outer[0], opts).expect("open");
+    must(10, &["ip", "link", "set", &topo.outer[0], "down"]);
+    let mut b = Batch::new(16);
+    for i in 0..10u8 {
+        let mut f = vec![0xff; 6];
+        f.extend_from_slice(&[2, 0, 0, 0, 0, i]);
+        f.extend_from_slice(&[0x88, 0xb5]);
+        f.resize(60, i);
+        b.push_frame(&f).unwrap();
+    }
+    assert_eq!(port.send(Instant::ZERO, &mut b).unwrap(), 10, "written into the ring");
+    assert_eq!(port.stats().tx_packets, 10);
+    port.flush().unwrap();
+    let s = port.stats();
+    assert!(s.tx_errors > 0, "the kicks on a downed interface fail: {s:?}");
+    let want = snic_io::afpacket::AfPacketStats {
+        tx_dropped: 10,
+        tx_unsent: 10,
+        tx_errors: s.tx_errors,
+        ..Default::default()
+    };
+    assert_eq!(s, want);
+    let c = port.counters();
+    assert_eq!((c.tx_packets, c.tx_bytes, c.tx_dropped), (0, 0, 10));
+    // A second flush counts nothing again.
+    port.flush().unwrap();
+    assert_eq!(port.stats().tx_unsent, 10);
+}

@@ -137,6 +137,20 @@ pub fn block_header(block: &[u8]) -> Result<BlockHdr, RingError> {
     Ok(BlockHdr { num_pkts, first, len })
 }
 
+/// Frames a block whose walk failed still claimed, `claimed` by its descriptor, bounded by
+/// what fits in `block_len` bytes (a garbled count is not believed past that), and at least
+/// one: the error itself lost something.
+pub fn frames_lost(claimed: u32, block_len: usize) -> u64 {
+    let most = block_len / tpacket_align(TPACKET3_HDRLEN);
+    u64::from(claimed).min(most as u64).max(1)
+}
+
+/// The frame count a block's descriptor claims, however malformed the rest is (0 when the
+/// descriptor itself is cut off).
+pub fn claimed_frames(block: &[u8]) -> u32 {
+    u32_at(block, BLOCK_NUM_PKTS).unwrap_or(0)
+}
+
 /// One received frame, as its header describes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RxFrame {
@@ -390,6 +404,19 @@ mod tests {
         assert_eq!(u32_at(&f, FRAME_LEN), Some(1234));
         assert_eq!(u32_at(&f, FRAME_STATUS_OFFSET), Some(u32::MAX), "status left alone");
         assert!(!write_tx_header(&mut [0u8; 40], 1));
+    }
+
+    #[test]
+    fn frames_lost_in_a_bad_block_are_counted_within_what_fits() {
+        let f: Vec<u8> = vec![3; 100];
+        let mut b = block(1024, &[(&[0; 10], &f, 1, 0), (&[0; 10], &f, 1, 0)]);
+        assert_eq!(claimed_frames(&b), 2);
+        assert_eq!(frames_lost(claimed_frames(&b), b.len()), 2);
+        // A garbled count is capped at what the block could hold (1024 / 80), never 0.
+        put32(&mut b, NUM_PKTS, u32::MAX);
+        assert_eq!(frames_lost(claimed_frames(&b), b.len()), 12);
+        assert_eq!(frames_lost(0, 1024), 1);
+        assert_eq!(claimed_frames(&[0u8; 10]), 0, "a cut-off descriptor claims nothing");
     }
 
     proptest! {

@@ -287,7 +287,8 @@ impl Port for PcapPort {
             return Ok(0);
         };
         let mut sent = 0;
-        for p in batch.iter() {
+        let mut refused = crate::port::Refused::default();
+        for (i, p) in batch.iter().enumerate() {
             match w.write(now, p.data()) {
                 Ok(()) => {
                     self.counters.count_tx(p.len());
@@ -296,9 +297,11 @@ impl Port for PcapPort {
                 Err(_) => {
                     self.counters.tx_dropped += 1;
                     self.pcap_counters.write_errors += 1;
+                    refused.mark(i);
                 }
             }
         }
+        refused.move_sent_first(batch, sent);
         Ok(sent)
     }
 

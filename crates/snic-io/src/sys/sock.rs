@@ -48,20 +48,33 @@ pub fn getsockopt_int(fd: RawFd, level: libc::c_int, opt: libc::c_int) -> io::Re
     if r == 0 { Ok(val) } else { Err(io::Error::last_os_error()) }
 }
 
-/// `getsockopt` of an option made of `N` 32-bit words (a `tpacket_stats_v3`, ...) on the open
-/// socket `fd`: returns the words (those the kernel did not write stay 0) and the number of
-/// bytes it wrote.
-pub fn getsockopt_u32s<const N: usize>(
+/// Plain unsigned integers: every bit pattern of their size is a valid value, so the kernel may
+/// write any bytes into them.
+pub trait Word: Copy + Default + sealed::Sealed {}
+impl Word for u32 {}
+impl Word for u64 {}
+
+mod sealed {
+    /// Only the integer types above are [`super::Word`]s.
+    pub trait Sealed {}
+    impl Sealed for u32 {}
+    impl Sealed for u64 {}
+}
+
+/// `getsockopt` of an option made of `N` words of type `W` (a `tpacket_stats_v3` is three
+/// `u32`s, an `xdp_statistics` six `u64`s) on the open socket `fd`: returns the words (those the
+/// kernel did not write stay 0) and the number of bytes it wrote.
+pub fn getsockopt_words<W: Word, const N: usize>(
     fd: RawFd,
     level: libc::c_int,
     opt: libc::c_int,
-) -> io::Result<([u32; N], usize)> {
-    let mut val = [0u32; N];
-    let mut len = libc::socklen_t::try_from(core::mem::size_of::<[u32; N]>())
+) -> io::Result<([W; N], usize)> {
+    let mut val = [W::default(); N];
+    let mut len = libc::socklen_t::try_from(core::mem::size_of::<[W; N]>())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "option value too large"))?;
     // SAFETY: `val` and `len` are live and `len` is `val`'s size; the kernel writes at most
-    // `len` bytes into `val` (any bytes are valid u32 words) and the length it wrote into
-    // `len`. `fd` is an open socket of the caller.
+    // `len` bytes into `val` (`W` is a plain integer: any bytes are a valid value) and the
+    // length it wrote into `len`. `fd` is an open socket of the caller.
     let r = unsafe { libc::getsockopt(fd, level, opt, val.as_mut_ptr().cast(), &mut len) };
     if r == 0 { Ok((val, len as usize)) } else { Err(io::Error::last_os_error()) }
 }
