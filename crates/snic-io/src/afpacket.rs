@@ -111,7 +111,14 @@ const PACKET_LOSS: libc::c_int = 14;
 const PACKET_VNET_HDR: libc::c_int = 15;
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
 const PACKET_OUTGOING: u8 = 4;
+const TPACKET_V2: libc::c_int = 1;
 const TPACKET_V3: libc::c_int = 2;
+/// Bytes of one `TPACKET_V2` receive slot: a whole super-packet ([`RX_FRAME_ROOM`]) behind the
+/// frame header, the address and the virtio-net header (17 pages).
+const V2_SLOT: usize = 17 << 12;
+/// Bytes of one `TPACKET_V2` receive block (the kernel allocates rings by blocks): 15 slots.
+const V2_BLOCK: usize = 1 << 20;
+const _: () = assert!(V2_SLOT >= tpacket::TPACKET2_HDRLEN + 64 + VNET_HDR_LEN + RX_FRAME_ROOM);
 const SOCKET_BUF_BYTES: libc::c_int = 8 << 20;
 
 const PACKET_AUXDATA: libc::c_int = 8;
@@ -156,6 +163,22 @@ pub struct RingSizes {
     pub tx_ring: bool,
     /// Transmit frames (rounded up to whole blocks). Each takes a 64 KiB super-packet.
     pub tx_frame_nr: usize,
+    /// Receive through a `TPACKET_V2` ring of [`RingSizes::rx_v2_slots`] slots instead of the
+    /// `TPACKET_V3` blocks: each frame has its own status word and is user space's as soon
+    /// as the kernel wrote it, with no block timeout, so a quiet link's frames are not held
+    /// (what libpcap's immediate mode does). Each slot takes a whole super-packet, so the
+    /// ring holds fewer frames than the blocks do: the low-latency choice, not the
+    /// throughput one. Transmit is with `sendmmsg` (`tx_ring` is refused with it).
+    pub rx_v2: bool,
+    /// Slots of the `TPACKET_V2` receive ring (rounded up to whole 1 MiB blocks of 15).
+    pub rx_v2_slots: usize,
+}
+
+impl RingSizes {
+    /// The low-latency receive ring: `TPACKET_V2`, 256 slots (18 MiB), `sendmmsg` transmit.
+    pub fn low_latency() -> RingSizes {
+        RingSizes { rx_v2: true, ..RingSizes::default() }
+    }
 }
 
 impl Default for RingSizes {
@@ -169,6 +192,8 @@ impl Default for RingSizes {
             rx_block_timeout_ms: 1,
             tx_ring: false,
             tx_frame_nr: 120,
+            rx_v2: false,
+            rx_v2_slots: 256,
         }
     }
 }
@@ -362,8 +387,17 @@ struct Rings {
     map: *mut u8,
     map_len: usize,
     rx_block_size: usize,
-    rx_block_nr: usize,
-    /// The next receive block to look at.
+    /// Receive slots: blocks (`TPACKET_V3`) or frame slots (`TPACKET_V2`).
+    rx_slots: usize,
+    /// Bytes of one slot (a block, or a `TPACKET_V2` frame slot).
+    rx_slot_len: usize,
+    /// Slots per block (1 for `TPACKET_V3`).
+    rx_slots_per_block: usize,
+    /// Offset of the status word in a slot.
+    rx_status_off: usize,
+    /// The ring is `TPACKET_V2` (per-frame slots).
+    rx_v2: bool,
+    /// The next receive block (or slot) to look at.
     rx_cur: usize,
     /// Where the walk of `rx_cur` stands, once the kernel has handed it over.
     rx_pos: Option<RxPos>,
@@ -391,36 +425,42 @@ impl Drop for Rings {
 }
 
 impl Rings {
-    /// The status word of receive block `i` (`i < rx_block_nr`).
+    /// Byte offset of receive slot `i` (`i < rx_slots`) in the mapping.
+    fn rx_slot_offset(&self, i: usize) -> usize {
+        let (block, k) = (i / self.rx_slots_per_block, i % self.rx_slots_per_block);
+        block * self.rx_block_size + k * self.rx_slot_len
+    }
+
+    /// The status word of receive slot `i` (`i < rx_slots`): a block's `block_status` or a
+    /// `TPACKET_V2` frame's `tp_status`.
     fn rx_status(&self, i: usize) -> &AtomicU32 {
-        debug_assert!(i < self.rx_block_nr);
-        // SAFETY: block `i` lies inside the mapping, which lives as long as `self`; blocks
-        // are page-aligned, so the word at offset 8 is aligned for a u32. The kernel writes
-        // it concurrently, which is why it is only accessed atomically.
+        debug_assert!(i < self.rx_slots);
+        // SAFETY: slot `i` lies inside the mapping (checked in `setup_rings`: slots fit their
+        // blocks), which lives as long as `self`; blocks are page-aligned and slots a multiple
+        // of 16 bytes, so the status word (offset 8 or 0) is aligned for a u32. The kernel
+        // writes it concurrently, which is why it is only accessed atomically.
         unsafe {
-            AtomicU32::from_ptr(
-                self.map.add(i * self.rx_block_size + tpacket::BLOCK_STATUS_OFFSET).cast(),
-            )
+            AtomicU32::from_ptr(self.map.add(self.rx_slot_offset(i) + self.rx_status_off).cast())
         }
     }
 
-    /// Receive block `i` as bytes. Only while user space owns it (its status has
+    /// Receive slot `i` as bytes. Only while user space owns it (its status has
     /// `TP_STATUS_USER`, read with acquire ordering): the kernel does not write it then.
     fn rx_block(&self, i: usize) -> &[u8] {
-        debug_assert!(i < self.rx_block_nr);
-        // SAFETY: the block lies inside the mapping, which lives as long as `self`; the
+        debug_assert!(i < self.rx_slots);
+        // SAFETY: the slot lies inside the mapping, which lives as long as `self`; the
         // callers only take it after seeing TP_STATUS_USER (acquire), when the kernel leaves
-        // the block alone until we store TP_STATUS_KERNEL, which happens after the slice is
+        // the slot alone until we store TP_STATUS_KERNEL, which happens after the slice is
         // dropped (the borrow of `self` ends first).
         unsafe {
-            core::slice::from_raw_parts(self.map.add(i * self.rx_block_size), self.rx_block_size)
+            core::slice::from_raw_parts(self.map.add(self.rx_slot_offset(i)), self.rx_slot_len)
         }
     }
 
-    /// Hand receive block `rx_cur` back to the kernel and move on.
+    /// Hand receive slot `rx_cur` back to the kernel and move on.
     fn rx_release(&mut self) {
         self.rx_status(self.rx_cur).store(tpacket::TP_STATUS_KERNEL, Ordering::Release);
-        self.rx_cur = (self.rx_cur + 1) % self.rx_block_nr;
+        self.rx_cur = (self.rx_cur + 1) % self.rx_slots;
         self.rx_pos = None;
     }
 
@@ -826,8 +866,38 @@ impl AfPacketPort {
         })
     }
 
+    /// Receive through the `TPACKET_V2` ring: take the frames user space owns, in order,
+    /// copying each into `batch` and giving its slot straight back.
+    fn recv_v2(&mut self, now: Instant, batch: &mut Batch) -> usize {
+        let Some(r) = self.rings.as_mut() else { return 0 };
+        let stats = &mut self.stats;
+        let mut got = 0;
+        while !batch.is_full() {
+            if r.rx_status(r.rx_cur).load(Ordering::Acquire) & tpacket::TP_STATUS_USER == 0 {
+                break;
+            }
+            let slot = r.rx_block(r.rx_cur);
+            match tpacket::v2_frame(slot, VNET_HDR_LEN) {
+                Ok(f) => {
+                    if deliver_ring_frame(stats, now, batch, slot, &f) {
+                        got += 1;
+                    }
+                }
+                Err(_) => {
+                    stats.rx_ring_errors += 1;
+                    stats.rx_ring_lost += 1;
+                }
+            }
+            r.rx_release();
+        }
+        got
+    }
+
     /// Receive through the ring: walk the blocks user space owns, copying frames into `batch`.
     fn recv_ring(&mut self, now: Instant, batch: &mut Batch) -> usize {
+        if self.rings.as_ref().is_some_and(|r| r.rx_v2) {
+            return self.recv_v2(now, batch);
+        }
         let Some(r) = self.rings.as_mut() else { return 0 };
         let stats = &mut self.stats;
         let mut got = 0;
@@ -1156,6 +1226,9 @@ fn setup_rings(fd: RawFd, ifname: &str, sizes: &RingSizes) -> io::Result<Box<Rin
     if (sizes.tx_ring && sizes.tx_frame_nr == 0) || sizes.rx_block_nr > u32::MAX as usize {
         return Err(invalid(ifname, "ring sizes must be non-zero".into()));
     }
+    if sizes.rx_v2 {
+        return setup_v2_ring(fd, ifname, sizes);
+    }
     let tx_fpb = TX_BLOCK_SIZE / TX_FRAME_SIZE;
     let tx_block_nr = if sizes.tx_ring { sizes.tx_frame_nr.div_ceil(tx_fpb) } else { 0 };
     let tx_frame_nr = tx_block_nr * tx_fpb;
@@ -1210,7 +1283,11 @@ fn setup_rings(fd: RawFd, ifname: &str, sizes: &RingSizes) -> io::Result<Box<Rin
         map: map.cast(),
         map_len,
         rx_block_size: bs,
-        rx_block_nr: sizes.rx_block_nr,
+        rx_slots: sizes.rx_block_nr,
+        rx_slot_len: bs,
+        rx_slots_per_block: 1,
+        rx_status_off: tpacket::BLOCK_STATUS_OFFSET,
+        rx_v2: false,
         rx_cur: 0,
         rx_pos: None,
         tx_base: rx_len,
@@ -1221,6 +1298,70 @@ fn setup_rings(fd: RawFd, ifname: &str, sizes: &RingSizes) -> io::Result<Box<Rin
         tx_head: 0,
         tx_unkicked: false,
         tx_len: vec![0; tx_frame_nr],
+    }))
+}
+
+/// Set up and map a `TPACKET_V2` receive ring of socket `fd` (before it is bound): 1 MiB
+/// blocks of [`V2_SLOT`]-byte slots. No transmit ring.
+fn setup_v2_ring(fd: RawFd, ifname: &str, sizes: &RingSizes) -> io::Result<Box<Rings>> {
+    if sizes.tx_ring {
+        return Err(invalid(ifname, "a TPACKET_V2 receive ring transmits with sendmmsg".into()));
+    }
+    let per = V2_BLOCK / V2_SLOT;
+    let block_nr = sizes.rx_v2_slots.max(1).div_ceil(per);
+    let slots = block_nr * per;
+    if u32::try_from(V2_BLOCK * block_nr).is_err() {
+        return Err(invalid(ifname, format!("TPACKET_V2 ring of {slots} slots is too large")));
+    }
+    if setsockopt_int(fd, SOL_PACKET, PACKET_VERSION, TPACKET_V2).is_err() {
+        return Err(os_err("PACKET_VERSION TPACKET_V2", ifname));
+    }
+    // The first four fields are `struct tpacket_req`, all the kernel reads for TPACKET_V2.
+    let req = TpacketReq3 {
+        tp_block_size: V2_BLOCK as u32,
+        tp_block_nr: block_nr as u32,
+        tp_frame_size: V2_SLOT as u32,
+        tp_frame_nr: slots as u32,
+        ..TpacketReq3::default()
+    };
+    if sock::setsockopt_value(fd, SOL_PACKET, PACKET_RX_RING, &req).is_err() {
+        return Err(os_err(&format!("PACKET_RX_RING (TPACKET_V2) {req:?}"), ifname));
+    }
+    let map_len = V2_BLOCK * block_nr;
+    // SAFETY: a fresh shared mapping of the socket's receive ring; the result is checked and
+    // owned by `Rings`.
+    let map = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            map_len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    if map == libc::MAP_FAILED {
+        return Err(os_err("mmap of the TPACKET_V2 ring", ifname));
+    }
+    Ok(Box::new(Rings {
+        map: map.cast(),
+        map_len,
+        rx_block_size: V2_BLOCK,
+        rx_slots: slots,
+        rx_slot_len: V2_SLOT,
+        rx_slots_per_block: per,
+        rx_status_off: tpacket::V2_STATUS_OFFSET,
+        rx_v2: true,
+        rx_cur: 0,
+        rx_pos: None,
+        tx_base: map_len,
+        tx_block_size: TX_BLOCK_SIZE,
+        tx_frame_size: TX_FRAME_SIZE,
+        tx_frames_per_block: 1,
+        tx_frame_nr: 0,
+        tx_head: 0,
+        tx_unkicked: false,
+        tx_len: Vec::new(),
     }))
 }
 

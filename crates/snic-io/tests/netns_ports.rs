@@ -361,6 +361,20 @@ fn afpacket_tx_ring_forwards_super_packets_between_namespaces() {
     forward_super_packets("pr", opts);
 }
 
+/// The same through the low-latency `TPACKET_V2` receive ring (`RingSizes::low_latency`):
+/// each slot takes a whole super-packet.
+#[test]
+fn afpacket_v2_ring_forwards_super_packets_between_namespaces() {
+    if !can_run("afpacket_v2_ring_forwards_super_packets_between_namespaces") {
+        return;
+    }
+    let opts = AfPacketOptions {
+        mode: snic_io::afpacket::AfPacketMode::Ring(snic_io::afpacket::RingSizes::low_latency()),
+        ..AfPacketOptions::default()
+    };
+    forward_super_packets("hiov2", opts);
+}
+
 fn forward_super_packets(tag: &str, opts: AfPacketOptions) {
     let topo = Topology::create(tag, [true, true]);
     // Default offloads stay on: TSO on the veths is what makes super-packets.

@@ -227,6 +227,41 @@ pub fn frame_at(
     Ok((frame, next_off))
 }
 
+/// `sizeof(struct tpacket2_hdr)`, already a multiple of [`TPACKET_ALIGNMENT`].
+pub const TPACKET2_HDR_LEN: usize = 32;
+/// `TPACKET2_HDRLEN`: the frame header and the address after it.
+pub const TPACKET2_HDRLEN: usize = tpacket_align(TPACKET2_HDR_LEN) + SOCKADDR_LL_LEN;
+/// Offset of `tp_status` in `struct tpacket2_hdr` (a frame of a `TPACKET_V2` ring).
+pub const V2_STATUS_OFFSET: usize = 0;
+const V2_LEN: usize = 4;
+const V2_SNAPLEN: usize = 8;
+const V2_MAC: usize = 12;
+const V2_VLAN_TCI: usize = 24;
+const V2_VLAN_TPID: usize = 26;
+const V2_PKTTYPE: usize = tpacket_align(TPACKET2_HDR_LEN) + 10;
+
+/// Read the frame of one `TPACKET_V2` receive slot that user space owns (its `tp_status` has
+/// [`TP_STATUS_USER`]): `slot` is the whole slot, with `vnet_len` bytes of virtio-net header
+/// in front of the frame. The returned offsets are from the slot's start; everything is
+/// checked against the slot.
+pub fn v2_frame(slot: &[u8], vnet_len: usize) -> Result<RxFrame, RingError> {
+    let outside = RingError::FrameOutside { off: 0 };
+    if slot.len() < TPACKET2_HDRLEN {
+        return Err(outside);
+    }
+    let status = u32_at(slot, V2_STATUS_OFFSET).ok_or(outside)?;
+    let len = u32_at(slot, V2_LEN).ok_or(outside)? as usize;
+    let snaplen = u32_at(slot, V2_SNAPLEN).ok_or(outside)? as usize;
+    let mac = usize::from(u16_at(slot, V2_MAC).ok_or(outside)?);
+    let vlan_tci = u16_at(slot, V2_VLAN_TCI).ok_or(outside)?;
+    let vlan_tpid = u16_at(slot, V2_VLAN_TPID).ok_or(outside)?;
+    let pkttype = *slot.get(V2_PKTTYPE).ok_or(outside)?;
+    if mac < TPACKET2_HDRLEN + vnet_len || mac.checked_add(snaplen).is_none_or(|e| e > slot.len()) {
+        return Err(RingError::BadFrameData { off: 0 });
+    }
+    Ok(RxFrame { mac, snaplen, len, status, vlan_tci, vlan_tpid, pkttype })
+}
+
 /// Write the header of a transmit frame carrying `len` bytes (virtio-net header included) into
 /// `frame` (the frame slot, at least [`TX_DATA_OFFSET`] bytes); the status word is left alone
 /// (the caller publishes it last). Returns false when `frame` is too short.
@@ -419,6 +454,45 @@ mod tests {
         assert_eq!(claimed_frames(&[0u8; 10]), 0, "a cut-off descriptor claims nothing");
     }
 
+    /// A `TPACKET_V2` slot as the kernel fills it: header, address, virtio-net header at
+    /// `mac - 10`, frame at `mac`.
+    fn v2_slot(size: usize, mac: u16, vnet: &[u8; 10], frame: &[u8], status: u32) -> Vec<u8> {
+        let mut s = vec![0u8; size];
+        put32(&mut s, V2_STATUS_OFFSET, status);
+        put32(&mut s, V2_LEN, frame.len() as u32);
+        put32(&mut s, V2_SNAPLEN, frame.len() as u32);
+        put16(&mut s, V2_MAC, mac);
+        put16(&mut s, V2_VLAN_TCI, 0x0123);
+        put16(&mut s, V2_VLAN_TPID, 0x88a8);
+        s[V2_PKTTYPE] = 4;
+        let m = usize::from(mac);
+        s[m - 10..m].copy_from_slice(vnet);
+        s[m..m + frame.len()].copy_from_slice(frame);
+        s
+    }
+
+    #[test]
+    fn reads_a_v2_slot_and_refuses_bad_ones() {
+        assert_eq!(TPACKET2_HDRLEN, 52);
+        assert_eq!(V2_PKTTYPE, 42);
+        let frame: Vec<u8> = (0..60u8).collect();
+        let s = v2_slot(256, 80, &[9; 10], &frame, TP_STATUS_USER | TP_STATUS_VLAN_VALID);
+        let f = v2_frame(&s, 10).unwrap();
+        assert_eq!((f.mac, f.snaplen, f.len, f.pkttype), (80, 60, 60, 4));
+        assert_eq!((f.vlan_tci, f.vlan_tpid), (0x0123, 0x88a8));
+        assert_ne!(f.status & TP_STATUS_VLAN_VALID, 0);
+        let (vnet, data) = f.slices(&s, 10);
+        assert_eq!((vnet, data), (&[9u8; 10][..], &frame[..]));
+        // The frame past the slot, the virtio-net header over the slot header, a short slot.
+        let mut bad = s.clone();
+        put32(&mut bad, V2_SNAPLEN, 177);
+        assert_eq!(v2_frame(&bad, 10), Err(RingError::BadFrameData { off: 0 }));
+        let mut bad = s.clone();
+        put16(&mut bad, V2_MAC, 60);
+        assert_eq!(v2_frame(&bad, 10), Err(RingError::BadFrameData { off: 0 }));
+        assert_eq!(v2_frame(&s[..40], 10), Err(RingError::FrameOutside { off: 0 }));
+    }
+
     proptest! {
         /// Whatever the bytes of a block, walking it never panics and every frame it returns
         /// lies inside the block.
@@ -437,6 +511,18 @@ mod tests {
                 for f in frames {
                     prop_assert!(f.mac >= 10 && f.mac + f.snaplen <= b.len());
                 }
+            }
+        }
+
+        /// Any bytes as a `TPACKET_V2` slot: never a panic, a frame only inside the slot.
+        #[test]
+        fn any_v2_slot_reads_without_panic(
+            bytes in proptest::collection::vec(any::<u8>(), 0..512),
+        ) {
+            if let Ok(f) = v2_frame(&bytes, 10) {
+                prop_assert!(f.mac >= TPACKET2_HDRLEN + 10 && f.mac + f.snaplen <= bytes.len());
+                let (vnet, data) = f.slices(&bytes, 10);
+                prop_assert_eq!((vnet.len(), data.len()), (10, f.snaplen));
             }
         }
 
