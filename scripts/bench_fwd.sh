@@ -7,19 +7,32 @@
 #   snic:N   `snic run --port KIND:A --port KIND:B --workers N $SNIC_ARGS` (KIND=$PORT_KIND)
 #   snic-mmsg:N  the same with SNIC_AFPACKET_MODE=mmsg (AF_PACKET on recvmmsg/sendmmsg, no ring)
 #   snic-txring:N  the same with SNIC_AFPACKET_MODE=tx-ring (transmit ring too)
+#   snic-v2:N  the same with SNIC_AFPACKET_MODE=v2 (the low-latency TPACKET_V2 receive ring)
+#   xdp:N    snic with AF_XDP ports (`--port afxdp:A --port afxdp:B`), whatever PORT_KIND says
 # Per run it prints the frames the sender offered (its interface's tx counter), the frames that
 # reached the receiver namespace (its interface's rx counter), delivered/offered, delivered kpps
 # and the forwarder's own drop report; then the medians per forwarder and the ratio to `c`.
+#
+# MODE=ping measures latency instead: the sender and receiver interfaces get addresses, and per
+# run `ping -c PING -i 0.01` crosses the forwarder (both ways); it prints the RTT avg and mdev
+# and the medians of the per-run averages. A quiet link is what the TPACKET_V3 block timeout
+# (up to 1 ms per hop) shows on.
+#
+# QUEUES=N makes every veth N-queue (numrxqueues/numtxqueues), so AF_XDP with --workers N gets
+# one socket per queue (the per-worker queue path) instead of one socket and the RSS I/O loop.
 #
 # Root. Environment (defaults in brackets):
 #   SNIC [target/release/snic]   DUR seconds per run [5]   RUNS [3]
 #   FWDS forwarders, in run order ["c snic:1 snic:2"]   PORT_KIND [afpacket] (e.g. afxdp)
 #   SNIC_ARGS extra `snic run` arguments [none]   FLOWS [256]   SIZE frame bytes, no FCS [64]
 #   PIN_SENDER / PIN_FWD   CPU lists for taskset (default: no pinning)
+#   MODE [flood] or ping   PING pings per run [200]   QUEUES veth queues [1]
 #   KEEP_LOGS=1 keeps the per-run logs (their directory is printed)
 # Example:
 #   sudo DUR=5 scripts/bench_fwd.sh
 #   sudo PORT_KIND=afxdp FWDS="c snic:1 snic:2" scripts/bench_fwd.sh
+#   sudo QUEUES=2 FWDS="c snic:1 snic:2 xdp:1 xdp:2" scripts/bench_fwd.sh
+#   sudo MODE=ping FWDS="c snic:1 snic-v2:1 snic-mmsg:1 xdp:1" scripts/bench_fwd.sh
 set -eu
 cd "$(dirname "$0")/.."
 SNIC=${SNIC:-target/release/snic}
@@ -30,6 +43,9 @@ PORT_KIND=${PORT_KIND:-afpacket}
 SNIC_ARGS=${SNIC_ARGS:-}
 FLOWS=${FLOWS:-256}
 SIZE=${SIZE:-64}
+MODE=${MODE:-flood}
+PING=${PING:-200}
+QUEUES=${QUEUES:-1}
 [ "$(id -u)" = 0 ] || { echo "bench_fwd.sh: needs root (namespaces, AF_PACKET)" >&2; exit 1; }
 case " $FWDS " in *" snic"*) [ -x "$SNIC" ] || { echo "no snic binary at $SNIC" >&2; exit 1; } ;; esac
 
@@ -55,13 +71,21 @@ for ns in $NS_S $NS_F $NS_R; do
     ip netns add "$ns"
     ip -n "$ns" link set lo up
 done
-ip link add "$IF_S" netns "$NS_S" type veth peer name "$IF_FA" netns "$NS_F"
-ip link add "$IF_FB" netns "$NS_F" type veth peer name "$IF_R" netns "$NS_R"
+q="numrxqueues $QUEUES numtxqueues $QUEUES"
+# shellcheck disable=SC2086
+ip link add "$IF_S" netns "$NS_S" $q type veth peer name "$IF_FA" netns "$NS_F" $q
+# shellcheck disable=SC2086
+ip link add "$IF_FB" netns "$NS_F" $q type veth peer name "$IF_R" netns "$NS_R" $q
 for pair in "$NS_S $IF_S" "$NS_F $IF_FA" "$NS_F $IF_FB" "$NS_R $IF_R"; do
     set -- $pair
     ip netns exec "$1" sysctl -qw "net.ipv6.conf.$2.disable_ipv6=1"
     ip -n "$1" link set "$2" up
 done
+
+if [ "$MODE" = ping ]; then
+    ip -n "$NS_S" addr add 10.251.0.1/24 dev "$IF_S"
+    ip -n "$NS_R" addr add 10.251.0.2/24 dev "$IF_R"
+fi
 
 ctr() { ip netns exec "$1" cat "/sys/class/net/$2/statistics/$3"; }
 pin() { if [ -n "$1" ]; then echo "taskset -c $1"; fi; }
@@ -71,20 +95,36 @@ run_one() {
     local name=$1 r=$2 log=$D/$1.$2.log
     case $name in
     c) ip netns exec "$NS_F" $(pin "${PIN_FWD:-}") "$D/fwd" "$IF_FA" "$IF_FB" >"$log" 2>&1 & ;;
-    snic:*|snic-mmsg:*|snic-txring:*)
+    snic:*|snic-mmsg:*|snic-txring:*|snic-v2:*|xdp:*)
         # snic-mmsg: AF_PACKET ports on recvmmsg/sendmmsg instead of the TPACKET_V3 receive
-        # ring; snic-txring: a transmit ring too.
-        local mode=default
-        case $name in snic-mmsg:*) mode=mmsg ;; snic-txring:*) mode=tx-ring ;; esac
+        # ring; snic-txring: a transmit ring too; snic-v2: the TPACKET_V2 receive ring.
+        local mode=default kind=$PORT_KIND
+        case $name in
+        snic-mmsg:*) mode=mmsg ;; snic-txring:*) mode=tx-ring ;; snic-v2:*) mode=v2 ;;
+        xdp:*) kind=afxdp ;;
+        esac
         # shellcheck disable=SC2086
         ip netns exec "$NS_F" env SNIC_AFPACKET_MODE=$mode $(pin "${PIN_FWD:-}") "$SNIC" run --json \
-            --port "$PORT_KIND:$IF_FA" --port "$PORT_KIND:$IF_FB" --workers "${name#*:}" \
+            --port "$kind:$IF_FA" --port "$kind:$IF_FB" --workers "${name#*:}" \
             $SNIC_ARGS >"$log" 2>"$log.err" & ;;
     *) echo "unknown forwarder $name" >&2; exit 1 ;;
     esac
     FPID=$!
     sleep 1.5
     kill -0 "$FPID" 2>/dev/null || { echo "forwarder $name died:"; cat "$log" "$log.err" 2>/dev/null; exit 1; }
+    if [ "$MODE" = ping ]; then
+        # rtt min/avg/max/mdev = a/b/c/d ms
+        local rtt
+        rtt=$(ip netns exec "$NS_S" ping -q -c "$PING" -i 0.01 -W 1 10.251.0.2 2>&1 | sed -n 's|.* = \([0-9.]*\)/\([0-9.]*\)/\([0-9.]*\)/\([0-9.]*\) ms|\2 \4|p')
+        kill -INT "$FPID"
+        wait "$FPID" || true
+        FPID=
+        [ -n "$rtt" ] || rtt="0 0"
+        set -- $rtt
+        printf '%-12s %d  rtt avg %8.3f ms  mdev %8.3f ms\n' "$name" "$r" "$1" "$2"
+        echo "$name $1 $2" >>"$D/results"
+        return
+    fi
     local tx0 txd0 rx0 tx1 txd1 rx1
     tx0=$(ctr "$NS_S" "$IF_S" tx_packets); txd0=$(ctr "$NS_S" "$IF_S" tx_dropped)
     rx0=$(ctr "$NS_R" "$IF_R" rx_packets)
@@ -113,13 +153,21 @@ run_one() {
 
 echo "bench_fwd: $DUR s per run, $RUNS runs, forwarders: $FWDS, port kind $PORT_KIND, $FLOWS flows, $SIZE-byte frames"
 echo "kernel $(uname -r), $(nproc) CPUs, loadavg before: $(cat /proc/loadavg)"
-echo "name     run    offered  delivered  ratio     kpps"
+[ "$MODE" = ping ] || echo "name     run    offered  delivered  ratio     kpps"
 for r in $(seq 1 "$RUNS"); do
     for f in $FWDS; do run_one "$f" "$r"; done
 done
 echo "loadavg after: $(cat /proc/loadavg)"
 echo "medians over $RUNS runs:"
 median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+if [ "$MODE" = ping ]; then
+    for f in $FWDS; do
+        avg=$(awk -v f="$f" '$1 == f {print $2}' "$D/results" | median)
+        mdev=$(awk -v f="$f" '$1 == f {print $3}' "$D/results" | median)
+        printf '%-12s rtt avg %8.3f ms  mdev %8.3f ms\n' "$f" "$avg" "$mdev"
+    done
+    exit 0
+fi
 cmed=
 case " $FWDS " in *" c "*)
     cmed=$(awk '$1 == "c" {print $3}' "$D/results" | median | awk -v d="$DUR" '{printf "%.1f", $1 / d / 1000}') ;;

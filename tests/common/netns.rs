@@ -1,7 +1,8 @@
-//! Helpers of the root-only network-namespace tests (`tests/netns.rs`,
+//! Helpers of the root-only network-namespace tests (`tests/netns.rs`, `tests/netns_afxdp.rs`,
 //! `tests/netns_vswitch.rs`): bounded commands, tool and root checks, stopping children.
 
 use std::io::Write;
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -150,5 +151,189 @@ pub fn wait_for(secs: u64, what: &str, mut f: impl FnMut() -> bool) {
     while !f() {
         assert!(t0.elapsed() < Duration::from_secs(secs), "timed out waiting for {what}");
         thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Whether a root-only test can run: false (after a note) when not root, or when root but one
+/// of `tools` is missing and `CI` is unset. Panics when root, `CI` is set and a tool is missing
+/// (CI installs them).
+pub fn can_run(test: &str, tools: &[&str]) -> bool {
+    if !is_root() {
+        note(&format!("skipping {test}: needs root"));
+        return false;
+    }
+    let missing: Vec<&str> = tools.iter().copied().filter(|t| !have(t)).collect();
+    if missing.is_empty() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{test}: CI is set but these tools are missing: {missing:?}"
+    );
+    note(&format!("skipping {test}: missing tools {missing:?}"));
+    false
+}
+
+/// Two namespaces, each holding the inner end of a veth whose outer end stays in the root
+/// namespace (where the test's `snic run` opens its ports), with an address on each inner
+/// end; processes the test starts, links it adds (a bridge) and a log directory. Drop stops
+/// the processes and removes all of it, whatever the exit path.
+///
+/// ```text
+///  netns 0: inner 0  addr[0]/24 ==(veth)== outer 0  (root ns)
+///  netns 1: inner 1  addr[1]/24 ==(veth)== outer 1  (root ns)
+/// ```
+pub struct OuterVeths {
+    /// The namespaces.
+    pub ns: [String; 2],
+    /// The veth ends in the root namespace.
+    pub outer: [String; 2],
+    /// The veth ends in the namespaces.
+    pub inner: [String; 2],
+    /// The inner ends' addresses (a /24).
+    pub addr: [&'static str; 2],
+    /// Processes started with [`OuterVeths::spawn`].
+    pub children: Vec<Child>,
+    /// More links to delete on drop (a bridge the test made).
+    pub links: Vec<String>,
+    /// Log files and control sockets.
+    pub dir: PathBuf,
+}
+
+impl OuterVeths {
+    /// Namespaces `{tag}n{pid}a/b`, outer ends `{tag}o{pid}a/b`, inner ends `{tag}i{pid}a/b`
+    /// (names cut to 15 characters); IPv6 off on every end, so the links carry only what the
+    /// test sends.
+    pub fn create(tag: &str, addr: [&'static str; 2]) -> OuterVeths {
+        let pid = std::process::id();
+        let name = |kind: &str, side: &str| -> String {
+            format!("{tag}{kind}{pid}{side}").chars().take(15).collect()
+        };
+        let dir = std::env::temp_dir().join(format!("snic-{tag}-{pid}"));
+        let _ = std::fs::create_dir_all(&dir);
+        let g = OuterVeths {
+            ns: [name("n", "a"), name("n", "b")],
+            outer: [name("o", "a"), name("o", "b")],
+            inner: [name("i", "a"), name("i", "b")],
+            addr,
+            children: Vec::new(),
+            links: Vec::new(),
+            dir,
+        };
+        for i in 0..2 {
+            must(10, &["ip", "netns", "add", &g.ns[i]]);
+            must(
+                10,
+                &["ip", "link", "add", &g.outer[i], "type", "veth", "peer", "name", &g.inner[i]],
+            );
+            std::fs::write(format!("/proc/sys/net/ipv6/conf/{}/disable_ipv6", g.outer[i]), "1")
+                .expect("disable IPv6 on the outer veth");
+            must(10, &["ip", "link", "set", &g.inner[i], "netns", &g.ns[i]]);
+            let sysctl = format!("net.ipv6.conf.{}.disable_ipv6=1", g.inner[i]);
+            g.must_in(i, &["sysctl", "-qw", &sysctl]);
+            must(10, &["ip", "link", "set", &g.outer[i], "up"]);
+            let cidr = format!("{}/24", g.addr[i]);
+            g.must_in(i, &["ip", "addr", "add", &cidr, "dev", &g.inner[i]]);
+            g.must_in(i, &["ip", "link", "set", &g.inner[i], "up"]);
+            g.must_in(i, &["ip", "link", "set", "lo", "up"]);
+        }
+        g
+    }
+
+    /// `args` prefixed with `ip netns exec NS`.
+    pub fn in_ns(&self, i: usize, args: &[&str]) -> Vec<String> {
+        ["ip", "netns", "exec", self.ns[i].as_str()]
+            .iter()
+            .chain(args)
+            .map(|s| s.to_string())
+            .collect()
+    }
+
+    /// Run `args` in namespace `i` (bounded to 10 s), or panic.
+    pub fn must_in(&self, i: usize, args: &[&str]) {
+        must(10, &self.in_ns(i, args));
+    }
+
+    /// Start a long-running process bounded by `timeout`, its output to `LABEL.out` and
+    /// `LABEL.err` in the log directory; returns its index in `children`.
+    pub fn spawn<S: AsRef<str> + std::fmt::Debug>(
+        &mut self,
+        label: &str,
+        secs: u32,
+        args: &[S],
+    ) -> usize {
+        let out = std::fs::File::create(self.dir.join(format!("{label}.out"))).expect("log file");
+        let err = std::fs::File::create(self.dir.join(format!("{label}.err"))).expect("log file");
+        let child = Command::new("timeout")
+            .args(["-k", "2", &secs.to_string()])
+            .args(args.iter().map(|a| a.as_ref()))
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("could not start {args:?}: {e}"));
+        self.children.push(child);
+        self.children.len() - 1
+    }
+
+    /// The output of process `label` so far.
+    pub fn log(&self, label: &str) -> String {
+        let read = |ext: &str| {
+            std::fs::read_to_string(self.dir.join(format!("{label}.{ext}"))).unwrap_or_default()
+        };
+        format!("--- {label} stdout ---\n{}--- {label} stderr ---\n{}", read("out"), read("err"))
+    }
+
+    /// Wait until the `snic run` child `si` answers `snic stats --control SOCK` with real
+    /// counters for both ports (not the `{"status":"starting"}` placeholder): its ports are
+    /// open then. Panics (with snic's log, label `snic`) if it exits first or is not ready in
+    /// 10 s.
+    pub fn wait_ready(&mut self, si: usize, snic: &str, sock: &str) {
+        let t0 = Instant::now();
+        let mut last = String::new();
+        loop {
+            if let Ok(Some(status)) = self.children[si].try_wait() {
+                panic!(
+                    "snic run exited early ({status}); last stats: {last}\n{}",
+                    self.log("snic")
+                );
+            }
+            let (ok, out, err) = run(5, &[snic, "stats", "--control", sock]);
+            if ok {
+                let v: serde_json::Value = serde_json::from_str(out.trim())
+                    .unwrap_or_else(|e| panic!("snic stats is not JSON ({e}): {out}"));
+                let ports = v["ports"]
+                    .as_array()
+                    .map_or(0, |p| p.iter().filter(|p| p["rx_packets"].is_u64()).count());
+                if v.get("status").is_none() && ports == 2 {
+                    return;
+                }
+                last = out;
+            } else {
+                last = err;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "snic run not ready within 10 s; last stats: {last}\n{}",
+                self.log("snic")
+            );
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for OuterVeths {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            stop(c, Duration::from_secs(3));
+        }
+        for l in &self.links {
+            let _ = run(10, &["ip", "link", "del", l]);
+        }
+        for i in 0..2 {
+            let _ = run(10, &["ip", "link", "del", &self.outer[i]]);
+            let _ = run(10, &["ip", "netns", "del", &self.ns[i]]);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -113,12 +113,16 @@ const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
 const PACKET_OUTGOING: u8 = 4;
 const TPACKET_V2: libc::c_int = 1;
 const TPACKET_V3: libc::c_int = 2;
-/// Bytes of one `TPACKET_V2` receive slot: a whole super-packet ([`RX_FRAME_ROOM`]) behind the
-/// frame header, the address and the virtio-net header (17 pages).
-const V2_SLOT: usize = 17 << 12;
+/// Bytes of one `TPACKET_V2` receive slot by default: a whole super-packet ([`RX_FRAME_ROOM`])
+/// behind the frame header, the address and the virtio-net header (17 pages).
+pub const V2_SLOT: usize = 17 << 12;
+/// Room in a `TPACKET_V2` slot before the frame: header, address, virtio-net header, and the
+/// alignment the kernel adds.
+const V2_HEADROOM: usize = 128;
 /// Bytes of one `TPACKET_V2` receive block (the kernel allocates rings by blocks): 15 slots.
 const V2_BLOCK: usize = 1 << 20;
-const _: () = assert!(V2_SLOT >= tpacket::TPACKET2_HDRLEN + 64 + VNET_HDR_LEN + RX_FRAME_ROOM);
+const _: () = assert!(V2_SLOT >= V2_HEADROOM + RX_FRAME_ROOM);
+const _: () = assert!(V2_HEADROOM >= tpacket::TPACKET2_HDRLEN + 64 + VNET_HDR_LEN);
 const SOCKET_BUF_BYTES: libc::c_int = 8 << 20;
 
 const PACKET_AUXDATA: libc::c_int = 8;
@@ -170,8 +174,13 @@ pub struct RingSizes {
     /// ring holds fewer frames than the blocks do: the low-latency choice, not the
     /// throughput one. Transmit is with `sendmmsg` (`tx_ring` is refused with it).
     pub rx_v2: bool,
-    /// Slots of the `TPACKET_V2` receive ring (rounded up to whole 1 MiB blocks of 15).
+    /// Slots of the `TPACKET_V2` receive ring (rounded up to whole 1 MiB blocks).
     pub rx_v2_slots: usize,
+    /// Bytes per `TPACKET_V2` slot: a multiple of 16 up to 1 MiB. The default,
+    /// [`V2_SLOT`], takes a whole super-packet; a smaller slot (for MTU-sized frames) makes a
+    /// ring of more slots in the same memory, and a frame larger than the slot holds is cut
+    /// by the kernel and dropped here (counted in [`AfPacketStats::rx_truncated`]).
+    pub rx_v2_slot_size: usize,
 }
 
 impl RingSizes {
@@ -194,6 +203,7 @@ impl Default for RingSizes {
             tx_frame_nr: 120,
             rx_v2: false,
             rx_v2_slots: 256,
+            rx_v2_slot_size: V2_SLOT,
         }
     }
 }
@@ -1302,12 +1312,22 @@ fn setup_rings(fd: RawFd, ifname: &str, sizes: &RingSizes) -> io::Result<Box<Rin
 }
 
 /// Set up and map a `TPACKET_V2` receive ring of socket `fd` (before it is bound): 1 MiB
-/// blocks of [`V2_SLOT`]-byte slots. No transmit ring.
+/// blocks of `rx_v2_slot_size`-byte slots. No transmit ring.
 fn setup_v2_ring(fd: RawFd, ifname: &str, sizes: &RingSizes) -> io::Result<Box<Rings>> {
     if sizes.tx_ring {
         return Err(invalid(ifname, "a TPACKET_V2 receive ring transmits with sendmmsg".into()));
     }
-    let per = V2_BLOCK / V2_SLOT;
+    let slot = sizes.rx_v2_slot_size;
+    if !slot.is_multiple_of(tpacket::TPACKET_ALIGNMENT)
+        || slot < V2_HEADROOM + 64
+        || slot > V2_BLOCK
+    {
+        return Err(invalid(
+            ifname,
+            format!("TPACKET_V2 slot of {slot} bytes: a multiple of 16 from 192 to 1 MiB"),
+        ));
+    }
+    let per = V2_BLOCK / slot;
     let block_nr = sizes.rx_v2_slots.max(1).div_ceil(per);
     let slots = block_nr * per;
     if u32::try_from(V2_BLOCK * block_nr).is_err() {
@@ -1320,7 +1340,7 @@ fn setup_v2_ring(fd: RawFd, ifname: &str, sizes: &RingSizes) -> io::Result<Box<R
     let req = TpacketReq3 {
         tp_block_size: V2_BLOCK as u32,
         tp_block_nr: block_nr as u32,
-        tp_frame_size: V2_SLOT as u32,
+        tp_frame_size: slot as u32,
         tp_frame_nr: slots as u32,
         ..TpacketReq3::default()
     };
@@ -1348,7 +1368,7 @@ fn setup_v2_ring(fd: RawFd, ifname: &str, sizes: &RingSizes) -> io::Result<Box<R
         map_len,
         rx_block_size: V2_BLOCK,
         rx_slots: slots,
-        rx_slot_len: V2_SLOT,
+        rx_slot_len: slot,
         rx_slots_per_block: per,
         rx_status_off: tpacket::V2_STATUS_OFFSET,
         rx_v2: true,

@@ -120,6 +120,11 @@ pub const BURST: usize = 64;
 const TX_FULL_ROUNDS: u32 = 8;
 /// `tx_len` of a frame [`Port::flush`] gave up on (counted as not sent).
 const WRITTEN_OFF: u32 = u32::MAX;
+/// `XDP_MAX_TX_SKB_BUDGET` (include/uapi/linux/if_xdp.h, Linux 6.17+): frames one `sendto`
+/// of a copying socket may send.
+const XDP_MAX_TX_SKB_BUDGET: libc::c_int = 9;
+/// The budget asked for: the largest batch a worker transmits at once.
+const TX_BUDGET: libc::c_int = 256;
 /// Longest [`Port::flush`] waits for posted frames to complete.
 const FLUSH_LIMIT: Duration = Duration::from_millis(200);
 
@@ -547,6 +552,8 @@ pub struct AfXdpPort {
     /// Length of the packet in each transmit frame while it is posted and not completed (0:
     /// the frame is free), by transmit frame number.
     tx_len: Vec<u32>,
+    /// Frames one `sendto` sends in copy mode (`XDP_MAX_TX_SKB_BUDGET`, 32 by default).
+    tx_budget: u32,
     stats: AfXdpStats,
     _attach: Arc<Attachment>,
 }
@@ -748,6 +755,13 @@ impl AfXdpPort {
             sock::setsockopt_int(raw, libc::SOL_XDP, opt, size as libc::c_int)
                 .map_err(|e| ctx(ifname, what, e))?;
         }
+        // Copy mode sends at most 32 frames per `sendto` unless told more (Linux 6.17+,
+        // `XDP_MAX_TX_SKB_BUDGET`): a whole TX ring's worth per wake-up instead. Older kernels
+        // refuse the option, and stay at 32.
+        let budget = sock::setsockopt_int(raw, libc::SOL_XDP, XDP_MAX_TX_SKB_BUDGET, TX_BUDGET)
+            .map_or(32, |()| TX_BUDGET as u32);
+        // Copy mode charges frames in flight to the send buffer.
+        sock::set_buffer(raw, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, 8 << 20);
         let off = mmap_offsets(raw).map_err(|e| ctx(ifname, "XDP_MMAP_OFFSETS", e))?;
         let desc = core::mem::size_of::<libc::xdp_desc>();
         let rx = Ring::map(raw, &off.rx, RX_SIZE, desc, libc::XDP_PGOFF_RX_RING as u64)
@@ -807,6 +821,7 @@ impl AfXdpPort {
             umem,
             tx_free,
             tx_len: vec![0; TX_FRAMES as usize],
+            tx_budget: budget,
             stats: AfXdpStats::default(),
             _attach: att,
         })
@@ -868,8 +883,14 @@ impl AfXdpPort {
         self.comp.release(n);
     }
 
+    /// Frames one `sendto` sends in copy mode: 32, or more where the kernel took
+    /// `XDP_MAX_TX_SKB_BUDGET`.
+    pub fn tx_budget(&self) -> u32 {
+        self.tx_budget
+    }
+
     /// Wake the kernel's transmit path while it asks for it and takes descriptors (a copying
-    /// socket sends at most 32 frames per call).
+    /// socket sends at most [`AfXdpPort::tx_budget`] frames per call).
     fn kick(&mut self) {
         let mut rounds = 0;
         loop {

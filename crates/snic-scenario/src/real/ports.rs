@@ -41,10 +41,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// default: a V3 ring hands frames over a block at a time, after up to its 1 ms block timeout
 /// on a quiet link, and a scenario's timeline places operations (a rule added, a link cut)
 /// between frames microseconds apart. Frames must reach the NIC when they arrive; a V2 slot is
-/// user space's as soon as the kernel wrote it. 64 slots (75 after rounding, 5 MiB): a
-/// scenario's links carry little.
+/// user space's as soon as the kernel wrote it. 512 slots of 16 KiB (8 MiB): room for an
+/// incast burst, each slot a jumbo frame (RDMA with a 4096-byte path MTU); a larger frame (a
+/// kernel's TCP super-packet on a host link) is cut and counted as truncated.
 pub fn open_in(ns: &str, dev: &str) -> Result<AfPacketPort, ScenarioError> {
-    let sizes = RingSizes { rx_v2_slots: 64, ..RingSizes::low_latency() };
+    let sizes =
+        RingSizes { rx_v2_slots: 512, rx_v2_slot_size: 16 << 10, ..RingSizes::low_latency() };
     let opts = AfPacketOptions { mode: AfPacketMode::Ring(sizes), ..AfPacketOptions::default() };
     in_netns(ns, || AfPacketPort::open_with(dev, opts))
         .map_err(|e| ScenarioError::Setup(format!("AF_PACKET on {dev} in {ns}: {e}")))
