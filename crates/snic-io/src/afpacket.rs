@@ -1319,8 +1319,7 @@ fn setup_v2_ring(fd: RawFd, ifname: &str, sizes: &RingSizes) -> io::Result<Box<R
     }
     let slot = sizes.rx_v2_slot_size;
     if !slot.is_multiple_of(tpacket::TPACKET_ALIGNMENT)
-        || slot < V2_HEADROOM + 64
-        || slot > V2_BLOCK
+        || !(V2_HEADROOM + 64..=V2_BLOCK).contains(&slot)
     {
         return Err(invalid(
             ifname,
