@@ -1318,6 +1318,29 @@ mod tests {
         assert_eq!(frame_range(umem, 2048, u64::MAX - 10, 60), None);
     }
 
+    /// A copying socket's fill-ring drops are also in `rx_dropped`: counted once. Zero-copy's
+    /// fill-ring count is refill attempts, not lost frames: not reported as drops.
+    #[test]
+    fn kernel_drops_count_each_lost_frame_once_and_no_refill_misses() {
+        let k = libc::xdp_statistics {
+            rx_dropped: 10,
+            rx_invalid_descs: 0,
+            tx_invalid_descs: 0,
+            rx_ring_full: 3,
+            rx_fill_ring_empty_descs: 4,
+            tx_ring_empty_descs: 0,
+        };
+        for mode in [XdpMode::NativeCopy, XdpMode::GenericCopy] {
+            let d = KernelDrops::of(mode, &k);
+            assert_eq!(d, KernelDrops { socket: 6, ring_full: 3, fill_empty: 4 }, "{mode}");
+        }
+        let d = KernelDrops::of(XdpMode::NativeZeroCopy, &k);
+        assert_eq!(d, KernelDrops { socket: 10, ring_full: 3, fill_empty: 0 });
+        // More fill-ring misses than drops (never in copy mode): no underflow.
+        let odd = libc::xdp_statistics { rx_fill_ring_empty_descs: 20, ..k };
+        assert_eq!(KernelDrops::of(XdpMode::NativeCopy, &odd).socket, 0);
+    }
+
     #[test]
     fn frame_size_follows_the_mtu() {
         assert_eq!(frame_size_for_mtu(1500), Some(2048));

@@ -260,6 +260,20 @@ fn round_trip(attach: AttachMode) -> XdpMode {
     assert_eq!(port.send(Instant::from_nanos(0), &mut batch).expect("send"), 0);
     assert_eq!(port.counters().tx_dropped, 1);
     assert_eq!(port.stats().tx_too_big, 1);
+    // A frame refused mid-batch: the frames that left are the first ones, in order.
+    batch.clear();
+    for f in [test_frame(N, 2), vec![0u8; 1600], test_frame(N + 1, 2)] {
+        batch.push_frame(&f).expect("room");
+    }
+    assert_eq!(port.send(Instant::from_nanos(0), &mut batch).expect("send"), 2);
+    assert_eq!(batch.packets()[0].data(), test_frame(N, 2));
+    assert_eq!(batch.packets()[1].data(), test_frame(N + 1, 2));
+    // Flushing waits for every posted frame to complete: none is written off as unsent.
+    port.flush().expect("flush");
+    let c = port.counters();
+    assert_eq!((c.tx_packets, c.tx_dropped), (N as u64 + 2, 2), "{c}");
+    assert_eq!(port.stats().tx_unsent, 0);
+    eprintln!("{mode}: {} frames per sendto", port.tx_budget());
 
     drop(port);
     let link = v.outer_link();
