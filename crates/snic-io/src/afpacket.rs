@@ -27,6 +27,19 @@
 //! When the ring has no free frame (after a bounded wait of a few milliseconds), the rest of
 //! the batch is dropped and counted in [`AfPacketStats::tx_ring_full`] (and `tx_dropped`).
 //!
+//! **The low-latency receive ring** ([`RingSizes::rx_v2`], [`RingSizes::low_latency`]): a
+//! `TPACKET_V2` ring of fixed slots, each with its own status word. The kernel hands a frame
+//! over as soon as it wrote it (no block, no block timeout: what libpcap's immediate mode
+//! does), so a quiet link's frames are not held for up to a millisecond. The slots are fixed
+//! in size (by default each takes a whole super-packet), so the same memory holds fewer
+//! frames than the V3 blocks: the latency choice, not the throughput one. Transmit is with
+//! `sendmmsg`. A malformed slot is counted like a malformed block (one frame lost).
+//!
+//! A transmit ring's frames count as sent once marked for the kernel; [`Port::flush`] (at the
+//! end of a run) waits, bounded, for the ring to drain and counts what is still on it as not
+//! sent ([`AfPacketStats::tx_unsent`]). Frames lost in a malformed receive block count one by
+//! one ([`AfPacketStats::rx_ring_lost`]).
+//!
 //! **`recvmmsg`/`sendmmsg`** ([`AfPacketMode::Mmsg`], kept for comparison and as a fallback):
 //! receive is batched with `recvmmsg` straight into the batch's buffers (each reserved for a
 //! 64 KiB super-packet once, then reused), transmit with `sendmmsg`.
