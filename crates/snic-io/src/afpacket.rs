@@ -1534,7 +1534,7 @@ impl Port for AfPacketPort {
     }
 
     /// With a transmit ring: wake the kernel until every frame written into the ring has been
-    /// sent, waiting at most [`FLUSH_LIMIT`]; frames still on the ring then did not leave and
+    /// sent, waiting at most 200 ms; frames still on the ring then did not leave and
     /// are counted so ([`AfPacketStats::tx_unsent`]). `sendmmsg` sends synchronously: nothing
     /// to do.
     fn flush(&mut self) -> io::Result<()> {

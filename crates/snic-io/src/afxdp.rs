@@ -1151,7 +1151,7 @@ impl Port for AfXdpPort {
     }
 
     /// Wake the kernel until every posted frame has completed, waiting at most
-    /// [`FLUSH_LIMIT`]; frames still outstanding then did not leave and are counted so.
+    /// 200 ms; frames still outstanding then did not leave and are counted so.
     fn flush(&mut self) -> io::Result<()> {
         let deadline = std::time::Instant::now() + FLUSH_LIMIT;
         loop {
