@@ -212,6 +212,10 @@ pub struct PortCounters {
     /// not take whole, segmented in software before transmit (the fallback of tunnel GSO).
     #[serde(skip_serializing_if = "is_zero")]
     pub tunnel_segmented: u64,
+    /// Tunnelled super-packets (VXLAN) this port could not take whole, handed to it instead as
+    /// UDP GSO buffers of ready VXLAN datagrams for the kernel to cut (AF_PACKET underlays).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub tunnel_udp_gso: u64,
     /// Received TCP segments merged into super-packets before transmit (GRO), not counting the
     /// first segment of each super-packet.
     #[serde(skip_serializing_if = "is_zero")]
@@ -242,6 +246,7 @@ impl PortCounters {
         self.rx_drops.merge(&other.rx_drops);
         self.tx_drops.merge(&other.tx_drops);
         self.tunnel_segmented += other.tunnel_segmented;
+        self.tunnel_udp_gso += other.tunnel_udp_gso;
         self.gro_coalesced += other.gro_coalesced;
     }
 }
