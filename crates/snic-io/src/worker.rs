@@ -119,8 +119,12 @@ fn send_one(
     let caps = port.caps();
     if caps.gso && t.len() > 1 {
         // GRO: a port that takes super-packets gets consecutive TCP segments of a flow as one
-        // (VXLAN-encapsulated ones too when it takes them whole).
-        let merged = gro::coalesce(t, caps.tunnel_gso);
+        // (VXLAN-encapsulated ones too when it takes them whole); one that does not take them
+        // whole gets consecutive VXLAN datagrams of a flow as one UDP GSO buffer.
+        let mut merged = gro::coalesce(t, caps.tunnel_gso);
+        if !caps.tunnel_gso && t.len() > 1 {
+            merged += gro::coalesce_udp_tunnel(t);
+        }
         if merged > 0 {
             io.port_mut(PortId(j as u16)).gro_coalesced += merged as u64;
         }
@@ -1234,6 +1238,39 @@ mod tests {
         assert_eq!(joined, payload);
         let c = io.port(PortId(0)).unwrap();
         assert_eq!((c.tx_packets, c.tunnel_segmented, c.tunnel_udp_gso), (3, 0, 1));
+    }
+
+    /// Consecutive VXLAN datagrams of one flow (what the vSwitch makes of a guest's MTU-sized
+    /// segments) leave a port without UDP-tunnel GSO as one UDP GSO buffer, counted in
+    /// `gro_coalesced`; the same datagrams leave a port without GSO one by one.
+    #[test]
+    fn vxlan_datagrams_merge_into_udp_gso_buffers_for_gso_ports() {
+        use snic_pipeline::meta::{Gso, GsoKind, TunnelGso, TunnelGsoKind};
+        let (_, _, tunnelled) = tunnelled_super_packet();
+        let tunnel = Some(TunnelGso { kind: TunnelGsoKind::Vxlan, outer_len: 50 });
+        let gso = Gso { kind: GsoKind::TcpV4, size: 1398, hdr_len: 104, tunnel };
+        let mut p = PacketBuf::from_frame(&tunnelled);
+        p.meta.offload = Offload { csum_partial: Some((84, 16)), gso: Some(gso) };
+        let mut segs = Batch::new(8);
+        let n = offload::segment(&p, &mut segs).unwrap();
+        let dgrams: Vec<Vec<u8>> = segs.iter().map(|p| p.data().to_vec()).collect();
+        let frames: Vec<(&[u8], Offload)> =
+            dgrams.iter().map(|d| (&d[..], Offload::default())).collect();
+        let (sent, io) = send_tunnelled(GSO, &frames);
+        let sent = sent.lock().unwrap();
+        assert_eq!(sent.len(), 1);
+        let (buf, off) = &sent[0];
+        let size = (dgrams[0].len() - 42) as u16;
+        let udp_gso = Gso { kind: GsoKind::UdpL4, size, hdr_len: 42, tunnel: None };
+        assert_eq!(*off, Offload { csum_partial: Some((34, 6)), gso: Some(udp_gso) });
+        let joined: Vec<u8> = dgrams.iter().flat_map(|d| d[42..].to_vec()).collect();
+        assert_eq!(&buf[42..], &joined[..]);
+        let c = io.port(PortId(0)).unwrap();
+        assert_eq!((c.tx_packets, c.gro_coalesced), (1, n as u64 - 1));
+        let (sent, io) = send_tunnelled(crate::PortCaps { gso: false, ..GSO }, &frames);
+        let sent = sent.lock().unwrap();
+        assert_eq!(sent.iter().map(|s| s.0.clone()).collect::<Vec<_>>(), dgrams);
+        assert_eq!(io.port(PortId(0)).unwrap().gro_coalesced, 0);
     }
 
     /// Tunnel GSO: a port that negotiated UDP-tunnel GSO gets the VXLAN super-packet whole, with

@@ -216,8 +216,9 @@ pub struct PortCounters {
     /// UDP GSO buffers of ready VXLAN datagrams for the kernel to cut (AF_PACKET underlays).
     #[serde(skip_serializing_if = "is_zero")]
     pub tunnel_udp_gso: u64,
-    /// Received TCP segments merged into super-packets before transmit (GRO), not counting the
-    /// first segment of each super-packet.
+    /// Received TCP segments merged into super-packets before transmit (GRO), and VXLAN
+    /// datagrams merged into UDP GSO buffers for a port without UDP-tunnel GSO, not counting
+    /// the first of each.
     #[serde(skip_serializing_if = "is_zero")]
     pub gro_coalesced: u64,
 }

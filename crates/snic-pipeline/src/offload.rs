@@ -658,7 +658,7 @@ pub fn complete_checksum(pkt: &mut PacketBuf) -> Result<(), OffloadError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use etherparse::{NetSlice, SlicedPacket, TransportSlice};
 
@@ -1546,7 +1546,7 @@ mod tests {
     /// identification (the buffer's, plus one per datagram) and header checksum, or the IPv6
     /// payload length, the UDP length, and compute the UDP checksum in full (NEEDS_CSUM). Also
     /// checks that the buffer's partial checksum is the pseudo-header sum the kernel expects.
-    fn kernel_udp_segment(p: &PacketBuf) -> Vec<Vec<u8>> {
+    pub(crate) fn kernel_udp_segment(p: &PacketBuf) -> Vec<Vec<u8>> {
         let f = p.data();
         let g = p.meta.offload.gso.expect("a GSO buffer");
         assert_eq!(g.kind, GsoKind::UdpL4);
