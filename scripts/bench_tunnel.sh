@@ -9,7 +9,10 @@
 #   kernel     the kernel's bridge + vxlan device in snic's place, veth underlay (the baseline)
 #   snic-tap   snic, underlay a TAP device snic opens and this script moves into hb's namespace
 #              (snic keeps its descriptor): UDP-tunnel GSO, super-packets cross whole
-#   snic-veth  snic, veth underlay (AF_PACKET): tunnelled super-packets segmented in software
+#   snic-veth  snic, veth underlay (AF_PACKET): PACKET_VNET_HDR takes no UDP-tunnel GSO, so a
+#              tunnelled super-packet leaves as one GSO_UDP_L4 buffer of ready VXLAN datagrams
+#              (tunnel_udp_gso) and runs of VXLAN datagrams merge into such buffers
+#              (gro_coalesced); the kernel cuts them
 # Each with vm's TX offloads on (TSO/GSO super-packets) and off. iperf3 -t SECS vm -> hb,
 # RUNS rounds interleaved; prints every figure, the medians and the ratios to the kernel.
 #
@@ -140,7 +143,7 @@ for r in $(seq 1 "$runs"); do
 import json,sys
 v=json.load(sys.stdin); p=v.get("ports",[])
 f=lambda k: sum(x.get(k,0) for x in p)
-print("tunnel_segmented=%d gro_coalesced=%d tx=%d" % (f("tunnel_segmented"), f("gro_coalesced"), f("tx_packets")))' 2>/dev/null || true)
+print("tunnel_segmented=%d tunnel_udp_gso=%d gro_coalesced=%d tx=%d" % (f("tunnel_segmented"), f("tunnel_udp_gso"), f("gro_coalesced"), f("tx_packets")))' 2>/dev/null || true)
             fi
             echo "round $r $m offloads-$o $g Gbit/s $extra"
             echo "$m $o $g" >>"$out/all"

@@ -358,6 +358,7 @@ pub fn report_json(report: &RunReport, classes: &ClassCounts) -> Value {
                 "rx_drops": pc.rx_drops,
                 "tx_drops": pc.tx_drops,
                 "tunnel_segmented": pc.tunnel_segmented,
+                "tunnel_udp_gso": pc.tunnel_udp_gso,
                 "gro_coalesced": pc.gro_coalesced,
                 "device": p.counters,
             })

@@ -18,8 +18,9 @@ pub struct PortCaps {
     pub max_frame: usize,
     /// The port also takes UDP-tunnel super-packets whole (a TAP device that negotiated
     /// `TUN_F_UDP_TUNNEL_GSO` with the 24-byte virtio-net header): a guest's TSO packet that the
-    /// vSwitch encapsulated in VXLAN leaves as one write. Ports without it get such packets
-    /// segmented in software (counted as `tunnel_segmented`).
+    /// vSwitch encapsulated in VXLAN leaves as one write. Ports without it but with `gso` get a
+    /// VXLAN one as UDP GSO buffers (counted as `tunnel_udp_gso`); the others, and NVGRE ones,
+    /// are segmented in software (counted as `tunnel_segmented`).
     pub tunnel_gso: bool,
 }
 

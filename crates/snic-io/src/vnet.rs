@@ -40,7 +40,12 @@
 //! hands tunnelled super-packets over whole on read once `TUNSETOFFLOAD` has
 //! `TUN_F_UDP_TUNNEL_GSO` (0x80). The kernel requires NEEDS_CSUM (the inner checksum partial)
 //! for a tunnel super-packet. AF_PACKET's `PACKET_VNET_HDR` does not take the tunnel types
-//! (`virtio_net_hdr_to_skb` refuses them): packet sockets keep the 10-byte header.
+//! (`virtio_net_hdr_to_skb` refuses them): packet sockets keep the 10-byte header. They do take
+//! [`GSO_UDP_L4`] (checked on Linux 6.18 over veth, with the peer's kernel VXLAN device
+//! decapsulating every datagram; the kernel requires NEEDS_CSUM with `csum_offset` 6), so a
+//! VXLAN super-packet leaves a packet socket as one UDP GSO buffer of ready VXLAN datagrams
+//! (`snic_pipeline::offload::udp_tunnel_gso`), described by the plain header this module
+//! writes for a [`GsoKind::UdpL4`] offload.
 //! snic maps the tunnel types to [`snic_pipeline::meta::TunnelGso`] for VXLAN over IPv4 with a
 //! zero outer UDP checksum only (what its encapsulation writes); [`VnetHdr::tunnel_whole`] says
 //! when a packet can be written so, and anything else is segmented in software.

@@ -119,8 +119,12 @@ fn send_one(
     let caps = port.caps();
     if caps.gso && t.len() > 1 {
         // GRO: a port that takes super-packets gets consecutive TCP segments of a flow as one
-        // (VXLAN-encapsulated ones too when it takes them whole).
-        let merged = gro::coalesce(t, caps.tunnel_gso);
+        // (VXLAN-encapsulated ones too when it takes them whole); one that does not take them
+        // whole gets consecutive VXLAN datagrams of a flow as one UDP GSO buffer.
+        let mut merged = gro::coalesce(t, caps.tunnel_gso);
+        if !caps.tunnel_gso && t.len() > 1 {
+            merged += gro::coalesce_udp_tunnel(t);
+        }
         if merged > 0 {
             io.port_mut(PortId(j as u16)).gro_coalesced += merged as u64;
         }
@@ -160,11 +164,14 @@ thread_local! {
 /// The NIC's TSO/checksum offload done in software. When the port cannot take super-packets
 /// or partial checksums (no `caps.gso`: pcap, UDP tunnel, virtual link), super-packets are cut
 /// into MTU-sized, fully checksummed segments and partial checksums are completed, in order.
-/// Tunnelled super-packets (VXLAN/NVGRE pushed by the vSwitch on a guest's TSO packet) are cut
-/// for every port that cannot take them whole ("tunnel TSO", counted per super-packet in the
-/// port's `tunnel_segmented`); a TAP port with UDP-tunnel GSO takes VXLAN ones whole. On a
-/// port with GSO capability the other packets keep their offload state. Packets that need no segmenting move into `out` by buffer swap (no copy);
-/// segments are written into `out`'s reused buffers.
+/// Tunnelled super-packets (VXLAN/NVGRE pushed by the vSwitch on a guest's TSO packet) that
+/// the port cannot take whole (a TAP port with UDP-tunnel GSO takes VXLAN/IPv4 ones whole):
+/// on a port with GSO capability (AF_PACKET) a VXLAN one becomes one `GSO_UDP_L4` buffer of
+/// ready VXLAN datagrams ([`offload::udp_tunnel_gso`], counted per super-packet in the port's
+/// `tunnel_udp_gso`), which the kernel cuts; an NVGRE one, or any for a port without GSO, is
+/// cut here ("tunnel TSO", counted in `tunnel_segmented`). On a port with GSO capability the
+/// other packets keep their offload state. Packets that need no segmenting move into `out` by
+/// buffer swap (no copy); segments are written into `out`'s reused buffers.
 #[allow(clippy::too_many_arguments, reason = "the transmit helpers' shared arguments plus two")]
 fn send_offloaded(
     now: Instant,
@@ -190,9 +197,22 @@ fn send_offloaded(
         let tunnelled = p.meta.offload.gso.is_some_and(|g| g.tunnel.is_some());
         if p.meta.offload.gso.is_some() && (soft || (tunnelled && !tunnel_whole(p, caps))) {
             loop {
-                match offload::segment(p, out) {
+                // A port with GSO takes a VXLAN super-packet as UDP GSO buffers (usually one);
+                // NVGRE, and whatever the layout refuses, is segmented.
+                let (r, udp_gso) = match tunnelled && !soft {
+                    true => match offload::udp_tunnel_gso(p, out) {
+                        Err(e) if !matches!(e, OffloadError::NoRoom { .. }) => {
+                            (offload::segment(p, out), false)
+                        }
+                        r => (r, true),
+                    },
+                    false => (offload::segment(p, out), false),
+                };
+                match r {
                     Ok(segments) => {
-                        if tunnelled {
+                        if udp_gso {
+                            io.port_mut(id).tunnel_udp_gso += 1;
+                        } else if tunnelled {
                             io.port_mut(id).tunnel_segmented += 1;
                         }
                         if p.meta.trace {
@@ -1156,12 +1176,15 @@ mod tests {
         assert_eq!((c.tx_packets, c.tx_bytes, c.tx_dropped), (3, 210, 2));
     }
 
-    /// A port with GSO capability that records what it was handed: each frame with its
-    /// offload state.
+    /// A port with the given capabilities that records what it was handed: each frame with
+    /// its offload state.
     type Sent = std::sync::Arc<Mutex<Vec<(Vec<u8>, Offload)>>>;
 
     #[derive(Debug)]
-    struct GsoSink(Sent, bool);
+    struct GsoSink(Sent, crate::PortCaps);
+
+    /// An AF_PACKET-like port: super-packets (GSO) but no UDP-tunnel GSO.
+    const GSO: crate::PortCaps = crate::PortCaps { gso: true, max_frame: 1518, tunnel_gso: false };
 
     impl Port for GsoSink {
         fn name(&self) -> &str {
@@ -1177,7 +1200,7 @@ mod tests {
             Ok(b.len())
         }
         fn caps(&self) -> crate::PortCaps {
-            crate::PortCaps { gso: true, max_frame: 1518, tunnel_gso: self.1 }
+            self.1
         }
     }
 
@@ -1204,66 +1227,163 @@ mod tests {
         (payload, inner, tunnelled)
     }
 
-    /// Tunnel TSO: a VXLAN-encapsulated super-packet is segmented in software even for a port
-    /// that takes super-packets (no virtio-net header can describe it), while a plain
-    /// super-packet and a partial checksum in the same batch pass to that port untouched, in
-    /// order.
+    /// The frames of `t` (a tunnelled super-packet with its offload state) sent to a port with
+    /// `caps`, and the counters.
+    fn send_tunnelled(caps: crate::PortCaps, frames: &[(&[u8], Offload)]) -> (Sent, Counters) {
+        let sent: Sent = Default::default();
+        let mut ports: Vec<Box<dyn Port>> = vec![Box::new(GsoSink(sent.clone(), caps))];
+        let mut tx = vec![Batch::new(MAX_BATCH)];
+        let mut io = Counters::default();
+        let mut batch = Batch::new(4);
+        for (f, off) in frames {
+            let p = batch.push_frame(f).unwrap();
+            p.meta.egress = Some(PortId(0));
+            p.meta.offload = *off;
+        }
+        transmit(Instant::ZERO, &mut batch, &mut ports, &mut tx, &mut io, &mut TraceRing::new(8));
+        (sent, io)
+    }
+
+    /// Check the VXLAN/IPv4 segment `f` (number `i` of a super-packet from sequence 77), with
+    /// `outer` whether its outer headers are to be checked too; returns its TCP payload.
+    fn check_vxlan_segment(f: &[u8], i: usize, outer: bool) -> Vec<u8> {
+        let o = etherparse::SlicedPacket::from_ethernet(f).unwrap();
+        let Some(etherparse::NetSlice::Ipv4(ip)) = o.net else { panic!("outer ipv4") };
+        let Some(etherparse::TransportSlice::Udp(udp)) = o.transport else { panic!("udp") };
+        if outer {
+            let ip_hdr = ip.header().to_header();
+            assert_eq!(ip_hdr.header_checksum, ip_hdr.calc_header_checksum());
+            assert_eq!(usize::from(ip_hdr.total_len), f.len() - 14);
+            assert_eq!(ip_hdr.identification, i as u16);
+            assert_eq!(usize::from(udp.length()), f.len() - 34);
+            assert_eq!(udp.checksum(), 0);
+        }
+        assert_eq!(&f[42..50], &[0x08, 0, 0, 0, 0, 0, 42, 0]);
+        let s = etherparse::SlicedPacket::from_ethernet(&f[50..]).unwrap();
+        let Some(etherparse::NetSlice::Ipv4(ip)) = s.net else { panic!("inner ipv4") };
+        let Some(etherparse::TransportSlice::Tcp(tcp)) = s.transport else { panic!("tcp") };
+        let ip_hdr = ip.header().to_header();
+        assert_eq!(ip_hdr.header_checksum, ip_hdr.calc_header_checksum());
+        assert_eq!(usize::from(ip_hdr.total_len), f.len() - 64, "inner length of segment {i}");
+        let want = tcp.to_header().calc_checksum_ipv4(&ip_hdr, tcp.payload()).unwrap();
+        assert_eq!(tcp.checksum(), want, "inner TCP checksum of segment {i}");
+        assert_eq!(tcp.sequence_number(), 77 + 1398 * i as u32);
+        tcp.payload().to_vec()
+    }
+
+    /// Tunnel TSO: a VXLAN-encapsulated super-packet is segmented in software for a port
+    /// without GSO capability, and counted.
     #[test]
-    fn tunnelled_super_packets_are_segmented_even_for_gso_ports() {
+    fn tunnelled_super_packets_are_segmented_for_ports_without_gso() {
+        use snic_pipeline::meta::{Gso, GsoKind, TunnelGso, TunnelGsoKind};
+        let (payload, _, tunnelled) = tunnelled_super_packet();
+        let tunnel = Some(TunnelGso { kind: TunnelGsoKind::Vxlan, outer_len: 50 });
+        let gso = Gso { kind: GsoKind::TcpV4, size: 1398, hdr_len: 104, tunnel };
+        let tun = Offload { csum_partial: Some((84, 16)), gso: Some(gso) };
+        let (sent, io) =
+            send_tunnelled(crate::PortCaps { gso: false, ..GSO }, &[(&tunnelled, tun)]);
+        let sent = sent.lock().unwrap();
+        let nseg = 5000usize.div_ceil(1398);
+        assert_eq!(sent.len(), nseg);
+        let mut joined = Vec::new();
+        for (i, (f, off)) in sent.iter().enumerate() {
+            assert_eq!(*off, Offload::default());
+            assert!(f.len() <= 1518, "segment {i} fits the port's frame size");
+            joined.extend(check_vxlan_segment(f, i, true));
+        }
+        assert_eq!(joined, payload);
+        let c = io.port(PortId(0)).unwrap();
+        assert_eq!((c.tx_packets, c.tunnel_segmented, c.tunnel_udp_gso), (nseg as u64, 1, 0));
+    }
+
+    /// The AF_PACKET fallback: for a port that takes super-packets but not UDP-tunnel ones, a
+    /// VXLAN-encapsulated super-packet leaves as one UDP GSO buffer of ready VXLAN datagrams
+    /// (counted in `tunnel_udp_gso`), while a plain super-packet and a partial checksum in the
+    /// same batch pass untouched, in order. Cut at its `gso_size`, the buffer's UDP payload
+    /// gives the software segments' datagrams.
+    #[test]
+    fn tunnelled_super_packets_become_udp_gso_buffers_for_gso_ports() {
         use snic_pipeline::meta::{Gso, GsoKind, TunnelGso, TunnelGsoKind};
         let (payload, inner, tunnelled) = tunnelled_super_packet();
         let plain_gso = Gso { kind: GsoKind::TcpV4, size: 1398, hdr_len: 54, tunnel: None };
         let tunnel = Some(TunnelGso { kind: TunnelGsoKind::Vxlan, outer_len: 50 });
         let tun_gso = Gso { hdr_len: 104, tunnel, ..plain_gso };
-
-        let sent: Sent = Default::default();
-        let mut ports: Vec<Box<dyn Port>> = vec![Box::new(GsoSink(sent.clone(), false))];
-        let mut tx = vec![Batch::new(MAX_BATCH)];
-        let mut io = Counters::default();
-        let mut batch = Batch::new(4);
         let partial = Offload { csum_partial: Some((34, 16)), gso: None };
         let plain = Offload { csum_partial: Some((34, 16)), gso: Some(plain_gso) };
         let tun = Offload { csum_partial: Some((84, 16)), gso: Some(tun_gso) };
-        for (f, off) in [(&inner, plain), (&tunnelled, tun), (&inner[..100].to_vec(), partial)] {
-            let p = batch.push_frame(f).unwrap();
-            p.meta.egress = Some(PortId(0));
-            p.meta.offload = off;
-        }
-        let mut trace = TraceRing::new(8);
-        transmit(Instant::ZERO, &mut batch, &mut ports, &mut tx, &mut io, &mut trace);
+        let head = inner[..100].to_vec();
+        let (sent, io) =
+            send_tunnelled(GSO, &[(&inner, plain), (&tunnelled, tun), (&head, partial)]);
         let sent = sent.lock().unwrap();
-        let nseg = 5000usize.div_ceil(1398);
-        assert_eq!(sent.len(), 2 + nseg);
+        assert_eq!(sent.len(), 3);
         assert_eq!(sent[0], (inner.clone(), plain));
-        assert_eq!(sent[1 + nseg], (inner[..100].to_vec(), partial));
+        assert_eq!(sent[2], (head, partial));
+        let (buf, off) = &sent[1];
+        // Pieces of VXLAN header + inner Ethernet, IPv4, TCP (20 bytes) + 1398.
+        let piece = 8 + 14 + 20 + 20 + 1398;
+        let udp_gso = Gso { kind: GsoKind::UdpL4, size: piece as u16, hdr_len: 42, tunnel: None };
+        assert_eq!(*off, Offload { csum_partial: Some((34, 6)), gso: Some(udp_gso) });
+        assert_eq!(usize::from(u16::from_be_bytes([buf[16], buf[17]])), buf.len() - 14);
+        assert_eq!(usize::from(u16::from_be_bytes([buf[38], buf[39]])), buf.len() - 34);
+        // What the virtio-net header says to the kernel: UDP_L4 with NEEDS_CSUM at 34 + 6.
+        let h = VnetHdr::from_offload(off, buf);
+        assert_eq!((h.flags, h.gso_type), (crate::vnet::FLAG_NEEDS_CSUM, crate::vnet::GSO_UDP_L4));
+        assert_eq!((h.csum_start, h.csum_offset, h.gso_size), (34, 6, piece as u16));
+        // Cut at gso_size: the software segments' UDP payloads, byte for byte.
+        let mut want = Batch::new(8);
+        let mut p = PacketBuf::from_frame(&tunnelled);
+        p.meta.offload = tun;
+        let nseg = offload::segment(&p, &mut want).unwrap();
+        let pieces: Vec<&[u8]> = buf[42..].chunks(piece).collect();
+        assert_eq!(pieces.len(), nseg);
         let mut joined = Vec::new();
-        for (i, (f, off)) in sent[1..=nseg].iter().enumerate() {
-            assert_eq!(*off, Offload::default());
-            assert!(f.len() <= 1518, "segment {i} fits the port's frame size");
-            let outer = etherparse::SlicedPacket::from_ethernet(f).unwrap();
-            let Some(etherparse::NetSlice::Ipv4(ip)) = outer.net else { panic!("outer ipv4") };
-            let ip_hdr = ip.header().to_header();
-            assert_eq!(ip_hdr.header_checksum, ip_hdr.calc_header_checksum());
-            assert_eq!(usize::from(ip_hdr.total_len), f.len() - 14);
-            assert_eq!(ip_hdr.identification, i as u16);
-            let Some(etherparse::TransportSlice::Udp(udp)) = outer.transport else { panic!("udp") };
-            assert_eq!(usize::from(udp.length()), f.len() - 34);
-            assert_eq!(udp.checksum(), 0);
-            assert_eq!(&f[42..50], &[0x08, 0, 0, 0, 0, 0, 42, 0]);
-            let s = etherparse::SlicedPacket::from_ethernet(&f[50..]).unwrap();
-            let Some(etherparse::NetSlice::Ipv4(ip)) = s.net else { panic!("inner ipv4") };
-            let Some(etherparse::TransportSlice::Tcp(tcp)) = s.transport else { panic!("tcp") };
-            let ip_hdr = ip.header().to_header();
-            assert_eq!(ip_hdr.header_checksum, ip_hdr.calc_header_checksum());
-            let want = tcp.to_header().calc_checksum_ipv4(&ip_hdr, tcp.payload()).unwrap();
-            assert_eq!(tcp.checksum(), want, "inner TCP checksum of segment {i}");
-            assert_eq!(tcp.sequence_number(), 77 + 1398 * i as u32);
-            joined.extend_from_slice(tcp.payload());
+        for (i, (piece, seg)) in pieces.iter().zip(want.iter()).enumerate() {
+            assert_eq!(*piece, &seg.data()[42..], "piece {i}");
+            let mut f = buf[..42].to_vec();
+            f.extend_from_slice(piece);
+            // The lengths the kernel writes per datagram (it also numbers the IDs, computes
+            // both checksums: not checked here).
+            let len = f.len();
+            f[16..18].copy_from_slice(&((len - 14) as u16).to_be_bytes());
+            f[38..40].copy_from_slice(&((len - 34) as u16).to_be_bytes());
+            joined.extend(check_vxlan_segment(&f, i, false));
         }
         assert_eq!(joined, payload);
-        assert_eq!(io.port(PortId(0)).unwrap().tx_packets, (2 + nseg) as u64);
-        // The fallback is counted: one tunnelled super-packet segmented.
-        assert_eq!(io.port(PortId(0)).unwrap().tunnel_segmented, 1);
+        let c = io.port(PortId(0)).unwrap();
+        assert_eq!((c.tx_packets, c.tunnel_segmented, c.tunnel_udp_gso), (3, 0, 1));
+    }
+
+    /// Consecutive VXLAN datagrams of one flow (what the vSwitch makes of a guest's MTU-sized
+    /// segments) leave a port without UDP-tunnel GSO as one UDP GSO buffer, counted in
+    /// `gro_coalesced`; the same datagrams leave a port without GSO one by one.
+    #[test]
+    fn vxlan_datagrams_merge_into_udp_gso_buffers_for_gso_ports() {
+        use snic_pipeline::meta::{Gso, GsoKind, TunnelGso, TunnelGsoKind};
+        let (_, _, tunnelled) = tunnelled_super_packet();
+        let tunnel = Some(TunnelGso { kind: TunnelGsoKind::Vxlan, outer_len: 50 });
+        let gso = Gso { kind: GsoKind::TcpV4, size: 1398, hdr_len: 104, tunnel };
+        let mut p = PacketBuf::from_frame(&tunnelled);
+        p.meta.offload = Offload { csum_partial: Some((84, 16)), gso: Some(gso) };
+        let mut segs = Batch::new(8);
+        let n = offload::segment(&p, &mut segs).unwrap();
+        let dgrams: Vec<Vec<u8>> = segs.iter().map(|p| p.data().to_vec()).collect();
+        let frames: Vec<(&[u8], Offload)> =
+            dgrams.iter().map(|d| (&d[..], Offload::default())).collect();
+        let (sent, io) = send_tunnelled(GSO, &frames);
+        let sent = sent.lock().unwrap();
+        assert_eq!(sent.len(), 1);
+        let (buf, off) = &sent[0];
+        let size = (dgrams[0].len() - 42) as u16;
+        let udp_gso = Gso { kind: GsoKind::UdpL4, size, hdr_len: 42, tunnel: None };
+        assert_eq!(*off, Offload { csum_partial: Some((34, 6)), gso: Some(udp_gso) });
+        let joined: Vec<u8> = dgrams.iter().flat_map(|d| d[42..].to_vec()).collect();
+        assert_eq!(&buf[42..], &joined[..]);
+        let c = io.port(PortId(0)).unwrap();
+        assert_eq!((c.tx_packets, c.gro_coalesced), (1, n as u64 - 1));
+        let (sent, io) = send_tunnelled(crate::PortCaps { gso: false, ..GSO }, &frames);
+        let sent = sent.lock().unwrap();
+        assert_eq!(sent.iter().map(|s| s.0.clone()).collect::<Vec<_>>(), dgrams);
+        assert_eq!(io.port(PortId(0)).unwrap().gro_coalesced, 0);
     }
 
     /// Tunnel GSO: a port that negotiated UDP-tunnel GSO gets the VXLAN super-packet whole, with
@@ -1284,7 +1404,8 @@ mod tests {
         let gre_off = Offload { gso: Some(Gso { tunnel: Some(nvgre), ..gso }), ..tun };
 
         let sent: Sent = Default::default();
-        let mut ports: Vec<Box<dyn Port>> = vec![Box::new(GsoSink(sent.clone(), true))];
+        let mut ports: Vec<Box<dyn Port>> =
+            vec![Box::new(GsoSink(sent.clone(), crate::PortCaps { tunnel_gso: true, ..GSO }))];
         let mut tx = vec![Batch::new(MAX_BATCH)];
         let mut io = Counters::default();
         let mut batch = Batch::new(4);

@@ -212,8 +212,13 @@ pub struct PortCounters {
     /// not take whole, segmented in software before transmit (the fallback of tunnel GSO).
     #[serde(skip_serializing_if = "is_zero")]
     pub tunnel_segmented: u64,
-    /// Received TCP segments merged into super-packets before transmit (GRO), not counting the
-    /// first segment of each super-packet.
+    /// Tunnelled super-packets (VXLAN) this port could not take whole, handed to it instead as
+    /// UDP GSO buffers of ready VXLAN datagrams for the kernel to cut (AF_PACKET underlays).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub tunnel_udp_gso: u64,
+    /// Received TCP segments merged into super-packets before transmit (GRO), and VXLAN
+    /// datagrams merged into UDP GSO buffers for a port without UDP-tunnel GSO, not counting
+    /// the first of each.
     #[serde(skip_serializing_if = "is_zero")]
     pub gro_coalesced: u64,
 }
@@ -242,6 +247,7 @@ impl PortCounters {
         self.rx_drops.merge(&other.rx_drops);
         self.tx_drops.merge(&other.tx_drops);
         self.tunnel_segmented += other.tunnel_segmented;
+        self.tunnel_udp_gso += other.tunnel_udp_gso;
         self.gro_coalesced += other.gro_coalesced;
     }
 }

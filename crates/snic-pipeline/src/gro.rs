@@ -27,6 +27,10 @@
 //! byte (the property the tests check). Packets already carrying offload state, IPv6, VLAN tags
 //! and IP options that differ are left alone.
 //!
+//! [`coalesce_udp_tunnel`] is the counterpart for ports that take UDP GSO but not UDP-tunnel
+//! super-packets (AF_PACKET): consecutive VXLAN datagrams of one outer flow become one
+//! `GSO_UDP_L4` buffer, their payloads untouched.
+//!
 //! Sans-IO and panic-free; no allocation except when a buffer too small for the merged packet
 //! must grow (once per buffer).
 
@@ -281,6 +285,175 @@ pub fn coalesce(batch: &mut Batch, tunnels: bool) -> usize {
     merged
 }
 
+/// Most datagrams merged into one UDP GSO buffer (the kernel's `UDP_MAX_SEGMENTS`).
+const UDP_MAX_MERGE: usize = crate::offload::UDP_GSO_MAX_SEGMENTS;
+/// Outer headers of a VXLAN/IPv4 datagram up to the UDP payload.
+const UDP_OUTER: usize = 14 + 20 + 8;
+
+/// A VXLAN/IPv4 datagram [`coalesce_udp_tunnel`] may merge: its UDP payload length and IPv4
+/// identification.
+fn parse_vxlan_datagram(f: &[u8]) -> Option<(usize, u16)> {
+    if be16(f, 12)? != 0x0800 {
+        return None;
+    }
+    let (ihl, proto) = ip_ok(f, 14)?;
+    if ihl != 20
+        || proto != 17
+        || be16(f, 36)? != VXLAN_PORT
+        || be16(f, 40)? != 0
+        || usize::from(be16(f, 38)?) != f.len() - 34
+        || f.len() <= UDP_OUTER
+    {
+        return None;
+    }
+    Some((f.len() - UDP_OUTER, be16(f, 18)?))
+}
+
+/// The UDP GSO buffer being built at batch index `idx` by [`coalesce_udp_tunnel`].
+#[derive(Debug, Clone, Copy)]
+struct UdpHead {
+    idx: usize,
+    /// The first datagram's UDP payload length: every piece's but the last.
+    size: usize,
+    id: u16,
+    /// Datagrams merged so far (the first included).
+    count: usize,
+    /// UDP payload bytes so far.
+    payload: usize,
+    /// A shorter datagram was merged: nothing may follow.
+    closed: bool,
+    /// The identifications are all equal (`Some(true)`, DF set) or incrementing.
+    fixed_id: Option<bool>,
+}
+
+impl UdpHead {
+    fn takes(&self, size: usize, id: u16) -> bool {
+        let k = self.count as u16;
+        !self.closed
+            && self.count < UDP_MAX_MERGE
+            && size <= self.size
+            && 20 + 8 + self.payload + size <= 65_535
+            && match self.fixed_id {
+                None => id == self.id || id == self.id.wrapping_add(k),
+                Some(true) => id == self.id,
+                Some(false) => id == self.id.wrapping_add(k),
+            }
+    }
+}
+
+/// Outer headers of two VXLAN/IPv4 datagrams are equal but for the IPv4 total length,
+/// identification and header checksum and the UDP length.
+fn same_udp_headers(a: &[u8], b: &[u8]) -> bool {
+    a[..16] == b[..16] && a[20..24] == b[20..24] && a[26..38] == b[26..38] && a[40..42] == b[40..42]
+}
+
+/// Merge consecutive VXLAN/IPv4 datagrams of one outer flow in `batch` into UDP GSO buffers, for
+/// a port that takes `GSO_UDP_L4` super-packets but not UDP-tunnel ones (AF_PACKET): the
+/// kernel cuts each buffer back into the datagrams with one write and one skb instead of one
+/// each. Packets merge when they carry no offload state and are untagged Ethernet + IPv4 (no
+/// options, no fragment bits but DF, valid header checksum, no bytes past the IP packet) + UDP
+/// to port 4789 with a zero checksum (nothing to verify, so merging hides no corruption), the
+/// headers are equal but for the per-datagram fields, the identifications are all equal or
+/// follow on, and every UDP payload is the first one's size but the last, which may be
+/// smaller; at most [`crate::offload::UDP_GSO_MAX_SEGMENTS`] datagrams and 64 KiB of IP
+/// datagram per buffer. Nothing inside the UDP payloads (VXLAN, inner frames) is read or
+/// changed.
+///
+/// A buffer keeps the first datagram's headers and metadata with the lengths and header
+/// checksum of the whole, the UDP checksum partial (the pseudo-header sum: the kernel
+/// computes each datagram's, as NEEDS_CSUM requires), and `gso` [`GsoKind::UdpL4`] with the
+/// first datagram's payload size and 42 bytes of headers. Cut by the kernel, it gives back the
+/// datagrams with their UDP checksums computed and, where they were all equal (DF set, RFC
+/// 6864), the identifications numbered on from the first. Returns how many datagrams were
+/// merged into an earlier one.
+pub fn coalesce_udp_tunnel(batch: &mut Batch) -> usize {
+    let n = batch.len().min(MAX_LOOK);
+    let mut gone = [0u64; MAX_LOOK / 64];
+    let mut merged = 0;
+    let mut head: Option<UdpHead> = None;
+    let pkts = batch.packets_mut();
+    for j in 0..n {
+        let dgram = if pkts[j].meta.offload == Offload::default() {
+            parse_vxlan_datagram(pkts[j].data())
+        } else {
+            None
+        };
+        let Some((size, id)) = dgram else {
+            if let Some(h) = head.take() {
+                finish_udp(&mut pkts[h.idx], &h);
+            }
+            continue;
+        };
+        if let Some(h) = head.as_mut()
+            && h.takes(size, id)
+            && same_udp_headers(pkts[h.idx].data(), pkts[j].data())
+        {
+            let (before, after) = pkts.split_at_mut(j);
+            if append(&mut before[h.idx], &after[0].data()[UDP_OUTER..]) {
+                if h.fixed_id.is_none() {
+                    h.fixed_id = Some(id == h.id);
+                }
+                h.count += 1;
+                h.payload += size;
+                h.closed = size < h.size;
+                gone[j / 64] |= 1 << (j % 64);
+                merged += 1;
+                continue;
+            }
+        }
+        if let Some(h) = head.take() {
+            finish_udp(&mut pkts[h.idx], &h);
+        }
+        head = Some(UdpHead {
+            idx: j,
+            size,
+            id,
+            count: 1,
+            payload: size,
+            closed: false,
+            fixed_id: None,
+        });
+    }
+    if let Some(h) = head.take() {
+        finish_udp(&mut pkts[h.idx], &h);
+    }
+    if merged > 0 {
+        let mut r = 0;
+        batch.retain(|_| {
+            let keep = r >= MAX_LOOK || gone[r / 64] & (1 << (r % 64)) == 0;
+            r += 1;
+            keep
+        });
+    }
+    merged
+}
+
+/// Turn the head datagram into the UDP GSO buffer of `h` (nothing to do for a single one).
+fn finish_udp(p: &mut PacketBuf, h: &UdpHead) {
+    if h.count < 2 {
+        return;
+    }
+    let f = p.data_mut();
+    let len = f.len();
+    let put = |f: &mut [u8], at: usize, v: u16| f[at..at + 2].copy_from_slice(&v.to_be_bytes());
+    put(f, 16, (len - 14) as u16);
+    put(f, 24, 0);
+    let c = !checksum::data(&f[14..34]);
+    put(f, 24, c);
+    let ulen = len - 34;
+    put(f, 38, ulen as u16);
+    put(f, 40, checksum::pseudo_header_v4(ipv4(f, 26), ipv4(f, 30), 17, ulen as u32));
+    p.meta.offload = Offload {
+        csum_partial: Some((34, 6)),
+        gso: Some(Gso {
+            kind: GsoKind::UdpL4,
+            size: h.size as u16,
+            hdr_len: UDP_OUTER as u16,
+            tunnel: None,
+        }),
+    };
+}
+
 /// Append `payload` to the frame of `p`, growing its buffer when needed. False when it cannot.
 fn append(p: &mut PacketBuf, payload: &[u8]) -> bool {
     if p.tailroom() < payload.len() {
@@ -399,6 +572,36 @@ mod tests {
         b.iter().map(|p| p.data().to_vec()).collect()
     }
 
+    /// Cut every UDP GSO buffer of `b` as the kernel does (other packets as they are), with
+    /// each datagram's UDP checksum checked and then zeroed (the originals had none).
+    fn cut_udp(b: &Batch) -> Vec<Vec<u8>> {
+        let mut v = Vec::new();
+        for p in b.iter() {
+            if p.meta.offload.gso.is_none() {
+                v.push(p.data().to_vec());
+                continue;
+            }
+            for mut d in crate::offload::tests::kernel_udp_segment(p) {
+                // kernel_udp_segment computed the checksum in full; a datagram sums to 0xffff.
+                let ulen = d.len() - 34;
+                let pseudo =
+                    checksum::pseudo_header_v4(ipv4(&d, 26), ipv4(&d, 30), 17, ulen as u32);
+                assert_eq!(checksum::combine(&[pseudo, checksum::data(&d[34..])]), 0xffff);
+                d[40..42].copy_from_slice(&[0, 0]);
+                v.push(d);
+            }
+        }
+        v
+    }
+
+    /// Set the outer IPv4 identification of VXLAN frame `f` and fix its header checksum.
+    fn set_outer_id(f: &mut [u8], id: u16) {
+        f[18..20].copy_from_slice(&id.to_be_bytes());
+        f[24..26].copy_from_slice(&[0, 0]);
+        let c = !checksum::data(&f[14..34]);
+        f[24..26].copy_from_slice(&c.to_be_bytes());
+    }
+
     proptest! {
         /// Segmenting a super-packet, coalescing the segments and segmenting the result again
         /// gives the same segments byte for byte; the segments became one packet.
@@ -432,6 +635,89 @@ mod tests {
             prop_assert_eq!(segment(&segs.packets()[0], &mut again).unwrap(), nseg);
             prop_assert_eq!(frames(&again), original);
         }
+    }
+
+    proptest! {
+        /// Software-segmented VXLAN datagrams of one flow merged into UDP GSO buffers and cut
+        /// as the kernel does give back the datagrams byte for byte (their zero UDP checksums
+        /// aside, which the kernel computes); at most 64 datagrams per buffer.
+        #[test]
+        fn udp_coalesce_then_kernel_cut_gives_back_the_datagrams(
+            mss in 200u16..1460,
+            nseg in 1usize..100,
+            last in 1usize..1460,
+            seq in any::<u32>(),
+            outer_id in any::<u16>(),
+            psh in any::<bool>(),
+        ) {
+            let last = last.min(usize::from(mss));
+            let len = (nseg - 1) * usize::from(mss) + last;
+            prop_assume!(len + 54 + 50 <= 65_535);
+            let payload: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(29)).collect();
+            let sp = super_packet(&payload, mss, seq, 3, outer_id, true, psh);
+            let mut segs = Batch::new(MAX_BATCH);
+            prop_assert_eq!(segment(&sp, &mut segs).unwrap(), nseg);
+            let original = frames(&segs);
+            let merged = coalesce_udp_tunnel(&mut segs);
+            let buffers = original.chunks(UDP_MAX_MERGE).count();
+            // 64 KiB of IP datagram may split a run before 64 datagrams.
+            prop_assert!(segs.len() >= buffers);
+            prop_assert_eq!(merged, nseg - segs.len());
+            for p in segs.iter() {
+                prop_assert!(p.len() - 14 <= 65_535);
+            }
+            prop_assert_eq!(cut_udp(&segs), original);
+        }
+    }
+
+    /// Equal outer identifications (DF set) merge; the kernel numbers them on from the first.
+    /// A datagram of another flow, a shorter one followed by more, and one with a UDP checksum
+    /// or offload state end a run.
+    #[test]
+    fn udp_coalesce_keeps_to_one_flow_and_clean_datagrams() {
+        let sp = super_packet(&vec![5u8; 4000], 1000, 1, 1, 0, true, false);
+        let mut segs = Batch::new(16);
+        segment(&sp, &mut segs).unwrap();
+        for p in segs.packets_mut() {
+            set_outer_id(p.data_mut(), 0);
+        }
+        let fixed = frames(&segs);
+        assert_eq!(coalesce_udp_tunnel(&mut segs), 3);
+        let cut = cut_udp(&segs);
+        for (i, (c, o)) in cut.iter().zip(&fixed).enumerate() {
+            assert_eq!(u16::from_be_bytes([c[18], c[19]]), i as u16);
+            let mut c = c.clone();
+            set_outer_id(&mut c, 0);
+            assert_eq!(&c, o);
+        }
+        // Runs broken: [a0 a1 b a2 a3(short) a4 csum offload]
+        let sp = super_packet(&vec![7u8; 5000], 1000, 1, 1, 10, true, false);
+        let mut a = Batch::new(16);
+        segment(&sp, &mut a).unwrap();
+        let a: Vec<Vec<u8>> = frames(&a);
+        let mut other = a[0].clone();
+        other[37] ^= 1; // another destination port: not VXLAN, not merged
+        let mut short = a[3].clone();
+        short.truncate(short.len() - 10);
+        let ulen = (short.len() - 34) as u16;
+        short[38..40].copy_from_slice(&ulen.to_be_bytes());
+        let total = (short.len() - 14) as u16;
+        short[16..18].copy_from_slice(&total.to_be_bytes());
+        set_outer_id(&mut short, 13);
+        let mut csum = a[4].clone();
+        csum[40] = 1;
+        let mut b = Batch::new(16);
+        for f in [&a[0], &a[1], &other, &a[2], &short, &a[4], &csum] {
+            b.push_frame(f).unwrap();
+        }
+        b.push_frame(&a[1]).unwrap().meta.offload.csum_partial = Some((34, 6));
+        assert_eq!(coalesce_udp_tunnel(&mut b), 2);
+        let lens: Vec<usize> = b.iter().map(|p| p.len()).collect();
+        let (n, s) = (a[0].len(), short.len());
+        assert_eq!(lens, [2 * n - 42, n, s + n - 42, n, n, a[1].len()]);
+        assert!(b.packets()[0].meta.offload.gso.is_some());
+        assert!(b.packets()[2].meta.offload.gso.is_some(), "a2 and the short one: one buffer");
+        assert!(b.packets()[3].meta.offload.gso.is_none(), "nothing follows a short one");
     }
 
     /// Outer identifications all equal (snic's encapsulation writes 0 with DF) still merge.

@@ -14,7 +14,13 @@
 //!   are segmented by their inner payload, the outer headers replicated in front of each
 //!   segment with their own lengths, IPv4 identification and checksums ("tunnel TSO"). The I/O
 //!   layer does so for every port that cannot take them whole (only a TAP port with the
-//!   UDP-tunnel virtio-net header of Linux 6.17+ can, for VXLAN over IPv4).
+//!   UDP-tunnel virtio-net header of Linux 6.17+ can, for VXLAN over IPv4) and that cannot take
+//!   the cheaper fallback below either.
+//! - [`udp_tunnel_gso`]: the same segments for a VXLAN super-packet, laid out as one UDP GSO
+//!   buffer (`GSO_UDP_L4`): the outer headers once, then each segment's outer UDP payload
+//!   (VXLAN, inner headers, one MSS), every piece `gso.size` bytes but the last. A port that
+//!   takes UDP GSO but not UDP-tunnel GSO (AF_PACKET's `PACKET_VNET_HDR` refuses the tunnel
+//!   types) hands it to the kernel as one write and one skb; the kernel cuts the datagrams.
 //! - [`complete_checksum`]: finish a partial L4 checksum in place.
 //!
 //! The headers are located by parsing the frame here (Ethernet, up to four 802.1Q/802.1ad
@@ -27,7 +33,7 @@
 //! time it is used, and nothing panics on any input: malformed frames are [`OffloadError`]s.
 
 use crate::buf::{Batch, PacketBuf};
-use crate::meta::{GsoKind, Offload, TunnelGso, TunnelGsoKind};
+use crate::meta::{Gso, GsoKind, Offload, TunnelGso, TunnelGsoKind};
 use core::fmt;
 use core::net::{Ipv4Addr, Ipv6Addr};
 use snic_wire::checksum;
@@ -65,6 +71,9 @@ pub enum OffloadError {
         /// Free slots in the batch.
         have: usize,
     },
+    /// The packet is not a super-packet inside a UDP tunnel (VXLAN), so it has no UDP to
+    /// segment ([`udp_tunnel_gso`]).
+    NotUdpTunnel,
     /// The partial checksum's position lies outside the frame.
     ChecksumOutOfRange {
         /// `csum_start`.
@@ -94,6 +103,7 @@ impl fmt::Display for OffloadError {
             OffloadError::NoRoom { need, have } => {
                 write!(f, "output batch too small: need {need} slots, have {have}")
             }
+            OffloadError::NotUdpTunnel => write!(f, "packet is not a UDP-tunnelled super-packet"),
             OffloadError::ChecksumOutOfRange { start, offset, len } => {
                 write!(f, "partial checksum at {start}+{offset} lies outside the {len}-byte frame")
             }
@@ -327,95 +337,236 @@ fn outer_layout(f: &[u8], t: TunnelGso) -> Result<Outer, OffloadError> {
 /// (`csum_partial`) is ignored: every segment's checksum is computed in full, so callers use
 /// [`complete_checksum`] only for frames that are not super-packets.
 pub fn segment(pkt: &PacketBuf, out: &mut Batch) -> Result<usize, OffloadError> {
-    let gso = pkt.meta.offload.gso.ok_or(OffloadError::NotGso)?;
-    let f = pkt.data();
-    let outer = gso.tunnel.map(|t| outer_layout(f, t)).transpose()?;
-    // The inner frame: the whole frame, or what follows the outer headers up to the end of
-    // the outer IP datagram (`outer_layout` checked `inner + 14 <= end <= f.len()`).
-    let (base, limit) = outer.map_or((0, f.len()), |o| (o.inner, o.lay.end));
-    let inner_frame = f.get(base..limit).ok_or(OffloadError::BadHeader("tunnel bounds"))?;
-    let lay = layout(inner_frame)?.shifted(base);
-    let (tcp, v4_expected) = match gso.kind {
-        GsoKind::TcpV4 => (true, Some(true)),
-        GsoKind::TcpV6 => (true, Some(false)),
-        GsoKind::UdpL4 => (false, None),
-    };
-    if v4_expected.is_some_and(|v4| v4 != lay.v4) {
-        return Err(OffloadError::BadHeader("IP version does not match the GSO kind"));
-    }
-    let want_proto = if tcp { PROTO_TCP } else { PROTO_UDP };
-    if lay.proto != want_proto {
-        return Err(OffloadError::WrongProtocol(lay.proto));
-    }
-    let l4_hdr = if tcp {
-        let doff = usize::from(byte(f, lay.l4 + 12)? >> 4) * 4;
-        if doff < 20 {
-            return Err(OffloadError::BadHeader("TCP data offset"));
-        }
-        doff
-    } else {
-        8
-    };
-    let hdr_len = lay.l4 + l4_hdr;
-    if hdr_len > lay.end {
-        return Err(OffloadError::Truncated { need: hdr_len, got: lay.end });
-    }
-    let mss = usize::from(gso.size);
-    if mss == 0 {
-        return Err(OffloadError::ZeroSegmentSize);
-    }
-    let payload = &f[hdr_len..lay.end];
-    let nseg = payload.len().div_ceil(mss).max(1);
+    let plan = Plan::new(pkt)?;
+    let nseg = plan.nseg;
     let have = out.max() - out.len();
     if nseg > have {
         return Err(OffloadError::NoRoom { need: nseg, have });
     }
-
-    let headers = &f[..hdr_len];
-    let ihl = lay.l4 - lay.l3; // IPv4 only
-    let ip_id = if lay.v4 { be16(f, lay.l3 + 4)? } else { 0 };
-    let seq0 = if tcp {
-        u32::from_be_bytes([f[lay.l4 + 4], f[lay.l4 + 5], f[lay.l4 + 6], f[lay.l4 + 7]])
-    } else {
-        0
-    };
-    // Outer: IPv4 identification and whether the outer UDP checksum is to be computed.
-    let (outer_id, outer_udp_sum) = match outer {
-        Some(o) => (
-            if o.lay.v4 { be16(f, o.lay.l3 + 4)? } else { 0 },
-            o.udp && (!o.lay.v4 || be16(f, o.lay.l4 + 6)? != 0),
-        ),
-        None => (0, false),
-    };
     let mut meta = pkt.meta.clone();
     meta.offload = Offload::default();
-
     for i in 0..nseg {
-        let chunk_start = (i * mss).min(payload.len());
-        let chunk = &payload[chunk_start..(chunk_start + mss).min(payload.len())];
-        let len = hdr_len + chunk.len();
         let Some(seg) = out.push_slot() else {
             // Checked above; unreachable in practice but never a panic.
             return Err(OffloadError::NoRoom { need: nseg - i, have: 0 });
         };
+        plan.write_into(seg, i);
+        seg.meta = meta.clone();
+    }
+    Ok(nseg)
+}
+
+/// Most segments the kernel takes in one `GSO_UDP_L4` buffer (`UDP_MAX_SEGMENTS` is 64 in
+/// older kernels, 128 from 6.9; the smaller is used).
+pub const UDP_GSO_MAX_SEGMENTS: usize = 64;
+
+/// Lay out the VXLAN-tunnelled TCP super-packet `pkt` as UDP GSO buffers appended to `out`
+/// (usually one), for a port that takes `GSO_UDP_L4` super-packets but not UDP-tunnel ones (an
+/// AF_PACKET socket with `PACKET_VNET_HDR`). Returns how many buffers were added.
+///
+/// Each buffer is the outer headers once (Ethernet, IP, UDP) followed by the concatenated
+/// outer UDP payloads of the segments [`segment`] would produce: VXLAN header, inner Ethernet,
+/// inner IP and TCP headers fixed per segment (lengths, identifications, sequence numbers,
+/// flags, full checksums) and one MSS of payload. Every piece but the last is exactly
+/// `gso.size` bytes, so the kernel's UDP segmentation cutting at `gso.size` gives back
+/// [`segment`]'s frames: outer IPv4 identifications numbered on from the buffer's, lengths and
+/// the IPv4 header checksum per datagram. The one difference: the kernel computes the outer
+/// UDP checksum, also over IPv4 where [`segment`] leaves it 0 (the kernel requires NEEDS_CSUM
+/// for UDP GSO). The buffer's `meta.offload` says so: `gso` is [`GsoKind::UdpL4`] with the
+/// piece size and the outer header length, `csum_partial` points at the outer UDP checksum,
+/// which holds the pseudo-header sum of the buffer's UDP length.
+///
+/// A buffer holds at most [`UDP_GSO_MAX_SEGMENTS`] pieces and 64 KiB of IP datagram; a
+/// super-packet that needs more gets more buffers. A buffer of one piece is a plain segment
+/// (offload state cleared), as [`segment`] writes it.
+///
+/// Errors: [`OffloadError::NotUdpTunnel`] for anything but a VXLAN-tunnelled super-packet
+/// (NVGRE has no UDP to segment: use [`segment`]), the errors of [`segment`] otherwise; nothing
+/// is added on error.
+pub fn udp_tunnel_gso(pkt: &PacketBuf, out: &mut Batch) -> Result<usize, OffloadError> {
+    let plan = Plan::new(pkt)?;
+    let Some(o) = plan.outer.filter(|o| o.udp) else {
+        return Err(OffloadError::NotUdpTunnel);
+    };
+    // Outer headers up to the UDP payload, and the size of every piece but the last.
+    let ohl = o.lay.l4 + 8;
+    let piece = plan.hdr_len - ohl + plan.mss;
+    // IP datagram limit: the outer IP header (IPv4) or extension headers (IPv6), the UDP
+    // header, then the pieces.
+    let ip_over = o.lay.l4 - o.lay.l3 - if o.lay.v4 { 0 } else { 40 } + 8;
+    let per_buf = (usize::from(u16::MAX).saturating_sub(ip_over) / piece).min(UDP_GSO_MAX_SEGMENTS);
+    let Ok(piece16) = u16::try_from(piece) else {
+        return Err(OffloadError::BadHeader("UDP GSO piece size"));
+    };
+    if per_buf < 2 {
+        return Err(OffloadError::BadHeader("UDP GSO piece size"));
+    }
+    let nbuf = plan.nseg.div_ceil(per_buf);
+    let have = out.max() - out.len();
+    if nbuf > have {
+        return Err(OffloadError::NoRoom { need: nbuf, have });
+    }
+    let mut plain = pkt.meta.clone();
+    plain.offload = Offload::default();
+    let mut gso = pkt.meta.clone();
+    gso.offload = Offload {
+        csum_partial: Some((o.lay.l4 as u16, 6)),
+        gso: Some(Gso { kind: GsoKind::UdpL4, size: piece16, hdr_len: ohl as u16, tunnel: None }),
+    };
+    for b in 0..nbuf {
+        let first = b * per_buf;
+        let k = (plan.nseg - first).min(per_buf);
+        let Some(buf) = out.push_slot() else {
+            // Checked above; unreachable in practice but never a panic.
+            return Err(OffloadError::NoRoom { need: nbuf - b, have: 0 });
+        };
+        if k == 1 {
+            plan.write_into(buf, first);
+            buf.meta = plain.clone();
+            continue;
+        }
+        let last = first + k - 1;
+        let total = (k - 1) * piece + plan.seg_len(last);
+        buf.reserve_frame(total);
+        let area = buf.recv_area();
+        // Last piece first: each segment's outer headers land on the tail of the headers of
+        // the one after it, already written and no longer needed; the first segment's stay.
+        for j in (0..k).rev() {
+            let at = j * piece;
+            let len = plan.seg_len(first + j);
+            plan.write(&mut area[at..at + len], first + j, false);
+        }
+        let s = &mut area[..total];
+        fix_ip(s, &o.lay, plan.outer_id.wrapping_add(first as u16), o.lay.l4 - o.lay.l3);
+        let ulen = total - o.lay.l4;
+        s[o.lay.l4 + 4..o.lay.l4 + 6].copy_from_slice(&(ulen as u16).to_be_bytes());
+        let pseudo = pseudo_sum(s, &o.lay, ulen);
+        s[o.lay.l4 + 6..o.lay.l4 + 8].copy_from_slice(&pseudo.to_be_bytes());
+        // Cannot fail: reserve_frame made room for `total` bytes.
+        let _ = buf.set_len(total);
+        buf.meta = gso.clone();
+    }
+    Ok(nbuf)
+}
+
+/// A super-packet checked and measured for segmentation: where its headers are, how many
+/// segments it makes, and the per-segment fields that advance.
+#[derive(Debug, Clone, Copy)]
+struct Plan<'a> {
+    /// The super-packet's frame.
+    f: &'a [u8],
+    /// The outer headers of a tunnelled one.
+    outer: Option<Outer>,
+    /// The (inner) IP and L4 headers, in frame offsets.
+    lay: Layout,
+    tcp: bool,
+    /// End of the (inner) L4 header: every segment starts with `f[..hdr_len]`.
+    hdr_len: usize,
+    mss: usize,
+    nseg: usize,
+    ip_id: u16,
+    seq0: u32,
+    outer_id: u16,
+    /// Whether the outer UDP checksum is computed per segment.
+    outer_udp_sum: bool,
+}
+
+impl<'a> Plan<'a> {
+    fn new(pkt: &'a PacketBuf) -> Result<Plan<'a>, OffloadError> {
+        let gso = pkt.meta.offload.gso.ok_or(OffloadError::NotGso)?;
+        let f = pkt.data();
+        let outer = gso.tunnel.map(|t| outer_layout(f, t)).transpose()?;
+        // The inner frame: the whole frame, or what follows the outer headers up to the end
+        // of the outer IP datagram (`outer_layout` checked `inner + 14 <= end <= f.len()`).
+        let (base, limit) = outer.map_or((0, f.len()), |o| (o.inner, o.lay.end));
+        let inner_frame = f.get(base..limit).ok_or(OffloadError::BadHeader("tunnel bounds"))?;
+        let lay = layout(inner_frame)?.shifted(base);
+        let (tcp, v4_expected) = match gso.kind {
+            GsoKind::TcpV4 => (true, Some(true)),
+            GsoKind::TcpV6 => (true, Some(false)),
+            GsoKind::UdpL4 => (false, None),
+        };
+        if v4_expected.is_some_and(|v4| v4 != lay.v4) {
+            return Err(OffloadError::BadHeader("IP version does not match the GSO kind"));
+        }
+        let want_proto = if tcp { PROTO_TCP } else { PROTO_UDP };
+        if lay.proto != want_proto {
+            return Err(OffloadError::WrongProtocol(lay.proto));
+        }
+        let l4_hdr = if tcp {
+            let doff = usize::from(byte(f, lay.l4 + 12)? >> 4) * 4;
+            if doff < 20 {
+                return Err(OffloadError::BadHeader("TCP data offset"));
+            }
+            doff
+        } else {
+            8
+        };
+        let hdr_len = lay.l4 + l4_hdr;
+        if hdr_len > lay.end {
+            return Err(OffloadError::Truncated { need: hdr_len, got: lay.end });
+        }
+        let mss = usize::from(gso.size);
+        if mss == 0 {
+            return Err(OffloadError::ZeroSegmentSize);
+        }
+        let nseg = (lay.end - hdr_len).div_ceil(mss).max(1);
+        let ip_id = if lay.v4 { be16(f, lay.l3 + 4)? } else { 0 };
+        let seq0 = if tcp {
+            u32::from_be_bytes([f[lay.l4 + 4], f[lay.l4 + 5], f[lay.l4 + 6], f[lay.l4 + 7]])
+        } else {
+            0
+        };
+        // Outer: IPv4 identification and whether the outer UDP checksum is to be computed.
+        let (outer_id, outer_udp_sum) = match outer {
+            Some(o) => (
+                if o.lay.v4 { be16(f, o.lay.l3 + 4)? } else { 0 },
+                o.udp && (!o.lay.v4 || be16(f, o.lay.l4 + 6)? != 0),
+            ),
+            None => (0, false),
+        };
+        Ok(Plan { f, outer, lay, tcp, hdr_len, mss, nseg, ip_id, seq0, outer_id, outer_udp_sum })
+    }
+
+    /// Payload bytes of segment `i`.
+    fn chunk(&self, i: usize) -> &'a [u8] {
+        let payload = &self.f[self.hdr_len..self.lay.end];
+        let lo = (i * self.mss).min(payload.len());
+        &payload[lo..(lo + self.mss).min(payload.len())]
+    }
+
+    /// Frame length of segment `i`.
+    fn seg_len(&self, i: usize) -> usize {
+        self.hdr_len + self.chunk(i).len()
+    }
+
+    /// Write segment `i` as a frame of its own into `seg` (the metadata is left to the caller).
+    fn write_into(&self, seg: &mut PacketBuf, i: usize) {
+        let len = self.seg_len(i);
         seg.reserve_frame(len);
-        let area = seg.recv_area();
-        area[..hdr_len].copy_from_slice(headers);
-        area[hdr_len..len].copy_from_slice(chunk);
+        self.write(&mut seg.recv_area()[..len], i, true);
         // Cannot fail: reserve_frame made room for `len` bytes.
         let _ = seg.set_len(len);
-        seg.meta = meta.clone();
-        let s = seg.data_mut();
+    }
+
+    /// Write segment `i` into `s` (exactly [`Plan::seg_len`] bytes): the headers, its payload,
+    /// then the (inner) headers fixed and, with `fix_outer`, the outer ones.
+    fn write(&self, s: &mut [u8], i: usize, fix_outer: bool) {
+        let (hdr_len, lay) = (self.hdr_len, self.lay);
+        let chunk = self.chunk(i);
+        s[..hdr_len].copy_from_slice(&self.f[..hdr_len]);
+        s[hdr_len..].copy_from_slice(chunk);
+        let last = i + 1 == self.nseg;
 
         // L3 lengths (and IPv4 identification and checksum).
-        fix_ip(s, &lay, ip_id.wrapping_add(i as u16), ihl);
+        fix_ip(s, &lay, self.ip_id.wrapping_add(i as u16), lay.l4 - lay.l3);
 
         // L4 header and checksum.
-        if tcp {
-            let seq = seq0.wrapping_add((i * mss) as u32);
+        if self.tcp {
+            let seq = self.seq0.wrapping_add((i * self.mss) as u32);
             s[lay.l4 + 4..lay.l4 + 8].copy_from_slice(&seq.to_be_bytes());
             let mut flags = s[lay.l4 + 13];
-            if i + 1 < nseg {
+            if !last {
                 flags &= !(TCP_FIN | TCP_PSH);
             }
             if i > 0 {
@@ -424,24 +575,23 @@ pub fn segment(pkt: &PacketBuf, out: &mut Batch) -> Result<usize, OffloadError> 
             s[lay.l4 + 13] = flags;
             fix_l4_checksum(s, &lay, lay.l4 + 16, false);
         } else {
-            let ulen = (len - lay.l4) as u16;
+            let ulen = (s.len() - lay.l4) as u16;
             s[lay.l4 + 4..lay.l4 + 6].copy_from_slice(&ulen.to_be_bytes());
             fix_l4_checksum(s, &lay, lay.l4 + 6, true);
         }
 
         // Outer headers, once the inner frame is final (the outer UDP checksum covers it).
-        if let Some(o) = &outer {
-            fix_ip(s, &o.lay, outer_id.wrapping_add(i as u16), o.lay.l4 - o.lay.l3);
+        if let Some(o) = self.outer.as_ref().filter(|_| fix_outer) {
+            fix_ip(s, &o.lay, self.outer_id.wrapping_add(i as u16), o.lay.l4 - o.lay.l3);
             if o.udp {
-                let ulen = (len - o.lay.l4) as u16;
+                let ulen = (s.len() - o.lay.l4) as u16;
                 s[o.lay.l4 + 4..o.lay.l4 + 6].copy_from_slice(&ulen.to_be_bytes());
-                if outer_udp_sum {
+                if self.outer_udp_sum {
                     fix_outer_udp_checksum(s, &o.lay, &lay);
                 }
             }
         }
     }
-    Ok(nseg)
 }
 
 /// Compute the outer UDP checksum of the tunnelled segment `s` (outer layout `o`, inner `inner`)
@@ -508,9 +658,8 @@ pub fn complete_checksum(pkt: &mut PacketBuf) -> Result<(), OffloadError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
-    use crate::meta::Gso;
     use etherparse::{NetSlice, SlicedPacket, TransportSlice};
 
     const SRC4: [u8; 4] = [10, 199, 1, 1];
@@ -1384,6 +1533,216 @@ mod tests {
                 proptest::prop_assert_eq!(n, out.len());
                 for s in out.iter() {
                     proptest::prop_assert!(s.len() <= frame.len());
+                }
+            }
+        }
+    }
+
+    // ---- one UDP GSO buffer per tunnelled super-packet --------------------------------------
+
+    /// What the kernel's UDP segmentation (`__udp_gso_segment` after `inet_gso_segment`) makes
+    /// of a `GSO_UDP_L4` buffer, written from its description: cut the UDP payload every
+    /// `gso.size` bytes, copy the outer headers in front, set the IPv4 total length,
+    /// identification (the buffer's, plus one per datagram) and header checksum, or the IPv6
+    /// payload length, the UDP length, and compute the UDP checksum in full (NEEDS_CSUM). Also
+    /// checks that the buffer's partial checksum is the pseudo-header sum the kernel expects.
+    pub(crate) fn kernel_udp_segment(p: &PacketBuf) -> Vec<Vec<u8>> {
+        let f = p.data();
+        let g = p.meta.offload.gso.expect("a GSO buffer");
+        assert_eq!(g.kind, GsoKind::UdpL4);
+        assert_eq!(g.tunnel, None);
+        let (ohl, size) = (usize::from(g.hdr_len), usize::from(g.size));
+        let u = ohl - 8;
+        assert_eq!(p.meta.offload.csum_partial, Some((u as u16, 6)));
+        let lay = layout(f).unwrap();
+        assert_eq!((lay.l4, lay.end, lay.proto), (u, f.len(), PROTO_UDP));
+        assert_eq!(usize::from(u16::from_be_bytes([f[u + 4], f[u + 5]])), f.len() - u);
+        let stored = u16::from_be_bytes([f[u + 6], f[u + 7]]);
+        assert_eq!(stored, fold(pseudo_sum(f, &lay, f.len() - u)), "partial UDP checksum");
+        let n = (f.len() - ohl).div_ceil(size);
+        assert!((2..=UDP_GSO_MAX_SEGMENTS).contains(&n), "{n} datagrams");
+        let id0 = u16::from_be_bytes([f[18], f[19]]);
+        let mut v = Vec::new();
+        for (k, piece) in f[ohl..].chunks(size).enumerate() {
+            let mut d = f[..ohl].to_vec();
+            d.extend_from_slice(piece);
+            let len = d.len();
+            if lay.v4 {
+                d[16..18].copy_from_slice(&((len - 14) as u16).to_be_bytes());
+                d[18..20].copy_from_slice(&id0.wrapping_add(k as u16).to_be_bytes());
+                d[24..26].copy_from_slice(&[0, 0]);
+                let c = !fold(sum_bytes(0, &d[14..lay.l4]));
+                d[24..26].copy_from_slice(&c.to_be_bytes());
+            } else {
+                d[18..20].copy_from_slice(&((len - 54) as u16).to_be_bytes());
+            }
+            d[u + 4..u + 6].copy_from_slice(&((len - u) as u16).to_be_bytes());
+            d[u + 6..u + 8].copy_from_slice(&[0, 0]);
+            let dl = layout(&d).unwrap();
+            let c = match !fold(sum_bytes(pseudo_sum(&d, &dl, len - u), &d[u..])) {
+                0 => 0xffff,
+                c => c,
+            };
+            d[u + 6..u + 8].copy_from_slice(&c.to_be_bytes());
+            v.push(d);
+        }
+        v
+    }
+
+    /// Lay `pkt` out as UDP GSO buffers, cut them as the kernel does and check the result is
+    /// [`segment`]'s frames byte for byte (but the outer UDP/IPv4 checksum, which the kernel
+    /// computes and [`segment`] leaves 0: it is checked, then compared as 0). Returns the
+    /// number of buffers.
+    fn check_udp_gso_matches_segment(pkt: &PacketBuf) -> usize {
+        /// A batch holds at most `MAX_BATCH` packets: super-packets here make no more segments.
+        const MAX_SEGS: usize = crate::buf::MAX_BATCH;
+        let mut segs = Batch::new(MAX_SEGS);
+        let n = segment(pkt, &mut segs).unwrap();
+        let mut bufs = Batch::new(32);
+        let nbuf = udp_tunnel_gso(pkt, &mut bufs).unwrap();
+        assert_eq!(nbuf, bufs.len());
+        let mut cut = Vec::new();
+        for b in bufs.iter() {
+            assert_eq!(b.meta.ingress, pkt.meta.ingress);
+            if b.meta.offload.gso.is_none() {
+                // A one-piece buffer is a plain, fully checksummed segment.
+                assert_eq!(b.meta.offload, Offload::default());
+                cut.push(b.data().to_vec());
+            } else {
+                cut.extend(kernel_udp_segment(b));
+            }
+        }
+        assert_eq!(cut.len(), n, "datagrams");
+        for (i, (c, s)) in cut.iter_mut().zip(segs.iter()).enumerate() {
+            let lay = layout(c).unwrap();
+            if lay.v4 && c.len() > lay.l4 + 8 {
+                let u = lay.l4;
+                if c[u + 6..u + 8] != [0, 0] {
+                    let sum = sum_bytes(pseudo_sum(c, &lay, c.len() - u), &c[u..]);
+                    assert_eq!(fold(sum), 0xffff, "outer UDP/IPv4 checksum of datagram {i}");
+                    c[u + 6..u + 8].copy_from_slice(&[0, 0]);
+                }
+            }
+            assert_eq!(&c[..], s.data(), "datagram {i}");
+        }
+        nbuf
+    }
+
+    #[test]
+    fn udp_gso_buffer_cuts_into_the_software_segments() {
+        // 3500 bytes at MSS 1398: one buffer of three pieces, IPv4 and IPv6 outside.
+        let data = payload(3500);
+        let flags = 0x10 | TCP_PSH | TCP_CWR;
+        for (v6_outer, v6_inner) in [(false, false), (true, false), (false, true), (true, true)] {
+            let pkt =
+                tunnelled_super_packet(v6_outer, v6_inner, true, 0xffff_fa00, flags, &data, 1398);
+            assert_eq!(check_udp_gso_matches_segment(&pkt), 1);
+            let mut out = Batch::new(4);
+            udp_tunnel_gso(&pkt, &mut out).unwrap();
+            let b = &out.packets()[0];
+            let ohl = if v6_outer { 14 + 40 + 8 } else { 14 + 20 + 8 };
+            let inner_hdrs = 8 + 14 + if v6_inner { 40 } else { 20 } + 32;
+            let g = b.meta.offload.gso.unwrap();
+            assert_eq!((usize::from(g.hdr_len), usize::from(g.size)), (ohl, inner_hdrs + 1398));
+            assert_eq!(b.len(), ohl + 3 * inner_hdrs + 3500);
+        }
+    }
+
+    #[test]
+    fn a_64k_super_packet_takes_two_buffers() {
+        // 47 segments of 1472-byte pieces: 44 fit under 64 KiB of IPv4 datagram.
+        let data = payload(65_000);
+        let pkt = tunnelled_super_packet(false, false, true, 1, 0x18, &data, 1398);
+        assert_eq!(check_udp_gso_matches_segment(&pkt), 2);
+        let mut out = Batch::new(4);
+        udp_tunnel_gso(&pkt, &mut out).unwrap();
+        assert!(out.iter().all(|b| b.len() - 14 <= 65_535));
+        assert_eq!(
+            u16::from_be_bytes([out.packets()[1].data()[18], out.packets()[1].data()[19]]),
+            OUTER_ID.wrapping_add(44)
+        );
+        // A small MSS: at most UDP_GSO_MAX_SEGMENTS pieces per buffer, the last alone.
+        let pkt = tunnelled_super_packet(false, false, true, 1, 0x18, &payload(64 * 100 + 1), 100);
+        assert_eq!(check_udp_gso_matches_segment(&pkt), 2);
+        let mut out = Batch::new(4);
+        udp_tunnel_gso(&pkt, &mut out).unwrap();
+        assert_eq!(out.packets()[1].meta.offload, Offload::default());
+        // One segment: one plain frame.
+        let pkt = tunnelled_super_packet(true, false, true, 1, 0x18, &payload(500), 1398);
+        assert_eq!(check_udp_gso_matches_segment(&pkt), 1);
+    }
+
+    #[test]
+    fn udp_gso_refuses_what_has_no_udp_tunnel() {
+        let data = payload(3000);
+        let mut out = Batch::new(8);
+        let nvgre = tunnelled_super_packet(false, false, false, 1, 0x10, &data, 1000);
+        assert_eq!(udp_tunnel_gso(&nvgre, &mut out), Err(OffloadError::NotUdpTunnel));
+        let mut l4 = tcp_hdr(1, 0x10);
+        l4.extend_from_slice(&data);
+        let plain = gso_pkt(&ipv4_frame(PROTO_TCP, &l4, 1), GsoKind::TcpV4, 1000, 66);
+        assert_eq!(udp_tunnel_gso(&plain, &mut out), Err(OffloadError::NotUdpTunnel));
+        let none = PacketBuf::from_frame(plain.data());
+        assert_eq!(udp_tunnel_gso(&none, &mut out), Err(OffloadError::NotGso));
+        // No room: nothing added.
+        let big = tunnelled_super_packet(false, false, true, 1, 0x10, &payload(65_000), 1398);
+        let mut one = Batch::new(1);
+        assert_eq!(udp_tunnel_gso(&big, &mut one), Err(OffloadError::NoRoom { need: 2, have: 1 }));
+        assert!(one.is_empty() && out.is_empty());
+        // Every prefix: an error, never a panic.
+        let pkt = tunnelled_super_packet(false, false, true, 1, 0x10, &data, 1000);
+        for n in 0..pkt.len() {
+            let mut p = PacketBuf::from_frame(&pkt.data()[..n]);
+            p.meta.offload = pkt.meta.offload;
+            assert!(udp_tunnel_gso(&p, &mut out).is_err(), "prefix of {n} bytes");
+        }
+        assert!(out.is_empty());
+    }
+
+    proptest::proptest! {
+        /// Any payload size and MSS, IPv4 or IPv6 outside and inside: the UDP GSO buffers cut
+        /// at their `gso_size` as the kernel does give [`segment`]'s frames byte for byte.
+        #[test]
+        fn udp_gso_buffers_cut_into_segment_frames(
+            len in 0usize..65_000,
+            mss in 256u16..1500,
+            v6_outer in proptest::bool::ANY,
+            v6_inner in proptest::bool::ANY,
+            seq in proptest::num::u32::ANY,
+            flags in proptest::sample::select(vec![0x10u8, 0x18, 0x19, 0x98]),
+        ) {
+            let pkt = tunnelled_super_packet(v6_outer, v6_inner, true, seq, flags, &payload(len), mss);
+            let nbuf = check_udp_gso_matches_segment(&pkt);
+            proptest::prop_assert!(nbuf >= 1);
+        }
+
+        /// Mutated and cut tunnelled super-packets: an error or buffers, never a panic, and
+        /// never a buffer past 64 KiB of IP datagram.
+        #[test]
+        fn udp_gso_never_panics_on_mutation(
+            edits in proptest::collection::vec((0usize..220, proptest::num::u8::ANY), 0..6),
+            cut in 0usize..3000,
+            outer_len in 0u16..120,
+            size in 1u16..300,
+        ) {
+            let pkt = tunnelled_super_packet(false, false, true, 3, 0x18, &payload(2000), size);
+            let mut frame = pkt.data().to_vec();
+            for (at, v) in edits {
+                if let Some(b) = frame.get_mut(at) {
+                    *b = v;
+                }
+            }
+            frame.truncate(cut);
+            let mut p = PacketBuf::from_frame(&frame);
+            p.meta.offload = pkt.meta.offload;
+            if let Some(g) = &mut p.meta.offload.gso {
+                g.tunnel = Some(TunnelGso { kind: TunnelGsoKind::Vxlan, outer_len });
+            }
+            let mut out = Batch::new(256);
+            if let Ok(n) = udp_tunnel_gso(&p, &mut out) {
+                proptest::prop_assert_eq!(n, out.len());
+                for b in out.iter() {
+                    proptest::prop_assert!(b.len() <= 65_535 + 14);
                 }
             }
         }
