@@ -287,7 +287,7 @@ impl Core {
     /// Hand the memory of `p`'s ranges, in order, to `copy` (which fills them); false when a
     /// range is not memory (nothing further is handed) or `copy` refused one.
     pub fn place(&mut self, p: &Placement, copy: &mut dyn FnMut(&mut [u8]) -> bool) -> bool {
-        p.ranges().iter().all(|&(a, n)| self.mem.slice_mut(a, n as usize).is_ok_and(|d| copy(d)))
+        p.ranges().iter().all(|&(a, n)| self.mem.slice_mut(a, n as usize).is_ok_and(&mut *copy))
     }
 
     /// Write `data` into the buffers of `sgl`, starting `offset` bytes into them (scatter).
