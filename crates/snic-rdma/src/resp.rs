@@ -1176,7 +1176,7 @@ mod tests {
         for p in [102, 103, 104] {
             write(&mut t, opcode::RC_RDMA_WRITE_ONLY, p, true, Some((0, 1)), b"x");
         }
-        assert_eq!(drain(&mut t), vec![nak(101, 0, Syndrome::Nak(NakCode::PsnSequenceError))]);
+        assert_eq!(drain(&mut t), vec![nak(100, 0, Syndrome::Nak(NakCode::PsnSequenceError))]);
         assert_eq!(t.nic.stats().seq_naks_sent, 1);
         assert_eq!(t.nic.stats().out_of_seq_dropped, 2);
         assert_eq!(mem(&t, 0, 1), vec![0]);
