@@ -7,35 +7,111 @@ and prints a markdown table of average bandwidth (Gb/s) and each op's ratio to t
 Also: 8-byte WRITE/READ latency, and 4 KiB WRITE with one doorbell per WQE vs per 64 WQEs.
 
 Usage: scripts/bench_rdma.py [path/to/snic] (build with `cargo build --release` first).
+
+Issue 18's figure (RDMA at the UDP ceiling): `scripts/bench_rdma.py target/release/snic --ceiling`
+runs only 64 KiB WRITE, READ, SEND and the blaster, ROUNDS (3) interleaved rounds, and prints
+each run, the medians, each op's ratio to the blaster's median and the load average before and
+after; first over loopback, then (as root) between two network namespaces joined by a veth
+(`hrd-a` 10.19.0.1 -- `hrd-b` 10.19.0.2, MTU 9000: path MTU 4096 as on loopback), removed at
+the end whatever happens. `--no-netns` skips the second part, `--netns-only` the first.
 """
 import json
+import os
+import statistics
 import subprocess
 import sys
 import time
 
-SNIC = sys.argv[1] if len(sys.argv) > 1 else "target/release/snic"
+ARGS = [x for x in sys.argv[1:] if not x.startswith("--")]
+FLAGS = {x for x in sys.argv[1:] if x.startswith("--")}
+SNIC = os.path.abspath(ARGS[0] if ARGS else "target/release/snic")
 SIZES = [64, 256, 1024, 4096, 16384, 65536, 262144, 1048576]
 port = [25100]
+
+
+# Where the two processes run: (command prefix of the server, of the client, server address).
+PLACE = {"srv": [], "cli": [], "addr": "127.0.0.1"}
 
 
 def run(op, extra, size, iters):
     port[0] += 1
     udp, tcp = port[0], port[0] + 3000
     server_extra = ["--lat"] if "--lat" in extra else []
-    srv = subprocess.Popen([SNIC, "rdma", op, "--server", "--port", str(udp), "-p", str(tcp)]
-                           + server_extra,
+    srv = subprocess.Popen(PLACE["srv"] + [SNIC, "rdma", op, "--server", "--port", str(udp),
+                                            "-p", str(tcp)] + server_extra,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(0.3)
     try:
-        out = subprocess.run([SNIC, "rdma", op, "--client", "127.0.0.1", "--port", str(udp),
-                              "-p", str(tcp), "-s", str(size), "-n", str(iters),
-                              "--report-gbits", "--json", "--timeout", "20"] + extra,
+        out = subprocess.run(PLACE["cli"] + [SNIC, "rdma", op, "--client", PLACE["addr"],
+                                              "--port", str(udp), "-p", str(tcp), "-s", str(size),
+                                              "-n", str(iters), "--report-gbits", "--json",
+                                              "--timeout", "20"] + extra,
                              capture_output=True, text=True, timeout=120)
     finally:
-        srv.wait(timeout=30)
+        try:
+            srv.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            srv.kill()
+            srv.wait()
     if out.returncode != 0:
         return None
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def ceiling(label, rounds=3, size=65536):
+    """64 KiB WRITE / READ / SEND / blast, `rounds` interleaved rounds; medians and ratios."""
+    ops = ["write", "read", "send", "blast"]
+    n = iters_for(size)
+    print(f"### {label}: {size // 1024} KiB, {n} messages per run, load average {loadavg()}\n")
+    got = {op: [] for op in ops}
+    for r in range(rounds):
+        for op in ops:
+            v = run(op, [], size, n)
+            got[op].append(v["bw_avg"] if v else float("nan"))
+        print(f"round {r + 1}: " + ", ".join(f"{op} {got[op][-1]:.2f}" for op in ops), flush=True)
+    med = {op: statistics.median(v) for op, v in got.items()}
+    b = med["blast"]
+    print()
+    print("| op | Gb/s per run | median Gb/s | vs blast median |")
+    print("|---|---|---:|---:|")
+    for op in ops:
+        runs = " / ".join(f"{x:.2f}" for x in got[op])
+        print(f"| {op.upper()} | {runs} | {med[op]:.2f} | {med[op] / b:.2f} |")
+    print(f"\nload average after: {loadavg()}\n", flush=True)
+
+
+def with_netns(body):
+    """Run `body()` with the server in `hrd-b` and the client in `hrd-a`, joined by a veth."""
+    a, b = "hrd-a", "hrd-b"
+
+    def sh(*cmd):
+        subprocess.run(list(cmd), check=True)
+
+    def cleanup():
+        for ns in (a, b):
+            subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL)
+
+    cleanup()
+    try:
+        for ns in (a, b):
+            sh("ip", "netns", "add", ns)
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+        sh("ip", "link", "add", "hrd-a0", "netns", a, "type", "veth", "peer", "name", "hrd-b0",
+           "netns", b)
+        for ns, dev, ip in ((a, "hrd-a0", "10.19.0.1/24"), (b, "hrd-b0", "10.19.0.2/24")):
+            sh("ip", "-n", ns, "addr", "add", ip, "dev", dev)
+            sh("ip", "-n", ns, "link", "set", dev, "mtu", "9000", "up")
+        PLACE.update(srv=["ip", "netns", "exec", b], cli=["ip", "netns", "exec", a],
+                     addr="10.19.0.2")
+        body()
+    finally:
+        PLACE.update(srv=[], cli=[], addr="127.0.0.1")
+        cleanup()
 
 
 def iters_for(size):
@@ -58,6 +134,16 @@ def sweep(extra):
 
 
 def main():
+    if "--ceiling" in FLAGS:
+        rounds = int(os.environ.get("ROUNDS", "3"))
+        if "--netns-only" not in FLAGS:
+            ceiling("loopback", rounds)
+        if "--no-netns" not in FLAGS:
+            if os.geteuid() != 0:
+                print("two namespaces over a veth: skipped (needs root)")
+            else:
+                with_netns(lambda: ceiling("two namespaces over a veth (MTU 9000)", rounds))
+        return
     print("One doorbell per WQE (perftest's default posting):\n")
     sweep([])
     print("One doorbell per 64 WQEs (the blaster's batching: 64 datagrams per send call):\n")

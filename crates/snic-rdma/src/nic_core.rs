@@ -10,7 +10,7 @@ use snic_dma::AddressSpace;
 use crate::mr::{MrFault, MrTable};
 use crate::ring::Ring;
 use crate::stats::RdmaStats;
-use crate::verbs::{CqId, Cqe, Pd, SgList, WcStatus};
+use crate::verbs::{CqId, Cqe, MAX_SGE, Pd, SgList, WcStatus};
 
 /// Configuration of one NIC.
 #[derive(Debug, Clone, PartialEq)]
@@ -82,6 +82,36 @@ impl Default for RnicConfig {
             max_inflight: 1024,
             path_window: false,
         }
+    }
+}
+
+/// Where a received payload goes: up to [`MAX_SGE`] ranges of engine memory, in order, their
+/// rights and bounds already checked ([`Core::scatter_plan`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Placement {
+    ranges: [(u64, u32); MAX_SGE],
+    n: usize,
+}
+
+impl Placement {
+    /// One range (a remote WRITE's target, checked by the caller).
+    pub fn one(addr: u64, len: u32) -> Placement {
+        let mut p = Placement::default();
+        p.ranges[0] = (addr, len);
+        p.n = 1;
+        p
+    }
+
+    /// Append a range; `Bounds` past [`MAX_SGE`].
+    fn push(&mut self, addr: u64, len: u32) -> Result<(), MrFault> {
+        *self.ranges.get_mut(self.n).ok_or(MrFault::Bounds)? = (addr, len);
+        self.n += 1;
+        Ok(())
+    }
+
+    /// The ranges (address, length).
+    pub fn ranges(&self) -> &[(u64, u32)] {
+        &self.ranges[..self.n]
     }
 }
 
@@ -218,6 +248,46 @@ impl Core {
             offset = 0;
         }
         if len == 0 { Ok(()) } else { Err(MrFault::Bounds) }
+    }
+
+    /// Plan a [`Self::scatter`] of `len` bytes without writing: the same rights and bounds
+    /// checks, and the ranges of memory the bytes would go to, in order.
+    pub fn scatter_plan(
+        &self,
+        pd: Pd,
+        sgl: &SgList,
+        offset: u64,
+        len: usize,
+    ) -> Result<Placement, MrFault> {
+        if offset.saturating_add(len as u64) > sgl.total_len() {
+            return Err(MrFault::Bounds);
+        }
+        let mut p = Placement::default();
+        let mut off = offset;
+        let mut left = len as u64;
+        for s in sgl.as_slice() {
+            if left == 0 {
+                break;
+            }
+            let sl = u64::from(s.len);
+            if off >= sl {
+                off -= sl;
+                continue;
+            }
+            let n = (sl - off).min(left);
+            self.mrs.check_local(s.lkey, pd, s.addr + off, n, true)?;
+            self.mem.check(s.addr + off, n).map_err(|_| MrFault::Bounds)?;
+            p.push(s.addr + off, n as u32)?;
+            left -= n;
+            off = 0;
+        }
+        Ok(p)
+    }
+
+    /// Hand the memory of `p`'s ranges, in order, to `copy` (which fills them); false when a
+    /// range is not memory (nothing further is handed) or `copy` refused one.
+    pub fn place(&mut self, p: &Placement, copy: &mut dyn FnMut(&mut [u8]) -> bool) -> bool {
+        p.ranges().iter().all(|&(a, n)| self.mem.slice_mut(a, n as usize).is_ok_and(&mut *copy))
     }
 
     /// Write `data` into the buffers of `sgl`, starting `offset` bytes into them (scatter).

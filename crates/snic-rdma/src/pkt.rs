@@ -289,6 +289,9 @@ pub fn build_sg<E>(
 /// A received RoCEv2 packet, checked (IP, UDP port, ICRC) and walked.
 #[derive(Debug, Clone, Copy)]
 pub struct RxPkt<'a> {
+    /// Its payload is already in place (written while its ICRC was checked: [`OpenPkt`]);
+    /// whoever would write it skips the copy (the rights and bounds were checked before).
+    pub placed: bool,
     /// Source address.
     pub src: IpAddr,
     /// Destination address.
@@ -328,8 +331,70 @@ pub enum RxError {
 /// Check and walk one packet that starts at its IP header. `dport` is the UDP port RoCE
 /// listens on (4791).
 pub fn parse(ip: &[u8], dport: u16) -> Result<RxPkt<'_>, RxError> {
+    parse_open(ip, dport)?.verify()
+}
+
+/// A received packet walked, with its ICRC check begun over the headers and still open over
+/// the payload ([`parse_open`]). Nothing may act on it before the check is done: either
+/// [`OpenPkt::verify`] (hash the payload in place), or [`OpenPkt::place`] (copy the payload
+/// to its destination and hash it in the same pass, then compare).
+#[derive(Debug, Clone)]
+pub struct OpenPkt<'a> {
+    pkt: RxPkt<'a>,
+    ip: &'a [u8],
+    icrc: icrc::Pending,
+    /// Offset of the payload in `ip`.
+    payload_at: usize,
+}
+
+impl<'a> OpenPkt<'a> {
+    /// The packet, to look at before its ICRC is checked (never to act on).
+    pub fn peek(&self) -> &RxPkt<'a> {
+        &self.pkt
+    }
+
+    /// Finish the ICRC check over the payload in place.
+    pub fn verify(self) -> Result<RxPkt<'a>, RxError> {
+        match self.icrc.finish(self.ip) {
+            Ok(()) => Ok(self.pkt),
+            Err(snic_wire::Error::BadIcrc { .. }) => Err(RxError::BadIcrc),
+            Err(_) => Err(RxError::Malformed),
+        }
+    }
+
+    /// Copy the payload into the destinations `write` is handed, hashing it in the same pass,
+    /// then finish the ICRC check. `write(copy)` calls `copy(dst)` for consecutive pieces of
+    /// the payload, in order, each `dst` the place the next `dst.len()` bytes belong; it
+    /// returns false when it could not place them all (then the check is finished in place).
+    ///
+    /// On `Ok` the packet comes back marked [`RxPkt::placed`] when the whole payload was
+    /// placed. On `Err(BadIcrc)` the bytes copied are garbage in the places `write` chose: a
+    /// caller places only what a good copy of the same packet would overwrite.
+    pub fn place(
+        mut self,
+        write: impl FnOnce(&mut dyn FnMut(&mut [u8]) -> bool) -> bool,
+    ) -> Result<RxPkt<'a>, RxError> {
+        let (ip, at, len) = (self.ip, self.payload_at, self.pkt.payload().len());
+        let mut fed = 0usize;
+        let icrc = &mut self.icrc;
+        let mut copy = |dst: &mut [u8]| {
+            if fed + dst.len() > len || icrc.copy_to(ip, dst).is_err() {
+                return false;
+            }
+            fed += dst.len();
+            true
+        };
+        let all = write(&mut copy) && fed == len && self.icrc.next() == at + len;
+        let mut pkt = self.verify()?;
+        pkt.placed = all;
+        Ok(pkt)
+    }
+}
+
+/// [`parse`] with the ICRC check left open over the payload (see [`OpenPkt`]).
+pub fn parse_open(ip: &[u8], dport: u16) -> Result<OpenPkt<'_>, RxError> {
     let first = *ip.first().ok_or(RxError::Malformed)?;
-    let (src, dst, ecn, l4) = match first >> 4 {
+    let (src, dst, ecn, l4_at, l4) = match first >> 4 {
         4 => {
             let p = ipv4::Packet::new_checked(ip).map_err(|_| RxError::Malformed)?;
             if p.protocol() != IpProtocol::UDP {
@@ -339,7 +404,7 @@ pub fn parse(ip: &[u8], dport: u16) -> Result<RxPkt<'_>, RxError> {
             if tl > ip.len() || tl < hl {
                 return Err(RxError::Malformed);
             }
-            (IpAddr::V4(p.src_addr()), IpAddr::V4(p.dst_addr()), p.ecn(), &ip[hl..tl])
+            (IpAddr::V4(p.src_addr()), IpAddr::V4(p.dst_addr()), p.ecn(), hl, &ip[hl..tl])
         }
         6 => {
             let p = ipv6::Packet::new_checked(ip).map_err(|_| RxError::Malformed)?;
@@ -354,6 +419,7 @@ pub fn parse(ip: &[u8], dport: u16) -> Result<RxPkt<'_>, RxError> {
                 IpAddr::V6(p.src_addr()),
                 IpAddr::V6(p.dst_addr()),
                 p.ecn(),
+                ipv6::HEADER_LEN,
                 &ip[ipv6::HEADER_LEN..end],
             )
         }
@@ -368,13 +434,28 @@ pub fn parse(ip: &[u8], dport: u16) -> Result<RxPkt<'_>, RxError> {
         return Err(RxError::NotRoce);
     }
     let sport = u.src_port();
-    match icrc::verify(ip) {
-        Ok(()) => {}
+    let roce = RocePacket::parse(&l4[udp::HEADER_LEN..ul]);
+    // The payload's offset; the check is begun up to it (headers only when the RoCE headers
+    // do not parse: the ICRC is still checked first, as it decides the drop's counter).
+    let payload_at = l4_at + udp::HEADER_LEN + roce.as_ref().map_or(0, |r| r.header_len());
+    let icrc = match icrc::begin(ip, payload_at) {
+        Ok(p) => p,
         Err(snic_wire::Error::BadIcrc { .. }) => return Err(RxError::BadIcrc),
         Err(_) => return Err(RxError::Malformed),
-    }
-    let roce = RocePacket::parse(&l4[udp::HEADER_LEN..ul]).map_err(|_| RxError::BadHeaders)?;
-    Ok(RxPkt { src, dst, sport, ce: ecn == ECN_CE, roce })
+    };
+    let roce = match roce {
+        Ok(r) => r,
+        Err(_) => {
+            // A bad ICRC is counted before unparsable headers.
+            return match icrc.finish(ip) {
+                Ok(()) => Err(RxError::BadHeaders),
+                Err(snic_wire::Error::BadIcrc { .. }) => Err(RxError::BadIcrc),
+                Err(_) => Err(RxError::Malformed),
+            };
+        }
+    };
+    let pkt = RxPkt { placed: false, src, dst, sport, ce: ecn == ECN_CE, roce };
+    Ok(OpenPkt { pkt, ip, icrc, payload_at })
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ use snic_wire::roce::ext::{
 };
 use snic_wire::roce::{RoceRepr, bth, opcode};
 
-use crate::nic_core::Core;
+use crate::nic_core::{Core, Placement};
 use crate::pkt::{self, RxPkt};
 use crate::psn;
 use crate::qp::{self, Qp};
@@ -520,7 +520,7 @@ pub fn on_response(core: &mut Core, qp: &mut Qp, now: Instant, pkt: &RxPkt<'_>) 
         | opcode::RC_RDMA_READ_RESPONSE_LAST
         | opcode::RC_RDMA_READ_RESPONSE_ONLY => {
             core.stats.read_resp_rcvd += 1;
-            on_read_response(core, qp, now, p, bth.opcode, pkt.payload());
+            on_read_response(core, qp, now, p, bth.opcode, pkt.payload(), pkt.placed);
         }
         _ => core.stats.rx_bad_opcode += 1,
     }
@@ -681,7 +681,55 @@ fn on_flush_or_atomic_write_ack(
     true
 }
 
-fn on_read_response(core: &mut Core, qp: &mut Qp, now: Instant, p: u32, op: u8, data: &[u8]) {
+/// Where the payload of a READ response will be written if [`on_response`] accepts it (the
+/// expected response of the oldest open READ, of the expected length), with nothing changed;
+/// `None` for any other packet. As [`crate::resp::placement`]: the target comes from the
+/// READ's WQE, so a corrupted response writes only bytes its good copy will overwrite.
+pub fn read_placement(core: &Core, qp: &Qp, pkt: &RxPkt<'_>) -> Option<Placement> {
+    let (p, op) = (pkt.bth().psn, pkt.bth().opcode);
+    if !matches!(qp.attr.state, QpState::Rts | QpState::Sqd | QpState::Sqe)
+        || !matches!(
+            op,
+            opcode::RC_RDMA_READ_RESPONSE_FIRST
+                | opcode::RC_RDMA_READ_RESPONSE_MIDDLE
+                | opcode::RC_RDMA_READ_RESPONSE_LAST
+                | opcode::RC_RDMA_READ_RESPONSE_ONLY
+        )
+        || pkt.payload().is_empty()
+    {
+        return None;
+    }
+    let started = || qp.req.wqes.iter().take(qp.req.started);
+    if started().any(|w| !w.done() && w.wr.op.is_flush_or_atomic_write() && w.first == p) {
+        return None;
+    }
+    let i = started()
+        .position(|w| !w.done() && matches!(w.wr.op, WrOp::Read { .. }) && w.contains(p))?;
+    if started().take(i).any(|w| !w.done() && w.is_rd_atomic()) {
+        return None;
+    }
+    let w = &qp.req.wqes[i];
+    let mtu = qp.attr.path_mtu.bytes();
+    let offset = u64::from(w.rcvd) * u64::from(mtu);
+    let want = (u64::from(w.len).checked_sub(offset)?).min(u64::from(mtu)) as usize;
+    let is_last = w.rcvd + 1 == w.npsn;
+    let says_last =
+        matches!(op, opcode::RC_RDMA_READ_RESPONSE_LAST | opcode::RC_RDMA_READ_RESPONSE_ONLY);
+    if p != psn::add(w.first, w.rcvd) || pkt.payload().len() != want || says_last != is_last {
+        return None;
+    }
+    core.scatter_plan(qp.init.pd, &w.wr.sgl, offset, want).ok()
+}
+
+fn on_read_response(
+    core: &mut Core,
+    qp: &mut Qp,
+    now: Instant,
+    p: u32,
+    op: u8,
+    data: &[u8],
+    placed: bool,
+) {
     if on_flush_or_atomic_write_ack(core, qp, now, p, op, data) {
         return;
     }
@@ -726,7 +774,7 @@ fn on_read_response(core: &mut Core, qp: &mut Qp, now: Instant, p: u32, op: u8, 
         return;
     }
     let (pd, sgl) = (qp.init.pd, w.wr.sgl);
-    if core.scatter(pd, &sgl, offset, data).is_err() {
+    if !placed && core.scatter(pd, &sgl, offset, data).is_err() {
         fail_at(core, qp, i, WcStatus::LocProtErr, now);
         return;
     }

@@ -18,7 +18,7 @@ use snic_wire::roce::ext::{AethRepr, AtomicAckEthRepr, NakCode, Syndrome};
 use snic_wire::roce::{RoceRepr, bth, cnp, icrc, opcode};
 
 use crate::mr::MrFault;
-use crate::nic_core::Core;
+use crate::nic_core::{Core, Placement};
 use crate::pkt::{self, BuildError, Path, RxPkt, TxSg};
 use crate::psn;
 use crate::qp::{self, Qp, recv_cqe};
@@ -102,6 +102,51 @@ fn npkts(len: u32, mtu: u32) -> u32 {
 /// `p` lies in the PSN range `[first, last]`.
 fn in_range(p: u32, first: u32, last: u32) -> bool {
     psn::diff(p, first) >= 0 && psn::diff(last, p) >= 0
+}
+
+/// Where the payload of an in-order request packet that continues a message (SEND or WRITE,
+/// MIDDLE or LAST, without immediate data) will be written if [`on_request`] accepts it: the
+/// checks it makes before writing (ePSN, opcode sequence, lengths, rights and bounds), and
+/// nothing changes. The receiver copies such a payload into place while it checks the ICRC
+/// ([`crate::pkt::OpenPkt::place`]). `None` for every other packet (it is checked first, then
+/// handled). A FIRST or ONLY packet is never placed early: its target comes from its own
+/// headers, which a corrupted packet may have wrong; a continuation's target comes from the
+/// QP's state, so a corrupted one writes only bytes its good copy will overwrite.
+pub fn placement(core: &Core, qp: &Qp, pkt: &RxPkt<'_>) -> Option<Placement> {
+    if !matches!(qp.attr.state, QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe) {
+        return None;
+    }
+    let bth = pkt.bth();
+    if bth.psn != qp.resp.epsn || bth.opcode == opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE {
+        return None;
+    }
+    let (kind, pos) = classify(bth.opcode)?;
+    let mtu = qp.attr.path_mtu.bytes();
+    let plen = u32::try_from(pkt.payload().len()).ok()?;
+    let len_ok = match pos {
+        Pos::Middle => plen == mtu,
+        Pos::Last => (1..=mtu).contains(&plen),
+        Pos::First | Pos::Only => false,
+    };
+    if !len_ok {
+        return None;
+    }
+    match (qp.resp.msg?, kind) {
+        (Msg::Send { wqe, offset }, Kind::Send) => {
+            let pd = qp::recv_pd(core, qp);
+            core.scatter_plan(pd, &wqe.sgl, offset, plen as usize).ok()
+        }
+        (Msg::Write { va, rkey, len, offset, .. }, Kind::Write) => {
+            let left = len.checked_sub(offset)?;
+            let fits = if pos == Pos::Middle { left > plen } else { left == plen };
+            let at = va.checked_add(u64::from(offset))?;
+            let rights =
+                core.mrs.check_remote(rkey, qp.init.pd, at, u64::from(plen), Access::REMOTE_WRITE);
+            (fits && rights.is_ok() && core.mem.check(at, u64::from(plen)).is_ok())
+                .then(|| Placement::one(at, plen))
+        }
+        _ => None,
+    }
 }
 
 /// A request packet arrived for this QP.
@@ -250,11 +295,13 @@ fn do_send(core: &mut Core, qp: &mut Qp, pkt: &RxPkt<'_>, pos: Pos) -> Result<()
     // The RECV's buffers are checked against the PD of the queue they came from (an SRQ's
     // may differ from the QP's).
     let pd = qp::recv_pd(core, qp);
-    core.scatter(pd, &wqe.sgl, offset, data).map_err(|e| match e {
-        // The message is longer than the RECV's buffers.
-        MrFault::Bounds => Fail::InvReq(WcStatus::LocLenErr),
-        _ => Fail::RemOp(WcStatus::LocProtErr),
-    })?;
+    if !pkt.placed {
+        core.scatter(pd, &wqe.sgl, offset, data).map_err(|e| match e {
+            // The message is longer than the RECV's buffers.
+            MrFault::Bounds => Fail::InvReq(WcStatus::LocLenErr),
+            _ => Fail::RemOp(WcStatus::LocProtErr),
+        })?;
+    }
     let offset = offset + data.len() as u64;
     qp.resp.msg = Some(Msg::Send { wqe, offset });
     if matches!(pos, Pos::Last | Pos::Only) {
@@ -330,7 +377,9 @@ fn do_write(
         core.mrs
             .check_remote(rkey, pd, at, u64::from(plen), Access::REMOTE_WRITE)
             .map_err(|_| Fail::Access)?;
-        core.mem.write(at, data).map_err(|_| Fail::RemOp(WcStatus::LocQpOpErr))?;
+        if !pkt.placed {
+            core.mem.write(at, data).map_err(|_| Fail::RemOp(WcStatus::LocQpOpErr))?;
+        }
     }
     let offset = offset + plen;
     qp.resp.msg = Some(Msg::Write { va, rkey, len, offset, wqe });
@@ -977,6 +1026,60 @@ mod tests {
         write(&mut t, opcode::RC_RDMA_WRITE_ONLY, 1, true, Some((0, 2)), b"xy");
         assert_eq!(drain(&mut t), vec![ack(1, 2)]);
         assert_eq!(mem(&t, 0, 2), b"xy");
+    }
+
+    /// Deliver a request whose payload byte `flip` was corrupted after its ICRC was computed.
+    fn deliver_corrupt(t: &mut T, r: &RoceRepr, payload: &[u8], flip: usize) {
+        let mut b = vec![0u8; pkt::MAX_PACKET_LEN];
+        let n = pkt::build(&mut b, &t.peer, r, payload.len(), |d: &mut [u8]| {
+            d.copy_from_slice(payload);
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        let at = n - snic_wire::roce::ICRC_LEN - r.bth.pad_count as usize - payload.len();
+        b[at + flip] ^= 0x40;
+        t.nic.handle_packet(t.now, &b[..n]);
+    }
+
+    /// In-order continuations are copied while their ICRC is checked: a corrupted one is
+    /// counted, answered with nothing, completes nothing and moves nothing; its good copy then
+    /// lands byte-exact (over whatever the bad one left) and completes.
+    #[test]
+    fn corrupt_continuation_is_counted_and_its_good_copy_completes() {
+        let mut t = all();
+        post_recv(&mut t, 77, 1024, 1024);
+        let data = pattern(700, 9);
+        write(&mut t, opcode::RC_RDMA_WRITE_FIRST, 100, false, Some((8, 700)), &data[..256]);
+        let mid = req_bth(&t, opcode::RC_RDMA_WRITE_MIDDLE, 101, false);
+        deliver_corrupt(&mut t, &mid, &data[256..512], 17);
+        let last = req_bth(&t, opcode::RC_RDMA_WRITE_LAST, 102, true);
+        deliver_corrupt(&mut t, &last, &data[512..], 187);
+        let before = t.nic.stats();
+        assert_eq!((before.rx_bad_icrc, before.rx_placed, before.acks_sent), (2, 0, 0));
+        assert!(drain(&mut t).is_empty(), "no answer to a bad ICRC");
+        // A gap is still a gap: the corrupted MIDDLE did not advance the ePSN.
+        deliver(&mut t, &last, &data[512..]);
+        assert_eq!(drain(&mut t), vec![nak(101, 0, Syndrome::Nak(NakCode::PsnSequenceError))]);
+        deliver(&mut t, &mid, &data[256..512]);
+        deliver(&mut t, &last, &data[512..]);
+        assert_eq!(drain(&mut t), vec![ack(102, 1)]);
+        assert_eq!(mem(&t, 8, 700), data);
+
+        // A SEND: the corrupted LAST completes nothing.
+        let first = req_bth(&t, opcode::RC_SEND_FIRST, 103, false);
+        deliver(&mut t, &first, &data[..256]);
+        let last = req_bth(&t, opcode::RC_SEND_LAST, 104, true);
+        deliver_corrupt(&mut t, &last, &data[256..300], 0);
+        assert!(cqes(&mut t).is_empty());
+        assert!(drain(&mut t).is_empty());
+        deliver(&mut t, &last, &data[256..300]);
+        assert_eq!(drain(&mut t), vec![ack(104, 2)]);
+        let c = cqes(&mut t);
+        assert_eq!((c.len(), c[0].wr_id, c[0].byte_len), (1, 77, 300));
+        assert_eq!(mem(&t, 1024, 300), &data[..300]);
+        let s = t.nic.stats();
+        // Placed early: WRITE MIDDLE and LAST, SEND LAST (FIRSTs are checked, then copied).
+        assert_eq!((s.rx_bad_icrc, s.rx_placed), (3, 3));
     }
 
     #[test]

@@ -486,7 +486,7 @@ impl Rnic {
     pub fn handle_packet(&mut self, now: Instant, ip: &[u8]) {
         self.core.stats.rx_packets += 1;
         self.core.stats.rx_bytes += ip.len() as u64;
-        let p = match pkt::parse(ip, self.core.cfg.udp_port) {
+        let p = match pkt::parse_open(ip, self.core.cfg.udp_port).and_then(|o| self.check(o)) {
             Ok(p) => p,
             Err(e) => {
                 let s = &mut self.core.stats;
@@ -540,6 +540,35 @@ impl Rnic {
                 QpState::Rts | QpState::Sqd | QpState::Sqe => req::on_response(core, qp, now, &p),
                 _ => core.stats.rx_bad_state += 1,
             }
+        }
+    }
+
+    /// Finish a received packet's ICRC check. The payload of an in-order packet that
+    /// continues a message (a SEND or WRITE, a READ response) is copied to its destination in
+    /// the same pass ([`resp::placement`], [`req::read_placement`]); any other packet is
+    /// checked in place. Either way nothing acts on a packet before its ICRC is known good.
+    fn check<'a>(&mut self, open: pkt::OpenPkt<'a>) -> Result<pkt::RxPkt<'a>, RxError> {
+        let p = open.peek();
+        let qp = self.qp_index(p.bth().dest_qp).and_then(|i| self.qps[i].as_ref());
+        let target = qp.filter(|qp| qp.path.is_some_and(|path| path.dst == p.src)).and_then(|qp| {
+            if p.roce.info().transport() != 0 || p.bth().opcode == opcode::CNP {
+                None
+            } else if p.roce.info().is_request() {
+                resp::placement(&self.core, qp, p)
+            } else {
+                req::read_placement(&self.core, qp, p)
+            }
+        });
+        match target {
+            Some(t) => {
+                let core = &mut self.core;
+                let p = open.place(|copy| core.place(&t, copy))?;
+                if p.placed {
+                    core.stats.rx_placed += 1;
+                }
+                Ok(p)
+            }
+            None => open.verify(),
         }
     }
 

@@ -11,6 +11,9 @@ pub struct RdmaStats {
     pub rx_packets: u64,
     /// Bytes handed in.
     pub rx_bytes: u64,
+    /// Payloads copied to their destination in the same pass as their ICRC check (in-order
+    /// continuations of a SEND, WRITE or READ response; counted when the ICRC was good).
+    pub rx_placed: u64,
     /// Dropped: not IP/UDP or inconsistent lengths.
     pub rx_malformed: u64,
     /// Dropped: UDP port is not RoCE.

@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::transport::{
-    GSO_MAX_BYTES, GSO_MAX_SEGS, MAX_BATCH, RX_ROOM, RxMeta, SOCKET_BUFFER, open_tx_socket,
+    GSO_MAX_BYTES, GSO_MAX_SEGS, MAX_BATCH, RX_ROOM, RxScratch, SOCKET_BUFFER, open_tx_socket,
     recv_batch, sendmmsg_runs,
 };
 use snic_io::sys::poll::poll_in;
@@ -174,7 +174,7 @@ impl BlastReceiver {
         let slot = RX_ROOM + 65_536;
         let batch = 64;
         let mut buf = vec![0u8; slot * batch];
-        let mut metas = [RxMeta::default(); 64];
+        let mut sc = RxScratch::new();
         let call = std::time::Instant::now();
         let mut first: Option<std::time::Instant> = None;
         let mut last = call;
@@ -184,7 +184,7 @@ impl BlastReceiver {
             BlastTarget::Bytes(n) => r.bytes >= n,
         };
         while !done(&report) {
-            let got = recv_batch(self.sock.as_raw_fd(), &mut buf, slot, &mut metas)?;
+            let got = recv_batch(self.sock.as_raw_fd(), &mut buf, slot, batch, &mut sc)?;
             if got == 0 {
                 let left = timeout.saturating_sub(call.elapsed());
                 if left.is_zero() {
@@ -196,7 +196,7 @@ impl BlastReceiver {
             let now = std::time::Instant::now();
             first.get_or_insert(now);
             last = now;
-            for m in &metas[..got] {
+            for m in &sc.metas[..got] {
                 if m.truncated {
                     continue;
                 }

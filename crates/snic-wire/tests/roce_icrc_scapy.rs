@@ -97,6 +97,14 @@ fn compute_matches_scapy() {
         assert_eq!(icrc::compute(p), Ok(trailer(p)), "{name}");
         assert_eq!(icrc::read(p), Ok(trailer(p)), "{name}");
         assert_eq!(icrc::verify(p), Ok(()), "{name}");
+        // The split check, its payload copied out in two pieces, agrees.
+        let mut q = icrc::begin(p, 0).unwrap();
+        let mut d = vec![0u8; p.len() - 4 - q.next()];
+        let half = d.len() / 2;
+        q.copy_to(p, &mut d[..half]).unwrap();
+        q.copy_to(p, &mut d[half..]).unwrap();
+        assert_eq!(&d[..], &p[p.len() - 4 - d.len()..p.len() - 4], "{name}");
+        assert_eq!(q.finish(p), Ok(()), "{name}");
     }
 }
 

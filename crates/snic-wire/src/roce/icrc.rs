@@ -96,12 +96,19 @@ fn layout(ip: &[u8]) -> Result<Layout> {
 }
 
 fn crc_of(ip: &[u8], l: &Layout) -> u32 {
-    // What is hashed after the LRH: the IP header up to the ICRC. Copy it whole into the scratch
+    start(ip, l, l.end - ICRC_LEN).0.finalize()
+}
+
+/// Hash the LRH and the packet up to `upto` (clamped to the masked headers at least and the
+/// ICRC at most); returns the hasher and where it stopped.
+fn start(ip: &[u8], l: &Layout, upto: usize) -> (crc32fast::Hasher, usize) {
+    // What is hashed after the LRH: the IP header up to `upto`. Copy it whole into the scratch
     // buffer when it fits, else only the headers that get masked (IP, UDP, BTH); mask there;
     // hash the buffer, then whatever was not copied.
     let covered = l.end - ICRC_LEN;
     let hdr_len = l.ip_len + udp::HEADER_LEN + bth::HEADER_LEN;
-    let copied = if LRH_LEN + covered <= SCRATCH_LEN { covered } else { hdr_len };
+    let upto = upto.clamp(hdr_len, covered);
+    let copied = if LRH_LEN + upto <= SCRATCH_LEN { upto } else { hdr_len };
     let mut buf = [0xffu8; SCRATCH_LEN];
     let m = &mut buf[..LRH_LEN + copied];
     m[LRH_LEN..].copy_from_slice(&ip[..copied]);
@@ -109,8 +116,85 @@ fn crc_of(ip: &[u8], l: &Layout) -> u32 {
 
     let mut h = crc32fast::Hasher::new();
     h.update(m);
-    h.update(&ip[copied..covered]);
-    h.finalize()
+    h.update(&ip[copied..upto]);
+    (h, upto)
+}
+
+/// Bytes copied and hashed per step of [`Pending::copy_to`]: small enough that a step's source
+/// stays in the L1 cache between the hash and the copy.
+const FUSE_CHUNK: usize = 2048;
+
+/// An ICRC check begun over a packet's headers and left open over the rest ([`begin`]), so a
+/// receiver can hash the payload while it copies it to its destination ([`Pending::copy_to`]):
+/// one pass over the payload instead of a check pass and a copy pass. [`Pending::finish`]
+/// hashes whatever was not copied and compares with the carried ICRC.
+///
+/// Every method takes the packet again (the same bytes [`begin`] was given); the bytes hashed
+/// are always the packet's own, in order, so the result is what [`verify`] gives.
+#[derive(Debug, Clone)]
+pub struct Pending {
+    h: crc32fast::Hasher,
+    /// Offset in the packet of the next byte to hash.
+    next: usize,
+    /// Where the ICRC starts (one past the last hashed byte).
+    covered: usize,
+    /// The ICRC the packet carries.
+    carried: u32,
+}
+
+/// Begin checking the ICRC of a packet (from its IP header on): its layout is checked as by
+/// [`verify`], and the masked headers and the bytes up to `upto` are hashed (`upto` is raised to
+/// the end of the BTH and lowered to the start of the ICRC when outside them). Errors as
+/// [`compute`].
+pub fn begin(ip: &[u8], upto: usize) -> Result<Pending> {
+    let l = layout(ip)?;
+    let (h, next) = start(ip, &l, upto);
+    let covered = l.end - ICRC_LEN;
+    let t = &ip[covered..l.end];
+    let carried = u32::from_le_bytes([t[0], t[1], t[2], t[3]]);
+    Ok(Pending { h, next, covered, carried })
+}
+
+impl Pending {
+    /// Offset in the packet of the next byte to be hashed.
+    pub fn next(&self) -> usize {
+        self.next
+    }
+
+    /// Copy the packet's next `dst.len()` bytes into `dst` and hash them, in one pass (in
+    /// cache-sized steps: hash a step, then copy it while it is in the L1 cache).
+    ///
+    /// Errors: `Truncated` (nothing copied) when those bytes run past the start of the ICRC
+    /// or past `ip`.
+    pub fn copy_to(&mut self, ip: &[u8], dst: &mut [u8]) -> Result<()> {
+        let end = self.next + dst.len();
+        if end > self.covered || self.covered > ip.len() {
+            return Err(Error::Truncated { need: end, got: self.covered.min(ip.len()) });
+        }
+        let src = &ip[self.next..end];
+        for (d, s) in dst.chunks_mut(FUSE_CHUNK).zip(src.chunks(FUSE_CHUNK)) {
+            self.h.update(s);
+            d.copy_from_slice(s);
+        }
+        self.next = end;
+        Ok(())
+    }
+
+    /// Hash the rest of the packet up to its ICRC and compare: `Err(BadIcrc { expected:
+    /// computed, got: carried })` when they differ, `Truncated` when `ip` is shorter than the
+    /// packet [`begin`] saw.
+    pub fn finish(mut self, ip: &[u8]) -> Result<()> {
+        let rest = ip
+            .get(self.next..self.covered)
+            .ok_or(Error::Truncated { need: self.covered, got: ip.len() })?;
+        self.h.update(rest);
+        let expected = self.h.finalize();
+        if expected == self.carried {
+            Ok(())
+        } else {
+            Err(Error::BadIcrc { expected, got: self.carried })
+        }
+    }
 }
 
 /// Set the variant fields of the IP, UDP and BTH headers at the start of `ip_m` to 1s.
