@@ -411,14 +411,16 @@ pub fn poll_transmit(
             _ => psn::add(w.first, rs.cur_off),
         }
     };
-    // The send window: sized to the path (see `crate::window`), at most `max_inflight`. A
-    // READ/atomic request is one packet whose responses may exceed any window: it keeps
-    // `max_inflight` (and `max_rd_atomic`), so READs still overlap.
+    // The send window: sized to the path (see `crate::window`), at most `max_inflight`. It
+    // counts PSNs, so a READ's responses count too: a new READ starts once its first response
+    // PSN is inside the window (one READ may be longer than the window; the next one overlaps
+    // only the last window's worth of it), which bounds the responses in flight that a lost
+    // one throws away (the responder restarts from a re-issued READ and drops the rest).
     rs.path_on = core.cfg.path_window;
-    let window = if rs.wqes[i].is_rd_atomic() || !rs.path_on {
-        core.cfg.max_inflight.max(1)
-    } else {
+    let window = if rs.path_on {
         rs.path.window(core.cfg.max_inflight, core.cfg.window_floor)
+    } else {
+        core.cfg.max_inflight.max(1)
     };
     if psn::diff(cur_psn, rs.una) >= window as i32 {
         if !rs.win_stalled {
@@ -479,7 +481,9 @@ pub fn poll_transmit(
     } else {
         core.stats.req_packets += 1;
     }
-    rs.path.on_send(now, end, pl.roce.bth.ack_req, again);
+    // A READ is timed to its first response: the round trip, not the whole transfer.
+    let timed_end = if pl.psns > 1 { psn::add(p, 1) } else { end };
+    rs.path.on_send(now, timed_end, pl.roce.bth.ack_req, again);
     if rs.probe.is_none() && rs.path_on {
         rs.probe = rs.path.probe_timeout().map(|t| now + t);
     }

@@ -6,8 +6,9 @@
 //! loss made a 64 KiB WRITE resend most of what it sent. The window here is sized to the path
 //! instead, as BBR and IRN's BDP-FC do: twice the bandwidth-delay product, the largest recent
 //! delivery rate times the smallest recent round trip, never below the floor (below). A loss then
-//! costs about one BDP, not the whole queue. The window bounds SEND/WRITE packets; a
-//! READ/atomic request keeps `max_inflight` (one READ's responses may exceed any window).
+//! costs about one BDP, not the whole queue. The window counts PSNs, so it bounds READ
+//! responses too: a new READ starts once its first response PSN is inside the window (a READ
+//! longer than the window still goes alone), and a READ is timed to its first response.
 //! On by default; `RnicConfig::path_window = false` (`snic rdma --fixed-window`) keeps the
 //! fixed `max_inflight` window without probes.
 //!
