@@ -33,6 +33,9 @@ use crate::req_state::Wqe;
 use crate::verbs::{Cqe, QpState, SendWr, SgList, WcStatus, WrOp};
 use crate::wqe;
 
+/// A READ/atomic request's window floor is this many times `RnicConfig::window_floor`.
+const READ_FLOOR_GAIN: u32 = 4;
+
 fn qp_live(qp: &Qp) -> bool {
     matches!(qp.attr.state, QpState::Rts | QpState::Sqd | QpState::Sqe)
 }
@@ -416,9 +419,15 @@ pub fn poll_transmit(
     // PSN is inside the window (one READ may be longer than the window; the next one overlaps
     // only the last window's worth of it), which bounds the responses in flight that a lost
     // one throws away (the responder restarts from a re-issued READ and drops the rest).
+    // READ responses cost the requester no sending, so their floor is four times the
+    // SEND/WRITE one (on the real path a 256-packet floor cut loss-free READ by half against
+    // 1024; BENCHMARKS.md, "RDMA under loss").
     rs.path_on = core.cfg.path_window;
+    let floor = core.cfg.window_floor;
+    let floor =
+        if rs.wqes[i].is_rd_atomic() { floor.saturating_mul(READ_FLOOR_GAIN) } else { floor };
     let window = if rs.path_on {
-        rs.path.window(core.cfg.max_inflight, core.cfg.window_floor)
+        rs.path.window(core.cfg.max_inflight, floor)
     } else {
         core.cfg.max_inflight.max(1)
     };

@@ -261,10 +261,13 @@ fn write_at_5pct_loss_keeps_a_quarter_of_the_goodput() {
 
 /// READ: the window bounds the responses in flight (before it did, a lost response threw away
 /// up to `max_rd_atomic` READs of responses: 0.04 of loss-free at 1%, 10 IBTA timeouts at 5%).
+/// A READ's floor is four times the SEND/WRITE floor (64 here), which the real path needs for
+/// loss-free READ; on this link that costs it against a 16-packet floor (0.46-0.48 at 1%, 0.14
+/// at 5%, where 16 gave 0.57-0.61 and 0.21-0.23).
 #[test]
 fn read_at_1pct_and_5pct_loss() {
-    check(Op::Read, 0.01, &[31, 32], 0.5);
-    check(Op::Read, 0.05, &[41, 42], 0.2);
+    check(Op::Read, 0.01, &[31, 32], 0.4);
+    check(Op::Read, 0.05, &[41, 42], 0.1);
 }
 
 /// SEND into 8 RECVs reposted as they complete: credits, never an RNR NAK.
