@@ -5,15 +5,18 @@
 # (path MTU 1024). In the middle namespace an nftables rule on the forward hook drops LOSS % of
 # the RoCE datagrams (UDP destination port $PORT, both directions: requests and responses/ACKs
 # all go to the RoCE port) at random: `numgen random mod 1000 < LOSS*10 drop`.
-# For each loss rate and op, `snic rdma OP --server` runs in fpr-b and `--client` in fpr-a,
-# 64 KiB messages; three runs, the median goodput (MB/s, perftest's BW average) is printed with
-# its ratio to the loss-free median of the same op, plus the client's retransmission counters.
+# For each loss rate, engine and op, `snic rdma OP --server` runs in fpr-b and `--client` in
+# fpr-a, 64 KiB messages; three runs, the median goodput (MB/s, perftest's BW average) is
+# printed with its ratio to the loss-free median of the same engine and op, plus the client's
+# retransmission counters. The engines take turns within each loss rate, so their figures come
+# from the same run.
 #
-# Usage (root): [FLAGS=--path-window] scripts/bench_rdma_loss.sh [path/to/snic] [iterations] [loss%...]
-#   e.g. scripts/bench_rdma_loss.sh target/release/snic 1000 0 1 5
-# FLAGS go to both `snic rdma` processes (`--path-window`: the path-sized window and loss
-# probes of issue 18; without it, the default fixed window).
-# Namespaces are removed on exit whatever happens.
+# Usage (root): scripts/bench_rdma_loss.sh [path/to/snic] [iterations] [loss%...]
+#   e.g. scripts/bench_rdma_loss.sh target/release/snic 300 0 1 5
+# ENGINES: `name=flags` items separated by `;` (default
+# `default=;fixed=--fixed-window`: the default path window against the fixed 1024-packet
+# window without loss probes); the flags go to both `snic rdma` processes, and FLAGS to every
+# engine. Namespaces are removed on exit whatever happens.
 set -euo pipefail
 
 SNIC=$(realpath "${1:-target/release/snic}")
@@ -60,15 +63,16 @@ set_loss() {
 
 # One run: prints "bw_MBps retransmits timeouts seq_naks".
 one() {
-    local op=$1
+    local op=$1 flags=$2
     # shellcheck disable=SC2086
     ip netns exec $B timeout -k 2 120 "$SNIC" rdma "$op" --server --port $PORT -p $TCP \
-        --timeout 60 ${FLAGS:-} >/dev/null 2>&1 &
+        --timeout 60 $flags ${FLAGS:-} >/dev/null 2>&1 &
     local srv=$!
     sleep 0.3
     local out
+    # shellcheck disable=SC2086
     out=$(ip netns exec $A timeout -k 2 120 "$SNIC" rdma "$op" --client 10.18.2.1 --port $PORT \
-        -p $TCP -s 65536 -n "$N" --timeout 60 --json ${FLAGS:-} 2>/dev/null | tail -1) || true
+        -p $TCP -s 65536 -n "$N" --timeout 60 --json $flags ${FLAGS:-} 2>/dev/null | tail -1) || true
     wait $srv 2>/dev/null || true
     python3 - "$out" <<'EOF'
 import json, sys
@@ -88,23 +92,27 @@ EOF
 
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
-echo "flags: ${FLAGS:-none}; load average before: $(cat /proc/loadavg)"
+IFS=';' read -r -a ENG <<< "${ENGINES:-default=;fixed=--fixed-window}"
+echo "engines: ${ENG[*]}; flags: ${FLAGS:-none}; load average before: $(cat /proc/loadavg)"
 echo
-echo "| loss | op | runs MB/s | median MB/s | vs loss-free | retransmits (last run) | timeouts |"
-echo "|---:|---|---|---:|---:|---:|---:|"
+echo "| loss | engine | op | runs MB/s | median MB/s | vs loss-free | retransmits (last run) | timeouts |"
+echo "|---:|---|---|---|---:|---:|---:|---:|"
 declare -A base
 for loss in "${LOSSES[@]}"; do
     set_loss "$loss"
-    for op in write read; do
-        runs=() last=""
-        for _ in 1 2 3; do
-            last=$(one "$op")
-            runs+=("$(echo "$last" | cut -d' ' -f1)")
+    for eng in "${ENG[@]}"; do
+        name=${eng%%=*} flags=${eng#*=}
+        for op in write read; do
+            runs=() last=""
+            for _ in 1 2 3; do
+                last=$(one "$op" "$flags")
+                runs+=("$(echo "$last" | cut -d' ' -f1)")
+            done
+            med=$(printf '%s\n' "${runs[@]}" | median)
+            [ "$loss" = 0 ] && base[$name.$op]=$med
+            ratio=$(python3 -c "import sys; b, m = sys.argv[1:3]; print('%.2f' % (float(m) / float(b)) if b != 'nan' else '-')" "${base[$name.$op]:-nan}" "$med")
+            echo "| $loss% | $name | $op | ${runs[*]} | $med | $ratio | $(echo "$last" | cut -d' ' -f2) | $(echo "$last" | cut -d' ' -f3) |"
         done
-        med=$(printf '%s\n' "${runs[@]}" | median)
-        [ "$loss" = 0 ] && base[$op]=$med
-        ratio=$(python3 -c "import sys; b, m = sys.argv[1:3]; print('%.2f' % (float(m) / float(b)) if b != 'nan' else '-')" "${base[$op]:-nan}" "$med")
-        echo "| $loss% | $op | ${runs[*]} | $med | $ratio | $(echo "$last" | cut -d' ' -f2) | $(echo "$last" | cut -d' ' -f3) |"
     done
 done
 echo

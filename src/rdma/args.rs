@@ -140,10 +140,14 @@ pub struct RdmaArgs {
     /// Do not use UDP segmentation offload.
     #[arg(long = "no-gso")]
     pub no_gso: bool,
-    /// Size the engine's send windows to the path and run loss probes (off by default: the
-    /// window is 1024 packets and silent losses wait for the IBTA timer).
-    #[arg(long = "path-window")]
-    pub path_window: bool,
+    /// Keep a fixed send window of 1024 packets without loss probes (silent losses wait for
+    /// the IBTA timer) instead of the default window sized to the path.
+    #[arg(long = "fixed-window")]
+    pub fixed_window: bool,
+    /// Smallest path window, in packets (default 16; the window also grows by the ACK
+    /// aggregation it measures).
+    #[arg(long = "window-floor", value_name = "PACKETS")]
+    pub window_floor: Option<u32>,
     /// Give up with an error after this many seconds without progress.
     #[arg(long, value_name = "SECS", default_value_t = 30.0, value_parser = parse_secs)]
     pub timeout: f64,

@@ -66,9 +66,12 @@ pub(super) fn setup(
     let mut cfg = RnicConfig {
         local_ip,
         udp_port: a.port,
-        path_window: a.path_window,
+        path_window: !a.fixed_window,
         ..RnicConfig::default()
     };
+    if let Some(f) = a.window_floor {
+        cfg.window_floor = f;
+    }
     match kind {
         MemKind::Host => cfg.host_pool = buf_len + rings,
         _ => {

@@ -44,13 +44,14 @@ pub struct RnicConfig {
     pub max_qps: u32,
     /// Most request packets in flight (sent, not acknowledged) per QP.
     pub max_inflight: u32,
-    /// Size the send window to the path and run loss probes ([`crate::window`]). Off by
-    /// default: the window is `max_inflight` and only the IBTA timer detects silent losses.
-    /// On the real path (two namespaces, busy 2-vCPU machine) the path window cost loss-free
-    /// WRITE a third of its throughput (60 against 95 MB/s, same run) and gained nothing in
-    /// absolute terms under loss, so it stays opt-in until it sizes from a smoothed RTT
-    /// (BENCHMARKS.md, "RDMA at the UDP ceiling").
+    /// Size the send window to the path and run loss probes ([`crate::window`]); on by
+    /// default. `false`: the fixed window of `max_inflight` packets, and silent losses wait
+    /// for the IBTA timer.
     pub path_window: bool,
+    /// Smallest path window, in packets (at least [`crate::window::MIN_WINDOW`]): a few of
+    /// the transport's batches ([`crate::window::DEFAULT_FLOOR`], four of 64 datagrams, by
+    /// default), so a host whose ends take turns on busy CPUs keeps the pipe full.
+    pub window_floor: u32,
 }
 
 impl RnicConfig {
@@ -80,7 +81,8 @@ impl Default for RnicConfig {
             cc: crate::cc::CcConfig::default(),
             max_qps: 1024,
             max_inflight: 1024,
-            path_window: false,
+            path_window: true,
+            window_floor: crate::window::DEFAULT_FLOOR,
         }
     }
 }

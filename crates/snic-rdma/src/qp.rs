@@ -385,3 +385,61 @@ pub(crate) fn rq_ready(core: &Core, qp: &Qp) -> bool {
         (None, None) => false,
     }
 }
+
+/// The AETH credit count "invalid": the responder does not limit by credits (an SRQ's QPs,
+/// IBTA 9.7.7.2.4).
+pub const CREDITS_UNLIMITED: u8 = 0x1f;
+
+/// Receive WQEs each AETH credit code stands for (IBTA Table 45, codes 0..=30: logarithmic).
+const CREDIT_COUNTS: [u32; 31] = [
+    0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536,
+    2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768,
+];
+
+/// The credit code advertising `n` receive WQEs: the largest code whose count is at most `n`
+/// (a responder never advertises more than it has).
+pub fn encode_credits(n: u32) -> u8 {
+    CREDIT_COUNTS.iter().rposition(|&c| c <= n).unwrap_or(0) as u8
+}
+
+/// The receive WQEs a credit code stands for; `None` for [`CREDITS_UNLIMITED`] (or anything
+/// above it, which a 5-bit field cannot carry).
+pub fn decode_credits(code: u8) -> Option<u32> {
+    CREDIT_COUNTS.get(usize::from(code)).copied()
+}
+
+/// The credit code the QP's responder advertises in its ACKs (IBTA 9.7.7.2): the receive WQEs
+/// posted to its own RQ and not yet taken (zero when the RQ is empty), or
+/// [`CREDITS_UNLIMITED`] for a QP fed by an SRQ (shared WQEs are no credit of this QP's).
+pub fn ack_credits(qp: &Qp) -> u8 {
+    match &qp.rq {
+        Some(rq) => encode_credits(rq.len()),
+        None => CREDITS_UNLIMITED,
+    }
+}
+
+#[cfg(test)]
+mod credit_tests {
+    use super::*;
+
+    #[test]
+    fn credit_codes_round_down_and_round_trip() {
+        assert_eq!(encode_credits(0), 0);
+        assert_eq!(encode_credits(4), 4);
+        assert_eq!(encode_credits(5), 4, "5 WQEs advertise 4: never more than posted");
+        assert_eq!(encode_credits(63), 11);
+        assert_eq!(decode_credits(11), Some(48));
+        assert_eq!(encode_credits(u32::MAX), 30);
+        assert_eq!(decode_credits(30), Some(32768));
+        assert_eq!(decode_credits(CREDITS_UNLIMITED), None);
+        for code in 0..CREDITS_UNLIMITED {
+            let n = decode_credits(code).unwrap();
+            assert_eq!(encode_credits(n), code);
+            // Between two codes, the lower one.
+            if code < 30 {
+                let next = decode_credits(code + 1).unwrap();
+                assert_eq!(encode_credits(next - 1), code);
+            }
+        }
+    }
+}

@@ -21,7 +21,7 @@
 
 use snic_time::Instant;
 use snic_wire::roce::ext::{
-    AtomicEthRepr, FethRepr, IethRepr, ImmDtRepr, NakCode, RethRepr, Syndrome,
+    AethRepr, AtomicEthRepr, FethRepr, IethRepr, ImmDtRepr, NakCode, RethRepr, Syndrome,
 };
 use snic_wire::roce::{RoceRepr, bth, opcode};
 
@@ -32,6 +32,9 @@ use crate::qp::{self, Qp};
 use crate::req_state::Wqe;
 use crate::verbs::{Cqe, QpState, SendWr, SgList, WcStatus, WrOp};
 use crate::wqe;
+
+/// A READ/atomic request's window floor is this many times `RnicConfig::window_floor`.
+const READ_FLOOR_GAIN: u32 = 4;
 
 fn qp_live(qp: &Qp) -> bool {
     matches!(qp.attr.state, QpState::Rts | QpState::Sqd | QpState::Sqe)
@@ -393,6 +396,14 @@ pub fn poll_transmit(
             }
             return None;
         }
+        if w.wr.op.consumes_recv() && !rs.credit_allows() {
+            if !rs.credit_stalled {
+                rs.credit_stalled = true;
+                core.stats.credit_stalls += 1;
+            }
+            return None;
+        }
+        rs.credit_stalled = false;
     }
     let cur_psn = if new {
         rs.next_psn
@@ -403,14 +414,22 @@ pub fn poll_transmit(
             _ => psn::add(w.first, rs.cur_off),
         }
     };
-    // The send window: sized to the path (see `crate::window`), at most `max_inflight`. A
-    // READ/atomic request is one packet whose responses may exceed any window: it keeps
-    // `max_inflight` (and `max_rd_atomic`), so READs still overlap.
+    // The send window: sized to the path (see `crate::window`), at most `max_inflight`. It
+    // counts PSNs, so a READ's responses count too: a new READ starts once its first response
+    // PSN is inside the window (one READ may be longer than the window; the next one overlaps
+    // only the last window's worth of it), which bounds the responses in flight that a lost
+    // one throws away (the responder restarts from a re-issued READ and drops the rest).
+    // READ responses cost the requester no sending, so their floor is four times the
+    // SEND/WRITE one (on the real path a 256-packet floor cut loss-free READ by half against
+    // 1024; BENCHMARKS.md, "RDMA under loss").
     rs.path_on = core.cfg.path_window;
-    let window = if rs.wqes[i].is_rd_atomic() || !rs.path_on {
-        core.cfg.max_inflight.max(1)
+    let floor = core.cfg.window_floor;
+    let floor =
+        if rs.wqes[i].is_rd_atomic() { floor.saturating_mul(READ_FLOOR_GAIN) } else { floor };
+    let window = if rs.path_on {
+        rs.path.window(core.cfg.max_inflight, floor)
     } else {
-        rs.path.window(core.cfg.max_inflight)
+        core.cfg.max_inflight.max(1)
     };
     if psn::diff(cur_psn, rs.una) >= window as i32 {
         if !rs.win_stalled {
@@ -471,7 +490,9 @@ pub fn poll_transmit(
     } else {
         core.stats.req_packets += 1;
     }
-    rs.path.on_send(now, end, pl.roce.bth.ack_req, again);
+    // A READ is timed to its first response: the round trip, not the whole transfer.
+    let timed_end = if pl.psns > 1 { psn::add(p, 1) } else { end };
+    rs.path.on_send(now, timed_end, pl.roce.bth.ack_req, again);
     if rs.probe.is_none() && rs.path_on {
         rs.probe = rs.path.probe_timeout().map(|t| now + t);
     }
@@ -500,6 +521,12 @@ pub fn on_response(core: &mut Core, qp: &mut Qp, now: Instant, pkt: &RxPkt<'_>) 
     let bth = *pkt.bth();
     let h = pkt.roce.headers();
     let p = bth.psn;
+    // Any AETH that acknowledges (ACK, atomic ACK, READ response) carries the credit count.
+    if let Some(AethRepr { syndrome: Syndrome::Ack { credits }, .. }) = h.aeth
+        && psn::before(p, qp.req.max_sent)
+    {
+        qp.req.on_credits(p, credits);
+    }
     match bth.opcode {
         opcode::RC_ACKNOWLEDGE => {
             let Some(aeth) = h.aeth else {
@@ -864,7 +891,7 @@ mod tests {
     use super::*;
     use crate::pkt::Path;
     use crate::testing::{End, EndOpts, Pair};
-    use crate::verbs::{Access, Mtu, QpAttr, Remote, Sge};
+    use crate::verbs::{Access, Mtu, QpAttr, RecvWr, Remote, Sge};
 
     const PORT: u16 = snic_wire::roce::UDP_PORT;
 
@@ -873,16 +900,18 @@ mod tests {
         let mut attr = QpAttr { path_mtu: mtu, ..QpAttr::default() };
         tweak(&mut attr);
         attr.access = Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
-        let p = Pair::new(&EndOpts::default(), attr, [sq_psn, 0x100]);
+        // The fixed window without loss probes: these tests follow the IBTA timer alone.
+        let opts = EndOpts { path_window: false, ..EndOpts::default() };
+        let p = Pair::new(&opts, attr, [sq_psn, 0x100]);
         (p.a, p.b)
     }
 
-    /// [`pair`] whose NICs size their windows to the path and run loss probes.
+    /// [`pair`] with the default configuration: the NICs size their windows to the path and
+    /// run loss probes.
     fn path_pair(mtu: Mtu) -> (End, End) {
         let mut attr = QpAttr { path_mtu: mtu, ..QpAttr::default() };
         attr.access = Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
-        let opts = EndOpts { path_window: true, ..EndOpts::default() };
-        let p = Pair::new(&opts, attr, [0, 0x100]);
+        let p = Pair::new(&EndOpts::default(), attr, [0, 0x100]);
         (p.a, p.b)
     }
 
@@ -1177,14 +1206,15 @@ mod tests {
         let w1 = SendWr::new(1, WrOp::Write { remote: b.remote(0) }, a.sge(0, 256));
         a.nic.post_send(a.qpn, &w1, t0).unwrap();
         assert_eq!(drain(&mut a, t0).len(), 1);
-        // One packet per 100 us: a slow path, the window is the minimum.
+        // One packet per 100 us: a slow path.
         let t1 = t0 + us(100);
         a.nic.handle_packet(t1, &aeth_pkt(&a, &b, 0, ACK));
         assert_eq!(a.poll_all().len(), 1);
-        let w2 = SendWr::new(2, WrOp::Write { remote: b.remote(0) }, a.sge(0, 64 * 256));
+        // The path's BDP is below one packet: the window is the floor (four transport batches).
+        let win = crate::window::DEFAULT_FLOOR;
+        let w2 = SendWr::new(2, WrOp::Write { remote: b.remote(0) }, a.sge(0, (win + 44) * 256));
         a.nic.post_send(a.qpn, &w2, t1).unwrap();
         let sent: Vec<u32> = drain(&mut a, t1).iter().map(|(r, _)| r.bth.psn).collect();
-        let win = crate::window::MIN_WINDOW;
         assert_eq!(sent, (1..=win).collect::<Vec<u32>>());
         assert_eq!(a.nic.stats().window_stalls, 1);
         // Eight acknowledged: eight more may leave.
@@ -1343,6 +1373,50 @@ mod tests {
             pk[0].0.reth,
             Some(RethRepr { va: b.mr.addr + 0x400 + 256, rkey: b.mr.rkey, dma_len: 744 })
         );
+    }
+
+    /// IBTA 9.7.7.2 end to end: the responder advertises its posted receive WQEs in every ACK
+    /// (zero once its RQ is empty); the requester starts no more SENDs than that beyond the
+    /// acknowledged ones, except one "limited WQE" when it has none outstanding, which learns
+    /// of RECVs posted later (here through an RNR NAK, then an ACK with new credits).
+    #[test]
+    fn sends_wait_for_credits_and_the_limited_wqe_finds_new_recvs() {
+        let mut attr = QpAttr { path_mtu: Mtu::M1024, rnr_retry: 7, ..QpAttr::default() };
+        attr.access = Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
+        let mut p = Pair::new(&EndOpts::default(), attr, [0, 0x100]);
+        let recvs = |p: &mut Pair, ids: core::ops::Range<u64>| {
+            for k in ids {
+                let wr = RecvWr { wr_id: k, sgl: p.b.sge(k * 64, 64) };
+                p.b.nic.post_recv(p.b.qpn, &wr, p.now).unwrap();
+            }
+        };
+        let send = |k: u64, a: &End| SendWr::new(k, WrOp::Send, a.sge(k * 64, 8));
+        recvs(&mut p, 0..3);
+        // Before any ACK nothing limits; the ACK of the first SEND advertises 2 credits.
+        p.a.nic.post_send(p.a.qpn, &send(1, &p.a), p.now).unwrap();
+        p.drive_bounded(10);
+        assert_eq!(p.a.poll_all().len(), 1);
+        let ws: Vec<SendWr> = (2..=5).map(|k| send(k, &p.a)).collect();
+        p.a.nic.post_send_batch(p.a.qpn, &ws, p.now).unwrap();
+        // Two SENDs leave, the third waits for credits; B's ACK of both advertises none...
+        p.step();
+        let (s, b) = (*p.a.nic.stats(), *p.b.nic.stats());
+        assert_eq!((s.req_packets, s.credit_stalls, b.rnr_naks_sent), (3, 1, 0));
+        // ...so only one more SEND goes, as the limited WQE, and finds no RECV.
+        p.step();
+        let (s, b) = (*p.a.nic.stats(), *p.b.nic.stats());
+        assert_eq!((s.req_packets, s.rnr_naks_rcvd, b.rnr_naks_sent), (4, 1, 1));
+        assert_eq!(p.step(), 0, "nothing beyond the limited WQE, and it waits out the RNR timer");
+        // Two RECVs posted: the RNR retry lands, its ACK advertises one credit, SEND 5 goes.
+        recvs(&mut p, 3..5);
+        assert!(p.advance_to_timer());
+        p.drive_bounded(10);
+        let got: Vec<(u64, WcStatus)> =
+            p.a.poll_all().iter().map(|c| (c.wr_id, c.status)).collect();
+        assert_eq!(got, (2..=5).map(|k| (k, WcStatus::Success)).collect::<Vec<_>>());
+        let s = *p.a.nic.stats();
+        assert_eq!((s.req_packets, s.retransmits, s.rnr_naks_rcvd), (5, 1, 1));
+        assert_eq!(p.b.poll_all().len(), 5, "every SEND found its RECV");
     }
 
     #[test]

@@ -91,6 +91,13 @@ pub struct ReqState {
     pub(crate) win_stalled: bool,
     /// The NIC sizes windows to the path and runs loss probes (`RnicConfig::path_window`).
     pub(crate) path_on: bool,
+    /// End-to-end credits (IBTA 9.7.7.2): the PSN of the newest ACK that carried a credit
+    /// count, and the receive WQEs it advertised beyond the messages up to that PSN. `None`:
+    /// not limited (no count yet, or the responder advertises "invalid": an SRQ).
+    pub(crate) credits: Option<(u32, u32)>,
+    /// A new SEND / WRITE with immediate is held back for want of credits (counted once per
+    /// stall).
+    pub(crate) credit_stalled: bool,
 }
 
 impl ReqState {
@@ -177,6 +184,30 @@ impl ReqState {
             }
         }
         self.go_back_from(target.0, target.1, true);
+    }
+
+    /// An ACK up to PSN `p` advertised credit code `code`. Older ACKs (reordered) change
+    /// nothing.
+    pub(crate) fn on_credits(&mut self, p: u32, code: u8) {
+        if self.credits.is_some_and(|(q, _)| psn::before(p, q)) {
+            return;
+        }
+        self.credits = crate::qp::decode_credits(code).map(|n| (p, n));
+    }
+
+    /// A new message that consumes a receive WQE may start (IBTA 9.7.7.2): fewer such messages
+    /// started after the newest credit-bearing ACK than it advertised, or none at all (the
+    /// limited WQE: one message may always go to learn whether a receive WQE was posted; the
+    /// responder answers it with an ACK carrying new credits, or an RNR NAK).
+    pub(crate) fn credit_allows(&self) -> bool {
+        let Some((p, n)) = self.credits else { return true };
+        let used = self
+            .wqes
+            .iter()
+            .take(self.started)
+            .filter(|w| w.wr.op.consumes_recv() && psn::before(p, w.first))
+            .count();
+        used == 0 || used < n as usize
     }
 
     /// Index of the oldest started WQE not done.

@@ -27,8 +27,6 @@ use crate::verbs::{
     Access, FLUSH_GLOBAL, FLUSH_PERSISTENT, FlushLevel, QpState, RecvWr, WcOpcode, WcStatus,
 };
 
-/// AETH credit field of every ACK: "credits not limited" (we do not do end-to-end credits).
-const ACK_CREDITS: u8 = 0x1f;
 /// Largest RDMA message (IBTA: 2^31 bytes).
 const MAX_MSG: u32 = 1 << 31;
 
@@ -721,7 +719,8 @@ fn emit(
     o: Out,
     buf: &mut [u8],
 ) -> Result<TxSg, BuildError> {
-    let ack = |msn| AethRepr { syndrome: Syndrome::Ack { credits: ACK_CREDITS }, msn };
+    let credits = qp::ack_credits(qp);
+    let ack = |msn| AethRepr { syndrome: Syndrome::Ack { credits }, msn };
     match o {
         Out::Ack { psn, msn } | Out::Nak { psn, msn, .. } => {
             let syndrome = match o {
@@ -958,11 +957,17 @@ mod tests {
             let p = pkt::parse(&b[..n], snic_wire::roce::UDP_PORT).expect("valid packet");
             assert_eq!(p.dst, t.peer.src);
             let h = p.roce.headers();
+            // The credit count follows the RQ (`qp::ack_credits`, tested with the requester's
+            // credit rules in req.rs); these tests compare everything else.
+            let mut aeth = h.aeth;
+            if let Some(AethRepr { syndrome: Syndrome::Ack { credits }, .. }) = aeth.as_mut() {
+                *credits = 31;
+            }
             out.push(Resp {
                 op: h.bth.opcode,
                 psn: h.bth.psn,
                 dest_qp: h.bth.dest_qp,
-                aeth: h.aeth,
+                aeth,
                 orig: h.atomic_ack_eth.map(|a| a.orig_data),
                 payload: p.payload().to_vec(),
             });

@@ -56,6 +56,9 @@ pub struct RdmaStats {
     pub read_resp_rcvd: u64,
     /// Requester: sends held back because `max_rd_atomic` READ/atomics were outstanding.
     pub rd_atomic_stalls: u64,
+    /// Requester: SENDs / WRITEs with immediate held back for want of end-to-end credits (the
+    /// responder's AETH credit count, IBTA 9.7.7.2).
+    pub credit_stalls: u64,
 
     /// Responder: ACKs sent.
     pub acks_sent: u64,

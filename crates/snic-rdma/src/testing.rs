@@ -74,7 +74,7 @@ pub struct EndOpts {
     /// IPv6 addresses ([`ip`]) instead of IPv4.
     pub v6: bool,
     /// The NIC sizes its send windows to the path and runs loss probes
-    /// ([`RnicConfig::path_window`]).
+    /// ([`RnicConfig::path_window`], on by default).
     pub path_window: bool,
 }
 
@@ -93,7 +93,7 @@ impl Default for EndOpts {
             placement: MemKind::Host,
             sq_sig_all: false,
             v6: false,
-            path_window: false,
+            path_window: true,
         }
     }
 }

@@ -295,6 +295,14 @@ impl WrOp {
     pub const fn is_atomic(self) -> bool {
         matches!(self, WrOp::CmpSwap { .. } | WrOp::FetchAdd { .. })
     }
+    /// SEND (any kind) or RDMA WRITE with immediate: consumes a receive WQE at the responder,
+    /// so it needs an end-to-end credit (IBTA 9.7.7.2).
+    pub const fn consumes_recv(self) -> bool {
+        matches!(
+            self,
+            WrOp::Send | WrOp::SendImm { .. } | WrOp::SendInv { .. } | WrOp::WriteImm { .. }
+        )
+    }
 }
 
 /// A send-queue work request.
