@@ -941,3 +941,104 @@ fn fastpath_restart_under_iperf3_load_resets_nothing() {
         r["flushed"]
     ));
 }
+
+/// The pid of the one child of process `pid` (snic under `timeout`).
+fn only_child(pid: u32) -> u32 {
+    let path = format!("/proc/{pid}/task/{pid}/children");
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    let kids: Vec<u32> = text.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+    assert_eq!(kids.len(), 1, "{path}: {text:?}");
+    kids[0]
+}
+
+/// Send SIGHUP to `pid` and wait until `snic stats` shows reload number `n` done; returns the
+/// `reload` object.
+fn sighup(snic: &str, sock: &str, pid: u32, n: u64) -> serde_json::Value {
+    must(5, &["kill", "-HUP", &pid.to_string()]);
+    let t0 = Instant::now();
+    loop {
+        let v = stats(snic, sock).unwrap_or_else(|e| panic!("snic stats: {e}"));
+        if v["reload"]["requests"].as_u64() == Some(n) {
+            return v["reload"].clone();
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "reload {n} not done: {}", v["reload"]);
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Issue 19's configuration reload: `snic run --config FILE` between namespaces. SIGHUP after
+/// the policy file gained an ACL rule denying ICMP: pings fail and are counted as denied. SIGHUP
+/// after the run file's port list changed and the policy went back: the policy is applied (pings
+/// work again), the port change is reported and not applied (still two ports). SIGHUP with a
+/// run file that does not parse: refused and reported, nothing changes.
+#[test]
+fn sighup_reloads_the_policy_and_reports_what_it_cannot_change() {
+    if !can_run(&["ip", "ping", "timeout", "kill", "sysctl"], &["ethtool"]) {
+        return;
+    }
+    let mut g = Guard::create("hr", have("ethtool"), false);
+    let policy_text = std::fs::read_to_string(POLICY).expect("interop policy");
+    let policy = g.dir.join("policy.toml");
+    std::fs::write(&policy, &policy_text).unwrap();
+    let config = g.dir.join("run.toml");
+    let (va, ub) = (g.va.clone(), g.ub.clone());
+    let run_toml = |extra_port: &str| {
+        format!(
+            "ports = [\"afpacket:{}\", \"afpacket:{}\"{extra_port}]\nstages = [\"parse\", \
+             \"vswitch\"]\n\n[vswitch]\npolicy = \"{}\"\n",
+            va,
+            ub,
+            policy.display()
+        )
+    };
+    std::fs::write(&config, run_toml("")).unwrap();
+    let snic = env!("CARGO_BIN_EXE_snic");
+    let sock = g.dir.join("ctl.sock").to_str().expect("UTF-8 path").to_string();
+    let cfg = config.to_str().expect("UTF-8 path").to_string();
+    let cmd = g.in_ns(SW, &[snic, "run", "--config", &cfg, "--control", &sock, "--duration", "40"]);
+    let si = g.spawn("snic", 45, &cmd);
+    wait_ready(&mut g, si, snic, &sock);
+    let pid = only_child(g.children[si].id());
+    let (ok, out) = g.ping(VM, HOST_B_CA);
+    assert!(ok, "ping through the tunnel failed:\n{out}\n{}", g.log("snic"));
+    let gen0 = vswitch_show(snic, &sock)["generation"].as_u64().unwrap_or(0);
+
+    // 1. The policy file denies ICMP now.
+    let rule = "{ id = 100, priority = 100, action = \"allow-stateful\" },";
+    assert!(policy_text.contains(rule), "the interop policy's ACL rule");
+    let deny = format!(
+        "{{ id = 1, priority = 1, match = {{ \"ip.proto\" = 1 }}, action = \"deny\" }},\n    {rule}"
+    );
+    std::fs::write(&policy, policy_text.replace(rule, &deny)).unwrap();
+    let before = stats(snic, &sock).unwrap_or_else(|e| panic!("snic stats: {e}"));
+    let r = sighup(snic, &sock, pid, 1);
+    assert_eq!((r["ok"].as_u64(), r["failed"].as_u64()), (Some(1), Some(0)), "{r}");
+    assert_eq!(r["applied"][0], format!("vswitch.policy (generation {})", gen0 + 1), "{r}");
+    assert_eq!(r["not_applied"], serde_json::json!([]), "{r}");
+    let (ok, out) = g.ping(VM, HOST_B_CA);
+    assert!(!ok && out.contains(" 0 received"), "ping went through the reloaded deny:\n{out}");
+    let after = stats(snic, &sock).unwrap_or_else(|e| panic!("snic stats: {e}"));
+    assert!(policy_denies(&after) >= policy_denies(&before) + 3, "{}", after["drops"]);
+
+    // 2. A third port in the run file and the policy back as it was.
+    std::fs::write(&config, run_toml(", \"null\"")).unwrap();
+    std::fs::write(&policy, &policy_text).unwrap();
+    let r = sighup(snic, &sock, pid, 2);
+    assert_eq!((r["ok"].as_u64(), r["failed"].as_u64()), (Some(2), Some(0)), "{r}");
+    assert_eq!(r["applied"][0], format!("vswitch.policy (generation {})", gen0 + 2), "{r}");
+    assert_eq!(r["not_applied"], serde_json::json!(["ports"]), "{r}");
+    let (ok, out) = g.ping(VM, HOST_B_CA);
+    assert!(ok, "ping failed after the policy went back:\n{out}");
+    let v = stats(snic, &sock).unwrap_or_else(|e| panic!("snic stats: {e}"));
+    assert_eq!(v["ports"].as_array().map(Vec::len), Some(2), "the ports stayed as they were");
+
+    // 3. A run file that does not parse: refused, nothing changes.
+    std::fs::write(&config, "ports = [\n").unwrap();
+    let r = sighup(snic, &sock, pid, 3);
+    assert_eq!((r["ok"].as_u64(), r["failed"].as_u64()), (Some(2), Some(1)), "{r}");
+    assert!(r["error"].as_str().is_some_and(|e| !e.is_empty()), "{r}");
+    assert_eq!(vswitch_show(snic, &sock)["generation"].as_u64(), Some(gen0 + 2));
+    let (ok, out) = g.ping(VM, HOST_B_CA);
+    assert!(ok, "ping failed after a refused reload:\n{out}");
+    assert!(g.log("snic").contains("reload (SIGHUP) refused"), "{}", g.log("snic"));
+}
