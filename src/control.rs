@@ -586,6 +586,14 @@ mod tests {
         assert_eq!(p(r#"{"cmd":"stats"}"#), Ok(Incoming::Request(Request::Stats)));
         assert_eq!(p(r#"{"cmd":"vswitch.show"}"#), Ok(Incoming::Request(Request::VSwitchShow)));
         assert_eq!(
+            p(r#"{"cmd":"vswitch.restart-fastpath"}"#),
+            Ok(Incoming::Request(Request::RestartFastpath { hold_ms: 100 }))
+        );
+        assert_eq!(
+            p(r#"{"cmd":"vswitch.restart-fastpath","hold_ms":7}"#),
+            Ok(Incoming::Request(Request::RestartFastpath { hold_ms: 7 }))
+        );
+        assert_eq!(
             p(r#"{"cmd":"vswitch.dump-flows"}"#),
             Ok(Incoming::Request(Request::DumpFlows { limit: 1000, text: false }))
         );

@@ -239,7 +239,8 @@ mod tests {
         // A changed file under the same name is applied.
         policy.vports[0].name = "renamed".into();
         std::fs::write(&file, snic_vswitch::policy::toml::to_toml(&policy)).unwrap();
-        let st = reload(&mut cur, Ok(cur.clone()), Some(&vs));
+        let same = cur.clone();
+        let st = reload(&mut cur, Ok(same), Some(&vs));
         assert_eq!(st.applied, [format!("vswitch.policy (generation {})", g0 + 1)]);
         assert_eq!(vs.policy().vports[0].name, "renamed");
         // A file that does not load changes nothing.

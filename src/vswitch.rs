@@ -871,6 +871,33 @@ mod tests {
     }
 
     #[test]
+    fn restart_fastpath_answers_and_show_reports_the_window() {
+        let vs = vswitch();
+        let _stage = vs.stage().unwrap();
+        let t = Instant::from_micros(1_000);
+        let v = serve(Some(&vs), t, Request::RestartFastpath { hold_ms: 5 });
+        assert_eq!(v["ok"], true, "{v}");
+        assert_eq!((v["restarts"].as_u64(), v["shards"].as_u64()), (Some(1), Some(1)));
+        assert_eq!((v["flushed"].as_u64(), v["hold_ms"].as_u64()), (Some(0), Some(5)));
+        assert_eq!(v["fastpath_off_until_ns"].as_u64(), Some(6_000_000));
+        let text = restart_text(&v);
+        assert!(
+            text.starts_with("fast path restart 1: 0 flow(s) dropped from 1 shard(s)"),
+            "{text}"
+        );
+        let sw = &serve(Some(&vs), t, Request::VSwitchShow)["vswitch"];
+        assert_eq!((sw["fastpath"].as_str(), sw["restarts"].as_u64()), (Some("off"), Some(1)));
+        assert!(show_text(sw).contains("fast path: off; restarts 1"), "{}", show_text(sw));
+        let later = Instant::from_micros(6_000);
+        let sw = &serve(Some(&vs), later, Request::VSwitchShow)["vswitch"];
+        assert_eq!(sw["fastpath"], "on");
+        assert_eq!(sw["slow"]["conns"], 0);
+        let v = serve(Some(&vs), t, Request::RestartFastpath { hold_ms: control::MAX_HOLD_MS + 1 });
+        assert_eq!(v["ok"], false);
+        assert_eq!(vs.stats().restarts, 1, "a refused restart does nothing");
+    }
+
+    #[test]
     fn applied_text_names_generation_and_epochs() {
         let v =
             json!({"ok": true, "generation": 4, "vports": [{"id": 0, "epoch": 2}], "removed": 1});
