@@ -39,7 +39,7 @@ for i in $(seq 1 "$runs"); do
         --control "$sock" --duration 20 >"$dir/snic.out" 2>"$dir/snic.err" &
     echo $! >"$dir/snic.pid"
     n=0
-    until "$snic" stats --control "$sock" 2>/dev/null | grep -q rx_packets; do
+    until "$snic" stats --control "$sock" 2>/dev/null | grep rx_packets >/dev/null; do
         n=$((n + 1)); [ $n -lt 100 ] || { echo "snic did not start"; cat "$dir/snic.err"; exit 1; }
         sleep 0.1
     done
