@@ -42,6 +42,13 @@ fn default_dump_limit() -> usize {
     1000
 }
 
+/// Longest window a fast-path restart may hold the slow path alone (10 s).
+pub const MAX_HOLD_MS: u64 = 10_000;
+
+fn default_hold_ms() -> u64 {
+    100
+}
+
 /// One request on the control socket: `{"cmd": "...", ...}`. Unknown fields of the requests
 /// that take arguments are refused (a misspelt `limit` is an error, not the default).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -75,6 +82,17 @@ pub enum Request {
     Apply {
         /// The edits, applied in order, all or none.
         edits: Vec<Edit>,
+    },
+    /// `{"cmd":"vswitch.restart-fastpath","hold_ms":N}`: drop and rebuild every shard's flow
+    /// table; for `hold_ms` (default 100, at most [`MAX_HOLD_MS`]) the slow path serves every
+    /// packet, then flows are cached again as their packets come. Connections, SNAT bindings
+    /// and policy are kept. Answer: `{"ok":true,"restarts":n,"shards":s,"flushed":f,
+    /// "fastpath_off_until_ns":t,"hold_ms":h}`.
+    #[serde(rename = "vswitch.restart-fastpath")]
+    RestartFastpath {
+        /// How long the slow path alone serves every packet, in milliseconds.
+        #[serde(default = "default_hold_ms")]
+        hold_ms: u64,
     },
     /// `{"cmd":"p4.cli","text":"table_add ..."}`: `simple_switch_CLI` commands (one a line)
     /// for the run's `p4` stage, each applied to every worker's switch between batches, all
@@ -567,6 +585,14 @@ mod tests {
         assert_eq!(p("  \n"), Ok(Incoming::Counters));
         assert_eq!(p(r#"{"cmd":"stats"}"#), Ok(Incoming::Request(Request::Stats)));
         assert_eq!(p(r#"{"cmd":"vswitch.show"}"#), Ok(Incoming::Request(Request::VSwitchShow)));
+        assert_eq!(
+            p(r#"{"cmd":"vswitch.restart-fastpath"}"#),
+            Ok(Incoming::Request(Request::RestartFastpath { hold_ms: 100 }))
+        );
+        assert_eq!(
+            p(r#"{"cmd":"vswitch.restart-fastpath","hold_ms":7}"#),
+            Ok(Incoming::Request(Request::RestartFastpath { hold_ms: 7 }))
+        );
         assert_eq!(
             p(r#"{"cmd":"vswitch.dump-flows"}"#),
             Ok(Incoming::Request(Request::DumpFlows { limit: 1000, text: false }))

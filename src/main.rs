@@ -50,6 +50,7 @@ mod ebpf;
 mod kernel;
 mod p4;
 mod rdma;
+mod reload;
 mod report;
 mod run;
 mod scenario;

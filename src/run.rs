@@ -45,7 +45,7 @@ use std::time::Duration;
 const CONTROL_REFRESH: Duration = Duration::from_millis(100);
 
 /// Arguments of `snic run`.
-#[derive(Debug, Default, clap::Args)]
+#[derive(Debug, Clone, Default, clap::Args)]
 pub struct RunArgs {
     /// TOML run configuration (ports, stages, workers, ...). Command-line options override it.
     #[arg(long, value_name = "FILE")]
@@ -451,6 +451,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         .map_err(anyhow::Error::new)?
         .map(|port| Box::new(ClassCountingPort::new(port, Arc::clone(&classes))) as Box<dyn Port>);
     let p4_stage = crate::p4::p4_stage(&cfg.stages);
+    let cfg_in_force = cfg.clone();
     let runtime = Runtime::with_open(cfg, ports, finite).context("cannot start the runtime")?;
     if runtime.per_worker_queues() {
         tracing::info!("each worker owns a queue of every port");
@@ -467,6 +468,14 @@ pub fn run(args: RunArgs) -> Result<()> {
     )?;
 
     let signals = Signals::install().context("cannot install signal handlers")?;
+    // SIGHUP: read the configuration again and apply what can change live (src/reload.rs).
+    let reread = args.clone();
+    let reloader = crate::reload::Reloader::start(
+        cfg_in_force,
+        move || reread.config(),
+        runtime.vswitch().cloned(),
+    )
+    .context("cannot install the SIGHUP handler")?;
     let done = Arc::new(AtomicBool::new(false));
     if let Some(d) = duration {
         let stop = Arc::clone(&signals.stop);
@@ -519,6 +528,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         if let (false, Some(obj)) = (xdp_final.is_empty(), doc.as_object_mut()) {
             obj.insert("xdp".into(), crate::ebpf::actions_json(&xdp_final));
         }
+        reloader.annotate(&mut doc);
         doc
     };
     let on_stats = |r: &RunReport| {

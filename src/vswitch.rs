@@ -171,6 +171,19 @@ pub enum VSwitchCommand {
         /// The policy file.
         file: PathBuf,
     },
+    /// Restart the fast path: drop and rebuild the flow tables while the slow path serves every
+    /// packet for `--hold-ms`; connections, SNAT bindings and policy are kept.
+    RestartFastpath {
+        /// The control socket.
+        #[command(flatten)]
+        ctl: ControlArg,
+        /// How long the slow path alone serves every packet (milliseconds, at most 10000).
+        #[arg(long, value_name = "MS", default_value_t = 100)]
+        hold_ms: u64,
+        /// Print the JSON answer instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Check a policy file offline: print `FILE: ok` or the error (exit status 1).
     Check {
         /// The policy file.
@@ -245,6 +258,44 @@ pub fn execute(cmd: VSwitchCommand) -> Result<String> {
             apply(&ctl, Edit::Replace { policy, file: Some(name) })
         }
         VSwitchCommand::Check { file } => check(&file),
+        VSwitchCommand::RestartFastpath { ctl, hold_ms, json } => {
+            let v = control::request(&ctl.control, &Request::RestartFastpath { hold_ms })?;
+            Ok(if json { format!("{v}\n") } else { restart_text(&v) })
+        }
+    }
+}
+
+/// The text form of a `vswitch.restart-fastpath` answer.
+fn restart_text(v: &Value) -> String {
+    format!(
+        "fast path restart {}: {} flow(s) dropped from {} shard(s); the slow path serves every \
+         packet for {} ms, then flows are cached again\n",
+        n(v, &["restarts"]),
+        n(v, &["flushed"]),
+        n(v, &["shards"]),
+        n(v, &["hold_ms"])
+    )
+}
+
+/// Answer `vswitch.restart-fastpath`: restart, then back the new tables with huge pages as the
+/// run did the old ones.
+fn restart_fastpath(vs: &VSwitch, now: Instant, hold_ms: u64) -> Value {
+    if hold_ms > control::MAX_HOLD_MS {
+        return error(format!("hold_ms {hold_ms} is above the maximum {}", control::MAX_HOLD_MS));
+    }
+    match vs.restart_fastpath(now, std::time::Duration::from_millis(hold_ms)) {
+        Ok(r) => {
+            if let Err(e) = snic_io::sys::hugepage::advise(&vs.table_regions()) {
+                eprintln!("snic: rebuilt flow tables stay on small pages (madvise: {e})");
+            }
+            let mut v = serde_json::to_value(&r).unwrap_or_else(|_| json!({}));
+            if let Some(o) = v.as_object_mut() {
+                o.insert("ok".into(), json!(true));
+                o.insert("hold_ms".into(), json!(hold_ms));
+            }
+            v
+        }
+        Err(e) => error(e),
     }
 }
 
@@ -371,6 +422,29 @@ pub fn show_text(v: &Value) -> String {
         f("passthrough"),
         f("transpose_errors")
     );
+    let _ = writeln!(
+        s,
+        "fast path: {}; restarts {}, flows dropped by restarts {}, packets served by the slow \
+         path alone {}",
+        v["fastpath"].as_str().unwrap_or("on"),
+        n(v, &["restarts"]),
+        f("flushed"),
+        f("slow_served")
+    );
+    if let Some(sl) = v.get("slow") {
+        let _ = writeln!(
+            s,
+            "connections: {} now ({} half-open, {} time-wait), opened {}, closed {}, SNAT ports \
+             {}, TCP invalid {}",
+            n(sl, &["conns"]),
+            n(sl, &["half_open"]),
+            n(sl, &["time_wait"]),
+            n(sl, &["opened"]),
+            n(sl, &["closed"]),
+            n(sl, &["snat_in_use"]),
+            n(sl, &["tcp_invalid"])
+        );
+    }
     for q in v.get("queues").and_then(Value::as_array).into_iter().flatten() {
         let _ = writeln!(
             s,
@@ -469,7 +543,11 @@ pub fn serve(vs: Option<&VSwitch>, now: Instant, req: Request) -> Value {
         | Request::EbpfTrace { .. } => {
             error("ebpf requests are answered by the xdp stages, not the vswitch")
         }
-        Request::VSwitchShow => json!({"ok": true, "vswitch": show_json(vs)}),
+        Request::VSwitchShow => {
+            let mut sw = show_json(vs);
+            sw["fastpath"] = json!(if vs.fastpath_on(now) { "on" } else { "off" });
+            json!({"ok": true, "vswitch": sw})
+        }
         Request::DumpFlows { limit, text } => {
             if limit > MAX_DUMP_LIMIT {
                 return error(format!("limit {limit} is above the maximum {MAX_DUMP_LIMIT}"));
@@ -488,6 +566,7 @@ pub fn serve(vs: Option<&VSwitch>, now: Instant, req: Request) -> Value {
             let policy = to_toml(&vs.policy());
             json!({"ok": true, "generation": generation, "policy": policy})
         }
+        Request::RestartFastpath { hold_ms } => restart_fastpath(vs, now, hold_ms),
         Request::Apply { edits } => match apply_edits(vs, &edits) {
             Ok(a) => applied_json(vs, &a),
             Err(e) => error(e),
@@ -572,6 +651,7 @@ pub fn show_json(vs: &VSwitch) -> Value {
         o.insert("vports".into(), Value::Array(vports));
         o.insert("meters".into(), Value::Array(meters));
         o.insert("memory_bytes".into(), json!(vs.table_memory()));
+        o.insert("slow".into(), serde_json::to_value(&st.slow).unwrap_or_else(|_| json!({})));
     }
     v
 }
@@ -788,6 +868,33 @@ mod tests {
         assert_eq!(v["ok"], false);
         let v = serve(Some(&vs), Instant::ZERO, Request::Apply { edits: vec![] });
         assert_eq!(v, json!({"ok": false, "error": "vswitch.apply needs at least one edit"}));
+    }
+
+    #[test]
+    fn restart_fastpath_answers_and_show_reports_the_window() {
+        let vs = vswitch();
+        let _stage = vs.stage().unwrap();
+        let t = Instant::from_micros(1_000);
+        let v = serve(Some(&vs), t, Request::RestartFastpath { hold_ms: 5 });
+        assert_eq!(v["ok"], true, "{v}");
+        assert_eq!((v["restarts"].as_u64(), v["shards"].as_u64()), (Some(1), Some(1)));
+        assert_eq!((v["flushed"].as_u64(), v["hold_ms"].as_u64()), (Some(0), Some(5)));
+        assert_eq!(v["fastpath_off_until_ns"].as_u64(), Some(6_000_000));
+        let text = restart_text(&v);
+        assert!(
+            text.starts_with("fast path restart 1: 0 flow(s) dropped from 1 shard(s)"),
+            "{text}"
+        );
+        let sw = &serve(Some(&vs), t, Request::VSwitchShow)["vswitch"];
+        assert_eq!((sw["fastpath"].as_str(), sw["restarts"].as_u64()), (Some("off"), Some(1)));
+        assert!(show_text(sw).contains("fast path: off; restarts 1"), "{}", show_text(sw));
+        let later = Instant::from_micros(6_000);
+        let sw = &serve(Some(&vs), later, Request::VSwitchShow)["vswitch"];
+        assert_eq!(sw["fastpath"], "on");
+        assert_eq!(sw["slow"]["conns"], 0);
+        let v = serve(Some(&vs), t, Request::RestartFastpath { hold_ms: control::MAX_HOLD_MS + 1 });
+        assert_eq!(v["ok"], false);
+        assert_eq!(vs.stats().restarts, 1, "a refused restart does nothing");
     }
 
     #[test]

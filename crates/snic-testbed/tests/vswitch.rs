@@ -699,3 +699,155 @@ fn cached_drop_is_re_evaluated_after_any_policy_change() {
     assert_eq!(st.fast.stale, 1, "the cached drop was re-evaluated: {:?}", st.fast);
     assert_eq!(drops(&b, DropReason::PolicyDeny), 2, "and the packet is no longer denied");
 }
+
+/// The inner TCP source port of a VXLAN frame we sent on the wire.
+fn inner_sport(f: &[u8]) -> u16 {
+    let st = Stack::parse(f);
+    let (l4, off) = st.innermost().l4.unwrap();
+    assert_eq!(l4, Layer::Tcp);
+    let o = usize::from(off);
+    u16::from_be_bytes([f[o], f[o + 1]])
+}
+
+/// Issue 19's fast-path restart (seed 001's servicing): 32 TCP connections through an SNAT, data
+/// both ways every few microseconds; at 12 ms the fast path is restarted with a 2 ms window in
+/// which the slow path serves every packet. Every packet arrives, in order per flow, none is
+/// denied or reset, each connection keeps its SNAT port, and after the window every connection
+/// is compiled into the new flow tables once (forward and reverse). The counters that must move
+/// are named; every other vSwitch counter is checked unchanged.
+#[test]
+fn fastpath_restart_mid_stream_loses_nothing_and_keeps_every_connection() {
+    const FLOWS: u16 = 32;
+    const SNAT_IP: [u8; 4] = [10, 0, 0, 100];
+    let mut p = policy();
+    p.vports[0].layers.insert(
+        1,
+        LayerPolicy {
+            name: "nat".into(),
+            kind: LayerKind::Nat,
+            rules: vec![rule(
+                1,
+                Some(Direction::Out),
+                vec![],
+                Action::Snat { ip: ip(SNAT_IP), ports: (20_000, 20_999) },
+            )],
+            default: Action::Pass,
+            mappings: vec![],
+        },
+    );
+    let mut b = bed(p, VSwitchConfig::default());
+    let t = |us| Instant::from_micros(us);
+    let rem = [10, 0, 0, 2];
+    let out = |i: u16, f: fn(_) -> _, seq| {
+        tcp_frame(VM_MAC, REMOTE_MAC, VM_IP, rem, 40_000 + i, 5201, f, seq)
+    };
+    let inn = |port: u16, f: fn(_) -> _, seq| {
+        vxlan_in(
+            REMOTE_PA,
+            42,
+            50_000,
+            &tcp_frame(REMOTE_MAC, VM_MAC, rem, SNAT_IP, 5201, port, f, seq),
+        )
+    };
+    // Handshakes, one connection at a time: the SNAT port is read off the SYN on the wire.
+    let mut snat = Vec::new();
+    for i in 0..FLOWS {
+        let t0 = 10 + u64::from(i) * 30;
+        b.vm.push(t(t0), out(i, |s| s.syn(), 0));
+        b.tb.run_until(t(t0 + 5)).unwrap();
+        let sent = b.wire.take_sent();
+        assert_eq!(sent.len(), 1, "connection {i}: the SYN left");
+        let port = inner_sport(&sent[0].1);
+        assert!((20_000..=20_999).contains(&port), "SNAT port {port}");
+        snat.push(port);
+        b.wire.push(t(t0 + 10), inn(port, |s| s.syn().ack(1), 0));
+        b.vm.push(t(t0 + 20), out(i, |s| s.ack(1), 0));
+        b.tb.run_until(t(t0 + 25)).unwrap();
+        assert_eq!(b.vm.take_sent().len(), 1, "connection {i}: the SYN-ACK reached the VM");
+        assert_eq!(b.wire.take_sent().len(), 1, "connection {i}: the handshake's ACK left");
+    }
+    // 20 ms of data from 2 ms on: each connection sends a segment every 20 us and receives one
+    // every 40 us; sequence numbers count per direction and connection.
+    let (start, end) = (2_000u64, 22_000u64);
+    let (mut n_out, mut n_in) = (0u64, 0u64);
+    for us in (start..end).step_by(20) {
+        for i in 0..FLOWS {
+            let seq = (us - start) / 20;
+            b.vm.push(t(us), out(i, |s| s.ack(1), seq));
+            n_out += 1;
+            if seq % 2 == 0 {
+                b.wire.push(t(us), inn(snat[usize::from(i)], |s| s.ack(1), seq / 2));
+                n_in += 1;
+            }
+        }
+    }
+    let (restart_at, hold) = (12_000u64, 2_000u64);
+    b.tb.run_until(t(restart_at)).unwrap();
+    let before = b.vs.stats();
+    assert_eq!(before.flows, 2 * usize::from(FLOWS), "forward and reverse flows cached");
+    let r = b.vs.restart_fastpath(b.tb.now(), Duration::from_micros(hold)).unwrap();
+    assert_eq!((r.restarts, r.shards, r.flushed), (1, 1, 2 * usize::from(FLOWS)));
+    assert_eq!(b.vs.stats().flows, 0, "the tables were dropped");
+    b.tb.run_until(t(end + 1_000)).unwrap();
+    b.tb.drive(1_000_000).unwrap();
+    let after = b.vs.stats();
+    let to_wire = b.wire.take_sent();
+    let to_vm = b.vm.take_sent();
+    // Zero packets lost, in order per connection, with the SNAT port each had before.
+    assert_eq!((to_wire.len() as u64, to_vm.len() as u64), (n_out, n_in));
+    let mut last = vec![None::<u64>; usize::from(FLOWS)];
+    for (_, f) in &to_wire {
+        let (_, _, seq) = decode_wire(f);
+        let port = inner_sport(f);
+        let i = snat.iter().position(|&p| p == port).expect("a known SNAT port");
+        assert!(last[i].is_none_or(|l| seq == l + 1), "connection {i}: {seq} after {:?}", last[i]);
+        last[i] = Some(seq);
+    }
+    assert!(last.iter().all(|l| *l == Some(n_out / u64::from(FLOWS) - 1)));
+    for (_, f) in &to_vm {
+        assert_eq!(&f[0..6], &VM_MAC);
+    }
+    let c = b.tb.node(b.node).unwrap().counters();
+    assert_eq!(c.stages.iter().map(|s| s.drops.total()).sum::<u64>(), 0, "no drop at all");
+    // The connections: the same 32, none closed, reset or re-allocated.
+    let (s0, s1) = (&before.slow, &after.slow);
+    assert_eq!((s1.opened, s1.conns, s1.closed), (u64::from(FLOWS), u64::from(FLOWS), 0));
+    assert_eq!((s1.snat_in_use, s1.tcp_invalid, s1.denied), (u64::from(FLOWS), 0, 0), "{s1:?}");
+    assert_eq!((s1.half_open, s1.time_wait), (0, 0));
+    // What moved: the window's packets were served by the slow path alone (every packet that
+    // arrived in the window: after 12 ms (those of 12 ms were handled when the restart came)
+    // and before 14 ms), then each connection was compiled once into the new tables.
+    let in_window = |us: u64| us > restart_at && us < restart_at + hold;
+    let window_pkts: u64 = (start..end)
+        .step_by(20)
+        .filter(|&us| in_window(us))
+        .map(|us| u64::from(FLOWS) * if ((us - start) / 20) % 2 == 0 { 2 } else { 1 })
+        .sum();
+    let (f0, f1) = (&before.fast, &after.fast);
+    assert_eq!(f1.slow_served - f0.slow_served, window_pkts, "{f1:?}");
+    assert_eq!(f1.flushed - f0.flushed, 2 * u64::from(FLOWS));
+    assert_eq!(f1.installs - f0.installs, u64::from(FLOWS), "{f1:?}");
+    assert_eq!(f1.reverse_installs - f0.reverse_installs, u64::from(FLOWS));
+    assert_eq!(after.flows, 2 * usize::from(FLOWS), "every connection is cached again");
+    assert_eq!(after.restarts, 1);
+    assert!(b.vs.fastpath_on(b.tb.now()));
+    // Nothing else moved but the hit, miss and compile counts of normal traffic.
+    let mut expect = f1.clone();
+    for (k, v) in [
+        (&mut expect.flushed, f0.flushed),
+        (&mut expect.slow_served, f0.slow_served),
+        (&mut expect.installs, f0.installs),
+        (&mut expect.reverse_installs, f0.reverse_installs),
+        (&mut expect.hits, f0.hits),
+        (&mut expect.misses, f0.misses),
+        (&mut expect.compiled, f0.compiled),
+        (&mut expect.late_hits, f0.late_hits),
+        (&mut expect.queued_behind, f0.queued_behind),
+        (&mut expect.tcp_copies, f0.tcp_copies),
+    ] {
+        *k = v;
+    }
+    assert_eq!(&expect, f0, "an unexpected vSwitch counter moved");
+    assert_eq!((f1.denied, f1.exception_overflow, f1.evicted, f1.removed), (0, 0, 0, 0));
+    assert_eq!((s1.opened, s1.closed, s1.snat_in_use), (s0.opened, s0.closed, s0.snat_in_use));
+}

@@ -51,6 +51,7 @@ use crate::transposition::Transposition;
 use crate::vfp::{FlowAction, SlowPath, SlowPathConfig, SlowPathStats, UnifiedFlow, Verdict};
 use core::fmt;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use core::time::Duration;
 use hashbrown::HashMap;
 use snic_pipeline::{Batch, DropReason, MAX_BATCH, PacketBuf, PortId, Stage, StageCtx, TraceWhat};
 use snic_time::Instant;
@@ -178,6 +179,10 @@ pub struct ShardStats {
     pub not_flow: u64,
     /// Packets on ports the policy does not name (passed through untouched).
     pub passthrough: u64,
+    /// Cached flows dropped by fast-path restarts ([`VSwitch::restart_fastpath`]).
+    pub flushed: u64,
+    /// Packets the slow path served alone while the fast path was off (compiled, not cached).
+    pub slow_served: u64,
 }
 
 impl ShardStats {
@@ -208,6 +213,8 @@ impl ShardStats {
         self.transpose_errors += o.transpose_errors;
         self.not_flow += o.not_flow;
         self.passthrough += o.passthrough;
+        self.flushed += o.flushed;
+        self.slow_served += o.slow_served;
     }
 }
 
@@ -226,6 +233,11 @@ pub struct VSwitchStats {
     pub actions: usize,
     /// Packets waiting in exception queues.
     pub exceptions_queued: usize,
+    /// Fast-path restarts done ([`VSwitch::restart_fastpath`]).
+    pub restarts: u64,
+    /// Until when (run clock, nanoseconds) the slow path serves every packet; 0 when no restart
+    /// ever turned the fast path off.
+    pub fastpath_off_until_ns: u64,
     /// Fast-path and exception counters, summed.
     pub fast: ShardStats,
     /// Flow-table counters, summed.
@@ -390,6 +402,9 @@ pub struct Shard {
     roles: Vec<Option<Direction>>,
     generation: u64,
     slow_deadline: Option<Instant>,
+    /// True for a batch that runs while the fast path is off (a restart's window): every flow
+    /// packet is served by the slow path and nothing is cached.
+    bypass: bool,
     stats: ShardStats,
     slow_budget: usize,
     age_budget: usize,
@@ -440,6 +455,10 @@ struct Shared {
     /// the `Arc`s, so the fast path takes no lock). Updated with the policy, under the slow
     /// path's lock; a leaf lock (nothing is locked while holding it).
     vport_meters: Mutex<Vec<Option<Arc<SharedBucket>>>>,
+    /// Until when (run clock, nanoseconds) the fast path is off: 0 = on.
+    fastpath_off_until: AtomicU64,
+    /// Fast-path restarts done.
+    restarts: AtomicU64,
     cfg: VSwitchConfig,
 }
 
@@ -521,6 +540,8 @@ impl VSwitch {
                 generation: AtomicU64::new(1),
                 shards: Mutex::new(Vec::new()),
                 vport_meters: Mutex::new(vport_meters),
+                fastpath_off_until: AtomicU64::new(0),
+                restarts: AtomicU64::new(0),
                 cfg,
             }),
         })
@@ -531,11 +552,7 @@ impl VSwitch {
         let cfg = &self.shared.cfg;
         let mut shards = lock(&self.shared.shards);
         let index = shards.len();
-        let gft = Gft::new(GftConfig {
-            seed: cfg.gft.seed ^ (index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
-            ..cfg.gft.clone()
-        })
-        .map_err(VSwitchError::Table)?;
+        let gft = shard_table(cfg, index)?;
         let mut shard = Shard {
             index,
             gft,
@@ -557,6 +574,7 @@ impl VSwitch {
             roles: Vec::new(),
             generation: 0,
             slow_deadline: None,
+            bypass: false,
             stats: ShardStats::default(),
             slow_budget: cfg.slow_budget.max(1),
             age_budget: cfg.age_budget,
@@ -654,6 +672,8 @@ impl VSwitch {
         let mut st = VSwitchStats {
             generation: self.generation(),
             shards: cells.len(),
+            restarts: self.shared.restarts.load(Ordering::Acquire),
+            fastpath_off_until_ns: self.shared.fastpath_off_until.load(Ordering::Acquire),
             ..Default::default()
         };
         for c in cells {
@@ -975,6 +995,65 @@ impl Shard {
         Fate::Keep
     }
 
+    /// Serve `p` with `a`, compiled for it alone while the fast path is off (a restart): the
+    /// vPort meter, the transposition and the egress queue, as [`Shard::serve`] does. A
+    /// per-flow meter has no bucket without a cached entry and is not applied in the window
+    /// (its flow gets a fresh, full bucket when it is cached again); the slow path has seen
+    /// the packet's TCP flags already, so no copy is made.
+    fn serve_uncached(
+        &mut self,
+        now: Instant,
+        p: &mut PacketBuf,
+        a: &FlowAction,
+        hash: u64,
+    ) -> Fate {
+        let len = p.len() as u32;
+        let mut mark = false;
+        if let Some(m) = a.vport_meter
+            && let Some(spec) = self.meters.get(usize::from(m.0))
+            && let Some(Some(b)) = self.vport_meters.get(usize::from(a.vport.0))
+        {
+            let took = b.take(now, len);
+            if took == qos::Take::Contended {
+                self.stats.meter_contended += 1;
+            }
+            if took != qos::Take::Conform {
+                match spec.exceed {
+                    Exceed::Drop => {
+                        self.stats.meter_drops += 1;
+                        return Fate::Drop(DropReason::Metered);
+                    }
+                    Exceed::Mark => mark = true,
+                }
+            }
+        }
+        if a.transposition.apply(p, (hash ^ (hash >> 32)) as u32).is_err() {
+            self.stats.transpose_errors += 1;
+            return Fate::Drop(DropReason::TransposeFailed);
+        }
+        p.meta.parsed = false;
+        if mark {
+            match qos::mark_ce(p.data_mut()) {
+                MarkResult::Marked | MarkResult::AlreadyCe => self.stats.meter_marks += 1,
+                MarkResult::NotEct | MarkResult::NotIp => {
+                    self.stats.meter_drops += 1;
+                    return Fate::Drop(DropReason::Metered);
+                }
+            }
+        }
+        let egress = a.egress;
+        p.meta.egress = Some(PortId(egress));
+        if let Some(Some(q)) = self.queue_of_port.get(usize::from(egress))
+            && let Some(q) = self.queues.get_mut(*q)
+        {
+            return match q.enqueue(now, p) {
+                Enqueued::Queued | Enqueued::QueuedMarked => Fate::Held,
+                Enqueued::DroppedFull => Fate::Drop(DropReason::EgressQueueFull),
+            };
+        }
+        Fate::Keep
+    }
+
     /// The fast path for one packet of the batch (`i` indexes the scratch arrays).
     #[inline]
     fn fast(&mut self, shared: &Shared, now: Instant, p: &mut PacketBuf, i: usize) -> Fate {
@@ -993,6 +1072,10 @@ impl Shard {
         let hash = self.hashes[i];
         if !self.pending.is_empty() && self.pending.contains_key(&key) {
             self.stats.queued_behind += 1;
+            return self.enqueue_exception(p, key, hash);
+        }
+        if self.bypass {
+            // The fast path is off (a restart): the slow path serves this packet.
             return self.enqueue_exception(p, key, hash);
         }
         match self.ids[i] {
@@ -1049,6 +1132,7 @@ impl Shard {
     ) {
         self.refresh(shared, now);
         self.take_removals(cell);
+        self.bypass = now.as_nanos() < shared.fastpath_off_until.load(Ordering::Acquire);
         // The batch is handled in chunks of `CHUNK` packets, in a three-step software pipeline:
         // keys, hashes and bucket prefetches of a chunk two steps ahead, the bucket scan (and
         // entry prefetches) of the next chunk, then the key compare and each packet's fast path
@@ -1167,6 +1251,37 @@ impl Shard {
                         self.pending.remove(&x.key);
                     }
                 }
+                if self.bypass {
+                    let fate =
+                        match slow.compile(now, x.pkt.data(), &x.pkt.meta.stack, &x.key, x.hash) {
+                            Verdict::Forward { forward, .. } => {
+                                self.stats.slow_served += 1;
+                                self.serve_uncached(now, &mut x.pkt, &forward.action, x.hash)
+                            }
+                            Verdict::Deny { reason, .. } => {
+                                self.stats.denied += 1;
+                                *self.stats.denied_by.entry(reason.name()).or_default() += 1;
+                                Fate::Drop(DropReason::PolicyDeny)
+                            }
+                        };
+                    match fate {
+                        Fate::Keep => {
+                            if let Some(port) = x.pkt.meta.egress {
+                                ctx.trace(&x.pkt, || TraceWhat::Forwarded {
+                                    port,
+                                    how: "slow path (fast path off)",
+                                });
+                            }
+                            batch.push_swap(&mut x.pkt);
+                        }
+                        Fate::Drop(r) => {
+                            ctx.drop_packet(&x.pkt, r);
+                        }
+                        Fate::Held => {}
+                    }
+                    self.spare.push(x.pkt);
+                    continue;
+                }
                 let fresh = self
                     .gft
                     .lookup(x.hash, &x.key)
@@ -1256,6 +1371,81 @@ impl Shard {
         cell.pending.store(self.held(), Ordering::Release);
         let d = self.next_deadline().map_or(u64::MAX, |t| t.as_nanos());
         cell.deadline.store(d, Ordering::Release);
+    }
+}
+
+/// The (empty) flow table of shard `index`: its own hash seed, derived from the configured one.
+fn shard_table(cfg: &VSwitchConfig, index: usize) -> Result<Gft, VSwitchError> {
+    Gft::new(GftConfig {
+        seed: cfg.gft.seed ^ (index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+        ..cfg.gft.clone()
+    })
+    .map_err(VSwitchError::Table)
+}
+
+/// What a fast-path restart did ([`VSwitch::restart_fastpath`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Restart {
+    /// Fast-path restarts done so far, this one included.
+    pub restarts: u64,
+    /// Shards whose flow table was rebuilt.
+    pub shards: usize,
+    /// Cached flows dropped (forward, reverse and drop entries of every shard).
+    pub flushed: usize,
+    /// Until when (run clock, nanoseconds) the slow path serves every packet.
+    pub fastpath_off_until_ns: u64,
+}
+
+impl VSwitch {
+    /// Restart the fast path (seed 001's servicing: acceleration off, the software path carries
+    /// every packet, acceleration on again): from `now` until `now + hold` every flow packet is
+    /// served by the slow path alone (compiled per packet, nothing cached), and every shard's
+    /// flow table is dropped and rebuilt empty (a fresh allocation, its actions released).
+    /// After the window, flows are compiled into the new tables again as their packets come,
+    /// as first packets are. The slow path's state (the policy, connections and their TCP
+    /// state, SNAT bindings) is not touched, so no connection is reset or re-allocated: the
+    /// dropped entries are not reported as evictions.
+    ///
+    /// Each shard is swapped between two of its batches; the new tables are allocated and the
+    /// old ones freed without holding a shard's lock. A table region the I/O layer had backed
+    /// with huge pages is gone with it: the caller advises the new [`VSwitch::table_regions`].
+    pub fn restart_fastpath(&self, now: Instant, hold: Duration) -> Result<Restart, VSwitchError> {
+        let cells: Vec<Arc<ShardCell>> = lock(&self.shared.shards).clone();
+        // Allocate first: a failure changes nothing.
+        let mut tables = Vec::with_capacity(cells.len());
+        for c in &cells {
+            let index = lock(&c.state).index;
+            tables.push(shard_table(&self.shared.cfg, index)?);
+        }
+        // The window opens before the tables go, so no flow is cached in a table about to be
+        // dropped.
+        let until = now.saturating_add(hold).as_nanos().max(1);
+        self.shared.fastpath_off_until.fetch_max(until, Ordering::AcqRel);
+        let mut flushed = 0;
+        for (c, mut gft) in cells.iter().zip(tables) {
+            {
+                let mut s = lock(&c.state);
+                core::mem::swap(&mut s.gft, &mut gft);
+                s.actions = ActionTable::default();
+                let n = gft.len();
+                s.stats.flushed += n as u64;
+                flushed += n;
+            }
+            // The old table is freed here, outside the shard's lock.
+            drop(gft);
+        }
+        let restarts = self.shared.restarts.fetch_add(1, Ordering::AcqRel) + 1;
+        Ok(Restart {
+            restarts,
+            shards: cells.len(),
+            flushed,
+            fastpath_off_until_ns: self.shared.fastpath_off_until.load(Ordering::Acquire),
+        })
+    }
+
+    /// Whether the fast path is on at `now` (no restart window open).
+    pub fn fastpath_on(&self, now: Instant) -> bool {
+        now.as_nanos() >= self.shared.fastpath_off_until.load(Ordering::Acquire)
     }
 }
 

@@ -243,7 +243,7 @@ impl Default for SlowPathConfig {
 }
 
 /// Counters and gauges of the slow path.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct SlowPathStats {
     /// Forward verdicts (new flows and re-compiled ones).
     pub compiled: u64,
