@@ -1031,6 +1031,7 @@ impl RdmaHost {
                 "stray_completions": chains.chains.stray(),
             },
             "engine": serde_json::to_value(s).unwrap_or(Value::Null),
+            "message_latency": crate::server::hist_json(rnic.msg_latency()),
         })
     }
 
