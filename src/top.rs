@@ -303,6 +303,41 @@ pub fn frame(control: &Path, old: &Sample, new: &Sample) -> Frame {
             ]],
         });
     }
+    if let Some(list) = n["rdma"]["qp_list"].as_array() {
+        let old_qps: BTreeMap<u64, &Value> = o["rdma"]["qp_list"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|q| (u(&q["qpn"]), q))
+            .collect();
+        // PSNs are 24 bits: an advance is the difference modulo 2^24.
+        let psn_rate = |new: &Value, old: &Value, k: &str| {
+            let d = (u(&new[k]).wrapping_sub(u(&old[k]))) & 0xff_ffff;
+            rate(if secs > 0.0 { d as f64 / secs } else { 0.0 }, "pps")
+        };
+        let rows = list
+            .iter()
+            .map(|q| {
+                let (sent, rcvd) = match old_qps.get(&u(&q["qpn"])) {
+                    Some(old) => (psn_rate(q, old, "next_psn"), psn_rate(q, old, "expected_psn")),
+                    None => ("new".into(), "new".into()),
+                };
+                vec![
+                    u(&q["qpn"]).to_string(),
+                    q["state"].as_str().unwrap_or("?").to_owned(),
+                    u(&q["dest_qpn"]).to_string(),
+                    sent,
+                    rcvd,
+                    u(&q["outstanding"]).to_string(),
+                ]
+            })
+            .collect();
+        sections.push(Section {
+            title: "rdma qps (PSN advance: requests sent, requests received)".into(),
+            header: ["qpn", "state", "dest", "sent", "received", "wqes"].map(String::from).to_vec(),
+            rows,
+        });
+    }
     let de = &n["engine"];
     if de.is_object() {
         let qe = &o["engine"];
@@ -506,5 +541,24 @@ mod tests {
         assert_eq!(f.sections.len(), 3, "no vSwitch, RDMA or DMA sections without them");
         let t = text(&f);
         assert!(t.contains("\nports\n  port  name   rx        rx"), "{t}");
+    }
+
+    #[test]
+    fn qp_rates_are_psn_advances_across_the_24_bit_wrap() {
+        let t0 = Instant::now();
+        let doc = |psn: u64, epsn: u64, more: bool| {
+            let mut qps = vec![json!({"qpn": 17, "state": "Rts", "dest_qpn": 18,
+                                      "next_psn": psn, "expected_psn": epsn, "outstanding": 2})];
+            if more {
+                qps.push(json!({"qpn": 19, "state": "Init", "next_psn": 0, "expected_psn": 0}));
+            }
+            json!({"rdma": {"engine": {"tx_packets": psn}, "qps": qps.len(), "qp_list": qps}})
+        };
+        let a = Sample { doc: doc(0xff_fff0, 100, false), flows: None, at: t0 };
+        let b = Sample { doc: doc(0x10, 100, true), flows: None, at: t0 + Duration::from_secs(1) };
+        let f = frame(Path::new("ctl"), &a, &b);
+        let s = f.sections.iter().find(|s| s.title.starts_with("rdma qps")).expect("qp section");
+        assert_eq!(s.rows[0], ["17", "Rts", "18", "32.0pps", "0pps", "2"]);
+        assert_eq!(s.rows[1][3..5], ["new", "new"]);
     }
 }

@@ -401,6 +401,11 @@ impl Rnic {
         qp::modify(core, qp, attr, mask, now)
     }
 
+    /// A QP, to read its state and PSNs (tools: `snic top` shows rates from PSN advances).
+    pub fn qp(&self, qpn: u32) -> Option<&crate::qp::Qp> {
+        self.qps.get(self.qp_index(qpn)?)?.as_ref()
+    }
+
     /// A QP's current attributes (state included).
     pub fn query_qp(&self, qpn: u32) -> Result<QpAttr, VerbsError> {
         let i = self.qp_index(qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
