@@ -49,6 +49,21 @@ fn default_hold_ms() -> u64 {
     100
 }
 
+fn default_top() -> usize {
+    10
+}
+
+/// What `vswitch.top-flows` ranks flows by.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TopBy {
+    /// Packets the flow served.
+    #[default]
+    Packets,
+    /// Bytes the flow served.
+    Bytes,
+}
+
 /// One request on the control socket: `{"cmd": "...", ...}`. Unknown fields of the requests
 /// that take arguments are refused (a misspelt `limit` is an error, not the default).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,6 +86,19 @@ pub enum Request {
         /// One formatted line per flow instead of JSON objects.
         #[serde(default)]
         text: bool,
+    },
+    /// `{"cmd":"vswitch.top-flows","n":N,"by":"packets"}`: the `n` cached flows (GFT entries)
+    /// that served the most packets (or `"bytes"`), most first (default 10, at most
+    /// [`MAX_DUMP_LIMIT`]), as `{"ok":true,"by":..,"total":flows,"flows":[...]}` (each as in
+    /// `vswitch.dump-flows`). Ranking reads the whole table on the control thread.
+    #[serde(rename = "vswitch.top-flows")]
+    TopFlows {
+        /// How many flows.
+        #[serde(default = "default_top")]
+        n: usize,
+        /// The ranking.
+        #[serde(default)]
+        by: TopBy,
     },
     /// `{"cmd":"vswitch.policy"}`: the policy in force as TOML text,
     /// `{"ok":true,"generation":g,"policy":"..."}`.

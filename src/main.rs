@@ -6,6 +6,8 @@
 //! - `run`: open ports, build pipelines, run them on worker threads until the input ends, a
 //!   duration passes or a signal arrives; print counters on exit and on SIGUSR1. With no
 //!   arguments it runs an embedded default (generated traffic, default chain, null sink).
+//! - `top`: a live terminal view of a running snic over its control socket (rates per port and
+//!   stage, drops by reason, top flows, RDMA, DMA); `--once` prints one text frame.
 //! - `stats`: fetch the counters of a running `snic run` over its control socket (or ask it by
 //!   SIGUSR1 to print them).
 //! - `vswitch`: the vSwitch control plane of a running `snic run --stage vswitch --control PATH`:
@@ -48,6 +50,7 @@ mod decode;
 mod dma;
 mod ebpf;
 mod kernel;
+mod metrics;
 mod p4;
 mod rdma;
 mod reload;
@@ -58,6 +61,7 @@ mod serve;
 mod stats;
 mod stream;
 mod testbed;
+mod top;
 mod vswitch;
 
 use anyhow::Result;
@@ -84,6 +88,9 @@ enum Command {
     Run(run::RunArgs),
     /// Print the counters of a running `snic run`.
     Stats(stats::StatsArgs),
+    /// A live view of a running `snic run` or `snic serve` (its control socket): rates per
+    /// port and stage, drops by reason, top flows, RDMA and DMA; `--once` prints one frame.
+    Top(top::TopArgs),
     /// Run two NIC nodes joined by an impaired virtual link on the simulated clock (deterministic).
     Testbed(testbed::TestbedArgs),
     /// RDMA benchmarks between two snic processes over RoCEv2/UDP, as perftest's ib_*_bw / ib_*_lat.
@@ -159,6 +166,7 @@ fn main() -> Result<()> {
         }
         Command::Run(args) => run::run(args),
         Command::Stats(args) => stats::run(args),
+        Command::Top(args) => top::run(args),
         Command::Testbed(args) => testbed::run(args),
         Command::VSwitch(args) => vswitch::run(args),
         Command::Rdma(args) => rdma::run(args),

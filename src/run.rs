@@ -83,6 +83,10 @@ pub struct RunArgs {
     /// Answer `snic stats --control PATH` on this Unix socket while running.
     #[arg(long, value_name = "PATH")]
     pub control: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://ADDR/metrics while running (e.g. 127.0.0.1:9464;
+    /// port 0 picks a free one). The address bound is printed on stderr.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
     /// Print the final counters as one JSON document instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -109,6 +113,7 @@ impl RunArgs {
             && self.trace.is_none()
             && self.duration.is_none()
             && self.control.is_none()
+            && self.metrics.is_none()
             && !self.json
             && self.policy.is_none()
             && self.flows.is_none()
@@ -493,10 +498,23 @@ pub fn run(args: RunArgs) -> Result<()> {
         })?;
     }
 
-    // With a control socket, a refresher asks the run loop for a snapshot every
-    // CONTROL_REFRESH (through its stats flag); SIGUSR1 is then relayed by the same callback.
+    // With a control socket or a metrics endpoint, a refresher asks the run loop for a
+    // snapshot every CONTROL_REFRESH (through its stats flag); SIGUSR1 is then relayed by the
+    // same callback.
     let latest = Arc::new(Mutex::new(json!({"status": "starting", "ports": []}).to_string()));
     let poke = Arc::new(AtomicBool::new(false));
+    let snapshots = args.control.is_some() || args.metrics.is_some();
+    let _metrics = match &args.metrics {
+        Some(addr) => {
+            let server = crate::metrics::MetricsServer::spawn(
+                addr,
+                crate::metrics::run_renderer(Arc::clone(&latest), runtime.vswitch().cloned()),
+            )?;
+            eprintln!("snic run: metrics on http://{}/metrics", server.local_addr());
+            Some(server)
+        }
+        None => None,
+    };
     // vSwitch requests are answered with the vSwitch's control handle (a clone: the runtime is
     // consumed by `run`), timed with the run's clock so flow ages are right.
     let _server = match &args.control {
@@ -509,20 +527,21 @@ pub fn run(args: RunArgs) -> Result<()> {
                 crate::ebpf::Targets { xdp: runtime.xdp().to_vec(), core: None },
                 runtime.clock(),
             );
-            let server = ControlServer::spawn(path, handler)?;
-            let poke = Arc::clone(&poke);
-            let done = Arc::clone(&done);
-            std::thread::Builder::new().name("snic-control-refresh".into()).spawn(move || {
-                while !done.load(Ordering::Relaxed) {
-                    poke.store(true, Ordering::Relaxed);
-                    std::thread::sleep(CONTROL_REFRESH);
-                }
-            })?;
-            Some(server)
+            Some(ControlServer::spawn(path, handler)?)
         }
         None => None,
     };
-    let stats_flag: &AtomicBool = if args.control.is_some() { &poke } else { &signals.stats };
+    if snapshots {
+        let poke = Arc::clone(&poke);
+        let done = Arc::clone(&done);
+        std::thread::Builder::new().name("snic-control-refresh".into()).spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                poke.store(true, Ordering::Relaxed);
+                std::thread::sleep(CONTROL_REFRESH);
+            }
+        })?;
+    }
+    let stats_flag: &AtomicBool = if snapshots { &poke } else { &signals.stats };
     let xdp_final = runtime.xdp().to_vec();
     let with_xdp = |mut doc: Value| {
         if let (false, Some(obj)) = (xdp_final.is_empty(), doc.as_object_mut()) {
@@ -532,10 +551,8 @@ pub fn run(args: RunArgs) -> Result<()> {
         doc
     };
     let on_stats = |r: &RunReport| {
-        let print = args.control.is_none() || signals.take_stats_request();
-        if args.control.is_some()
-            && let Ok(mut l) = latest.lock()
-        {
+        let print = !snapshots || signals.take_stats_request();
+        if snapshots && let Ok(mut l) = latest.lock() {
             *l = with_xdp(report_json(r, &classes)).to_string();
         }
         if print {

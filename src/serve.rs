@@ -90,6 +90,10 @@ pub struct ServeArgs {
     /// with a `vswitch` stage, `snic vswitch ... --control PATH` on this Unix socket.
     #[arg(long, value_name = "PATH")]
     pub control: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464; port 0 picks a
+    /// free one, printed on stdout).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
     /// A NIC-core eBPF program (`SEC("snic/core")` object, `FILE[,SECTION]`) to load at
     /// start; repeat for several, in slots 0, 1, ... Host programs run slot `s` as kernel
     /// `ebpf` (id 9) with scalar 0 = `s`; `snic ebpf load --core SLOT` replaces one later.
@@ -219,12 +223,25 @@ pub fn run(args: ServeArgs) -> Result<()> {
         }
         None => None,
     };
+    let _metrics = match &args.metrics {
+        Some(addr) => {
+            let latest = Arc::clone(&latest);
+            let server = crate::metrics::MetricsServer::spawn(addr, move || {
+                crate::metrics::from_serve(&crate::metrics::parse_latest(&latest)).encode()
+            })?;
+            println!("snic serve: metrics on http://{}/metrics", server.local_addr());
+            std::io::stdout().flush()?;
+            Some(server)
+        }
+        None => None,
+    };
+    let snapshots = args.control.is_some() || args.metrics.is_some();
     let mut refreshed = std::time::Instant::now();
     while !signals.stop_requested() {
         if signals.take_stats_request() {
             println!("{}", stats());
         }
-        if args.control.is_some() && refreshed.elapsed() >= Duration::from_millis(100) {
+        if snapshots && refreshed.elapsed() >= Duration::from_millis(100) {
             if let Ok(mut l) = latest.lock() {
                 *l = stats().to_string();
             }

@@ -561,6 +561,23 @@ pub fn serve(vs: Option<&VSwitch>, now: Instant, req: Request) -> Value {
                 json!({"ok": true, "count": count, "flows": flows})
             }
         }
+        Request::TopFlows { n, by } => {
+            if n > MAX_DUMP_LIMIT {
+                return error(format!("n {n} is above the maximum {MAX_DUMP_LIMIT}"));
+            }
+            let mut flows = vs.dump_flows(now, usize::MAX);
+            let total = flows.len();
+            let key = |f: &snic_vswitch::engine::FlowDump| match by {
+                crate::control::TopBy::Packets => (f.packets, f.bytes),
+                crate::control::TopBy::Bytes => (f.bytes, f.packets),
+            };
+            if n < flows.len() {
+                flows.select_nth_unstable_by(n, |a, b| key(b).cmp(&key(a)));
+                flows.truncate(n);
+            }
+            flows.sort_unstable_by_key(|f| std::cmp::Reverse(key(f)));
+            json!({"ok": true, "by": by, "total": total, "flows": flows})
+        }
         Request::Policy => {
             let generation = vs.generation();
             let policy = to_toml(&vs.policy());

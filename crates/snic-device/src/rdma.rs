@@ -299,6 +299,9 @@ struct QpEntry {
     rq_len: u64,
 }
 
+/// Most QPs listed in the counters document's `rdma.qp_list`.
+const QP_LIST: usize = 256;
+
 #[derive(Debug)]
 struct RdmaClient {
     pd: Pd,
@@ -1031,6 +1034,28 @@ impl RdmaHost {
                 "stray_completions": chains.chains.stray(),
             },
             "engine": serde_json::to_value(s).unwrap_or(Value::Null),
+            "message_latency": crate::server::hist_json(rnic.msg_latency()),
+            // Each QP's state and PSNs (the first QP_LIST of them): a tool's rates per QP are
+            // the PSN advances between two documents (requests sent, requests received).
+            "qp_list": self
+                .clients
+                .iter()
+                .flat_map(|(&client, c)| c.qps.keys().map(move |&qpn| (client, qpn)))
+                .take(QP_LIST)
+                .filter_map(|(client, qpn)| {
+                    let qp = rnic.qp(qpn)?;
+                    Some(json!({
+                        "qpn": qpn,
+                        "client": client,
+                        "state": format!("{:?}", qp.state()),
+                        "dest_qpn": qp.attr.dest_qpn,
+                        "next_psn": qp.req.next_psn(),
+                        "una": qp.req.una(),
+                        "expected_psn": qp.resp.expected_psn(),
+                        "outstanding": qp.req.outstanding_wqes(),
+                    }))
+                })
+                .collect::<Vec<_>>(),
         })
     }
 

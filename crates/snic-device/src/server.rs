@@ -1117,6 +1117,8 @@ impl Control {
                 "channel_runs": e.channel_runs,
                 "channel_errors": by_status(&e.channel_errors),
                 "flushed_silent": e.flushed_silent,
+                "queue_latency": hist_json(&sum.queue_latency),
+                "channel_latency": hist_json(&sum.channel_latency),
             },
             "kernels_run": sum.kernels_run,
             "kernel_errors": sum.kernel_errors,
@@ -1170,6 +1172,19 @@ fn add_stats(sum: &mut WorkerStats, s: &WorkerStats) {
     sum.sleeps += s.sleeps;
     sum.queues += s.queues;
     sum.channels += s.channels;
+    sum.queue_latency.merge(&s.queue_latency);
+    sum.channel_latency.merge(&s.channel_latency);
+}
+
+/// A latency histogram in the counters document: `{"count", "sum_ns", "le_ns": [bounds],
+/// "counts": [per bucket, not cumulative; the last one is above the last bound]}`.
+pub fn hist_json(h: &snic_dma::LatencyHist) -> Value {
+    json!({
+        "count": h.count(),
+        "sum_ns": h.sum_ns(),
+        "le_ns": snic_dma::latency::BOUNDS_NS,
+        "counts": h.counts(),
+    })
 }
 
 fn gone() -> Response {

@@ -22,7 +22,7 @@ use snic_compute::{Invocation, KernelCmd, KernelStatus, Kernels, MAX_KERNELS, US
 use snic_dma::engine::QueueIndices;
 use snic_dma::{
     AddressSpace, ChannelConfig, ChannelKey, Dir, DmaEngine, DmaError, DmaStats, Event, HostAddr,
-    QueueConfig, QueueState,
+    LatencyHist, QueueConfig, QueueState,
 };
 use snic_hostif::abi;
 use snic_hostif::shm::{EventFd, Mapping, SharedBacking};
@@ -104,6 +104,10 @@ pub(crate) struct WorkerStats {
     pub sleeps: u64,
     pub queues: usize,
     pub channels: usize,
+    /// Doorbell to completion of queues' descriptors (one sample per queue and ring in flight).
+    pub queue_latency: LatencyHist,
+    /// Run request to done of channel chains.
+    pub channel_latency: LatencyHist,
 }
 
 /// Counters of one kernel on one compute worker.
@@ -138,6 +142,11 @@ struct QueueSlot {
     seen: [u32; 3],
     /// Last values written to the NIC registers: H2C CIDX, C2H CIDX, CMPT PIDX, state.
     wrote: [u32; 4],
+    /// Latency sample in flight per ring (H2C, C2H): the producer index a doorbell posted up
+    /// to and when the worker handed it to the engine. Done when the ring's consumer index
+    /// reaches it; one at a time per ring, so a steady stream costs two clock reads per
+    /// completed sample, not per descriptor.
+    lat_mark: [Option<(u32, Instant)>; 2],
 }
 
 #[derive(Debug)]
@@ -149,6 +158,31 @@ struct ChanSlot {
     seen_seq: u32,
     /// The run in flight, by its sequence number.
     running: Option<u32>,
+    /// When the run in flight was handed to the engine.
+    started: Option<Instant>,
+}
+
+/// Finish the latency samples of queue `qid` whose rings' consumer index reached the marked
+/// producer index (the descriptors of that doorbell are done); a queue out of the running
+/// state drops its samples.
+fn sample_queue(hist: &mut LatencyHist, q: &mut QueueSlot, engine: &DmaEngine, qid: u16) {
+    if q.lat_mark.iter().all(Option::is_none) {
+        return;
+    }
+    let (Some(idx), Some(QueueState::Running)) =
+        (engine.queue_indices(qid), engine.queue_state(qid))
+    else {
+        q.lat_mark = [None; 2];
+        return;
+    };
+    for (m, cidx) in q.lat_mark.iter_mut().zip([idx.h2c_cidx, idx.c2h_cidx]) {
+        if let Some((pidx, t)) = *m
+            && cidx.wrapping_sub(pidx) < 1 << 31
+        {
+            hist.observe(t.elapsed());
+            *m = None;
+        }
+    }
 }
 
 /// One client's slot of one kernel.
@@ -233,6 +267,8 @@ pub(crate) struct Worker {
     busy_ns: [u64; MAX_KERNELS as usize],
     kernel_fifo_ignored: u64,
     sleeps: u64,
+    queue_latency: LatencyHist,
+    channel_latency: LatencyHist,
     stop: bool,
 }
 
@@ -266,6 +302,8 @@ impl Worker {
             busy_ns: [0; MAX_KERNELS as usize],
             kernel_fifo_ignored: 0,
             sleeps: 0,
+            queue_latency: LatencyHist::default(),
+            channel_latency: LatencyHist::default(),
             stop: false,
         }
     }
@@ -392,7 +430,10 @@ impl Worker {
                 }
                 clear_words(&bar, slot, abi::QUEUE_STRIDE);
                 let wrote = [0, 0, 0, abi::QSTATE_ADDED];
-                self.queues.insert(qid, QueueSlot { bar, slot, irq, seen: [0; 3], wrote });
+                self.queues.insert(
+                    qid,
+                    QueueSlot { bar, slot, irq, seen: [0; 3], wrote, lat_mark: [None; 2] },
+                );
                 Ack::Done
             }
             Op::StartQueue { qid } => {
@@ -436,7 +477,10 @@ impl Worker {
                 }
                 clear_words(&bar, block, abi::CHANNEL_STRIDE);
                 bar.store_u32(block + abi::CH_CONTROL, u32::from(irq.is_some()));
-                self.chans.insert(key, ChanSlot { bar, block, irq, seen_seq: 0, running: None });
+                self.chans.insert(
+                    key,
+                    ChanSlot { bar, block, irq, seen_seq: 0, running: None, started: None },
+                );
                 Ack::Done
             }
             Op::RemoveChannel { key } => {
@@ -496,6 +540,8 @@ impl Worker {
                 sleeps: self.sleeps,
                 queues: self.queues.len(),
                 channels: self.chans.len(),
+                queue_latency: self.queue_latency,
+                channel_latency: self.channel_latency,
             })),
             Op::Shutdown => {
                 self.stop = true;
@@ -528,7 +574,17 @@ impl Worker {
                     1 => self.engine.doorbell(qid, Dir::C2h, v),
                     _ => self.engine.cmpt_doorbell(qid, v),
                 }
-                add_ignored(&q.bar, self.engine.stats().doorbells_ignored - before);
+                let ignored = self.engine.stats().doorbells_ignored - before;
+                add_ignored(&q.bar, ignored);
+                // A producer doorbell the engine took starts a latency sample on its ring
+                // unless one is in flight.
+                if let Some(m) = q.lat_mark.get_mut(i)
+                    && m.is_none()
+                    && ignored == 0
+                    && self.engine.queue_state(qid) == Some(QueueState::Running)
+                {
+                    *m = Some((v, Instant::now()));
+                }
             }
         }
         for (&key, c) in self.chans.iter_mut() {
@@ -544,7 +600,10 @@ impl Worker {
             let lo = c.bar.load_u32(c.block + abi::CH_DESC_LO);
             let hi = c.bar.load_u32(c.block + abi::CH_DESC_HI);
             match self.engine.channel_run(key, u64::from(hi) << 32 | u64::from(lo)) {
-                Ok(()) => c.running = Some(seq),
+                Ok(()) => {
+                    c.running = Some(seq);
+                    c.started = Some(Instant::now());
+                }
                 Err(_) => add_ignored(&c.bar, 1),
             }
         }
@@ -561,6 +620,7 @@ impl Worker {
                 // indices and state back before signalling it.
                 Event::Completed { qid, interrupt: true, .. } | Event::QueueError { qid, .. } => {
                     if let Some(q) = self.queues.get_mut(&qid) {
+                        sample_queue(&mut self.queue_latency, q, &self.engine, qid);
                         write_queue(
                             q,
                             self.engine.queue_indices(qid),
@@ -569,10 +629,17 @@ impl Worker {
                         signal(q.irq.as_ref());
                     }
                 }
-                Event::Completed { interrupt: false, .. } => {}
+                Event::Completed { qid, interrupt: false, .. } => {
+                    if let Some(q) = self.queues.get_mut(&qid) {
+                        sample_queue(&mut self.queue_latency, q, &self.engine, qid);
+                    }
+                }
                 Event::ChannelDone { key, descs, bytes, status, fault_desc, interrupt } => {
                     let Some(c) = self.chans.get_mut(&key) else { continue };
                     let Some(seq) = c.running.take() else { continue };
+                    if let Some(t) = c.started.take() {
+                        self.channel_latency.observe(t.elapsed());
+                    }
                     let (b, r) = (&c.bar, c.block);
                     b.store_u32(r + abi::CH_STATUS, status as u32);
                     b.store_u32(r + abi::CH_DESCS, descs);

@@ -8,6 +8,8 @@
 //! - [`desc`]: the descriptor and completion-entry formats hosts and the engine share.
 //! - [`engine`]: the queue-based DMA engine (QDMA-like queues with H2C, C2H and completion
 //!   rings; XDMA-like channels), sans-IO: doorbells in, bytes moved, completions and events out.
+//! - [`latency`]: a fixed-bucket latency histogram the engines' users fill with durations they
+//!   measure (the crate itself reads no clock).
 //! - `testing` (feature `testing`): the test rig the engine's tests, benches and fuzz target
 //!   share: memory for clients, queues ready to use, descriptor and completion helpers.
 //!
@@ -17,6 +19,7 @@
 pub mod alloc;
 pub mod desc;
 pub mod engine;
+pub mod latency;
 pub mod mem;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
@@ -26,6 +29,7 @@ pub use engine::{
     ChannelConfig, ChannelKey, DmaEngine, DmaError, DmaStats, Event, Mode, Notify, QueueConfig,
     QueueIndices, QueueState,
 };
+pub use latency::LatencyHist;
 pub use mem::{
     AddressSpace, Backing, DEVICE_ADDR_MASK, DEVICE_ADDR_PREFIX, DevAddr, HostAddr, MemError,
     MemKind, NIC_OWNER, RegionId, RegionInfo, is_device_address,

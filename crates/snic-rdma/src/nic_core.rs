@@ -154,6 +154,8 @@ pub struct Core {
     pub srqs: Vec<Option<Srq>>,
     /// Counters.
     pub stats: RdmaStats,
+    /// Send work requests' latency, fetch to successful retirement (see `Rnic::msg_latency`).
+    pub msg_latency: snic_dma::LatencyHist,
 }
 
 impl Core {

@@ -68,6 +68,9 @@ fn retire(core: &mut Core, qp: &mut Qp, now: Instant) {
         }
         qp.sq.cidx = qp.sq.cidx.wrapping_add(1);
         let mut ok = status == WcStatus::Success;
+        if ok {
+            core.msg_latency.observe(now.saturating_duration_since(w.posted));
+        }
         if !ok || w.wr.signaled || qp.init.sq_sig_all {
             let c = cqe(qp, &w, status);
             if !core.push_cqe(qp.init.send_cq, c) {
@@ -187,7 +190,16 @@ fn fetch(core: &Core, qp: &mut Qp) -> bool {
     let len = wr.sgl.total_len().min(u64::from(u32::MAX >> 1)) as u32;
     let mtu = qp.attr.path_mtu.bytes();
     let npsn = if wr.op.is_atomic() { 1 } else { len.div_ceil(mtu).max(1) };
-    rs.wqes.push_back(Wqe { wr, len, npsn, first: 0, rcvd: 0, status, retry_pending: false });
+    rs.wqes.push_back(Wqe {
+        wr,
+        len,
+        npsn,
+        first: 0,
+        rcvd: 0,
+        status,
+        retry_pending: false,
+        posted: Instant::ZERO,
+    });
     true
 }
 
@@ -367,6 +379,9 @@ pub fn poll_transmit(
         }
         if qp.attr.state != QpState::Rts || !fetch(core, qp) {
             return None;
+        }
+        if let Some(w) = qp.req.wqes.back_mut() {
+            w.posted = now;
         }
         if qp.req.wqes.back().is_some_and(Wqe::done) {
             // It failed its local checks.

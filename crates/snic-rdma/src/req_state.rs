@@ -29,6 +29,8 @@ pub(crate) struct Wqe {
     /// A retransmission of this READ/atomic was started by an implied NAK or a response gap;
     /// further ones wait for progress or the timer.
     pub(crate) retry_pending: bool,
+    /// When the requester fetched it (its latency sample starts here).
+    pub(crate) posted: Instant,
 }
 
 impl Wqe {

@@ -63,6 +63,7 @@ impl Rnic {
                 cqs: Vec::new(),
                 srqs: Vec::new(),
                 stats: RdmaStats::default(),
+                msg_latency: snic_dma::LatencyHist::default(),
             },
             qps: Vec::new(),
             free_qps: Vec::new(),
@@ -79,6 +80,12 @@ impl Rnic {
     /// Counters.
     pub fn stats(&self) -> &RdmaStats {
         &self.core.stats
+    }
+
+    /// Send work requests' latency, from the WQE's fetch (the first transmit poll after its
+    /// doorbell) to its successful retirement (its CQE, when signalled), on the engine's clock.
+    pub fn msg_latency(&self) -> &snic_dma::LatencyHist {
+        &self.core.msg_latency
     }
 
     /// The engine's memory (read results, fill buffers).
@@ -392,6 +399,11 @@ impl Rnic {
     ) -> Result<(), VerbsError> {
         let (core, qp) = self.qp_mut(qpn)?;
         qp::modify(core, qp, attr, mask, now)
+    }
+
+    /// A QP, to read its state and PSNs (tools: `snic top` shows rates from PSN advances).
+    pub fn qp(&self, qpn: u32) -> Option<&crate::qp::Qp> {
+        self.qps.get(self.qp_index(qpn)?)?.as_ref()
     }
 
     /// A QP's current attributes (state included).
