@@ -171,9 +171,9 @@ pub fn report(index: u64, frame: &[u8]) -> Report {
         sport: None,
         dport: None,
         roce: roce_report(frame, &stack),
-        error: stack.error.map(|(l, e)| format!("{}: {e}", l.name())),
-        error_layer: stack.error.map(|(l, _)| l.name()),
-        error_kind: stack.error.map(|(_, e)| e.name()),
+        error: stack.error().map(|(l, e)| format!("{}: {e}", l.name())),
+        error_layer: stack.error().map(|(l, _)| l.name()),
+        error_kind: stack.error().map(|(_, e)| e.name()),
     };
     if let Some((layer, off)) = inner.l3 {
         let at = frame.get(usize::from(off)..).unwrap_or_default();

@@ -539,10 +539,10 @@ fn emitted_frames_parse_back_cleanly_in_snic() {
     for (i, (what, frame)) in emitted().iter().enumerate() {
         let stack = snic_wire::stack::parse(frame);
         assert!(
-            stack.error.is_none(),
+            stack.error().is_none(),
             "frame {} ({what}): our own parser rejects it: {:?}",
             i + 1,
-            stack.error
+            stack.error()
         );
         if what.contains("infiniband") {
             let ip = &frame[ethernet::HEADER_LEN..];

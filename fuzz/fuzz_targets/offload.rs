@@ -153,7 +153,7 @@ fuzz_target!(|data: &[u8]| {
                 }
                 // The super-packet parsed as IP + the right L4: so must every segment.
                 let h = hdrs(f).unwrap_or_else(|| {
-                    panic!("segment {i} does not parse: {:?}", stack::parse(f).error)
+                    panic!("segment {i} does not parse: {:?}", stack::parse(f).error())
                 });
                 assert_eq!((h.l3, h.l4, h.payload), (o.l3, o.l4, o.payload), "segment {i}");
                 assert_eq!(h.ip_end, f.len(), "segment {i}: IP length != frame length");

@@ -81,7 +81,7 @@ fuzz_target!(|data: &[u8]| {
     // In a frame: the walker agrees, and a filled ICRC verifies.
     if let Some(mut f) = wrap(data) {
         let s = stack::parse(&f);
-        assert_eq!(s.bth, Some(42), "stack walk disagrees: {:?}", s.error);
+        assert_eq!(s.bth, Some(42), "stack walk disagrees: {:?}", s.error());
         assert_eq!(s.verify_icrc(&f).map(|r| r.is_ok()), Some(icrc::verify(&f[14..]).is_ok()));
         icrc::fill(&mut f[14..]).expect("fill on a packet the walker accepted");
         assert_eq!(icrc::verify(&f[14..]), Ok(()));

@@ -1059,7 +1059,7 @@ mod tests {
             let st = snic_wire::stack::Stack::parse(&f);
             match k {
                 FrameKind::Truncated => assert!(!st.is_ok(), "truncated frame parsed: {f:02x?}"),
-                _ => assert!(st.is_ok(), "{k:?}: {:?} in {f:02x?}", st.error),
+                _ => assert!(st.is_ok(), "{k:?}: {:?} in {f:02x?}", st.error()),
             }
         }
     }

@@ -89,7 +89,7 @@ impl Local {
         let l3 = usize::from(l3);
         let d = pkt.data();
         if pkt.meta.class == Class::Rdma {
-            let roce = pkt.meta.roce.as_ref()?;
+            let roce = pkt.roce()?;
             return self.is_ours(roce.ip_dst).then_some(LocalKind::Roce { ip: l3 });
         }
         match layer {

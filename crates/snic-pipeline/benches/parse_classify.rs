@@ -35,7 +35,7 @@ fn bench(c: &mut Criterion) {
                 let stack = snic_wire::stack::parse(f);
                 let h = rss.hash_packet(f, &stack);
                 let m = classify::roce_meta(f, &stack);
-                black_box((stack.error, h, m))
+                black_box((stack.error(), h, m))
             })
         });
     }

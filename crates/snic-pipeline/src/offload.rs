@@ -1277,7 +1277,7 @@ pub(crate) mod tests {
     fn check_tunnel_segment(f: &[u8], vxlan: bool) -> (u32, Vec<u8>, u8) {
         use snic_wire::stack::{Layer, Stack};
         let st = Stack::parse(f);
-        assert_eq!(st.error, None, "segment parses");
+        assert_eq!(st.error(), None, "segment parses");
         let want_tunnel = if vxlan { Layer::Vxlan } else { Layer::Nvgre };
         assert_eq!(st.tunnel.map(|t| t.0), Some(want_tunnel));
         assert_eq!(st.vni, Some(42));

@@ -270,7 +270,7 @@ mod tests {
 
     fn hash_frame(f: &[u8]) -> u32 {
         let stack = snic_wire::stack::parse(f);
-        assert!(stack.is_ok(), "{:?}", stack.error);
+        assert!(stack.is_ok(), "{:?}", stack.error());
         Toeplitz::default().hash_packet(f, &stack)
     }
 

@@ -107,7 +107,7 @@ impl fmt::Display for Layers<'_> {
         if self.0.layers().is_empty() {
             f.write_str("(none)")?;
         }
-        if let Some((layer, err)) = self.0.error {
+        if let Some((layer, err)) = self.0.error() {
             write!(f, " [error in {}: {}]", layer.name(), err)?;
         }
         Ok(())
@@ -117,7 +117,7 @@ impl fmt::Display for Layers<'_> {
 impl fmt::Display for TraceWhat {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            TraceWhat::Selected { stack } if stack.layers().is_empty() && stack.error.is_none() => {
+            TraceWhat::Selected { stack } if stack.layers().is_empty() && stack.is_ok() => {
                 f.write_str("selected for trace (not parsed yet)")
             }
             TraceWhat::Selected { stack } => write!(f, "selected for trace: {}", Layers(stack)),

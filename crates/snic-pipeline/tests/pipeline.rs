@@ -85,7 +85,7 @@ fn mixed_batch_through_parse_classify_l2fwd() {
     );
 
     // The RDMA WRITE's fields.
-    let roce = b.packets()[3].meta.roce.expect("roce meta");
+    let roce = b.packets()[3].roce().expect("roce meta");
     let w = Write::default();
     assert_eq!(roce.ip_src, IpAddr::V4(IP_A));
     assert_eq!(roce.ip_dst, IpAddr::V4(IP_B));
@@ -167,9 +167,10 @@ fn mark_mode_keeps_bad_icrc_and_pass_mode_keeps_malformed() {
     assert_eq!(b.len(), names.len() - 1);
     let bad = b.iter().find(|p| p.meta.seq == 5).unwrap();
     assert_eq!(bad.meta.class, Class::Rdma);
-    assert!(!bad.meta.roce.unwrap().icrc_ok);
+    assert_eq!(bad.meta.roce, Some(false));
+    assert!(!bad.roce().unwrap().icrc_ok);
     let runt = b.iter().find(|p| p.meta.seq == 7).unwrap();
-    assert_eq!(runt.meta.stack.error.map(|e| e.0), Some(Layer::Eth));
+    assert_eq!(runt.meta.stack.error().map(|e| e.0), Some(Layer::Eth));
     assert_eq!(runt.meta.class, Class::Other);
 }
 
@@ -415,7 +416,7 @@ fn parse_stage_reuses_a_walk_done_on_receive() {
     push(&mut b, 0, &udp64(1, 2));
     let pkt = &mut b.packets_mut()[0];
     pkt.meta.parsed = true;
-    pkt.meta.stack.error = Some((Layer::Ipv4, WireError::Truncated { need: 34, got: 20 }));
+    pkt.meta.stack.set_error(Some((Layer::Ipv4, WireError::Truncated { need: 34, got: 20 })));
     pkt.meta.rss_hash = 0x1234_5678;
     // The same frame, not parsed on receive: walked here and forwarded.
     push(&mut b, 0, &udp64(1, 2));

@@ -192,7 +192,7 @@ fn set_ecn(f: &mut [u8], ecn: u8) {
 /// frame we sent on the wire.
 fn decode_wire(f: &[u8]) -> (Ipv4Addr, u32, u64) {
     let st = Stack::parse(f);
-    assert!(st.is_ok(), "our frame must parse: {:?}", st.error);
+    assert!(st.is_ok(), "our frame must parse: {:?}", st.error());
     assert_eq!(st.tunnel.map(|t| t.0), Some(Layer::Vxlan));
     let o = usize::from(st.outer.l3.unwrap().1);
     let dst = Ipv4Addr::new(f[o + 16], f[o + 17], f[o + 18], f[o + 19]);

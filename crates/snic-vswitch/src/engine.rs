@@ -1178,6 +1178,13 @@ impl Shard {
                 &self.cands[r.clone()],
                 &mut self.ids[r.clone()],
             );
+            // The entries are in the cache by now; start loading the actions they point to
+            // (a dependent load the serve loop below would otherwise wait on, packet by packet).
+            for id in self.ids[r.clone()].iter().flatten() {
+                if let Some(a) = self.actions.slots.get(self.gft.entry(*id).action.0 as usize) {
+                    crate::prefetch::prefetch_read(a);
+                }
+            }
             for (i, p) in pkts.iter_mut().enumerate().take(r.end).skip(r.start) {
                 let keep = match self.fast(shared, now, p, i) {
                     Fate::Keep => {

@@ -1219,7 +1219,7 @@ mod tests {
     /// recomputed from scratch; a UDP/IPv4 checksum of 0 is accepted.
     fn verify(f: &[u8]) -> core::result::Result<(), String> {
         let st = Stack::parse(f);
-        if let Some(e) = st.error {
+        if let Some(e) = st.error() {
             return Err(format!("does not parse: {e:?}"));
         }
         for h in [Some(st.outer), st.inner].into_iter().flatten() {

@@ -166,7 +166,7 @@ fn roce_write(payload_len: usize) -> Vec<u8> {
 /// Fail loudly, before timing, if a frame does not parse whole into the expected layers.
 fn check_parses(name: &str, frame: &[u8], want: &[Layer]) {
     let s = stack::parse(frame);
-    assert!(s.is_ok(), "{name}: {:?}", s.error);
+    assert!(s.is_ok(), "{name}: {:?}", s.error());
     let got: Vec<Layer> = s.layers().iter().map(|l| l.layer).collect();
     assert_eq!(got, want, "{name}: layers");
 }

@@ -118,6 +118,62 @@ pub struct LayerAt {
     pub offset: u16,
 }
 
+/// The layers of one [`Stack`], outer to inner, as [`Stack::layers`] lists them. It derefs to
+/// a slice of [`LayerAt`].
+#[derive(Clone, Copy)]
+pub struct Layers {
+    items: [LayerAt; MAX_LAYERS],
+    len: u8,
+}
+
+impl Layers {
+    fn push(&mut self, l: LayerAt) {
+        // A frame records at most 14 layers (two L2..L4 stacks with two VLAN tags each, a
+        // tunnel, a BTH and two extension headers), below `MAX_LAYERS`.
+        if let Some(slot) = self.items.get_mut(usize::from(self.len)) {
+            *slot = l;
+            self.len += 1;
+        }
+    }
+}
+
+impl core::ops::Deref for Layers {
+    type Target = [LayerAt];
+    fn deref(&self) -> &[LayerAt] {
+        &self.items[..usize::from(self.len)]
+    }
+}
+
+impl core::fmt::Debug for Layers {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl PartialEq for Layers {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for Layers {}
+
+impl IntoIterator for Layers {
+    type Item = LayerAt;
+    type IntoIter = core::iter::Take<core::array::IntoIter<LayerAt, MAX_LAYERS>>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.items.into_iter().take(usize::from(self.len))
+    }
+}
+
+impl<'a> IntoIterator for &'a Layers {
+    type Item = &'a LayerAt;
+    type IntoIter = core::slice::Iter<'a, LayerAt>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
 /// Offsets of the L2/L3/L4 headers of one (outer or inner) frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Headers {
@@ -137,19 +193,136 @@ pub struct Headers {
     pub ip_proto: Option<u8>,
 }
 
-/// The result of walking a frame.
+impl Headers {
+    /// Visit this frame's layers in order (Ethernet, its VLAN tags, L3, L4); stop and return
+    /// true as soon as `f` does.
+    fn visit(&self, f: &mut impl FnMut(LayerAt) -> bool) -> bool {
+        if let Some(eth) = self.eth {
+            if f(LayerAt { layer: Layer::Eth, offset: eth }) {
+                return true;
+            }
+            let mut tag = eth.saturating_add(ethernet::HEADER_LEN as u16);
+            for _ in 0..self.vlans {
+                if f(LayerAt { layer: Layer::Vlan, offset: tag }) {
+                    return true;
+                }
+                tag = tag.saturating_add(ethernet::VLAN_TAG_LEN as u16);
+            }
+        }
+        [self.l3, self.l4].into_iter().flatten().any(|(layer, offset)| f(LayerAt { layer, offset }))
+    }
+}
+
+/// The error that stopped a walk, packed into 12 bytes (an [`Error`] is 24: two `usize`s or a
+/// `&'static str`). Lengths are frame offsets and header fields, far below `u32::MAX` (larger
+/// ones are stored as `u32::MAX`); `BadValue` field names are an index into [`FIELDS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PackedError {
+    layer: Layer,
+    kind: u8,
+    a: u32,
+    b: u32,
+}
+
+/// Every field name a parser of this crate reports in `Error::BadValue` (a test checks that the
+/// crate's sources name no other). The last is for a name not in the list.
+const FIELDS: [&str; 34] = [
+    "aeth.msn",
+    "aeth.nak_code",
+    "aeth.syndrome",
+    "arp.hlen",
+    "arp.htype",
+    "arp.plen",
+    "arp.ptype",
+    "bth.dest_qp",
+    "bth.pad_count",
+    "bth.psn",
+    "deth.src_qp",
+    "feth.placement_type",
+    "feth.selectivity_level",
+    "geneve.options",
+    "geneve.vni",
+    "hop_by_hop",
+    "ip.fragment",
+    "ip.protocol",
+    "ipv6.next_header",
+    "ndisc.code",
+    "ndisc.target",
+    "nvgre.protocol",
+    "nvgre.vsid",
+    "offset",
+    "roce.aeth",
+    "roce.atomic_ack_eth",
+    "roce.atomic_eth",
+    "roce.deth",
+    "roce.feth",
+    "roce.ieth",
+    "roce.imm_dt",
+    "roce.reth",
+    "vxlan.vni",
+    "(unknown,
+    field)",
+];
+
+fn narrow(x: usize) -> u32 {
+    u32::try_from(x).unwrap_or(u32::MAX)
+}
+
+impl PackedError {
+    fn pack(layer: Layer, e: Error) -> PackedError {
+        let (kind, a, b) = match e {
+            Error::Truncated { need, got } => (0, narrow(need), narrow(got)),
+            Error::BadVersion { got } => (1, u32::from(got), 0),
+            Error::BadHeaderLen { got } => (2, narrow(got), 0),
+            Error::BadTotalLen { got } => (3, narrow(got), 0),
+            Error::BadChecksum => (4, 0, 0),
+            Error::BadIcrc { expected, got } => (5, expected, got),
+            Error::BadOpcode { got } => (6, u32::from(got), 0),
+            Error::BadOption => (7, 0, 0),
+            Error::BadFlags => (8, 0, 0),
+            Error::TooManyHeaders => (9, 0, 0),
+            Error::BadValue { field } => {
+                let i = FIELDS.iter().position(|&n| n == field).unwrap_or(FIELDS.len() - 1);
+                (10, i as u32, 0)
+            }
+        };
+        PackedError { layer, kind, a, b }
+    }
+
+    fn unpack(self) -> (Layer, Error) {
+        let (a, b) = (self.a, self.b);
+        let e = match self.kind {
+            0 => Error::Truncated { need: a as usize, got: b as usize },
+            1 => Error::BadVersion { got: a as u8 },
+            2 => Error::BadHeaderLen { got: a as usize },
+            3 => Error::BadTotalLen { got: a as usize },
+            4 => Error::BadChecksum,
+            5 => Error::BadIcrc { expected: a, got: b },
+            6 => Error::BadOpcode { got: a as u8 },
+            7 => Error::BadOption,
+            8 => Error::BadFlags,
+            9 => Error::TooManyHeaders,
+            _ => Error::BadValue { field: FIELDS.get(a as usize).copied().unwrap_or("") },
+        };
+        (self.layer, e)
+    }
+}
+
+/// The result of walking a frame.
+///
+/// Kept small (80 bytes): it rides in every packet's metadata. The layer list is not stored:
+/// [`Stack::layers`] rebuilds it from the headers' offsets (the walk records layers in a fixed
+/// order: outer L2..L4, tunnel, inner L2..L4, RoCE), and the error is packed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Stack {
-    layers: [LayerAt; MAX_LAYERS],
-    len: u8,
     /// The outer frame's headers.
     pub outer: Headers,
+    /// The inner frame's headers, for tunnelled packets.
+    pub inner: Option<Headers>,
     /// The tunnel header (VXLAN, Geneve, NVGRE) and its offset, when there is one.
     pub tunnel: Option<(Layer, u16)>,
     /// Virtual network ID of the tunnel (VXLAN VNI, Geneve VNI, NVGRE VSID).
     pub vni: Option<u32>,
-    /// The inner frame's headers, for tunnelled packets.
-    pub inner: Option<Headers>,
     /// Offset of the RoCEv2 BTH, when the frame is a well-formed RoCEv2 packet (UDP destination
     /// port 4791): `Some` only when the BTH, every extension header its opcode implies and the
     /// payload/pad/ICRC length rules all checked out. A RoCE packet that failed to parse leaves
@@ -158,40 +331,77 @@ pub struct Stack {
     pub bth: Option<u16>,
     /// Offset of the first byte after the last parsed header.
     pub payload: u16,
-    /// The layer that could not be read and why; `None` when the whole frame parsed.
-    pub error: Option<(Layer, Error)>,
-}
-
-impl Default for Stack {
-    fn default() -> Self {
-        Stack {
-            layers: [LayerAt { layer: Layer::Eth, offset: 0 }; MAX_LAYERS],
-            len: 0,
-            outer: Headers::default(),
-            tunnel: None,
-            vni: None,
-            inner: None,
-            bth: None,
-            payload: 0,
-            error: None,
-        }
-    }
+    /// Where the walk recorded a BTH (also when the RoCE packet then failed); 0 for none (a
+    /// BTH never starts a frame).
+    roce_at: u16,
+    /// The extension headers recorded after that BTH, in order.
+    roce_ext: [Option<ExtHeader>; roce::packet::MAX_EXT],
+    error: Option<PackedError>,
 }
 
 impl Stack {
     /// The layers that parsed, outer to inner.
-    pub fn layers(&self) -> &[LayerAt] {
-        &self.layers[..usize::from(self.len)]
+    pub fn layers(&self) -> Layers {
+        let mut out =
+            Layers { items: [LayerAt { layer: Layer::Eth, offset: 0 }; MAX_LAYERS], len: 0 };
+        self.visit(|l| {
+            out.push(l);
+            false
+        });
+        out
+    }
+
+    /// Visit the recorded layers outer to inner; stop and return true as soon as `f` does.
+    fn visit(&self, mut f: impl FnMut(LayerAt) -> bool) -> bool {
+        if self.outer.visit(&mut f) {
+            return true;
+        }
+        if let Some((layer, offset)) = self.tunnel
+            && f(LayerAt { layer, offset })
+        {
+            return true;
+        }
+        if let Some(inner) = &self.inner
+            && inner.visit(&mut f)
+        {
+            return true;
+        }
+        if self.roce_at == 0 {
+            return false;
+        }
+        if f(LayerAt { layer: Layer::Bth, offset: self.roce_at }) {
+            return true;
+        }
+        let mut at_ = self.roce_at.saturating_add(roce::bth::HEADER_LEN as u16);
+        for e in self.roce_ext.into_iter().flatten() {
+            if f(LayerAt { layer: ext_layer(e), offset: at_ }) {
+                return true;
+            }
+            at_ = at_.saturating_add(e.header_len() as u16);
+        }
+        false
     }
 
     /// Offset of the first (outermost) layer of this kind.
     pub fn find(&self, layer: Layer) -> Option<u16> {
-        self.layers().iter().find(|l| l.layer == layer).map(|l| l.offset)
+        let mut found = None;
+        self.visit(|l| {
+            found = Some(l.offset).filter(|_| l.layer == layer);
+            found.is_some()
+        });
+        found
     }
 
     /// Offset of the last (innermost) layer of this kind.
     pub fn find_last(&self, layer: Layer) -> Option<u16> {
-        self.layers().iter().rev().find(|l| l.layer == layer).map(|l| l.offset)
+        let mut found = None;
+        self.visit(|l| {
+            if l.layer == layer {
+                found = Some(l.offset);
+            }
+            false
+        });
+        found
     }
 
     /// The innermost frame's headers: the inner frame of a tunnel, else the outer frame.
@@ -204,16 +414,14 @@ impl Stack {
         self.error.is_none()
     }
 
-    /// Record a layer. Returns `Err(TooManyHeaders)` past [`MAX_LAYERS`].
-    pub(crate) fn push(&mut self, layer: Layer, offset: usize) -> Result<(), Error> {
-        let offset = u16::try_from(offset).map_err(|_| Error::BadValue { field: "offset" })?;
-        let i = usize::from(self.len);
-        if i >= MAX_LAYERS {
-            return Err(Error::TooManyHeaders);
-        }
-        self.layers[i] = LayerAt { layer, offset };
-        self.len += 1;
-        Ok(())
+    /// The layer that could not be read and why; `None` when the whole frame parsed.
+    pub fn error(&self) -> Option<(Layer, Error)> {
+        self.error.map(PackedError::unpack)
+    }
+
+    /// Set (or clear) the error [`Stack::error`] reports.
+    pub fn set_error(&mut self, error: Option<(Layer, Error)>) {
+        self.error = error.map(|(l, e)| PackedError::pack(l, e));
     }
 }
 
@@ -258,8 +466,8 @@ impl Stack {
     /// [`Stack::verify_icrc`]).
     pub fn parse(frame: &[u8]) -> Stack {
         let mut s = Stack::default();
-        if let Err(fail) = s.walk_l2(frame, 0, frame.len(), false) {
-            s.error = Some(fail);
+        if let Err((layer, e)) = s.walk_l2(frame, 0, frame.len(), false) {
+            s.set_error(Some((layer, e)));
         }
         s
     }
@@ -279,7 +487,7 @@ impl Stack {
     /// - Otherwise the result of [`icrc::verify`] over the IP header that carries the UDP
     ///   datagram (the innermost one; RoCE is not walked inside RoCE).
     pub fn verify_icrc(&self, frame: &[u8]) -> Option<Result<(), Error>> {
-        if let Some((layer, e)) = self.error
+        if let Some((layer, e)) = self.error()
             && is_roce_layer(layer)
         {
             return Some(Err(e));
@@ -294,14 +502,25 @@ impl Stack {
         if inner { self.inner.get_or_insert_with(Headers::default) } else { &mut self.outer }
     }
 
-    /// Record `layer` at `offset` and move `payload` to `end` (the first byte after it).
-    /// Returns the offset as stored. `Err(BadValue { field: "offset" })` past 64 KiB.
+    /// Check that `layer` at `offset`..`end` lies within 64 KiB and move `payload` to `end` (the
+    /// first byte after it). Returns the offset as stored; the caller records it (in a
+    /// [`Headers`], the tunnel or the RoCE fields). `Err(BadValue { field: "offset" })` past
+    /// 64 KiB.
     fn record(&mut self, layer: Layer, offset: usize, end: usize) -> Result<u16, Fail> {
-        let end = u16::try_from(end).map_err(|_| (layer, Error::BadValue { field: "offset" }))?;
-        self.push(layer, offset).map_err(at(layer, 0))?;
+        let bad = || (layer, Error::BadValue { field: "offset" });
+        let end = u16::try_from(end).map_err(|_| bad())?;
+        let offset = u16::try_from(offset).map_err(|_| bad())?;
         self.payload = end;
-        // `push` succeeded, so `offset` fits.
-        Ok(offset as u16)
+        Ok(offset)
+    }
+
+    /// Record the RoCE extension header `e` at `off` (after the BTH and those before it).
+    fn record_ext(&mut self, e: ExtHeader, off: usize) -> Result<(), Fail> {
+        self.record(ext_layer(e), off, off + e.header_len())?;
+        if let Some(slot) = self.roce_ext.iter_mut().find(|s| s.is_none()) {
+            *slot = Some(e);
+        }
+        Ok(())
     }
 
     /// Ethernet at `off`, the frame ending at `end`.
@@ -325,6 +544,7 @@ impl Stack {
                 .and_then(|t| ethernet::VlanRepr::parse(&t))
                 .map_err(at(Layer::Vlan, tag_at))?;
             self.record(Layer::Vlan, tag_at, tag_at + ethernet::VLAN_TAG_LEN)?;
+            // Recorded by counting it: tag `i` is at `eth + 14 + 4 i`.
             let h = self.headers(inner);
             if h.vlans == 0 {
                 h.vlan_id = Some(tag.vid);
@@ -506,9 +726,11 @@ impl Stack {
         match RocePacket::walk(bytes) {
             Ok(p) => {
                 let o = self.record(Layer::Bth, off, off + roce::bth::HEADER_LEN)?;
+                self.roce_at = o;
+                // The extension headers follow the BTH back to back (the offsets `layers`
+                // rebuilds from their lengths).
                 for &(e, at_) in p.ext_headers() {
-                    let at_ = off + usize::from(at_);
-                    self.record(ext_layer(e), at_, at_ + e.header_len())?;
+                    self.record_ext(e, off + usize::from(at_))?;
                 }
                 self.bth = Some(o);
                 Ok(())
@@ -516,9 +738,9 @@ impl Stack {
             Err(WalkError { info, parsed, ext, error }) => {
                 if let Some(info) = info {
                     let mut at_ = off + roce::bth::HEADER_LEN;
-                    self.record(Layer::Bth, off, at_)?;
-                    for &e in info.ext.iter().take(parsed) {
-                        self.record(ext_layer(e), at_, at_ + e.header_len())?;
+                    self.roce_at = self.record(Layer::Bth, off, at_)?;
+                    for &e in info.ext.iter().take(parsed.min(roce::packet::MAX_EXT)) {
+                        self.record_ext(e, at_)?;
                         at_ += e.header_len();
                     }
                 }
@@ -559,4 +781,81 @@ const fn is_roce_layer(layer: Layer) -> bool {
             | Layer::Cnp
             | Layer::Feth
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every `BadValue` field name in this crate's sources (`field: "..."`, `check_u24(_, "...")`
+    /// and the `"roce.*"` names of `RoceRepr`) is in [`FIELDS`], so a packed error unpacks to
+    /// the error the walk met.
+    #[test]
+    fn packed_error_knows_every_field_name() {
+        fn scan(dir: &std::path::Path, out: &mut Vec<String>) {
+            for e in std::fs::read_dir(dir).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    scan(&p, out);
+                } else if p.extension().is_some_and(|x| x == "rs") {
+                    let text = std::fs::read_to_string(&p).unwrap();
+                    for (pat, prefix, nth) in
+                        [("field: \"", "", 0), ("check_u24(", "", 1), ("\"roce.", "roce.", 0)]
+                    {
+                        for (i, _) in text.match_indices(pat) {
+                            let rest = &text[i + pat.len()..];
+                            // Only a call's literal argument (not `fn check_u24(..`).
+                            let same_line =
+                                rest.split('"').next().is_some_and(|x| !x.contains('\n'));
+                            if let Some(n) = rest.split('"').nth(nth).filter(|_| same_line) {
+                                out.push(format!("{prefix}{n}"));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let mut names = Vec::new();
+        scan(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut names);
+        assert!(names.len() > 20, "found the names: {names:?}");
+        for n in names {
+            // "x" is error.rs's own test value; names that are not field names (`"..."` and
+            // `"roce.<hdr>"` in comments, this test's own patterns) are skipped.
+            let field_like =
+                n.bytes().all(|b| b.is_ascii_lowercase() || b"0123456789_.".contains(&b));
+            if n == "x" || !field_like || n.ends_with('.') {
+                continue;
+            }
+            assert!(FIELDS.contains(&n.as_str()), "{n:?} is missing from FIELDS");
+        }
+    }
+
+    #[test]
+    fn errors_round_trip_through_the_packed_form() {
+        let all = [
+            Error::Truncated { need: 70_000, got: 65_535 },
+            Error::BadVersion { got: 6 },
+            Error::BadHeaderLen { got: 4 },
+            Error::BadTotalLen { got: 9 },
+            Error::BadChecksum,
+            Error::BadIcrc { expected: 0xdead_beef, got: 1 },
+            Error::BadOpcode { got: 0x15 },
+            Error::BadOption,
+            Error::BadFlags,
+            Error::TooManyHeaders,
+            Error::BadValue { field: "ipv6.next_header" },
+            Error::BadValue { field: "aeth.syndrome" },
+        ];
+        for e in all {
+            let mut s = Stack::default();
+            s.set_error(Some((Layer::Udp, e)));
+            assert_eq!(s.error(), Some((Layer::Udp, e)));
+        }
+    }
+
+    /// The stack rides in every packet's metadata (issue 18): 80 bytes, from 160.
+    #[test]
+    fn stack_stays_small() {
+        assert!(core::mem::size_of::<Stack>() <= 80, "{}", core::mem::size_of::<Stack>());
+    }
 }

@@ -18,7 +18,7 @@ use Layer::*;
 fn tcp4() {
     let f = hex(TCP4);
     let s = stack::parse(&f);
-    assert_eq!(s.error, None);
+    assert_eq!(s.error(), None);
     assert_eq!(layers(&s), vec![(Eth, 0), (Ipv4, 14), (Tcp, 34)]);
     assert_eq!(
         s.outer,
@@ -43,7 +43,7 @@ fn tcp4() {
 fn vlan_udp4_with_ethernet_padding() {
     let f = hex(VLAN_UDP4);
     let s = Stack::parse(&f);
-    assert_eq!(s.error, None);
+    assert_eq!(s.error(), None);
     assert_eq!(layers(&s), vec![(Eth, 0), (Vlan, 14), (Ipv4, 18), (Udp, 38)]);
     assert_eq!(s.outer.vlans, 1);
     assert_eq!(s.outer.vlan_id, Some(100));
@@ -57,7 +57,7 @@ fn vlan_udp4_with_ethernet_padding() {
 fn qinq_icmpv6() {
     let f = hex(QINQ_ICMP6);
     let s = stack::parse(&f);
-    assert_eq!(s.error, None);
+    assert_eq!(s.error(), None);
     assert_eq!(layers(&s), vec![(Eth, 0), (Vlan, 14), (Vlan, 18), (Ipv6, 22), (Icmpv6, 62)]);
     assert_eq!(s.outer.vlans, 2);
     assert_eq!(s.outer.vlan_id, Some(10));
@@ -70,7 +70,7 @@ fn qinq_icmpv6() {
 fn ipv6_extension_headers_skipped() {
     let f = hex(IPV6_EXT_UDP);
     let s = stack::parse(&f);
-    assert_eq!(s.error, None);
+    assert_eq!(s.error(), None);
     assert_eq!(layers(&s), vec![(Eth, 0), (Ipv6, 14), (Udp, 70)]);
     assert_eq!(s.outer.ip_proto, Some(17));
     assert_eq!(s.outer.l4, Some((Udp, 70)));
@@ -82,14 +82,14 @@ fn ipv6_extension_headers_skipped() {
 fn arp_and_icmp() {
     let f = hex(ARP);
     let s = stack::parse(&f);
-    assert_eq!(s.error, None);
+    assert_eq!(s.error(), None);
     assert_eq!(layers(&s), vec![(Eth, 0), (Arp, 14)]);
     assert_eq!(s.outer.l3, Some((Arp, 14)));
     assert_eq!(s.payload, 42);
 
     let f = hex(ICMP4);
     let s = stack::parse(&f);
-    assert_eq!(s.error, None);
+    assert_eq!(s.error(), None);
     assert_eq!(layers(&s), vec![(Eth, 0), (Ipv4, 14), (Icmpv4, 34)]);
     assert_eq!(s.outer.ip_proto, Some(1));
     assert_eq!(s.payload, 42);
@@ -100,7 +100,7 @@ fn arp_and_icmp() {
 fn vxlan() {
     let f = hex(VXLAN);
     let s = stack::parse(&f);
-    assert_eq!(s.error, None);
+    assert_eq!(s.error(), None);
     assert_eq!(
         layers(&s),
         vec![
@@ -144,7 +144,7 @@ fn vxlan_gpe_style_reserved_bits_are_ignored() {
     f[42] = 0x0c;
     f[45] = 0x03;
     let s = stack::parse(&f);
-    assert_eq!(s.error, None);
+    assert_eq!(s.error(), None);
     assert_eq!(s.vni, Some(0x12_3456));
     assert_eq!(s.find_last(Tcp), Some(88));
 }
@@ -153,7 +153,7 @@ fn vxlan_gpe_style_reserved_bits_are_ignored() {
 fn geneve() {
     let f = hex(GENEVE);
     let s = stack::parse(&f);
-    assert_eq!(s.error, None);
+    assert_eq!(s.error(), None);
     assert_eq!(
         layers(&s),
         vec![(Eth, 0), (Ipv6, 14), (Udp, 54), (Geneve, 62), (Eth, 78), (Ipv4, 92), (Udp, 112)]
@@ -168,7 +168,7 @@ fn geneve() {
 fn nvgre() {
     let f = hex(NVGRE);
     let s = stack::parse(&f);
-    assert_eq!(s.error, None);
+    assert_eq!(s.error(), None);
     assert_eq!(
         layers(&s),
         vec![(Eth, 0), (Ipv4, 14), (Nvgre, 34), (Eth, 42), (Ipv6, 56), (Tcp, 96)]
@@ -185,7 +185,7 @@ fn nvgre() {
 fn plain_gre_carrying_ipv4() {
     let f = hex(GRE_IP);
     let s = stack::parse(&f);
-    assert_eq!(s.error, None);
+    assert_eq!(s.error(), None);
     assert_eq!(layers(&s), vec![(Eth, 0), (Ipv4, 14), (Gre, 34), (Ipv4, 38), (Icmpv4, 58)]);
     assert_eq!(s.tunnel, Some((Gre, 34)));
     assert_eq!(s.vni, None);
@@ -200,7 +200,7 @@ fn plain_gre_carrying_ipv4() {
 fn roce_write_only() {
     let f = hex(ROCE_WRITE);
     let s = stack::parse(&f);
-    assert_eq!(s.error, None);
+    assert_eq!(s.error(), None);
     assert_eq!(layers(&s), vec![(Eth, 0), (Ipv4, 14), (Udp, 34), (Bth, 42), (Reth, 54)]);
     assert_eq!(s.bth, Some(42));
     assert_eq!(s.payload, 70);
@@ -221,7 +221,7 @@ fn roce_bad_icrc_is_reported_by_verify_icrc() {
 fn roce_atomic_ack_ipv6() {
     let f = hex(ROCE_ATOMIC_ACK6);
     let s = stack::parse(&f);
-    assert_eq!(s.error, None);
+    assert_eq!(s.error(), None);
     assert_eq!(
         layers(&s),
         vec![(Eth, 0), (Ipv6, 14), (Udp, 54), (Bth, 62), (Aeth, 74), (AtomicAckEth, 78)]
@@ -234,7 +234,7 @@ fn roce_atomic_ack_ipv6() {
 fn roce_cnp() {
     let f = hex(ROCE_CNP);
     let s = stack::parse(&f);
-    assert_eq!(s.error, None);
+    assert_eq!(s.error(), None);
     assert_eq!(layers(&s), vec![(Eth, 0), (Ipv4, 14), (Udp, 34), (Bth, 42), (Cnp, 54)]);
     assert_eq!(s.payload, 70);
     assert_eq!(s.verify_icrc(&f), Some(Ok(())));
@@ -244,7 +244,7 @@ fn roce_cnp() {
 fn roce_inside_vxlan() {
     let f = hex(VXLAN_ROCE);
     let s = stack::parse(&f);
-    assert_eq!(s.error, None);
+    assert_eq!(s.error(), None);
     assert_eq!(
         layers(&s),
         vec![
@@ -269,7 +269,7 @@ fn roce_inside_vxlan() {
 fn ip_fragment_stops_after_ip() {
     let f = hex(FRAG4);
     let s = stack::parse(&f);
-    assert_eq!(s.error, None);
+    assert_eq!(s.error(), None);
     assert_eq!(layers(&s), vec![(Eth, 0), (Ipv4, 14)]);
     assert_eq!(s.outer.ip_proto, Some(17));
     assert_eq!(s.outer.l4, None);
@@ -282,7 +282,7 @@ fn unknown_ethertype_is_payload() {
     f[12] = 0x88;
     f[13] = 0xb5;
     let s = stack::parse(&f);
-    assert_eq!(s.error, None);
+    assert_eq!(s.error(), None);
     assert_eq!(layers(&s), vec![(Eth, 0)]);
     assert_eq!(s.outer.ethertype, 0x88b5);
     assert_eq!(s.payload, 14);
@@ -292,11 +292,11 @@ fn unknown_ethertype_is_payload() {
 
 #[test]
 fn empty_and_short_frames() {
-    assert_eq!(stack::parse(&[]).error, Some((Eth, Error::Truncated { need: 14, got: 0 })));
+    assert_eq!(stack::parse(&[]).error(), Some((Eth, Error::Truncated { need: 14, got: 0 })));
     let f = hex(TCP4);
-    assert_eq!(stack::parse(&f[..13]).error, Some((Eth, Error::Truncated { need: 14, got: 13 })));
+    assert_eq!(stack::parse(&f[..13]).error(), Some((Eth, Error::Truncated { need: 14, got: 13 })));
     let s = stack::parse(&f[..30]);
-    assert_eq!(s.error, Some((Ipv4, Error::Truncated { need: 34, got: 30 })));
+    assert_eq!(s.error(), Some((Ipv4, Error::Truncated { need: 34, got: 30 })));
     assert_eq!(layers(&s), vec![(Eth, 0)]);
     assert_eq!(s.payload, 14);
 }
@@ -305,14 +305,14 @@ fn empty_and_short_frames() {
 fn vlan_errors() {
     let f = hex(VLAN_UDP4);
     let s = stack::parse(&f[..16]);
-    assert_eq!(s.error, Some((Vlan, Error::Truncated { need: 18, got: 16 })));
+    assert_eq!(s.error(), Some((Vlan, Error::Truncated { need: 18, got: 16 })));
     let mut f = hex(QINQ_ICMP6);
     f[22] = 0x81; // a third tag
     f[23] = 0x00;
     f[20] = 0x81;
     f[21] = 0x00;
     let s = stack::parse(&f);
-    assert_eq!(s.error, Some((Vlan, Error::TooManyHeaders)));
+    assert_eq!(s.error(), Some((Vlan, Error::TooManyHeaders)));
 }
 
 /// Regression: the VLAN tags were walked as one group, so a QinQ frame whose second tag was
@@ -321,7 +321,7 @@ fn vlan_errors() {
 fn complete_outer_tag_stays_recorded_when_the_inner_tag_fails() {
     let f = hex(QINQ_ICMP6);
     let s = stack::parse(&f[..20]);
-    assert_eq!(s.error, Some((Vlan, Error::Truncated { need: 22, got: 20 })));
+    assert_eq!(s.error(), Some((Vlan, Error::Truncated { need: 22, got: 20 })));
     assert_eq!(layers(&s), vec![(Eth, 0), (Vlan, 14)]);
     assert_eq!(s.outer.vlans, 1);
     assert_eq!(s.outer.vlan_id, Some(10));
@@ -329,7 +329,7 @@ fn complete_outer_tag_stays_recorded_when_the_inner_tag_fails() {
     f[20] = 0x81; // a third tag after two complete ones
     f[21] = 0x00;
     let s = stack::parse(&f);
-    assert_eq!(s.error, Some((Vlan, Error::TooManyHeaders)));
+    assert_eq!(s.error(), Some((Vlan, Error::TooManyHeaders)));
     assert_eq!(layers(&s), vec![(Eth, 0), (Vlan, 14), (Vlan, 18)]);
     assert_eq!(s.outer.vlans, 2);
 }
@@ -338,15 +338,15 @@ fn complete_outer_tag_stays_recorded_when_the_inner_tag_fails() {
 fn ip_errors() {
     let mut f = hex(TCP4);
     f[14] = 0x65;
-    assert_eq!(stack::parse(&f).error, Some((Ipv4, Error::BadVersion { got: 6 })));
+    assert_eq!(stack::parse(&f).error(), Some((Ipv4, Error::BadVersion { got: 6 })));
     let mut f = hex(TCP4);
     f[16] = 0x01;
     f[17] = 0x00;
-    assert_eq!(stack::parse(&f).error, Some((Ipv4, Error::BadTotalLen { got: 256 })));
+    assert_eq!(stack::parse(&f).error(), Some((Ipv4, Error::BadTotalLen { got: 256 })));
     let mut f = hex(IPV6_EXT_UDP);
     f[18] = 0;
     f[19] = 4; // payload length 4: the Hop-by-Hop header (8 bytes) does not fit
-    assert_eq!(stack::parse(&f).error, Some((Ipv6, Error::Truncated { need: 62, got: 58 })));
+    assert_eq!(stack::parse(&f).error(), Some((Ipv6, Error::Truncated { need: 62, got: 58 })));
 }
 
 #[test]
@@ -354,12 +354,12 @@ fn l4_errors() {
     let mut f = hex(TCP4);
     f[46] = 0x20; // data offset 2 words
     let s = stack::parse(&f);
-    assert_eq!(s.error, Some((Tcp, Error::BadHeaderLen { got: 8 })));
+    assert_eq!(s.error(), Some((Tcp, Error::BadHeaderLen { got: 8 })));
     assert_eq!(s.outer.l4, None);
     let mut f = hex(VLAN_UDP4);
     f[42] = 0;
     f[43] = 0xff;
-    assert_eq!(stack::parse(&f).error, Some((Udp, Error::BadTotalLen { got: 255 })));
+    assert_eq!(stack::parse(&f).error(), Some((Udp, Error::BadTotalLen { got: 255 })));
 }
 
 #[test]
@@ -367,23 +367,23 @@ fn tunnel_errors() {
     let mut f = hex(VXLAN);
     f[42] = 0; // I flag clear
     let s = stack::parse(&f);
-    assert_eq!(s.error, Some((Vxlan, Error::BadFlags)));
+    assert_eq!(s.error(), Some((Vxlan, Error::BadFlags)));
     assert_eq!(layers(&s), vec![(Eth, 0), (Ipv4, 14), (Udp, 34)]);
     assert_eq!(s.tunnel, None);
     assert_eq!(s.payload, 42);
 
     let s = stack::parse(&hex(VXLAN_SHORT_INNER));
-    assert_eq!(s.error, Some((Eth, Error::Truncated { need: 64, got: 60 })));
+    assert_eq!(s.error(), Some((Eth, Error::Truncated { need: 64, got: 60 })));
     assert_eq!(s.tunnel, Some((Vxlan, 42)));
     assert_eq!(s.vni, Some(1));
 
     let mut f = hex(GENEVE);
     f[73] = 0x03; // option claims 3 words, the area holds 1
-    assert_eq!(stack::parse(&f).error, Some((Geneve, Error::BadOption)));
+    assert_eq!(stack::parse(&f).error(), Some((Geneve, Error::BadOption)));
 
     let mut f = hex(GRE_IP);
     f[35] = 0x01;
-    assert_eq!(stack::parse(&f).error, Some((Gre, Error::BadVersion { got: 1 })));
+    assert_eq!(stack::parse(&f).error(), Some((Gre, Error::BadVersion { got: 1 })));
 }
 
 #[test]
@@ -391,25 +391,25 @@ fn roce_errors() {
     let mut f = hex(ROCE_WRITE);
     f[42] = 0x15;
     let s = stack::parse(&f);
-    assert_eq!(s.error, Some((Bth, Error::BadOpcode { got: 0x15 })));
+    assert_eq!(s.error(), Some((Bth, Error::BadOpcode { got: 0x15 })));
     assert_eq!(s.bth, None);
 
     // RETH cut to 6 bytes: the last 4 bytes of the UDP payload are the ICRC, the RETH would
     // need 16 + 4 bytes after the BTH (to 74) and the datagram ends at 64.
     let s = stack::parse(&hex(ROCE_SHORT_RETH));
-    assert_eq!(s.error, Some((Reth, Error::Truncated { need: 74, got: 64 })));
+    assert_eq!(s.error(), Some((Reth, Error::Truncated { need: 74, got: 64 })));
     assert_eq!(layers(&s), vec![(Eth, 0), (Ipv4, 14), (Udp, 34), (Bth, 42)]);
     assert_eq!(s.bth, None);
 
     // BTH + AETH and no ICRC: the AETH is what does not fit before the ICRC.
     let s = stack::parse(&hex(ROCE_NO_ICRC));
-    assert_eq!(s.error, Some((Aeth, Error::Truncated { need: 62, got: 58 })));
+    assert_eq!(s.error(), Some((Aeth, Error::Truncated { need: 62, got: 58 })));
     assert_eq!(layers(&s), vec![(Eth, 0), (Ipv4, 14), (Udp, 34), (Bth, 42)]);
 
     let mut f = hex(VXLAN_ROCE);
     f[104] = 0x40; // reserved AETH syndrome type
     let s = stack::parse(&f);
-    assert_eq!(s.error, Some((Aeth, Error::BadValue { field: "aeth.syndrome" })));
+    assert_eq!(s.error(), Some((Aeth, Error::BadValue { field: "aeth.syndrome" })));
     assert_eq!(s.inner.unwrap().l4, Some((Udp, 84)));
 }
 
@@ -426,7 +426,7 @@ fn verify_icrc_ignored_roce_parse_error() {
     let s = stack::parse(&f);
     assert_eq!(s.bth, None);
     let e = Error::Truncated { need: 74, got: 64 };
-    assert_eq!(s.error, Some((Reth, e)));
+    assert_eq!(s.error(), Some((Reth, e)));
     assert_eq!(s.verify_icrc(&f), Some(Err(e)));
 
     // A bad opcode, and a reserved AETH syndrome inside VXLAN, are errors too.
@@ -447,11 +447,11 @@ fn verify_icrc_ignored_roce_parse_error() {
 fn roce_ext_headers_read_into_icrc() {
     let s = stack::parse(&hex(ROCE_NO_ICRC));
     assert_eq!(s.find(Aeth), None);
-    assert_eq!(s.error, Some((Aeth, Error::Truncated { need: 62, got: 58 })));
+    assert_eq!(s.error(), Some((Aeth, Error::Truncated { need: 62, got: 58 })));
     assert_eq!(s.payload, 54);
     // The same datagram with an ICRC parses, and its AETH is recorded once.
     let s = stack::parse(&hex(VXLAN_ROCE));
-    assert_eq!(s.error, None);
+    assert_eq!(s.error(), None);
     assert_eq!(s.layers().iter().filter(|l| l.layer == Aeth).count(), 1);
 }
 
@@ -470,7 +470,7 @@ fn verify_icrc_ipv6_extension_headers_is_an_error() {
     f.extend_from_slice(&[17, 0, 1, 4, 0, 0, 0, 0]);
     f.extend_from_slice(&f0[54..]);
     let s = stack::parse(&f);
-    assert_eq!(s.error, None);
+    assert_eq!(s.error(), None);
     assert_eq!(s.bth, Some(70));
     assert_eq!(s.outer.l4, Some((Udp, 62)));
     assert_eq!(s.verify_icrc(&f), Some(Err(Error::BadValue { field: "ipv6.next_header" })));
@@ -484,12 +484,12 @@ fn arp_len_private_helper() {
     let mut g = f.clone();
     g[18] = 8; // hardware address length 8
     let s = stack::parse(&g);
-    assert_eq!(s.error, Some((Arp, Error::BadValue { field: "arp.hlen" })));
+    assert_eq!(s.error(), Some((Arp, Error::BadValue { field: "arp.hlen" })));
     assert_eq!(s.outer.l3, None);
     let mut g = f.clone();
     g[15] = 6; // hardware type 6 (IEEE 802)
-    assert_eq!(stack::parse(&g).error, Some((Arp, Error::BadValue { field: "arp.htype" })));
-    assert_eq!(stack::parse(&f[..41]).error, Some((Arp, Error::Truncated { need: 42, got: 41 })));
+    assert_eq!(stack::parse(&g).error(), Some((Arp, Error::BadValue { field: "arp.htype" })));
+    assert_eq!(stack::parse(&f[..41]).error(), Some((Arp, Error::Truncated { need: 42, got: 41 })));
 }
 
 /// RC FLUSH (0x1C) and RC ATOMIC WRITE (0x1D) as Linux rxe sends them walk through the stack.
@@ -529,7 +529,7 @@ fn rc_flush_and_atomic_write() {
         f[38..40].copy_from_slice(&(ip_len - 20).to_be_bytes());
         icrc::fill(&mut f[14..]).unwrap();
         let s = stack::parse(&f);
-        assert_eq!(s.error, None, "{:?}", r.bth.opcode);
+        assert_eq!(s.error(), None, "{:?}", r.bth.opcode);
         let mut want = vec![(Eth, 0), (Ipv4, 14), (Udp, 34), (Bth, 42)];
         want.extend(ext);
         assert_eq!(layers(&s), want);

@@ -27,10 +27,10 @@ fn check_consistent(frame: &[u8], s: &Stack) -> Result<(), TestCaseError> {
     if let Some(off) = s.bth {
         prop_assert!(recorded(Layer::Bth, off));
         // `bth` means a RoCE packet that parsed whole; nothing is walked after it.
-        prop_assert_eq!(s.error, None);
+        prop_assert_eq!(s.error(), None);
     }
     // A RoCE packet that failed to parse never verifies: its parse error is the answer.
-    if let Some((layer, e)) = s.error {
+    if let Some((layer, e)) = s.error() {
         let roce = [
             Layer::Bth,
             Layer::Reth,

@@ -88,6 +88,15 @@ fn ip_addrs(d: &[u8], l3: (Layer, u16)) -> Option<(IpAddr, IpAddr)> {
 /// Reads through snic-wire's header views at the offsets the parse stage recorded (the walk
 /// already checked every header, so nothing is parsed twice).
 pub fn roce_meta(frame: &[u8], stack: &Stack) -> Option<RoceMeta> {
+    roce_fields(frame, stack, |h| icrc_ok(frame, h))
+}
+
+/// [`roce_meta`] with `icrc_ok` given by `icrc` (called with the headers that carry the BTH).
+pub(crate) fn roce_fields(
+    frame: &[u8],
+    stack: &Stack,
+    icrc: impl FnOnce(&Headers) -> bool,
+) -> Option<RoceMeta> {
     let bth_at = usize::from(stack.bth?);
     let h = carrier(stack, bth_at)?;
     let udp = udp::Packet::new_checked(frame.get(bth_at - udp::HEADER_LEN..)?).ok()?;
@@ -115,7 +124,7 @@ pub fn roce_meta(frame: &[u8], stack: &Stack) -> Option<RoceMeta> {
         msn: None,
         syndrome: None,
         imm: None,
-        icrc_ok: icrc_ok(frame, h),
+        icrc_ok: icrc(h),
     };
     let at = |l: Layer| stack.find(l).and_then(|o| frame.get(usize::from(o)..));
     if let Some(r) = at(Layer::Reth).and_then(|x| ext::Reth::new_checked(x).ok()) {
@@ -151,7 +160,7 @@ impl Classify {
     fn classify(&self, p: &mut PacketBuf, ctx: &mut StageCtx<'_>) -> Result<(), DropReason> {
         let roce = roce_meta(p.data(), &p.meta.stack);
         p.meta.class = if roce.is_some() { Class::Rdma } else { Class::Other };
-        p.meta.roce = roce;
+        p.meta.roce = roce.map(|r| r.icrc_ok);
         ctx.counters.classes.add(p.meta.class);
         ctx.trace(p, || TraceWhat::Classified { class: p.meta.class, roce });
         match roce {
@@ -247,7 +256,7 @@ mod tests {
 
     fn meta(frame: &[u8]) -> Option<RoceMeta> {
         let stack = snic_wire::stack::parse(frame);
-        assert!(stack.is_ok(), "{:?}", stack.error);
+        assert!(stack.is_ok(), "{:?}", stack.error());
         roce_meta(frame, &stack)
     }
 
@@ -326,7 +335,7 @@ mod tests {
         let mut c = StageCounters::new("classify");
         let mut ring = TraceRing::new(4);
         stage.process(Instant::ZERO, &mut b, &mut StageCtx::new(&mut c, &mut ring));
-        (b.iter().map(|p| (p.meta.class, p.meta.roce.map(|r| r.icrc_ok))).collect(), c)
+        (b.iter().map(|p| (p.meta.class, p.meta.roce)).collect(), c)
     }
 
     #[test]

@@ -46,7 +46,7 @@ impl Stage for Parse {
             self.rss.parse_and_hash(p);
             let stack = p.meta.stack;
             ctx.trace(p, || TraceWhat::Parsed { stack, rss_hash: p.meta.rss_hash });
-            match stack.error {
+            match stack.error() {
                 Some((_, err)) if !pass => Err(DropReason::Malformed(err)),
                 _ => Ok(()),
             }
