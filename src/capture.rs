@@ -865,3 +865,170 @@ pub fn capture_to(
     }
     result
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pcap_file::pcapng::{Block, PcapNgReader};
+    use snic_io::null::NullPort;
+
+    fn frame(n: u8, len: usize) -> Vec<u8> {
+        let mut f = vec![n; len];
+        f[12] = 0x08; // an EtherType that parses as IPv4 (and fails after)
+        f[13] = 0x00;
+        f
+    }
+
+    /// A hub with two null ports; returns the hub and the wrapped ports.
+    fn hub_with_ports() -> (Arc<CaptureHub>, Vec<Box<dyn Port>>) {
+        let hub = CaptureHub::new(vec!["parse:pass".into(), "l2fwd".into()]);
+        let ports: Vec<Box<dyn Port>> = vec![Box::new(NullPort::new()), Box::new(NullPort::new())];
+        let snic_io::runtime::OpenPorts::Shared(ports) =
+            hub.wrap(snic_io::runtime::OpenPorts::Shared(ports), 2)
+        else {
+            panic!("shared ports stay shared")
+        };
+        (hub, ports)
+    }
+
+    fn send(port: &mut Box<dyn Port>, frames: &[Vec<u8>]) {
+        let mut b = Batch::new(8);
+        for f in frames {
+            b.push_frame(f).unwrap();
+        }
+        port.send(Instant::ZERO, &mut b).unwrap();
+    }
+
+    /// Stream `cap` into bytes (the end comes from the count), decode them as the client does.
+    fn round_trip(cap: Capture) -> (CaptureEnd, Received, Vec<u8>) {
+        let mut wire = Vec::new();
+        let end = cap.stream(&mut wire, &AtomicBool::new(false)).unwrap();
+        let mut file = Vec::new();
+        let got = receive(&mut &wire[..], &mut file).unwrap();
+        (end, got, file)
+    }
+
+    #[test]
+    fn a_port_capture_records_what_the_port_is_handed_with_its_direction() {
+        let (hub, mut ports) = hub_with_ports();
+        assert_eq!(hub.port_names(), ["null", "null"]);
+        // Nothing armed: nothing is copied.
+        send(&mut ports[1], &[frame(1, 60)]);
+        let cap = hub
+            .start(&CaptureRequest { ports: vec![1], count: Some(3), ..Default::default() })
+            .unwrap();
+        assert!(hub.start(&CaptureRequest::default()).unwrap_err().0.contains("already running"));
+        send(&mut ports[0], &[frame(2, 60)]); // port 0 is not captured
+        send(&mut ports[1], &[frame(3, 60), frame(4, 61)]);
+        send(&mut ports[1], &[frame(5, 62), frame(6, 63)]); // the 4th frame is past the count
+        let (end, got, file) = round_trip(cap);
+        assert_eq!(end, CaptureEnd { captured: 3, dropped: 0, reason: "count".into() });
+        assert_eq!(got.interfaces, ["port 1 (null)"]);
+        assert_eq!(got.frames, 3);
+        // The pcapng file: one IDB (Ethernet, ns resolution), three EPBs flagged outbound.
+        let mut r = PcapNgReader::new(&file[..]).unwrap();
+        let mut idbs = 0;
+        let mut lens = Vec::new();
+        while let Some(b) = r.next_block() {
+            match b.unwrap() {
+                Block::InterfaceDescription(i) => {
+                    idbs += 1;
+                    assert_eq!(i.linktype, pcap_file::DataLink::ETHERNET);
+                }
+                Block::EnhancedPacket(e) => {
+                    assert_eq!(e.interface_id, 0);
+                    assert!(e.options.iter().any(|o| matches!(
+                        o,
+                        pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketOption::Flags(2)
+                    )));
+                    lens.push(e.data.len());
+                }
+                _ => {}
+            }
+        }
+        assert_eq!((idbs, lens), (1, vec![60, 61, 62]));
+        // Disarmed after the end: a new capture may start.
+        assert_eq!(hub.ports_armed.load(Ordering::Relaxed), 0);
+        hub.start(&CaptureRequest::default()).unwrap();
+    }
+
+    #[test]
+    fn a_full_queue_is_the_captures_drop_and_the_port_still_sends() {
+        let (hub, mut ports) = hub_with_ports();
+        let cap = hub.start(&CaptureRequest { ports: vec![0], ..Default::default() }).unwrap();
+        let big = frame(7, 9000);
+        let mut sent = 0;
+        for _ in 0..(QUEUE_BYTES as usize / 9000 + 10) {
+            send(&mut ports[0], std::slice::from_ref(&big));
+            sent += 1;
+        }
+        assert_eq!(ports[0].counters().tx_packets, sent, "every frame left the port");
+        let dropped = cap.session.dropped.load(Ordering::Relaxed);
+        assert!(dropped >= 10, "the capture counted its own drops: {dropped}");
+        let taken = cap.session.taken.load(Ordering::Relaxed);
+        assert_eq!(taken + dropped, sent);
+        hub.close(Duration::ZERO);
+        let (end, got, _) = round_trip(cap);
+        assert_eq!(end.reason, "run ended");
+        assert_eq!((end.captured, end.dropped), (taken, dropped));
+        assert_eq!(got.frames, taken);
+    }
+
+    #[test]
+    fn a_filter_and_a_stage_choose_the_frames() {
+        let (hub, _ports) = hub_with_ports();
+        let cap = hub
+            .start(&CaptureRequest {
+                stage: Some("l2fwd".into()),
+                filter: Some("udp dst 4791".into()),
+                count: Some(1),
+                ..Default::default()
+            })
+            .unwrap();
+        let udp = snic_scenario::packet::build("Ether()/IP()/UDP(dport=4791)/Raw(len=20)").unwrap();
+        let other = snic_scenario::packet::build("Ether()/IP()/UDP(dport=53)").unwrap();
+        let mut b = Batch::new(8);
+        b.push_frame(&other).unwrap();
+        b.push_frame(&udp).unwrap();
+        hub.taps.after_stage(hub.taps.armed(), 0, "parse:pass", &b); // not the tapped stage
+        hub.taps.after_stage(hub.taps.armed(), 1, "l2fwd", &b);
+        let (end, got, _) = round_trip(cap);
+        assert_eq!((end.captured, got.interfaces), (1, vec!["stage 1 (l2fwd)".to_owned()]));
+        for (req, msg) in [
+            (
+                CaptureRequest { stage: Some("nope".into()), ..Default::default() },
+                "no stage \"nope\"",
+            ),
+            (CaptureRequest { ports: vec![2], ..Default::default() }, "no port 2"),
+            (CaptureRequest { ports: vec![1, 1], ..Default::default() }, "port 1 given twice"),
+            (CaptureRequest { duration_ms: Some(0), ..Default::default() }, "duration"),
+        ] {
+            assert!(hub.start(&req).unwrap_err().0.contains(msg), "{req:?}");
+        }
+    }
+
+    #[test]
+    fn the_client_refuses_error_answers_and_bad_streams() {
+        let err = |bytes: &[u8]| receive(&mut &bytes[..], Vec::new()).unwrap_err().to_string();
+        assert_eq!(err(b"{\"ok\":false,\"error\":\"no port 7\"}\n"), "no port 7");
+        assert!(err(b"").contains("closed without answering"));
+        let head = b"{\"ok\":true,\"interfaces\":[{\"name\":\"p\"}]}\n";
+        let mut bad = head.to_vec();
+        bad.push(b'Z');
+        assert!(err(&bad).contains("bad record kind 0x5a"));
+        let mut bad = head.to_vec();
+        bad.extend_from_slice(&[REC_PACKET, 5, 0, 1]); // interface 5 of 1
+        bad.extend_from_slice(&[0; 16]);
+        assert!(err(&bad).contains("bad packet record"));
+    }
+
+    proptest::proptest! {
+        /// Whatever follows a good header, the client gives frames or an error, never a panic.
+        #[test]
+        fn receive_never_panics(tail in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
+            let mut bytes = b"{\"ok\":true,\"interfaces\":[{\"name\":\"a\"},{\"name\":\"b\"}]}\n".to_vec();
+            bytes.extend_from_slice(&tail);
+            let _ = receive(&mut &bytes[..], Vec::new());
+        }
+    }
+}

@@ -701,6 +701,25 @@ mod tests {
         assert!(p("[1,2]").is_err());
     }
 
+    #[test]
+    fn ops_requests_are_told_apart_from_the_others() {
+        assert_eq!(parse_ops(br#"{"cmd":"stats"}"#), None);
+        assert_eq!(parse_ops(b"not json"), None);
+        let Some(Ok(OpsRequest::Capture(c))) =
+            parse_ops(br#"{"cmd":"capture","ports":[1],"filter":"vni 5","count":9}"#)
+        else {
+            panic!("capture parses")
+        };
+        assert_eq!((c.ports, c.filter.as_deref(), c.count), (vec![1], Some("vni 5"), Some(9)));
+        let Some(Ok(OpsRequest::Trace(t))) = parse_ops(br#"{"cmd":"trace","port":2,"hex":"00"}"#)
+        else {
+            panic!("trace parses")
+        };
+        assert_eq!((t.port, t.hex.as_deref()), (2, Some("00")));
+        let e = parse_ops(br#"{"cmd":"capture","cont":1}"#).unwrap().unwrap_err();
+        assert!(e.to_string().contains("unknown field `cont`"), "{e}");
+    }
+
     proptest::proptest! {
         /// Whatever bytes a client sends, parsing gives an answer or an error, never a panic.
         #[test]
