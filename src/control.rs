@@ -243,6 +243,41 @@ pub enum Request {
 
 pub use snic_vswitch::policy::wire::Edit;
 
+/// The operator's requests that take the connection over (`capture` streams frames) or are
+/// answered apart from the counters and control planes (`trace`): `{"cmd":"capture",...}`
+/// ([`crate::capture::CaptureRequest`]), `{"cmd":"trace",...}`
+/// ([`crate::trace::TraceRequest`]). A server started with [`ControlServer::spawn_with_ops`]
+/// hands them to its ops handler with the connection; others refuse them as unknown commands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "cmd")]
+pub enum OpsRequest {
+    /// `{"cmd":"capture","ports":[0],"stage":..,"filter":..,"count":N,"duration_ms":T}`:
+    /// a live capture, streamed (see [`crate::capture`]).
+    #[serde(rename = "capture")]
+    Capture(crate::capture::CaptureRequest),
+    /// `{"cmd":"trace","port":0,"packet":"eth()/ipv4()/udp()"}` or `"hex":"..."`: what every
+    /// stage would do with the packet, without sending it. Answer: `{"ok":true,"steps":[..]}`.
+    #[serde(rename = "trace")]
+    Trace(crate::trace::TraceRequest),
+}
+
+/// The commands [`OpsRequest`] knows.
+pub const OPS_COMMANDS: [&str; 2] = ["capture", "trace"];
+
+/// `Some` when `line` is an ops request (its `cmd` is one of [`OPS_COMMANDS`]): the request or
+/// why it is bad; `None` for every other line.
+pub fn parse_ops(line: &[u8]) -> Option<Result<OpsRequest, RequestError>> {
+    let v: Value = serde_json::from_slice(line).ok()?;
+    let cmd = v.get("cmd")?.as_str()?;
+    if !OPS_COMMANDS.contains(&cmd) {
+        return None;
+    }
+    Some(serde_json::from_value(v).map_err(|e| RequestError::Bad(e.to_string())))
+}
+
+/// Handles an [`OpsRequest`]: it owns the connection and writes its own answer.
+pub type OpsHandler = Box<dyn FnMut(OpsRequest, UnixStream) + Send>;
+
 /// What the server read from one client.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Incoming {
@@ -302,17 +337,17 @@ pub fn parse_request(bytes: &[u8]) -> Result<Incoming, RequestError> {
         .map_err(|e| RequestError::Bad(e.to_string()))
 }
 
-/// Read one request from `r`: up to the first newline or the end of the stream, at most
-/// [`MAX_REQUEST`] bytes, all within `timeout`. Nothing at all within `timeout` is an empty
-/// request.
-pub fn read_request(conn: &mut UnixStream, timeout: Duration) -> Result<Incoming, RequestError> {
+/// Read one request line from `conn`: up to the first newline or the end of the stream, at
+/// most [`MAX_REQUEST`] bytes, all within `timeout` (parse it with [`parse_request`]). Nothing
+/// at all within `timeout` is an empty line (an empty request).
+pub fn read_line(conn: &mut UnixStream, timeout: Duration) -> Result<Vec<u8>, RequestError> {
     let deadline = std::time::Instant::now() + timeout;
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         if left.is_zero() {
-            return timed_out(&buf);
+            return timed_out(buf);
         }
         conn.set_read_timeout(Some(left)).map_err(|e| RequestError::Io(e.to_string()))?;
         match conn.read(&mut chunk) {
@@ -335,18 +370,18 @@ pub fn read_request(conn: &mut UnixStream, timeout: Duration) -> Result<Incoming
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                 ) =>
             {
-                return timed_out(&buf);
+                return timed_out(buf);
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(RequestError::Io(e.to_string())),
         }
     }
-    parse_request(&buf)
+    Ok(buf)
 }
 
-fn timed_out(buf: &[u8]) -> Result<Incoming, RequestError> {
+fn timed_out(buf: Vec<u8>) -> Result<Vec<u8>, RequestError> {
     if buf.iter().all(u8::is_ascii_whitespace) {
-        Ok(Incoming::Counters)
+        Ok(Vec::new())
     } else {
         Err(RequestError::Incomplete { got: buf.len() })
     }
@@ -419,9 +454,22 @@ pub struct ControlServer {
 
 impl ControlServer {
     /// Bind `path` (replacing a stale socket file) and start answering connections: each
-    /// client's request is read ([`read_request`]) and answered with `handler`'s document; a
+    /// client's request is read ([`read_line`], [`parse_request`]) and answered with `handler`'s document; a
     /// request that cannot be read is answered with `{"ok":false,"error":...}`.
-    pub fn spawn<F>(path: &Path, mut handler: F) -> Result<Self>
+    pub fn spawn<F>(path: &Path, handler: F) -> Result<Self>
+    where
+        F: FnMut(Incoming) -> String + Send + 'static,
+    {
+        Self::spawn_with_ops(path, handler, None)
+    }
+
+    /// [`ControlServer::spawn`], with `ops` handling the [`OpsRequest`]s (`capture`, `trace`):
+    /// it is handed the connection and answers on it itself.
+    pub fn spawn_with_ops<F>(
+        path: &Path,
+        mut handler: F,
+        mut ops: Option<OpsHandler>,
+    ) -> Result<Self>
     where
         F: FnMut(Incoming) -> String + Send + 'static,
     {
@@ -448,9 +496,21 @@ impl ControlServer {
                     Ok((mut conn, _)) => {
                         let _ = conn.set_nonblocking(false);
                         let _ = conn.set_write_timeout(Some(REPLY_TIMEOUT));
-                        let mut doc = match read_request(&mut conn, REQUEST_TIMEOUT) {
-                            Ok(incoming) => handler(incoming),
-                            Err(e) => error_reply(&e.to_string()),
+                        let line = read_line(&mut conn, REQUEST_TIMEOUT);
+                        let op = match (&line, ops.as_mut()) {
+                            (Ok(l), Some(ops)) => parse_ops(l).map(|r| (r, ops)),
+                            _ => None,
+                        };
+                        let mut doc = match (op, line) {
+                            (Some((Ok(req), ops)), _) => {
+                                ops(req, conn);
+                                continue;
+                            }
+                            (Some((Err(e), _)), _) | (None, Err(e)) => error_reply(&e.to_string()),
+                            (None, Ok(l)) => match parse_request(&l) {
+                                Ok(incoming) => handler(incoming),
+                                Err(e) => error_reply(&e.to_string()),
+                            },
                         };
                         doc.push('\n');
                         if let Err(e) = conn.write_all(doc.as_bytes()) {
@@ -693,6 +753,25 @@ mod tests {
         );
         assert!(p(r#"{"nocmd":1}"#).unwrap_err().to_string().contains("missing field `cmd`"));
         assert!(p("[1,2]").is_err());
+    }
+
+    #[test]
+    fn ops_requests_are_told_apart_from_the_others() {
+        assert_eq!(parse_ops(br#"{"cmd":"stats"}"#), None);
+        assert_eq!(parse_ops(b"not json"), None);
+        let Some(Ok(OpsRequest::Capture(c))) =
+            parse_ops(br#"{"cmd":"capture","ports":[1],"filter":"vni 5","count":9}"#)
+        else {
+            panic!("capture parses")
+        };
+        assert_eq!((c.ports, c.filter.as_deref(), c.count), (vec![1], Some("vni 5"), Some(9)));
+        let Some(Ok(OpsRequest::Trace(t))) = parse_ops(br#"{"cmd":"trace","port":2,"hex":"00"}"#)
+        else {
+            panic!("trace parses")
+        };
+        assert_eq!((t.port, t.hex.as_deref()), (2, Some("00")));
+        let e = parse_ops(br#"{"cmd":"capture","cont":1}"#).unwrap().unwrap_err();
+        assert!(e.to_string().contains("unknown field `cont`"), "{e}");
     }
 
     proptest::proptest! {

@@ -10,6 +10,10 @@
 //!   stage, drops by reason, top flows, RDMA, DMA); `--once` prints one text frame.
 //! - `stats`: fetch the counters of a running `snic run` over its control socket (or ask it by
 //!   SIGUSR1 to print them).
+//! - `capture`: a live capture of a running snic's ports or of what leaves one of its stages,
+//!   into a pcapng file (one interface block per port, direction flags).
+//! - `trace`: what every stage of a running snic would do with a described packet (a dry run:
+//!   nothing is sent, no state changes).
 //! - `vswitch`: the vSwitch control plane of a running `snic run --stage vswitch --control PATH`:
 //!   counters, flow dumps, the policy, rule/layer/mapping edits and whole-policy loads; `check`
 //!   validates a policy file offline.
@@ -44,6 +48,7 @@
 //!
 //! `anyhow` is used here only; the libraries return their own typed errors.
 
+mod capture;
 mod compute;
 mod control;
 mod decode;
@@ -62,6 +67,7 @@ mod stats;
 mod stream;
 mod testbed;
 mod top;
+mod trace;
 mod vswitch;
 
 use anyhow::Result;
@@ -91,6 +97,13 @@ enum Command {
     /// A live view of a running `snic run` or `snic serve` (its control socket): rates per
     /// port and stage, drops by reason, top flows, RDMA and DMA; `--once` prints one frame.
     Top(top::TopArgs),
+
+    /// Capture a running snic's ports (or what leaves a stage) into a pcapng file, like
+    /// tcpdump on a NIC port.
+    Capture(capture::CaptureArgs),
+    /// Show what every stage of a running snic would do with a described packet, without
+    /// sending it (like `ovs-appctl ofproto/trace`).
+    Trace(trace::TraceArgs),
     /// Run two NIC nodes joined by an impaired virtual link on the simulated clock (deterministic).
     Testbed(testbed::TestbedArgs),
     /// RDMA benchmarks between two snic processes over RoCEv2/UDP, as perftest's ib_*_bw / ib_*_lat.
@@ -167,6 +180,9 @@ fn main() -> Result<()> {
         Command::Run(args) => run::run(args),
         Command::Stats(args) => stats::run(args),
         Command::Top(args) => top::run(args),
+
+        Command::Capture(args) => capture::run(args),
+        Command::Trace(args) => trace::run(args),
         Command::Testbed(args) => testbed::run(args),
         Command::VSwitch(args) => vswitch::run(args),
         Command::Rdma(args) => rdma::run(args),

@@ -423,7 +423,7 @@ pub fn report_text(report: &RunReport, classes: &ClassCounts) -> String {
 pub fn run(args: RunArgs) -> Result<()> {
     let duration = args.duration()?;
     let embedded = args.is_empty();
-    let cfg = args.config()?;
+    let mut cfg = args.config()?;
     let ports_desc: Vec<String> = cfg.ports.iter().map(ToString::to_string).collect();
     // Kernel stages are shown without their keys.
     let stages_desc: Vec<String> = cfg
@@ -455,6 +455,18 @@ pub fn run(args: RunArgs) -> Result<()> {
     let ports = snic_io::runtime::open_ports(&cfg.ports, cfg.workers)
         .map_err(anyhow::Error::new)?
         .map(|port| Box::new(ClassCountingPort::new(port, Arc::clone(&classes))) as Box<dyn Port>);
+    // With a control socket, ports and stages can be captured (`snic capture`) and packets
+    // traced through a dry run (`snic trace`).
+    let capture =
+        args.control.as_ref().map(|_| crate::capture::CaptureHub::new(stages_desc.clone()));
+    let ports = match &capture {
+        Some(hub) => {
+            cfg.stage_taps = hub.stage_taps();
+            hub.wrap(ports, cfg.ports.len())
+        }
+        None => ports,
+    };
+    let trace_cfg = cfg.pipeline_config();
     let p4_stage = crate::p4::p4_stage(&cfg.stages);
     let cfg_in_force = cfg.clone();
     let runtime = Runtime::with_open(cfg, ports, finite).context("cannot start the runtime")?;
@@ -527,7 +539,18 @@ pub fn run(args: RunArgs) -> Result<()> {
                 crate::ebpf::Targets { xdp: runtime.xdp().to_vec(), core: None },
                 runtime.clock(),
             );
-            Some(ControlServer::spawn(path, handler)?)
+            let ops = capture.as_ref().map(|hub| {
+                let target = crate::trace::TraceTarget::new(
+                    trace_cfg.clone(),
+                    hub.port_names(),
+                    runtime.vswitch().cloned(),
+                    runtime.p4().map(|p| p.control()),
+                    runtime.clock(),
+                );
+                crate::capture::ops_handler(Arc::clone(hub), target)
+            });
+            let server = ControlServer::spawn_with_ops(path, handler, ops)?;
+            Some(server)
         }
         None => None,
     };
@@ -569,6 +592,9 @@ pub fn run(args: RunArgs) -> Result<()> {
     let kernels_final = runtime.stream_kernels().to_vec();
     let result = runtime.run(&signals.stop, stats_flag, on_stats);
     done.store(true, Ordering::Relaxed);
+    if let Some(hub) = &capture {
+        hub.close(Duration::from_secs(2));
+    }
     let report = result.context("run failed")?;
 
     let stdout = io::stdout();

@@ -115,6 +115,9 @@ pub struct RunConfig {
     /// Settings of the `vswitch` stage (policy file, flow table), when the pipeline has one.
     #[serde(default)]
     pub vswitch: VSwitchSettings,
+    /// Stage tap points a live capture arms (`snic capture --stage`); not serialised.
+    #[serde(skip)]
+    pub stage_taps: snic_pipeline::trace::TapHandle,
 }
 
 /// Settings of the vSwitch (`[vswitch]` in the run configuration).
@@ -182,6 +185,7 @@ impl RunConfig {
             idle_wait_ms: default_idle_wait_ms(),
             idle_exit_ms: None,
             vswitch: VSwitchSettings::default(),
+            stage_taps: snic_pipeline::trace::TapHandle::default(),
         }
     }
 
@@ -196,6 +200,7 @@ impl RunConfig {
         p.ports = u16::try_from(self.ports.len()).unwrap_or(u16::MAX);
         p.rss_key = self.rss_key.clone();
         p.trace = self.trace.clone();
+        p.stage_taps = self.stage_taps.clone();
         p
     }
 

@@ -356,6 +356,9 @@ pub struct PipelineConfig {
     /// Seconds before a learned MAC expires. Default 300.
     #[serde(default = "default_mac_age_secs")]
     pub mac_age_secs: u64,
+    /// Stage tap points for live captures (not serialised; none by default).
+    #[serde(skip)]
+    pub stage_taps: crate::trace::TapHandle,
 }
 
 impl PipelineConfig {
@@ -369,6 +372,7 @@ impl PipelineConfig {
             trace_capacity: default_trace_capacity(),
             mac_capacity: default_mac_capacity(),
             mac_age_secs: default_mac_age_secs(),
+            stage_taps: crate::trace::TapHandle::default(),
         }
     }
 
@@ -491,6 +495,8 @@ pub struct Pipeline {
     /// Packets delivered to the device ([`PortId::LOCAL`]) since the last
     /// [`Pipeline::take_local`].
     local: Batch,
+    /// Stage tap points of live captures (read once per batch).
+    taps: Option<std::sync::Arc<crate::trace::StageTaps>>,
 }
 
 impl fmt::Debug for Pipeline {
@@ -525,6 +531,7 @@ impl Pipeline {
             filter: None,
             next_seq: 0,
             local: Batch::new(crate::MAX_BATCH),
+            taps: None,
         }
     }
 
@@ -554,6 +561,7 @@ impl Pipeline {
         in_range("mac_capacity", cfg.mac_capacity, MAX_MAC_CAPACITY)?;
         let mut p = Pipeline::new();
         p.trace = TraceRing::new(trace_capacity);
+        p.taps = cfg.stage_taps.0.clone();
         if let Some(expr) = &cfg.trace {
             p.filter = Some(TraceFilter::parse(expr).map_err(BuildError::BadTrace)?);
         }
@@ -653,6 +661,11 @@ impl Pipeline {
         self.stages.iter().map(|s| s.name())
     }
 
+    /// Feed the stage tap points `taps` (a live capture's) from now on (`None`: no taps).
+    pub fn set_stage_taps(&mut self, taps: Option<std::sync::Arc<crate::trace::StageTaps>>) {
+        self.taps = taps;
+    }
+
     /// Trace packets matching `filter` from now on (`None`: stop tracing).
     pub fn set_trace_filter(&mut self, filter: Option<TraceFilter>) {
         self.filter = filter;
@@ -669,7 +682,11 @@ impl Pipeline {
         if let Some(f) = self.filter.filter(TraceFilter::is_entry_only) {
             select(&f, batch, &mut self.trace, "input");
         }
-        for (stage, c) in self.stages.iter_mut().zip(self.counters.stages.iter_mut()) {
+        // One relaxed load per batch; zero when no capture taps a stage.
+        let tapped = self.taps.as_ref().map_or(0, |t| t.armed());
+        for (i, (stage, c)) in
+            self.stages.iter_mut().zip(self.counters.stages.iter_mut()).enumerate()
+        {
             c.packets_in += batch.len() as u64;
             c.bytes_in += batch.iter().map(|p| p.len() as u64).sum::<u64>();
             stage.process(now, batch, &mut StageCtx::new(c, &mut self.trace));
@@ -678,6 +695,11 @@ impl Pipeline {
             }
             c.packets_out += batch.len() as u64;
             c.held = stage.pending() as u64;
+            if tapped != 0
+                && let Some(t) = &self.taps
+            {
+                t.after_stage(tapped, i, stage.name(), batch);
+            }
             if let Some(f) = self.filter.filter(|f| !f.is_entry_only()) {
                 select(&f, batch, &mut self.trace, stage.name());
             }

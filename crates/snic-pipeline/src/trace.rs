@@ -13,6 +13,13 @@
 //!
 //! Tracing off costs one branch per packet per stage (the `meta.trace` test); events are only
 //! built, and may allocate, for traced packets.
+//!
+//! # Stage taps
+//!
+//! [`StageTaps`] lets a live capture (`snic capture --stage NAME`) see what leaves a stage:
+//! the pipeline reads its armed mask once per batch (one relaxed atomic load, no per-packet
+//! work) and, for each armed stage, hands the batch to the [`TapSink`] after that stage ran.
+//! With no capture armed the mask is zero and nothing else happens.
 
 use crate::PacketBuf;
 use crate::drop::DropReason;
@@ -21,6 +28,76 @@ use core::fmt;
 use core::net::IpAddr;
 use snic_wire::stack::{Layer, Stack};
 use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Where the packets of an armed stage tap go (a capture's bounded queue): called by the
+/// pipeline after stage `stage` (its index and name) ran, with the batch as it left the stage.
+/// Implementations copy what they want and never block.
+pub trait TapSink: Send + Sync {
+    /// The packets of `batch` left stage `stage` (`name`).
+    fn tap(&self, stage: usize, name: &str, batch: &crate::Batch);
+}
+
+/// The stage tap points of a run's pipelines: an armed mask (bit `i`: stage `i`, the first
+/// [`StageTaps::MAX_STAGES`] stages) and the sink armed stages feed. Shared by every worker's
+/// pipeline and the control plane that arms it.
+pub struct StageTaps {
+    armed: AtomicU64,
+    sink: Arc<dyn TapSink>,
+}
+
+impl fmt::Debug for StageTaps {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StageTaps").field("armed", &self.armed()).finish_non_exhaustive()
+    }
+}
+
+impl StageTaps {
+    /// Stages that can be tapped (the bits of the mask).
+    pub const MAX_STAGES: usize = 64;
+
+    /// Tap points feeding `sink`, none armed.
+    pub fn new(sink: Arc<dyn TapSink>) -> Self {
+        StageTaps { armed: AtomicU64::new(0), sink }
+    }
+
+    /// The armed mask: what the pipeline reads once per batch.
+    #[inline]
+    pub fn armed(&self) -> u64 {
+        self.armed.load(Ordering::Relaxed)
+    }
+
+    /// Arm exactly the stages of `mask` (0 disarms all).
+    pub fn arm(&self, mask: u64) {
+        self.armed.store(mask, Ordering::Release);
+    }
+
+    /// Hand `batch` to the sink if stage `stage` is armed in `mask` (a mask read once per batch).
+    #[inline]
+    pub fn after_stage(&self, mask: u64, stage: usize, name: &str, batch: &crate::Batch) {
+        if mask.checked_shr(stage as u32).unwrap_or(0) & 1 != 0 && !batch.is_empty() {
+            self.sink.tap(stage, name, batch);
+        }
+    }
+}
+
+/// An optional [`StageTaps`] in a configuration: two handles are equal when they share the
+/// same tap points (or both have none). Not serialised.
+#[derive(Debug, Clone, Default)]
+pub struct TapHandle(pub Option<Arc<StageTaps>>);
+
+impl PartialEq for TapHandle {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.0, &other.0) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for TapHandle {}
 
 /// What a stage did to a traced packet.
 #[derive(Debug, Clone, PartialEq)]
@@ -441,6 +518,55 @@ fn term_matches(t: &TraceTerm, pkt: &PacketBuf) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Records which stage handed it how many packets.
+    #[derive(Default)]
+    struct Seen(std::sync::Mutex<Vec<(usize, String, usize)>>);
+
+    impl TapSink for Seen {
+        fn tap(&self, stage: usize, name: &str, batch: &crate::Batch) {
+            self.0.lock().unwrap().push((stage, name.to_owned(), batch.len()));
+        }
+    }
+
+    #[test]
+    fn stage_taps_see_what_leaves_an_armed_stage_and_nothing_when_disarmed() {
+        let seen = Arc::new(Seen::default());
+        let taps = Arc::new(StageTaps::new(seen.clone()));
+        let mut cfg = crate::PipelineConfig::from_strs(&["parse", "classify", "l2fwd"]).unwrap();
+        cfg.stage_taps = TapHandle(Some(taps.clone()));
+        let mut p = crate::Pipeline::build(&cfg, &mut |_: &str| unreachable!("no taps")).unwrap();
+        let run = |p: &mut crate::Pipeline, n: usize| {
+            let mut b = crate::Batch::new(8);
+            for _ in 0..n {
+                // Too short to parse: `parse` drops it, so what leaves stage 0 is empty.
+                b.push_frame(&[0u8; 4]).unwrap();
+            }
+            p.process(snic_time::Instant::ZERO, &mut b);
+        };
+        run(&mut p, 3);
+        assert!(seen.0.lock().unwrap().is_empty(), "nothing armed, nothing seen");
+        taps.arm(1 << 0);
+        run(&mut p, 3);
+        assert!(seen.0.lock().unwrap().is_empty(), "an empty batch is not handed over");
+        let mut b = crate::Batch::new(8);
+        for _ in 0..2 {
+            b.push_frame(&[0u8; 60]).unwrap();
+        }
+        let mut cfg2 = crate::PipelineConfig::from_strs(&["parse:pass", "classify"]).unwrap();
+        cfg2.stage_taps = TapHandle(Some(taps.clone()));
+        let mut p2 = crate::Pipeline::build(&cfg2, &mut |_: &str| unreachable!()).unwrap();
+        taps.arm(1 << 1);
+        p2.process(snic_time::Instant::ZERO, &mut b);
+        assert_eq!(*seen.0.lock().unwrap(), vec![(1, "classify".to_owned(), 2)]);
+        taps.arm(0);
+        let mut b = crate::Batch::new(8);
+        b.push_frame(&[0u8; 60]).unwrap();
+        p2.process(snic_time::Instant::ZERO, &mut b);
+        assert_eq!(seen.0.lock().unwrap().len(), 1, "disarmed: nothing more");
+        assert_eq!(TapHandle(Some(taps.clone())), TapHandle(Some(taps)));
+        assert_ne!(TapHandle(None), TapHandle(Some(Arc::new(StageTaps::new(seen)))));
+    }
 
     #[test]
     fn ring_is_bounded_and_counts_lost() {

@@ -666,6 +666,20 @@ impl VSwitch {
         out
     }
 
+    /// The cached flows of `key` in every shard (a read-only lookup, for `snic trace`): what
+    /// the fast path would do with a packet of that key now. Nothing is counted or aged.
+    pub fn cached(&self, now: Instant, key: &FlowKey) -> Vec<FlowDump> {
+        let cells: Vec<Arc<ShardCell>> = lock(&self.shared.shards).clone();
+        let mut out = Vec::new();
+        for c in cells {
+            let s = lock(&c.state);
+            if let Some(e) = s.gft.lookup(s.gft.hash(key), key).and_then(|id| s.gft.get(id)) {
+                out.push(s.dump(&self.shared, now, e));
+            }
+        }
+        out
+    }
+
     /// Counters of every shard and of the slow path.
     pub fn stats(&self) -> VSwitchStats {
         let cells: Vec<Arc<ShardCell>> = lock(&self.shared.shards).clone();
