@@ -1570,6 +1570,11 @@ impl Port for AfPacketPort {
         PortCaps { gso: true, max_frame: self.mtu + 18, tunnel_gso: false }
     }
 
+    fn merges_udp_tunnel(&self) -> bool {
+        // The kernel cuts a UDP GSO buffer after one `sendmmsg` entry or ring slot.
+        true
+    }
+
     fn counters(&self) -> PortCounters {
         let s = self.stats();
         PortCounters {

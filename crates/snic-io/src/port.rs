@@ -142,6 +142,13 @@ pub trait Port: Send {
     }
     /// What the port can take on transmit.
     fn caps(&self) -> PortCaps;
+    /// Whether consecutive VXLAN datagrams of one flow are merged into one UDP GSO buffer
+    /// before [`Port::send`] (counted in `gro_coalesced`): worth it only where a kernel cuts
+    /// the buffer again after one system call (AF_PACKET). Ports that count what they send
+    /// one frame per datagram (sinks, links of the testbed) keep the default, `false`.
+    fn merges_udp_tunnel(&self) -> bool {
+        false
+    }
     /// Flush anything buffered (pcap writers).
     fn flush(&mut self) -> io::Result<()> {
         Ok(())

@@ -122,7 +122,7 @@ fn send_one(
         // (VXLAN-encapsulated ones too when it takes them whole); one that does not take them
         // whole gets consecutive VXLAN datagrams of a flow as one UDP GSO buffer.
         let mut merged = gro::coalesce(t, caps.tunnel_gso);
-        if !caps.tunnel_gso && t.len() > 1 {
+        if !caps.tunnel_gso && t.len() > 1 && port.merges_udp_tunnel() {
             merged += gro::coalesce_udp_tunnel(t);
         }
         if merged > 0 {
@@ -1201,6 +1201,9 @@ mod tests {
         }
         fn caps(&self) -> crate::PortCaps {
             self.1
+        }
+        fn merges_udp_tunnel(&self) -> bool {
+            self.1.gso
         }
     }
 
