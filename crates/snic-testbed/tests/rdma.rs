@@ -1224,7 +1224,9 @@ fn mixed_ops_under_loss_20() {
     };
     let (m, s) = mixed(cfg);
     assert_recovered_bounds(&m, &s);
-    assert!(s.timeouts > 0, "20% loss and never a timeout? {s:?}");
+    // Tail losses are recovered by a timer: the path window's loss probe (which goes back
+    // without spending `retry_cnt`) or, with the fixed window, the IBTA timeout.
+    assert!(s.timeouts + s.loss_probes > 0, "20% loss and never a timer recovery? {s:?}");
 }
 
 /// Recovery happened, and every ICRC drop is one of the packets the engines corrupted (a
