@@ -355,6 +355,27 @@ fn stats(snic: &str, sock: &str) -> Result<serde_json::Value, String> {
     serde_json::from_str(out.trim()).map_err(|e| format!("snic stats is not JSON ({e}): {out}"))
 }
 
+/// `snic stats` once the run is quiet: the document is a snapshot refreshed every 100 ms from
+/// counters each worker publishes every 100 ms, so one read right after a transfer may predate
+/// its last packets. Reads until two documents at least 250 ms apart carry the same port
+/// counters (at most about 5 s; then the last one, for the caller's checks to judge).
+fn quiet_stats(snic: &str, sock: &str) -> serde_json::Value {
+    let read = || stats(snic, sock).unwrap_or_else(|e| panic!("snic stats: {e}"));
+    let at = |v: &serde_json::Value| v["elapsed_secs"].as_f64().unwrap_or(0.0);
+    let mut last = read();
+    for _ in 0..50 {
+        thread::sleep(Duration::from_millis(100));
+        let next = read();
+        if at(&next) >= at(&last) + 0.25 {
+            if next["ports"] == last["ports"] {
+                return next;
+            }
+            last = next;
+        }
+    }
+    last
+}
+
 /// Start `snic run` in the switch namespace with ports `pa` (the VM side) and `pb` (the
 /// underlay), the vSwitch stage with the interop policy and a control socket, for `secs`
 /// seconds; wait until it answers. Returns snic's path, the control socket's and snic's child
@@ -947,7 +968,7 @@ fn vswitch_super_packets_cross_a_veth_underlay_as_udp_gso() {
     // 1. The buffers cross the veth whole; host-b's kernel cuts them.
     let before = stats(snic, &sock).unwrap_or_else(|e| panic!("snic stats: {e}"));
     checked_transfer(&mut g, "whole", 5301, 1);
-    let after = stats(snic, &sock).unwrap_or_else(|e| panic!("snic stats: {e}"));
+    let after = quiet_stats(snic, &sock);
     check_moved("buffers crossing the veth whole", &before, &after);
 
     // 2. The kernel cuts them at snic's side, with full checksums, under host-b's capture.
@@ -971,7 +992,7 @@ fn vswitch_super_packets_cross_a_veth_underlay_as_udp_gso() {
     });
     let before = stats(snic, &sock).unwrap_or_else(|e| panic!("snic stats: {e}"));
     checked_transfer(&mut g, "cut", 5302, 2);
-    let after = stats(snic, &sock).unwrap_or_else(|e| panic!("snic stats: {e}"));
+    let after = quiet_stats(snic, &sock);
     check_moved("buffers cut at snic's side", &before, &after);
     match capture {
         Some(ci) => {
