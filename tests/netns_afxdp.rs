@@ -42,11 +42,27 @@ fn snic_run_forwards_between_afxdp_ports() {
     assert!(ok, "ping through snic's AF_XDP ports failed:\n{out}{err}\n{}", g.log("snic"));
     assert!(out.contains("5 received"), "{out}");
 
-    let (ok, stats, _) = run(5, &[snic, "stats", "--control", &sock]);
-    assert!(ok, "snic stats failed");
-    let v: serde_json::Value = serde_json::from_str(stats.trim()).expect("stats JSON");
+    // 5 echo requests or replies and at least one ARP exchange each way. The counters document
+    // is a snapshot refreshed every 100 ms (from counters the worker publishes every 100 ms):
+    // read it until it shows them, for at most about 5 s.
+    let enough = |v: &serde_json::Value| {
+        v["ports"]
+            .as_array()
+            .is_some_and(|ps| ps.iter().all(|p| p["rx_packets"].as_u64().unwrap_or(0) >= 6))
+    };
+    let mut stats = String::new();
+    let mut v = serde_json::Value::Null;
+    for _ in 0..50 {
+        let (ok, out, _) = run(5, &[snic, "stats", "--control", &sock]);
+        assert!(ok, "snic stats failed");
+        v = serde_json::from_str(out.trim()).expect("stats JSON");
+        stats = out;
+        if enough(&v) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
     for p in v["ports"].as_array().expect("ports") {
-        // 5 echo requests or replies and at least one ARP exchange each way.
         let rx = p["rx_packets"].as_u64().unwrap_or(0);
         assert!(rx >= 6, "port counters did not move: {p}");
     }
