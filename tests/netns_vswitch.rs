@@ -45,9 +45,8 @@
 mod common;
 
 use common::netns::{have, is_root, must, note, run, stop, words};
-use std::fs::File;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -219,18 +218,7 @@ impl Guard {
         secs: u32,
         args: &[S],
     ) -> usize {
-        let out = File::create(self.dir.join(format!("{label}.out"))).expect("log file");
-        let err = File::create(self.dir.join(format!("{label}.err"))).expect("log file");
-        let child = Command::new("timeout")
-            .args(["-k", "2", &secs.to_string()])
-            .args(args.iter().map(|a| a.as_ref()))
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .unwrap_or_else(|e| panic!("could not start {args:?}: {e}"));
-        self.children.push(child);
-        self.children.len() - 1
+        common::netns::spawn_logged(&self.dir, &mut self.children, label, secs, args)
     }
 
     fn log(&self, label: &str) -> String {

@@ -262,18 +262,7 @@ impl OuterVeths {
         secs: u32,
         args: &[S],
     ) -> usize {
-        let out = std::fs::File::create(self.dir.join(format!("{label}.out"))).expect("log file");
-        let err = std::fs::File::create(self.dir.join(format!("{label}.err"))).expect("log file");
-        let child = Command::new("timeout")
-            .args(["-k", "2", &secs.to_string()])
-            .args(args.iter().map(|a| a.as_ref()))
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .unwrap_or_else(|e| panic!("could not start {args:?}: {e}"));
-        self.children.push(child);
-        self.children.len() - 1
+        spawn_logged(&self.dir, &mut self.children, label, secs, args)
     }
 
     /// The output of process `label` so far.
@@ -336,4 +325,28 @@ impl Drop for OuterVeths {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Start a long-running process bounded by `timeout` (killed 2 s after `secs`), its output to
+/// `LABEL.out` and `LABEL.err` in `dir`; push it on `children` and return its index there. The
+/// one spawn of every namespace fixture.
+pub fn spawn_logged<S: AsRef<str> + std::fmt::Debug>(
+    dir: &std::path::Path,
+    children: &mut Vec<std::process::Child>,
+    label: &str,
+    secs: u32,
+    args: &[S],
+) -> usize {
+    let out = std::fs::File::create(dir.join(format!("{label}.out"))).expect("log file");
+    let err = std::fs::File::create(dir.join(format!("{label}.err"))).expect("log file");
+    let child = Command::new("timeout")
+        .args(["-k", "2", &secs.to_string()])
+        .args(args.iter().map(|a| a.as_ref()))
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .unwrap_or_else(|e| panic!("could not start {args:?}: {e}"));
+    children.push(child);
+    children.len() - 1
 }
