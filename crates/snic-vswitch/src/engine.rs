@@ -748,6 +748,81 @@ fn sync_vport_meters(buckets: &mut Vec<Option<Arc<SharedBucket>>>, policy: &Poli
     *buckets = next;
 }
 
+/// The vPort meter of `a` for a packet of `len` bytes: `Ok(true)` when the packet is to be
+/// CE-marked, `Err` with the drop. One bucket serves all shards (lock-free); a take that keeps
+/// losing races to other shards is a counted non-conformance. A free function over the shard's
+/// fields so [`Shard::serve`] can call it while it holds its cached entry and action.
+#[inline(always)]
+fn vport_meter(
+    stats: &mut ShardStats,
+    meters: &[MeterSpec],
+    vport_meters: &[Option<Arc<SharedBucket>>],
+    a: &FlowAction,
+    now: Instant,
+    len: u32,
+) -> Result<bool, Fate> {
+    if let Some(m) = a.vport_meter
+        && let Some(spec) = meters.get(usize::from(m.0))
+        && let Some(Some(b)) = vport_meters.get(usize::from(a.vport.0))
+    {
+        let took = b.take(now, len);
+        if took == qos::Take::Contended {
+            stats.meter_contended += 1;
+        }
+        if took != qos::Take::Conform {
+            return match spec.exceed {
+                Exceed::Drop => {
+                    stats.meter_drops += 1;
+                    Err(Fate::Drop(DropReason::Metered))
+                }
+                Exceed::Mark => Ok(true),
+            };
+        }
+    }
+    Ok(false)
+}
+
+/// The end every served packet shares: the transposition, the CE mark when a meter asked for
+/// one, and the egress port with its queue, if it has one.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn egress(
+    stats: &mut ShardStats,
+    queue_of_port: &[Option<usize>],
+    queues: &mut [EgressQueue],
+    now: Instant,
+    p: &mut PacketBuf,
+    a: &FlowAction,
+    hash: u64,
+    mark: bool,
+) -> Fate {
+    if a.transposition.apply(p, (hash ^ (hash >> 32)) as u32).is_err() {
+        stats.transpose_errors += 1;
+        return Fate::Drop(DropReason::TransposeFailed);
+    }
+    p.meta.parsed = false;
+    if mark {
+        match qos::mark_ce(p.data_mut()) {
+            MarkResult::Marked | MarkResult::AlreadyCe => stats.meter_marks += 1,
+            MarkResult::NotEct | MarkResult::NotIp => {
+                stats.meter_drops += 1;
+                return Fate::Drop(DropReason::Metered);
+            }
+        }
+    }
+    let egress = a.egress;
+    p.meta.egress = Some(PortId(egress));
+    if let Some(Some(q)) = queue_of_port.get(usize::from(egress))
+        && let Some(q) = queues.get_mut(*q)
+    {
+        return match q.enqueue(now, p) {
+            Enqueued::Queued | Enqueued::QueuedMarked => Fate::Held,
+            Enqueued::DroppedFull => Fate::Drop(DropReason::EgressQueueFull),
+        };
+    }
+    Fate::Keep
+}
+
 impl Shard {
     /// Pick up a new policy generation: roles, meters, queues.
     fn refresh(&mut self, shared: &Shared, now: Instant) {
@@ -946,25 +1021,9 @@ impl Shard {
                 Exceed::Mark => mark = true,
             }
         }
-        if let Some(m) = a.vport_meter
-            && let Some(spec) = self.meters.get(usize::from(m.0))
-            && let Some(Some(b)) = self.vport_meters.get(usize::from(a.vport.0))
-        {
-            // One bucket for all shards (lock-free); a take that keeps losing races to other
-            // shards is a counted non-conformance.
-            let took = b.take(now, len);
-            if took == qos::Take::Contended {
-                self.stats.meter_contended += 1;
-            }
-            if took != qos::Take::Conform {
-                match spec.exceed {
-                    Exceed::Drop => {
-                        self.stats.meter_drops += 1;
-                        return Fate::Drop(DropReason::Metered);
-                    }
-                    Exceed::Mark => mark = true,
-                }
-            }
+        match vport_meter(&mut self.stats, &self.meters, &self.vport_meters, a, now, len) {
+            Ok(m) => mark |= m,
+            Err(fate) => return fate,
         }
         if a.track_tcp
             && let Some((tcp_layer, off)) = p.meta.stack.innermost().l4
@@ -982,31 +1041,7 @@ impl Shard {
                 self.stats.tcp_copy_overflow += 1;
             }
         }
-        if a.transposition.apply(p, (hash ^ (hash >> 32)) as u32).is_err() {
-            self.stats.transpose_errors += 1;
-            return Fate::Drop(DropReason::TransposeFailed);
-        }
-        p.meta.parsed = false;
-        if mark {
-            match qos::mark_ce(p.data_mut()) {
-                MarkResult::Marked | MarkResult::AlreadyCe => self.stats.meter_marks += 1,
-                MarkResult::NotEct | MarkResult::NotIp => {
-                    self.stats.meter_drops += 1;
-                    return Fate::Drop(DropReason::Metered);
-                }
-            }
-        }
-        let egress = a.egress;
-        p.meta.egress = Some(PortId(egress));
-        if let Some(Some(q)) = self.queue_of_port.get(usize::from(egress))
-            && let Some(q) = self.queues.get_mut(*q)
-        {
-            return match q.enqueue(now, p) {
-                Enqueued::Queued | Enqueued::QueuedMarked => Fate::Held,
-                Enqueued::DroppedFull => Fate::Drop(DropReason::EgressQueueFull),
-            };
-        }
-        Fate::Keep
+        egress(&mut self.stats, &self.queue_of_port, &mut self.queues, now, p, a, hash, mark)
     }
 
     /// Serve `p` with `a`, compiled for it alone while the fast path is off (a restart): the
@@ -1022,50 +1057,12 @@ impl Shard {
         hash: u64,
     ) -> Fate {
         let len = p.len() as u32;
-        let mut mark = false;
-        if let Some(m) = a.vport_meter
-            && let Some(spec) = self.meters.get(usize::from(m.0))
-            && let Some(Some(b)) = self.vport_meters.get(usize::from(a.vport.0))
+        let mark = match vport_meter(&mut self.stats, &self.meters, &self.vport_meters, a, now, len)
         {
-            let took = b.take(now, len);
-            if took == qos::Take::Contended {
-                self.stats.meter_contended += 1;
-            }
-            if took != qos::Take::Conform {
-                match spec.exceed {
-                    Exceed::Drop => {
-                        self.stats.meter_drops += 1;
-                        return Fate::Drop(DropReason::Metered);
-                    }
-                    Exceed::Mark => mark = true,
-                }
-            }
-        }
-        if a.transposition.apply(p, (hash ^ (hash >> 32)) as u32).is_err() {
-            self.stats.transpose_errors += 1;
-            return Fate::Drop(DropReason::TransposeFailed);
-        }
-        p.meta.parsed = false;
-        if mark {
-            match qos::mark_ce(p.data_mut()) {
-                MarkResult::Marked | MarkResult::AlreadyCe => self.stats.meter_marks += 1,
-                MarkResult::NotEct | MarkResult::NotIp => {
-                    self.stats.meter_drops += 1;
-                    return Fate::Drop(DropReason::Metered);
-                }
-            }
-        }
-        let egress = a.egress;
-        p.meta.egress = Some(PortId(egress));
-        if let Some(Some(q)) = self.queue_of_port.get(usize::from(egress))
-            && let Some(q) = self.queues.get_mut(*q)
-        {
-            return match q.enqueue(now, p) {
-                Enqueued::Queued | Enqueued::QueuedMarked => Fate::Held,
-                Enqueued::DroppedFull => Fate::Drop(DropReason::EgressQueueFull),
-            };
-        }
-        Fate::Keep
+            Ok(mark) => mark,
+            Err(fate) => return fate,
+        };
+        egress(&mut self.stats, &self.queue_of_port, &mut self.queues, now, p, a, hash, mark)
     }
 
     /// The fast path for one packet of the batch (`i` indexes the scratch arrays).
