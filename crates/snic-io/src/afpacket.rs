@@ -575,6 +575,25 @@ impl std::fmt::Debug for AfPacketPort {
     }
 }
 
+/// A fresh shared read-write mapping of `len` bytes of the rings of packet socket `fd`, to be
+/// owned (and unmapped) by [`Rings`]; `None` when mmap failed, with `errno` left for
+/// [`os_err`].
+fn map_rings(fd: RawFd, len: usize) -> Option<*mut u8> {
+    // SAFETY: a fresh shared mapping at an address the kernel picks; nothing aliases it, and
+    // the caller hands it to `Rings`, whose drop unmaps exactly this range.
+    let map = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    (map != libc::MAP_FAILED).then(|| map.cast())
+}
+
 fn os_err(what: &str, ifname: &str) -> io::Error {
     let e = io::Error::last_os_error();
     let hint = match e.raw_os_error() {
@@ -1287,23 +1306,10 @@ fn setup_rings(fd: RawFd, ifname: &str, sizes: &RingSizes) -> io::Result<Box<Rin
     }
     let rx_len = bs * sizes.rx_block_nr;
     let map_len = rx_len + TX_BLOCK_SIZE * tx_block_nr;
-    // SAFETY: a fresh shared mapping of the socket's rings (receive ring first, then transmit,
-    // as the kernel lays them out); the result is checked and owned by `Rings`.
-    let map = unsafe {
-        libc::mmap(
-            core::ptr::null_mut(),
-            map_len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd,
-            0,
-        )
-    };
-    if map == libc::MAP_FAILED {
-        return Err(os_err("mmap of the rings", ifname));
-    }
+    // Receive ring first, then transmit, as the kernel lays them out.
+    let map = map_rings(fd, map_len).ok_or_else(|| os_err("mmap of the rings", ifname))?;
     Ok(Box::new(Rings {
-        map: map.cast(),
+        map,
         map_len,
         rx_block_size: bs,
         rx_slots: sizes.rx_block_nr,
@@ -1360,23 +1366,10 @@ fn setup_v2_ring(fd: RawFd, ifname: &str, sizes: &RingSizes) -> io::Result<Box<R
         return Err(os_err(&format!("PACKET_RX_RING (TPACKET_V2) {req:?}"), ifname));
     }
     let map_len = V2_BLOCK * block_nr;
-    // SAFETY: a fresh shared mapping of the socket's receive ring; the result is checked and
-    // owned by `Rings`.
-    let map = unsafe {
-        libc::mmap(
-            core::ptr::null_mut(),
-            map_len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd,
-            0,
-        )
-    };
-    if map == libc::MAP_FAILED {
-        return Err(os_err("mmap of the TPACKET_V2 ring", ifname));
-    }
+    let map =
+        map_rings(fd, map_len).ok_or_else(|| os_err("mmap of the TPACKET_V2 ring", ifname))?;
     Ok(Box::new(Rings {
-        map: map.cast(),
+        map,
         map_len,
         rx_block_size: V2_BLOCK,
         rx_slots: slots,
@@ -1567,12 +1560,8 @@ impl Port for AfPacketPort {
 
     fn caps(&self) -> PortCaps {
         // Ethernet header plus one VLAN tag beyond the MTU.
-        PortCaps { gso: true, max_frame: self.mtu + 18, tunnel_gso: false }
-    }
-
-    fn merges_udp_tunnel(&self) -> bool {
         // The kernel cuts a UDP GSO buffer after one `sendmmsg` entry or ring slot.
-        true
+        PortCaps { gso: true, max_frame: self.mtu + 18, tunnel_gso: false, merges_udp_tunnel: true }
     }
 
     fn counters(&self) -> PortCounters {
