@@ -278,9 +278,6 @@ impl Port for ClassCountingPort {
     fn caps(&self) -> PortCaps {
         self.inner.caps()
     }
-    fn merges_udp_tunnel(&self) -> bool {
-        self.inner.merges_udp_tunnel()
-    }
     fn flush(&mut self) -> io::Result<()> {
         self.inner.flush()
     }

@@ -136,9 +136,6 @@ impl Port for SharedLinkPort {
     fn caps(&self) -> PortCaps {
         self.lock().caps()
     }
-    fn merges_udp_tunnel(&self) -> bool {
-        self.lock().merges_udp_tunnel()
-    }
     fn counters(&self) -> PortCounters {
         self.lock().counters()
     }

@@ -1179,7 +1179,12 @@ impl Port for AfXdpPort {
 
     fn caps(&self) -> PortCaps {
         // No GSO: the caller segments super-packets. Ethernet header and one VLAN tag.
-        PortCaps { gso: false, tunnel_gso: false, max_frame: (self.mtu + 18).min(self.frame_size) }
+        PortCaps {
+            gso: false,
+            tunnel_gso: false,
+            max_frame: (self.mtu + 18).min(self.frame_size),
+            merges_udp_tunnel: false,
+        }
     }
 
     fn counters(&self) -> PortCounters {

@@ -832,7 +832,7 @@ impl Port for GenPort {
     }
 
     fn caps(&self) -> PortCaps {
-        PortCaps { gso: false, max_frame: 65_535, tunnel_gso: false }
+        PortCaps { gso: false, max_frame: 65_535, tunnel_gso: false, merges_udp_tunnel: false }
     }
 
     fn counters(&self) -> PortCounters {

@@ -35,7 +35,7 @@ impl Port for NullPort {
     }
 
     fn caps(&self) -> PortCaps {
-        PortCaps { gso: true, max_frame: 65_535, tunnel_gso: false }
+        PortCaps { gso: true, max_frame: 65_535, tunnel_gso: false, merges_udp_tunnel: false }
     }
 
     fn counters(&self) -> PortCounters {

@@ -22,6 +22,12 @@ pub struct PortCaps {
     /// VXLAN one as UDP GSO buffers (counted as `tunnel_udp_gso`); the others, and NVGRE ones,
     /// are segmented in software (counted as `tunnel_segmented`).
     pub tunnel_gso: bool,
+    /// Consecutive VXLAN datagrams of one flow are merged into one UDP GSO buffer before
+    /// [`Port::send`] (counted in `gro_coalesced`): worth it only where a kernel cuts the
+    /// buffer again after one system call (AF_PACKET). Ports that count what they send one
+    /// frame per datagram (sinks, links of the testbed) leave it `false`. A capability, so a
+    /// wrapper port that forwards [`Port::caps`] keeps it.
+    pub merges_udp_tunnel: bool,
 }
 
 /// Counters a port keeps about itself. Drivers (runtime, testbed) read them with
@@ -142,13 +148,6 @@ pub trait Port: Send {
     }
     /// What the port can take on transmit.
     fn caps(&self) -> PortCaps;
-    /// Whether consecutive VXLAN datagrams of one flow are merged into one UDP GSO buffer
-    /// before [`Port::send`] (counted in `gro_coalesced`): worth it only where a kernel cuts
-    /// the buffer again after one system call (AF_PACKET). Ports that count what they send
-    /// one frame per datagram (sinks, links of the testbed) keep the default, `false`.
-    fn merges_udp_tunnel(&self) -> bool {
-        false
-    }
     /// Flush anything buffered (pcap writers).
     fn flush(&mut self) -> io::Result<()> {
         Ok(())

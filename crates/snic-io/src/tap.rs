@@ -321,7 +321,12 @@ impl Port for TapPort {
     }
 
     fn caps(&self) -> PortCaps {
-        PortCaps { gso: true, max_frame: self.mtu + 18, tunnel_gso: self.stats.tunnel_gso }
+        PortCaps {
+            gso: true,
+            max_frame: self.mtu + 18,
+            tunnel_gso: self.stats.tunnel_gso,
+            merges_udp_tunnel: false,
+        }
     }
 
     fn counters(&self) -> PortCounters {

@@ -200,6 +200,7 @@ impl Port for UdpPort {
             gso: false,
             max_frame: snic_pipeline::buf::DEFAULT_FRAME_ROOM,
             tunnel_gso: false,
+            merges_udp_tunnel: false,
         }
     }
 

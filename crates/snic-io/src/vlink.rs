@@ -495,7 +495,7 @@ impl Port for VLinkPort {
     }
 
     fn caps(&self) -> PortCaps {
-        PortCaps { gso: false, max_frame: 9216, tunnel_gso: false }
+        PortCaps { gso: false, max_frame: 9216, tunnel_gso: false, merges_udp_tunnel: false }
     }
 
     fn counters(&self) -> PortCounters {

@@ -122,7 +122,7 @@ fn send_one(
         // (VXLAN-encapsulated ones too when it takes them whole); one that does not take them
         // whole gets consecutive VXLAN datagrams of a flow as one UDP GSO buffer.
         let mut merged = gro::coalesce(t, caps.tunnel_gso);
-        if !caps.tunnel_gso && t.len() > 1 && port.merges_udp_tunnel() {
+        if !caps.tunnel_gso && t.len() > 1 && caps.merges_udp_tunnel {
             merged += gro::coalesce_udp_tunnel(t);
         }
         if merged > 0 {
@@ -1141,7 +1141,7 @@ mod tests {
             Ok(())
         }
         fn caps(&self) -> crate::PortCaps {
-            crate::PortCaps { gso: false, max_frame: 1518, tunnel_gso: false }
+            crate::PortCaps { gso: false, max_frame: 1518, ..Default::default() }
         }
         fn counters(&self) -> PortCounters {
             self.counters
@@ -1184,7 +1184,8 @@ mod tests {
     struct GsoSink(Sent, crate::PortCaps);
 
     /// An AF_PACKET-like port: super-packets (GSO) but no UDP-tunnel GSO.
-    const GSO: crate::PortCaps = crate::PortCaps { gso: true, max_frame: 1518, tunnel_gso: false };
+    const GSO: crate::PortCaps =
+        crate::PortCaps { gso: true, max_frame: 1518, tunnel_gso: false, merges_udp_tunnel: true };
 
     impl Port for GsoSink {
         fn name(&self) -> &str {
@@ -1201,9 +1202,6 @@ mod tests {
         }
         fn caps(&self) -> crate::PortCaps {
             self.1
-        }
-        fn merges_udp_tunnel(&self) -> bool {
-            self.1.gso
         }
     }
 

@@ -310,7 +310,12 @@ impl Port for PcapPort {
     }
 
     fn caps(&self) -> PortCaps {
-        PortCaps { gso: false, max_frame: SNAPLEN as usize, tunnel_gso: false }
+        PortCaps {
+            gso: false,
+            max_frame: SNAPLEN as usize,
+            tunnel_gso: false,
+            merges_udp_tunnel: false,
+        }
     }
 
     fn flush(&mut self) -> io::Result<()> {
