@@ -22,6 +22,7 @@
 //! [`MAX_REQUEST`] bytes of head read within [`REQUEST_TIMEOUT`]; `GET /metrics` (or `HEAD`)
 //! is answered, `/` points there, anything else is a 404 or 405.
 
+use crate::stats::doc_ports;
 use anyhow::{Context, Result};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{
@@ -393,10 +394,8 @@ pub fn from_run(doc: &Value, vswitch: Option<&Value>) -> Snapshot {
         &[],
         f(&doc["elapsed_secs"]),
     );
-    for p in doc["ports"].as_array().into_iter().flatten() {
-        let id = u(&p["id"]).to_string();
-        let name = p["name"].as_str().unwrap_or("");
-        port(&mut s, &id, name, p, p.get("device"));
+    for p in doc_ports(doc) {
+        port(&mut s, &p.id.to_string(), p.name, p.counters, p.device);
     }
     stages(&mut s, &doc["stages"]);
     s.counter(
@@ -645,17 +644,8 @@ pub fn from_serve(doc: &Value) -> Snapshot {
     let nic = &doc["nic"];
     if nic.is_object() {
         let pipeline = &nic["pipeline"];
-        let names: Vec<&str> = nic["ports"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|p| p["name"].as_str().unwrap_or(""))
-            .collect();
-        for pc in pipeline["ports"].as_array().into_iter().flatten() {
-            let id = u(&pc["port"]);
-            let name = names.get(id as usize).copied().unwrap_or("");
-            let device = nic["ports"].get(id as usize).map(|p| &p["counters"]);
-            port(&mut s, &id.to_string(), name, pc, device);
+        for p in doc_ports(doc) {
+            port(&mut s, &p.id.to_string(), p.name, p.counters, p.device);
         }
         stages(&mut s, &pipeline["stages"]);
         for (key, v) in nic["nic"].as_object().into_iter().flatten() {

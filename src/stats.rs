@@ -9,6 +9,7 @@
 
 use crate::control::query;
 use anyhow::{Context, Result, bail};
+use serde_json::Value;
 use std::path::PathBuf;
 
 /// Arguments of `snic stats`.
@@ -42,4 +43,48 @@ pub fn run(args: StatsArgs) -> Result<()> {
         return Ok(());
     }
     bail!("give --control PATH or --pid PID")
+}
+
+/// One pipeline port of a counters document: its id, its name, the pipeline's counters of it
+/// and, where the document has them, the port's own (kernel-side) counters.
+#[derive(Debug, Clone, Copy)]
+pub struct DocPort<'a> {
+    pub id: u64,
+    pub name: &'a str,
+    pub counters: &'a Value,
+    pub device: Option<&'a Value>,
+}
+
+/// The pipeline ports of a counters document, whichever shape it has: a `snic run` document
+/// (`ports`, each with its `id`, `name` and `device`) or a `snic serve --port` one (the NIC's
+/// `pipeline.ports` by id, named and counted by `nic.ports`). The one reader of that layout
+/// for `snic top` and the metrics endpoint.
+pub fn doc_ports(doc: &Value) -> Vec<DocPort<'_>> {
+    if let Some(ps) = doc["ports"].as_array() {
+        return ps
+            .iter()
+            .map(|p| DocPort {
+                id: p["id"].as_u64().unwrap_or(0),
+                name: p["name"].as_str().unwrap_or(""),
+                counters: p,
+                device: p.get("device"),
+            })
+            .collect();
+    }
+    let nic = &doc["nic"];
+    nic["pipeline"]["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|pc| {
+            let id = pc["port"].as_u64().unwrap_or(0);
+            let own = usize::try_from(id).ok().and_then(|i| nic["ports"].get(i));
+            DocPort {
+                id,
+                name: own.and_then(|p| p["name"].as_str()).unwrap_or(""),
+                counters: pc,
+                device: own.map(|p| &p["counters"]),
+            }
+        })
+        .collect()
 }

@@ -12,6 +12,7 @@
 //! exits, for scripts. Both draw the same [`Frame`].
 
 use crate::control::{Request, TopBy, query, request};
+use crate::stats::{DocPort, doc_ports};
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -111,33 +112,6 @@ fn per_sec(new: u64, old: u64, secs: f64) -> f64 {
     if secs > 0.0 { new.saturating_sub(old) as f64 / secs } else { 0.0 }
 }
 
-/// The pipeline's ports `(id, name, counters)` of a run's or a server's document.
-fn ports(doc: &Value) -> Vec<(u64, String, Value)> {
-    if let Some(ps) = doc["ports"].as_array() {
-        return ps
-            .iter()
-            .map(|p| (u(&p["id"]), p["name"].as_str().unwrap_or("").to_owned(), p.clone()))
-            .collect();
-    }
-    let nic = &doc["nic"];
-    let names: Vec<&str> = nic["ports"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|p| p["name"].as_str().unwrap_or(""))
-        .collect();
-    nic["pipeline"]["ports"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|p| {
-            let id = u(&p["port"]);
-            let name = names.get(id as usize).copied().unwrap_or("").to_owned();
-            (id, name, p.clone())
-        })
-        .collect()
-}
-
 /// The stages of a run's or a server's document.
 fn stages(doc: &Value) -> Vec<Value> {
     let s =
@@ -162,9 +136,9 @@ fn drops(doc: &Value) -> BTreeMap<String, u64> {
     for s in stages(doc) {
         add(&s["drops"]);
     }
-    for (_, _, p) in ports(doc) {
-        add(&p["rx_drops"]);
-        add(&p["tx_drops"]);
+    for p in doc_ports(doc) {
+        add(&p.counters["rx_drops"]);
+        add(&p.counters["tx_drops"]);
     }
     m
 }
@@ -175,14 +149,15 @@ pub fn frame(control: &Path, old: &Sample, new: &Sample) -> Frame {
     let (o, n) = (&old.doc, &new.doc);
     let mut sections = Vec::new();
 
-    let old_ports: BTreeMap<u64, Value> = ports(o).into_iter().map(|(i, _, p)| (i, p)).collect();
+    let old_ports: BTreeMap<u64, &Value> =
+        doc_ports(o).iter().map(|p| (p.id, p.counters)).collect();
     let mut rows = Vec::new();
-    for (id, name, p) in ports(n) {
-        let q = old_ports.get(&id).cloned().unwrap_or(Value::Null);
+    for DocPort { id, name, counters: p, .. } in doc_ports(n) {
+        let q = old_ports.get(&id).copied().unwrap_or(&Value::Null);
         let r = |k: &str| per_sec(u(&p[k]), u(&q[k]), secs);
         rows.push(vec![
             id.to_string(),
-            name,
+            name.to_owned(),
             rate(r("rx_packets"), "pps"),
             rate(r("rx_bytes") * 8.0, "bit/s"),
             rate(r("tx_packets"), "pps"),
