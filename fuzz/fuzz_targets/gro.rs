@@ -11,19 +11,13 @@
 use libfuzzer_sys::fuzz_target;
 use snic_pipeline::gro::coalesce;
 use snic_pipeline::offload::segment;
+use snic_pipeline::testing::frames::push_length_prefixed;
 use snic_pipeline::{Batch, MAX_BATCH};
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&flags, mut rest)) = data.split_first() else { return };
+    let Some((&flags, rest)) = data.split_first() else { return };
     let mut b = Batch::new(64);
-    let mut frames = Vec::new();
-    while rest.len() >= 2 && !b.is_full() {
-        let n = usize::from(u16::from_le_bytes([rest[0], rest[1]]));
-        let Some(f) = rest.get(2..2 + n) else { break };
-        b.push_frame(f);
-        frames.push(f.to_vec());
-        rest = &rest[2 + n..];
-    }
+    let frames = push_length_prefixed(&mut b, rest);
     let before = b.len();
     let merged = coalesce(&mut b, flags & 1 != 0);
     assert_eq!(b.len() + merged, before);

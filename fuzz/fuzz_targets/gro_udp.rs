@@ -11,18 +11,11 @@
 use libfuzzer_sys::fuzz_target;
 use snic_pipeline::Batch;
 use snic_pipeline::gro::coalesce_udp_tunnel;
+use snic_pipeline::testing::frames::push_length_prefixed;
 
 fuzz_target!(|data: &[u8]| {
-    let mut rest = data;
     let mut b = Batch::new(128);
-    let mut frames = Vec::new();
-    while rest.len() >= 2 && !b.is_full() {
-        let n = usize::from(u16::from_le_bytes([rest[0], rest[1]]));
-        let Some(f) = rest.get(2..2 + n) else { break };
-        b.push_frame(f);
-        frames.push(f.to_vec());
-        rest = &rest[2 + n..];
-    }
+    let frames = push_length_prefixed(&mut b, data);
     let before = b.len();
     let merged = coalesce_udp_tunnel(&mut b);
     assert_eq!(b.len() + merged, before);

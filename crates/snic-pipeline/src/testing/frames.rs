@@ -1,6 +1,7 @@
 //! Test frames built byte by byte: Ethernet/IPv4/UDP, TCP, VXLAN, RoCEv2 RDMA WRITE with a real
 //! ICRC. Shared by the pipeline's tests and benches and by other crates' tests.
 
+use crate::Batch;
 use core::net::{IpAddr, Ipv4Addr};
 use snic_wire::checksum;
 
@@ -8,6 +9,21 @@ pub const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
 pub const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
 pub const IP_A: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 pub const IP_B: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+
+/// Fills `batch` from fuzz input laid out as frames, each a little-endian u16 length and that
+/// many bytes, until the input ends, a length runs past it, or the batch is full. Returns the
+/// frames pushed, in order, for the target to compare its output with.
+pub fn push_length_prefixed(batch: &mut Batch, mut data: &[u8]) -> Vec<Vec<u8>> {
+    let mut frames = Vec::new();
+    while data.len() >= 2 && !batch.is_full() {
+        let n = usize::from(u16::from_le_bytes([data[0], data[1]]));
+        let Some(f) = data.get(2..2 + n) else { break };
+        batch.push_frame(f);
+        frames.push(f.to_vec());
+        data = &data[2 + n..];
+    }
+    frames
+}
 
 pub fn eth(dst: [u8; 6], src: [u8; 6], ethertype: u16, payload: &[u8]) -> Vec<u8> {
     let mut f = Vec::with_capacity(14 + payload.len());
