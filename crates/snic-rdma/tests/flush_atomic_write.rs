@@ -6,7 +6,7 @@
 #[allow(dead_code, reason = "this test uses only the link of the shared helpers")]
 mod common;
 
-use common::Net;
+use common::{Net, retrying_attr};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use snic_rdma::testing::{EndOpts, Pair};
@@ -105,15 +105,7 @@ fn flush_without_the_mr_right_fails_with_remote_access_error() {
 /// value of its last ATOMIC WRITE (a stale duplicate applied late would bring an older one
 /// back) and the responder ran each ATOMIC WRITE and FLUSH exactly once.
 fn lossy(seed: u64, loss: f64, ops: u64) {
-    let attr = QpAttr {
-        path_mtu: Mtu::M1024,
-        timeout: 8,
-        retry_cnt: 7,
-        max_rd_atomic: 4,
-        max_dest_rd_atomic: 4,
-        ..QpAttr::default()
-    };
-    let p = pair(attr);
+    let p = pair(retrying_attr());
     let (mut a, mut b) = (p.a, p.b);
     let mut net = Net {
         rng: ChaCha8Rng::seed_from_u64(seed),

@@ -5,22 +5,12 @@
 mod common;
 
 use common::*;
-use rand::SeedableRng;
-use rand_chacha::ChaCha8Rng;
 use snic_rdma::*;
 use snic_time::Instant;
 
 #[test]
 fn corrupt_read_response_is_counted_and_the_read_completes_exact() {
-    let attr = QpAttr {
-        path_mtu: Mtu::M1024,
-        timeout: 8,
-        retry_cnt: 7,
-        max_rd_atomic: 4,
-        max_dest_rd_atomic: 4,
-        ..QpAttr::default()
-    };
-    let (mut a, mut b) = pair(0x10, attr);
+    let (mut a, mut b) = pair(0x10, retrying_attr());
     let data: Vec<u8> = (0..3000u32).map(|i| (i * 7 + 1) as u8).collect();
     b.nic.mem_mut().write(b.buf, &data).unwrap();
     let now = Instant::ZERO;
@@ -45,14 +35,7 @@ fn corrupt_read_response_is_counted_and_the_read_completes_exact() {
     assert_eq!((s.rx_bad_icrc, s.rx_placed, s.dup_responses), (1, 1, 1));
     assert!(a.poll_all().is_empty(), "nothing completes on a bad ICRC");
 
-    let mut net = Net {
-        rng: ChaCha8Rng::seed_from_u64(1),
-        loss: 0.0,
-        dup: 0.0,
-        reorder: 0.0,
-        corrupt: 0.0,
-        now,
-    };
+    let mut net = Net::clean(now);
     let mut done = Vec::new();
     assert!(net.run(&mut a, &mut b, |a, _| {
         done.extend(a.poll_all());

@@ -7,8 +7,6 @@ mod common;
 use std::net::IpAddr;
 
 use common::*;
-use rand::SeedableRng;
-use rand_chacha::ChaCha8Rng;
 use snic_rdma::pkt::{self, Path};
 use snic_rdma::testing::{End, connect_qp};
 use snic_rdma::*;
@@ -140,14 +138,7 @@ fn sqd_holds_new_wqes_then_rts_resumes() {
     assert!(a.nic.poll_transmit(Instant::ZERO, &mut buf).is_none());
     let rts = QpAttr { state: QpState::Rts, ..QpAttr::default() };
     a.nic.modify_qp(a.qpn, &rts, AttrMask::STATE, Instant::ZERO).unwrap();
-    let mut net = Net {
-        rng: ChaCha8Rng::seed_from_u64(1),
-        loss: 0.0,
-        dup: 0.0,
-        reorder: 0.0,
-        corrupt: 0.0,
-        now: Instant::ZERO,
-    };
+    let mut net = Net::clean(Instant::ZERO);
     let mut got = Vec::new();
     assert!(net.run(&mut a, &mut b, |a, _| {
         got.extend(a.poll_all());

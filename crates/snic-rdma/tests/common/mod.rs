@@ -1,7 +1,7 @@
 //! Two RC NICs back to back through the public API: one QP and one buffer each, connected to
 //! each other, and a link between them that can lose, duplicate, reorder and corrupt packets.
 
-use rand::Rng;
+use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use snic_rdma::testing::{End, EndOpts, Pair, advance_to_timer};
 use snic_rdma::*;
@@ -33,7 +33,32 @@ pub struct Net {
     pub now: Instant,
 }
 
+/// QP attributes for tests that lose or corrupt packets on purpose: 1 KiB path MTU, a short
+/// timeout, seven retries, four outstanding READs or atomics each way.
+pub fn retrying_attr() -> QpAttr {
+    QpAttr {
+        path_mtu: Mtu::M1024,
+        timeout: 8,
+        retry_cnt: 7,
+        max_rd_atomic: 4,
+        max_dest_rd_atomic: 4,
+        ..QpAttr::default()
+    }
+}
+
 impl Net {
+    /// A link that delivers every packet once and in order, its clock at `now`.
+    pub fn clean(now: Instant) -> Net {
+        Net {
+            rng: ChaCha8Rng::seed_from_u64(1),
+            loss: 0.0,
+            dup: 0.0,
+            reorder: 0.0,
+            corrupt: 0.0,
+            now,
+        }
+    }
+
     /// Move packets both ways until `done` or the engines go quiet with no timer. Returns
     /// whether `done` became true.
     pub fn run(
