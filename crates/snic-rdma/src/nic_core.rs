@@ -304,43 +304,13 @@ impl Core {
         offset: u64,
         data: &[u8],
     ) -> Result<(), MrFault> {
-        if offset.saturating_add(data.len() as u64) > sgl.total_len() {
-            return Err(MrFault::Bounds);
-        }
-        // Check first, then write: a failure leaves memory untouched.
-        let mut off = offset;
-        let mut left = data.len() as u64;
-        for s in sgl.as_slice() {
-            if left == 0 {
-                break;
-            }
-            let len = u64::from(s.len);
-            if off >= len {
-                off -= len;
-                continue;
-            }
-            let n = (len - off).min(left);
-            self.mrs.check_local(s.lkey, pd, s.addr + off, n, true)?;
-            self.mem.check(s.addr + off, n).map_err(|_| MrFault::Bounds)?;
-            left -= n;
-            off = 0;
-        }
-        let mut off = offset;
+        // Check first (the plan), then write: a failure leaves memory untouched.
+        let plan = self.scatter_plan(pd, sgl, offset, data.len())?;
         let mut rest = data;
-        for s in sgl.as_slice() {
-            if rest.is_empty() {
-                break;
-            }
-            let len = u64::from(s.len);
-            if off >= len {
-                off -= len;
-                continue;
-            }
-            let n = ((len - off) as usize).min(rest.len());
-            let (head, tail) = rest.split_at(n);
-            self.mem.write(s.addr + off, head).map_err(|_| MrFault::Bounds)?;
+        for &(addr, n) in plan.ranges() {
+            let (head, tail) = rest.split_at(n as usize);
+            self.mem.write(addr, head).map_err(|_| MrFault::Bounds)?;
             rest = tail;
-            off = 0;
         }
         Ok(())
     }
