@@ -3,7 +3,6 @@
 //! runs exactly once at the responder (a retransmitted or duplicated one is answered from the
 //! saved resource, never applied again).
 
-#[allow(dead_code, reason = "this test uses only the link of the shared helpers")]
 mod common;
 
 use common::{Net, retrying_attr};

@@ -12,16 +12,7 @@ use snic_time::Instant;
 /// Mixed WRITE / READ / SEND / FETCH_ADD from A to B over a bad link, starting just below the
 /// PSN wrap: all complete once with success, bytes exact, atomics applied once.
 fn lossy_mixed(seed: u64, loss: f64, ops: usize, mtu: Mtu) {
-    let attr = QpAttr {
-        path_mtu: mtu,
-        timeout: 8,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        min_rnr_timer: 1,
-        max_rd_atomic: 4,
-        max_dest_rd_atomic: 4,
-        ..QpAttr::default()
-    };
+    let attr = QpAttr { path_mtu: mtu, rnr_retry: 7, min_rnr_timer: 1, ..retrying_attr() };
     let (mut a, mut b) = pair(psn::MASK - 40, attr);
     let mut net = Net {
         rng: ChaCha8Rng::seed_from_u64(seed),

@@ -1,6 +1,8 @@
 //! Two RC NICs back to back through the public API: one QP and one buffer each, connected to
 //! each other, and a link between them that can lose, duplicate, reorder and corrupt packets.
 
+#![allow(dead_code, reason = "each test binary uses a part of the shared kit")]
+
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use snic_rdma::testing::{End, EndOpts, Pair, advance_to_timer};
