@@ -19,8 +19,7 @@
 
 mod common;
 
-use common::netns::{OuterVeths, can_run, must, run, stop};
-use std::thread;
+use common::netns::{OuterVeths, can_run, iperf3_client, must, run, stop};
 use std::time::Duration;
 
 /// One iperf3 TCP test from namespace 0 to 1 through `g`; returns received bits per second.
@@ -28,25 +27,7 @@ fn iperf(g: &mut OuterVeths, label: &str) -> f64 {
     let server = g.in_ns(1, &["iperf3", "-s", "-1", "-B", g.addr[1]]);
     let si = g.spawn(&format!("iperf3-server-{label}"), 30, &server);
     let client = g.in_ns(0, &["iperf3", "-c", g.addr[1], "-t", "5", "-J"]);
-    let mut result = (false, String::new(), String::new());
-    for _ in 0..20 {
-        // The server needs a moment to listen; retry only while it refuses connections.
-        thread::sleep(Duration::from_millis(250));
-        result = run(20, &client);
-        if result.0 || !result.1.contains("Connection refused") {
-            break;
-        }
-    }
-    let (ok, json, err) = result;
-    stop(&mut g.children[si], Duration::from_secs(2));
-    assert!(ok, "iperf3 {label} failed: {err}\n{json}\n{}", g.log("snic"));
-    let v: serde_json::Value = serde_json::from_str(&json).expect("iperf3 -J output is JSON");
-    let recv = &v["end"]["sum_received"];
-    let bytes = recv["bytes"].as_f64().unwrap_or(0.0);
-    let bps = recv["bits_per_second"].as_f64().unwrap_or(0.0);
-    assert!(bytes > 0.0, "iperf3 {label} moved no data: {json}");
-    eprintln!("iperf3 {label}: {:.0} bytes, {:.3} Gbit/s", bytes, bps / 1e9);
-    bps
+    iperf3_client(label, &client, 20, &mut g.children[si], &g.dir).1
 }
 
 #[test]

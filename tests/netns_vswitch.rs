@@ -44,7 +44,7 @@
 
 mod common;
 
-use common::netns::{have, is_root, must, note, run, stop, words};
+use common::netns::{have, iperf3_client, is_root, must, note, run, stop, words};
 use std::path::PathBuf;
 use std::process::Child;
 use std::thread;
@@ -222,10 +222,7 @@ impl Guard {
     }
 
     fn log(&self, label: &str) -> String {
-        let read = |ext: &str| {
-            std::fs::read_to_string(self.dir.join(format!("{label}.{ext}"))).unwrap_or_default()
-        };
-        format!("--- {label} stdout ---\n{}--- {label} stderr ---\n{}", read("out"), read("err"))
+        common::netns::read_logged(&self.dir, label)
     }
 
     /// Replace snic (stopped by then) by the kernel: a bridge of the VM-side port and a VXLAN
@@ -274,25 +271,7 @@ impl Guard {
         let mut args = vec!["iperf3", "-c", target, "-t", &t, "-J"];
         args.extend_from_slice(extra);
         let client = self.in_ns(ci, &args);
-        let mut result = (false, String::new(), String::new());
-        for _ in 0..20 {
-            // The server needs a moment to listen; retry only while it refuses connections.
-            thread::sleep(Duration::from_millis(250));
-            result = run(secs + 10, &client);
-            if result.0 || !result.1.contains("Connection refused") {
-                break;
-            }
-        }
-        let (ok, json, err) = result;
-        stop(&mut self.children[sidx], Duration::from_secs(2));
-        assert!(ok, "iperf3 {label} failed: {err}\n{json}\n{}", self.log("snic"));
-        let v: serde_json::Value = serde_json::from_str(&json).expect("iperf3 -J output is JSON");
-        let recv = &v["end"]["sum_received"];
-        let bytes = recv["bytes"].as_f64().unwrap_or(0.0);
-        let bps = recv["bits_per_second"].as_f64().unwrap_or(0.0);
-        assert!(bytes > 0.0, "iperf3 {label} moved no data: {json}");
-        note(&format!("iperf3 {label}: {bytes:.0} bytes, {:.3} Gbit/s", bps / 1e9));
-        (bytes, bps)
+        iperf3_client(label, &client, secs + 10, &mut self.children[sidx], &self.dir)
     }
 }
 

@@ -60,6 +60,38 @@ pub fn note(msg: &str) {
     let _ = writeln!(std::io::stderr(), "{msg}");
 }
 
+/// Run an iperf3 client command (with `-J`), retrying only while the server is not yet
+/// listening, for at most `secs` seconds a try; then stop the `server`. Fails the test (with
+/// the log of the `snic` process [`spawn_logged`] in `dir`) when iperf3 failed or moved no
+/// data; returns the bytes and bit/s received, and notes them under `label`.
+pub fn iperf3_client(
+    label: &str,
+    client: &[String],
+    secs: u32,
+    server: &mut Child,
+    dir: &std::path::Path,
+) -> (f64, f64) {
+    let mut result = (false, String::new(), String::new());
+    for _ in 0..20 {
+        // The server needs a moment to listen; retry only while it refuses connections.
+        thread::sleep(Duration::from_millis(250));
+        result = run(secs, client);
+        if result.0 || !result.1.contains("Connection refused") {
+            break;
+        }
+    }
+    let (ok, json, err) = result;
+    stop(server, Duration::from_secs(2));
+    assert!(ok, "iperf3 {label} failed: {err}\n{json}\n{}", read_logged(dir, "snic"));
+    let v: serde_json::Value = serde_json::from_str(&json).expect("iperf3 -J output is JSON");
+    let recv = &v["end"]["sum_received"];
+    let bytes = recv["bytes"].as_f64().unwrap_or(0.0);
+    let bps = recv["bits_per_second"].as_f64().unwrap_or(0.0);
+    assert!(bytes > 0.0, "iperf3 {label} moved no data: {json}");
+    note(&format!("iperf3 {label}: {bytes:.0} bytes, {:.3} Gbit/s", bps / 1e9));
+    (bytes, bps)
+}
+
 /// Stop a child: SIGTERM, up to `grace` for it to exit, then SIGKILL. Always reaped.
 pub fn stop(child: &mut Child, grace: Duration) {
     if let Ok(Some(_)) = child.try_wait() {
@@ -267,10 +299,7 @@ impl OuterVeths {
 
     /// The output of process `label` so far.
     pub fn log(&self, label: &str) -> String {
-        let read = |ext: &str| {
-            std::fs::read_to_string(self.dir.join(format!("{label}.{ext}"))).unwrap_or_default()
-        };
-        format!("--- {label} stdout ---\n{}--- {label} stderr ---\n{}", read("out"), read("err"))
+        read_logged(&self.dir, label)
     }
 
     /// Wait until the `snic run` child `si` answers `snic stats --control SOCK` with real
@@ -349,4 +378,11 @@ pub fn spawn_logged<S: AsRef<str> + std::fmt::Debug>(
         .unwrap_or_else(|e| panic!("could not start {args:?}: {e}"));
     children.push(child);
     children.len() - 1
+}
+
+/// The stdout and stderr of the process [`spawn_logged`] as `label` in `dir`, headed.
+pub fn read_logged(dir: &std::path::Path, label: &str) -> String {
+    let read =
+        |ext: &str| std::fs::read_to_string(dir.join(format!("{label}.{ext}"))).unwrap_or_default();
+    format!("--- {label} stdout ---\n{}--- {label} stderr ---\n{}", read("out"), read("err"))
 }
