@@ -91,6 +91,7 @@
 
 pub mod tpacket;
 
+use crate::handover::{AfPacketState, PortHandover, PortState, RingState};
 use crate::port::{Port, PortCaps, PortCounters, Refused};
 use crate::sys::{self, sock, sock::setsockopt_int};
 use crate::vnet::{VNET_HDR_LEN, VnetHdr};
@@ -553,6 +554,8 @@ pub struct AfPacketPort {
     since_stats: u32,
     /// The fanout group this socket joined, if any.
     fanout: Option<u16>,
+    /// How it moves frames (the ring sizes asked for), for a handover.
+    mode: AfPacketMode,
 }
 
 // SAFETY: the raw pointers inside the port (the ring mapping, the `mmsg` scratch) point at
@@ -730,7 +733,7 @@ impl AfPacketPort {
         };
         let (rings, mmsg) = match opts.mode {
             AfPacketMode::Ring(sizes) => {
-                let rings = setup_rings(raw, ifname, &sizes)?;
+                let rings = setup_rings(raw, ifname, &sizes, true)?;
                 (Some(rings), (!sizes.tx_ring).then(scratch))
             }
             AfPacketMode::Mmsg => {
@@ -807,11 +810,131 @@ impl AfPacketPort {
             kernel: Cell::new((0, 0)),
             since_stats: 0,
             fanout: fanout_id,
+            mode: opts.mode,
         };
         // Start the drop count from zero: the socket existed (unbound) a moment before.
         port.read_kernel_stats();
         port.kernel.set((0, 0));
         Ok(port)
+    }
+
+    /// Carry on with a socket another process handed over (see [`crate::handover`]): the same
+    /// socket, bound to `ifname`, with its rings (mapped again here with the layout `state`
+    /// gives) and its fanout group; the walk of the rings starts where the old process
+    /// stopped. Nothing of the socket is reconfigured. Refuses a descriptor that is not an
+    /// AF_PACKET socket of the ring version `state` says, or positions outside the rings.
+    pub fn adopt(ifname: &str, fd: OwnedFd, state: &AfPacketState) -> io::Result<AfPacketPort> {
+        let cname = CString::new(ifname).map_err(|_| invalid(ifname, "NUL in the name".into()))?;
+        // SAFETY: `cname` is a valid NUL-terminated string.
+        let ifindex = unsafe { libc::if_nametoindex(cname.as_ptr()) };
+        let ifindex = libc::c_int::try_from(ifindex)
+            .ok()
+            .filter(|&i| i != 0)
+            .ok_or_else(|| os_err("no such interface", ifname))?;
+        let mtu = sock::interface_mtu(&cname).map_err(|e| {
+            io::Error::new(e.kind(), format!("afpacket:{ifname}: reading the MTU: {e}"))
+        })?;
+        let raw = fd.as_raw_fd();
+        if sock::getsockopt_int(raw, libc::SOL_SOCKET, libc::SO_DOMAIN).ok()
+            != Some(libc::AF_PACKET)
+        {
+            return Err(invalid(ifname, "the handed descriptor is not an AF_PACKET socket".into()));
+        }
+        let version = sock::getsockopt_int(raw, SOL_PACKET, PACKET_VERSION)
+            .map_err(|_| os_err("reading PACKET_VERSION", ifname))?;
+        let scratch = || {
+            Box::new(MmsgScratch {
+                vnet: [[0; VNET_HDR_LEN]; BURST],
+                iov: [[sock::empty_iovec(); 2]; BURST],
+                addrs: [sock::empty_sockaddr_ll(); BURST],
+                ctrl: [CmsgBuf([0; 64]); BURST],
+                msgs: [sock::empty_mmsghdr(); BURST],
+            })
+        };
+        let (rings, mmsg, mode) = match &state.ring {
+            None => (None, Some(scratch()), AfPacketMode::Mmsg),
+            Some(rs) => {
+                let sizes = RingSizes {
+                    rx_block_size: rs.rx_block_size,
+                    rx_block_nr: rs.rx_block_nr,
+                    rx_block_timeout_ms: rs.rx_block_timeout_ms,
+                    tx_ring: rs.tx_ring,
+                    tx_frame_nr: rs.tx_frame_nr,
+                    rx_v2: rs.rx_v2,
+                    rx_v2_slots: rs.rx_v2_slots,
+                    rx_v2_slot_size: rs.rx_v2_slot_size,
+                };
+                let want = if sizes.rx_v2 { TPACKET_V2 } else { TPACKET_V3 };
+                if version != want {
+                    return Err(invalid(
+                        ifname,
+                        format!("the socket has ring version {version}, the state says {want}"),
+                    ));
+                }
+                let mut r = setup_rings(raw, ifname, &sizes, false)?;
+                if rs.rx_cur >= r.rx_slots || (r.tx_frame_nr > 0 && rs.tx_head >= r.tx_frame_nr) {
+                    return Err(invalid(ifname, format!("ring positions out of range: {rs:?}")));
+                }
+                r.rx_cur = rs.rx_cur;
+                r.tx_head = if r.tx_frame_nr > 0 { rs.tx_head } else { 0 };
+                if let Some((off, remaining)) = rs.rx_pos {
+                    let owned = r.rx_status(r.rx_cur).load(Ordering::Acquire)
+                        & tpacket::TP_STATUS_USER
+                        != 0;
+                    let hdr = (!r.rx_v2 && owned)
+                        .then(|| tpacket::block_header(r.rx_block(r.rx_cur)).ok())
+                        .flatten()
+                        .ok_or_else(|| {
+                            invalid(ifname, "the handed block is not user space's".into())
+                        })?;
+                    r.rx_pos = Some(RxPos { hdr, off, remaining });
+                }
+                (Some(r), (!sizes.tx_ring).then(scratch), AfPacketMode::Ring(sizes))
+            }
+        };
+        Ok(AfPacketPort {
+            rings,
+            mmsg,
+            fd,
+            name: format!("afpacket:{ifname}"),
+            ifindex,
+            mtu,
+            stats: AfPacketStats::default(),
+            kernel: Cell::new((0, 0)),
+            since_stats: 0,
+            fanout: state.fanout,
+            mode,
+        })
+    }
+
+    /// The descriptor and state [`Port::handover`] gives.
+    fn handover_state(&mut self) -> io::Result<PortHandover> {
+        if self.uses_tx_ring() && self.tx_ring_pending().next().is_some() {
+            return Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!("{}: frames still in the transmit ring (flush first)", self.name),
+            ));
+        }
+        let ring = match (&self.mode, &self.rings) {
+            (AfPacketMode::Ring(sz), Some(r)) => Some(RingState {
+                rx_block_size: sz.rx_block_size,
+                rx_block_nr: sz.rx_block_nr,
+                rx_block_timeout_ms: sz.rx_block_timeout_ms,
+                tx_ring: sz.tx_ring,
+                tx_frame_nr: sz.tx_frame_nr,
+                rx_v2: sz.rx_v2,
+                rx_v2_slots: sz.rx_v2_slots,
+                rx_v2_slot_size: sz.rx_v2_slot_size,
+                rx_cur: r.rx_cur,
+                rx_pos: r.rx_pos.map(|p| (p.off, p.remaining)),
+                tx_head: r.tx_head,
+            }),
+            _ => None,
+        };
+        Ok(PortHandover {
+            state: PortState::AfPacket(AfPacketState { ring, fanout: self.fanout }),
+            fds: vec![self.fd.try_clone()?],
+        })
     }
 
     /// This port's counters (the kernel's drop counts read now).
@@ -1255,7 +1378,14 @@ fn fanout_type_flags(ignore_outgoing: bool) -> libc::c_int {
 }
 
 /// Set up and map the `TPACKET_V3` rings of socket `fd` (before it is bound).
-fn setup_rings(fd: RawFd, ifname: &str, sizes: &RingSizes) -> io::Result<Box<Rings>> {
+/// Set up (when `configure`; an adopted socket has its rings already) and map the rings of
+/// socket `fd`.
+fn setup_rings(
+    fd: RawFd,
+    ifname: &str,
+    sizes: &RingSizes,
+    configure: bool,
+) -> io::Result<Box<Rings>> {
     // SAFETY: sysconf has no memory effects.
     let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
     let bs = sizes.rx_block_size;
@@ -1269,16 +1399,16 @@ fn setup_rings(fd: RawFd, ifname: &str, sizes: &RingSizes) -> io::Result<Box<Rin
         return Err(invalid(ifname, "ring sizes must be non-zero".into()));
     }
     if sizes.rx_v2 {
-        return setup_v2_ring(fd, ifname, sizes);
+        return setup_v2_ring(fd, ifname, sizes, configure);
     }
     let tx_fpb = TX_BLOCK_SIZE / TX_FRAME_SIZE;
     let tx_block_nr = if sizes.tx_ring { sizes.tx_frame_nr.div_ceil(tx_fpb) } else { 0 };
     let tx_frame_nr = tx_block_nr * tx_fpb;
-    if setsockopt_int(fd, SOL_PACKET, PACKET_VERSION, TPACKET_V3).is_err() {
+    if configure && setsockopt_int(fd, SOL_PACKET, PACKET_VERSION, TPACKET_V3).is_err() {
         return Err(os_err("PACKET_VERSION TPACKET_V3", ifname));
     }
     // A frame the kernel cannot send is skipped, not a stop of the whole transmit ring.
-    if setsockopt_int(fd, SOL_PACKET, PACKET_LOSS, 1).is_err() {
+    if configure && setsockopt_int(fd, SOL_PACKET, PACKET_LOSS, 1).is_err() {
         return Err(os_err("PACKET_LOSS", ifname));
     }
     // The frame size is not used by TPACKET_V3 receive, but must divide the block.
@@ -1291,7 +1421,7 @@ fn setup_rings(fd: RawFd, ifname: &str, sizes: &RingSizes) -> io::Result<Box<Rin
         tp_retire_blk_tov: sizes.rx_block_timeout_ms,
         ..TpacketReq3::default()
     };
-    if sock::setsockopt_value(fd, SOL_PACKET, PACKET_RX_RING, &rx).is_err() {
+    if configure && sock::setsockopt_value(fd, SOL_PACKET, PACKET_RX_RING, &rx).is_err() {
         return Err(os_err(&format!("PACKET_RX_RING {rx:?}"), ifname));
     }
     let tx = TpacketReq3 {
@@ -1301,7 +1431,10 @@ fn setup_rings(fd: RawFd, ifname: &str, sizes: &RingSizes) -> io::Result<Box<Rin
         tp_frame_nr: tx_frame_nr as u32,
         ..TpacketReq3::default()
     };
-    if tx_block_nr > 0 && sock::setsockopt_value(fd, SOL_PACKET, PACKET_TX_RING, &tx).is_err() {
+    if configure
+        && tx_block_nr > 0
+        && sock::setsockopt_value(fd, SOL_PACKET, PACKET_TX_RING, &tx).is_err()
+    {
         return Err(os_err(&format!("PACKET_TX_RING {tx:?}"), ifname));
     }
     let rx_len = bs * sizes.rx_block_nr;
@@ -1332,7 +1465,12 @@ fn setup_rings(fd: RawFd, ifname: &str, sizes: &RingSizes) -> io::Result<Box<Rin
 
 /// Set up and map a `TPACKET_V2` receive ring of socket `fd` (before it is bound): 1 MiB
 /// blocks of `rx_v2_slot_size`-byte slots. No transmit ring.
-fn setup_v2_ring(fd: RawFd, ifname: &str, sizes: &RingSizes) -> io::Result<Box<Rings>> {
+fn setup_v2_ring(
+    fd: RawFd,
+    ifname: &str,
+    sizes: &RingSizes,
+    configure: bool,
+) -> io::Result<Box<Rings>> {
     if sizes.tx_ring {
         return Err(invalid(ifname, "a TPACKET_V2 receive ring transmits with sendmmsg".into()));
     }
@@ -1351,7 +1489,7 @@ fn setup_v2_ring(fd: RawFd, ifname: &str, sizes: &RingSizes) -> io::Result<Box<R
     if u32::try_from(V2_BLOCK * block_nr).is_err() {
         return Err(invalid(ifname, format!("TPACKET_V2 ring of {slots} slots is too large")));
     }
-    if setsockopt_int(fd, SOL_PACKET, PACKET_VERSION, TPACKET_V2).is_err() {
+    if configure && setsockopt_int(fd, SOL_PACKET, PACKET_VERSION, TPACKET_V2).is_err() {
         return Err(os_err("PACKET_VERSION TPACKET_V2", ifname));
     }
     // The first four fields are `struct tpacket_req`, all the kernel reads for TPACKET_V2.
@@ -1362,7 +1500,7 @@ fn setup_v2_ring(fd: RawFd, ifname: &str, sizes: &RingSizes) -> io::Result<Box<R
         tp_frame_nr: slots as u32,
         ..TpacketReq3::default()
     };
-    if sock::setsockopt_value(fd, SOL_PACKET, PACKET_RX_RING, &req).is_err() {
+    if configure && sock::setsockopt_value(fd, SOL_PACKET, PACKET_RX_RING, &req).is_err() {
         return Err(os_err(&format!("PACKET_RX_RING (TPACKET_V2) {req:?}"), ifname));
     }
     let map_len = V2_BLOCK * block_nr;
@@ -1487,6 +1625,10 @@ fn vlan_tag(msg: &libc::mmsghdr) -> Option<TpacketAuxdata> {
 impl Port for AfPacketPort {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn handover(&mut self) -> Option<io::Result<PortHandover>> {
+        Some(self.handover_state())
     }
 
     fn recv(&mut self, now: Instant, batch: &mut Batch) -> io::Result<usize> {

@@ -31,6 +31,7 @@ pub mod spec;
 pub use spec::{PortSpec, SpecError};
 
 pub mod generator;
+pub mod handover;
 pub mod null;
 pub mod pcap;
 pub mod script;

@@ -156,6 +156,13 @@ pub trait Port: Send {
     fn counters(&self) -> PortCounters {
         PortCounters::default()
     }
+    /// Duplicates of the port's descriptors and its state, for another process to carry on
+    /// with it (see [`crate::handover`]); called while the port is paused and flushed. `None`:
+    /// this kind is not handed over (the new process opens it again). The port stays usable.
+    /// Wrapper ports forward it.
+    fn handover(&mut self) -> Option<io::Result<crate::handover::PortHandover>> {
+        None
+    }
 }
 
 /// The frames of one batch that a sender refused while it went on with later ones. A sender

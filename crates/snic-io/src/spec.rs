@@ -303,6 +303,36 @@ impl PortSpec {
         Ok(port)
     }
 
+    /// Carry on with a port (or one queue of it) another process handed over: its state and
+    /// its descriptors (see [`crate::handover`]). Errors carry the spec in their message: a
+    /// state of another kind, a descriptor count other than one, a descriptor the kind's
+    /// driver refuses.
+    pub fn adopt(
+        &self,
+        state: &crate::handover::PortState,
+        fds: Vec<std::os::fd::OwnedFd>,
+    ) -> io::Result<Box<dyn Port>> {
+        use crate::handover::PortState;
+        let with_ctx = |e: io::Error| io::Error::new(e.kind(), format!("adopting {self}: {e}"));
+        let invalid = |what: String| with_ctx(io::Error::new(io::ErrorKind::InvalidInput, what));
+        let [fd]: [std::os::fd::OwnedFd; 1] = fds
+            .try_into()
+            .map_err(|f: Vec<_>| invalid(format!("{} descriptors, one expected", f.len())))?;
+        let port: Box<dyn Port> = match (self, state) {
+            (PortSpec::AfPacket { ifname }, PortState::AfPacket(s)) => {
+                Box::new(crate::afpacket::AfPacketPort::adopt(ifname, fd, s).map_err(with_ctx)?)
+            }
+            (PortSpec::Tap { name }, PortState::Tap(s)) => {
+                Box::new(crate::tap::TapPort::adopt(name, fd, s).map_err(with_ctx)?)
+            }
+            (PortSpec::Udp { local, remote }, PortState::Udp) => {
+                Box::new(crate::udp::UdpPort::adopt(*local, *remote, fd).map_err(with_ctx)?)
+            }
+            (_, s) => return Err(invalid(format!("the handed state is of a {} port", s.kind()))),
+        };
+        Ok(port)
+    }
+
     /// Open the port as `n` independent queues, one per worker, for runtimes where each worker
     /// receives and sends its own packets: `Some(queues)` (`queues.len() == n`, queue `k` for
     /// worker `k`) for kinds that can split (AF_PACKET through `PACKET_FANOUT` hash, AF_XDP one

@@ -18,7 +18,13 @@
 //! copies the frame. The descriptor is non-blocking; [`Port::poll_fd`] returns it.
 //!
 //! Needs root (`CAP_NET_ADMIN`) to create the device.
+//!
+//! A queue handed over by another snic process ([`TapPort::adopt`], a hitless upgrade) is read
+//! and written through its descriptor directly: tun-rs adopts only descriptors without
+//! virtio-net headers, and the header size and offloads are the descriptor's, kept by the
+//! kernel, so nothing needs setting up again.
 
+use crate::handover::{PortHandover, PortState, TapState};
 use crate::port::{Port, PortCaps, PortCounters, Refused};
 use crate::sys::tun;
 use crate::vnet::{
@@ -26,9 +32,54 @@ use crate::vnet::{
 };
 use snic_pipeline::Batch;
 use snic_time::Instant;
-use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::ffi::CString;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use tun_rs::{DeviceBuilder, Layer, SyncDevice};
+
+/// The device queue: one tun-rs opened, or one handed over by another process.
+enum TapDev {
+    Built(SyncDevice),
+    Adopted { file: std::fs::File, ifname: String },
+}
+
+impl TapDev {
+    fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            TapDev::Built(d) => d.recv(buf),
+            TapDev::Adopted { file, .. } => (&*file).read(buf),
+        }
+    }
+    fn send(&self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            TapDev::Built(d) => d.send(buf),
+            TapDev::Adopted { file, .. } => (&*file).write(buf),
+        }
+    }
+    fn mtu(&self) -> io::Result<u16> {
+        match self {
+            TapDev::Built(d) => d.mtu(),
+            TapDev::Adopted { ifname, .. } => {
+                let c = CString::new(ifname.as_str())
+                    .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in the name"))?;
+                let m = crate::sys::sock::interface_mtu(&c)?;
+                Ok(u16::try_from(m).unwrap_or(u16::MAX))
+            }
+        }
+    }
+    fn name(&self) -> io::Result<String> {
+        match self {
+            TapDev::Built(d) => d.name(),
+            TapDev::Adopted { ifname, .. } => Ok(ifname.clone()),
+        }
+    }
+    fn as_raw_fd(&self) -> RawFd {
+        match self {
+            TapDev::Built(d) => d.as_raw_fd(),
+            TapDev::Adopted { file, .. } => file.as_raw_fd(),
+        }
+    }
+}
 
 /// Receive room per frame: a 64 KiB super-packet, its virtio-net header, Ethernet and VLAN.
 pub const RX_FRAME_ROOM: usize = 65_536 + 64 + VNET_HDR_TNL_LEN;
@@ -71,7 +122,7 @@ const MTU_REFRESH: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A TAP device port. See the module documentation.
 pub struct TapPort {
-    dev: SyncDevice,
+    dev: TapDev,
     name: String,
     mtu: usize,
     /// When `mtu` was last read from the device (`None`: not since the port opened).
@@ -159,12 +210,43 @@ impl TapPort {
         let tunnel_gso = negotiate_tunnel_gso(dev.as_raw_fd());
         let vnet_len = if tunnel_gso { VNET_HDR_TNL_LEN } else { VNET_HDR_LEN };
         Ok(TapPort {
-            dev,
+            dev: TapDev::Built(dev),
             name: format!("tap:{name}"),
             mtu,
             mtu_read: None,
             vnet_len,
             stats: TapStats { tunnel_gso, ..TapStats::default() },
+        })
+    }
+
+    /// Carry on with a TAP queue another process handed over (see [`crate::handover`]): `name`
+    /// as in the port spec, the descriptor, and the header size it was set up with. Refuses
+    /// a descriptor that is not a TAP queue.
+    pub fn adopt(name: &str, fd: OwnedFd, state: &TapState) -> io::Result<TapPort> {
+        if state.vnet_len != VNET_HDR_LEN && state.vnet_len != VNET_HDR_TNL_LEN {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("tap:{name}: virtio-net header of {} bytes", state.vnet_len),
+            ));
+        }
+        if tun::vnet_hdr_size(fd.as_raw_fd()).ok() != Some(state.vnet_len as libc::c_int) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "tap:{name}: the handed descriptor is not a TAP queue with a {}-byte header",
+                    state.vnet_len
+                ),
+            ));
+        }
+        let dev = TapDev::Adopted { file: std::fs::File::from(fd), ifname: state.ifname.clone() };
+        let mtu = dev.mtu().map(usize::from).unwrap_or(1500);
+        Ok(TapPort {
+            dev,
+            name: format!("tap:{name}"),
+            mtu,
+            mtu_read: None,
+            vnet_len: state.vnet_len,
+            stats: TapStats { tunnel_gso: state.tunnel_gso, ..TapStats::default() },
         })
     }
 
@@ -202,6 +284,24 @@ fn negotiate_tunnel_gso(fd: RawFd) -> bool {
 impl Port for TapPort {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn handover(&mut self) -> Option<io::Result<PortHandover>> {
+        let fd = match &self.dev {
+            TapDev::Built(d) => std::os::fd::AsFd::as_fd(d).try_clone_to_owned(),
+            TapDev::Adopted { file, .. } => file.try_clone().map(OwnedFd::from),
+        };
+        let ifname = self.dev.name();
+        Some(fd.and_then(|fd| {
+            Ok(PortHandover {
+                state: PortState::Tap(TapState {
+                    ifname: ifname?,
+                    vnet_len: self.vnet_len,
+                    tunnel_gso: self.stats.tunnel_gso,
+                }),
+                fds: vec![fd],
+            })
+        }))
     }
 
     fn recv(&mut self, now: Instant, batch: &mut Batch) -> io::Result<usize> {

@@ -48,6 +48,26 @@ impl UdpPort {
         })
     }
 
+    /// Carry on with a socket another process handed over (see [`crate::handover`]); refused
+    /// unless it is a UDP socket bound to `local` (a port 0 in `local` takes any port).
+    pub fn adopt(
+        local: SocketAddr,
+        remote: SocketAddr,
+        fd: std::os::fd::OwnedFd,
+    ) -> io::Result<Self> {
+        let socket = UdpSocket::from(fd);
+        let bound = socket.local_addr().map_err(|e| {
+            io::Error::new(e.kind(), format!("udp:{local},{remote}: the handed descriptor: {e}"))
+        })?;
+        if bound.ip() != local.ip() || (local.port() != 0 && bound.port() != local.port()) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("udp:{local},{remote}: the handed socket is bound to {bound}"),
+            ));
+        }
+        Self::from_socket(socket, remote)
+    }
+
     /// The bound local address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.socket.local_addr()
@@ -60,6 +80,13 @@ pub const SOCKET_BUFFER: libc::c_int = 4 << 20;
 impl Port for UdpPort {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn handover(&mut self) -> Option<io::Result<crate::handover::PortHandover>> {
+        Some(self.socket.try_clone().map(|s| crate::handover::PortHandover {
+            state: crate::handover::PortState::Udp,
+            fds: vec![s.into()],
+        }))
     }
 
     fn recv(&mut self, now: Instant, batch: &mut Batch) -> io::Result<usize> {

@@ -1112,3 +1112,129 @@ fn afpacket_tx_ring_flush_counts_frames_left_on_the_ring() {
     port.flush().unwrap();
     assert_eq!(port.stats().tx_unsent, 10);
 }
+
+/// Receive at most `max` test frames from `port` (one `recv`, retried briefly until something
+/// arrives); returns their sequence numbers.
+fn recv_some(port: &mut dyn Port, max: usize) -> Vec<u32> {
+    let start = std::time::Instant::now();
+    loop {
+        let mut b = Batch::new(max);
+        if port.recv(Instant::ZERO, &mut b).expect("recv") > 0 {
+            return b.iter().filter_map(|p| flow_seq(p.data())).collect();
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "nothing received");
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// A hitless upgrade's port handover (`snic_io::handover`): a receiver that read part of a
+/// burst hands its socket over; a handover that is dropped unused leaves it as it was (the
+/// rollback); the port adopted from the second handover receives the rest of the burst and
+/// what came while nobody read, each frame exactly once and in order; the adopted port
+/// transmits (continuing the transmit ring where there is one). Bursts of `n` frames (the
+/// `TPACKET_V2` ring holds 256).
+fn afpacket_handover(tag: &str, mode: snic_io::afpacket::AfPacketMode, n: u32) {
+    use snic_io::PortSpec;
+    let pair = VethPair::create(tag);
+    let opts = AfPacketOptions { mode, ..Default::default() };
+    let mut rx = AfPacketPort::open_with(&pair.b, opts).expect("open receiver");
+    let quiet = AfPacketOptions { promiscuous: false, ..Default::default() };
+    let mut tx = AfPacketPort::open_with(&pair.a, quiet).expect("open sender");
+    assert_eq!(send_flows(&mut tx, 0, n, 4), u64::from(n));
+    thread::sleep(Duration::from_millis(20));
+    let first = recv_some(&mut rx, 10);
+    assert_eq!(first, (0..10).collect::<Vec<u32>>(), "the old port read the first frames");
+    // A takeover that fails: the new process got the descriptor and let it go unused.
+    let lent = rx.handover().expect("AF_PACKET hands over").expect("handover");
+    drop(lent);
+    let more = recv_some(&mut rx, 10);
+    assert_eq!(more, (10..20).collect::<Vec<u32>>(), "the old port carries on after a rollback");
+    // The takeover that succeeds: the old port is not read again.
+    let h = rx.handover().expect("AF_PACKET hands over").expect("handover");
+    assert_eq!(h.fds.len(), 1);
+    let spec = PortSpec::AfPacket { ifname: pair.b.clone() };
+    // A state of another kind is refused.
+    let wrong = snic_io::handover::PortState::Udp;
+    let e = spec.adopt(&wrong, vec![h.fds[0].try_clone().unwrap()]).unwrap_err();
+    assert!(e.to_string().contains("state is of a udp port"), "{e}");
+    // Frames that arrive while the processes change over wait in the kernel.
+    assert_eq!(send_flows(&mut tx, n, n, 4), u64::from(n));
+    thread::sleep(Duration::from_millis(20));
+    let mut adopted = spec.adopt(&h.state, h.fds).expect("adopt");
+    let rest = drain(adopted.as_mut());
+    assert_eq!(rest, (20..2 * n).collect::<Vec<u32>>(), "each frame once, in order");
+    let c = adopted.counters();
+    assert_eq!((c.rx_packets, c.rx_kernel_drops), (u64::from(2 * n - 20), 0), "{c:?}");
+    drop(rx);
+    // The adopted socket transmits.
+    let mut back = AfPacketPort::open_with(&pair.a, AfPacketOptions::default()).expect("open");
+    assert_eq!(send_flows(adopted.as_mut(), 5000, 300, 4), 300);
+    adopted.flush().expect("flush");
+    let got = drain(&mut back);
+    assert_eq!(got, (5000..5300).collect::<Vec<u32>>());
+}
+
+#[test]
+fn afpacket_v3_ring_hands_over_without_loss() {
+    if can_run("afpacket_v3_ring_hands_over_without_loss") {
+        afpacket_handover("h3", snic_io::afpacket::AfPacketMode::default(), 500);
+    }
+}
+
+#[test]
+fn afpacket_tx_ring_hands_over_without_loss() {
+    if can_run("afpacket_tx_ring_hands_over_without_loss") {
+        use snic_io::afpacket::{AfPacketMode, RingSizes};
+        let sizes = RingSizes { tx_ring: true, ..RingSizes::default() };
+        afpacket_handover("ht", AfPacketMode::Ring(sizes), 500);
+    }
+}
+
+#[test]
+fn afpacket_v2_ring_hands_over_without_loss() {
+    if can_run("afpacket_v2_ring_hands_over_without_loss") {
+        use snic_io::afpacket::{AfPacketMode, RingSizes};
+        afpacket_handover("h2", AfPacketMode::Ring(RingSizes::low_latency()), 100);
+    }
+}
+
+#[test]
+fn afpacket_mmsg_hands_over_without_loss() {
+    if can_run("afpacket_mmsg_hands_over_without_loss") {
+        afpacket_handover("hm", snic_io::afpacket::AfPacketMode::Mmsg, 500);
+    }
+}
+
+/// A TAP queue handed over: what the host sends into the device while nobody reads waits in
+/// the queue and the adopted port reads it, after what the old port read; the adopted port
+/// writes back into the host.
+#[test]
+fn tap_hands_over_its_queue() {
+    if !can_run("tap_hands_over_its_queue") {
+        return;
+    }
+    use snic_io::PortSpec;
+    let name = format!("stho{}", std::process::id());
+    let mut tap = TapPort::open(&name).expect("open tap");
+    std::fs::write(format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6"), "1").expect("no IPv6");
+    // The host side: frames sent on the netdev reach the TAP reader, and the reverse.
+    let mut host = AfPacketPort::open_with(&name, AfPacketOptions::default()).expect("host side");
+    assert_eq!(send_flows(&mut host, 0, 100, 4), 100);
+    thread::sleep(Duration::from_millis(20));
+    let first = recv_some(&mut tap, 10);
+    assert_eq!(first, (0..10).collect::<Vec<u32>>());
+    let h = tap.handover().expect("TAP hands over").expect("handover");
+    assert_eq!(send_flows(&mut host, 100, 100, 4), 100);
+    let spec = PortSpec::Tap { name: name.clone() };
+    // A descriptor that is not a TAP queue is refused.
+    let state = h.state.clone();
+    let not_tap: std::os::fd::OwnedFd = std::fs::File::open("/dev/null").unwrap().into();
+    assert!(spec.adopt(&state, vec![not_tap]).is_err());
+    let mut adopted = spec.adopt(&h.state, h.fds).expect("adopt");
+    drop(tap);
+    let rest = drain(adopted.as_mut());
+    assert_eq!(rest, (10..200).collect::<Vec<u32>>(), "each frame once, in order");
+    assert_eq!(send_flows(adopted.as_mut(), 900, 50, 4), 50);
+    let got = drain(&mut host);
+    assert_eq!(got, (900..950).collect::<Vec<u32>>());
+}

@@ -1,7 +1,8 @@
-//! The two TAP ioctls tun-rs does not make: the virtio-net header size (`TUNSETVNETHDRSZ`) and
+//! The TAP ioctls tun-rs does not make: the virtio-net header size (`TUNSETVNETHDRSZ`, and
+//! `TUNGETVNETHDRSZ` to check a handed-over queue) and
 //! the offloads the reader takes (`TUNSETOFFLOAD`), for the UDP-tunnel GSO header of Linux 6.17+
 //! (see `crate::vnet`).
-#![allow(unsafe_code, reason = "two TAP ioctls through libc; each block has a SAFETY comment")]
+#![allow(unsafe_code, reason = "TAP ioctls through libc; each block has a SAFETY comment")]
 
 use std::io;
 use std::os::fd::RawFd;
@@ -10,6 +11,8 @@ use std::os::fd::RawFd;
 const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
 /// `_IOW('T', 216, int)`.
 const TUNSETVNETHDRSZ: libc::c_ulong = 0x4004_54d8;
+/// `_IOR('T', 215, int)`.
+const TUNGETVNETHDRSZ: libc::c_ulong = 0x8004_54d7;
 
 /// `TUN_F_CSUM`: the reader takes partial checksums.
 pub const TUN_F_CSUM: u32 = 0x01;
@@ -37,4 +40,13 @@ pub fn set_vnet_hdr_size(fd: RawFd, size: libc::c_int) -> io::Result<()> {
     // SAFETY: TUNSETVNETHDRSZ reads one int through the pointer, which points at a live local.
     let r = unsafe { libc::ioctl(fd, TUNSETVNETHDRSZ, &size as *const libc::c_int) };
     if r < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
+/// The virtio-net header size of TAP descriptor `fd`; fails (`EBADFD`, `ENOTTY`) for a
+/// descriptor that is not an attached TAP queue.
+pub fn vnet_hdr_size(fd: RawFd) -> io::Result<libc::c_int> {
+    let mut size: libc::c_int = 0;
+    // SAFETY: TUNGETVNETHDRSZ writes one int through the pointer, which points at a live local.
+    let r = unsafe { libc::ioctl(fd, TUNGETVNETHDRSZ, &mut size as *mut libc::c_int) };
+    if r < 0 { Err(io::Error::last_os_error()) } else { Ok(size) }
 }
