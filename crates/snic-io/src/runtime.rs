@@ -443,6 +443,38 @@ fn open_tap(worker: usize) -> impl FnMut(&str) -> io::Result<Box<dyn Write + Sen
     }
 }
 
+/// Longest a pause waits for the packets in flight before it hands the ports over.
+const PAUSE_DRAIN_LIMIT: Duration = Duration::from_secs(2);
+
+/// What a run does after a pause (see [`Runtime::run_pausable`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterPause {
+    /// Carry on with the same ports and pipelines.
+    Resume,
+    /// End the run now: nothing more is received or transmitted.
+    Stop,
+}
+
+/// One port (or one queue of it) of a paused run.
+pub struct PausedPort<'a> {
+    /// The port's id (its place in the configuration).
+    pub port: usize,
+    /// The queue (worker) it belongs to; 0 when one loop serves every worker.
+    pub queue: usize,
+    /// The port.
+    pub inner: &'a mut dyn Port,
+}
+
+impl std::fmt::Debug for PausedPort<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PausedPort")
+            .field("port", &self.port)
+            .field("queue", &self.queue)
+            .field("name", &self.inner.name())
+            .finish()
+    }
+}
+
 /// Ports, pipelines and the I/O loop.
 #[derive(Debug)]
 pub struct Runtime {
@@ -731,20 +763,55 @@ impl Runtime {
     /// the idle timeout passes. Each time `stats` is found set it is cleared and `on_stats` gets
     /// a snapshot. Returns the final counters.
     pub fn run(
+        self,
+        stop: &AtomicBool,
+        stats: &AtomicBool,
+        on_stats: impl FnMut(&RunReport),
+    ) -> Result<RunReport, RunError> {
+        let never = AtomicBool::new(false);
+        self.run_pausable(stop, stats, on_stats, &never, |_| AfterPause::Resume)
+    }
+
+    /// [`Runtime::run`] that also pauses each time `pause` is found set (it is cleared): no port
+    /// is read any more, the packets in flight are processed and transmitted, the ports are
+    /// flushed, and `on_pause` gets every port (by port and queue) while nothing else runs
+    /// (what a takeover needs to hand the ports over, see [`crate::handover`]). It says
+    /// whether to carry on ([`AfterPause::Resume`]) or to end the run now
+    /// ([`AfterPause::Stop`]: nothing more is received or transmitted, the final counters are
+    /// returned).
+    pub fn run_pausable(
         mut self,
         stop: &AtomicBool,
         stats: &AtomicBool,
         mut on_stats: impl FnMut(&RunReport),
+        pause: &AtomicBool,
+        mut on_pause: impl FnMut(&mut [PausedPort<'_>]) -> AfterPause,
     ) -> Result<RunReport, RunError> {
         if let Pipelines::Queues(nodes) = &mut self.pipelines {
             let nodes = core::mem::take(nodes);
-            return self.run_queues(nodes, stop, stats, on_stats);
+            return self.run_queues(nodes, stop, stats, on_stats, pause, on_pause);
         }
         let started = self.clock.now();
         let idle_wait = Duration::from_millis(self.cfg.idle_wait_ms.max(1));
         let idle_exit = self.cfg.idle_exit_ms.map(Duration::from_millis);
         let mut last_rx = started;
         while !stop.load(Ordering::Relaxed) {
+            if pause.swap(false, Ordering::Relaxed) {
+                self.drain(PAUSE_DRAIN_LIMIT);
+                // A port that could not flush stays as it is; the handover says so.
+                let _ = self.ports.flush();
+                let mut paused: Vec<PausedPort<'_>> = self
+                    .ports
+                    .ports_mut()
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(port, p)| PausedPort { port, queue: 0, inner: &mut **p })
+                    .collect();
+                if on_pause(&mut paused) == AfterPause::Stop {
+                    break;
+                }
+                continue;
+            }
             let now = self.clock.now();
             let received = self.round(now) + self.release_held(now).unwrap_or(0);
             let collected = self.collect(Duration::ZERO);
@@ -774,13 +841,7 @@ impl Runtime {
             }
         }
         // Drain: every batch handed to a worker comes back and is transmitted.
-        let deadline = self.clock.now() + Duration::from_secs(10);
-        while self.in_flight() > 0 && self.clock.now() < deadline {
-            self.collect(Duration::from_millis(50));
-            if self.release_held(self.clock.now()).is_none() {
-                std::thread::yield_now();
-            }
-        }
+        self.drain(Duration::from_secs(10));
         let mut flush_err = self.ports.flush().err();
         let placed = core::mem::replace(&mut self.pipelines, Pipelines::Inline(Box::default()));
         let mut pipelines: Vec<Pipeline> = match placed {
@@ -820,25 +881,68 @@ impl Runtime {
         Ok(report)
     }
 
+    /// Wait (at most `limit`) until every batch handed to a worker has come back and been
+    /// transmitted and the stages hold nothing due.
+    fn drain(&mut self, limit: Duration) {
+        let deadline = self.clock.now() + limit;
+        while self.in_flight() > 0 && self.clock.now() < deadline {
+            self.collect(Duration::from_millis(50));
+            if self.release_held(self.clock.now()).is_none() {
+                std::thread::yield_now();
+            }
+        }
+    }
+
     /// [`Runtime::run`] with per-worker queues: the workers run their own loops (see
     /// [`QueuePool`]); this thread only watches the stop flag, the stats flag and the idle
-    /// timeout, then merges what the workers did.
+    /// timeout, then merges what the workers did. A pause stops the workers (they release
+    /// what their stages hold), hands their ports to `on_pause`, and starts them again on
+    /// [`AfterPause::Resume`].
     fn run_queues(
         self,
         nodes: Vec<Node>,
         stop: &AtomicBool,
         stats: &AtomicBool,
         mut on_stats: impl FnMut(&RunReport),
+        pause: &AtomicBool,
+        mut on_pause: impl FnMut(&mut [PausedPort<'_>]) -> AfterPause,
     ) -> Result<RunReport, RunError> {
         let started = self.clock.now();
         let idle_wait = Duration::from_millis(self.cfg.idle_wait_ms.max(1));
         let idle_exit = self.cfg.idle_exit_ms.map(Duration::from_millis);
         let has_finite = self.finite.iter().any(|f| *f);
-        let pool =
+        let mut pool =
             QueuePool::start(nodes, &self.finite, self.clock, idle_wait).map_err(RunError::Io)?;
         let tick = idle_wait.min(Duration::from_millis(10));
         let (mut seen, mut last_rx) = (0, started);
         while !stop.load(Ordering::Relaxed) {
+            if pause.swap(false, Ordering::Relaxed) {
+                let (mut nodes, err) = pool.join();
+                let mut flushed = Ok(());
+                for n in &mut nodes {
+                    flushed = flushed.and(n.flush());
+                }
+                let after = match (err, flushed) {
+                    (Some(e), _) => return Err(RunError::Io(e)),
+                    // A port that could not flush stays as it is; the handover says so.
+                    (None, _) => {
+                        let mut paused: Vec<PausedPort<'_>> = Vec::new();
+                        for (queue, n) in nodes.iter_mut().enumerate() {
+                            for (port, p) in n.ports.ports_mut().iter_mut().enumerate() {
+                                paused.push(PausedPort { port, queue, inner: &mut **p });
+                            }
+                        }
+                        paused.sort_by_key(|p| (p.port, p.queue));
+                        on_pause(&mut paused)
+                    }
+                };
+                if after == AfterPause::Stop {
+                    return self.finish_queues(nodes, None, started);
+                }
+                pool = QueuePool::start(nodes, &self.finite, self.clock, idle_wait)
+                    .map_err(RunError::Io)?;
+                continue;
+            }
             // A worker that died leaves its queues unserved: stop, and `join` says why.
             if pool.any_exited() {
                 break;
@@ -866,7 +970,17 @@ impl Runtime {
             std::thread::sleep(tick);
         }
         // The workers release what their stages hold, then stop.
-        let (mut nodes, mut first_err) = pool.join();
+        let (nodes, first_err) = pool.join();
+        self.finish_queues(nodes, first_err, started)
+    }
+
+    /// The end of a run of queue workers: their nodes flushed and merged into the report.
+    fn finish_queues(
+        &self,
+        mut nodes: Vec<Node>,
+        mut first_err: Option<io::Error>,
+        started: Instant,
+    ) -> Result<RunReport, RunError> {
         let names = port_names(&nodes);
         let mut counters = Counters::default();
         let mut ports = Vec::new();

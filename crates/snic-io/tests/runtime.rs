@@ -139,3 +139,120 @@ fn udp_tunnel_between_two_runtimes_carries_frames_intact() {
     assert_eq!(rb.ports[0].counters.rx_errors, 0);
     assert_eq!(read_pcap(&output), want);
 }
+
+/// A pause of a running runtime (what a takeover does, see `snic_io::handover`): the first
+/// pause is resumed (a rolled-back takeover) and the run goes on receiving; the second hands
+/// the UDP port's socket over and stops. The frames sent after that wait in the socket and
+/// the port adopted from the handover receives them.
+#[test]
+fn a_paused_run_hands_its_ports_over_or_resumes() {
+    use snic_io::runtime::AfterPause;
+    let rx_sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let (local, remote) = (rx_sock.local_addr().unwrap(), peer.local_addr().unwrap());
+    peer.connect(local).unwrap();
+    let frames: Vec<Vec<u8>> = valid(&frames(60, 9)).into_iter().take(40).collect();
+    assert_eq!(frames.len(), 40);
+    let send = |range: std::ops::Range<usize>| {
+        for f in &frames[range] {
+            peer.send(f).unwrap();
+        }
+    };
+    let tunnel = UdpPort::from_socket(rx_sock, remote).unwrap();
+    let cfg = RunConfig::new(vec![PortSpec::Null, PortSpec::Null]);
+    let ports: Vec<Box<dyn Port>> =
+        vec![Box::new(tunnel), Box::new(snic_io::null::NullPort::new())];
+    let rt = Runtime::with_ports(cfg, ports, vec![false, false]).unwrap();
+    let (stop, stats, pause) =
+        (AtomicBool::new(false), AtomicBool::new(false), AtomicBool::new(false));
+    let mut pauses = Vec::new();
+    let mut handed = None;
+    let report = std::thread::scope(|s| {
+        let run = s.spawn(|| {
+            rt.run_pausable(
+                &stop,
+                &stats,
+                |_| {},
+                &pause,
+                |ports| {
+                    let seen: Vec<(usize, usize, String)> = ports
+                        .iter()
+                        .map(|p| (p.port, p.queue, p.inner.name().to_string()))
+                        .collect();
+                    pauses.push(seen);
+                    if pauses.len() == 1 {
+                        // Lent and given back unused: the run carries on.
+                        assert!(ports[0].inner.handover().expect("UDP hands over").is_ok());
+                        return AfterPause::Resume;
+                    }
+                    assert!(ports[1].inner.handover().is_none(), "a null port is opened again");
+                    handed = Some(ports[0].inner.handover().expect("UDP hands over").unwrap());
+                    AfterPause::Stop
+                },
+            )
+        });
+        send(0..10);
+        std::thread::sleep(Duration::from_millis(200));
+        pause.store(true, Ordering::Relaxed);
+        while pause.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        send(10..20);
+        std::thread::sleep(Duration::from_millis(200));
+        pause.store(true, Ordering::Relaxed);
+        let report = run.join().unwrap().unwrap();
+        send(20..40);
+        report
+    });
+    assert_eq!(pauses.len(), 2, "{pauses:?}");
+    assert_eq!(pauses[0].iter().map(|(p, q, _)| (*p, *q)).collect::<Vec<_>>(), [(0, 0), (1, 0)]);
+    let rx = report.ports[0].counters.rx_packets;
+    assert_eq!(rx, 20, "the run received before and after the resumed pause: {report}");
+    let h = handed.expect("handed over");
+    let spec = PortSpec::Udp { local, remote };
+    let mut adopted = spec.adopt(&h.state, h.fds).expect("adopt the socket");
+    let mut got = Vec::new();
+    let t0 = std::time::Instant::now();
+    while got.len() < 20 && t0.elapsed() < Duration::from_secs(5) {
+        let mut b = snic_pipeline::Batch::new(64);
+        adopted.recv(snic_time::Instant::ZERO, &mut b).unwrap();
+        got.extend(b.iter().map(|p| p.data().to_vec()));
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(got, frames[20..40].to_vec(), "what came after the handover is the new port's");
+}
+
+/// A run of per-worker queues pauses with every queue of every port, by port then queue.
+#[test]
+fn a_paused_queue_run_lists_every_queue() {
+    use snic_io::runtime::AfterPause;
+    let mut cfg = RunConfig::new(vec![PortSpec::Null, PortSpec::Null]);
+    cfg.workers = 2;
+    let rt = Runtime::new(cfg).unwrap();
+    assert!(rt.per_worker_queues());
+    let (stop, stats, pause) =
+        (AtomicBool::new(false), AtomicBool::new(false), AtomicBool::new(true));
+    let mut seen = Vec::new();
+    let mut calls = 0;
+    let report = rt
+        .run_pausable(
+            &stop,
+            &stats,
+            |_| {},
+            &pause,
+            |ports| {
+                calls += 1;
+                seen = ports.iter().map(|p| (p.port, p.queue)).collect();
+                if calls == 1 {
+                    pause.store(true, Ordering::Relaxed);
+                    AfterPause::Resume
+                } else {
+                    AfterPause::Stop
+                }
+            },
+        )
+        .unwrap();
+    assert_eq!(calls, 2);
+    assert_eq!(seen, [(0, 0), (0, 1), (1, 0), (1, 1)]);
+    assert_eq!(report.workers, 2);
+}
