@@ -645,6 +645,34 @@ mod tests {
         assert_eq!(c.state(), TcpState::SynSent);
     }
 
+    /// A snapshot keeps ages, not instants: restored on another clock, the connection expires
+    /// as long after the restore as it had left at the snapshot; an age older than that clock
+    /// is clamped to its origin (a later expiry, never an earlier one).
+    #[test]
+    fn snapshot_restores_on_another_clock() {
+        let mut c = TcpConn::new(t(0), OUT, SYN);
+        c.on_segment(t(1), IN, SYN | ACK);
+        c.on_segment(t(2), OUT, ACK);
+        c.on_segment(t(3), OUT, FIN | ACK);
+        c.on_segment(t(4_000), IN, FIN | ACK);
+        let s = c.snapshot(t(4_500));
+        assert_eq!(
+            (s.state, s.since_age_ns, s.last_age_ns),
+            (TcpState::TimeWait, 500_000_000, 500_000_000)
+        );
+        let r = TcpConn::restore(&s, t(90_000));
+        assert_eq!(r.state(), TcpState::TimeWait);
+        assert_eq!(r.snapshot(t(90_000)), s);
+        assert_eq!(r.expires(TW), Some(t(90_000) + (TW - Duration::from_millis(500))));
+        // The same segments follow the same transitions after the restore.
+        let mut r = r;
+        assert_eq!(r.on_segment(t(90_001), OUT, SYN), TcpEvent::None);
+        assert_eq!(r.state(), TcpState::SynSent);
+        let early = TcpConn::restore(&s, t(100));
+        assert_eq!(early.since(), Instant::ZERO);
+        assert_eq!(early.expires(TW), Some(Instant::ZERO + TW));
+    }
+
     #[test]
     fn expiry_saturates() {
         let mut c = TcpConn::new(Instant::MAX, OUT, ACK);
