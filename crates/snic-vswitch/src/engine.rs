@@ -69,7 +69,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 mod state;
 pub use crate::vfp::state::{ConnProblem, ImportError};
-pub use state::{ImportSummary, STATE_VERSION, VPortEpoch, VSwitchState};
+pub use state::{ImportSummary, STATE_VERSION, VPortEpoch, VPortMeterState, VSwitchState};
 
 /// The action id of a cached drop (a denied flow): no action-table slot.
 pub const DROP_ACTION: ActionId = ActionId(u32::MAX);

@@ -7,19 +7,20 @@
 //! What moves: the policy in force (it may have been changed live since start; carried as its
 //! TOML text, [`crate::policy::toml::to_toml`], and read back and validated on import), the
 //! policy generation and the vPort epochs (so the numbers the control plane reports carry on),
-//! every connection with its TCP state and SNAT binding, the SNAT pools' search cursors, and
-//! the slow path's and fast path's cumulative counters and restarts (so `snic vswitch show`
-//! keeps counting). Times are carried as ages and remaining times relative to the exporter's
-//! `now` and rebased on the importer's: each process's clock has its own origin.
+//! every connection with its TCP state and SNAT binding, the SNAT pools' search cursors, the
+//! vPort meters' bucket levels, and the slow path's and fast path's cumulative counters and
+//! restarts (so `snic vswitch show` keeps counting). Times are carried as ages and remaining
+//! times relative to the exporter's `now` and rebased on the importer's: each process's clock
+//! has its own origin.
 //!
 //! What does not: the flow tables (GFT) of the shards. A cached flow is a compiled product of
 //! the policy and a connection, bound to one process's action table and shard layout and
 //! validated by epochs; the new process rebuilds it exactly as it does after a fast-path
 //! restart: the first packet of each flow after the takeover misses, the slow path finds the
 //! carried connection (its TCP state and SNAT port intact, so a mid-connection segment is not
-//! `tcp_invalid` and keeps its public port) and compiles and caches the flow again. Nor do the
-//! vPort meters' bucket levels (a carried vPort starts with a full bucket, as after a policy
-//! change that adds its meter), egress queues or packets in flight.
+//! `tcp_invalid` and keeps its public port) and compiles and caches the flow again (a per-flow
+//! meter's bucket, kept in the cached flow, starts full). Nor do egress queues or packets in
+//! flight.
 //!
 //! Import does not merge: it refuses a vSwitch that has connections or cached flows
 //! ([`ImportError::NotEmpty`]), and it is all or nothing: the whole state is checked (version,
@@ -36,6 +37,7 @@ use snic_time::Instant;
 use super::{Shard, ShardStats, VSwitch, entry_flags, lock, sync_vport_meters};
 use crate::key::FlowKey;
 use crate::policy::toml::{parse_policy, to_toml};
+use crate::qos::BucketSnapshot;
 use crate::vfp::state::{ImportError, SlowPathState};
 use crate::vfp::{DENY_NAMES, SlowPath};
 
@@ -49,6 +51,15 @@ pub struct VPortEpoch {
     pub vport: u16,
     /// Its epoch.
     pub epoch: u32,
+}
+
+/// The bucket of one vPort's meter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct VPortMeterState {
+    /// The vPort id.
+    pub vport: u16,
+    /// Its bucket, time as an age.
+    pub bucket: BucketSnapshot,
 }
 
 /// A vSwitch's state, as one process hands it to the next ([`VSwitch::export_state`]).
@@ -68,6 +79,8 @@ pub struct VSwitchState {
     pub fast: ShardStats,
     /// Fast-path restarts done.
     pub restarts: u64,
+    /// The vPort meters' buckets (vPorts with a meter).
+    pub vport_meters: Vec<VPortMeterState>,
 }
 
 /// What an import moved, for the caller to print.
@@ -128,6 +141,14 @@ impl VSwitch {
         let slow_state = slow.export_state(now, idle_timeout, |k| seen.get(k).copied());
         let policy = to_toml(slow.policy());
         let generation = self.generation();
+        let vport_meters = lock(&self.shared.vport_meters)
+            .iter()
+            .enumerate()
+            .filter_map(|(v, b)| {
+                let bucket = b.as_ref()?.snapshot(now);
+                Some(VPortMeterState { vport: u16::try_from(v).ok()?, bucket })
+            })
+            .collect();
         drop(slow);
         drop(shards);
         let epochs = self
@@ -149,6 +170,7 @@ impl VSwitch {
             slow: slow_state,
             fast,
             restarts: self.shared.restarts.load(Ordering::Acquire),
+            vport_meters,
         }
     }
 
@@ -200,7 +222,15 @@ impl VSwitch {
             time_wait: st.time_wait,
             generation,
         };
-        sync_vport_meters(&mut lock(&self.shared.vport_meters), &policy);
+        {
+            let mut buckets = lock(&self.shared.vport_meters);
+            sync_vport_meters(&mut buckets, &policy);
+            for m in &state.vport_meters {
+                if let Some(Some(b)) = buckets.get(usize::from(m.vport)) {
+                    b.restore(&m.bucket, now);
+                }
+            }
+        }
         *slow = next;
         for e in &state.epochs {
             if let Some(a) = self.shared.epochs.get(usize::from(e.vport)) {
@@ -542,6 +572,49 @@ mod tests {
         assert!(t >= now + Duration::from_secs(1) + IDLE, "not before its own idle timeout: {t}");
         // Its port is free again and the SNAT pool empty.
         assert_eq!(vs.stats().slow.snat_in_use, 0);
+    }
+
+    /// A vPort meter's bucket moves with its level: a VM that used up its burst before the
+    /// takeover does not get a fresh one after it.
+    #[test]
+    fn vport_meter_level_is_carried() {
+        use crate::policy::{Exceed, MeterId, MeterSpec};
+        let metered = || {
+            let mut p = handover_policy();
+            p.meters.push(MeterSpec {
+                name: "m".into(),
+                rate_bps: 8_000,
+                burst_bytes: 200,
+                exceed: Exceed::Drop,
+            });
+            p.vports[0].meter = Some(MeterId(0));
+            p
+        };
+        let old = VSwitch::new(metered(), cfg()).unwrap();
+        let mut st = old.stage().unwrap();
+        let t0 = Instant::from_secs(9);
+        // Four 46-byte frames take 184 of the 200 bytes.
+        for sp in 0..4 {
+            let f = udp_frame(GW_MAC, A_MAC, A_IP, REMOTE_IP, 6000 + sp, 53);
+            assert_eq!(f.len(), 46);
+            assert!(send(&mut st, t0, A_PORT, &f).is_some());
+        }
+        let bucket = |vs: &VSwitch| lock(&vs.shared.vport_meters)[1].clone().expect("metered");
+        assert_eq!(bucket(&old).tokens_bytes(), 16);
+        let state = through_json(&old.export_state(t0));
+        assert_eq!(state.vport_meters.len(), 1);
+
+        let vs = VSwitch::new(metered(), cfg()).unwrap();
+        let mut st = vs.stage().unwrap();
+        let now = Instant::from_secs(2);
+        vs.import_state(&state, now).unwrap();
+        assert_eq!(bucket(&vs).snapshot(now), bucket(&old).snapshot(t0));
+        // 16 bytes left and no time to refill: the next frame is over the rate.
+        let f = udp_frame(GW_MAC, A_MAC, A_IP, REMOTE_IP, 6000, 53);
+        assert!(send(&mut st, now, A_PORT, &f).is_none());
+        assert_eq!(vs.stats().fast.meter_drops, 1);
+        // 30 ms later (30 bytes at 8 kbit/s) it passes.
+        assert!(send(&mut st, now + Duration::from_millis(30), A_PORT, &f).is_some());
     }
 
     /// `vs` is as fresh as when it was built with [`handover_policy`].
