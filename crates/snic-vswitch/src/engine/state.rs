@@ -574,6 +574,29 @@ mod tests {
         assert_eq!(vs.stats().slow.snat_in_use, 0);
     }
 
+    /// The carried bindings are taken in the new process's pools, not only skipped by the
+    /// cursor: with the cursor back at the first carried port, a new flow gets the next free one.
+    #[test]
+    fn carried_snat_ports_are_never_handed_out_again() {
+        let old = old_process();
+        let mut state = old.vs.export_state(old.at);
+        let udp = state.slow.snat_pools.iter_mut().find(|p| p.proto == 17).expect("UDP pool");
+        let lowest = old.udp_ports[0].min(old.udp_ports[1]);
+        udp.cursor = lowest;
+        let vs = VSwitch::new(handover_policy(), cfg()).unwrap();
+        let mut st = vs.stage().unwrap();
+        let now = Instant::from_secs(1);
+        vs.import_state(&state, now).unwrap();
+        let mut got = Vec::new();
+        for sp in 0..3 {
+            let f = udp_frame(GW_MAC, A_MAC, A_IP, DNS, 7000 + sp, 53);
+            got.push(sport(&send(&mut st, now, A_PORT, &f).unwrap().1));
+        }
+        assert!(got.iter().all(|p| !old.udp_ports.contains(p)), "{got:?} vs {:?}", old.udp_ports);
+        assert_eq!(got[0], lowest + 2, "the first free port after the carried two");
+        assert_eq!(vs.stats().slow.snat_in_use, 6);
+    }
+
     /// A vPort meter's bucket moves with its level: a VM that used up its burst before the
     /// takeover does not get a fresh one after it.
     #[test]
