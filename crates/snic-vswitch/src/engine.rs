@@ -29,6 +29,15 @@
 //! epochs moved (each shard's state lock is taken once: a grace period), so from then on no
 //! packet is handled by a stale action.
 //!
+//! # Handing over to a new process
+//!
+//! [`VSwitch::export_state`] and [`VSwitch::import_state`] move a vSwitch's state to a new
+//! process for a hitless upgrade: the policy in force, the generation and epochs, every
+//! connection (TCP state, SNAT binding, idle time) and the counters, as a versioned
+//! [`VSwitchState`] with times relative to the exporter's clock. The shards' flow tables are
+//! not carried (the new process compiles each flow again from its connection at its first
+//! packet); see the `state` submodule's doc ([`VSwitchState`]) and [`crate::vfp::state`].
+//!
 //! # Locks
 //!
 //! Each shard's state sits behind a mutex that its worker takes once per batch (uncontended: the
@@ -57,6 +66,10 @@ use snic_pipeline::{Batch, DropReason, MAX_BATCH, PacketBuf, PortId, Stage, Stag
 use snic_time::Instant;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
+
+mod state;
+pub use crate::vfp::state::{ConnProblem, ImportError};
+pub use state::{ImportSummary, STATE_VERSION, VPortEpoch, VPortMeterState, VSwitchState};
 
 /// The action id of a cached drop (a denied flow): no action-table slot.
 pub const DROP_ACTION: ActionId = ActionId(u32::MAX);
@@ -126,7 +139,7 @@ impl fmt::Display for VSwitchError {
 impl std::error::Error for VSwitchError {}
 
 /// Counters of the fast path and exception handling (one shard, or all summed).
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ShardStats {
     /// Packets served by a cached flow.
     pub hits: u64,
@@ -154,6 +167,7 @@ pub struct ShardStats {
     /// Packets dropped by a cached drop entry (their flow was denied earlier).
     pub denied_cached: u64,
     /// Denials by reason (slow path).
+    #[serde(deserialize_with = "state::deny_names")]
     pub denied_by: std::collections::BTreeMap<&'static str, u64>,
     /// TCP SYN/FIN/RST copies sent to the slow path.
     pub tcp_copies: u64,
@@ -459,6 +473,9 @@ struct Shared {
     fastpath_off_until: AtomicU64,
     /// Fast-path restarts done.
     restarts: AtomicU64,
+    /// Fast-path counters carried over from the process this one took over from
+    /// ([`VSwitch::import_state`]), added to the shards' own in [`VSwitch::stats`]. A leaf lock.
+    carried: Mutex<ShardStats>,
     cfg: VSwitchConfig,
 }
 
@@ -542,6 +559,7 @@ impl VSwitch {
                 vport_meters: Mutex::new(vport_meters),
                 fastpath_off_until: AtomicU64::new(0),
                 restarts: AtomicU64::new(0),
+                carried: Mutex::new(ShardStats::default()),
                 cfg,
             }),
         })
@@ -586,12 +604,16 @@ impl VSwitch {
             keep: vec![true; MAX_BATCH],
         };
         shard.refresh(&self.shared, Instant::ZERO);
+        // Slow-path timers already pending (connections carried over by `import_state`) run
+        // from this shard's first batch.
+        shard.slow_deadline = lock(&self.shared.slow).poll_timeout();
+        let deadline = shard.next_deadline().map_or(u64::MAX, |t| t.as_nanos());
         let cell = Arc::new(ShardCell {
             state: Mutex::new(shard),
             removals: Mutex::new(Vec::new()),
             has_removals: AtomicBool::new(false),
             pending: AtomicUsize::new(0),
-            deadline: AtomicU64::new(u64::MAX),
+            deadline: AtomicU64::new(deadline),
         });
         shards.push(cell.clone());
         Ok(VSwitchStage { shared: self.shared.clone(), cell })
@@ -700,6 +722,7 @@ impl VSwitch {
             st.table.push(s.gft.stats());
             st.queues.extend(s.queues.iter().map(|q| (q.port(), q.stats())));
         }
+        st.fast.merge(&lock(&self.shared.carried));
         st.slow = lock(&self.shared.slow).stats();
         st
     }

@@ -13,6 +13,13 @@
 //! pipeline drives it as a stage; the control plane changes policy through
 //! [`engine::VSwitch`].
 //!
+//! The control handle also hands a running vSwitch over to a new process (a hitless upgrade):
+//! [`engine::VSwitch::export_state`] in the paused old process gives plain serde data (the
+//! policy in force, every connection with its TCP state and SNAT binding, the counters, times
+//! as ages), and [`engine::VSwitch::import_state`] loads it into a fresh vSwitch of the new one
+//! before its workers start. The flow tables are not carried: each flow's first packet after
+//! the takeover is compiled again from its carried connection, so no connection is reset.
+//!
 //! It is not a router or a host stack: it does not answer ARP or ICMP itself, and it keeps no
 //! per-packet state beyond the flow table, TCP connection state and meters.
 

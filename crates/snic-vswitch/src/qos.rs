@@ -289,6 +289,33 @@ impl SharedBucket {
     pub fn contended(&self) -> u64 {
         self.contended.load(Ordering::Relaxed)
     }
+
+    /// The level and the age of the last refill as of `now`, to carry the bucket to another
+    /// process (whose clock has another origin).
+    pub fn snapshot(&self, now: Instant) -> BucketSnapshot {
+        BucketSnapshot {
+            tokens: self.tokens.load(Ordering::Acquire),
+            age_ns: now.as_nanos().saturating_sub(self.stamp.load(Ordering::Acquire)),
+        }
+    }
+
+    /// Take the level of a snapshot (cut down to this bucket's burst), its last refill `age_ns`
+    /// before `now`. An age older than this clock's origin is clamped to the origin: the bucket
+    /// is credited less time, never more.
+    pub fn restore(&self, s: &BucketSnapshot, now: Instant) {
+        let cap = capacity(self.burst_bytes.load(Ordering::Relaxed));
+        self.tokens.store(s.tokens.min(cap), Ordering::Release);
+        self.stamp.store(now.as_nanos().saturating_sub(s.age_ns), Ordering::Release);
+    }
+}
+
+/// A [`SharedBucket`]'s state with its time as an age ([`SharedBucket::snapshot`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct BucketSnapshot {
+    /// Tokens, in units of 1/(8 * 10^9) byte.
+    pub tokens: u64,
+    /// Nanoseconds since the last refill.
+    pub age_ns: u64,
 }
 
 /// What a meter decided for one packet.

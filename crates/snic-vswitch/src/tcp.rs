@@ -58,7 +58,8 @@ pub fn is_control(tcp_flags: u8) -> bool {
 }
 
 /// Where a tracked connection is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum TcpState {
     /// The originator's SYN was seen, nothing from the responder yet.
     SynSent,
@@ -149,6 +150,32 @@ pub struct TcpConn {
     fin: [bool; 2],
 }
 
+/// A [`TcpConn`] in a form that outlives its process (the vSwitch state a hitless upgrade
+/// hands over): its times are ages before the `now` of [`TcpConn::snapshot`], never raw
+/// instants, since each process's clock has its own origin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TcpSnapshot {
+    /// Where the connection is.
+    pub state: TcpState,
+    /// Direction value of segments from the originator.
+    pub orig: Direction,
+    /// Nanoseconds since the last state change.
+    pub since_age_ns: u64,
+    /// Nanoseconds since the last segment.
+    pub last_age_ns: u64,
+    /// Per side (originator, responder): SYN sent.
+    pub syn: [bool; 2],
+    /// Per side: its SYN was acknowledged by the other side.
+    pub syn_acked: [bool; 2],
+    /// Per side: FIN sent.
+    pub fin: [bool; 2],
+}
+
+/// Whole nanoseconds of `d`, saturating.
+fn duration_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
 const fn has(f: u8, bit: u8) -> bool {
     f & bit != 0
 }
@@ -192,6 +219,35 @@ impl TcpConn {
             }
         }
         c
+    }
+
+    /// The connection with its times as ages before `now`.
+    pub fn snapshot(&self, now: Instant) -> TcpSnapshot {
+        TcpSnapshot {
+            state: self.state,
+            orig: self.orig,
+            since_age_ns: duration_ns(now - self.since),
+            last_age_ns: duration_ns(now - self.last),
+            syn: self.syn,
+            syn_acked: self.syn_acked,
+            fin: self.fin,
+        }
+    }
+
+    /// The connection of a snapshot, its ages counted back from `now` (this process's clock).
+    /// An age older than this clock's origin is clamped to the origin: a time-wait may then
+    /// last longer than it would have, never shorter.
+    pub fn restore(s: &TcpSnapshot, now: Instant) -> TcpConn {
+        let back = |age: u64| Instant::from_nanos(now.as_nanos().saturating_sub(age));
+        TcpConn {
+            state: s.state,
+            orig: s.orig,
+            since: back(s.since_age_ns),
+            last: back(s.last_age_ns),
+            syn: s.syn,
+            syn_acked: s.syn_acked,
+            fin: s.fin,
+        }
     }
 
     fn side(&self, dir: Direction) -> Side {
@@ -587,6 +643,34 @@ mod tests {
         c.on_segment(t(7), OUT, RST);
         assert_eq!(c.on_segment(t(8), OUT, SYN), TcpEvent::None);
         assert_eq!(c.state(), TcpState::SynSent);
+    }
+
+    /// A snapshot keeps ages, not instants: restored on another clock, the connection expires
+    /// as long after the restore as it had left at the snapshot; an age older than that clock
+    /// is clamped to its origin (a later expiry, never an earlier one).
+    #[test]
+    fn snapshot_restores_on_another_clock() {
+        let mut c = TcpConn::new(t(0), OUT, SYN);
+        c.on_segment(t(1), IN, SYN | ACK);
+        c.on_segment(t(2), OUT, ACK);
+        c.on_segment(t(3), OUT, FIN | ACK);
+        c.on_segment(t(4_000), IN, FIN | ACK);
+        let s = c.snapshot(t(4_500));
+        assert_eq!(
+            (s.state, s.since_age_ns, s.last_age_ns),
+            (TcpState::TimeWait, 500_000_000, 500_000_000)
+        );
+        let r = TcpConn::restore(&s, t(90_000));
+        assert_eq!(r.state(), TcpState::TimeWait);
+        assert_eq!(r.snapshot(t(90_000)), s);
+        assert_eq!(r.expires(TW), Some(t(90_000) + (TW - Duration::from_millis(500))));
+        // The same segments follow the same transitions after the restore.
+        let mut r = r;
+        assert_eq!(r.on_segment(t(90_001), OUT, SYN), TcpEvent::None);
+        assert_eq!(r.state(), TcpState::SynSent);
+        let early = TcpConn::restore(&s, t(100));
+        assert_eq!(early.since(), Instant::ZERO);
+        assert_eq!(early.expires(TW), Some(Instant::ZERO + TW));
     }
 
     #[test]

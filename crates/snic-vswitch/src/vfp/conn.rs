@@ -379,6 +379,9 @@ pub(super) enum TimerKind {
     Expire,
     /// Stop counting the connection as half-open.
     HalfOpen,
+    /// Remove a connection carried over from another process that no packet has touched
+    /// since (it has no cached flow whose idle aging would remove it).
+    Idle,
 }
 
 impl SlowPath {
@@ -480,6 +483,12 @@ impl SlowPath {
                 break;
             }
             self.timers.pop();
+            if kind == TimerKind::Idle {
+                if self.adopted.get(&slot) == Some(&t) {
+                    self.remove_conn(slot, None, removals);
+                }
+                continue;
+            }
             let Some(side) = self.conns_tab.tcp_mut(slot) else {
                 continue;
             };
@@ -499,6 +508,8 @@ impl SlowPath {
                         self.half_open -= 1;
                     }
                 }
+                // Handled above (an adopted connection may have no TCP state).
+                TimerKind::Idle => {}
             }
         }
         self.prune_timers();
@@ -506,17 +517,21 @@ impl SlowPath {
 
     /// True while a timer entry still refers to a pending deadline of its connection.
     fn timer_live(&self, t: Instant, slot: u32, serial: u64, kind: TimerKind) -> bool {
+        if kind == TimerKind::Idle {
+            return self.adopted.get(&slot) == Some(&t);
+        }
         self.conns_tab.tcp(slot).is_some_and(|c| {
             c.serial == serial
                 && match kind {
                     TimerKind::Expire => c.expires.is_some(),
                     TimerKind::HalfOpen => c.half_open && c.half_open_until == t,
+                    TimerKind::Idle => false,
                 }
         })
     }
 
     /// Drop stale timers from the top of the heap, so `poll_timeout` names a real deadline.
-    fn prune_timers(&mut self) {
+    pub(super) fn prune_timers(&mut self) {
         while let Some(&Reverse((t, slot, serial, kind))) = self.timers.peek() {
             if self.timer_live(t, slot, serial, kind) {
                 break;
@@ -542,6 +557,7 @@ impl SlowPath {
         removals: &mut Vec<FlowKey>,
     ) {
         let Some((conn, fwd, rev, tcp)) = self.conns_tab.remove(slot) else { return };
+        self.adopted.remove(&slot);
         for k in [fwd, rev] {
             if skip != Some(&k) {
                 removals.push(k);

@@ -53,14 +53,16 @@
 //! The code is split by concern: `layer.rs` walks a flow through the layers (the precomputed
 //! policy, the walk, the flows and their transpositions); `conn.rs` keeps the connection table
 //! (packed keys, TCP state, the half-open cap and its aging, time-wait); `snat.rs` allocates
-//! SNAT ports. This file holds the API ([`SlowPath`], [`Verdict`] and the types they use) and
-//! `compile`, which ties the three together.
+//! SNAT ports; [`state`] exports and imports the connection state for a hitless upgrade. This
+//! file holds the API ([`SlowPath`], [`Verdict`] and the types they use) and `compile`, which
+//! ties the three together.
 
 mod conn;
 mod layer;
 mod snat;
+pub mod state;
 #[cfg(test)]
-mod testutil;
+pub(crate) mod testutil;
 
 use core::fmt;
 use core::net::IpAddr;
@@ -180,6 +182,23 @@ impl DenyReason {
     }
 }
 
+/// Every [`DenyReason::name`], for reading counters back ([`state`]).
+pub(crate) const DENY_NAMES: [&str; 13] = [
+    "no_vport",
+    "acl",
+    "no_route",
+    "route_drop",
+    "no_mapping",
+    "spoofed",
+    "half_open_cap",
+    "snat_exhausted",
+    "not_ip",
+    "bad_transposition",
+    "tcp_invalid",
+    "conn_limit",
+    "unsupported_tunnel",
+];
+
 impl fmt::Display for DenyReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -243,7 +262,7 @@ impl Default for SlowPathConfig {
 }
 
 /// Counters and gauges of the slow path.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SlowPathStats {
     /// Forward verdicts (new flows and re-compiled ones).
     pub compiled: u64,
@@ -288,6 +307,10 @@ pub struct SlowPath {
     timers: BinaryHeap<Reverse<(Instant, u32, u64, TimerKind)>>,
     /// Keys to remove that `compile` could not hand out (it has no `removals`).
     pending: Vec<FlowKey>,
+    /// Connections carried over from another process ([`SlowPath::import_state`]) that no
+    /// packet has compiled since, by slot: when they are removed unless a packet comes (an
+    /// `Idle` timer). Once compiled, their cached flows' idle aging takes over.
+    adopted: HashMap<u32, Instant>,
     next_serial: u64,
     conns: usize,
     half_open: usize,
@@ -339,6 +362,7 @@ impl SlowPath {
             pools: Vec::new(),
             timers: BinaryHeap::new(),
             pending: Vec::new(),
+            adopted: HashMap::new(),
             next_serial: 0,
             conns: 0,
             half_open: 0,
@@ -442,7 +466,12 @@ impl SlowPath {
     ) -> Verdict {
         let flags = tcp_flags(frame, stack, key);
         if let Some(slot) = self.conns_tab.find(key) {
-            return self.compile_known(now, slot, key, flags, frame, stack, flow_hash);
+            let v = self.compile_known(now, slot, key, flags, frame, stack, flow_hash);
+            if matches!(v, Verdict::Forward { .. }) && !self.adopted.is_empty() {
+                // Cached from now on: the flow table's idle aging removes it.
+                self.adopted.remove(&slot);
+            }
+            return v;
         }
         let origin = Origin::new(frame, stack, key, flow_hash);
         let plan = match self.walk(&origin, None) {
@@ -744,5 +773,7 @@ mod tests {
         ];
         let names: std::collections::HashSet<_> = all.iter().map(|r| r.name()).collect();
         assert_eq!(names.len(), all.len());
+        let listed: std::collections::HashSet<_> = DENY_NAMES.into_iter().collect();
+        assert_eq!(listed, names, "DENY_NAMES lists every reason");
     }
 }

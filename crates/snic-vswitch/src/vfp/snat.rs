@@ -39,7 +39,7 @@ impl PortPool {
         PortPool { bits: Box::new([0; 1024]), cursor: 0, used: 0 }
     }
 
-    fn is_used(&self, port: u16) -> bool {
+    pub(super) fn is_used(&self, port: u16) -> bool {
         let p = usize::from(port);
         self.bits[p / 64] & (1 << (p % 64)) != 0
     }
@@ -69,6 +69,16 @@ impl PortPool {
             p += 1;
         }
         None
+    }
+
+    /// Where the next search starts.
+    pub(super) fn cursor(&self) -> u16 {
+        self.cursor
+    }
+
+    /// Start the next search at `port` (a pool carried over from another process).
+    pub(super) fn set_cursor(&mut self, port: u16) {
+        self.cursor = port;
     }
 
     pub(super) fn mark(&mut self, port: u16) {

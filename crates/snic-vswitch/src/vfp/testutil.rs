@@ -17,39 +17,39 @@ use crate::policy::{
 };
 use crate::transposition::{Encap, Op};
 
-pub(super) const UL_MAC: Mac = [0x02, 0, 0, 0, 0, 0x01];
+pub(crate) const UL_MAC: Mac = [0x02, 0, 0, 0, 0, 0x01];
 
-pub(super) const GW_MAC: Mac = [0x02, 0, 0, 0, 0, 0xfe];
+pub(crate) const GW_MAC: Mac = [0x02, 0, 0, 0, 0, 0xfe];
 
-pub(super) const A_MAC: Mac = [0x02, 0, 0, 0, 0xa, 0x01];
+pub(crate) const A_MAC: Mac = [0x02, 0, 0, 0, 0xa, 0x01];
 
-pub(super) const B_MAC: Mac = [0x02, 0, 0, 0, 0xb, 0x01];
+pub(crate) const B_MAC: Mac = [0x02, 0, 0, 0, 0xb, 0x01];
 
-pub(super) const REMOTE_MAC: Mac = [0x02, 0, 0, 0, 0xc, 0x02];
+pub(crate) const REMOTE_MAC: Mac = [0x02, 0, 0, 0, 0xc, 0x02];
 
-pub(super) const UL_PORT: u16 = 1;
+pub(crate) const UL_PORT: u16 = 1;
 
-pub(super) const A_PORT: u16 = 2;
+pub(crate) const A_PORT: u16 = 2;
 
-pub(super) const B_PORT: u16 = 3;
+pub(crate) const B_PORT: u16 = 3;
 
-pub(super) const VNI: u32 = 42;
+pub(crate) const VNI: u32 = 42;
 
-pub(super) fn v4(a: u8, b: u8, c: u8, d: u8) -> IpAddr {
+pub(crate) fn v4(a: u8, b: u8, c: u8, d: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(a, b, c, d))
 }
 
-pub(super) const PA_LOCAL: [u8; 4] = [192, 0, 2, 1];
+pub(crate) const PA_LOCAL: [u8; 4] = [192, 0, 2, 1];
 
-pub(super) const PA_REMOTE: [u8; 4] = [192, 0, 2, 2];
+pub(crate) const PA_REMOTE: [u8; 4] = [192, 0, 2, 2];
 
-pub(super) const A_IP: [u8; 4] = [10, 0, 0, 1];
+pub(crate) const A_IP: [u8; 4] = [10, 0, 0, 1];
 
-pub(super) const B_IP: [u8; 4] = [10, 0, 0, 5];
+pub(crate) const B_IP: [u8; 4] = [10, 0, 0, 5];
 
-pub(super) const REMOTE_IP: [u8; 4] = [10, 0, 0, 2];
+pub(crate) const REMOTE_IP: [u8; 4] = [10, 0, 0, 2];
 
-pub(super) fn eth(dst: Mac, src: Mac, ty: u16, payload: &[u8]) -> Vec<u8> {
+pub(crate) fn eth(dst: Mac, src: Mac, ty: u16, payload: &[u8]) -> Vec<u8> {
     let mut f = Vec::with_capacity(14 + payload.len());
     f.extend_from_slice(&dst);
     f.extend_from_slice(&src);
@@ -58,7 +58,7 @@ pub(super) fn eth(dst: Mac, src: Mac, ty: u16, payload: &[u8]) -> Vec<u8> {
     f
 }
 
-pub(super) fn ipv4(src: [u8; 4], dst: [u8; 4], proto: u8, payload: &[u8]) -> Vec<u8> {
+pub(crate) fn ipv4(src: [u8; 4], dst: [u8; 4], proto: u8, payload: &[u8]) -> Vec<u8> {
     let mut h = vec![0u8; 20];
     h[0] = 0x45;
     h[2..4].copy_from_slice(&(20 + payload.len() as u16).to_be_bytes());
@@ -72,7 +72,7 @@ pub(super) fn ipv4(src: [u8; 4], dst: [u8; 4], proto: u8, payload: &[u8]) -> Vec
     h
 }
 
-pub(super) fn udp(sp: u16, dp: u16, payload: &[u8]) -> Vec<u8> {
+pub(crate) fn udp(sp: u16, dp: u16, payload: &[u8]) -> Vec<u8> {
     let mut u = Vec::with_capacity(8 + payload.len());
     u.extend_from_slice(&sp.to_be_bytes());
     u.extend_from_slice(&dp.to_be_bytes());
@@ -82,7 +82,7 @@ pub(super) fn udp(sp: u16, dp: u16, payload: &[u8]) -> Vec<u8> {
     u
 }
 
-pub(super) fn tcp_seg(sp: u16, dp: u16, flags: u8) -> Vec<u8> {
+pub(crate) fn tcp_seg(sp: u16, dp: u16, flags: u8) -> Vec<u8> {
     let mut t = vec![0u8; 20];
     t[0..2].copy_from_slice(&sp.to_be_bytes());
     t[2..4].copy_from_slice(&dp.to_be_bytes());
@@ -93,12 +93,12 @@ pub(super) fn tcp_seg(sp: u16, dp: u16, flags: u8) -> Vec<u8> {
 }
 
 /// An inner Ethernet/IPv4/UDP frame.
-pub(super) fn udp_frame(dmac: Mac, smac: Mac, s: [u8; 4], d: [u8; 4], sp: u16, dp: u16) -> Vec<u8> {
+pub(crate) fn udp_frame(dmac: Mac, smac: Mac, s: [u8; 4], d: [u8; 4], sp: u16, dp: u16) -> Vec<u8> {
     eth(dmac, smac, 0x0800, &ipv4(s, d, 17, &udp(sp, dp, b"data")))
 }
 
 /// An inner Ethernet/IPv4/TCP frame.
-pub(super) fn tcp_frame(
+pub(crate) fn tcp_frame(
     dmac: Mac,
     smac: Mac,
     s: [u8; 4],
@@ -111,18 +111,18 @@ pub(super) fn tcp_frame(
 }
 
 /// `inner` in VXLAN from `os` to `od`.
-pub(super) fn vxlan(os: [u8; 4], od: [u8; 4], vni: u32, inner: &[u8]) -> Vec<u8> {
+pub(crate) fn vxlan(os: [u8; 4], od: [u8; 4], vni: u32, inner: &[u8]) -> Vec<u8> {
     let mut v = vec![0x08, 0, 0, 0];
     v.extend_from_slice(&(vni << 8).to_be_bytes());
     v.extend_from_slice(inner);
     eth(UL_MAC, GW_MAC, 0x0800, &ipv4(os, od, 17, &udp(49152, 4789, &v)))
 }
 
-pub(super) fn key_of(frame: &[u8], port: u16, dir: Direction) -> FlowKey {
+pub(crate) fn key_of(frame: &[u8], port: u16, dir: Direction) -> FlowKey {
     extract(frame, &Stack::parse(frame), port, dir).expect("test frame has a key")
 }
 
-pub(super) fn compile(
+pub(crate) fn compile(
     sp: &mut SlowPath,
     now: Instant,
     frame: &[u8],
@@ -134,21 +134,21 @@ pub(super) fn compile(
     (k, v)
 }
 
-pub(super) fn forward(v: Verdict) -> (UnifiedFlow, Option<UnifiedFlow>) {
+pub(crate) fn forward(v: Verdict) -> (UnifiedFlow, Option<UnifiedFlow>) {
     match v {
         Verdict::Forward { forward, reverse } => (forward, reverse),
         Verdict::Deny { reason, .. } => panic!("denied: {reason}"),
     }
 }
 
-pub(super) fn deny(v: Verdict) -> (DenyReason, bool) {
+pub(crate) fn deny(v: Verdict) -> (DenyReason, bool) {
     match v {
         Verdict::Deny { reason, cache } => (reason, cache),
         Verdict::Forward { forward, .. } => panic!("forwarded: {:?}", forward.key),
     }
 }
 
-pub(super) fn rule(
+pub(crate) fn rule(
     id: u32,
     priority: u32,
     dir: Option<Direction>,
@@ -158,19 +158,19 @@ pub(super) fn rule(
     Rule { id, priority, dir, predicates: preds, action }
 }
 
-pub(super) fn pred(field: crate::policy::Field, matcher: Matcher) -> Predicate {
+pub(crate) fn pred(field: crate::policy::Field, matcher: Matcher) -> Predicate {
     Predicate { field, matcher }
 }
 
-pub(super) fn layer(name: &str, kind: LayerKind, rules: Vec<Rule>, default: Action) -> LayerPolicy {
+pub(crate) fn layer(name: &str, kind: LayerKind, rules: Vec<Rule>, default: Action) -> LayerPolicy {
     LayerPolicy { name: name.into(), kind, rules, default, mappings: Vec::new() }
 }
 
-pub(super) fn remote_mapping() -> Mapping {
+pub(crate) fn remote_mapping() -> Mapping {
     Mapping { ca: IpAddr::from(REMOTE_IP), pa: IpAddr::from(PA_REMOTE), mac: REMOTE_MAC, vni: VNI }
 }
 
-pub(super) fn vnet_layer() -> LayerPolicy {
+pub(crate) fn vnet_layer() -> LayerPolicy {
     let mut l = layer(
         "vnet",
         LayerKind::Vnet,
@@ -190,7 +190,7 @@ pub(super) fn vnet_layer() -> LayerPolicy {
     l
 }
 
-pub(super) fn vport(
+pub(crate) fn vport(
     id: u16,
     port: u16,
     mac: Mac,
@@ -209,7 +209,7 @@ pub(super) fn vport(
     }
 }
 
-pub(super) fn policy(a_layers: Vec<LayerPolicy>) -> Policy {
+pub(crate) fn policy(a_layers: Vec<LayerPolicy>) -> Policy {
     Policy {
         underlay: Underlay {
             port: UL_PORT,
@@ -234,11 +234,11 @@ pub(super) fn policy(a_layers: Vec<LayerPolicy>) -> Policy {
     }
 }
 
-pub(super) fn slow(p: Policy) -> SlowPath {
+pub(crate) fn slow(p: Policy) -> SlowPath {
     SlowPath::new(Arc::new(p), SlowPathConfig::default())
 }
 
-pub(super) fn encap_to_remote() -> Op {
+pub(crate) fn encap_to_remote() -> Op {
     Op::PushEncap(Encap {
         kind: TunnelKind::Vxlan,
         src_mac: UL_MAC,
@@ -252,7 +252,7 @@ pub(super) fn encap_to_remote() -> Op {
 }
 
 /// ACL allowing outbound TCP to port 80 statefully, and nothing inbound.
-pub(super) fn stateful_policy() -> Policy {
+pub(crate) fn stateful_policy() -> Policy {
     let acl = layer(
         "acl",
         LayerKind::Acl,
@@ -268,7 +268,7 @@ pub(super) fn stateful_policy() -> Policy {
     policy(vec![acl, vnet_layer()])
 }
 
-pub(super) fn snat_policy(lo: u16, hi: u16) -> Policy {
+pub(crate) fn snat_policy(lo: u16, hi: u16) -> Policy {
     let nat = layer(
         "nat",
         LayerKind::Nat,
