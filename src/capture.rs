@@ -643,6 +643,9 @@ impl Port for CapturePort {
     fn counters(&self) -> PortCounters {
         self.inner.counters()
     }
+    fn handover(&mut self) -> Option<io::Result<snic_io::handover::PortHandover>> {
+        self.inner.handover()
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -72,6 +72,15 @@ pub enum Request {
     /// `{"cmd":"stats"}`: the counters, as `{"ok":true,"counters":{...}}`.
     #[serde(rename = "stats")]
     Stats,
+    /// `{"cmd":"upgrade","channel":"/path.sock"}`: a new process asks to take this one over
+    /// (`snic run --takeover`); this process connects to the new one's takeover channel at
+    /// `channel` and hands over there (see `crate::upgrade`). Answer: `{"ok":true}` once the
+    /// run is asked to pause.
+    #[serde(rename = "upgrade")]
+    Upgrade {
+        /// The new process's takeover channel.
+        channel: String,
+    },
     /// `{"cmd":"vswitch.show"}`: the vSwitch counters, as `{"ok":true,"vswitch":{...}}`.
     #[serde(rename = "vswitch.show")]
     VSwitchShow,

@@ -15,9 +15,6 @@
 //! descriptors the receiver gets are its own (the kernel duplicated them): the sender keeps its
 //! copies open, so it can resume with them when the receiver fails (the rollback of an upgrade).
 
-// Until `snic run` and `snic rdma` take over through it (the next commits).
-#![allow(dead_code)]
-
 use snic_hostif::proto::{MAX_FDS, MAX_MESSAGE};
 use snic_hostif::shm::{SeqListener, SeqPacket};
 use std::io;
@@ -68,6 +65,7 @@ impl ChannelListener {
     }
 
     /// Accept a connection if one is waiting (never blocks).
+    #[allow(dead_code, reason = "for `snic rdma --handover`, which polls while it serves")]
     pub fn try_accept(&self) -> io::Result<Option<Channel>> {
         self.listener.set_nonblocking(true)?;
         match self.listener.accept() {
@@ -75,11 +73,6 @@ impl ChannelListener {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
             Err(e) => Err(e),
         }
-    }
-
-    /// The path it listens at.
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 }
 
@@ -107,6 +100,7 @@ impl Channel {
     }
 
     /// A connected pair (for tests).
+    #[cfg(test)]
     pub fn pair() -> io::Result<(Channel, Channel)> {
         let (a, b) = SeqPacket::pair()?;
         Ok((Channel { sock: a }, Channel { sock: b }))

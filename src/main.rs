@@ -69,6 +69,7 @@ mod stream;
 mod testbed;
 mod top;
 mod trace;
+mod upgrade;
 mod vswitch;
 
 use anyhow::Result;

@@ -33,7 +33,7 @@ use snic_io::signal::Signals;
 use snic_io::{Port, PortCaps, PortCounters, PortSpec};
 use snic_pipeline::pipeline::StageSpec;
 use snic_pipeline::{Batch, Class, PortId};
-use snic_time::Instant;
+use snic_time::{Clock, Instant};
 use std::io::{self, Write};
 use std::os::fd::RawFd;
 use std::path::PathBuf;
@@ -101,6 +101,11 @@ pub struct RunArgs {
     pub flow_idle_ms: Option<u64>,
     #[command(flatten)]
     pub p4rt: crate::p4::P4RuntimeArgs,
+    /// Take over from the `snic run` answering on this control socket (a hitless upgrade):
+    /// its ports' descriptors and its vSwitch state come here, then it exits. Start this one
+    /// with the same ports and workers (see the README's "Operating snic").
+    #[arg(long, value_name = "SOCK")]
+    pub takeover: Option<PathBuf>,
 }
 
 impl RunArgs {
@@ -119,6 +124,7 @@ impl RunArgs {
             && self.flows.is_none()
             && self.flow_idle_ms.is_none()
             && self.p4rt.p4runtime.is_none()
+            && self.takeover.is_none()
     }
 
     /// The duration as a `Duration`, rejecting negative and non-finite values.
@@ -283,6 +289,9 @@ impl Port for ClassCountingPort {
     }
     fn counters(&self) -> PortCounters {
         self.inner.counters()
+    }
+    fn handover(&mut self) -> Option<io::Result<snic_io::handover::PortHandover>> {
+        self.inner.handover()
     }
 }
 
@@ -452,8 +461,18 @@ pub fn run(args: RunArgs) -> Result<()> {
     // With several workers and ports that split (AF_PACKET fanout, AF_XDP queues, multi-queue
     // TAP, null), each worker gets its own queue of every port; every queue is class-counted.
     let finite: Vec<bool> = cfg.ports.iter().map(PortSpec::is_finite_source).collect();
-    let ports = snic_io::runtime::open_ports(&cfg.ports, cfg.workers)
-        .map_err(anyhow::Error::new)?
+    // A takeover adopts the old process's ports instead of opening them (src/upgrade.rs).
+    let mut takeover = match &args.takeover {
+        Some(sock) => Some(crate::upgrade::Takeover::begin(sock)?),
+        None => None,
+    };
+    let opened = match &mut takeover {
+        Some(t) => t.open_ports(&cfg).inspect_err(|e| t.abort(e))?,
+        None => {
+            snic_io::runtime::open_ports(&cfg.ports, cfg.workers).map_err(anyhow::Error::new)?
+        }
+    };
+    let ports = opened
         .map(|port| Box::new(ClassCountingPort::new(port, Arc::clone(&classes))) as Box<dyn Port>);
     // With a control socket, ports and stages can be captured (`snic capture`) and packets
     // traced through a dry run (`snic trace`).
@@ -469,7 +488,18 @@ pub fn run(args: RunArgs) -> Result<()> {
     let trace_cfg = cfg.pipeline_config();
     let p4_stage = crate::p4::p4_stage(&cfg.stages);
     let cfg_in_force = cfg.clone();
-    let runtime = Runtime::with_open(cfg, ports, finite).context("cannot start the runtime")?;
+    let runtime = Runtime::with_open(cfg, ports, finite).context("cannot start the runtime");
+    let runtime = match (&takeover, runtime) {
+        (Some(t), Err(e)) => {
+            t.abort(&e);
+            return Err(e);
+        }
+        (_, r) => r?,
+    };
+    if let Some(t) = &mut takeover {
+        t.import_vswitch(runtime.vswitch(), runtime.clock().now()).inspect_err(|e| t.abort(e))?;
+        t.commit()?;
+    }
     if runtime.per_worker_queues() {
         tracing::info!("each worker owns a queue of every port");
     }
@@ -516,6 +546,15 @@ pub fn run(args: RunArgs) -> Result<()> {
     let latest = Arc::new(Mutex::new(json!({"status": "starting", "ports": []}).to_string()));
     let poke = Arc::new(AtomicBool::new(false));
     let snapshots = args.control.is_some() || args.metrics.is_some();
+    // With a control socket, a newer process can take this one over (src/upgrade.rs).
+    let handoff = crate::upgrade::Handoff::default();
+    let old_side = crate::upgrade::OldSide {
+        specs: ports_desc.clone(),
+        workers: runtime.config().workers,
+        per_worker_queues: runtime.per_worker_queues(),
+        vswitch: runtime.vswitch().cloned(),
+        clock: runtime.clock(),
+    };
     let _metrics = match &args.metrics {
         Some(addr) => {
             let server = crate::metrics::MetricsServer::spawn(
@@ -549,6 +588,14 @@ pub fn run(args: RunArgs) -> Result<()> {
                 );
                 crate::capture::ops_handler(Arc::clone(hub), target)
             });
+            let mut handler = handler;
+            let h = handoff.clone();
+            let handler = move |incoming| match incoming {
+                crate::control::Incoming::Request(crate::control::Request::Upgrade { channel }) => {
+                    h.request(&channel).to_string()
+                }
+                other => handler(other),
+            };
             let server = ControlServer::spawn_with_ops(path, handler, ops)?;
             Some(server)
         }
@@ -566,9 +613,15 @@ pub fn run(args: RunArgs) -> Result<()> {
     }
     let stats_flag: &AtomicBool = if snapshots { &poke } else { &signals.stats };
     let xdp_final = runtime.xdp().to_vec();
+    let takeover_doc: Mutex<Option<Value>> = Mutex::new(None);
     let with_xdp = |mut doc: Value| {
         if let (false, Some(obj)) = (xdp_final.is_empty(), doc.as_object_mut()) {
             obj.insert("xdp".into(), crate::ebpf::actions_json(&xdp_final));
+        }
+        if let (Ok(t), Some(obj)) = (takeover_doc.lock(), doc.as_object_mut())
+            && let Some(t) = t.as_ref()
+        {
+            obj.insert("takeover".into(), t.clone());
         }
         reloader.annotate(&mut doc);
         doc
@@ -590,7 +643,17 @@ pub fn run(args: RunArgs) -> Result<()> {
     };
     let vswitch_final = runtime.vswitch().cloned();
     let kernels_final = runtime.stream_kernels().to_vec();
-    let result = runtime.run(&signals.stop, stats_flag, on_stats);
+    if let Some(t) = &takeover {
+        let report = t.report(t.gap());
+        eprintln!("snic: took over: {report}");
+        if let Ok(mut l) = takeover_doc.lock() {
+            *l = Some(report);
+        }
+    }
+    let result =
+        runtime.run_pausable(&signals.stop, stats_flag, on_stats, handoff.pause_flag(), |ports| {
+            handoff.on_pause(ports, &old_side)
+        });
     done.store(true, Ordering::Relaxed);
     if let Some(hub) = &capture {
         hub.close(Duration::from_secs(2));
@@ -610,7 +673,9 @@ pub fn run(args: RunArgs) -> Result<()> {
         }
         writeln!(out, "{doc}")?;
     } else {
-        if signals.stop_requested() {
+        if handoff.handed_over() {
+            writeln!(out, "handed over to a new process (takeover); final counters:")?;
+        } else if signals.stop_requested() {
             writeln!(out, "stopped (signal or --duration); final counters:")?;
         }
         write!(out, "{}", report_text(&report, &classes))?;

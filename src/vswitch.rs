@@ -529,6 +529,9 @@ pub fn serve(vs: Option<&VSwitch>, now: Instant, req: Request) -> Value {
     let Some(vs) = vs else { return error(NO_VSWITCH) };
     match req {
         Request::Stats => error("stats is answered by the run, not the vswitch"),
+        Request::Upgrade { .. } => {
+            error("this process does not take upgrades (only `snic run` does)")
+        }
         Request::P4 { .. } => error("p4 requests are answered by the p4 stage, not the vswitch"),
         Request::StreamList
         | Request::StreamReg { .. }

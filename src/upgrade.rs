@@ -1,0 +1,426 @@
+//! The hitless upgrade of `snic run`: a new process takes over a running one's ports and
+//! vSwitch state, and the old one exits (seed 001's servicing without dropping connections).
+//!
+//! The new process is started with the same configuration and `--takeover SOCK`, the old
+//! one's control socket. It listens on a takeover channel of its own ([`Channel`]) and asks
+//! the old process, over the control socket, to hand over there (`{"cmd":"upgrade"}`). Then:
+//!
+//! 1. The old process pauses its run ([`Runtime::run_pausable`](snic_io::runtime::Runtime)):
+//!    nothing is received any more, what is in flight is processed and transmitted, the ports
+//!    are flushed. Frames that arrive from here on wait in the kernel (the AF_PACKET ring, the
+//!    TAP queue, the socket buffer).
+//! 2. It sends the handover document: every port's state with duplicates of its descriptors
+//!    ([`snic_io::handover`]), the vSwitch's state (policy, connections with their TCP state,
+//!    SNAT bindings; the flow tables are not sent, the new slow path compiles them again as
+//!    packets come), its configuration's ports and workers, and the time it paused.
+//! 3. The new process checks the configuration matches, adopts the descriptors (the same
+//!    sockets, rings and queues: nothing is reconfigured), builds its pipelines, imports the
+//!    vSwitch state, and says `ready`. Anything failing up to here is an `abort` with the
+//!    reason, and the old process resumes as if nothing had happened (the rollback); so does
+//!    a new process that dies or says nothing for [`TAKEOVER_TIMEOUT`].
+//! 4. The old process answers `committed`, stops without receiving or transmitting another
+//!    frame, prints its final counters and exits. The new process waits for it to be gone
+//!    (its control socket is then free), binds the control socket and runs.
+//!
+//! The new process reports the gap (from the old one's pause to its own first round) and
+//! what the takeover moved on stderr and in the counters document's `takeover` object.
+//!
+//! Not handed over: AF_XDP ports (their UMEM is the old process's memory, and the queue
+//! cannot be bound twice), so a configuration with one refuses the takeover (the old process
+//! carries on); ports without kernel state (generators, sinks, pcap files) are opened again.
+
+use crate::handover::Channel;
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+use snic_io::handover::PortState;
+use snic_io::runtime::{AfterPause, OpenPorts, PausedPort, RunConfig};
+use snic_io::{Port, PortSpec};
+use snic_time::Clock;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Longest either side waits for the other at any step of a takeover.
+pub const TAKEOVER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Version of the handover document.
+const VERSION: u64 = 1;
+
+fn unix_ns(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The old process's side.
+
+/// What the old process hands over besides its ports.
+pub struct OldSide {
+    /// The configuration's ports, as spec strings.
+    pub specs: Vec<String>,
+    /// Workers.
+    pub workers: usize,
+    /// Each worker owns a queue of every port.
+    pub per_worker_queues: bool,
+    /// The vSwitch of the run, if it has one.
+    pub vswitch: Option<snic_vswitch::engine::VSwitch>,
+    /// The run's clock (the vSwitch's times are on it).
+    pub clock: snic_time::MonotonicClock,
+}
+
+/// The old process's end of a takeover, shared by the control socket (which takes the
+/// request) and the run loop (which pauses and hands over).
+#[derive(Clone, Default)]
+pub struct Handoff {
+    inner: Arc<HandoffInner>,
+}
+
+#[derive(Default)]
+struct HandoffInner {
+    pause: AtomicBool,
+    pending: Mutex<Option<Channel>>,
+    /// The channel of a committed takeover, kept open until this process ends (the new one
+    /// waits for it to close).
+    committed: Mutex<Option<Channel>>,
+    handed: AtomicBool,
+    /// Takeovers that failed and were rolled back.
+    rolled_back: std::sync::atomic::AtomicU64,
+}
+
+impl Handoff {
+    /// The flag the run loop pauses on.
+    pub fn pause_flag(&self) -> &AtomicBool {
+        &self.inner.pause
+    }
+
+    /// True once the run was handed over (the run then ended without the usual drain).
+    pub fn handed_over(&self) -> bool {
+        self.inner.handed.load(Ordering::Acquire)
+    }
+
+    /// The control socket's `upgrade` request: connect to the new process's channel and ask
+    /// the run to pause. The answer for the control client.
+    pub fn request(&self, channel: &str) -> Value {
+        if self.handed_over() {
+            return json!({"ok": false, "error": "this process has already handed over"});
+        }
+        let mut pending = lock(&self.inner.pending);
+        if pending.is_some() {
+            return json!({"ok": false, "error": "a takeover is already under way"});
+        }
+        match Channel::connect(Path::new(channel)) {
+            Ok(c) => {
+                *pending = Some(c);
+                self.inner.pause.store(true, Ordering::Release);
+                json!({"ok": true, "pid": std::process::id()})
+            }
+            Err(e) => json!({"ok": false, "error": e.to_string()}),
+        }
+    }
+
+    /// The run loop's pause: hand the ports and the vSwitch state over the pending channel.
+    /// [`AfterPause::Stop`] once the new process has taken over; [`AfterPause::Resume`] when
+    /// there was nothing pending or the takeover failed (the rollback: the ports were only
+    /// lent, their own descriptors are untouched).
+    pub fn on_pause(&self, ports: &mut [PausedPort<'_>], old: &OldSide) -> AfterPause {
+        let Some(chan) = lock(&self.inner.pending).take() else { return AfterPause::Resume };
+        let paused_at = SystemTime::now();
+        match self.hand_over(&chan, ports, old, paused_at) {
+            Ok(()) => {
+                self.inner.handed.store(true, Ordering::Release);
+                *lock(&self.inner.committed) = Some(chan);
+                eprintln!(
+                    "snic: handed over to the new process after {:.1} ms paused; exiting",
+                    paused_at.elapsed().unwrap_or_default().as_secs_f64() * 1e3
+                );
+                AfterPause::Stop
+            }
+            Err(e) => {
+                self.inner.rolled_back.fetch_add(1, Ordering::Relaxed);
+                let _ = chan.send(&json!({"op": "abort", "error": format!("{e:#}")}), &[]);
+                eprintln!("snic: takeover failed, carrying on as before: {e:#}");
+                AfterPause::Resume
+            }
+        }
+    }
+
+    fn hand_over(
+        &self,
+        chan: &Channel,
+        ports: &mut [PausedPort<'_>],
+        old: &OldSide,
+        paused_at: SystemTime,
+    ) -> Result<()> {
+        let mut entries = Vec::with_capacity(ports.len());
+        let mut fds: Vec<OwnedFd> = Vec::new();
+        for p in ports.iter_mut() {
+            let name = p.inner.name().to_string();
+            match p.inner.handover() {
+                None => entries
+                    .push(json!({"port": p.port, "queue": p.queue, "name": name, "reopen": true})),
+                Some(Ok(h)) => {
+                    entries.push(json!({"port": p.port, "queue": p.queue, "name": name,
+                        "state": h.state, "fds": h.fds.len()}));
+                    fds.extend(h.fds);
+                }
+                Some(Err(e)) => bail!("port {} ({name}) cannot be handed over: {e}", p.port),
+            }
+        }
+        let vswitch = match &old.vswitch {
+            Some(vs) => Some(export_vswitch(vs, old.clock.now())?),
+            None => None,
+        };
+        let doc = json!({
+            "op": "handover",
+            "version": VERSION,
+            "pid": std::process::id(),
+            "ports_spec": old.specs,
+            "workers": old.workers,
+            "per_worker_queues": old.per_worker_queues,
+            "ports": entries,
+            "vswitch": vswitch,
+            "paused_at_unix_ns": unix_ns(paused_at),
+        });
+        let borrowed: Vec<BorrowedFd<'_>> = fds.iter().map(AsFd::as_fd).collect();
+        chan.send(&doc, &borrowed).context("sending the handover")?;
+        drop(fds);
+        let (reply, _) = chan.recv(TAKEOVER_TIMEOUT).context("waiting for the new process")?;
+        match reply["op"].as_str() {
+            Some("ready") => {}
+            Some("abort") => bail!("the new process refused: {}", reply["error"]),
+            _ => bail!("unexpected answer from the new process: {reply}"),
+        }
+        chan.send(&json!({"op": "committed"}), &[]).context("confirming the takeover")?;
+        Ok(())
+    }
+}
+
+/// The vSwitch's state as the handover carries it.
+fn export_vswitch(vs: &snic_vswitch::engine::VSwitch, now: snic_time::Instant) -> Result<Value> {
+    serde_json::to_value(vs.export_state(now)).context("encoding the vSwitch state")
+}
+
+// ---------------------------------------------------------------------------------------------
+// The new process's side.
+
+/// A takeover under way, on the new process's side.
+pub struct Takeover {
+    chan: Channel,
+    doc: Value,
+    /// The handed descriptors, taken by [`Takeover::open_ports`].
+    fds: Vec<OwnedFd>,
+    /// The old process.
+    pid: u32,
+    /// What moved, for the report.
+    summary: serde_json::Map<String, Value>,
+}
+
+/// A temporary path for the takeover channel.
+fn channel_path() -> PathBuf {
+    std::env::temp_dir().join(format!("snic-takeover-{}.sock", std::process::id()))
+}
+
+impl Takeover {
+    /// Ask the process answering on `control` to hand over, and receive what it hands.
+    pub fn begin(control: &Path) -> Result<Takeover> {
+        let path = channel_path();
+        let listener = Channel::listen(&path)?;
+        let req = crate::control::Request::Upgrade { channel: path.display().to_string() };
+        crate::control::request(control, &req)
+            .with_context(|| format!("asking the process at {} to hand over", control.display()))?;
+        let chan = listener.accept(TAKEOVER_TIMEOUT).context("the old process did not connect")?;
+        drop(listener);
+        let (doc, fds) = chan.recv(TAKEOVER_TIMEOUT).context("receiving the handover")?;
+        match doc["op"].as_str() {
+            Some("handover") if doc["version"].as_u64() == Some(VERSION) => {}
+            Some("abort") => bail!("the old process could not hand over: {}", doc["error"]),
+            _ => bail!("not a handover document (version {VERSION}): {}", doc["op"]),
+        }
+        let pid = doc["pid"].as_u64().unwrap_or(0) as u32;
+        Ok(Takeover { chan, doc, fds, pid, summary: serde_json::Map::new() })
+    }
+
+    /// Tell the old process this takeover failed; it carries on.
+    pub fn abort(&self, why: &anyhow::Error) {
+        let _ = self.chan.send(&json!({"op": "abort", "error": format!("{why:#}")}), &[]);
+    }
+
+    /// The ports, adopted from the handed descriptors (or opened again for kinds that are not
+    /// handed over), laid out as the old process had them. The configuration must name the
+    /// same ports and workers.
+    pub fn open_ports(&mut self, cfg: &RunConfig) -> Result<OpenPorts> {
+        let specs: Vec<String> = cfg.ports.iter().map(ToString::to_string).collect();
+        if self.doc["ports_spec"] != json!(specs) {
+            bail!(
+                "the old process runs ports {}, this one is configured with {}: start the new \
+                 process with the same ports",
+                self.doc["ports_spec"],
+                json!(specs)
+            );
+        }
+        if self.doc["workers"].as_u64() != Some(cfg.workers as u64) {
+            bail!(
+                "the old process runs {} worker(s), this one {}: start it with the same --workers",
+                self.doc["workers"],
+                cfg.workers
+            );
+        }
+        if let Some(s) = cfg.ports.iter().find(|s| matches!(s, PortSpec::AfXdp { .. })) {
+            bail!(
+                "{s}: AF_XDP ports are not handed over (their UMEM is the old process's \
+                 memory); a run with one cannot be taken over"
+            );
+        }
+        let queues = self.doc["per_worker_queues"].as_bool() == Some(true);
+        let per_port = if queues { cfg.workers } else { 1 };
+        let entries = self.doc["ports"].as_array().cloned().unwrap_or_default();
+        if entries.len() != cfg.ports.len() * per_port {
+            bail!(
+                "the handover has {} port entries, {} expected",
+                entries.len(),
+                cfg.ports.len() * per_port
+            );
+        }
+        let mut fds = std::mem::take(&mut self.fds).into_iter();
+        // grid[port][queue]
+        let mut grid: Vec<Vec<Option<Box<dyn Port>>>> =
+            (0..cfg.ports.len()).map(|_| (0..per_port).map(|_| None).collect()).collect();
+        let (mut adopted, mut reopened) = (0u64, 0u64);
+        for e in &entries {
+            let (Some(port), Some(queue)) = (e["port"].as_u64(), e["queue"].as_u64()) else {
+                bail!("bad port entry {e}");
+            };
+            let (port, queue) = (port as usize, queue as usize);
+            let Some(spec) = cfg.ports.get(port) else { bail!("bad port entry {e}") };
+            if queue >= per_port || grid[port][queue].is_some() {
+                bail!("bad port entry {e}");
+            }
+            if e["reopen"] == json!(true) {
+                continue;
+            }
+            let state: PortState = serde_json::from_value(e["state"].clone())
+                .with_context(|| format!("port {port}'s state"))?;
+            let n = e["fds"].as_u64().unwrap_or(0) as usize;
+            let mine: Vec<OwnedFd> = fds.by_ref().take(n).collect();
+            if mine.len() != n {
+                bail!("port {port}: {n} descriptors announced, fewer handed");
+            }
+            grid[port][queue] = Some(spec.adopt(&state, mine)?);
+            adopted += 1;
+        }
+        // Kinds that are not handed over are opened again, whole.
+        for (port, spec) in cfg.ports.iter().enumerate() {
+            if grid[port].iter().all(Option::is_some) {
+                continue;
+            }
+            if grid[port].iter().any(Option::is_some) {
+                bail!("port {port} ({spec}): some queues handed over, some not");
+            }
+            let opened = if queues {
+                spec.open_queues(per_port)?.context("a port kind that does not split")?
+            } else {
+                vec![spec.open()?]
+            };
+            for (slot, p) in grid[port].iter_mut().zip(opened) {
+                *slot = Some(p);
+                reopened += 1;
+            }
+        }
+        self.summary.insert("ports_adopted".into(), json!(adopted));
+        self.summary.insert("ports_reopened".into(), json!(reopened));
+        let mut grid: Vec<Vec<Box<dyn Port>>> =
+            grid.into_iter().map(|q| q.into_iter().flatten().collect()).collect();
+        Ok(if queues {
+            // [port][queue] -> [queue][port]
+            let mut per_worker: Vec<Vec<Box<dyn Port>>> =
+                (0..per_port).map(|_| Vec::new()).collect();
+            for q in grid {
+                for (w, p) in per_worker.iter_mut().zip(q) {
+                    w.push(p);
+                }
+            }
+            OpenPorts::Queues(per_worker)
+        } else {
+            OpenPorts::Shared(grid.iter_mut().filter_map(|q| q.pop()).collect())
+        })
+    }
+
+    /// Import the vSwitch state into `vs` (the new run's, before it starts).
+    pub fn import_vswitch(
+        &mut self,
+        vs: Option<&snic_vswitch::engine::VSwitch>,
+        now: snic_time::Instant,
+    ) -> Result<()> {
+        let state = &self.doc["vswitch"];
+        match (vs, state.is_null()) {
+            (None, true) => Ok(()),
+            (None, false) => bail!("the old process has a vswitch stage, this one has none"),
+            (Some(_), true) => bail!("this process has a vswitch stage, the old one had none"),
+            (Some(vs), false) => {
+                let state =
+                    serde_json::from_value(state.clone()).context("the handed vSwitch state")?;
+                let s = vs.import_state(&state, now).context("importing the vSwitch state")?;
+                self.summary
+                    .insert("vswitch".into(), serde_json::to_value(s).unwrap_or(Value::Null));
+                Ok(())
+            }
+        }
+    }
+
+    /// Say `ready` and wait for `committed`; then wait (at most [`TAKEOVER_TIMEOUT`]) for
+    /// the old process to be gone.
+    pub fn commit(&mut self) -> Result<()> {
+        self.chan.send(&json!({"op": "ready"}), &[])?;
+        let (reply, _) = self.chan.recv(TAKEOVER_TIMEOUT).context("waiting for `committed`")?;
+        if reply["op"] != "committed" {
+            bail!("the old process did not commit: {reply}");
+        }
+        // It closes the channel when it exits.
+        let gone = matches!(self.chan.recv(TAKEOVER_TIMEOUT),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof);
+        let gone = gone && wait_exit(self.pid, TAKEOVER_TIMEOUT);
+        if !gone {
+            eprintln!("snic: the old process (pid {}) has not exited yet; going on", self.pid);
+        }
+        Ok(())
+    }
+
+    /// The gap so far: from the old process's pause until now.
+    pub fn gap(&self) -> Duration {
+        let paused = self.doc["paused_at_unix_ns"].as_u64().unwrap_or(0);
+        Duration::from_nanos(unix_ns(SystemTime::now()).saturating_sub(paused))
+    }
+
+    /// What moved, and the gap: for stderr and the counters document.
+    pub fn report(&self, gap: Duration) -> Value {
+        let mut m = self.summary.clone();
+        m.insert("old_pid".into(), json!(self.pid));
+        m.insert("gap_ms".into(), json!((gap.as_secs_f64() * 1e6).round() / 1e3));
+        Value::Object(m)
+    }
+}
+
+/// Wait until process `pid` has exited (gone, or a zombie), at most `limit`.
+fn wait_exit(pid: u32, limit: Duration) -> bool {
+    let end = std::time::Instant::now() + limit;
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"));
+        let exited = match stat {
+            Err(_) => true,
+            // The state follows the parenthesised command name.
+            Ok(s) => s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        };
+        if exited || pid == 0 {
+            return true;
+        }
+        if std::time::Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
