@@ -1,19 +1,24 @@
 #!/bin/sh
-# The forwarding gap of a vSwitch fast-path restart under TCP load (issue 19), between network
-# namespaces (root; the topology of scripts/netns/vswitch_topo.sh, tag "hsb").
+# The forwarding gap of a vSwitch fast-path restart, or of a hitless upgrade, under TCP load
+# (issue 19), between network namespaces (root; the topology of scripts/netns/vswitch_topo.sh,
+# tag "hsb").
 #
 # Each run: `snic run --stage parse --stage vswitch` between vm-a and host-b, an iperf3 TCP
 # stream vm-a -> host-b through the VXLAN tunnel for 6 s, host-b's underlay captured by dumpcap
-# (headers only); 2.5 s in, `snic vswitch restart-fastpath --hold-ms HOLD`. Per run it prints:
+# (headers only); 2.5 s in, `snic vswitch restart-fastpath --hold-ms HOLD`, or with
+# MODE=upgrade a second `snic run ... --takeover SOCK` that takes the first one over (the
+# first exits). Per run it prints:
 #   - snic's drops over the run (every reason), iperf3's retransmits and the bytes moved;
 #   - the gap: the longest pause between two tunnelled packets leaving snic within 1 s of the
 #     restart, against the baseline: the longest pause within the 1 s before it (same run);
 #   - the packets the slow path served alone and the flows the restart dropped.
 # Then the medians over the runs.
 #
-# Usage (root): scripts/bench_servicing.sh [SNIC_BINARY] [RUNS] [HOLD_MS]
-#   defaults: target/release/snic (build it with `cargo build --release -p snic`), 3, 300
+# Usage (root): [MODE=restart|upgrade] scripts/bench_servicing.sh [SNIC_BINARY] [RUNS] [HOLD_MS]
+#   defaults: restart, target/release/snic (build it with `cargo build --release -p snic`), 3,
+#   300
 set -eu
+mode=${MODE:-restart}
 snic=$(realpath "${1:-target/release/snic}")
 runs=${2:-3}
 hold=${3:-300}
@@ -29,14 +34,17 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 echo "load average: $(cat /proc/loadavg)"
-echo "snic: $snic; $runs run(s); hold ${hold} ms"
+echo "snic: $snic; $runs run(s); mode $mode; hold ${hold} ms"
 for i in $(seq 1 "$runs"); do
     sh "$topo" up "$tag" >/dev/null
     sock="$dir/ctl.sock"
     rm -f "$sock"
-    timeout -k 2 30 ip netns exec ${tag}sw "$snic" run --port afpacket:${tag}va \
-        --port afpacket:${tag}ub --stage parse --stage vswitch --policy "$policy" \
-        --control "$sock" --duration 20 >"$dir/snic.out" 2>"$dir/snic.err" &
+    run_snic() {
+        timeout -k 2 30 ip netns exec ${tag}sw "$snic" run --port afpacket:${tag}va \
+            --port afpacket:${tag}ub --stage parse --stage vswitch --policy "$policy" \
+            --control "$sock" --duration 20 "$@"
+    }
+    run_snic >"$dir/snic.out" 2>"$dir/snic.err" &
     echo $! >"$dir/snic.pid"
     n=0
     until "$snic" stats --control "$sock" 2>/dev/null | grep rx_packets >/dev/null; do
@@ -55,19 +63,29 @@ for i in $(seq 1 "$runs"); do
     sleep 2.5
     "$snic" stats --control "$sock" >"$dir/before.json"
     t_restart=$(date +%s.%N)
-    "$snic" vswitch restart-fastpath --control "$sock" --hold-ms "$hold" --json >"$dir/restart.json"
+    if [ "$mode" = upgrade ]; then
+        run_snic --takeover "$sock" >"$dir/snic-new.out" 2>"$dir/snic-new.err" &
+        echo $! >"$dir/snic-new.pid"
+        echo '{"flushed": null}' >"$dir/restart.json"
+    else
+        "$snic" vswitch restart-fastpath --control "$sock" --hold-ms "$hold" --json \
+            >"$dir/restart.json"
+    fi
     wait "$client"
     sleep 0.5
     "$snic" stats --control "$sock" >"$dir/after.json"
     "$snic" vswitch show --control "$sock" --json >"$dir/show.json"
     kill "$(cat "$dir/dumpcap.pid")" 2>/dev/null || true
     sleep 0.5
-    python3 - "$dir" "$t_restart" "$hold" "$i" <<'EOF' | tee -a "$dir/results"
+    python3 - "$dir" "$t_restart" "$hold" "$i" "$mode" <<'EOF' | tee -a "$dir/results"
 import json, struct, sys
-d, t_restart, hold, run = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+d, t_restart, hold, run, mode = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 def drops(f):
     v = json.load(open(f"{d}/{f}"))
     return sum(x for x in v.get("drops", {}).values() if isinstance(x, int))
+after = json.load(open(f"{d}/after.json"))
+# With MODE=upgrade the counters are the new process's, which start at the takeover.
+takeover = after.get("takeover") or {}
 ip = json.load(open(f"{d}/iperf3.json"))
 show = json.load(open(f"{d}/show.json"))
 restart = json.load(open(f"{d}/restart.json"))
@@ -94,7 +112,8 @@ end = ip.get("end", {})
 print(json.dumps({
     "run": int(run),
     "snic_drops": drops("after.json"),
-    "snic_drops_across_restart": drops("after.json") - drops("before.json"),
+    "snic_drops_across_restart": drops("after.json") - (0 if mode == "upgrade" else drops("before.json")),
+    "takeover_gap_ms": takeover.get("gap_ms"),
     "iperf3_error": ip.get("error"),
     "iperf3_retransmits": end.get("sum_sent", {}).get("retransmits"),
     "iperf3_gbps": round(end.get("sum_received", {}).get("bits_per_second", 0) / 1e9, 3),
@@ -104,7 +123,7 @@ print(json.dumps({
     "closed": show["slow"]["closed"], "tcp_invalid": show["slow"]["tcp_invalid"],
 }))
 EOF
-    kill "$(cat "$dir/snic.pid")" 2>/dev/null || true
+    for p in $(cat "$dir"/snic*.pid); do kill "$p" 2>/dev/null || true; done
     wait 2>/dev/null || true
     rm -f "$dir"/*.pid
     sh "$topo" down "$tag" >/dev/null 2>&1 || true
@@ -113,6 +132,9 @@ python3 - "$dir/results" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 med = lambda k: statistics.median(r[k] for r in rows)
+tk = [r["takeover_gap_ms"] for r in rows if r.get("takeover_gap_ms") is not None]
+if tk:
+    print(f"takeover gap reported by the new process (median): {statistics.median(tk):.1f} ms")
 print(f"median of {len(rows)}: gap {med('gap_ms'):.1f} ms (baseline {med('baseline_gap_ms'):.1f} ms), "
       f"snic drops across the restart {med('snic_drops_across_restart')}, "
       f"iperf3 retransmits {med('iperf3_retransmits')}, {med('iperf3_gbps')} Gbit/s, "
