@@ -39,8 +39,10 @@ for i in $(seq 1 "$runs"); do
     sh "$topo" up "$tag" >/dev/null
     sock="$dir/ctl.sock"
     rm -f "$sock"
+    # Always run in the background: `exec` makes the background job's pid timeout's own, so
+    # killing it stops snic.
     run_snic() {
-        timeout -k 2 30 ip netns exec ${tag}sw "$snic" run --port afpacket:${tag}va \
+        exec timeout -k 2 30 ip netns exec ${tag}sw "$snic" run --port afpacket:${tag}va \
             --port afpacket:${tag}ub --stage parse --stage vswitch --policy "$policy" \
             --control "$sock" --duration 20 "$@"
     }

@@ -457,6 +457,9 @@ pub fn request(path: &Path, request: &Request) -> Result<Value> {
 #[derive(Debug)]
 pub struct ControlServer {
     path: PathBuf,
+    /// The socket file's device and inode as bound: the file is removed on drop only if it is
+    /// still this one (a process that took this one over may have bound the path anew).
+    bound: Option<(u64, u64)>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -496,6 +499,7 @@ impl ControlServer {
         }
         let listener = UnixListener::bind(path)
             .with_context(|| format!("cannot bind control socket {}", path.display()))?;
+        let bound = file_id(path);
         listener.set_nonblocking(true)?;
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = Arc::clone(&stop);
@@ -536,7 +540,7 @@ impl ControlServer {
                 }
             }
         })?;
-        Ok(ControlServer { path: path.to_owned(), stop, thread: Some(thread) })
+        Ok(ControlServer { path: path.to_owned(), bound, stop, thread: Some(thread) })
     }
 }
 
@@ -546,8 +550,16 @@ impl Drop for ControlServer {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        let _ = std::fs::remove_file(&self.path);
+        if self.bound.is_some() && file_id(&self.path) == self.bound {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
+}
+
+/// The device and inode of the file at `path`, if there is one.
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
 #[cfg(test)]
@@ -582,6 +594,20 @@ mod tests {
         drop(server);
         assert!(!path.exists(), "socket file removed on drop");
         assert!(query(&path).is_err());
+    }
+
+    /// A server whose path was bound anew by another (a process that took this one over)
+    /// leaves the new socket file alone when it goes.
+    #[test]
+    fn a_server_does_not_remove_a_socket_file_bound_after_it() {
+        let path = sock("rebound");
+        let old = echo_server(&path, Arc::new(AtomicU64::new(1)));
+        std::fs::remove_file(&path).unwrap();
+        let new = echo_server(&path, Arc::new(AtomicU64::new(2)));
+        drop(old);
+        assert_eq!(query(&path).unwrap(), "{\"packets\":2}");
+        drop(new);
+        assert!(!path.exists());
     }
 
     #[test]
