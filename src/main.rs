@@ -54,6 +54,7 @@ mod control;
 mod decode;
 mod dma;
 mod ebpf;
+mod handover;
 mod kernel;
 mod metrics;
 mod p4;

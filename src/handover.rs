@@ -1,0 +1,266 @@
+//! The channel of a takeover: one snic process hands its state and its file descriptors to
+//! another (a hitless upgrade, see the README's "Operating snic").
+//!
+//! A [`Channel`] carries JSON documents of any size and any number of file descriptors over a
+//! `SOCK_SEQPACKET` Unix socket ([`SeqPacket`], which passes descriptors with `SCM_RIGHTS`).
+//! One document is a head message, then the descriptors, then the body:
+//!
+//! - head: `{"snic_handover":1,"bytes":N,"fds":K}`, carrying the first descriptors (at most
+//!   [`MAX_FDS`] per message);
+//! - one 1-byte message per further group of [`MAX_FDS`] descriptors;
+//! - the document's `N` bytes of JSON in messages of at most [`MAX_MESSAGE`] bytes.
+//!
+//! A socket message is the unit here, so a document never interleaves with another, and a
+//! receiver that times out or sees a malformed head reports it instead of reading on. The
+//! descriptors the receiver gets are its own (the kernel duplicated them): the sender keeps its
+//! copies open, so it can resume with them when the receiver fails (the rollback of an upgrade).
+
+// Until `snic run` and `snic rdma` take over through it (the next commits).
+#![allow(dead_code)]
+
+use snic_hostif::proto::{MAX_FDS, MAX_MESSAGE};
+use snic_hostif::shm::{SeqListener, SeqPacket};
+use std::io;
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Version of the channel's framing (the head's `snic_handover`).
+const FRAMING: u64 = 1;
+
+/// One end of a takeover channel.
+#[derive(Debug)]
+pub struct Channel {
+    sock: SeqPacket,
+}
+
+/// A listening takeover socket; the socket file is removed when it drops.
+#[derive(Debug)]
+pub struct ChannelListener {
+    listener: SeqListener,
+    path: PathBuf,
+}
+
+fn bad(what: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, format!("takeover channel: {}", what.into()))
+}
+
+impl ChannelListener {
+    /// Accept one connection, waiting at most `timeout`.
+    pub fn accept(&self, timeout: Duration) -> io::Result<Channel> {
+        let end = Instant::now() + timeout;
+        self.listener.set_nonblocking(true)?;
+        loop {
+            match self.listener.accept() {
+                Ok(sock) => return Ok(Channel { sock }),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if Instant::now() >= end {
+                        return Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            format!("nobody connected to {} in {timeout:?}", self.path.display()),
+                        ));
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Accept a connection if one is waiting (never blocks).
+    pub fn try_accept(&self) -> io::Result<Option<Channel>> {
+        self.listener.set_nonblocking(true)?;
+        match self.listener.accept() {
+            Ok(sock) => Ok(Some(Channel { sock })),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The path it listens at.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for ChannelListener {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+impl Channel {
+    /// Listen for a takeover at `path` (a stale socket file there is replaced).
+    pub fn listen(path: &Path) -> io::Result<ChannelListener> {
+        let listener = SeqListener::bind(path).map_err(|e| {
+            io::Error::new(e.kind(), format!("cannot listen at {}: {e}", path.display()))
+        })?;
+        Ok(ChannelListener { listener, path: path.to_path_buf() })
+    }
+
+    /// Connect to a listener at `path`.
+    pub fn connect(path: &Path) -> io::Result<Channel> {
+        let sock = SeqPacket::connect(path).map_err(|e| {
+            io::Error::new(e.kind(), format!("cannot connect to {}: {e}", path.display()))
+        })?;
+        Ok(Channel { sock })
+    }
+
+    /// A connected pair (for tests).
+    pub fn pair() -> io::Result<(Channel, Channel)> {
+        let (a, b) = SeqPacket::pair()?;
+        Ok((Channel { sock: a }, Channel { sock: b }))
+    }
+
+    /// Send `doc` with `fds` (the receiver gets duplicates; these stay open here).
+    pub fn send(&self, doc: &serde_json::Value, fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+        let body = serde_json::to_vec(doc).map_err(|e| bad(e.to_string()))?;
+        let head =
+            serde_json::json!({"snic_handover": FRAMING, "bytes": body.len(), "fds": fds.len()});
+        let head = serde_json::to_vec(&head).map_err(|e| bad(e.to_string()))?;
+        let mut groups = fds.chunks(MAX_FDS);
+        self.sock.send(&head, groups.next().unwrap_or_default())?;
+        for g in groups {
+            self.sock.send(b"F", g)?;
+        }
+        for chunk in body.chunks(MAX_MESSAGE) {
+            self.sock.send(chunk, &[])?;
+        }
+        Ok(())
+    }
+
+    /// Receive one document and its descriptors, waiting at most `timeout` in all.
+    pub fn recv(&self, timeout: Duration) -> io::Result<(serde_json::Value, Vec<OwnedFd>)> {
+        let end = Instant::now() + timeout;
+        let mut buf = vec![0u8; MAX_MESSAGE];
+        let next = |buf: &mut [u8]| -> io::Result<(usize, Vec<OwnedFd>)> {
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(io::Error::new(io::ErrorKind::TimedOut, "takeover channel: timed out"));
+            }
+            self.sock.set_read_timeout(Some(left))?;
+            match self.sock.recv(buf) {
+                Ok((0, _)) => Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "takeover channel: the peer closed the channel",
+                )),
+                Ok(r) => Ok(r),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    Err(io::Error::new(io::ErrorKind::TimedOut, "takeover channel: timed out"))
+                }
+                Err(e) => Err(e),
+            }
+        };
+        let (n, mut fds) = next(&mut buf)?;
+        let head: serde_json::Value =
+            serde_json::from_slice(&buf[..n]).map_err(|e| bad(format!("bad head: {e}")))?;
+        if head["snic_handover"].as_u64() != Some(FRAMING) {
+            return Err(bad(format!("not a takeover document head: {head}")));
+        }
+        let (Some(bytes), Some(nfds)) = (head["bytes"].as_u64(), head["fds"].as_u64()) else {
+            return Err(bad(format!("bad head: {head}")));
+        };
+        let (bytes, nfds) = (bytes as usize, nfds as usize);
+        while fds.len() < nfds {
+            let (n, more) = next(&mut buf)?;
+            if n != 1 || buf[0] != b'F' || more.is_empty() {
+                return Err(bad("expected a descriptor message"));
+            }
+            fds.extend(more);
+        }
+        if fds.len() != nfds {
+            return Err(bad(format!("{} descriptors announced, {} received", nfds, fds.len())));
+        }
+        let mut body = Vec::with_capacity(bytes.min(1 << 26));
+        while body.len() < bytes {
+            let (n, extra) = next(&mut buf)?;
+            if !extra.is_empty() || body.len() + n > bytes {
+                return Err(bad("body longer than announced, or with descriptors"));
+            }
+            body.extend_from_slice(&buf[..n]);
+        }
+        let doc = serde_json::from_slice(&body).map_err(|e| bad(format!("bad document: {e}")))?;
+        Ok((doc, fds))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Seek, Write};
+    use std::os::fd::AsFd;
+
+    /// A document larger than a message and more descriptors than fit one message arrive
+    /// whole, and the descriptors are live duplicates (a write through one is read through the
+    /// other).
+    #[test]
+    fn big_documents_and_many_descriptors_arrive_whole() {
+        let (a, b) = Channel::pair().unwrap();
+        let files: Vec<std::fs::File> = (0..(MAX_FDS * 2 + 3)).map(|_| tempfile()).collect();
+        let fds: Vec<BorrowedFd<'_>> = files.iter().map(|f| f.as_fd()).collect();
+        let blob: String = "x".repeat(MAX_MESSAGE * 3 + 17);
+        let doc = serde_json::json!({"blob": blob, "n": 7});
+        let sender = std::thread::scope(|s| {
+            let h = s.spawn(|| a.send(&doc, &fds));
+            let got = b.recv(Duration::from_secs(10));
+            h.join().unwrap().unwrap();
+            got
+        });
+        let (got, received) = sender.unwrap();
+        assert_eq!(got, doc);
+        assert_eq!(received.len(), files.len());
+        for (i, fd) in received.into_iter().enumerate() {
+            let mut f = std::fs::File::from(fd);
+            f.write_all(format!("file {i}").as_bytes()).unwrap();
+            let mut orig = &files[i];
+            orig.rewind().unwrap();
+            let mut s = String::new();
+            orig.read_to_string(&mut s).unwrap();
+            assert_eq!(s, format!("file {i}"));
+        }
+    }
+
+    #[test]
+    fn a_closed_peer_a_timeout_and_a_bad_head_are_errors() {
+        let (a, b) = Channel::pair().unwrap();
+        let e = b.recv(Duration::from_millis(20)).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{e}");
+        a.sock.send(b"{\"hello\":1}", &[]).unwrap();
+        let e = b.recv(Duration::from_secs(1)).unwrap_err();
+        assert!(e.to_string().contains("not a takeover document head"), "{e}");
+        drop(a);
+        let e = b.recv(Duration::from_secs(1)).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof, "{e}");
+    }
+
+    #[test]
+    fn listen_connect_accept() {
+        let path = std::env::temp_dir().join(format!("snic-handover-{}.sock", std::process::id()));
+        let l = Channel::listen(&path).unwrap();
+        assert!(l.try_accept().unwrap().is_none());
+        let c = Channel::connect(&path).unwrap();
+        let s = l.accept(Duration::from_secs(5)).unwrap();
+        c.send(&serde_json::json!({"op": "ready"}), &[]).unwrap();
+        assert_eq!(s.recv(Duration::from_secs(5)).unwrap().0["op"], "ready");
+        drop(l);
+        assert!(!path.exists());
+    }
+
+    fn tempfile() -> std::fs::File {
+        let p = std::env::temp_dir().join(format!(
+            "snic-handover-{}-{}",
+            std::process::id(),
+            rand_suffix()
+        ));
+        let f =
+            std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&p).unwrap();
+        std::fs::remove_file(&p).unwrap();
+        f
+    }
+
+    fn rand_suffix() -> u64 {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static N: AtomicU64 = AtomicU64::new(0);
+        N.fetch_add(1, Ordering::Relaxed)
+    }
+}
