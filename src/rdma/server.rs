@@ -23,13 +23,11 @@ pub(super) fn server(a: &RdmaArgs, timeout: Duration) -> Result<()> {
         a.op != RdmaOp::Blast || (a.handover.is_none() && a.takeover.is_none()),
         "blast has no connection to hand over"
     );
-    let listener = match &a.handover {
-        Some(p) => Some(Channel::listen(p).with_context(|| format!("--handover {}", p.display()))?),
-        None => None,
-    };
     let r = match &a.takeover {
-        Some(path) => takeover::resume(a, path, timeout, listener),
-        None => serve_new(a, timeout, listener),
+        // A server that takes over listens for the next one only once the old one is gone:
+        // both may be given the same path.
+        Some(path) => takeover::resume(a, path, timeout),
+        None => serve_new(a, timeout, handover_listener(a)?),
     };
     match r {
         Err(e) if e.is::<HandedOver>() => {
@@ -37,6 +35,17 @@ pub(super) fn server(a: &RdmaArgs, timeout: Duration) -> Result<()> {
             Ok(())
         }
         r => r,
+    }
+}
+
+/// The listener of `--handover`, if given.
+pub(super) fn handover_listener(a: &RdmaArgs) -> Result<Option<ChannelListener>> {
+    match &a.handover {
+        Some(p) => {
+            let l = Channel::listen(p).with_context(|| format!("--handover {}", p.display()))?;
+            Ok(Some(l))
+        }
+        None => Ok(None),
     }
 }
 

@@ -42,9 +42,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use super::args::RdmaArgs;
 use super::ctrl::Ctrl;
 use super::plan::Plan;
-use super::server::serve;
+use super::server::{handover_listener, serve};
 use super::side::{Side, engine};
-use crate::handover::{Channel, ChannelListener};
+use crate::handover::Channel;
 
 /// Version of [`Doc`]; both processes must agree.
 const DOC_VERSION: u64 = 1;
@@ -230,14 +230,9 @@ struct Adopted {
     tcp: OwnedFd,
 }
 
-/// The new server: take over from the one listening at `path`, then serve to the end.
-/// `listener`: this process's own `--handover` (a later upgrade).
-pub(super) fn resume(
-    a: &RdmaArgs,
-    path: &Path,
-    timeout: Duration,
-    listener: Option<ChannelListener>,
-) -> Result<()> {
+/// The new server: take over from the one listening at `path`, then serve to the end (and
+/// listen for a later upgrade itself with `--handover`, once the old server is gone).
+pub(super) fn resume(a: &RdmaArgs, path: &Path, timeout: Duration) -> Result<()> {
     let ch = connect(path, timeout)?;
     let (doc, fds) = ch.recv(timeout).context("waiting for the old server's state")?;
     let ad = match adopt(a, doc, fds) {
@@ -260,7 +255,7 @@ pub(super) fn resume(
     let tx = RoceTransport::adopt(UdpSocket::from(ad.udp), opts).context("RoCE socket")?;
     let ctrl = Ctrl::resume(TcpStream::from(ad.tcp), timeout, ad.ctrl_pending)?;
     let mut side = Side::adopted(ad.rnic, ad.clock, tx, ctrl, ad.ids, ad.plan, timeout);
-    side.listener = listener;
+    side.listener = handover_listener(a)?;
     let gap = Duration::from_nanos(unix_ns(SystemTime::now()).saturating_sub(ad.paused_unix_ns));
     let g = Gap { gap };
     eprintln!(
