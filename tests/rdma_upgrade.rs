@@ -15,9 +15,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
-/// WRITE iterations of 64 KiB: a few seconds in a debug build, so the takeover started half a
-/// second in comes mid-stream.
-const ITERS: &str = "4000";
+/// WRITE iterations of 64 KiB: a few seconds in a debug build (ten times more in an optimised
+/// one), so the takeover started half a second in comes mid-stream.
+const ITERS: &str = if cfg!(debug_assertions) { "4000" } else { "40000" };
 
 fn snic() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_snic"));
