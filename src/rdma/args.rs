@@ -148,6 +148,15 @@ pub struct RdmaArgs {
     /// aggregation it measures).
     #[arg(long = "window-floor", value_name = "PACKETS")]
     pub window_floor: Option<u32>,
+    /// Server: listen for a new server process at this Unix socket path while serving; one
+    /// that connects (`--takeover PATH`) takes over the connection mid-run and this process
+    /// exits, or resumes if the new one refuses or fails before it is ready.
+    #[arg(long, value_name = "PATH", requires = "server")]
+    pub handover: Option<std::path::PathBuf>,
+    /// Server: take over the run of the server listening at this path (`--handover`): its
+    /// QP, buffer, UDP socket and control connection, then serve on to the end.
+    #[arg(long, value_name = "PATH", requires = "server")]
+    pub takeover: Option<std::path::PathBuf>,
     /// Give up with an error after this many seconds without progress.
     #[arg(long, value_name = "SECS", default_value_t = 30.0, value_parser = parse_secs)]
     pub timeout: f64,

@@ -25,6 +25,22 @@ impl Ctrl {
         Ok(Ctrl { s, inbuf: Vec::new(), timeout, nonblocking: false })
     }
 
+    /// A control connection taken over from another process, with the bytes it had read
+    /// and not yet taken as frames. The socket is non-blocking from here on, as
+    /// [`Self::try_recv`] leaves it.
+    pub(super) fn resume(s: TcpStream, timeout: Duration, inbuf: Vec<u8>) -> Result<Ctrl> {
+        let mut c = Ctrl::new(s, timeout)?;
+        c.s.set_nonblocking(true)?;
+        c.nonblocking = true;
+        c.inbuf = inbuf;
+        Ok(c)
+    }
+
+    /// Bytes read and not yet taken as frames (a takeover carries them over).
+    pub(super) fn pending(&self) -> &[u8] {
+        &self.inbuf
+    }
+
     pub(super) fn send(&mut self, words: &[u64]) -> Result<()> {
         let mut b = Vec::with_capacity(8 * (words.len() + 1));
         b.extend_from_slice(&(words.len() as u64).to_le_bytes());

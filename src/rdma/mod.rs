@@ -19,7 +19,8 @@
 //! Files: [`args`] (command line), `plan` (what the client asks for), `ctrl` (the TCP control
 //! connection), `side` (NIC, transport and QP of one side, and the loops that drive them),
 //! `client` and `server` (the rounds of each side), `verify` (data patterns and checks),
-//! `report` (figures and their output), `blast` (the raw UDP ceiling).
+//! `report` (figures and their output), `blast` (the raw UDP ceiling), `takeover` (a new
+//! server process taking over a running one's connection: `--handover` / `--takeover`).
 
 pub mod args;
 mod blast;
@@ -29,6 +30,7 @@ mod plan;
 mod report;
 mod server;
 mod side;
+mod takeover;
 mod verify;
 
 use anyhow::Result;

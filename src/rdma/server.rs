@@ -2,7 +2,7 @@
 //! the benchmark (the passive side, or its half of a ping-pong), checks the data it received
 //! and sends its verdict.
 
-use anyhow::{Result, anyhow, bail, ensure};
+use anyhow::{Context, Result, anyhow, bail, ensure};
 use serde_json::json;
 use snic_rdma::{Cqe, SendWr, WrOp};
 use snic_time::Clock;
@@ -14,9 +14,43 @@ use super::ctrl::{Ctrl, accept, canonical, expect_tag, tag};
 use super::plan::Plan;
 use super::report::{Figures, Report};
 use super::side::{Side, drive_until, post_recv, setup, wait_marker, wait_recv};
+use super::takeover::{self, HandedOver, Phase};
 use super::verify::{check_message, first_diff, lat_message, message};
+use crate::handover::{Channel, ChannelListener};
 
 pub(super) fn server(a: &RdmaArgs, timeout: Duration) -> Result<()> {
+    ensure!(
+        a.op != RdmaOp::Blast || (a.handover.is_none() && a.takeover.is_none()),
+        "blast has no connection to hand over"
+    );
+    let r = match &a.takeover {
+        // A server that takes over listens for the next one only once the old one is gone:
+        // both may be given the same path.
+        Some(path) => takeover::resume(a, path, timeout),
+        None => serve_new(a, timeout, handover_listener(a)?),
+    };
+    match r {
+        Err(e) if e.is::<HandedOver>() => {
+            eprintln!("{e}");
+            Ok(())
+        }
+        r => r,
+    }
+}
+
+/// The listener of `--handover`, if given.
+pub(super) fn handover_listener(a: &RdmaArgs) -> Result<Option<ChannelListener>> {
+    match &a.handover {
+        Some(p) => {
+            let l = Channel::listen(p).with_context(|| format!("--handover {}", p.display()))?;
+            Ok(Some(l))
+        }
+        None => Ok(None),
+    }
+}
+
+/// A server of its own: it accepts the client and serves the whole run.
+fn serve_new(a: &RdmaArgs, timeout: Duration, listener: Option<ChannelListener>) -> Result<()> {
     let stream = accept(a.tcp_port, a.ipv6, timeout)?;
     let local_ip = match a.local_ip {
         Some(ip) => ip,
@@ -38,36 +72,61 @@ pub(super) fn server(a: &RdmaArgs, timeout: Duration) -> Result<()> {
         return blast_server(ctrl, a, local_ip);
     }
     let mut side = setup(ctrl, plan, a, local_ip, false)?;
-    let mut rep = Report { json: a.json, gbits: a.report_gbits, op: a.op, started: false };
-    let mut all_ok = true;
+    side.listener = listener;
     if plan.op == RdmaOp::Send && !plan.lat {
         // One RECV per slot, reposted as each completes.
         for slot in 0..u64::from(plan.slots) {
             post_recv(&mut side, slot, plan.max_size)?;
         }
     }
+    serve(side, a, Phase { round: None, all_ok: true }, None)
+}
+
+/// The server's loop over the sizes the client runs, from `at` (a fresh server: between
+/// sizes; a server that took over: where the old one was). `handover`: the figures of the
+/// takeover this process made, reported with the first size and at the end.
+pub(super) fn serve(
+    mut side: Side,
+    a: &RdmaArgs,
+    at: Phase,
+    handover: Option<takeover::Gap>,
+) -> Result<()> {
+    let plan = side.plan;
+    let mut rep = Report { json: a.json, gbits: a.report_gbits, op: a.op, started: false };
+    let mut all_ok = at.all_ok;
+    let mut resume = at.round;
     loop {
-        let m = side.drive_until_msg()?;
-        match m.first() {
-            Some(&tag::END) => break,
-            Some(&tag::RUN) if m.len() == 3 => {}
-            _ => bail!("protocol error: unexpected message {m:?}"),
-        }
-        let size = u32::try_from(m[1]).ok().filter(|&s| s > 0 && s <= plan.max_size);
-        let size = size.ok_or_else(|| anyhow!("protocol error: size {}", m[1]))?;
-        let iters = m[2];
-        ensure!(iters > 0, "protocol error: zero iterations");
-        let bad_at = server_round(&mut side, size, iters)?;
+        let (size, iters, bad_at) = if let Some((size, iters)) = resume.take() {
+            (size, iters, server_round_rest(&mut side, size, iters, all_ok)?)
+        } else {
+            side.phase = Some(Phase { round: None, all_ok });
+            let m = side.drive_until_msg();
+            side.phase = None;
+            let m = m?;
+            match m.first() {
+                Some(&tag::END) => break,
+                Some(&tag::RUN) if m.len() == 3 => {}
+                _ => bail!("protocol error: unexpected message {m:?}"),
+            }
+            let size = u32::try_from(m[1]).ok().filter(|&s| s > 0 && s <= plan.max_size);
+            let size = size.ok_or_else(|| anyhow!("protocol error: size {}", m[1]))?;
+            let iters = m[2];
+            ensure!(iters > 0, "protocol error: zero iterations");
+            (size, iters, server_round(&mut side, size, iters, all_ok)?)
+        };
         let m = side.ctrl.recv()?;
         expect_tag(&m, tag::RESULT)?;
         let figs = Figures::decode(&m[1..])?;
         let ok = bad_at.is_none();
         side.ctrl.send(&[tag::VERDICT, u64::from(ok), bad_at.unwrap_or(0)])?;
-        let extra = json!({
+        let mut extra = json!({
             "verified": plan.verify.then_some(ok),
             "engine": side.rnic.stats(),
             "transport": side.tx.stats(),
         });
+        if let Some(g) = &handover {
+            extra["handover"] = g.json(side.rnic.stats());
+        }
         rep.row(size, iters, &figs, extra);
         if plan.verify && !ok {
             all_ok = false;
@@ -75,14 +134,17 @@ pub(super) fn server(a: &RdmaArgs, timeout: Duration) -> Result<()> {
         }
     }
     rep.end(plan.verify.then_some(all_ok));
+    if let Some(g) = &handover {
+        eprintln!("{}", g.summary(side.rnic.stats()));
+    }
     ensure!(all_ok, "data verification failed");
     Ok(())
 }
 
 /// One size at the server. Returns the first bad offset found by verification, if any.
-fn server_round(s: &mut Side, size: u32, iters: u64) -> Result<Option<u64>> {
+/// `all_ok`: the sizes so far verified (carried by a takeover).
+fn server_round(s: &mut Side, size: u32, iters: u64, all_ok: bool) -> Result<Option<u64>> {
     let plan = s.plan;
-    let slots = u64::from(plan.slots);
     for slot in 0..u64::from(plan.buf_slots()) {
         let addr = s.slot_addr(slot);
         let m = match plan.op {
@@ -98,6 +160,19 @@ fn server_round(s: &mut Side, size: u32, iters: u64) -> Result<Option<u64>> {
     }
     s.ctrl.send(&[tag::READY])?;
     s.touch();
+    server_round_rest(s, size, iters, all_ok)
+}
+
+/// Whether a server may hand over in the middle of a size of `plan` (while the client
+/// drives and the server's responder serves it: WRITE, READ, atomics in bandwidth mode).
+pub(super) fn round_hands_over(plan: &Plan) -> bool {
+    !plan.lat && matches!(plan.op, RdmaOp::Write | RdmaOp::Read | RdmaOp::Atomic)
+}
+
+/// A size at the server from the client's start on (the buffers filled and READY sent).
+fn server_round_rest(s: &mut Side, size: u32, iters: u64, all_ok: bool) -> Result<Option<u64>> {
+    let plan = s.plan;
+    let slots = u64::from(plan.slots);
     let mut bad: Option<u64> = None;
     if plan.lat && matches!(plan.op, RdmaOp::Write | RdmaOp::Send) {
         // The ping-pong ends with both sides' DONE.
@@ -136,7 +211,12 @@ fn server_round(s: &mut Side, size: u32, iters: u64) -> Result<Option<u64>> {
         return Ok(bad);
     } else {
         // The client drives; serve until it is done.
-        let m = s.drive_until_msg()?;
+        if round_hands_over(&plan) {
+            s.phase = Some(Phase { round: Some((size, iters)), all_ok });
+        }
+        let m = s.drive_until_msg();
+        s.phase = None;
+        let m = m?;
         expect_tag(&m, tag::DONE)?;
         s.ctrl.send(&[tag::DONE])?;
     }

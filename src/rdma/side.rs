@@ -16,7 +16,9 @@ use std::time::Duration;
 use super::args::RdmaArgs;
 use super::ctrl::{Ctrl, canonical, expect_tag, tag};
 use super::plan::Plan;
+use super::takeover::{self, Phase};
 use super::verify::marker;
+use crate::handover::ChannelListener;
 
 /// How long the tool busy-polls after the last packet before it sleeps in poll(2).
 const SPIN: Duration = Duration::from_millis(2);
@@ -42,6 +44,11 @@ pub(super) struct Side {
     pub(super) cqes: Vec<Cqe>,
     /// Send completions polled so far (all sizes).
     pub(super) sends_done: u64,
+    /// Where a new server process may connect to take over (`--handover`).
+    pub(super) listener: Option<ChannelListener>,
+    /// Where the server loop is while it waits for a control message at a point a takeover
+    /// may happen (`None`: not here).
+    pub(super) phase: Option<Phase>,
 }
 
 /// Set up this side: NIC, buffer, QP, the QP exchange over `ctrl`, the RoCE transport.
@@ -60,28 +67,10 @@ pub(super) fn setup(
     local_ip: IpAddr,
     client: bool,
 ) -> Result<Side> {
-    let kind = a.mem.kind();
-    let buf_len = u64::from(plan.buf_slots()) * plan.stride;
-    let rings = 8 << 20;
-    let mut cfg = RnicConfig {
-        local_ip,
-        udp_port: a.port,
-        path_window: !a.fixed_window,
-        ..RnicConfig::default()
-    };
-    if let Some(f) = a.window_floor {
-        cfg.window_floor = f;
-    }
-    match kind {
-        MemKind::Host => cfg.host_pool = buf_len + rings,
-        _ => {
-            cfg.host_pool = rings;
-            cfg.on_board = cfg.on_board.max(buf_len + rings);
-        }
-    }
-    let mut rnic = Rnic::new(cfg).map_err(|e| anyhow!("RDMA NIC: {e}"))?;
-    let addr = rnic.alloc_buf(kind, buf_len, 4096).map_err(|e| anyhow!("buffer: {e}"))?;
+    let (mut rnic, addr) = engine(plan, a, local_ip)?;
     let pd = rnic.alloc_pd();
+    let buf_len = u64::from(plan.buf_slots()) * plan.stride;
+    let kind = a.mem.kind();
     let mr = rnic.reg_mr(pd, addr, buf_len, Access::ALL).map_err(|e| anyhow!("reg_mr: {e}"))?;
     let depth = a.tx_depth.max(plan.slots);
     let scq = rnic.create_cq(depth as usize * 2 + 64);
@@ -168,7 +157,37 @@ pub(super) fn setup(
         timeout: Duration::from_secs_f64(a.timeout),
         cqes: vec![BLANK_CQE; 64],
         sends_done: 0,
+        listener: None,
+        phase: None,
     })
+}
+
+/// The NIC of one side and its buffer (of `plan`'s slots; returns its engine address). The
+/// same arguments give the same layout: a server taking over from another finds the
+/// buffer at the address the old one registered.
+pub(super) fn engine(plan: Plan, a: &RdmaArgs, local_ip: IpAddr) -> Result<(Rnic, u64)> {
+    let kind = a.mem.kind();
+    let buf_len = u64::from(plan.buf_slots()) * plan.stride;
+    let rings = 8 << 20;
+    let mut cfg = RnicConfig {
+        local_ip,
+        udp_port: a.port,
+        path_window: !a.fixed_window,
+        ..RnicConfig::default()
+    };
+    if let Some(f) = a.window_floor {
+        cfg.window_floor = f;
+    }
+    match kind {
+        MemKind::Host => cfg.host_pool = buf_len + rings,
+        _ => {
+            cfg.host_pool = rings;
+            cfg.on_board = cfg.on_board.max(buf_len + rings);
+        }
+    }
+    let mut rnic = Rnic::new(cfg).map_err(|e| anyhow!("RDMA NIC: {e}"))?;
+    let addr = rnic.alloc_buf(kind, buf_len, 4096).map_err(|e| anyhow!("buffer: {e}"))?;
+    Ok((rnic, addr))
 }
 
 /// A PSN that differs between runs (perftest draws it at random) but needs no RNG here.
@@ -192,6 +211,39 @@ const BLANK_CQE: Cqe = Cqe {
 };
 
 impl Side {
+    /// A side of a server that took over (see [`takeover`]): its parts adopted from the old
+    /// process.
+    #[allow(clippy::too_many_arguments, reason = "the parts of a side, each named")]
+    pub(super) fn adopted(
+        rnic: Rnic,
+        clock: MonotonicClock,
+        tx: RoceTransport,
+        ctrl: Ctrl,
+        ids: takeover::SideIds,
+        plan: Plan,
+        timeout: Duration,
+    ) -> Side {
+        Side {
+            rnic,
+            tx,
+            clock,
+            ctrl,
+            qpn: ids.qpn,
+            scq: CqId(ids.scq),
+            rcq: CqId(ids.rcq),
+            mr: ids.mr,
+            remote: ids.remote,
+            plan,
+            last_progress: std::time::Instant::now(),
+            last_busy: std::time::Instant::now(),
+            timeout,
+            cqes: vec![BLANK_CQE; 64],
+            sends_done: ids.sends_done,
+            listener: None,
+            phase: None,
+        }
+    }
+
     pub(super) fn slot_addr(&self, slot: u64) -> u64 {
         self.mr.addr + (slot % u64::from(self.plan.buf_slots())) * self.plan.stride
     }
@@ -286,11 +338,20 @@ impl Side {
             // While packets flow the control socket is looked at only every 64 rounds: a
             // message is never urgent, a read per round would cost a syscall per batch.
             rounds = rounds.wrapping_add(1);
-            if (!busy || rounds.is_multiple_of(64))
-                && let Some(m) = self.ctrl.try_recv()?
-            {
+            let look = !busy || rounds.is_multiple_of(64);
+            if look && let Some(m) = self.ctrl.try_recv()? {
                 self.touch();
                 return Ok(m);
+            }
+            // A safe point for a takeover: no control message half handled, the engine
+            // between two rounds of I/O.
+            if look
+                && let Some(phase) = self.phase
+                && let Some(ch) = self.listener.as_ref().map(|l| l.try_accept()).transpose()?
+                && let Some(ch) = ch
+            {
+                takeover::offer(self, &ch, phase)?;
+                self.touch();
             }
             busy = self.progress()?;
             // Send completions of the passive side are not waited for; drain them so the CQ

@@ -53,7 +53,7 @@ impl Default for CcConfig {
 pub const FAST_RECOVERY_PERIODS: u32 = 5;
 
 /// Rate state of one QP (reaction point).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CcState {
     /// Current rate RC, bits per second; 0 while unpaced.
     rc: f64,
@@ -62,10 +62,13 @@ pub struct CcState {
     /// DCQCN's alpha: the estimate of how congested the path is (0..=1).
     alpha: f64,
     /// Earliest time the next packet may leave (meaningful while paced).
+    #[serde(with = "crate::export::instant")]
     next_send: Instant,
     /// Next alpha-update / rate-increase tick; `None` while no recovery is under way.
+    #[serde(with = "crate::export::opt_instant")]
     timer_at: Option<Instant>,
     /// When the timer stopped after a recovery: alpha decays lazily from then on.
+    #[serde(with = "crate::export::opt_instant")]
     alpha_since: Option<Instant>,
     /// A CNP arrived in the current timer period.
     cnp_in_period: bool,
@@ -95,6 +98,13 @@ fn max_rate(cfg: &CcConfig) -> f64 {
 }
 
 impl CcState {
+    /// Move every instant through `f` (an import onto another clock).
+    pub(crate) fn retime(&mut self, f: &dyn Fn(Instant) -> Instant) {
+        self.next_send = f(self.next_send);
+        self.timer_at = self.timer_at.map(f);
+        self.alpha_since = self.alpha_since.map(f);
+    }
+
     /// Whether a packet may leave at `now` (pacing).
     pub fn may_send(&self, now: Instant) -> bool {
         self.rc <= 0.0 || now >= self.next_send

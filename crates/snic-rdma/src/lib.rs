@@ -22,6 +22,7 @@
 //! Not here: UD/UC transports, memory windows, RDMA CM; the UDP transport (in `snic-io`).
 
 pub mod cc;
+pub mod export;
 pub mod mr;
 pub mod nic_core;
 pub mod pkt;
@@ -39,6 +40,7 @@ pub mod verbs;
 pub mod window;
 pub mod wqe;
 
+pub use export::{EXPORT_VERSION, ExportError, ImportError, RnicExport};
 pub use nic_core::RnicConfig;
 pub use pkt::{Path, RxError, RxPkt};
 pub use rnic::Rnic;

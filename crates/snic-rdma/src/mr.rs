@@ -160,6 +160,41 @@ impl MrTable {
         Ok(())
     }
 
+    /// The key generation (the tag of the last registration).
+    pub(crate) fn generation(&self) -> u8 {
+        self.generation
+    }
+
+    /// Set the key generation (an imported table goes on from the exporter's).
+    pub(crate) fn set_generation(&mut self, g: u8) {
+        self.generation = g;
+    }
+
+    /// Every registered MR and whether it is valid.
+    pub(crate) fn entries(&self) -> impl Iterator<Item = (MrInfo, bool)> + '_ {
+        self.slots.iter().flatten().map(|m| (m.info, m.valid))
+    }
+
+    /// Whether the slot `key` indexes holds an MR.
+    pub(crate) fn slot_taken(&self, key: u32) -> bool {
+        matches!(self.slots.get((key >> 8) as usize), Some(Some(_)))
+    }
+
+    /// Put an MR with given keys back in its slot (import; the slot was checked free).
+    pub(crate) fn insert(&mut self, info: MrInfo, valid: bool) {
+        let idx = (info.lkey >> 8) as usize;
+        if idx >= MAX_MRS {
+            return;
+        }
+        if self.slots.len() <= idx {
+            self.slots.resize(idx + 1, None);
+        }
+        self.slots[idx] = Some(Mr { info, valid });
+        let slots = &self.slots;
+        self.free =
+            (0..slots.len() as u32).rev().filter(|&i| slots[i as usize].is_none()).collect();
+    }
+
     /// Make an invalidated MR valid again (the fast-register step of a real NIC).
     pub fn revalidate(&mut self, lkey: u32) -> Result<(), MrFault> {
         let idx = (lkey >> 8) as usize;

@@ -22,7 +22,7 @@ pub const ECN_ECT0: u8 = 0b10;
 pub const ECN_CE: u8 = 0b11;
 
 /// Addresses and marks of the packets of one QP.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Path {
     /// Local address (the source GID).
     pub src: IpAddr,

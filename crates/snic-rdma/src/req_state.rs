@@ -12,7 +12,7 @@ use crate::verbs::{SendWr, WcStatus, WrOp};
 use crate::window::PathEstimator;
 
 /// The requester's shadow of one fetched send WQE.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Wqe {
     /// The decoded work request (a placeholder with the slot's wr_id when it did not decode).
     pub(crate) wr: SendWr,
@@ -30,6 +30,7 @@ pub(crate) struct Wqe {
     /// further ones wait for progress or the timer.
     pub(crate) retry_pending: bool,
     /// When the requester fetched it (its latency sample starts here).
+    #[serde(with = "crate::export::instant")]
     pub(crate) posted: Instant,
 }
 
@@ -51,7 +52,7 @@ impl Wqe {
 }
 
 /// Requester / completer state of one QP.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct ReqState {
     /// Shadows of the fetched WQEs; `wqes[0]` is the WQE at `sq.cidx`.
     pub(crate) wqes: VecDeque<Wqe>,
@@ -68,8 +69,10 @@ pub struct ReqState {
     /// Oldest PSN not acknowledged.
     pub(crate) una: u32,
     /// Retransmission deadline.
+    #[serde(with = "crate::export::opt_instant")]
     pub(crate) rto: Option<Instant>,
     /// RNR NAK wait: nothing leaves before this.
+    #[serde(with = "crate::export::opt_instant")]
     pub(crate) rnr_until: Option<Instant>,
     /// Timer expiries since the last progress.
     pub(crate) retry_used: u8,
@@ -86,6 +89,7 @@ pub struct ReqState {
     /// Round trip, delivery rate, send window and loss-probe timeout.
     pub path: PathEstimator,
     /// Loss-probe deadline (see [`crate::window`]).
+    #[serde(with = "crate::export::opt_instant")]
     pub(crate) probe: Option<Instant>,
     /// `una` as last reported to `path` (the packets acknowledged since are its next sample).
     pub(crate) path_una: u32,
@@ -107,6 +111,37 @@ impl ReqState {
     pub fn reset(&mut self, sq_psn: u32, _now: Instant) {
         let p = sq_psn & psn::MASK;
         *self = ReqState { next_psn: p, max_sent: p, una: p, path_una: p, ..ReqState::default() };
+    }
+
+    /// Move every instant through `f` (an import onto another clock).
+    pub(crate) fn retime(&mut self, f: &dyn Fn(Instant) -> Instant) {
+        for w in &mut self.wqes {
+            w.posted = f(w.posted);
+        }
+        for t in [&mut self.rto, &mut self.rnr_until, &mut self.probe] {
+            *t = t.map(f);
+        }
+        self.cc.retime(f);
+        self.path.retime(f);
+    }
+
+    /// The rules an imported state must keep (`sq_len`: WQEs in the send ring): the engine
+    /// indexes its shadows by them.
+    pub(crate) fn check(&self, sq_len: u32) -> Result<(), &'static str> {
+        if self.wqes.len() > sq_len as usize {
+            return Err("more fetched WQEs than the send ring holds");
+        }
+        if self.started > self.wqes.len() || self.cur > self.started {
+            return Err("requester cursor");
+        }
+        if self.wqes.iter().any(|w| w.npsn == 0 || w.first > psn::MASK) {
+            return Err("a fetched WQE without PSNs");
+        }
+        let psns = [self.next_psn, self.max_sent, self.una, self.path_una];
+        if psns.iter().any(|&p| p > psn::MASK) {
+            return Err("requester PSN over 24 bits");
+        }
+        Ok(())
     }
 
     /// Send WQEs fetched and not yet retired.

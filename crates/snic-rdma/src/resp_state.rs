@@ -16,7 +16,7 @@ use crate::verbs::{RecvWr, WcOpcode};
 pub(crate) const MAX_OUT: usize = 1024;
 
 /// The message in progress (between a FIRST and its LAST).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) enum Msg {
     /// A SEND scattering into `wqe` at `offset`.
     Send { wqe: RecvWr, offset: u64 },
@@ -36,7 +36,7 @@ impl Msg {
 }
 
 /// What a saved READ / atomic resource is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) enum ResKind {
     Read,
     /// The atomic ran; this is the value it returned (replayed, never run again).
@@ -50,7 +50,7 @@ pub(crate) enum ResKind {
 
 /// A saved responder resource (IBTA 9.7.5.1.2): PSN range of one READ, atomic, FLUSH or
 /// ATOMIC WRITE.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Resource {
     pub(crate) first: u32,
     pub(crate) last: u32,
@@ -58,7 +58,7 @@ pub(crate) struct Resource {
 }
 
 /// READ responses still to send for one READ (or a replay of part of one).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct ReadOut {
     /// First PSN of the original READ: decides FIRST/MIDDLE versus a replay's start.
     pub(crate) res_first: u32,
@@ -76,18 +76,30 @@ pub(crate) struct ReadOut {
 }
 
 /// A queued response.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 /// Each carries the MSN of when it was queued, so a response sent later still tells how many
 /// messages were complete at its PSN.
 pub(crate) enum Out {
-    Ack { psn: u32, msn: u32 },
-    Nak { psn: u32, syndrome: Syndrome, msn: u32 },
+    Ack {
+        psn: u32,
+        msn: u32,
+    },
+    Nak {
+        psn: u32,
+        #[serde(with = "crate::export::syndrome")]
+        syndrome: Syndrome,
+        msn: u32,
+    },
     Read(ReadOut),
-    Atomic { psn: u32, orig: u64, msn: u32 },
+    Atomic {
+        psn: u32,
+        orig: u64,
+        msn: u32,
+    },
 }
 
 /// Responder state of one QP.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct RespState {
     /// Expected PSN of the next new request.
     pub(crate) epsn: u32,
@@ -101,6 +113,7 @@ pub struct RespState {
     /// Responses to send, in PSN order.
     pub(crate) out: VecDeque<Out>,
     pub(crate) cnp_pending: bool,
+    #[serde(with = "crate::export::opt_instant")]
     pub(crate) last_cnp: Option<Instant>,
 }
 
@@ -108,6 +121,22 @@ impl RespState {
     /// Start (INIT -> RTR) expecting `rq_psn`.
     pub fn reset(&mut self, rq_psn: u32) {
         *self = RespState { epsn: rq_psn & psn::MASK, ..RespState::default() };
+    }
+
+    /// Move every instant through `f` (an import onto another clock).
+    pub(crate) fn retime(&mut self, f: &dyn Fn(Instant) -> Instant) {
+        self.last_cnp = self.last_cnp.map(f);
+    }
+
+    /// The rules an imported state must keep.
+    pub(crate) fn check(&self) -> Result<(), &'static str> {
+        if self.epsn > psn::MASK || self.msn > psn::MASK {
+            return Err("responder PSN or MSN over 24 bits");
+        }
+        if self.out.len() > MAX_OUT + 1024 || self.res.len() > 256 {
+            return Err("responder queues");
+        }
+        Ok(())
     }
 
     /// The PSN the responder expects next.

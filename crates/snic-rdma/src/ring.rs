@@ -2,7 +2,7 @@
 
 /// A work queue ring in engine memory: `depth` slots of `slot` bytes at `base`. `pidx` and
 /// `cidx` run freely (u32, wrapping); the live WQEs are `[cidx, pidx)`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Ring {
     /// First slot's address (host or device memory).
     pub base: u64,

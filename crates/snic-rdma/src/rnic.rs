@@ -25,9 +25,9 @@ pub const QPN_BASE: u32 = 0x11;
 /// One RDMA NIC.
 #[derive(Debug)]
 pub struct Rnic {
-    core: Core,
-    qps: Vec<Option<Qp>>,
-    free_qps: Vec<u32>,
+    pub(crate) core: Core,
+    pub(crate) qps: Vec<Option<Qp>>,
+    pub(crate) free_qps: Vec<u32>,
     /// Round-robin start for transmit.
     rr: usize,
     /// Packets the QP at `rr` sent in a row.

@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use snic_dma::{MemError, MemKind};
 
 /// MR / QP access flags (IBTA `IBV_ACCESS_*`).
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
 pub struct Access(pub u8);
 
 impl Access {
@@ -63,19 +63,19 @@ impl fmt::Debug for Access {
 }
 
 /// Protection domain handle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Pd(pub u32);
 
 /// Completion queue handle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct CqId(pub u32);
 
 /// Shared receive queue handle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct SrqId(pub u32);
 
 /// A registered memory region, as `reg_mr` returns it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct MrInfo {
     /// Key for local use (in SGEs).
     pub lkey: u32,
@@ -92,7 +92,7 @@ pub struct MrInfo {
 }
 
 /// One scatter-gather element.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct Sge {
     /// Address in the engine address space.
     pub addr: u64,
@@ -106,10 +106,24 @@ pub struct Sge {
 pub const MAX_SGE: usize = 4;
 
 /// A scatter-gather list of up to [`MAX_SGE`] elements.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "Vec<Sge>", into = "Vec<Sge>")]
 pub struct SgList {
     sges: [Sge; MAX_SGE],
     n: u8,
+}
+
+impl TryFrom<Vec<Sge>> for SgList {
+    type Error = VerbsError;
+    fn try_from(v: Vec<Sge>) -> Result<SgList, VerbsError> {
+        SgList::new(&v)
+    }
+}
+
+impl From<SgList> for Vec<Sge> {
+    fn from(l: SgList) -> Vec<Sge> {
+        l.as_slice().to_vec()
+    }
 }
 
 impl SgList {
@@ -145,7 +159,7 @@ impl SgList {
 }
 
 /// Remote address and key of a WRITE, READ or atomic.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct Remote {
     /// Remote virtual address.
     pub addr: u64,
@@ -154,7 +168,7 @@ pub struct Remote {
 }
 
 /// What a FLUSH covers (the FETH selectivity level, IBTA 1.5 / `ibv_wr_flush`'s `level`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum FlushLevel {
     /// The range `[remote.addr, remote.addr + len)` (`IBV_FLUSH_RANGE`, selectivity 0).
     Range,
@@ -187,7 +201,7 @@ pub const FLUSH_GLOBAL: u8 = snic_wire::roce::ext::FLUSH_GLOBAL_VISIBILITY;
 pub const FLUSH_PERSISTENT: u8 = snic_wire::roce::ext::FLUSH_PERSISTENCE;
 
 /// The operation of a send-queue work request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum WrOp {
     /// SEND.
     Send,
@@ -306,7 +320,7 @@ impl WrOp {
 }
 
 /// A send-queue work request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SendWr {
     /// Caller's id, returned in the CQE.
     pub wr_id: u64,
@@ -345,7 +359,7 @@ impl SendWr {
 }
 
 /// A receive-queue work request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct RecvWr {
     /// Caller's id, returned in the CQE.
     pub wr_id: u64,
@@ -354,7 +368,7 @@ pub struct RecvWr {
 }
 
 /// Completion status (IBTA / `ibv_wc_status`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum WcStatus {
     /// Completed successfully.
     Success,
@@ -407,7 +421,7 @@ impl WcStatus {
 }
 
 /// Completion opcode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum WcOpcode {
     /// A SEND (any kind) completed at the requester.
     Send,
@@ -430,7 +444,7 @@ pub enum WcOpcode {
 }
 
 /// A completion queue entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Cqe {
     /// The work request's id.
     pub wr_id: u64,
@@ -451,7 +465,7 @@ pub struct Cqe {
 }
 
 /// QP states (IBTA 10.3.1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum QpState {
     /// Reset.
     Reset,
@@ -470,7 +484,9 @@ pub enum QpState {
 }
 
 /// Path MTU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum Mtu {
     /// 256 bytes.
     M256,
@@ -554,7 +570,7 @@ impl std::ops::BitOr for AttrMask {
 }
 
 /// QP attributes (the ones that matter for RC over RoCEv2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct QpAttr {
     /// Target state of a `modify_qp`, current state of a `query_qp`.
     pub state: QpState,
@@ -605,7 +621,7 @@ impl Default for QpAttr {
 }
 
 /// What `create_qp` needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct QpInit {
     /// Protection domain.
     pub pd: Pd,
@@ -620,6 +636,7 @@ pub struct QpInit {
     /// Receive queue depth (rounded up to a power of two; ignored with an SRQ).
     pub max_recv_wr: u32,
     /// Where the SQ and RQ rings live: host memory or device memory (on-chip / on-board).
+    #[serde(with = "crate::export::mem_kind")]
     pub placement: MemKind,
     /// Every send WQE generates a CQE, whatever its `signaled` flag.
     pub sq_sig_all: bool,

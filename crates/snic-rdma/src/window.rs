@@ -56,17 +56,18 @@ const FILTER: usize = 16;
 const MAX_BACKOFF: u32 = 6;
 
 /// The packet being timed.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 struct Timed {
     /// One past its PSN: it is acknowledged once `una` reaches this.
     end: u32,
+    #[serde(with = "crate::export::instant")]
     sent: Instant,
     /// Packets delivered when it was sent.
     delivered: u64,
 }
 
 /// Round trip, delivery rate, window and loss-probe timeout of one requester (see module doc).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct PathEstimator {
     timed: Option<Timed>,
     /// Packets acknowledged so far.
@@ -85,6 +86,13 @@ pub struct PathEstimator {
 }
 
 impl PathEstimator {
+    /// Move every instant through `f` (an import onto another clock).
+    pub(crate) fn retime(&mut self, f: &dyn Fn(Instant) -> Instant) {
+        if let Some(t) = self.timed.as_mut() {
+            t.sent = f(t.sent);
+        }
+    }
+
     /// A packet ending before PSN `end` left at `now`; `ack_req`: it asks for an ACK; `again`:
     /// it is a retransmission. Only packets asking for an ACK are timed, and a retransmission
     /// only when no earlier copy can still be acknowledged (see [`Self::on_go_back`]).

@@ -241,6 +241,13 @@ impl RoceTransport {
                 s
             }
         };
+        Self::adopt(rx, opts)
+    }
+
+    /// A transport over an already bound receive socket (one handed over by another process
+    /// in a takeover), set up as [`Self::bind`] sets up its own.
+    pub fn adopt(rx: UdpSocket, opts: TransportOpts) -> io::Result<Self> {
+        let local = rx.local_addr()?;
         rx.set_nonblocking(true)?;
         let fd = rx.as_raw_fd();
         set_buffer(fd, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, SOCKET_BUFFER);
@@ -259,7 +266,7 @@ impl RoceTransport {
         let rx_slot = RX_ROOM + if gro_on { 65_536 } else { MAX_PACKET_LEN };
         let fallback = TxSock { sock: rx.try_clone()?, tos: None };
         Ok(RoceTransport {
-            local: rx.local_addr()?,
+            local,
             opts,
             rx,
             gro_on,
@@ -293,6 +300,11 @@ impl RoceTransport {
     /// Engine packets queued because the socket buffer was full (sent first next time).
     pub fn tx_pending(&self) -> usize {
         self.pend.len()
+    }
+
+    /// The receive socket (to hand it to another process in a takeover).
+    pub fn rx_socket(&self) -> &UdpSocket {
+        &self.rx
     }
 
     /// The receive socket's descriptor (to wait on it together with others).
