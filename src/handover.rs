@@ -65,7 +65,6 @@ impl ChannelListener {
     }
 
     /// Accept a connection if one is waiting (never blocks).
-    #[allow(dead_code, reason = "for `snic rdma --handover`, which polls while it serves")]
     pub fn try_accept(&self) -> io::Result<Option<Channel>> {
         self.listener.set_nonblocking(true)?;
         match self.listener.accept() {
