@@ -197,8 +197,12 @@ pub fn run(args: ServeArgs) -> Result<()> {
     )?;
     // The control socket answers from a snapshot the loop below refreshes.
     // The counters document, with where each streaming kernel's results are in device memory.
+    // The counters document says when it was taken (as a run's does), so that rates between
+    // two snapshots (`snic top`) use the time between them, not between their fetches.
+    let started = std::time::Instant::now();
     let stats = || {
         let mut v = server.stats();
+        v["elapsed_secs"] = started.elapsed().as_secs_f64().into();
         if !kernels.is_empty() {
             v["stream_kernels"] = crate::stream::results_json(&kernels);
         }
