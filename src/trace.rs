@@ -20,9 +20,9 @@
 //!   and say so: the packet passes them unchanged;
 //! - `local`, on a whole NIC (`snic serve --port`), runs as it is (it only compares the
 //!   packet with the NIC's RoCE addresses): RoCEv2 and ARP / ND for the NIC show as taken by
-//!   the device (its RDMA engine or neighbour table) and the verdict says so. What the engine
-//!   would then do with the packet (its QPs' state) is not traced. Elsewhere `local` is not
-//!   run and says so.
+//!   the device and the verdict says which part takes them (its RDMA engine or its neighbour
+//!   table). What the engine would then do with the packet (its QPs' state) is not traced.
+//!   Elsewhere `local` is not run and says so.
 
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
@@ -283,11 +283,20 @@ impl TraceTarget {
             steps.push(json!({"stage": snic_pipeline::trace::TX_STAGE, "what": what}));
             verdicts.push(what);
         }
-        if pipeline.local_pending() > 0 {
-            let what = "would be taken by the NIC itself (its RDMA engine or neighbour table; \
-                        not delivered: dry run)";
-            steps.push(json!({"stage": snic_pipeline::trace::TX_STAGE, "what": what}));
-            verdicts.push(what.to_owned());
+        if let Some(local) = &self.local {
+            let mut mine = Batch::new(snic_pipeline::MAX_BATCH);
+            pipeline.take_local(&mut mine);
+            for p in mine.iter() {
+                use snic_nic::local::LocalKind;
+                let to = match local.kind(p) {
+                    Some(LocalKind::Roce { .. }) => "its RDMA engine",
+                    Some(LocalKind::Neighbour) => "its neighbour table",
+                    None => "it",
+                };
+                let what = format!("would be taken by the NIC: {to} (not delivered: dry run)");
+                steps.push(json!({"stage": snic_pipeline::trace::TX_STAGE, "what": what}));
+                verdicts.push(what);
+            }
         }
         if verdicts.is_empty() {
             verdicts.push("dropped".into());

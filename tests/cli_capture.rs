@@ -501,8 +501,7 @@ fn serve_captures_its_wire_port_and_a_stage_and_traces_its_own_steering() {
     for want in [
         "classify   classified as rdma",
         "(local: rdma engine)",
-        "verdict: would be taken by the NIC itself (its RDMA engine or neighbour table; not \
-         delivered: dry run)",
+        "verdict: would be taken by the NIC: its RDMA engine (not delivered: dry run)",
     ] {
         assert!(out.contains(want), "missing {want:?} in:\n{out}");
     }
@@ -512,7 +511,7 @@ fn serve_captures_its_wire_port_and_a_stage_and_traces_its_own_steering() {
     assert!(o.status.success(), "{}", text(&o.stderr));
     let out = text(&o.stdout);
     assert!(out.contains("(local: neighbour table)"), "{out}");
-    assert!(out.contains("verdict: would be taken by the NIC itself"), "{out}");
+    assert!(out.contains("verdict: would be taken by the NIC: its neighbour table"), "{out}");
     // Another address's traffic passes `local` and goes on through the stages.
     let other = r#"Ether(dst="02:00:00:00:00:02")/IP(src="10.0.0.1",dst="10.0.0.2")/UDP(dport=7)"#;
     let o = trace(&run, &["--port", "0", other]);
