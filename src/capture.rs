@@ -4,7 +4,8 @@
 //!
 //! # The run side
 //!
-//! A run with a control socket keeps a [`CaptureHub`]. Every port is wrapped in a
+//! A run with a control socket (`snic run --control`, or a whole NIC: `snic serve --port
+//! --control`) keeps a [`CaptureHub`]. Every port is wrapped in a
 //! [`CapturePort`], whose `recv` and `send` read one relaxed atomic (the hub's armed port mask)
 //! per batch; the pipelines read their [`StageTaps`] mask once per batch. With no capture
 //! running both masks are zero and nothing else happens: no per-packet work.
@@ -259,17 +260,27 @@ impl CaptureHub {
         ports.map(|port| {
             let id = i % nports.max(1);
             i += 1;
-            if let Ok(mut names) = self.names.lock() {
-                if names.len() <= id {
-                    names.resize(id + 1, String::new());
-                }
-                if names[id].is_empty() {
-                    names[id] = port.name().to_owned();
-                }
-            }
-            Box::new(CapturePort { inner: port, id: id as u16, hub: Arc::clone(self) })
-                as Box<dyn Port>
+            self.wrap_one(port, id)
         })
+    }
+
+    /// Wrap the ports of a one-pipeline snic (a NIC's: port `i` is `ports[i]`) so that they
+    /// can be captured.
+    pub fn wrap_ports(self: &Arc<Self>, ports: Vec<Box<dyn Port>>) -> Vec<Box<dyn Port>> {
+        ports.into_iter().enumerate().map(|(id, port)| self.wrap_one(port, id)).collect()
+    }
+
+    /// Wrap port number `id` (a queue of it, when it has several), naming it after the first.
+    fn wrap_one(self: &Arc<Self>, port: Box<dyn Port>, id: usize) -> Box<dyn Port> {
+        if let Ok(mut names) = self.names.lock() {
+            if names.len() <= id {
+                names.resize(id + 1, String::new());
+            }
+            if names[id].is_empty() {
+                names[id] = port.name().to_owned();
+            }
+        }
+        Box::new(CapturePort { inner: port, id: id as u16, hub: Arc::clone(self) })
     }
 
     /// The names of the ports wrapped so far, by port number.
@@ -654,7 +665,8 @@ impl Port for CapturePort {
 /// Arguments of `snic capture`.
 #[derive(Debug, clap::Args)]
 pub struct CaptureArgs {
-    /// The control socket of the running snic (`snic run --control PATH`).
+    /// The control socket of the running snic (`snic run --control PATH`, or `snic serve
+    /// --port SPEC --control PATH`).
     #[arg(long, value_name = "PATH")]
     pub control: PathBuf,
     /// A port to capture (what it receives and what it is handed to send); repeat for more.

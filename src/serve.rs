@@ -140,12 +140,14 @@ pub fn run(args: ServeArgs) -> Result<()> {
     }
     let signals = Signals::install().context("installing signal handlers")?;
     let (on_chip, on_board, workers) = (cfg.on_chip, cfg.on_board, cfg.workers);
-    let (wire, nic_desc, vswitch, p4, kernels, xdp) = match &args.port {
+    // With a control socket, the NIC's ports and stages can be captured (`snic capture`) and
+    // packets traced through a dry run of its pipeline (`snic trace`).
+    let (wire, nic_desc, vswitch, p4, kernels, xdp, ops) = match &args.port {
         Some(spec) => {
-            let (w, desc, vs, p4, k, x) = open_nic(spec, &args)?;
-            (Some(w), Some(desc), vs, p4, k, x)
+            let n = open_nic(spec, &args, args.control.is_some())?;
+            (Some(n.wire), Some(n.desc), n.vswitch, n.p4, n.kernels, n.xdp, n.ops)
         }
-        None => (None, None, None, None, Vec::new(), Vec::new()),
+        None => (None, None, None, None, Vec::new(), Vec::new(), None),
     };
     let server = Server::start_with(cfg.clone(), wire)
         .with_context(|| format!("starting the server on {}", cfg.socket.display()))?;
@@ -195,8 +197,12 @@ pub fn run(args: ServeArgs) -> Result<()> {
     )?;
     // The control socket answers from a snapshot the loop below refreshes.
     // The counters document, with where each streaming kernel's results are in device memory.
+    // The counters document says when it was taken (as a run's does), so that rates between
+    // two snapshots (`snic top`) use the time between them, not between their fetches.
+    let started = std::time::Instant::now();
     let stats = || {
         let mut v = server.stats();
+        v["elapsed_secs"] = started.elapsed().as_secs_f64().into();
         if !kernels.is_empty() {
             v["stream_kernels"] = crate::stream::results_json(&kernels);
         }
@@ -206,8 +212,25 @@ pub fn run(args: ServeArgs) -> Result<()> {
         v
     };
     let latest = Arc::new(Mutex::new(stats().to_string()));
+    let mut capture = None;
     let _control = match &args.control {
         Some(path) => {
+            let ops = ops.map(|o| {
+                let target = crate::trace::TraceTarget::new(
+                    o.trace_cfg,
+                    o.hub.port_names(),
+                    vswitch.clone(),
+                    p4.as_ref().map(|p| p.control()),
+                    snic_time::MonotonicClock::new(),
+                )
+                .with_local(o.local);
+                (Arc::clone(&o.hub), crate::capture::ops_handler(o.hub, target))
+            });
+            let (hub, ops) = match ops {
+                Some((h, o)) => (Some(h), Some(o)),
+                None => (None, None),
+            };
+            capture = hub;
             let handler = crate::vswitch::control_handler(
                 Arc::clone(&latest),
                 vswitch,
@@ -219,7 +242,11 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 },
                 snic_time::MonotonicClock::new(),
             );
-            Some(ControlServer::spawn(path, handler)?)
+            // Without a NIC there is nothing to capture or trace: those requests are refused.
+            Some(match ops {
+                Some(ops) => ControlServer::spawn_with_ops(path, handler, Some(ops))?,
+                None => ControlServer::spawn(path, handler)?,
+            })
         }
         None => None,
     };
@@ -248,6 +275,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
             refreshed = std::time::Instant::now();
         }
         std::thread::sleep(Duration::from_millis(50));
+    }
+    // A running capture ends (`run ended`) and sends its end record before the ports go.
+    if let Some(hub) = &capture {
+        hub.close(Duration::from_secs(2));
     }
     let stats = stats();
     server.shutdown().context("shutting down")?;
@@ -302,16 +333,27 @@ pub fn parse_mac(s: &str) -> Result<EthernetAddress> {
     Ok(EthernetAddress(b))
 }
 
-/// The NIC's wire, its description, and the vSwitch and P4 program of its stages (for the
-/// control socket).
-type OpenNic = (
-    Wire,
-    String,
-    Option<VSwitch>,
-    Option<snic_io::p4::P4Program>,
-    Vec<snic_stream::KernelControl>,
-    Vec<snic_io::ebpf::XdpControl>,
-);
+/// An opened NIC: its wire (for the server), a one-line description, the control handles of
+/// its stages, and what capture and trace need.
+struct OpenedNic {
+    wire: Wire,
+    desc: String,
+    vswitch: Option<VSwitch>,
+    p4: Option<snic_io::p4::P4Program>,
+    kernels: Vec<snic_stream::KernelControl>,
+    xdp: Vec<snic_io::ebpf::XdpControl>,
+    /// With a control socket: capture and trace.
+    ops: Option<NicOps>,
+}
+
+/// What `snic capture` and `snic trace` need of a NIC: the capture hub its ports are wrapped
+/// in and its pipeline's stage taps feed, the configuration its pipeline was built from (the
+/// `local` stage in place) and that stage, which a dry run runs as it is (it keeps no state).
+struct NicOps {
+    hub: Arc<crate::capture::CaptureHub>,
+    trace_cfg: PipelineConfig,
+    local: snic_nic::local::Local,
+}
 
 /// Where kernels' results tables are allocated: on-board device memory (the larger kind).
 fn results_kind() -> snic_device::DevKind {
@@ -319,8 +361,9 @@ fn results_kind() -> snic_device::DevKind {
 }
 
 /// Open the NIC's ports and build its data path; also a one-line description, and the vSwitch
-/// and the P4 program (their control handles) when stages are ones.
-fn open_nic(spec: &PortSpec, args: &ServeArgs) -> Result<OpenNic> {
+/// and the P4 program (their control handles) when stages are ones. With `ops`, the ports are
+/// wrapped for capture and the pipeline gets stage taps (both idle until a capture runs).
+fn open_nic(spec: &PortSpec, args: &ServeArgs, ops: bool) -> Result<OpenedNic> {
     if args.rdma_ip.is_empty() {
         bail!("a NIC needs --rdma-ip (its RoCE address)");
     }
@@ -383,6 +426,15 @@ fn open_nic(spec: &PortSpec, args: &ServeArgs) -> Result<OpenNic> {
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut xdp = snic_io::ebpf::XdpPrograms::from_stages(&pcfg.stages, 1)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
+    // The stages as the NIC runs them (`local` in place): what a capture names and a dry run
+    // builds.
+    pcfg.stages = snic_io::nic::nic_stages(&pcfg.stages)?;
+    let hub = ops.then(|| {
+        crate::capture::CaptureHub::new(pcfg.stages.iter().map(|s| s.to_string()).collect())
+    });
+    if let Some(hub) = &hub {
+        pcfg.stage_taps = hub.stage_taps();
+    }
     let pipeline = build_nic_pipeline(
         &pcfg,
         &nic,
@@ -393,6 +445,13 @@ fn open_nic(spec: &PortSpec, args: &ServeArgs) -> Result<OpenNic> {
     )?;
     let names: Vec<&str> = pipeline.stage_names().collect();
     let ports_desc: Vec<String> = ports.iter().map(|p| p.name().to_string()).collect();
+    let (ports, ops) = match hub {
+        Some(hub) => {
+            let ports = hub.wrap_ports(ports);
+            (ports, Some(NicOps { hub, trace_cfg: pcfg, local: nic.local_stage() }))
+        }
+        None => (ports, None),
+    };
     let desc = format!(
         "ports [{}], stages [{}], RoCE {}, MAC {mac}, link MTU {link_mtu}",
         ports_desc.join(", "),
@@ -400,14 +459,15 @@ fn open_nic(spec: &PortSpec, args: &ServeArgs) -> Result<OpenNic> {
         ips.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(", "),
     );
     let node = NicNode::new("nic", pipeline, ports, nic, snic_pipeline::MAX_BATCH);
-    Ok((
-        Wire { node, ips, link_mtu },
+    Ok(OpenedNic {
+        wire: Wire { node, ips, link_mtu },
         desc,
         vswitch,
         p4,
-        kernels.controls().to_vec(),
-        xdp.controls().to_vec(),
-    ))
+        kernels: kernels.controls().to_vec(),
+        xdp: xdp.controls().to_vec(),
+        ops,
+    })
 }
 
 #[cfg(test)]

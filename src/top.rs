@@ -143,9 +143,20 @@ fn drops(doc: &Value) -> BTreeMap<String, u64> {
     m
 }
 
+/// Seconds between two samples: by the documents' own clock (`elapsed_secs`, when each
+/// snapshot was taken) when both have it, else by when they were fetched. The control socket
+/// answers from a snapshot refreshed every 100 ms, so fetch times alone are off by up to that
+/// much, and rates with them.
+fn interval_secs(old: &Sample, new: &Sample) -> f64 {
+    match (old.doc["elapsed_secs"].as_f64(), new.doc["elapsed_secs"].as_f64()) {
+        (Some(a), Some(b)) if b > a => b - a,
+        _ => new.at.saturating_duration_since(old.at).as_secs_f64(),
+    }
+}
+
 /// The frame between samples `old` and `new`.
 pub fn frame(control: &Path, old: &Sample, new: &Sample) -> Frame {
-    let secs = new.at.saturating_duration_since(old.at).as_secs_f64();
+    let secs = interval_secs(old, new);
     let (o, n) = (&old.doc, &new.doc);
     let mut sections = Vec::new();
 
@@ -516,6 +527,28 @@ mod tests {
         assert_eq!(f.sections.len(), 3, "no vSwitch, RDMA or DMA sections without them");
         let t = text(&f);
         assert!(t.contains("\nports\n  port  name   rx        rx"), "{t}");
+    }
+
+    #[test]
+    fn rates_use_the_documents_clock_when_they_have_one() {
+        let t0 = Instant::now();
+        let doc = |rx: u64, at: Option<f64>| {
+            let mut d = json!({"ports": [{"id": 0, "name": "p", "rx_packets": rx}]});
+            if let Some(at) = at {
+                d["elapsed_secs"] = json!(at);
+            }
+            d
+        };
+        let rx_rate = |a: Value, b: Value| {
+            let a = Sample { doc: a, flows: None, at: t0 };
+            let b = Sample { doc: b, flows: None, at: t0 + Duration::from_secs(1) };
+            frame(Path::new("ctl"), &a, &b).sections[0].rows[0][2].clone()
+        };
+        // Fetched 1 s apart, taken 2 s apart: 2000 packets in 2 s.
+        assert_eq!(rx_rate(doc(0, Some(1.0)), doc(2000, Some(3.0))), "1.00kpps");
+        // No clock (or the same snapshot twice): the fetch times.
+        assert_eq!(rx_rate(doc(0, None), doc(2000, None)), "2.00kpps");
+        assert_eq!(rx_rate(doc(0, Some(1.0)), doc(0, Some(1.0))), "0pps");
     }
 
     #[test]

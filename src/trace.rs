@@ -16,8 +16,13 @@
 //!   packet's key (read-only lookups, GFT hit or slow path);
 //! - `p4` runs on a copy of the first worker's switch (tables, registers, counters copied;
 //!   the copy is thrown away), with its parser/table/action trace;
-//! - `tap:` writes nothing; `kernel:`, `xdp:` and `local` are not run (they change maps,
-//!   registers or device state) and say so: the packet passes them unchanged.
+//! - `tap:` writes nothing; `kernel:` and `xdp:` are not run (they change maps or registers)
+//!   and say so: the packet passes them unchanged;
+//! - `local`, on a whole NIC (`snic serve --port`), runs as it is (it only compares the
+//!   packet with the NIC's RoCE addresses): RoCEv2 and ARP / ND for the NIC show as taken by
+//!   the device and the verdict says which part takes them (its RDMA engine or its neighbour
+//!   table). What the engine would then do with the packet (its QPs' state) is not traced.
+//!   Elsewhere `local` is not run and says so.
 
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
@@ -52,6 +57,8 @@ pub struct TraceTarget {
     vswitch: Option<snic_vswitch::engine::VSwitch>,
     p4: Option<snic_io::p4::P4Control>,
     clock: MonotonicClock,
+    /// A NIC's `local` stage (its RoCE addresses), run as it is.
+    local: Option<snic_nic::local::Local>,
 }
 
 impl std::fmt::Debug for TraceTarget {
@@ -148,7 +155,14 @@ impl TraceTarget {
         let mut cfg = cfg;
         cfg.stage_taps = Default::default();
         cfg.trace = Some("all".into());
-        TraceTarget { cfg, ports, vswitch, p4, clock }
+        TraceTarget { cfg, ports, vswitch, p4, clock, local: None }
+    }
+
+    /// Run a NIC's `local` stage in the dry run (it keeps no state): packets for the NIC show
+    /// as the device's instead of passing the stage unchanged.
+    pub fn with_local(mut self, local: snic_nic::local::Local) -> Self {
+        self.local = Some(local);
+        self
     }
 
     fn private_vswitch(&self) -> Result<Box<dyn Stage>, BuildError> {
@@ -208,9 +222,12 @@ impl TraceTarget {
                 StageSpec::Xdp { .. } => not_run(
                     "not run in a dry run (an XDP program changes its maps); passed unchanged",
                 ),
-                StageSpec::Local => {
-                    not_run("not run in a dry run (the device's own packets); passed unchanged")
-                }
+                StageSpec::Local => match &self.local {
+                    Some(l) => Some(Ok(Box::new(l.clone()) as Box<dyn Stage>)),
+                    None => {
+                        not_run("not run in a dry run (the device's own packets); passed unchanged")
+                    }
+                },
                 _ => None,
             }
         };
@@ -266,7 +283,22 @@ impl TraceTarget {
             steps.push(json!({"stage": snic_pipeline::trace::TX_STAGE, "what": what}));
             verdicts.push(what);
         }
-        if batch.is_empty() {
+        if let Some(local) = &self.local {
+            let mut mine = Batch::new(snic_pipeline::MAX_BATCH);
+            pipeline.take_local(&mut mine);
+            for p in mine.iter() {
+                use snic_nic::local::LocalKind;
+                let to = match local.kind(p) {
+                    Some(LocalKind::Roce { .. }) => "its RDMA engine",
+                    Some(LocalKind::Neighbour) => "its neighbour table",
+                    None => "it",
+                };
+                let what = format!("would be taken by the NIC: {to} (not delivered: dry run)");
+                steps.push(json!({"stage": snic_pipeline::trace::TX_STAGE, "what": what}));
+                verdicts.push(what);
+            }
+        }
+        if verdicts.is_empty() {
             verdicts.push("dropped".into());
         }
         Ok(json!({
@@ -366,7 +398,8 @@ pub fn serve(target: &TraceTarget, req: &TraceRequest, mut conn: std::os::unix::
 /// Arguments of `snic trace`.
 #[derive(Debug, clap::Args)]
 pub struct TraceArgs {
-    /// The control socket of the running snic (`snic run --control PATH`).
+    /// The control socket of the running snic (`snic run --control PATH`, or `snic serve
+    /// --port SPEC --control PATH`).
     #[arg(long, value_name = "PATH")]
     pub control: PathBuf,
     /// The port the packet arrives on.

@@ -1,13 +1,18 @@
 //! End-to-end tests of `snic capture` and `snic trace` against a running `snic run --control`:
 //! captures bounded by a count, with a filter and of a stage, decoded by tshark and scapy;
 //! counters that capture leaves alone; clear errors for bad requests; dry-run traces through
-//! l2fwd and the vSwitch (an allow and a deny rule) that move no counter.
+//! l2fwd and the vSwitch (an allow and a deny rule) that move no counter. And against a whole
+//! NIC (`snic serve --port udp:... --control`): its wire port and a stage captured, its own
+//! steering (RoCE to the RDMA engine, ARP to the neighbour table) traced.
 
 mod common;
 
 use serde_json::Value;
+use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// Longest wait for a running `snic run` to do something.
@@ -31,9 +36,20 @@ struct Run {
 
 impl Run {
     fn start(dir: &Path, args: &[&str]) -> Run {
+        Run::spawn(dir, &["run"], args)
+    }
+
+    /// `snic serve` (one worker, no huge pages, its setup socket in `dir`) with `args`.
+    fn serve(dir: &Path, args: &[&str]) -> Run {
+        let setup = dir.join("setup.sock");
+        let setup = setup.to_str().unwrap();
+        Run::spawn(dir, &["serve", "--no-huge", "--workers", "1", "--socket", setup], args)
+    }
+
+    fn spawn(dir: &Path, sub: &[&str], args: &[&str]) -> Run {
         let sock = dir.join("ctl.sock");
         let child = snic()
-            .arg("run")
+            .args(sub)
             .args(args)
             .arg("--control")
             .arg(&sock)
@@ -395,5 +411,117 @@ fn trace_through_the_vswitch_shows_the_allow_and_the_deny_and_changes_nothing() 
     let mut after = run.stats();
     after["elapsed_secs"] = before["elapsed_secs"].clone();
     assert_eq!(before, after);
+    run.stop();
+}
+
+/// The MAC of the NIC in the `snic serve` tests.
+const NIC_MAC: &str = "02:00:00:00:aa:01";
+
+/// A RoCEv2 SEND ONLY (no payload) from 10.0.0.1 to the NIC's RoCE address 10.9.9.9, with a
+/// good ICRC, as hex.
+fn roce_send_hex() -> String {
+    // BTH: SEND ONLY, default P_Key, dest QP 0x11, PSN 5; then room for the ICRC.
+    let bth = "04 00 ffff 00 000011 00 000005 00000000".replace(' ', "");
+    let spec = format!(
+        r#"Ether(src="02:00:00:00:00:01",dst="{NIC_MAC}")/IP(src="10.0.0.1",dst="10.9.9.9")/UDP(sport=49152,dport=4791,chksum=0)/Raw(hex="{bth}")"#
+    );
+    let mut f = snic_scenario::packet::build(&spec).unwrap();
+    snic_wire::roce::icrc::fill(&mut f[14..]).unwrap();
+    f.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[test]
+fn serve_captures_its_wire_port_and_a_stage_and_traces_its_own_steering() {
+    let test = "serve_captures";
+    if !common::have_tshark(test) {
+        return;
+    }
+    let dir = common::temp_dir("cap-serve");
+    let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
+    // A free port for the NIC's wire end (bound and released; snic binds it right after).
+    let wire = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let port = format!("udp:{wire},{}", peer.local_addr().unwrap());
+    let run = Run::serve(&dir, &["--port", &port, "--rdma-ip", "10.9.9.9", "--mac", NIC_MAC]);
+    // The peer sends ordinary frames to the NIC until the captures are done (bounded).
+    let frame = snic_scenario::packet::build(&format!(
+        r#"Ether(src="02:00:00:00:00:01",dst="{NIC_MAC}")/IP(src="10.0.0.1",dst="10.0.0.2")/UDP(sport=1000,dport=2000)/Raw(len=18)"#
+    ))
+    .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let sender = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let t0 = Instant::now();
+            while !stop.load(Ordering::Relaxed) && t0.elapsed() < Duration::from_secs(60) {
+                peer.send_to(&frame, wire).unwrap();
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        })
+    };
+
+    // Port 0, the wire: what the peer sent, inbound.
+    let file = dir.join("wire.pcapng");
+    let o = capture(&run, &["--port", "0", "-c", "20"], &file);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert!(err.starts_with("captured 20, dropped 0 by capture (count); 1 interface(s)"), "{err}");
+    let rows = tshark_fields(
+        &file,
+        &["frame.interface_name", "frame.packet_flags_direction", "ip.dst", "udp.dstport"],
+    );
+    assert_eq!(rows.len(), 20, "{rows:?}");
+    for r in &rows {
+        assert!(r[0].starts_with("port 0 ("), "{r:?}");
+        assert_eq!(hex(&r[1]), 1, "received frames are inbound: {r:?}");
+        assert_eq!(r[2..], ["10.0.0.2", "2000"], "{r:?}");
+    }
+
+    // A stage of the NIC's pipeline (`local` in place after classify): what leaves classify.
+    let file = dir.join("stage.pcapng");
+    let o = capture(&run, &["--stage", "classify", "-c", "5"], &file);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let rows = tshark_fields(&file, &["frame.interface_name", "ip.dst"]);
+    assert_eq!(rows.len(), 5, "{rows:?}");
+    assert!(rows.iter().all(|r| r[0] == "stage 1 (classify)" && r[1] == "10.0.0.2"), "{rows:?}");
+    let o = capture(&run, &["--stage", "nope"], &file);
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert!(err.contains("no stage \"nope\" (stages: parse, classify, local, l2fwd)"), "{err}");
+    let o = capture(&run, &["--port", "1"], &file);
+    assert!(!o.status.success());
+    assert!(text(&o.stderr).contains("no port 1 (this snic has 1 port(s)"), "{}", text(&o.stderr));
+    stop.store(true, Ordering::Relaxed);
+    sender.join().unwrap();
+
+    // Trace: the NIC's own steering runs in the dry run. RoCE for its address goes to the
+    // RDMA engine, ARP for it to the neighbour table; neither is delivered.
+    let o = trace(&run, &["--port", "0", "--hex", &roce_send_hex()]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    for want in [
+        "classify   classified as rdma",
+        "(local: rdma engine)",
+        "verdict: would be taken by the NIC: its RDMA engine (not delivered: dry run)",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
+    assert!(!out.contains("not run"), "{out}");
+    let arp = r#"Ether(src="02:00:00:00:00:01")/ARP(psrc="10.0.0.1",pdst="10.9.9.9")"#;
+    let o = trace(&run, &["--port", "0", arp]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.contains("(local: neighbour table)"), "{out}");
+    assert!(out.contains("verdict: would be taken by the NIC: its neighbour table"), "{out}");
+    // Another address's traffic passes `local` and goes on through the stages.
+    let other = r#"Ether(dst="02:00:00:00:00:02")/IP(src="10.0.0.1",dst="10.0.0.2")/UDP(dport=7)"#;
+    let o = trace(&run, &["--port", "0", other]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.contains("l2fwd "), "{out}");
+    assert!(!out.contains("local:") && !out.contains("taken by the NIC"), "{out}");
+    // Nothing traced reached the device.
+    let st = run.stats();
+    assert_eq!(st["nic"]["nic"]["roce_rx"], 0, "{st}");
+    assert_eq!(st["nic"]["nic"]["neigh_rx"], 0, "{st}");
     run.stop();
 }

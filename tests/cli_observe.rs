@@ -1,6 +1,8 @@
 //! Observability as an operator uses it: the Prometheus endpoint of `snic run` and
 //! `snic serve` (`--metrics`), scraped over HTTP and parsed strictly, and `snic top` (`--once`
-//! text, and the live screen through a pseudo-terminal).
+//! text, and the live screen through a pseudo-terminal): rates per port and stage, the top
+//! flows of a vSwitch run by packets and by bytes, and the rate of each RDMA QP of a
+//! `snic serve` whose QPs move data.
 
 mod common;
 
@@ -377,33 +379,32 @@ fn top_once_prints_rates_per_port_and_stage() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The live screen through a pseudo-terminal (python3's `pty`): it shows a non-zero port
-/// rate next to the generator port's name and quits on `q`.
-#[test]
-fn top_screen_shows_a_moving_port_rate_and_quits_on_q() {
+/// python3's `pty` is there (the live screen's tests drive `snic top` through it).
+fn have_pty(test: &str) -> bool {
     let have = Command::new("python3")
         .args(["-c", "import pty"])
         .output()
         .is_ok_and(|o| o.status.success());
-    if !common::need(have, "python3", "top_screen_shows_a_moving_port_rate_and_quits_on_q") {
-        return;
-    }
-    let dir = common::temp_dir("hmetrics-top-pty");
-    let sock = dir.join("ctl.sock");
-    let _run = run_with_control(&sock);
+    common::need(have, "python3", test)
+}
+
+/// Run `snic top --interval 200 --control SOCK` in a pseudo-terminal of 120 x 60 until the
+/// screen (escape sequences blanked) matches every regex of `patterns` (at most 20 s), then
+/// press `q`. Returns `{"found": [first group of each match, or null], "exit": status,
+/// "tail": the last output}`.
+fn top_screen(sock: &Path, patterns: &[&str]) -> Value {
     let script = r#"
 import json, os, pty, re, select, sys, time
-snic, sock = sys.argv[1], sys.argv[2]
+snic, sock, pats = sys.argv[1], sys.argv[2], [re.compile(p) for p in json.loads(sys.argv[3])]
 pid, fd = pty.fork()
 if pid == 0:
     os.environ["TERM"] = "xterm"
-    os.environ["COLUMNS"], os.environ["LINES"] = "120", "40"
+    os.environ["COLUMNS"], os.environ["LINES"] = "120", "60"
     os.execv(snic, [snic, "top", "--interval", "200", "--control", sock])
 import fcntl, struct, termios
-fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-buf, found, deadline = b"", None, time.time() + 20
-rate = re.compile(r"gen:\S*\s+(\S*[1-9]\S*pps)")
-while time.time() < deadline and found is None:
+fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 60, 120, 0, 0))
+buf, found, deadline = b"", [None] * len(pats), time.time() + 20
+while time.time() < deadline and None in found:
     r, _, _ = select.select([fd], [], [], 0.5)
     if r:
         try:
@@ -411,9 +412,10 @@ while time.time() < deadline and found is None:
         except OSError:
             break
     text = re.sub(rb"\x1b\[[0-9;?]*[A-Za-z]", b" ", buf).decode("utf-8", "replace")
-    m = rate.search(text)
-    if m:
-        found = m.group(1)
+    for i, p in enumerate(pats):
+        m = p.search(text)
+        if m and found[i] is None:
+            found[i] = m.group(1) if p.groups else m.group(0)
 os.write(fd, b"q")
 status, t0 = None, time.time()
 while time.time() - t0 < 10:
@@ -428,17 +430,275 @@ while time.time() - t0 < 10:
 if status is None:
     os.kill(pid, 9)
     os.waitpid(pid, 0)
-print(json.dumps({"rate": found, "exit": status, "tail": buf[-400:].decode("utf-8", "replace")}))
+print(json.dumps({"found": found, "exit": status, "tail": buf[-400:].decode("utf-8", "replace")}))
 "#;
-    let out = Command::new("python3").arg("-c").arg(script).arg(SNIC).arg(&sock).output().unwrap();
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+    let pats = serde_json::to_string(patterns).unwrap();
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(SNIC)
+        .arg(sock)
+        .arg(pats)
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
             "{e}: {}{}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         )
-    });
-    assert!(v["rate"].is_string(), "no non-zero rate beside the generator port: {v}");
+    })
+}
+
+/// The live screen through a pseudo-terminal (python3's `pty`): it shows a non-zero port
+/// rate next to the generator port's name and quits on `q`.
+#[test]
+fn top_screen_shows_a_moving_port_rate_and_quits_on_q() {
+    if !have_pty("top_screen_shows_a_moving_port_rate_and_quits_on_q") {
+        return;
+    }
+    let dir = common::temp_dir("hmetrics-top-pty");
+    let sock = dir.join("ctl.sock");
+    let _run = run_with_control(&sock);
+    let v = top_screen(&sock, &[r"gen:\S*\s+(\S*[1-9]\S*pps)"]);
+    assert!(v["found"][0].is_string(), "no non-zero rate beside the generator port: {v}");
     assert_eq!(v["exit"], 0, "snic top quits with status 0 on q: {v}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The rows of the section `title` of a `snic top --once` text, split into cells (none when
+/// it shows `(none)`); panics when there is no such section.
+fn section(text: &str, title: &str) -> Vec<Vec<String>> {
+    let mut lines = text.lines().skip_while(|l| *l != title);
+    assert!(lines.next().is_some(), "no section {title:?} in\n{text}");
+    lines
+        .skip(1) // the header
+        .take_while(|l| l.starts_with("  ") && l.trim() != "(none)")
+        .map(|l| l.split_whitespace().map(str::to_owned).collect())
+        .collect()
+}
+
+/// A rate cell that is not zero (nor `new`: the thing was there at both samples).
+fn moving(cell: &str) -> bool {
+    let end = cell.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(cell.len());
+    cell[..end].parse::<f64>().is_ok_and(|v| v > 0.0)
+}
+
+/// A frame from the default policy's VM (02:00:00:00:00:01, 10.0.0.1) to 10.0.0.2, UDP from
+/// `sport` to 2000, with `len` bytes of payload.
+fn vm_frame(sport: u16, len: usize) -> Vec<u8> {
+    snic_scenario::packet::build(&format!(
+        r#"Ether(src="02:00:00:00:00:01",dst="02:00:00:00:00:02")/IP(src="10.0.0.1",dst="10.0.0.2")/UDP(sport={sport},dport=2000)/Raw(len={len})"#
+    ))
+    .unwrap()
+}
+
+/// A `snic run --stage parse --stage vswitch` (the embedded policy: vPort 0 on port 0, the
+/// uplink on port 1) fed on a UDP port 0 with two flows until dropped: from port 1000, four
+/// small frames per round; from port 1001, one large one. The first leads by packets, the
+/// second by bytes. Returns once the vSwitch has cached both.
+struct VSwitchRun {
+    _run: Proc,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    sender: Option<std::thread::JoinHandle<()>>,
+}
+
+impl VSwitchRun {
+    fn start(sock: &Path) -> VSwitchRun {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let peer = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        // A free port for snic's end (bound and released; snic binds it right after).
+        let addr = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let child = Command::new(SNIC)
+            .args(["run", "--duration", "120", "--port"])
+            .arg(format!("udp:{addr},{}", peer.local_addr().unwrap()))
+            .args(["--port", "null", "--stage", "parse", "--stage", "vswitch", "--control"])
+            .arg(sock)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn snic run");
+        let run = Proc(child);
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let sender = {
+            let stop = std::sync::Arc::clone(&stop);
+            let (small, large) = (vm_frame(1000, 18), vm_frame(1001, 1200));
+            std::thread::spawn(move || {
+                let t0 = Instant::now();
+                while !stop.load(Ordering::Relaxed) && t0.elapsed() < Duration::from_secs(90) {
+                    for _ in 0..4 {
+                        let _ = peer.send_to(&small, addr);
+                    }
+                    let _ = peer.send_to(&large, addr);
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            })
+        };
+        let t0 = Instant::now();
+        loop {
+            let out = Command::new(SNIC)
+                .args(["vswitch", "dump-flows", "--control"])
+                .arg(sock)
+                .output()
+                .unwrap();
+            let flows = String::from_utf8_lossy(&out.stdout);
+            if ["src=10.0.0.1:1000,", "src=10.0.0.1:1001,"].iter().all(|k| flows.contains(k)) {
+                break;
+            }
+            assert!(t0.elapsed() < READY, "the vSwitch never cached both flows: {flows}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        VSwitchRun { _run: run, stop, sender: Some(sender) }
+    }
+}
+
+impl Drop for VSwitchRun {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(s) = self.sender.take() {
+            let _ = s.join();
+        }
+    }
+}
+
+#[test]
+fn top_once_lists_the_top_flows_by_packets_and_by_bytes() {
+    let dir = common::temp_dir("hmetrics-top-flows");
+    let sock = dir.join("ctl.sock");
+    let _run = VSwitchRun::start(&sock);
+    let out = Command::new(SNIC)
+        .args(["top", "--once", "--interval", "300", "--control"])
+        .arg(&sock)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    // Rows: flow key, packet rate, bit rate, packets, bytes.
+    let num = |cell: &str| cell.parse::<u64>().unwrap_or_else(|_| panic!("{cell:?}:\n{text}"));
+    for (title, leader) in [("top flows by packets", ":1000,"), ("top flows by bytes", ":1001,")] {
+        let rows = section(&text, title);
+        assert!(rows.len() >= 2, "both flows in {title}:\n{text}");
+        let first = &rows[0];
+        assert!(first[0].starts_with("port=0,out,proto=17,src=10.0.0.1"), "{title}:\n{text}");
+        assert!(first[0].contains(leader), "{title} leads with {leader}:\n{text}");
+        assert!(moving(&first[1]) && first[2].ends_with("bit/s") && moving(&first[2]), "{text}");
+        assert!(num(&first[3]) > 0 && num(&first[4]) > num(&first[3]), "{title}:\n{text}");
+        let sorted = |col: usize| rows.windows(2).all(|w| num(&w[0][col]) >= num(&w[1][col]));
+        assert!(sorted(if title.ends_with("packets") { 3 } else { 4 }), "{title}:\n{text}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn top_screen_shows_the_flows_table() {
+    if !have_pty("top_screen_shows_the_flows_table") {
+        return;
+    }
+    let dir = common::temp_dir("hmetrics-top-flows-pty");
+    let sock = dir.join("ctl.sock");
+    let _run = VSwitchRun::start(&sock);
+    let v = top_screen(
+        &sock,
+        &[
+            r"top flows by packets",
+            r"top flows by bytes",
+            r"src=10\.0\.0\.1:1000\S*\s+(\S*[1-9]\S*pps)",
+        ],
+    );
+    assert!(v["found"].as_array().unwrap().iter().all(Value::is_string), "{v}");
+    assert_eq!(v["exit"], 0, "snic top quits with status 0 on q: {v}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn top_once_shows_a_moving_rate_per_rdma_qp_of_serve() {
+    use snic_host::{Device, Placement, RdmaSge, WC_SUCCESS, rdma_access};
+    let dir = common::temp_dir("hmetrics-top-qps");
+    let (sock, ctl) = (dir.join("snic.sock"), dir.join("ctl.sock"));
+    // RoCE needs a fixed port: one the kernel just gave out and took back.
+    let rdma = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let child = Command::new(SNIC)
+        .args(["serve", "--no-huge", "--workers", "1", "--on-board", "16M", "--rdma"])
+        .arg(rdma.to_string())
+        .arg("--socket")
+        .arg(&sock)
+        .arg("--control")
+        .arg(&ctl)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn snic serve");
+    let _serve = Proc(child);
+    let t0 = Instant::now();
+    let dev = loop {
+        if let Ok(d) = Device::connect(&sock, "top-qps") {
+            break d;
+        }
+        assert!(t0.elapsed() < READY, "snic serve did not come up");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // Two QPs connected to each other over loopback RoCE; a WRITEs 16 KiB into b's memory.
+    let n = 16usize << 10;
+    let buf = dev.alloc_host(2 * n).unwrap();
+    let rings = dev.alloc_host(16 << 10).unwrap();
+    let (lkey, _) = dev.rdma_reg_mr(buf.iova(), n as u64, rdma_access::LOCAL_WRITE).unwrap();
+    let (_, rkey) = dev.rdma_reg_mr(buf.iova() + n as u64, n as u64, rdma_access::ALL).unwrap();
+    let a = dev.rdma_create_qp(Placement::Host(&rings), 16).unwrap();
+    let b = dev.rdma_create_qp(Placement::OnBoard, 16).unwrap();
+    let lo = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+    dev.rdma_connect(a.qpn, b.qpn, lo, 1024).unwrap();
+    dev.rdma_connect(b.qpn, a.qpn, lo, 1024).unwrap();
+    let sge = RdmaSge { addr: buf.iova(), lkey, len: n as u32 };
+    let write = |id: u64| {
+        dev.rdma_post_write(a.qpn, id, sge, buf.iova() + n as u64, rkey).unwrap();
+        let c = dev.rdma_wait_cq(a.qpn, 4, READY).unwrap();
+        assert_eq!((c.len(), c[0].status), (1, WC_SUCCESS), "{c:?}");
+    };
+    write(0);
+    // The control socket answers from a snapshot (refreshed every 100 ms): wait until it has
+    // both QPs, so that they are in both of top's samples. WRITEs go on until top has printed.
+    let t0 = Instant::now();
+    loop {
+        let out = Command::new(SNIC).arg("stats").arg("--control").arg(&ctl).output().unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        if v["rdma"]["qp_list"].as_array().is_some_and(|l| l.len() == 2) {
+            break;
+        }
+        assert!(t0.elapsed() < READY, "the QPs never showed in the counters: {v}");
+        write(0);
+    }
+    let mut top = Command::new(SNIC)
+        .args(["top", "--once", "--interval", "300", "--control"])
+        .arg(&ctl)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    let mut id = 1;
+    while top.try_wait().unwrap().is_none() {
+        assert!(t0.elapsed() < READY, "snic top --once did not finish");
+        write(id);
+        id += 1;
+    }
+    let out = top.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    // Rows: qpn, state, dest qpn, PSN advance sent, received, outstanding WQEs.
+    let rows = section(&text, "rdma qps (PSN advance: requests sent, requests received)");
+    let row = |qpn: u32| {
+        rows.iter()
+            .find(|r| r[0] == qpn.to_string())
+            .unwrap_or_else(|| panic!("no row for QP {qpn}:\n{text}"))
+            .clone()
+    };
+    let (ra, rb) = (row(a.qpn), row(b.qpn));
+    assert_eq!(ra[1..3], ["Rts".to_owned(), b.qpn.to_string()], "{text}");
+    assert!(moving(&ra[3]), "the requester's sent rate moves:\n{text}");
+    assert!(moving(&rb[4]), "the responder's received rate moves:\n{text}");
+    assert_eq!(rb[3], "0pps", "the responder sends no requests:\n{text}");
+    let rdma = section(&text, "rdma");
+    assert_eq!(rdma[0][0], "2", "two QPs:\n{text}");
+    assert!(moving(&rdma[0][1]), "the engine's tx rate moves:\n{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }
