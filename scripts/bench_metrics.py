@@ -50,7 +50,9 @@ def run(snic, packets, metrics):
 
     t = threading.Thread(target=scraper if metrics else lambda: [None for _ in p.stderr], daemon=True)
     t.start()
-    out, _ = p.communicate()
+    # stderr belongs to the thread (it finds the address there): communicate() would race it.
+    out = p.stdout.read()
+    p.wait()
     stop.set()
     if p.returncode != 0:
         sys.exit(f"snic run failed: {cmd}")
