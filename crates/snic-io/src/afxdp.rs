@@ -1213,6 +1213,117 @@ impl Port for AfXdpPort {
     }
 }
 
+/// Every receive queue of one interface as one port, for a run where one loop serves the
+/// interface (one worker): an AF_XDP socket is bound to a single queue, and the frames the
+/// interface steers to the other queues would otherwise never reach snic (the redirect program
+/// finds no socket for their queue and passes them to the kernel). Receive takes from each
+/// queue in turn; transmit goes out of the first queue's socket (any queue may send). One
+/// epoll descriptor, readable when any socket is, is what the I/O loop polls.
+pub struct AfXdpQueuesPort {
+    queues: Vec<AfXdpPort>,
+    /// The queue the next receive starts at (so that no queue starves the others).
+    next: usize,
+    epoll: OwnedFd,
+    name: String,
+}
+
+impl fmt::Debug for AfXdpQueuesPort {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AfXdpQueuesPort").field("name", &self.name).finish()
+    }
+}
+
+impl AfXdpQueuesPort {
+    /// Open every receive queue of `ifname` (one socket each, one shared program); a single
+    /// queue interface gives a port of one queue.
+    pub fn open(ifname: &str) -> io::Result<AfXdpQueuesPort> {
+        let n = rx_queue_count(ifname).unwrap_or(1).max(1) as usize;
+        let queues = AfXdpPort::open_queues(ifname, 0, n)?;
+        // SAFETY: epoll_create1 takes no pointers; the result is checked.
+        let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if ep < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `ep` is a fresh descriptor that nothing else owns.
+        let epoll = unsafe { OwnedFd::from_raw_fd(ep) };
+        for q in &queues {
+            let fd = q.fd.as_raw_fd();
+            let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: fd as u64 };
+            // SAFETY: `ev` is a live epoll_event the kernel only reads; both fds are open.
+            let r = unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) };
+            if r < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        let mode = queues.first().map(|q| q.mode).unwrap_or(XdpMode::GenericCopy);
+        let name = if n == 1 {
+            format!("afxdp:{ifname},0 ({mode})")
+        } else {
+            format!("afxdp:{ifname},0-{} ({mode})", n - 1)
+        };
+        Ok(AfXdpQueuesPort { queues, next: 0, epoll, name })
+    }
+
+    /// The sockets, one per receive queue.
+    pub fn queues(&self) -> &[AfXdpPort] {
+        &self.queues
+    }
+}
+
+impl Port for AfXdpQueuesPort {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn recv(&mut self, now: Instant, batch: &mut Batch) -> io::Result<usize> {
+        let n = self.queues.len();
+        let mut got = 0;
+        for k in 0..n {
+            if batch.is_full() {
+                break;
+            }
+            got += self.queues[(self.next + k) % n].recv(now, batch)?;
+        }
+        self.next = (self.next + 1) % n.max(1);
+        Ok(got)
+    }
+
+    fn send(&mut self, now: Instant, batch: &mut Batch) -> io::Result<usize> {
+        // Frames a receive left for a queue's transmit ring go out with that queue's receive.
+        match self.queues.first_mut() {
+            Some(q) => q.send(now, batch),
+            None => Ok(0),
+        }
+    }
+
+    fn poll_fd(&self) -> Option<RawFd> {
+        Some(self.epoll.as_raw_fd())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        let mut first = Ok(());
+        for q in &mut self.queues {
+            let r = q.flush();
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    }
+
+    fn caps(&self) -> PortCaps {
+        self.queues.first().map(Port::caps).unwrap_or_default()
+    }
+
+    fn counters(&self) -> PortCounters {
+        let mut c = PortCounters::default();
+        for q in &self.queues {
+            c.merge(&q.counters());
+        }
+        c
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -393,7 +393,12 @@ mod shim {
         Ok(Box::new(crate::tap::TapPort::open(name)?))
     }
 
+    /// One AF_XDP port: the queue asked for, or with queue 0 (the default) every receive queue
+    /// of the interface, so that no frame bypasses snic on a multi-queue interface.
     pub(super) fn afxdp(ifname: &str, queue: u32) -> io::Result<Box<dyn Port>> {
+        if queue == 0 && crate::afxdp::rx_queue_count(ifname).is_some_and(|n| n > 1) {
+            return Ok(Box::new(crate::afxdp::AfXdpQueuesPort::open(ifname)?));
+        }
         Ok(Box::new(crate::afxdp::AfXdpPort::open(ifname, queue)?))
     }
 

@@ -345,3 +345,36 @@ fn afxdp_queues_share_one_program_and_split_by_rx_queue() {
     drop(queues);
     assert!(!v.outer_link().contains("xdp"), "{}", v.outer_link());
 }
+
+/// One loop serving an AF_XDP interface (one worker): the port opened from `afxdp:IF` takes
+/// every receive queue, so frames the interface steers to queue 1 reach snic too (before,
+/// they bypassed it: the program found no socket for their queue). An explicit queue keeps
+/// to that queue.
+#[test]
+fn one_afxdp_port_serves_every_receive_queue() {
+    if !can_run("one_afxdp_port_serves_every_receive_queue") {
+        return;
+    }
+    let v = Veth::create(2);
+    let spec: PortSpec = format!("afxdp:{}", v.outer).parse().expect("spec");
+    let mut port = spec.open().expect("open");
+    assert!(port.name().starts_with(&format!("afxdp:{},0-1 (", v.outer)), "{}", port.name());
+    const N: usize = 256;
+    let frames: Vec<Vec<u8>> =
+        (0..N).map(|i| udp_frame(1000 + (i % 64) as u16, i as u32)).collect();
+    send_from_ns(&v, &frames);
+    let got = receive(&mut [port.as_mut()], N);
+    let mut all = got.into_iter().next().expect("one port");
+    assert_eq!(all.len(), N, "every frame, whichever queue it came in on");
+    let mut want = frames.clone();
+    all.sort();
+    want.sort();
+    assert_eq!(all, want);
+    let c = port.counters();
+    assert_eq!((c.rx_packets, c.kernel_drops()), (N as u64, 0), "{c}");
+    drop(port);
+    assert!(!v.outer_link().contains("xdp"), "{}", v.outer_link());
+    let one: PortSpec = format!("afxdp:{},1", v.outer).parse().expect("spec");
+    let p1 = one.open().expect("open queue 1");
+    assert!(p1.name().starts_with(&format!("afxdp:{},1 (", v.outer)), "{}", p1.name());
+}
