@@ -795,6 +795,8 @@ impl Runtime {
         let idle_wait = Duration::from_millis(self.cfg.idle_wait_ms.max(1));
         let idle_exit = self.cfg.idle_exit_ms.map(Duration::from_millis);
         let mut last_rx = started;
+        // Set when a pause handed the ports over: from then on no frame is sent or flushed.
+        let mut handed = false;
         while !stop.load(Ordering::Relaxed) {
             if pause.swap(false, Ordering::Relaxed) {
                 self.drain(PAUSE_DRAIN_LIMIT);
@@ -808,6 +810,7 @@ impl Runtime {
                     .map(|(port, p)| PausedPort { port, queue: 0, inner: &mut **p })
                     .collect();
                 if on_pause(&mut paused) == AfterPause::Stop {
+                    handed = true;
                     break;
                 }
                 continue;
@@ -840,9 +843,13 @@ impl Runtime {
                 crate::sys::poll::wait_readable(&self.fds, idle_wait).map_err(RunError::Io)?;
             }
         }
-        // Drain: every batch handed to a worker comes back and is transmitted.
-        self.drain(Duration::from_secs(10));
-        let mut flush_err = self.ports.flush().err();
+        // Drain: every batch handed to a worker comes back and is transmitted. Not after a
+        // handover: the ports are another process's now (the pause drained what was in flight).
+        let mut flush_err = None;
+        if !handed {
+            self.drain(Duration::from_secs(10));
+            flush_err = self.ports.flush().err();
+        }
         let placed = core::mem::replace(&mut self.pipelines, Pipelines::Inline(Box::default()));
         let mut pipelines: Vec<Pipeline> = match placed {
             Pipelines::Inline(p) => vec![*p],
@@ -937,7 +944,7 @@ impl Runtime {
                     }
                 };
                 if after == AfterPause::Stop {
-                    return self.finish_queues(nodes, None, started);
+                    return self.finish_queues(nodes, None, started, false);
                 }
                 pool = QueuePool::start(nodes, &self.finite, self.clock, idle_wait)
                     .map_err(RunError::Io)?;
@@ -971,15 +978,18 @@ impl Runtime {
         }
         // The workers release what their stages hold, then stop.
         let (nodes, first_err) = pool.join();
-        self.finish_queues(nodes, first_err, started)
+        self.finish_queues(nodes, first_err, started, true)
     }
 
-    /// The end of a run of queue workers: their nodes flushed and merged into the report.
+    /// The end of a run of queue workers: their nodes flushed (the ports only with
+    /// `flush_ports`: not after a handover, when they are another process's) and merged into
+    /// the report.
     fn finish_queues(
         &self,
         mut nodes: Vec<Node>,
         mut first_err: Option<io::Error>,
         started: Instant,
+        flush_ports: bool,
     ) -> Result<RunReport, RunError> {
         let names = port_names(&nodes);
         let mut counters = Counters::default();
@@ -987,7 +997,8 @@ impl Runtime {
         let mut events = Vec::new();
         let mut lost = 0;
         for (k, node) in nodes.iter_mut().enumerate() {
-            if let Err(e) = node.flush() {
+            let flushed = if flush_ports { node.flush() } else { node.pipeline_mut().flush() };
+            if let Err(e) = flushed {
                 first_err.get_or_insert(e);
             }
             counters.merge(&node.counters());
