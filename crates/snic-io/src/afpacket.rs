@@ -440,6 +440,14 @@ struct Rings {
     tx_len: Vec<u32>,
 }
 
+impl Rings {
+    /// The mapping's layout, as a handover carries it: bytes mapped, receive slots, slot
+    /// size, transmit frames, transmit frame size.
+    fn layout(&self) -> [usize; 5] {
+        [self.map_len, self.rx_slots, self.rx_slot_len, self.tx_frame_nr, self.tx_frame_size]
+    }
+}
+
 impl Drop for Rings {
     fn drop(&mut self) {
         // SAFETY: `map` and `map_len` are exactly what mmap returned; nothing borrows the
@@ -872,6 +880,16 @@ impl AfPacketPort {
                     ));
                 }
                 let mut r = setup_rings(raw, ifname, &sizes, false)?;
+                if r.layout() != rs.layout {
+                    return Err(invalid(
+                        ifname,
+                        format!(
+                            "the handed rings' layout {:?} is not this build's {:?}",
+                            rs.layout,
+                            r.layout()
+                        ),
+                    ));
+                }
                 if rs.rx_cur >= r.rx_slots || (r.tx_frame_nr > 0 && rs.tx_head >= r.tx_frame_nr) {
                     return Err(invalid(ifname, format!("ring positions out of range: {rs:?}")));
                 }
@@ -928,6 +946,7 @@ impl AfPacketPort {
                 rx_cur: r.rx_cur,
                 rx_pos: r.rx_pos.map(|p| (p.off, p.remaining)),
                 tx_head: r.tx_head,
+                layout: r.layout(),
             }),
             _ => None,
         };

@@ -79,6 +79,11 @@ pub struct RingState {
     pub rx_pos: Option<(usize, u32)>,
     /// The next transmit frame to fill.
     pub tx_head: usize,
+    /// The layout the old process mapped: bytes of the mapping, receive slots and their size,
+    /// transmit frames and their size. The new process computes the layout from the sizes
+    /// above with its own constants, and refuses the socket when that differs (a new build
+    /// with another frame size would read and write at offsets the kernel does not use).
+    pub layout: [usize; 5],
 }
 
 /// Where a TAP queue stands.

@@ -1157,6 +1157,18 @@ fn afpacket_handover(tag: &str, mode: snic_io::afpacket::AfPacketMode, n: u32) {
     let wrong = snic_io::handover::PortState::Udp;
     let e = spec.adopt(&wrong, vec![h.fds[0].try_clone().unwrap()]).unwrap_err();
     assert!(e.to_string().contains("state is of a udp port"), "{e}");
+    // Rings laid out otherwise (another build's frame size) are refused, not misread.
+    if let snic_io::handover::PortState::AfPacket(st) = &h.state
+        && let Some(r) = &st.ring
+    {
+        let mut other = st.clone();
+        let mut ring = r.clone();
+        ring.layout[4] += 16;
+        other.ring = Some(ring);
+        let other = snic_io::handover::PortState::AfPacket(other);
+        let e = spec.adopt(&other, vec![h.fds[0].try_clone().unwrap()]).unwrap_err();
+        assert!(e.to_string().contains("layout"), "{e}");
+    }
     // Frames that arrive while the processes change over wait in the kernel.
     assert_eq!(send_flows(&mut tx, n, n, 4), u64::from(n));
     thread::sleep(Duration::from_millis(20));
