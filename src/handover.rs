@@ -22,6 +22,9 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+/// Longest a send waits for room in the peer's receive queue.
+const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Version of the channel's framing (the head's `snic_handover`).
 const FRAMING: u64 = 1;
 
@@ -49,7 +52,7 @@ impl ChannelListener {
         self.listener.set_nonblocking(true)?;
         loop {
             match self.listener.accept() {
-                Ok(sock) => return Ok(Channel { sock }),
+                Ok(sock) => return Channel::new(sock),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     if Instant::now() >= end {
                         return Err(io::Error::new(
@@ -68,7 +71,7 @@ impl ChannelListener {
     pub fn try_accept(&self) -> io::Result<Option<Channel>> {
         self.listener.set_nonblocking(true)?;
         match self.listener.accept() {
-            Ok(sock) => Ok(Some(Channel { sock })),
+            Ok(sock) => Channel::new(sock).map(Some),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
             Err(e) => Err(e),
         }
@@ -95,14 +98,26 @@ impl Channel {
         let sock = SeqPacket::connect(path).map_err(|e| {
             io::Error::new(e.kind(), format!("cannot connect to {}: {e}", path.display()))
         })?;
+        Channel::new(sock)
+    }
+
+    /// A channel over a connected socket; a send that cannot go on for [`SEND_TIMEOUT`] (a
+    /// peer alive but not reading) fails instead of blocking its process.
+    fn new(sock: SeqPacket) -> io::Result<Channel> {
+        sock.set_write_timeout(Some(SEND_TIMEOUT))?;
         Ok(Channel { sock })
+    }
+
+    /// The peer's process id, as the kernel tells it (`SO_PEERCRED`).
+    pub fn peer_pid(&self) -> Option<u32> {
+        self.sock.peer_pid()
     }
 
     /// A connected pair (for tests).
     #[cfg(test)]
     pub fn pair() -> io::Result<(Channel, Channel)> {
         let (a, b) = SeqPacket::pair()?;
-        Ok((Channel { sock: a }, Channel { sock: b }))
+        Ok((Channel::new(a)?, Channel::new(b)?))
     }
 
     /// Send `doc` with `fds` (the receiver gets duplicates; these stay open here).

@@ -463,7 +463,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     let finite: Vec<bool> = cfg.ports.iter().map(PortSpec::is_finite_source).collect();
     // A takeover adopts the old process's ports instead of opening them (src/upgrade.rs).
     let mut takeover = match &args.takeover {
-        Some(sock) => Some(crate::upgrade::Takeover::begin(sock)?),
+        Some(sock) => Some(crate::upgrade::Takeover::begin(sock, &cfg)?),
         None => None,
     };
     let opened = match &mut takeover {

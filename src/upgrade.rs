@@ -90,6 +90,9 @@ struct HandoffInner {
     handed: AtomicBool,
     /// Takeovers that failed and were rolled back.
     rolled_back: std::sync::atomic::AtomicU64,
+    /// When the pending takeover asked for the pause (the gap starts there: the drain before
+    /// the handover is part of it).
+    requested_at: Mutex<Option<SystemTime>>,
 }
 
 impl Handoff {
@@ -113,14 +116,22 @@ impl Handoff {
         if pending.is_some() {
             return json!({"ok": false, "error": "a takeover is already under way"});
         }
-        match Channel::connect(Path::new(channel)) {
-            Ok(c) => {
-                *pending = Some(c);
-                self.inner.pause.store(true, Ordering::Release);
-                json!({"ok": true, "pid": std::process::id()})
-            }
-            Err(e) => json!({"ok": false, "error": e.to_string()}),
+        let chan = match Channel::connect(Path::new(channel)) {
+            Ok(c) => c,
+            Err(e) => return json!({"ok": false, "error": e.to_string()}),
+        };
+        // The descriptors go to a process of this one's user only.
+        let me = uid_of(std::process::id());
+        let peer = chan.peer_pid().and_then(uid_of);
+        if me.is_none() || peer != me {
+            return json!({"ok": false, "error": format!(
+                "the takeover channel's peer (uid {peer:?}) is not of this process's user ({me:?})"
+            )});
         }
+        *pending = Some(chan);
+        *lock(&self.inner.requested_at) = Some(SystemTime::now());
+        self.inner.pause.store(true, Ordering::Release);
+        json!({"ok": true, "pid": std::process::id()})
     }
 
     /// The run loop's pause: hand the ports and the vSwitch state over the pending channel.
@@ -129,7 +140,7 @@ impl Handoff {
     /// lent, their own descriptors are untouched).
     pub fn on_pause(&self, ports: &mut [PausedPort<'_>], old: &OldSide) -> AfterPause {
         let Some(chan) = lock(&self.inner.pending).take() else { return AfterPause::Resume };
-        let paused_at = SystemTime::now();
+        let paused_at = lock(&self.inner.requested_at).take().unwrap_or_else(SystemTime::now);
         match self.hand_over(&chan, ports, old, paused_at) {
             Ok(()) => {
                 self.inner.handed.store(true, Ordering::Release);
@@ -220,28 +231,89 @@ pub struct Takeover {
     summary: serde_json::Map<String, Value>,
 }
 
-/// A temporary path for the takeover channel.
-fn channel_path() -> PathBuf {
-    std::env::temp_dir().join(format!("snic-takeover-{}.sock", std::process::id()))
+/// A private directory (mode 0700, removed on drop) for the takeover channel's socket, so
+/// that no other user can connect to it first.
+struct PrivateDir(PathBuf);
+
+impl PrivateDir {
+    fn new() -> Result<PrivateDir> {
+        use std::os::unix::fs::DirBuilderExt;
+        let nanos = unix_ns(SystemTime::now());
+        let dir =
+            std::env::temp_dir().join(format!("snic-takeover-{}-{nanos:x}", std::process::id()));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .with_context(|| format!("creating {}", dir.display()))?;
+        Ok(PrivateDir(dir))
+    }
+}
+
+impl Drop for PrivateDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The user id owning process `pid` (from `/proc`).
+fn uid_of(pid: u32) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/proc/{pid}")).ok().map(|m| m.uid())
+}
+
+/// Refuse, before the old process is asked to pause, a configuration whose ports cannot be
+/// taken over: AF_XDP (its UMEM is the old process's memory), and sources or sinks that
+/// would start again from nothing (a pcap file would be read again from its start, or its
+/// output truncated under the old process; a generator would replay).
+fn check_takeover_ports(cfg: &RunConfig) -> Result<()> {
+    for s in &cfg.ports {
+        match s {
+            PortSpec::AfXdp { .. } => bail!(
+                "{s}: AF_XDP ports are not handed over (their UMEM is the old process's \
+                 memory); a run with one cannot be taken over"
+            ),
+            PortSpec::Pcap { .. } | PortSpec::Gen { .. } => bail!(
+                "{s}: a pcap or generator port cannot be taken over (it would start again \
+                 from the beginning)"
+            ),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 impl Takeover {
-    /// Ask the process answering on `control` to hand over, and receive what it hands.
-    pub fn begin(control: &Path) -> Result<Takeover> {
-        let path = channel_path();
+    /// Ask the process answering on `control` to hand over, and receive what it hands. The
+    /// configuration's ports are checked first (see [`check_takeover_ports`]), so a run that
+    /// cannot be taken over is not paused for nothing.
+    pub fn begin(control: &Path, cfg: &RunConfig) -> Result<Takeover> {
+        check_takeover_ports(cfg)?;
+        let dir = PrivateDir::new()?;
+        let path = dir.0.join("channel.sock");
         let listener = Channel::listen(&path)?;
         let req = crate::control::Request::Upgrade { channel: path.display().to_string() };
-        crate::control::request(control, &req)
+        let answer = crate::control::request(control, &req)
             .with_context(|| format!("asking the process at {} to hand over", control.display()))?;
         let chan = listener.accept(TAKEOVER_TIMEOUT).context("the old process did not connect")?;
         drop(listener);
+        drop(dir);
+        // Only the process that answered on the control socket may hand over.
+        let want = answer["pid"].as_u64();
+        if chan.peer_pid().map(u64::from) != want || want.is_none() {
+            bail!(
+                "the takeover channel's peer is pid {:?}, not the process at {} (pid {:?})",
+                chan.peer_pid(),
+                control.display(),
+                want
+            );
+        }
         let (doc, fds) = chan.recv(TAKEOVER_TIMEOUT).context("receiving the handover")?;
         match doc["op"].as_str() {
             Some("handover") if doc["version"].as_u64() == Some(VERSION) => {}
             Some("abort") => bail!("the old process could not hand over: {}", doc["error"]),
             _ => bail!("not a handover document (version {VERSION}): {}", doc["op"]),
         }
-        let pid = doc["pid"].as_u64().unwrap_or(0) as u32;
+        let pid = want.unwrap_or(0) as u32;
         Ok(Takeover { chan, doc, fds, pid, summary: serde_json::Map::new() })
     }
 
@@ -270,12 +342,7 @@ impl Takeover {
                 cfg.workers
             );
         }
-        if let Some(s) = cfg.ports.iter().find(|s| matches!(s, PortSpec::AfXdp { .. })) {
-            bail!(
-                "{s}: AF_XDP ports are not handed over (their UMEM is the old process's \
-                 memory); a run with one cannot be taken over"
-            );
-        }
+        check_takeover_ports(cfg)?;
         let queues = self.doc["per_worker_queues"].as_bool() == Some(true);
         let per_port = if queues { cfg.workers } else { 1 };
         let entries = self.doc["ports"].as_array().cloned().unwrap_or_default();
@@ -383,9 +450,15 @@ impl Takeover {
         // It closes the channel when it exits.
         let gone = matches!(self.chan.recv(TAKEOVER_TIMEOUT),
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof);
-        let gone = gone && wait_exit(self.pid, TAKEOVER_TIMEOUT);
-        if !gone {
-            eprintln!("snic: the old process (pid {}) has not exited yet; going on", self.pid);
+        if !(gone && wait_exit(self.pid, TAKEOVER_TIMEOUT)) {
+            // It committed: it must not serve on. Its listeners would keep this process from
+            // binding the control socket, and its ports are this process's now.
+            eprintln!("snic: the old process (pid {}) did not exit; killing it", self.pid);
+            let _ =
+                std::process::Command::new("kill").args(["-KILL", &self.pid.to_string()]).status();
+            if !wait_exit(self.pid, Duration::from_secs(2)) {
+                bail!("the old process (pid {}) is still running after SIGKILL", self.pid);
+            }
         }
         Ok(())
     }

@@ -180,3 +180,22 @@ fn takeover_of_udp_ports_loses_and_repeats_no_frame() {
     );
     let _ = new.running();
 }
+
+/// Ports that cannot be taken over are refused before the running process is asked to pause
+/// (no control socket needs to answer): a generator would replay, a pcap port start its file
+/// again.
+#[test]
+fn takeover_of_replaying_ports_is_refused_up_front() {
+    let dir = common::temp_dir("cli-upgrade-refused");
+    let nobody = dir.join("nobody.sock");
+    for port in ["gen:10", "pcap:in.pcap"] {
+        let out = Command::new(SNIC)
+            .args(["run", "--port", port, "--port", "null", "--takeover"])
+            .arg(&nobody)
+            .output()
+            .expect("run snic");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{port}: {err}");
+        assert!(err.contains("cannot be taken over"), "{port}: {err}");
+    }
+}
