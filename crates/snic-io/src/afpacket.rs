@@ -164,7 +164,7 @@ const STATS_EVERY: u32 = 256;
 const TX_FULL_WAITS: u32 = 8;
 
 /// Sizes of the `TPACKET_V3` rings of one socket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RingSizes {
     /// Bytes per receive block: a multiple of the page size, and more than 64 KiB plus the
     /// headers to take a super-packet whole (a larger frame is cut and counted as truncated).
@@ -544,6 +544,19 @@ struct MmsgScratch {
     msgs: [libc::mmsghdr; BURST],
 }
 
+impl MmsgScratch {
+    /// Fresh, zeroed scratch (the pointers are set before every system call).
+    fn boxed() -> Box<MmsgScratch> {
+        Box::new(MmsgScratch {
+            vnet: [[0; VNET_HDR_LEN]; BURST],
+            iov: [[sock::empty_iovec(); 2]; BURST],
+            addrs: [sock::empty_sockaddr_ll(); BURST],
+            ctrl: [CmsgBuf([0; 64]); BURST],
+            msgs: [sock::empty_mmsghdr(); BURST],
+        })
+    }
+}
+
 /// An AF_PACKET port on one interface. See the module documentation.
 pub struct AfPacketPort {
     /// The mapped rings (ring mode); unmapped before the socket closes.
@@ -730,15 +743,7 @@ impl AfPacketPort {
         }
         // Best effort: older kernels lack it, and outgoing frames are also filtered by type.
         let _ = setsockopt_int(raw, SOL_PACKET, PACKET_IGNORE_OUTGOING, 1);
-        let scratch = || {
-            Box::new(MmsgScratch {
-                vnet: [[0; VNET_HDR_LEN]; BURST],
-                iov: [[sock::empty_iovec(); 2]; BURST],
-                addrs: [sock::empty_sockaddr_ll(); BURST],
-                ctrl: [CmsgBuf([0; 64]); BURST],
-                msgs: [sock::empty_mmsghdr(); BURST],
-            })
-        };
+        let scratch = MmsgScratch::boxed;
         let (rings, mmsg) = match opts.mode {
             AfPacketMode::Ring(sizes) => {
                 let rings = setup_rings(raw, ifname, &sizes, true)?;
@@ -850,28 +855,11 @@ impl AfPacketPort {
         }
         let version = sock::getsockopt_int(raw, SOL_PACKET, PACKET_VERSION)
             .map_err(|_| os_err("reading PACKET_VERSION", ifname))?;
-        let scratch = || {
-            Box::new(MmsgScratch {
-                vnet: [[0; VNET_HDR_LEN]; BURST],
-                iov: [[sock::empty_iovec(); 2]; BURST],
-                addrs: [sock::empty_sockaddr_ll(); BURST],
-                ctrl: [CmsgBuf([0; 64]); BURST],
-                msgs: [sock::empty_mmsghdr(); BURST],
-            })
-        };
+        let scratch = MmsgScratch::boxed;
         let (rings, mmsg, mode) = match &state.ring {
             None => (None, Some(scratch()), AfPacketMode::Mmsg),
             Some(rs) => {
-                let sizes = RingSizes {
-                    rx_block_size: rs.rx_block_size,
-                    rx_block_nr: rs.rx_block_nr,
-                    rx_block_timeout_ms: rs.rx_block_timeout_ms,
-                    tx_ring: rs.tx_ring,
-                    tx_frame_nr: rs.tx_frame_nr,
-                    rx_v2: rs.rx_v2,
-                    rx_v2_slots: rs.rx_v2_slots,
-                    rx_v2_slot_size: rs.rx_v2_slot_size,
-                };
+                let sizes = rs.sizes;
                 let want = if sizes.rx_v2 { TPACKET_V2 } else { TPACKET_V3 };
                 if version != want {
                     return Err(invalid(
@@ -934,15 +922,8 @@ impl AfPacketPort {
             ));
         }
         let ring = match (&self.mode, &self.rings) {
-            (AfPacketMode::Ring(sz), Some(r)) => Some(RingState {
-                rx_block_size: sz.rx_block_size,
-                rx_block_nr: sz.rx_block_nr,
-                rx_block_timeout_ms: sz.rx_block_timeout_ms,
-                tx_ring: sz.tx_ring,
-                tx_frame_nr: sz.tx_frame_nr,
-                rx_v2: sz.rx_v2,
-                rx_v2_slots: sz.rx_v2_slots,
-                rx_v2_slot_size: sz.rx_v2_slot_size,
+            (AfPacketMode::Ring(sizes), Some(r)) => Some(RingState {
+                sizes: *sizes,
                 rx_cur: r.rx_cur,
                 rx_pos: r.rx_pos.map(|p| (p.off, p.remaining)),
                 tx_head: r.tx_head,

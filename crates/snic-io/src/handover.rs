@@ -56,22 +56,8 @@ pub struct AfPacketState {
 /// the same layout) and the positions of the walk.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RingState {
-    /// Receive block size (`TPACKET_V3`).
-    pub rx_block_size: usize,
-    /// Receive blocks (`TPACKET_V3`).
-    pub rx_block_nr: usize,
-    /// Block timeout, ms (informational: the kernel keeps it).
-    pub rx_block_timeout_ms: u32,
-    /// A transmit ring too.
-    pub tx_ring: bool,
-    /// Transmit frames asked for.
-    pub tx_frame_nr: usize,
-    /// A `TPACKET_V2` receive ring.
-    pub rx_v2: bool,
-    /// `TPACKET_V2` slots asked for.
-    pub rx_v2_slots: usize,
-    /// `TPACKET_V2` slot size.
-    pub rx_v2_slot_size: usize,
+    /// The sizes asked for when the rings were made.
+    pub sizes: crate::afpacket::RingSizes,
     /// The next receive block (or slot) to look at.
     pub rx_cur: usize,
     /// Inside block `rx_cur`, when the old process stopped part way through it: the offset of
