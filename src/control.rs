@@ -512,6 +512,16 @@ impl ControlServer {
                         let line = read_line(&mut conn, REQUEST_TIMEOUT);
                         let op = match (&line, ops.as_mut()) {
                             (Ok(l), Some(ops)) => parse_ops(l).map(|r| (r, ops)),
+                            // A server without an ops handler names what would answer them.
+                            (Ok(l), None) if parse_ops(l).is_some() => {
+                                let mut doc = error_reply(
+                                    "capture and trace are answered by a NIC with ports \
+                                     (`snic run`, or `snic serve --port`); this one has none",
+                                );
+                                doc.push('\n');
+                                let _ = conn.write_all(doc.as_bytes());
+                                continue;
+                            }
                             _ => None,
                         };
                         let mut doc = match (op, line) {
@@ -788,6 +798,20 @@ mod tests {
         );
         assert!(p(r#"{"nocmd":1}"#).unwrap_err().to_string().contains("missing field `cmd`"));
         assert!(p("[1,2]").is_err());
+    }
+
+    /// A server without an ops handler (`snic serve` without ports) says what would answer a
+    /// capture, instead of a serde message about an unknown variant.
+    #[test]
+    fn ops_requests_to_a_server_without_ports_are_told_why() {
+        let path = sock("noops");
+        let _server = echo_server(&path, Arc::new(AtomicU64::new(0)));
+        let mut c = UnixStream::connect(&path).unwrap();
+        c.write_all(b"{\"cmd\":\"capture\",\"ports\":[0]}\n").unwrap();
+        let mut answer = String::new();
+        std::io::Read::read_to_string(&mut c, &mut answer).unwrap();
+        assert!(answer.contains("\"ok\":false"), "{answer}");
+        assert!(answer.contains("answered by a NIC with ports"), "{answer}");
     }
 
     #[test]
