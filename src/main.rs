@@ -170,7 +170,33 @@ fn init_logging(level: &str) {
         .try_init();
 }
 
+/// Exit code of a command whose standard output was closed under it: what a shell reports for
+/// a process killed by SIGPIPE (128 + 13), as `yes | head -1` gives for `yes`.
+const EXIT_BROKEN_PIPE: i32 = 141;
+
+/// A command whose reader went away (`snic p4 check x.p4 | head -0`) ends quietly with
+/// [`EXIT_BROKEN_PIPE`], as Unix tools do, instead of a panic. Rust ignores SIGPIPE, and the
+/// long-running commands rely on that (a control client that goes away must not kill a run),
+/// so a closed stdout shows as an error, which `println!` turns into a panic; this hook catches
+/// exactly that panic. Other panics keep the default report.
+fn quiet_broken_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let p = info.payload();
+        let msg = p
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| p.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe") {
+            std::process::exit(EXIT_BROKEN_PIPE);
+        }
+        default(info)
+    }));
+}
+
 fn main() -> Result<()> {
+    quiet_broken_stdout();
     let cli = Cli::parse();
     init_logging(&cli.log);
     match cli.command {

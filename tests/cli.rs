@@ -686,3 +686,17 @@ fn testbed_rate_limit_gives_exact_serialisation_time() {
     assert_eq!(num(&v, &["sim_elapsed_ns"]), bytes * 8 * 1_000_000_000 / 100_000_000);
     assert_eq!(num(&v, &["sim_throughput_bps"]), 100_000_000);
 }
+
+/// A command whose standard output is closed before it prints ends quietly with 141 (as a
+/// shell reports a process killed by SIGPIPE), not with a panic.
+#[test]
+fn a_closed_stdout_ends_the_command_quietly() {
+    let p4 = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/p4/ecn_incast.p4");
+    // A pipe whose read end is closed before the command even starts.
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let out = snic().args(["p4", "check", p4]).stdout(writer).output().expect("run snic");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(141), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
