@@ -88,8 +88,6 @@ struct HandoffInner {
     /// waits for it to close).
     committed: Mutex<Option<Channel>>,
     handed: AtomicBool,
-    /// Takeovers that failed and were rolled back.
-    rolled_back: std::sync::atomic::AtomicU64,
     /// When the pending takeover asked for the pause (the gap starts there: the drain before
     /// the handover is part of it).
     requested_at: Mutex<Option<SystemTime>>,
@@ -152,7 +150,6 @@ impl Handoff {
                 AfterPause::Stop
             }
             Err(e) => {
-                self.inner.rolled_back.fetch_add(1, Ordering::Relaxed);
                 let _ = chan.send(&json!({"op": "abort", "error": format!("{e:#}")}), &[]);
                 eprintln!("snic: takeover failed, carrying on as before: {e:#}");
                 AfterPause::Resume
@@ -342,7 +339,6 @@ impl Takeover {
                 cfg.workers
             );
         }
-        check_takeover_ports(cfg)?;
         let queues = self.doc["per_worker_queues"].as_bool() == Some(true);
         let per_port = if queues { cfg.workers } else { 1 };
         let entries = self.doc["ports"].as_array().cloned().unwrap_or_default();

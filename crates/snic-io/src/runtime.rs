@@ -925,24 +925,21 @@ impl Runtime {
         while !stop.load(Ordering::Relaxed) {
             if pause.swap(false, Ordering::Relaxed) {
                 let (mut nodes, err) = pool.join();
-                let mut flushed = Ok(());
-                for n in &mut nodes {
-                    flushed = flushed.and(n.flush());
+                if let Some(e) = err {
+                    return Err(RunError::Io(e));
                 }
-                let after = match (err, flushed) {
-                    (Some(e), _) => return Err(RunError::Io(e)),
-                    // A port that could not flush stays as it is; the handover says so.
-                    (None, _) => {
-                        let mut paused: Vec<PausedPort<'_>> = Vec::new();
-                        for (queue, n) in nodes.iter_mut().enumerate() {
-                            for (port, p) in n.ports.ports_mut().iter_mut().enumerate() {
-                                paused.push(PausedPort { port, queue, inner: &mut **p });
-                            }
-                        }
-                        paused.sort_by_key(|p| (p.port, p.queue));
-                        on_pause(&mut paused)
+                // A port that could not flush stays as it is; the handover says so.
+                for n in &mut nodes {
+                    let _ = n.flush();
+                }
+                let mut paused: Vec<PausedPort<'_>> = Vec::new();
+                for (queue, n) in nodes.iter_mut().enumerate() {
+                    for (port, p) in n.ports.ports_mut().iter_mut().enumerate() {
+                        paused.push(PausedPort { port, queue, inner: &mut **p });
                     }
-                };
+                }
+                paused.sort_by_key(|p| (p.port, p.queue));
+                let after = on_pause(&mut paused);
                 if after == AfterPause::Stop {
                     return self.finish_queues(nodes, None, started, false);
                 }
