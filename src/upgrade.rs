@@ -25,9 +25,9 @@
 //! The new process reports the gap (from the old one's pause to its own first round) and
 //! what the takeover moved on stderr and in the counters document's `takeover` object.
 //!
-//! Not handed over: AF_XDP ports (their UMEM is the old process's memory, and the queue
-//! cannot be bound twice), so a configuration with one refuses the takeover (the old process
-//! carries on); ports without kernel state (generators, sinks, pcap files) are opened again.
+//! AF_XDP ports are handed over whole: the sockets, the memory files behind their UMEMs and
+//! the link of the XDP program (see [`snic_io::handover`]). Generators and pcap files are
+//! refused up front (they would start again); `null` ports are opened again.
 
 use crate::handover::Channel;
 use anyhow::{Context, Result, bail};
@@ -259,16 +259,12 @@ fn uid_of(pid: u32) -> Option<u32> {
 }
 
 /// Refuse, before the old process is asked to pause, a configuration whose ports cannot be
-/// taken over: AF_XDP (its UMEM is the old process's memory), and sources or sinks that
-/// would start again from nothing (a pcap file would be read again from its start, or its
-/// output truncated under the old process; a generator would replay).
+/// taken over: sources or sinks that would start again from nothing (a pcap file would be
+/// read again from its start, or its output truncated under the old process; a generator
+/// would replay).
 fn check_takeover_ports(cfg: &RunConfig) -> Result<()> {
     for s in &cfg.ports {
         match s {
-            PortSpec::AfXdp { .. } => bail!(
-                "{s}: AF_XDP ports are not handed over (their UMEM is the old process's \
-                 memory); a run with one cannot be taken over"
-            ),
             PortSpec::Pcap { .. } | PortSpec::Gen { .. } => bail!(
                 "{s}: a pcap or generator port cannot be taken over (it would start again \
                  from the beginning)"
