@@ -63,6 +63,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub struct OldSide {
     /// The configuration's ports, as spec strings.
     pub specs: Vec<String>,
+    /// The configuration's stages ([`stage_list`]).
+    pub stages: Vec<String>,
     /// Workers.
     pub workers: usize,
     /// Each worker owns a queue of every port.
@@ -188,6 +190,7 @@ impl Handoff {
             "version": VERSION,
             "pid": std::process::id(),
             "ports_spec": old.specs,
+            "stages": old.stages,
             "workers": old.workers,
             "per_worker_queues": old.per_worker_queues,
             "ports": entries,
@@ -226,6 +229,9 @@ pub struct Takeover {
     pid: u32,
     /// What moved, for the report.
     summary: serde_json::Map<String, Value>,
+    /// When each step of the takeover ended, in ms since the old process paused (the
+    /// report's `steps_ms`: where the gap goes).
+    steps: serde_json::Map<String, Value>,
 }
 
 /// A private directory (mode 0700, removed on drop) for the takeover channel's socket, so
@@ -258,11 +264,31 @@ fn uid_of(pid: u32) -> Option<u32> {
     std::fs::metadata(format!("/proc/{pid}")).ok().map(|m| m.uid())
 }
 
-/// Refuse, before the old process is asked to pause, a configuration whose ports cannot be
-/// taken over: sources or sinks that would start again from nothing (a pcap file would be
-/// read again from its start, or its output truncated under the old process; a generator
-/// would replay).
+/// The stages of a configuration as the handover compares them.
+pub fn stage_list(stages: &[snic_pipeline::StageSpec]) -> Vec<String> {
+    stages.iter().map(|s| String::from(s.clone())).collect()
+}
+
+/// Refuse, before the old process is asked to pause, a configuration that cannot be taken
+/// over: ports that would start again from nothing (a pcap file would be read again from its
+/// start, or its output truncated under the old process; a generator would replay), and
+/// stages whose state changed at run time is not carried (a `p4` stage's table entries,
+/// counters and registers; an `xdp` stage's maps): the new process would run them from their
+/// start-up state, silently.
 fn check_takeover_ports(cfg: &RunConfig) -> Result<()> {
+    for s in &cfg.stages {
+        match s {
+            snic_pipeline::StageSpec::P4 { .. } => bail!(
+                "stage p4: its tables, counters and registers are not carried by a takeover \
+                 (a run with a p4 stage cannot be taken over)"
+            ),
+            snic_pipeline::StageSpec::Xdp { .. } => bail!(
+                "stage xdp: its maps are not carried by a takeover (a run with an xdp stage \
+                 cannot be taken over)"
+            ),
+            _ => {}
+        }
+    }
     for s in &cfg.ports {
         match s {
             PortSpec::Pcap { .. } | PortSpec::Gen { .. } => bail!(
@@ -307,7 +333,16 @@ impl Takeover {
             _ => bail!("not a handover document (version {VERSION}): {}", doc["op"]),
         }
         let pid = want.unwrap_or(0) as u32;
-        Ok(Takeover { chan, doc, fds, pid, summary: serde_json::Map::new() })
+        let mut t = Takeover {
+            chan,
+            doc,
+            fds,
+            pid,
+            summary: serde_json::Map::new(),
+            steps: serde_json::Map::new(),
+        };
+        t.step("received");
+        Ok(t)
     }
 
     /// Tell the old process this takeover failed; it carries on.
@@ -326,6 +361,16 @@ impl Takeover {
                  process with the same ports",
                 self.doc["ports_spec"],
                 json!(specs)
+            );
+        }
+        // (A handover from a build that did not send its stages is not checked.)
+        let stages = stage_list(&cfg.stages);
+        if !self.doc["stages"].is_null() && self.doc["stages"] != json!(stages) {
+            bail!(
+                "the old process runs stages {}, this one is configured with {}: start the new \
+                 process with the same stages",
+                self.doc["stages"],
+                json!(stages)
             );
         }
         if self.doc["workers"].as_u64() != Some(cfg.workers as u64) {
@@ -390,6 +435,7 @@ impl Takeover {
                 reopened += 1;
             }
         }
+        self.step("ports");
         self.summary.insert("ports_adopted".into(), json!(adopted));
         self.summary.insert("ports_reopened".into(), json!(reopened));
         let mut grid: Vec<Vec<Box<dyn Port>>> =
@@ -426,19 +472,29 @@ impl Takeover {
                 let s = vs.import_state(&state, now).context("importing the vSwitch state")?;
                 self.summary
                     .insert("vswitch".into(), serde_json::to_value(s).unwrap_or(Value::Null));
+                self.step("vswitch");
                 Ok(())
             }
         }
     }
 
-    /// Say `ready` and wait for `committed`; then wait (at most [`TAKEOVER_TIMEOUT`]) for
-    /// the old process to be gone.
+    /// Say `ready` and wait for `committed`. The ports are this process's from then on (the
+    /// old process sends and receives nothing more); [`Takeover::wait_old`] waits for it to
+    /// be gone.
     pub fn commit(&mut self) -> Result<()> {
         self.chan.send(&json!({"op": "ready"}), &[])?;
         let (reply, _) = self.chan.recv(TAKEOVER_TIMEOUT).context("waiting for `committed`")?;
         if reply["op"] != "committed" {
             bail!("the old process did not commit: {reply}");
         }
+        self.step("committed");
+        Ok(())
+    }
+
+    /// Wait (at most [`TAKEOVER_TIMEOUT`]) for the old process, which committed, to be gone,
+    /// and kill it if it is not: it must not serve on, and its listeners would keep this
+    /// process from binding the control socket.
+    pub fn wait_old(&self) -> Result<()> {
         // It closes the channel when it exits.
         let gone = matches!(self.chan.recv(TAKEOVER_TIMEOUT),
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof);
@@ -455,6 +511,12 @@ impl Takeover {
         Ok(())
     }
 
+    /// Note that step `name` ended now (see [`Takeover::report`]).
+    pub fn step(&mut self, name: &str) {
+        let ms = (self.gap().as_secs_f64() * 1e4).round() / 10.0;
+        self.steps.insert(name.into(), json!(ms));
+    }
+
     /// The gap so far: from the old process's pause until now.
     pub fn gap(&self) -> Duration {
         let paused = self.doc["paused_at_unix_ns"].as_u64().unwrap_or(0);
@@ -466,6 +528,7 @@ impl Takeover {
         let mut m = self.summary.clone();
         m.insert("old_pid".into(), json!(self.pid));
         m.insert("gap_ms".into(), json!((gap.as_secs_f64() * 1e6).round() / 1e3));
+        m.insert("steps_ms".into(), Value::Object(self.steps.clone()));
         Value::Object(m)
     }
 }
