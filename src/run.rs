@@ -475,7 +475,10 @@ pub fn run(args: RunArgs) -> Result<()> {
     // A takeover adopts the old process's ports instead of opening them (src/upgrade.rs); it
     // builds the pipelines first, before the old process pauses.
     let prebuilt = match &args.takeover {
-        Some(_) => Some(Runtime::prebuild(cfg.clone()).context("cannot build the pipelines")?),
+        Some(_) => {
+            crate::upgrade::check_takeover_ports(&cfg)?;
+            Some(Runtime::prebuild(cfg.clone()).context("cannot build the pipelines")?)
+        }
         None => None,
     };
     let mut takeover = match &args.takeover {

@@ -275,7 +275,7 @@ pub fn stage_list(stages: &[snic_pipeline::StageSpec]) -> Vec<String> {
 /// stages whose state changed at run time is not carried (a `p4` stage's table entries,
 /// counters and registers; an `xdp` stage's maps): the new process would run them from their
 /// start-up state, silently.
-fn check_takeover_ports(cfg: &RunConfig) -> Result<()> {
+pub fn check_takeover_ports(cfg: &RunConfig) -> Result<()> {
     for s in &cfg.stages {
         match s {
             snic_pipeline::StageSpec::P4 { .. } => bail!(

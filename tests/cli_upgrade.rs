@@ -142,6 +142,19 @@ fn takeover_of_udp_ports_loses_and_repeats_no_frame() {
     assert!(!out.status.success(), "a takeover with other ports was refused: {err}");
     assert!(err.contains("start the new process with the same ports"), "{err}");
     assert!(old.running(), "the old process carries on after a refused takeover");
+    // Refused: other stages.
+    let port = format!("udp:{local},{peer_addr}");
+    let out = Command::new(SNIC)
+        .args(["run", "--port", &port, "--port", "null", "--stage", "parse", "--control"])
+        .arg(dir.join("other.sock"))
+        .arg("--takeover")
+        .arg(&sock)
+        .output()
+        .expect("run snic");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a takeover with other stages was refused: {err}");
+    assert!(err.contains("start the new process with the same stages"), "{err}");
+    assert!(old.running(), "the old process carries on after a refused takeover");
     let before = wait_stats(&sock, "counters after the rollback", |v| v.get("takeover").is_none());
     let rx_before = before["ports"][0]["rx_packets"].as_u64().unwrap();
     wait_stats(&sock, "frames after the rollback", |v| {
@@ -198,4 +211,14 @@ fn takeover_of_replaying_ports_is_refused_up_front() {
         assert!(!out.status.success(), "{port}: {err}");
         assert!(err.contains("cannot be taken over"), "{port}: {err}");
     }
+    // Stages whose run-time state would not be carried.
+    let p4 = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/p4/l3_router.p4");
+    let out = Command::new(SNIC)
+        .args(["run", "--port", "null", "--stage", &format!("p4:{p4}"), "--takeover"])
+        .arg(&nobody)
+        .output()
+        .expect("run snic");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("a run with a p4 stage cannot be taken over"), "{err}");
 }
