@@ -82,11 +82,23 @@ fn snic_run_forwards_between_afxdp_ports() {
 /// when the new process stops.
 #[test]
 fn takeover_of_afxdp_ports_keeps_tcp_and_the_program() {
-    let test = "takeover_of_afxdp_ports_keeps_tcp_and_the_program";
+    afxdp_takeover("takeover_of_afxdp_ports_keeps_tcp_and_the_program", 1);
+}
+
+/// The same with two workers on two-queue veths: each worker's own socket of each port (one
+/// per interface queue) is handed over.
+#[test]
+fn takeover_of_per_worker_afxdp_queues_keeps_tcp() {
+    afxdp_takeover("takeover_of_per_worker_afxdp_queues_keeps_tcp", 2);
+}
+
+fn afxdp_takeover(test: &str, workers: u32) {
     if !can_run(test, &["ip", "ping", "iperf3", "timeout", "kill", "sysctl", "ethtool"]) {
         return;
     }
-    let mut g = OuterVeths::create("fxt", ["10.199.88.1", "10.199.88.2"]);
+    let tag = if workers == 1 { "fxt" } else { "fxw" };
+    // (Namespaces apart: both tests may use the same addresses at once.)
+    let mut g = OuterVeths::create_with_queues(tag, ["10.199.88.1", "10.199.88.2"], workers);
     // A veth hands XDP its local stack's frames with the TCP checksum left to offload (an
     // AF_XDP frame carries no note of that): the senders compute their checksums.
     for i in 0..2 {
@@ -97,8 +109,10 @@ fn takeover_of_afxdp_ports_keeps_tcp_and_the_program() {
     let sock = g.dir.join("ctl.sock").to_str().expect("UTF-8 temp dir").to_string();
     let a = format!("afxdp:{}", g.outer[0]);
     let b = format!("afxdp:{}", g.outer[1]);
+    let w = workers.to_string();
     let cmd = |extra: &[&str]| -> Vec<String> {
-        let mut v = vec![snic, "run", "--port", &a, "--port", &b, "--control", &sock];
+        let mut v =
+            vec![snic, "run", "--port", &a, "--port", &b, "--control", &sock, "--workers", &w];
         v.extend_from_slice(extra);
         v.into_iter().map(String::from).collect()
     };
@@ -143,7 +157,8 @@ fn takeover_of_afxdp_ports_keeps_tcp_and_the_program() {
     assert!(ok, "snic stats after the takeover: {err}");
     let stats: serde_json::Value = serde_json::from_str(out.trim()).expect("stats JSON");
     let t = &stats["takeover"];
-    assert_eq!(t["ports_adopted"], 2, "{t}");
+    // One socket per port and worker.
+    assert_eq!(t["ports_adopted"], 2 * workers, "{t}");
     assert_eq!(t["ports_reopened"], 0, "{t}");
     let (ok, out, err) = run(15, &ping);
     assert!(ok, "ping after the takeover:\n{out}{err}\n{}", g.log("snic-new"));
@@ -153,7 +168,7 @@ fn takeover_of_afxdp_ports_keeps_tcp_and_the_program() {
         assert!(!link.contains("xdp"), "XDP program left on {o} after snic exited:\n{link}");
     }
     note(&format!(
-        "AF_XDP takeover under iperf3: {t}; {bytes:.0} bytes, retransmits {}",
+        "AF_XDP takeover under iperf3, {workers} worker(s): {t}; {bytes:.0} bytes, retransmits {}",
         v["end"]["sum_sent"]["retransmits"]
     ));
 }

@@ -237,6 +237,12 @@ impl OuterVeths {
     /// (names cut to 15 characters); IPv6 off on every end, so the links carry only what the
     /// test sends.
     pub fn create(tag: &str, addr: [&'static str; 2]) -> OuterVeths {
+        Self::create_with_queues(tag, addr, 1)
+    }
+
+    /// [`OuterVeths::create`] with `queues` receive and transmit queues on every veth end.
+    pub fn create_with_queues(tag: &str, addr: [&'static str; 2], queues: u32) -> OuterVeths {
+        let q = queues.to_string();
         let pid = std::process::id();
         let name = |kind: &str, side: &str| -> String {
             format!("{tag}{kind}{pid}{side}").chars().take(15).collect()
@@ -256,7 +262,25 @@ impl OuterVeths {
             must(10, &["ip", "netns", "add", &g.ns[i]]);
             must(
                 10,
-                &["ip", "link", "add", &g.outer[i], "type", "veth", "peer", "name", &g.inner[i]],
+                &[
+                    "ip",
+                    "link",
+                    "add",
+                    &g.outer[i],
+                    "numrxqueues",
+                    &q,
+                    "numtxqueues",
+                    &q,
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    &g.inner[i],
+                    "numrxqueues",
+                    &q,
+                    "numtxqueues",
+                    &q,
+                ],
             );
             std::fs::write(format!("/proc/sys/net/ipv6/conf/{}/disable_ipv6", g.outer[i]), "1")
                 .expect("disable IPv6 on the outer veth");
