@@ -11,6 +11,7 @@
 //! connections are opened by [`SlowPath::compile`].
 
 use core::hash::BuildHasher;
+use core::time::Duration;
 use std::cmp::Reverse;
 
 use hashbrown::{DefaultHashBuilder, HashTable};
@@ -463,6 +464,25 @@ impl SlowPath {
         }
         self.prune_timers();
         ev
+    }
+
+    /// A packet of `key`'s connection was served by the slow path alone, not cached (a
+    /// fast-path restart window): no cached flow's idle aging will remove the connection, so
+    /// the slow path ages it, as a connection carried from another process, until a packet
+    /// compiles it into the flow table again. Its deadline moves only when it gains at least
+    /// a second (one timer per second of a connection's traffic, not per packet), so it goes
+    /// after at least `idle_timeout - 1 s` without packets.
+    pub fn served_uncached(&mut self, now: Instant, key: &FlowKey, idle_timeout: Duration) {
+        let Some(slot) = self.conns_tab.find(key) else { return };
+        let deadline = now.saturating_add(idle_timeout);
+        let moves = match self.adopted.get(&slot) {
+            Some(&d) => deadline.saturating_duration_since(d) >= Duration::from_secs(1),
+            None => true,
+        };
+        if moves {
+            self.adopted.insert(slot, deadline);
+            self.timers.push(Reverse((deadline, slot, 0, TimerKind::Idle)));
+        }
     }
 
     /// The fast path aged out or evicted `key`'s entry: its connection goes, and the other
