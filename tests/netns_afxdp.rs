@@ -136,7 +136,7 @@ fn afxdp_takeover(test: &str, workers: u32) {
         let link = must(10, &["ip", "-d", "link", "show", "dev", o]);
         assert!(link.contains("prog/xdp"), "no XDP program on {o} after the old exit:\n{link}");
     }
-    if wait_exit_within(&mut g, ci, 25).is_none() {
+    if common::netns::exit_within(&mut g.children[ci], Duration::from_secs(25)).is_none() {
         let (_, st, _) = run(5, &[snic, "stats", "--control", &sock]);
         panic!(
             "iperf3 did not finish in 25 s:\n{}\n--- old: {}\n--- new: {}\nstats {st}",
@@ -173,39 +173,15 @@ fn afxdp_takeover(test: &str, workers: u32) {
     ));
 }
 
-/// Child `i`'s exit status, waiting at most `secs`; `None` if it still runs.
-fn wait_exit_within(
-    g: &mut common::netns::OuterVeths,
-    i: usize,
-    secs: u64,
-) -> Option<std::process::ExitStatus> {
-    let t0 = std::time::Instant::now();
-    while t0.elapsed() < Duration::from_secs(secs) {
-        if let Some(s) = g.children[i].try_wait().expect("wait") {
-            return Some(s);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    None
-}
-
-/// Wait (at most `secs`) for child `i` to exit.
+/// Wait (at most `secs`) for child `i` to exit; panics with its log if it does not.
 fn wait_exit(
     g: &mut common::netns::OuterVeths,
     i: usize,
     label: &str,
     secs: u64,
 ) -> std::process::ExitStatus {
-    let t0 = std::time::Instant::now();
-    loop {
-        if let Some(s) = g.children[i].try_wait().expect("wait") {
-            return s;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(secs),
-            "{label} did not finish in {secs} s:\n{}",
-            g.log(label)
-        );
-        std::thread::sleep(Duration::from_millis(50));
+    match common::netns::exit_within(&mut g.children[i], Duration::from_secs(secs)) {
+        Some(s) => s,
+        None => panic!("{label} did not finish in {secs} s:\n{}", g.log(label)),
     }
 }

@@ -1197,17 +1197,9 @@ fn sighup_reloads_the_policy_and_reports_what_it_cannot_change() {
 
 /// Wait (at most `secs`) for child `i` to exit; its status.
 fn wait_child(g: &mut Guard, i: usize, label: &str, secs: u64) -> std::process::ExitStatus {
-    let t0 = Instant::now();
-    loop {
-        if let Some(s) = g.children[i].try_wait().expect("wait") {
-            return s;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(secs),
-            "{label} did not finish in {secs} s:\n{}",
-            g.log(label)
-        );
-        thread::sleep(Duration::from_millis(50));
+    match common::netns::exit_within(&mut g.children[i], Duration::from_secs(secs)) {
+        Some(s) => s,
+        None => panic!("{label} did not finish in {secs} s:\n{}", g.log(label)),
     }
 }
 

@@ -92,6 +92,20 @@ pub fn iperf3_client(
     (bytes, bps)
 }
 
+/// The child's exit status, waiting at most `limit`; `None` if it still runs then.
+pub fn exit_within(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let t0 = Instant::now();
+    loop {
+        if let Ok(Some(s)) = child.try_wait() {
+            return Some(s);
+        }
+        if t0.elapsed() >= limit {
+            return None;
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Stop a child: SIGTERM, up to `grace` for it to exit, then SIGKILL. Always reaped.
 pub fn stop(child: &mut Child, grace: Duration) {
     if let Ok(Some(_)) = child.try_wait() {
