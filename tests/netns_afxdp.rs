@@ -146,12 +146,8 @@ fn afxdp_takeover(test: &str, workers: u32) {
         );
     }
     let status = wait_exit(&mut g, ci, "iperf3-client", 1);
-    let log = g.log("iperf3-client");
-    assert!(status.success(), "iperf3 failed (a reset?):\n{log}\n{}", g.log("snic-new"));
-    let json = std::fs::read_to_string(g.dir.join("iperf3-client.out")).unwrap_or_default();
-    let v: serde_json::Value = serde_json::from_str(&json).expect("iperf3 -J output is JSON");
-    assert!(v.get("error").is_none(), "iperf3: {}", v["error"]);
-    let bytes = v["end"]["sum_received"]["bytes"].as_f64().unwrap_or(0.0);
+    let (v, bytes) =
+        common::netns::iperf3_report(&g.dir, "iperf3-client", status, &g.log("snic-new"));
     assert!(bytes > 1e6, "the stream moved only {bytes} bytes");
     let (ok, out, err) = run(5, &[snic, "stats", "--control", &sock]);
     assert!(ok, "snic stats after the takeover: {err}");

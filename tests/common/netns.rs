@@ -92,6 +92,25 @@ pub fn iperf3_client(
     (bytes, bps)
 }
 
+/// The `-J` report of an iperf3 client that ran in the background as `label` (see
+/// [`spawn_logged`]) and exited with `status`: fails the test when it failed (a reset
+/// connection, say; `context` is added to the message) or reported an error; returns the
+/// report and the bytes received.
+pub fn iperf3_report(
+    dir: &std::path::Path,
+    label: &str,
+    status: std::process::ExitStatus,
+    context: &str,
+) -> (serde_json::Value, f64) {
+    let log = read_logged(dir, label);
+    assert!(status.success(), "iperf3 failed (a reset?):\n{log}\n{context}");
+    let json = std::fs::read_to_string(dir.join(format!("{label}.out"))).unwrap_or_default();
+    let v: serde_json::Value = serde_json::from_str(&json).expect("iperf3 -J output is JSON");
+    assert!(v.get("error").is_none(), "iperf3: {}", v["error"]);
+    let bytes = v["end"]["sum_received"]["bytes"].as_f64().unwrap_or(0.0);
+    (v, bytes)
+}
+
 /// The child's exit status, waiting at most `limit`; `None` if it still runs then.
 pub fn exit_within(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
     let t0 = Instant::now();
