@@ -1343,7 +1343,9 @@ impl Shard {
                                     self.stats.reverse_installs += 1;
                                 }
                                 self.stats.installs += 1;
-                                self.install(now, shared, forward, false)
+                                let id = self.install(now, shared, forward, false);
+                                slow.cached(&x.key);
+                                id
                             }
                             Verdict::Deny { reason, cache } => {
                                 self.stats.denied += 1;

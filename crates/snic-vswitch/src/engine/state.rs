@@ -594,6 +594,13 @@ mod tests {
         assert!(send(&mut st, t, A_PORT, &udp).is_some());
         assert_eq!(vs.stats().slow.conns, carried + 1, "the UDP flow is a connection");
         assert_eq!(vs.stats().fast.slow_served, 2, "both served by the slow path alone");
+        // More packets within the same second arm no more timers.
+        let timers = lock(&vs.shared.slow).timers_pending();
+        for k in 1..=50u64 {
+            let at = t + Duration::from_millis(k);
+            assert!(send(&mut st, at, A_PORT, &udp).is_some());
+        }
+        assert_eq!(lock(&vs.shared.slow).timers_pending(), timers, "one timer per second");
         let mut at = t;
         for _ in 0..200 {
             if vs.stats().slow.conns == 0 {

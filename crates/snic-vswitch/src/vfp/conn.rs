@@ -485,6 +485,17 @@ impl SlowPath {
         }
     }
 
+    /// The fast path cached a flow of `key`'s connection (after [`SlowPath::compile`]): from
+    /// now on the flow table's idle aging removes it, not the slow path's.
+    pub fn cached(&mut self, key: &FlowKey) {
+        if self.adopted.is_empty() {
+            return;
+        }
+        if let Some(slot) = self.conns_tab.find(key) {
+            self.adopted.remove(&slot);
+        }
+    }
+
     /// The fast path aged out or evicted `key`'s entry: its connection goes, and the other
     /// key of the connection is pushed to `removals`.
     pub fn on_evicted(&mut self, key: &FlowKey, removals: &mut Vec<FlowKey>) {
@@ -558,6 +569,12 @@ impl SlowPath {
             }
             self.timers.pop();
         }
+    }
+
+    /// Timers pending (live or stale), for tests that bound their growth.
+    #[cfg(test)]
+    pub(crate) fn timers_pending(&self) -> usize {
+        self.timers.len()
     }
 
     /// The next time `handle_timeout` has work (`Instant::ZERO` when removals are pending).
