@@ -278,6 +278,17 @@ impl Attachment {
     }
 }
 
+/// The seals of a UMEM's memory file: its size is fixed.
+const UMEM_SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+
+/// Whether `fd` is a memory file sealed as a UMEM is ([`UMEM_SEALS`]).
+fn sealed_umem(fd: RawFd) -> bool {
+    // SAFETY: fcntl(2) F_GET_SEALS takes no argument; any descriptor may be asked (others
+    // answer an error).
+    let seals = unsafe { libc::fcntl(fd, libc::F_GET_SEALS) };
+    seals >= 0 && seals & UMEM_SEALS == UMEM_SEALS
+}
+
 /// A shared memory mapping, unmapped on drop.
 struct Mapping {
     ptr: *mut u8,
@@ -287,10 +298,12 @@ struct Mapping {
 impl Mapping {
     /// A memory file of `len` bytes (the UMEM), zeroed, mapped shared: the file's descriptor
     /// lets another process map the same pages (a takeover, see [`crate::handover`]); the
-    /// kernel's registration pins the pages, not this mapping.
+    /// kernel's registration pins the pages, not this mapping. The file is sealed at its size
+    /// ([`UMEM_SEALS`]), so no holder of the descriptor can cut the mapping short.
     fn memfd(len: usize) -> io::Result<(Mapping, OwnedFd)> {
+        let flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
         // SAFETY: the name is a NUL-terminated literal; the result is checked.
-        let fd = unsafe { libc::memfd_create(c"snic-umem".as_ptr(), libc::MFD_CLOEXEC) };
+        let fd = unsafe { libc::memfd_create(c"snic-umem".as_ptr(), flags) };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -299,6 +312,10 @@ impl Mapping {
         let size = libc::off_t::try_from(len).map_err(|_| io::Error::other("UMEM size"))?;
         // SAFETY: plain ftruncate(2) on our own descriptor.
         if unsafe { libc::ftruncate(fd.as_raw_fd(), size) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fcntl(2) F_ADD_SEALS on our own descriptor, an integer argument.
+        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, UMEM_SEALS) } < 0 {
             return Err(io::Error::last_os_error());
         }
         Ok((Mapping::file(fd.as_raw_fd(), len)?, fd))
@@ -603,6 +620,9 @@ pub struct AfXdpPort {
     /// Frames one `sendto` sends in copy mode (`XDP_MAX_TX_SKB_BUDGET`, 32 by default).
     tx_budget: u32,
     stats: AfXdpStats,
+    /// The kernel's `XDP_STATISTICS` words when this process got the socket (zero for a socket
+    /// it opened).
+    kernel_base: [u64; 6],
     _attach: Arc<Attachment>,
 }
 
@@ -864,6 +884,7 @@ impl AfXdpPort {
             tx_len: vec![0; TX_FRAMES as usize],
             tx_budget: budget,
             stats: AfXdpStats::default(),
+            kernel_base: [0; 6],
             _attach: att,
         })
     }
@@ -883,13 +904,14 @@ impl AfXdpPort {
         self.stats
     }
 
-    /// The kernel's `XDP_STATISTICS` of the socket (fields a kernel does not report stay 0).
+    /// The kernel's `XDP_STATISTICS` of the socket since this port has it (fields a kernel
+    /// does not report stay 0). The kernel's counts run for the socket's whole life: for a
+    /// socket adopted from another process, what they were at the handover is taken off.
     pub fn kernel_stats(&self) -> io::Result<libc::xdp_statistics> {
-        let (w, _) = sock::getsockopt_words::<u64, 6>(
-            self.fd.as_raw_fd(),
-            libc::SOL_XDP,
-            libc::XDP_STATISTICS,
-        )?;
+        let mut w = self.kernel_words()?;
+        for (v, b) in w.iter_mut().zip(self.kernel_base) {
+            *v = v.saturating_sub(b);
+        }
         Ok(libc::xdp_statistics {
             rx_dropped: w[0],
             rx_invalid_descs: w[1],
@@ -898,6 +920,16 @@ impl AfXdpPort {
             rx_fill_ring_empty_descs: w[4],
             tx_ring_empty_descs: w[5],
         })
+    }
+
+    /// The six words of the socket's `XDP_STATISTICS`, as the kernel counts them.
+    fn kernel_words(&self) -> io::Result<[u64; 6]> {
+        let (w, _) = sock::getsockopt_words::<u64, 6>(
+            self.fd.as_raw_fd(),
+            libc::SOL_XDP,
+            libc::XDP_STATISTICS,
+        )?;
+        Ok(w)
     }
 
     /// The transmit frame number of UMEM offset `base` (a frame start), if it is one.
@@ -1082,6 +1114,7 @@ impl AfXdpPort {
             frame_size: self.frame_size,
             tx_budget: self.tx_budget,
             tx_pending,
+            kernel_stats: self.kernel_words().unwrap_or([0; 6]),
         };
         Ok((st, [self.fd.try_clone()?, self.umem_fd.try_clone()?]))
     }
@@ -1114,8 +1147,11 @@ impl AfXdpPort {
         }
         let len = (RX_FRAMES + TX_FRAMES) as usize * frame_size;
         let meta = std::fs::File::from(umem_fd.try_clone()?).metadata()?;
-        if !meta.file_type().is_file() {
-            return Err(refused(ifname, "the handed UMEM descriptor is not a memory file".into()));
+        if !meta.file_type().is_file() || !sealed_umem(umem_fd.as_raw_fd()) {
+            return Err(refused(
+                ifname,
+                "the handed UMEM descriptor is not a memory file sealed at its size".into(),
+            ));
         }
         let have = meta.len();
         if have != len as u64 {
@@ -1159,6 +1195,7 @@ impl AfXdpPort {
             tx_len,
             tx_budget: st.tx_budget,
             stats: AfXdpStats::default(),
+            kernel_base: st.kernel_stats,
             _attach: att,
         })
     }

@@ -135,4 +135,8 @@ pub struct XskState {
     /// flush wrote off): their frames stay out of the free list until the kernel completes
     /// them.
     pub tx_pending: Vec<(u32, u32)>,
+    /// The socket's `XDP_STATISTICS` words at the handover: the kernel keeps counting for the
+    /// socket's life, so the new process reports only what it adds to them.
+    #[serde(default)]
+    pub kernel_stats: [u64; 6],
 }

@@ -402,14 +402,24 @@ fn afxdp_handover(queues: u32) {
     let got = receive(&mut [old.as_mut()], first.len()).remove(0);
     assert_eq!(sorted(got), sorted(first.clone()), "the old port reads");
 
-    // A takeover that fails: the descriptors were lent and dropped.
+    // A takeover that fails after the new process adopted the port (its configuration, say):
+    // the adopted port is dropped unused, and the old one carries on.
     let lent = old.handover().expect("AF_XDP hands over").expect("handover");
     assert_eq!(lent.fds.len(), 3 + 2 * queues as usize);
-    drop(lent);
+    drop(spec.adopt(&lent.state, lent.fds).expect("adopt"));
+    assert!(v.outer_link().contains("prog/xdp"), "{}", v.outer_link());
     let second = batch(128, 64);
     send_from_ns(&v, &second);
     let got = receive(&mut [old.as_mut()], second.len()).remove(0);
     assert_eq!(sorted(got), sorted(second), "the old port carries on after a rollback");
+    // The old port loses frames nobody reads (more than its RX rings hold): the kernel counts
+    // them for the socket, and the new process must not report them as its own.
+    let flood = batch(1000, 2600 * queues as usize);
+    send_from_ns(&v, &flood);
+    let c = old.counters();
+    assert!(c.kernel_drops() > 0, "the flood overflowed the RX ring: {c}");
+    let kept = receive(&mut [old.as_mut()], flood.len()).remove(0).len();
+    assert!(kept < flood.len(), "{kept} of {} kept", flood.len());
 
     // The takeover that succeeds; frames arrive while nobody reads.
     let h = old.handover().expect("AF_XDP hands over").expect("handover");
@@ -444,6 +454,7 @@ fn afxdp_handover(queues: u32) {
     let got = receive(&mut [new.as_mut()], third.len()).remove(0);
     assert_eq!(sorted(got), sorted(third.clone()), "each frame once, byte for byte");
     let c = new.counters();
+    // (The old port's kernel drops stay the old port's.)
     assert_eq!((c.rx_packets, c.kernel_drops(), c.rx_errors), (third.len() as u64, 0, 0), "{c}");
     let fourth = batch(448, 64);
     send_from_ns(&v, &fourth);
