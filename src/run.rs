@@ -436,14 +436,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     let ports_desc: Vec<String> = cfg.ports.iter().map(ToString::to_string).collect();
     let stage_list = crate::upgrade::stage_list(&cfg.stages);
     // Kernel stages are shown without their keys.
-    let stages_desc: Vec<String> = cfg
-        .stages
-        .iter()
-        .map(|s| match s {
-            StageSpec::Kernel { name, args } => snic_stream::spec_text(name, args),
-            s => String::from(s.clone()),
-        })
-        .collect();
+    let stages_desc = crate::upgrade::stages_shown(&cfg.stages);
     if embedded {
         println!(
             "snic run: embedded default (no root, no files): ports {} -> stages {}",
@@ -515,8 +508,9 @@ pub fn run(args: RunArgs) -> Result<()> {
     };
     if let Some(t) = &mut takeover {
         t.import_vswitch(runtime.vswitch(), runtime.clock().now()).inspect_err(|e| t.abort(e))?;
-        t.commit()?;
     }
+    // (In a takeover, everything that may fail is done before `commit`, further down: a
+    // failure before it returns here and the old process, seeing the channel close, resumes.)
     if runtime.per_worker_queues() {
         tracing::info!("each worker owns a queue of every port");
     }
@@ -568,6 +562,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     let old_side = crate::upgrade::OldSide {
         specs: ports_desc.clone(),
         stages: stage_list,
+        stages_shown: stages_desc.clone(),
         workers: runtime.config().workers,
         per_worker_queues: runtime.per_worker_queues(),
         vswitch: runtime.vswitch().cloned(),
@@ -677,6 +672,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     // the run goes on.
     let mut after_old = None;
     if let Some(mut t) = takeover.take() {
+        t.commit()?;
         t.step("started");
         let report = t.report(t.gap());
         eprintln!("snic: took over: {report}");
@@ -684,26 +680,32 @@ pub fn run(args: RunArgs) -> Result<()> {
             *l = Some(report);
         }
         let listen = listen.take();
-        after_old = Some(std::thread::Builder::new().name("snic-takeover".into()).spawn(
-            move || -> Result<Option<Listeners>> {
-                t.wait_old()?;
-                listen.map(|l| l()).transpose()
+        // The ports are this process's now: nothing after this point may end the run early.
+        let spawned = std::thread::Builder::new().name("snic-takeover".into()).spawn(
+            move || -> Option<Listeners> {
+                let bound = t.wait_old().and_then(|()| listen.map(|l| l()).transpose());
+                bound.unwrap_or_else(|e| {
+                    eprintln!("snic: after the takeover: {e:#}");
+                    None
+                })
             },
-        )?);
+        );
+        match spawned {
+            Ok(h) => after_old = Some(h),
+            Err(e) => eprintln!("snic: after the takeover: no control socket: {e}"),
+        }
     }
     let result =
         runtime.run_pausable(&signals.stop, stats_flag, on_stats, handoff.pause_flag(), |ports| {
             handoff.on_pause(ports, &old_side)
         });
     done.store(true, Ordering::Relaxed);
-    // The listeners bound after a takeover close with the run (an old process that would not
-    // go, or an address still taken, is said here).
-    if let Some(h) = after_old {
-        match h.join() {
-            Ok(Ok(listeners)) => drop(listeners),
-            Ok(Err(e)) => eprintln!("snic: after the takeover: {e:#}"),
-            Err(_) => eprintln!("snic: the takeover thread panicked"),
-        }
+    // The listeners bound after a takeover close with the run (what kept them from binding
+    // was said when it happened).
+    if let Some(h) = after_old
+        && h.join().is_err()
+    {
+        eprintln!("snic: the takeover thread panicked");
     }
     if let Some(hub) = &capture {
         hub.close(Duration::from_secs(2));

@@ -2,8 +2,9 @@
 //! vSwitch state, and the old one exits (seed 001's servicing without dropping connections).
 //!
 //! The new process is started with the same configuration and `--takeover SOCK`, the old
-//! one's control socket. It listens on a takeover channel of its own ([`Channel`]) and asks
-//! the old process, over the control socket, to hand over there (`{"cmd":"upgrade"}`). Then:
+//! one's control socket. It builds its pipelines first (so that costs the old process no
+//! pause), listens on a takeover channel of its own ([`Channel`]) and asks the old process,
+//! over the control socket, to hand over there (`{"cmd":"upgrade"}`). Then:
 //!
 //! 1. The old process pauses its run ([`Runtime::run_pausable`](snic_io::runtime::Runtime)):
 //!    nothing is received any more, what is in flight is processed and transmitted, the ports
@@ -12,18 +13,22 @@
 //! 2. It sends the handover document: every port's state with duplicates of its descriptors
 //!    ([`snic_io::handover`]), the vSwitch's state (policy, connections with their TCP state,
 //!    SNAT bindings; the flow tables are not sent, the new slow path compiles them again as
-//!    packets come), its configuration's ports and workers, and the time it paused.
+//!    packets come), its configuration's ports, stages and workers, and the time it paused.
 //! 3. The new process checks the configuration matches, adopts the descriptors (the same
-//!    sockets, rings and queues: nothing is reconfigured), builds its pipelines, imports the
-//!    vSwitch state, and says `ready`. Anything failing up to here is an `abort` with the
-//!    reason, and the old process resumes as if nothing had happened (the rollback); so does
-//!    a new process that dies or says nothing for [`TAKEOVER_TIMEOUT`].
+//!    sockets, rings and queues: nothing is reconfigured), puts its pipelines around them,
+//!    imports the vSwitch state, does the rest of its setup that may fail, and says `ready`.
+//!    Anything failing up to here is an `abort` with the reason, and the old process resumes
+//!    as if nothing had happened (the rollback); so does a new process that dies or says
+//!    nothing for [`TAKEOVER_TIMEOUT`].
 //! 4. The old process answers `committed`, stops without receiving or transmitting another
-//!    frame, prints its final counters and exits. The new process waits for it to be gone
-//!    (its control socket is then free), binds the control socket and runs.
+//!    frame, prints its final counters (read before it handed the ports over) and exits. The
+//!    new process runs as soon as it has `committed`; a thread of its own waits for the old
+//!    one to be gone (killing it after [`TAKEOVER_TIMEOUT`]), then binds the control socket
+//!    and the metrics address the old one held.
 //!
-//! The new process reports the gap (from the old one's pause to its own first round) and
-//! what the takeover moved on stderr and in the counters document's `takeover` object.
+//! The new process reports the gap (from the old one's pause to the start of its run loop),
+//! the steps of it, and what the takeover moved on stderr and in the counters document's
+//! `takeover` object.
 //!
 //! AF_XDP ports are handed over whole: the sockets, the memory files behind their UMEMs and
 //! the link of the XDP program (see [`snic_io::handover`]). Generators and pcap files are
@@ -65,6 +70,8 @@ pub struct OldSide {
     pub specs: Vec<String>,
     /// The configuration's stages ([`stage_list`]).
     pub stages: Vec<String>,
+    /// The same as they may be shown ([`stages_shown`]).
+    pub stages_shown: Vec<String>,
     /// Workers.
     pub workers: usize,
     /// Each worker owns a queue of every port.
@@ -191,6 +198,7 @@ impl Handoff {
             "pid": std::process::id(),
             "ports_spec": old.specs,
             "stages": old.stages,
+            "stages_shown": old.stages_shown,
             "workers": old.workers,
             "per_worker_queues": old.per_worker_queues,
             "ports": entries,
@@ -264,9 +272,21 @@ fn uid_of(pid: u32) -> Option<u32> {
     std::fs::metadata(format!("/proc/{pid}")).ok().map(|m| m.uid())
 }
 
-/// The stages of a configuration as the handover compares them.
+/// The stages of a configuration as the handover compares them (in full: a kernel stage's
+/// key too; the handover goes to a process of the same user only).
 pub fn stage_list(stages: &[snic_pipeline::StageSpec]) -> Vec<String> {
     stages.iter().map(|s| String::from(s.clone())).collect()
+}
+
+/// The stages of a configuration as they may be shown (a kernel stage without its key).
+pub fn stages_shown(stages: &[snic_pipeline::StageSpec]) -> Vec<String> {
+    stages
+        .iter()
+        .map(|s| match s {
+            snic_pipeline::StageSpec::Kernel { name, args } => snic_stream::spec_text(name, args),
+            s => String::from(s.clone()),
+        })
+        .collect()
 }
 
 /// Refuse, before the old process is asked to pause, a configuration that cannot be taken
@@ -369,8 +389,8 @@ impl Takeover {
             bail!(
                 "the old process runs stages {}, this one is configured with {}: start the new \
                  process with the same stages",
-                self.doc["stages"],
-                json!(stages)
+                self.doc["stages_shown"],
+                json!(stages_shown(&cfg.stages))
             );
         }
         if self.doc["workers"].as_u64() != Some(cfg.workers as u64) {
@@ -413,6 +433,21 @@ impl Takeover {
             let mine: Vec<OwnedFd> = fds.by_ref().take(n).collect();
             if mine.len() != n {
                 bail!("port {port}: {n} descriptors announced, fewer handed");
+            }
+            // An AF_XDP socket of one queue must be the one this slot binds (worker `k` has
+            // queue `QUEUE + k`; a port of every queue starts at 0).
+            if let (PortState::AfXdp(s), PortSpec::AfXdp { queue: first, .. }) = (&state, spec) {
+                let want: Vec<u64> = if s.all_queues {
+                    (0..s.sockets.len() as u64).collect()
+                } else {
+                    vec![u64::from(*first) + queue as u64]
+                };
+                let got: Vec<u64> = s.sockets.iter().map(|x| u64::from(x.queue)).collect();
+                if got != want {
+                    bail!(
+                        "port {port} ({spec}): sockets of queues {got:?} handed, {want:?} expected"
+                    );
+                }
             }
             grid[port][queue] = Some(spec.adopt(&state, mine)?);
             adopted += 1;

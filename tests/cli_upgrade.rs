@@ -206,14 +206,20 @@ fn takeover_of_replaying_ports_is_refused_up_front() {
         assert!(!out.status.success(), "{port}: {err}");
         assert!(err.contains("cannot be taken over"), "{port}: {err}");
     }
-    // Stages whose run-time state would not be carried.
+    // Stages whose run-time state would not be carried (refused before anything is loaded:
+    // the xdp object need not exist).
     let p4 = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/p4/l3_router.p4");
-    let out = Command::new(SNIC)
-        .args(["run", "--port", "null", "--stage", &format!("p4:{p4}"), "--takeover"])
-        .arg(&nobody)
-        .output()
-        .expect("run snic");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{err}");
-    assert!(err.contains("a run with a p4 stage cannot be taken over"), "{err}");
+    for (stage, why) in [
+        (format!("p4:{p4}"), "a run with a p4 stage cannot be taken over"),
+        ("xdp:/nonexistent/prog.o".to_string(), "a run with an xdp stage cannot be taken over"),
+    ] {
+        let out = Command::new(SNIC)
+            .args(["run", "--port", "null", "--stage", &stage, "--takeover"])
+            .arg(&nobody)
+            .output()
+            .expect("run snic");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{stage}: {err}");
+        assert!(err.contains(why), "{stage}: {err}");
+    }
 }

@@ -401,8 +401,6 @@ pub fn open_ports(specs: &[PortSpec], workers: usize) -> Result<OpenPorts, RunEr
     Ok(OpenPorts::Shared(ports))
 }
 
-/// What every pipeline model shares: the per-worker pipelines and the control planes of their
-/// stages.
 /// Pipelines built before their ports are open ([`Runtime::prebuild`]).
 pub struct Prebuilt {
     cfg: RunConfig,
@@ -415,6 +413,8 @@ impl fmt::Debug for Prebuilt {
     }
 }
 
+/// What every pipeline model shares: the per-worker pipelines and the control planes of their
+/// stages.
 struct Built {
     pipelines: Vec<Pipeline>,
     trace_capacity: usize,
@@ -547,7 +547,15 @@ impl Runtime {
         let Prebuilt { cfg, built } = pre;
         let (n, workers) = match &ports {
             OpenPorts::Shared(p) => (p.len(), cfg.workers),
-            OpenPorts::Queues(q) => (q.first().map_or(0, Vec::len), q.len()),
+            OpenPorts::Queues(q) => {
+                let n = q.first().map_or(0, Vec::len);
+                if q.iter().any(|w| w.len() != n) {
+                    return Err(RunError::Config(
+                        "every worker needs a queue of every port".into(),
+                    ));
+                }
+                (n, q.len())
+            }
         };
         if n != cfg.ports.len() || workers != cfg.workers {
             return Err(RunError::Config(format!(
