@@ -277,8 +277,11 @@ impl Side {
     pub(super) fn idle(&mut self) -> Result<()> {
         // Busy-poll while traffic is recent (perftest polls the CQ the same way): sleeping in
         // poll(2) costs a wake-up (~10 us here) per round trip. Block only after SPIN of quiet.
+        // Each spin gives the CPU away (sched_yield): on a busy host the peer process may be
+        // queued behind this one, and it alone can make progress; on an idle CPU the call
+        // returns at once, as a spin would.
         if self.last_busy.elapsed() < SPIN {
-            std::hint::spin_loop();
+            std::thread::yield_now();
             return self.check_stall();
         }
         let now = self.clock.now();
