@@ -135,6 +135,18 @@ pub struct QueueIndices {
     pub cmpt_cidx: u32,
 }
 
+/// A queue as another engine takes it over (a hitless upgrade): its configuration, state and
+/// indices. Everything else of a queue is in the rings, in shared memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueSnapshot {
+    /// Configuration.
+    pub cfg: QueueConfig,
+    /// State.
+    pub state: QueueState,
+    /// Indices.
+    pub idx: QueueIndices,
+}
+
 /// Identifies a channel inside one engine (the I/O layer chooses the numbering).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ChannelKey(pub u32);
@@ -855,6 +867,38 @@ impl DmaEngine {
     pub fn queue_indices(&self, qid: u16) -> Option<QueueIndices> {
         self.queue(qid).map(|q| q.idx)
     }
+    /// A queue's snapshot, for another engine to carry it on ([`Self::restore_queue`]).
+    /// Refused ([`DmaError::BadState`]) while a streaming packet is half gathered or waits
+    /// for [`Self::poll_stream`]: that would be lost. Taken between two [`Self::poll`] calls,
+    /// no transfer is half done (see [`DmaEngine`]).
+    pub fn queue_snapshot(&self, qid: u16) -> Result<QueueSnapshot, DmaError> {
+        let q = self.queue(qid).ok_or(DmaError::NoQueue(qid))?;
+        if q.pkt.open || q.tx_blocked || self.stream_out.iter().any(|(o, _)| *o == qid) {
+            return Err(DmaError::BadState(q.state));
+        }
+        Ok(QueueSnapshot { cfg: q.cfg, state: q.state, idx: q.idx })
+    }
+
+    /// Add queue `qid` as another engine had it ([`Self::queue_snapshot`]): the same checks
+    /// as [`Self::add_queue`], then its state and indices; outstanding slots are served by the
+    /// next [`Self::poll`] (a full completion ring stalls it again there).
+    pub fn restore_queue(&mut self, qid: u16, snap: &QueueSnapshot) -> Result<(), DmaError> {
+        if snap.idx.cmpt_pidx.wrapping_sub(snap.idx.cmpt_cidx) > snap.cfg.cmpt_size {
+            return Err(DmaError::BadConfig("completion indices beyond the ring"));
+        }
+        self.add_queue(qid, snap.cfg)?;
+        let q = self.queue_mut(qid).ok_or(DmaError::NoQueue(qid))?;
+        q.state = snap.state;
+        q.idx = snap.idx;
+        self.schedule(qid);
+        Ok(())
+    }
+
+    /// A channel's configuration.
+    pub fn channel_config(&self, key: ChannelKey) -> Option<&ChannelConfig> {
+        self.channels.get(&key).map(|c| &c.cfg)
+    }
+
     /// Ids of all queues, ascending.
     pub fn qids(&self) -> impl Iterator<Item = u16> + '_ {
         self.queues.iter().enumerate().filter(|(_, q)| q.is_some()).map(|(i, _)| i as u16)
