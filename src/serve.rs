@@ -99,6 +99,11 @@ pub struct ServeArgs {
     /// `ebpf` (id 9) with scalar 0 = `s`; `snic ebpf load --core SLOT` replaces one later.
     #[arg(long = "core-prog", value_name = "FILE")]
     pub core_progs: Vec<String>,
+    /// Take over from the `snic serve` answering on this control socket (a hitless upgrade:
+    /// its clients keep their sessions, see `src/serve_upgrade.rs`). Start with the same
+    /// arguments; give `--control` the same path to be taken over in turn.
+    #[arg(long, value_name = "SOCK")]
+    pub takeover: Option<PathBuf>,
     #[command(flatten)]
     pub p4rt: crate::p4::P4RuntimeArgs,
 }
@@ -149,8 +154,31 @@ pub fn run(args: ServeArgs) -> Result<()> {
         }
         None => (None, None, None, None, Vec::new(), Vec::new(), None),
     };
-    let server = Server::start_with(cfg.clone(), wire)
-        .with_context(|| format!("starting the server on {}", cfg.socket.display()))?;
+    // A takeover adopts the old process's server instead of starting one (src/serve_upgrade.rs).
+    let (server, takeover) = match &args.takeover {
+        Some(sock) => {
+            let mut t = crate::serve_upgrade::ServeTakeover::begin(sock, &args)?;
+            let adopted = match t.adopt(cfg.clone(), &args) {
+                Ok(a) => a,
+                Err(e) => {
+                    t.abort(&e);
+                    return Err(e.context("taking over"));
+                }
+            };
+            t.confirm()?;
+            let server = adopted.start().context("starting the adopted server")?;
+            let gap = t.gap();
+            t.wait_old_gone()?;
+            let report = t.report(gap);
+            eprintln!("snic serve: took over from pid {}: {report}", report["old_pid"]);
+            (server, Some(report))
+        }
+        None => {
+            let server = Server::start_with(cfg.clone(), wire)
+                .with_context(|| format!("starting the server on {}", cfg.socket.display()))?;
+            (server, None)
+        }
+    };
     let huge = server.stats().get("huge_pages").and_then(|v| v.as_bool()).unwrap_or(false);
     {
         let mut out = std::io::stdout().lock();
@@ -203,6 +231,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let stats = || {
         let mut v = server.stats();
         v["elapsed_secs"] = started.elapsed().as_secs_f64().into();
+        if let Some(t) = &takeover {
+            v["takeover"] = t.clone();
+        }
         if !kernels.is_empty() {
             v["stream_kernels"] = crate::stream::results_json(&kernels);
         }
@@ -212,6 +243,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
         v
     };
     let latest = Arc::new(Mutex::new(stats().to_string()));
+    // With a control socket, a newer process can take this one over (src/serve_upgrade.rs).
+    let (handoff, handoff_wake) = crate::serve_upgrade::ServeHandoff::new();
     let mut capture = None;
     let _control = match &args.control {
         Some(path) => {
@@ -242,6 +275,14 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 },
                 snic_time::MonotonicClock::new(),
             );
+            let h = handoff.clone();
+            let mut handler = handler;
+            let handler = move |incoming| match incoming {
+                crate::control::Incoming::Request(crate::control::Request::Upgrade { channel }) => {
+                    h.request(&channel).to_string()
+                }
+                other => handler(other),
+            };
             // Without a NIC there is nothing to capture or trace: those requests are refused.
             Some(match ops {
                 Some(ops) => ControlServer::spawn_with_ops(path, handler, Some(ops))?,
@@ -274,7 +315,19 @@ pub fn run(args: ServeArgs) -> Result<()> {
             }
             refreshed = std::time::Instant::now();
         }
-        std::thread::sleep(Duration::from_millis(50));
+        if handoff.serve_turn(&server, &args) {
+            break;
+        }
+        let _ = handoff_wake.recv_timeout(Duration::from_millis(50));
+    }
+    if handoff.handed_over() {
+        // The server is the new process's: its last counters here are the snapshot before.
+        let last = latest.lock().map(|l| l.clone()).unwrap_or_default();
+        server.shutdown().context("leaving the server to the new process")?;
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{last}")?;
+        out.flush()?;
+        return Ok(());
     }
     // A running capture ends (`run ended`) and sends its end record before the ports go.
     if let Some(hub) = &capture {

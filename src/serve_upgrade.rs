@@ -1,0 +1,374 @@
+//! The hitless upgrade of `snic serve`: a new process takes over a running one's host
+//! interface, and host programs see a pause, not a reconnect.
+//!
+//! The protocol and its checks are those of `snic run` (`crate::upgrade`): the new process is
+//! started with the same configuration and `--takeover SOCK`, the old one's control socket;
+//! it listens on a takeover channel in a private directory and asks the old process, over the
+//! control socket, to hand over there (`{"cmd":"upgrade"}`). Both sides check that the peer
+//! is a process of their own user, and the new one that its peer is the process that answered
+//! on the control socket. Then:
+//!
+//! 1. The old process pauses its server ([`snic_device::ServerHandle::handover`]): every
+//!    worker finishes what its engine took and stops reading doorbells, the setup socket is
+//!    no longer served. It sends the handover document (the server's state, see
+//!    `snic_device::server::takeover`) with the descriptors: the listening setup socket,
+//!    every client's connection, BAR and registered memory, the device memory, the NIC page
+//!    and every eventfd.
+//! 2. The new process checks the configuration matches ([`snic_device::Server::adopt`]: the
+//!    socket, memory sizes, workers, kernels, eBPF core programs) and rebuilds the server
+//!    around the same objects; then it says `ready`. Anything failing up to here is an
+//!    `abort` with the reason, and the old process resumes as if nothing had happened (the
+//!    rollback); so does a new process that dies or says nothing for [`TAKEOVER_TIMEOUT`].
+//! 3. The old process answers `committed`: its workers end without touching shared memory
+//!    again, and it exits. The new process starts serving at once (clients' doorbells rung
+//!    during the pause are found at its workers' first look), waits for the old one to be
+//!    gone (SIGKILL after [`TAKEOVER_TIMEOUT`]), and only then binds the control socket.
+//!
+//! The gap (from the old server's pause to the new one's start) and what moved are printed on
+//! stderr and put in the counters document's `takeover` object.
+//!
+//! Refused up front, before the old process is paused: a whole NIC (`--port`) and `--rdma`.
+//! The RDMA engine of host programs (QPs, MRs, CQs) and the NIC's wire port and host netdev
+//! are not handed over by this version; the old process carries on untouched.
+
+use crate::handover::Channel;
+use crate::upgrade::TAKEOVER_TIMEOUT;
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+use snic_device::{Adopted, Server, ServerConfig, ServerHandle};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::serve::ServeArgs;
+
+/// Version of the handover document of `snic serve`.
+const VERSION: u64 = 1;
+
+fn unix_ns(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The user id owning process `pid` (from `/proc`).
+fn uid_of(pid: u32) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/proc/{pid}")).ok().map(|m| m.uid())
+}
+
+/// What of `snic serve`'s own arguments (beyond the server's configuration, which
+/// [`Server::adopt`] checks) must be the same on both sides.
+fn serve_config(args: &ServeArgs) -> Value {
+    json!({ "core_progs": args.core_progs })
+}
+
+/// Refuse, before the old process is asked to pause, what this version cannot take over.
+fn check_takeover(args: &ServeArgs) -> Result<()> {
+    if let Some(p) = &args.port {
+        bail!(
+            "--port {p}: a whole NIC cannot be taken over yet (its RDMA engine, wire port and \
+             host netdev are not handed over); upgrade it by restarting"
+        );
+    }
+    if let Some(a) = &args.rdma {
+        bail!(
+            "--rdma {a}: the RDMA engine (host programs' QPs, MRs and CQs) is not handed over \
+             yet; a server with RDMA cannot be taken over"
+        );
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The old process's side.
+
+/// The old process's end of a takeover, shared by the control socket (which takes the
+/// request) and the serve loop (which pauses the server and hands over).
+#[derive(Clone)]
+pub struct ServeHandoff {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// The channel of the takeover asked for, and when it was asked.
+    pending: Mutex<Option<(Channel, SystemTime)>>,
+    /// Wakes the serve loop.
+    wake: Mutex<mpsc::Sender<()>>,
+    /// The channel of a committed takeover, kept open until this process ends (the new one
+    /// waits for it to close).
+    committed: Mutex<Option<Channel>>,
+    handed: AtomicBool,
+}
+
+impl ServeHandoff {
+    /// A handoff, and what wakes the serve loop when a takeover is asked for.
+    pub fn new() -> (ServeHandoff, mpsc::Receiver<()>) {
+        let (tx, rx) = mpsc::channel();
+        let inner = Inner {
+            pending: Mutex::new(None),
+            wake: Mutex::new(tx),
+            committed: Mutex::new(None),
+            handed: AtomicBool::new(false),
+        };
+        (ServeHandoff { inner: Arc::new(inner) }, rx)
+    }
+
+    /// True once the server was handed over.
+    pub fn handed_over(&self) -> bool {
+        self.inner.handed.load(Ordering::Acquire)
+    }
+
+    /// The control socket's `upgrade` request: connect to the new process's channel and
+    /// wake the serve loop. The answer for the control client.
+    pub fn request(&self, channel: &str) -> Value {
+        if self.handed_over() {
+            return json!({"ok": false, "error": "this process has already handed over"});
+        }
+        let mut pending = lock(&self.inner.pending);
+        if pending.is_some() {
+            return json!({"ok": false, "error": "a takeover is already under way"});
+        }
+        let chan = match Channel::connect(Path::new(channel)) {
+            Ok(c) => c,
+            Err(e) => return json!({"ok": false, "error": e.to_string()}),
+        };
+        // The descriptors go to a process of this one's user only.
+        let me = uid_of(std::process::id());
+        let peer = chan.peer_pid().and_then(uid_of);
+        if me.is_none() || peer != me {
+            return json!({"ok": false, "error": format!(
+                "the takeover channel's peer (uid {peer:?}) is not of this process's user ({me:?})"
+            )});
+        }
+        *pending = Some((chan, SystemTime::now()));
+        let _ = lock(&self.inner.wake).send(());
+        json!({"ok": true, "pid": std::process::id()})
+    }
+
+    /// The serve loop's turn: hand the server over if a takeover is pending. True when the
+    /// new process took over (this one must then exit); false when nothing was pending or
+    /// the takeover failed (the rollback: the server resumed as it was).
+    pub fn serve_turn(&self, server: &ServerHandle, args: &ServeArgs) -> bool {
+        let Some((chan, asked)) = lock(&self.inner.pending).take() else { return false };
+        let paused_at = SystemTime::now();
+        let handover = match server.handover() {
+            Ok(h) => h,
+            Err(e) => {
+                let e = anyhow::anyhow!("the server cannot hand over: {e}");
+                let _ = chan.send(&json!({"op": "abort", "error": format!("{e:#}")}), &[]);
+                eprintln!("snic serve: takeover refused, carrying on: {e:#}");
+                return false;
+            }
+        };
+        let doc = json!({
+            "op": "handover",
+            "version": VERSION,
+            "pid": std::process::id(),
+            "serve": serve_config(args),
+            "server": handover.doc,
+            "asked_at_unix_ns": unix_ns(asked),
+            "paused_at_unix_ns": unix_ns(paused_at),
+        });
+        match exchange(&chan, &doc, &handover.fds) {
+            Ok(()) => {
+                handover.commit();
+                self.inner.handed.store(true, Ordering::Release);
+                *lock(&self.inner.committed) = Some(chan);
+                eprintln!(
+                    "snic serve: handed over to the new process after {:.1} ms paused; exiting",
+                    paused_at.elapsed().unwrap_or_default().as_secs_f64() * 1e3
+                );
+                true
+            }
+            Err(e) => {
+                handover.resume();
+                let _ = chan.send(&json!({"op": "abort", "error": format!("{e:#}")}), &[]);
+                eprintln!("snic serve: takeover failed, carrying on as before: {e:#}");
+                false
+            }
+        }
+    }
+}
+
+/// Send the handover, wait for `ready`, answer `committed`.
+fn exchange(chan: &Channel, doc: &Value, fds: &[OwnedFd]) -> Result<()> {
+    let borrowed: Vec<BorrowedFd<'_>> = fds.iter().map(AsFd::as_fd).collect();
+    chan.send(doc, &borrowed).context("sending the handover")?;
+    let (reply, _) = chan.recv(TAKEOVER_TIMEOUT).context("waiting for the new process")?;
+    match reply["op"].as_str() {
+        Some("ready") => {}
+        Some("abort") => {
+            bail!("the new process refused: {}", reply["error"].as_str().unwrap_or("?"))
+        }
+        _ => bail!("unexpected answer from the new process: {reply}"),
+    }
+    chan.send(&json!({"op": "committed"}), &[]).context("confirming the takeover")?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The new process's side.
+
+/// A private directory (mode 0700, removed on drop) for the takeover channel's socket, so
+/// that no other user can connect to it first.
+struct PrivateDir(PathBuf);
+
+impl PrivateDir {
+    fn new() -> Result<PrivateDir> {
+        use std::os::unix::fs::DirBuilderExt;
+        let nanos = unix_ns(SystemTime::now());
+        let dir = std::env::temp_dir()
+            .join(format!("snic-serve-takeover-{}-{nanos:x}", std::process::id()));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .with_context(|| format!("creating {}", dir.display()))?;
+        Ok(PrivateDir(dir))
+    }
+}
+
+impl Drop for PrivateDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A takeover of `snic serve` under way, on the new process's side.
+pub struct ServeTakeover {
+    chan: Channel,
+    doc: Value,
+    fds: Vec<OwnedFd>,
+    /// The old process.
+    pid: u32,
+    /// What moved, for the report.
+    summary: serde_json::Map<String, Value>,
+}
+
+impl ServeTakeover {
+    /// Ask the process answering on `control` to hand over, and receive what it hands.
+    /// What cannot be taken over is refused first ([`check_takeover`]), so a server is not
+    /// paused for nothing.
+    pub fn begin(control: &Path, args: &ServeArgs) -> Result<ServeTakeover> {
+        check_takeover(args)?;
+        let dir = PrivateDir::new()?;
+        let path = dir.0.join("channel.sock");
+        let listener = Channel::listen(&path)?;
+        let req = crate::control::Request::Upgrade { channel: path.display().to_string() };
+        let answer = crate::control::request(control, &req)
+            .with_context(|| format!("asking the process at {} to hand over", control.display()))?;
+        let chan = listener.accept(TAKEOVER_TIMEOUT).context("the old process did not connect")?;
+        drop(listener);
+        drop(dir);
+        // Only the process that answered on the control socket may hand over.
+        let want = answer["pid"].as_u64();
+        if chan.peer_pid().map(u64::from) != want || want.is_none() {
+            bail!(
+                "the takeover channel's peer is pid {:?}, not the process at {} (pid {:?})",
+                chan.peer_pid(),
+                control.display(),
+                want
+            );
+        }
+        let (doc, fds) = chan.recv(TAKEOVER_TIMEOUT).context("receiving the handover")?;
+        match doc["op"].as_str() {
+            Some("handover") if doc["version"].as_u64() == Some(VERSION) => {}
+            Some("abort") => bail!(
+                "the old process could not hand over: {}",
+                doc["error"].as_str().unwrap_or("?")
+            ),
+            _ => bail!("not a `snic serve` handover document (version {VERSION}): {}", doc["op"]),
+        }
+        let pid = want.unwrap_or(0) as u32;
+        Ok(ServeTakeover { chan, doc, fds, pid, summary: serde_json::Map::new() })
+    }
+
+    /// Tell the old process this takeover failed; it carries on.
+    pub fn abort(&self, why: &anyhow::Error) {
+        let _ = self.chan.send(&json!({"op": "abort", "error": format!("{why:#}")}), &[]);
+    }
+
+    /// Rebuild the server from the handover with `cfg` (which must match the old one's),
+    /// not yet running.
+    pub fn adopt(&mut self, cfg: ServerConfig, args: &ServeArgs) -> Result<Adopted> {
+        if self.doc["serve"] != serve_config(args) {
+            bail!(
+                "the old process runs {}, this one is configured with {}: start the new \
+                 process with the same arguments",
+                self.doc["serve"],
+                serve_config(args)
+            );
+        }
+        let fds = std::mem::take(&mut self.fds);
+        let adopted = Server::adopt(cfg, &self.doc["server"], fds)
+            .context("rebuilding the server from the handover")?;
+        self.summary.insert("clients".into(), json!(adopted.clients()));
+        self.summary.insert("queues".into(), json!(adopted.queues()));
+        Ok(adopted)
+    }
+
+    /// Say `ready` and wait for `committed`: from then on the server is this process's.
+    pub fn confirm(&self) -> Result<()> {
+        self.chan.send(&json!({"op": "ready"}), &[])?;
+        let (reply, _) = self.chan.recv(TAKEOVER_TIMEOUT).context("waiting for `committed`")?;
+        if reply["op"] != "committed" {
+            bail!("the old process did not commit: {reply}");
+        }
+        Ok(())
+    }
+
+    /// Wait (at most [`TAKEOVER_TIMEOUT`]) for the old process to be gone; kill it if it
+    /// is not (it committed: it must not serve on, and its control socket must be free).
+    pub fn wait_old_gone(&self) -> Result<()> {
+        // It closes the channel when it exits.
+        let gone = matches!(self.chan.recv(TAKEOVER_TIMEOUT),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof);
+        if !(gone && wait_exit(self.pid, TAKEOVER_TIMEOUT)) {
+            eprintln!("snic serve: the old process (pid {}) did not exit; killing it", self.pid);
+            let _ =
+                std::process::Command::new("kill").args(["-KILL", &self.pid.to_string()]).status();
+            if !wait_exit(self.pid, Duration::from_secs(2)) {
+                bail!("the old process (pid {}) is still running after SIGKILL", self.pid);
+            }
+        }
+        Ok(())
+    }
+
+    /// The gap so far: from the old server's pause until now.
+    pub fn gap(&self) -> Duration {
+        let paused = self.doc["paused_at_unix_ns"].as_u64().unwrap_or(0);
+        Duration::from_nanos(unix_ns(SystemTime::now()).saturating_sub(paused))
+    }
+
+    /// What moved, and the gap: for stderr and the counters document.
+    pub fn report(&self, gap: Duration) -> Value {
+        let mut m = self.summary.clone();
+        m.insert("old_pid".into(), json!(self.pid));
+        m.insert("gap_ms".into(), json!((gap.as_secs_f64() * 1e6).round() / 1e3));
+        Value::Object(m)
+    }
+}
+
+/// Wait until process `pid` has exited (gone, or a zombie), at most `limit`.
+fn wait_exit(pid: u32, limit: Duration) -> bool {
+    let end = std::time::Instant::now() + limit;
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"));
+        let exited = match stat {
+            Err(_) => true,
+            // The state follows the parenthesised command name.
+            Ok(s) => s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        };
+        if exited || pid == 0 {
+            return true;
+        }
+        if std::time::Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}

@@ -1,0 +1,259 @@
+//! The hitless upgrade of `snic serve` (`--takeover SOCK`): a host program keeps doing DMA
+//! through the host library while a new process takes the server over, and every transfer
+//! completes with the data it should, on the same session (same client, same queues, same
+//! eventfds); a takeover the new process refuses leaves the old one serving; what cannot be
+//! taken over (a whole NIC) is refused before the old process is paused.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use snic_dma::desc::Descriptor;
+use snic_host::{Completion, DevKind, Device, Dir, QueueOpts};
+
+const SNIC: &str = env!("CARGO_BIN_EXE_snic");
+const T: Duration = Duration::from_secs(10);
+
+/// A `snic serve` child whose stderr lines are collected; stopped (SIGTERM) on drop.
+struct Serve {
+    child: Child,
+    stderr: Arc<Mutex<Vec<String>>>,
+}
+
+impl Serve {
+    fn start(dir: &Path, extra: &[&str]) -> Serve {
+        let mut child = Command::new(SNIC)
+            .arg("serve")
+            .arg("--socket")
+            .arg(dir.join("snic.sock"))
+            .arg("--control")
+            .arg(dir.join("control.sock"))
+            .args(["--no-huge", "--on-board", "16M", "--spin-us", "50"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn snic serve");
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let pipe = child.stderr.take().expect("stderr");
+        let lines = Arc::clone(&stderr);
+        std::thread::spawn(move || {
+            for l in BufReader::new(pipe).lines().map_while(Result::ok) {
+                eprintln!("[snic serve] {l}");
+                lines.lock().unwrap().push(l);
+            }
+        });
+        Serve { child, stderr }
+    }
+
+    /// Wait for the process to exit (at most `T`); its status.
+    fn wait(&mut self) -> std::process::ExitStatus {
+        let t0 = Instant::now();
+        loop {
+            if let Some(st) = self.child.try_wait().expect("wait") {
+                return st;
+            }
+            assert!(t0.elapsed() < T, "snic serve did not exit");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn running(&mut self) -> bool {
+        self.child.try_wait().expect("wait").is_none()
+    }
+
+    /// The first stderr line containing `what` (waiting at most `T` for it).
+    fn line(&self, what: &str) -> String {
+        let t0 = Instant::now();
+        loop {
+            if let Some(l) = self.stderr.lock().unwrap().iter().find(|l| l.contains(what)) {
+                return l.clone();
+            }
+            assert!(t0.elapsed() < T, "no stderr line with {what:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        common::netns::stop(&mut self.child, Duration::from_secs(5));
+    }
+}
+
+/// Connect once both sockets are up.
+fn connect(dir: &Path) -> Device {
+    let t0 = Instant::now();
+    loop {
+        if dir.join("control.sock").exists()
+            && let Ok(d) = Device::connect(&dir.join("snic.sock"), "upgrade-test")
+        {
+            return d;
+        }
+        assert!(t0.elapsed() < T, "snic serve did not come up");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// What the DMA loop did.
+#[derive(Default)]
+struct Progress {
+    /// Round trips verified.
+    rounds: AtomicU64,
+    /// The first failure.
+    error: Mutex<Option<String>>,
+}
+
+/// Round trips host -> device -> host until `stop`, each with its own pattern, checked:
+/// through the host library's bounce queue (a polled queue) and through an interrupt queue
+/// of its own (its eventfd), alternately.
+fn dma_loop(dev: Arc<Device>, stop: Arc<AtomicBool>, p: Arc<Progress>) {
+    const LEN: usize = 64 << 10;
+    let run = || -> Result<(), String> {
+        let e = |e: snic_host::HostError| e.to_string();
+        let d = dev.alloc_device(DevKind::OnBoard, LEN as u64, 4096).map_err(e)?;
+        let src = dev.alloc_host(LEN).map_err(e)?;
+        let dst = dev.alloc_host(LEN).map_err(e)?;
+        let mut q =
+            dev.open_queue(QueueOpts { interrupt: true, ..Default::default() }).map_err(e)?;
+        let mut back = vec![0u8; LEN];
+        let mut round = 0u64;
+        while !stop.load(Ordering::Acquire) {
+            round += 1;
+            let data: Vec<u8> = (0..LEN as u64)
+                .map(|i| (i.wrapping_mul(131) ^ round.wrapping_mul(7)) as u8)
+                .collect();
+            if round % 2 == 0 {
+                dev.write_device(d, &data).map_err(e)?;
+                dev.read_device(d, &mut back).map_err(e)?;
+            } else {
+                src.write(0, &data).map_err(e)?;
+                let mut cs = [Completion::default(); 2];
+                q.post(Dir::H2c, &Descriptor::new(src.iova(), d, LEN as u32)).map_err(e)?;
+                q.doorbell(Dir::H2c);
+                let n = q.wait(&mut cs, T).map_err(e)?;
+                if n != 1 || cs[0].status != 0 {
+                    return Err(format!("round {round}: H2C completion {:?}", &cs[..n]));
+                }
+                q.post(Dir::C2h, &Descriptor::new(d, dst.iova(), LEN as u32)).map_err(e)?;
+                q.doorbell(Dir::C2h);
+                let n = q.wait(&mut cs, T).map_err(e)?;
+                if n != 1 || cs[0].status != 0 {
+                    return Err(format!("round {round}: C2H completion {:?}", &cs[..n]));
+                }
+                dst.read(0, &mut back).map_err(e)?;
+            }
+            if back != data {
+                return Err(format!("round {round}: the data read back differs"));
+            }
+            p.rounds.fetch_add(1, Ordering::Release);
+        }
+        Ok(())
+    };
+    if let Err(e) = run() {
+        *p.error.lock().unwrap() = Some(e);
+    }
+}
+
+/// Let the DMA loop do `n` more round trips (failing on its first error).
+fn more_rounds(p: &Progress, n: u64) {
+    let want = p.rounds.load(Ordering::Acquire) + n;
+    let t0 = Instant::now();
+    while p.rounds.load(Ordering::Acquire) < want {
+        if let Some(e) = p.error.lock().unwrap().as_ref() {
+            panic!("DMA failed: {e}");
+        }
+        assert!(t0.elapsed() < T, "the DMA loop stalled");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn start_loop(dev: &Arc<Device>) -> (Arc<AtomicBool>, Arc<Progress>, std::thread::JoinHandle<()>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let p = Arc::new(Progress::default());
+    let h = {
+        let (dev, stop, p) = (Arc::clone(dev), Arc::clone(&stop), Arc::clone(&p));
+        std::thread::spawn(move || dma_loop(dev, stop, p))
+    };
+    (stop, p, h)
+}
+
+fn dir(name: &str) -> PathBuf {
+    common::temp_dir(name)
+}
+
+#[test]
+fn a_host_client_keeps_doing_dma_across_a_takeover() {
+    let dir = dir("serve-upgrade");
+    let mut old = Serve::start(&dir, &[]);
+    let dev = Arc::new(connect(&dir));
+    let client = dev.client_id();
+    let (stop, p, h) = start_loop(&dev);
+    more_rounds(&p, 50);
+
+    let control = dir.join("control.sock");
+    let mut new = Serve::start(&dir, &["--takeover", control.to_str().unwrap()]);
+    let took = new.line("took over from pid");
+    assert!(old.wait().success(), "the old process exits 0 after handing over");
+    assert!(old.line("handed over to the new process").contains("paused"));
+    let report: serde_json::Value =
+        serde_json::from_str(&took[took.find('{').expect("report")..]).expect("report JSON");
+    assert_eq!(report["clients"], 1, "{report}");
+    assert!(report["queues"].as_u64().unwrap() >= 2, "bounce and interrupt queues: {report}");
+    eprintln!("takeover gap: {} ms", report["gap_ms"]);
+
+    // The same session goes on with the new process: transfers on the queues set up before,
+    // setup requests (a new registration, a new queue) and the counters show its workers
+    // moving the data.
+    more_rounds(&p, 100);
+    let extra = dev.alloc_host(4096).expect("registration after the takeover");
+    extra.write(0, b"after").unwrap();
+    let mut q = dev.open_queue(QueueOpts::default()).expect("queue after the takeover");
+    let d = dev.alloc_device(DevKind::OnChip, 4096, 4096).unwrap();
+    q.post(Dir::H2c, &Descriptor::new(extra.iova(), d, 4096)).unwrap();
+    q.doorbell(Dir::H2c);
+    let mut cs = [Completion::default(); 1];
+    assert_eq!(q.wait(&mut cs, T).unwrap(), 1);
+    assert_eq!(cs[0].status, 0);
+    let mut five = [0u8; 5];
+    dev.read_device(d, &mut five).unwrap();
+    assert_eq!(&five, b"after");
+    stop.store(true, Ordering::Release);
+    h.join().unwrap();
+    assert!(p.error.lock().unwrap().is_none(), "{:?}", p.error.lock().unwrap());
+    assert_eq!(dev.client_id(), client);
+    let stats = dev.stats().expect("stats from the new process");
+    assert_eq!(stats["clients"], 1, "the one client, never reconnected: {stats}");
+    assert_eq!(stats["clients_reclaimed"], 0, "{stats}");
+    assert!(stats["engine"]["descs"].as_u64().unwrap() >= 100, "the new workers moved: {stats}");
+    assert!(new.running());
+}
+
+#[test]
+fn a_refused_takeover_rolls_back_and_the_old_serves_on() {
+    let dir = dir("serve-upgrade-refused");
+    let mut old = Serve::start(&dir, &["--workers", "2"]);
+    let dev = Arc::new(connect(&dir));
+    let (stop, p, h) = start_loop(&dev);
+    more_rounds(&p, 20);
+    let control = dir.join("control.sock");
+    // Another worker count: the new process refuses what it is handed, the old resumes.
+    let mut new = Serve::start(&dir, &["--workers", "3", "--takeover", control.to_str().unwrap()]);
+    assert!(!new.wait().success(), "the new process fails");
+    assert!(new.line("workers").contains("differs"), "{:?}", new.stderr.lock().unwrap());
+    assert!(old.line("takeover failed, carrying on").contains("workers"));
+    more_rounds(&p, 50);
+    stop.store(true, Ordering::Release);
+    h.join().unwrap();
+    assert!(p.error.lock().unwrap().is_none(), "{:?}", p.error.lock().unwrap());
+    assert!(old.running(), "the old process serves on");
+    let stats = dev.stats().unwrap();
+    assert_eq!(stats["workers"], 2, "{stats}");
+    assert_eq!(stats["clients_reclaimed"], 0, "{stats}");
+}
