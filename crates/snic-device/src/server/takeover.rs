@@ -12,8 +12,8 @@
 //! only a pause; doorbells they rang meanwhile are found when the new workers first look.
 //! Counters start again from zero in the new process.
 //!
-//! Not carried: the RDMA engine (`ServerConfig::rdma` or a wire port): such a server refuses
-//! to hand over, naming it. A worker that cannot stop cleanly (a streaming packet half
+//! Not carried: the RDMA engine (`ServerConfig::rdma` or a wire port) and NIC-core eBPF
+//! programs (their maps): a server with either refuses to hand over, naming it. A worker that cannot stop cleanly (a streaming packet half
 //! gathered) refuses too; the server then carries on as before, as it does after
 //! [`Handover::resume`].
 
@@ -214,6 +214,17 @@ impl Control {
                 io::ErrorKind::Unsupported,
                 "the RDMA engine (its QPs, MRs and the wire port of a NIC) is not handed over: \
                  a server with RDMA cannot be taken over",
+            ));
+        }
+        // A NIC-core program's maps live in this process only.
+        if let Some((slot, e)) = self.cfg.core.as_ref().and_then(|c| c.list().into_iter().next()) {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!(
+                    "NIC-core eBPF program {} is loaded in slot {slot}: its maps are not handed \
+                     over, so a server with core programs cannot be taken over",
+                    e.name
+                ),
             ));
         }
         let mut exports = Vec::new();
