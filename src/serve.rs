@@ -131,6 +131,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
         core: Some(snic_device::ebpf::CorePrograms::new()),
         ..ServerConfig::default()
     };
+    if args.takeover.is_some() {
+        // What cannot be taken over is refused before anything is opened.
+        crate::serve_upgrade::check_takeover(&args)?;
+    }
     let core = cfg.core.clone().unwrap_or_default();
     let mut core_lines = Vec::new();
     for (slot, spec) in args.core_progs.iter().enumerate() {

@@ -27,9 +27,11 @@
 //! The gap (from the old server's pause to the new one's start) and what moved are printed on
 //! stderr and put in the counters document's `takeover` object.
 //!
-//! Refused up front, before the old process is paused: a whole NIC (`--port`) and `--rdma`.
-//! The RDMA engine of host programs (QPs, MRs, CQs) and the NIC's wire port and host netdev
-//! are not handed over by this version; the old process carries on untouched.
+//! Refused up front, before the old process is paused: a whole NIC (`--port`), `--rdma` and
+//! `--core-prog`. The RDMA engine of host programs (QPs, MRs, CQs), the NIC's wire port and
+//! host netdev, and NIC-core eBPF programs' maps are not handed over by this version; the old
+//! process carries on untouched (it also refuses, naming the reason, if asked anyway, e.g.
+//! when a core program was loaded into it with `snic ebpf load --core`).
 
 use crate::handover::Channel;
 use crate::upgrade::TAKEOVER_TIMEOUT;
@@ -67,8 +69,15 @@ fn serve_config(args: &ServeArgs) -> Value {
     json!({ "core_progs": args.core_progs })
 }
 
-/// Refuse, before the old process is asked to pause, what this version cannot take over.
-fn check_takeover(args: &ServeArgs) -> Result<()> {
+/// Refuse, before the old process is asked to pause (and before anything is opened), what
+/// this version cannot take over.
+pub fn check_takeover(args: &ServeArgs) -> Result<()> {
+    if let Some(p) = args.core_progs.first() {
+        bail!(
+            "--core-prog {p}: NIC-core eBPF programs (their maps) are not handed over; a server \
+             with core programs cannot be taken over"
+        );
+    }
     if let Some(p) = &args.port {
         bail!(
             "--port {p}: a whole NIC cannot be taken over yet (its RDMA engine, wire port and \

@@ -14,7 +14,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use snic_dma::desc::Descriptor;
-use snic_host::{Completion, DevKind, Device, Dir, QueueOpts};
+use snic_host::{Completion, DevKind, Device, Dir, KernelCmd, QueueOpts};
+use snic_hostif::abi;
 
 const SNIC: &str = env!("CARGO_BIN_EXE_snic");
 const T: Duration = Duration::from_secs(10);
@@ -108,11 +109,13 @@ struct Progress {
     rounds: AtomicU64,
     /// The first failure.
     error: Mutex<Option<String>>,
+    /// The longest round trip, in microseconds (a takeover's gap as the host sees it).
+    longest_us: AtomicU64,
 }
 
 /// Round trips host -> device -> host until `stop`, each with its own pattern, checked:
-/// through the host library's bounce queue (a polled queue) and through an interrupt queue
-/// of its own (its eventfd), alternately.
+/// through the host library's bounce queue (a polled queue), through an interrupt queue of
+/// its own (its eventfd), and through the lookaside `copy` kernel (its FIFOs), in turn.
 fn dma_loop(dev: Arc<Device>, stop: Arc<AtomicBool>, p: Arc<Progress>) {
     const LEN: usize = 64 << 10;
     let run = || -> Result<(), String> {
@@ -129,8 +132,21 @@ fn dma_loop(dev: Arc<Device>, stop: Arc<AtomicBool>, p: Arc<Progress>) {
             let data: Vec<u8> = (0..LEN as u64)
                 .map(|i| (i.wrapping_mul(131) ^ round.wrapping_mul(7)) as u8)
                 .collect();
-            if round % 2 == 0 {
+            let t0 = Instant::now();
+            if round.is_multiple_of(3) {
                 dev.write_device(d, &data).map_err(e)?;
+                dev.read_device(d, &mut back).map_err(e)?;
+            } else if round % 3 == 2 {
+                src.write(0, &data).map_err(e)?;
+                let cmd = KernelCmd::new(abi::kernel::COPY, round as u32)
+                    .addr(src.iova(), LEN as u64)
+                    .addr(d, LEN as u64);
+                let st = dev.kernel_run(&cmd, T).map_err(e)?;
+                if (st.workload, st.status, st.result)
+                    != (round as u32, abi::kernel::OK, LEN as u64)
+                {
+                    return Err(format!("round {round}: kernel status {st:?}"));
+                }
                 dev.read_device(d, &mut back).map_err(e)?;
             } else {
                 src.write(0, &data).map_err(e)?;
@@ -152,6 +168,8 @@ fn dma_loop(dev: Arc<Device>, stop: Arc<AtomicBool>, p: Arc<Progress>) {
             if back != data {
                 return Err(format!("round {round}: the data read back differs"));
             }
+            let us = t0.elapsed().as_micros() as u64;
+            p.longest_us.fetch_max(us, Ordering::Relaxed);
             p.rounds.fetch_add(1, Ordering::Release);
         }
         Ok(())
@@ -207,6 +225,7 @@ fn a_host_client_keeps_doing_dma_across_a_takeover() {
     assert_eq!(report["clients"], 1, "{report}");
     assert!(report["queues"].as_u64().unwrap() >= 2, "bounce and interrupt queues: {report}");
     eprintln!("takeover gap: {} ms", report["gap_ms"]);
+    let before = p.longest_us.load(Ordering::Relaxed);
 
     // The same session goes on with the new process: transfers on the queues set up before,
     // setup requests (a new registration, a new queue) and the counters show its workers
@@ -227,6 +246,11 @@ fn a_host_client_keeps_doing_dma_across_a_takeover() {
     stop.store(true, Ordering::Release);
     h.join().unwrap();
     assert!(p.error.lock().unwrap().is_none(), "{:?}", p.error.lock().unwrap());
+    eprintln!(
+        "longest round trip: {} us before the takeover was reported, {} us in all",
+        before,
+        p.longest_us.load(Ordering::Relaxed)
+    );
     assert_eq!(dev.client_id(), client);
     let stats = dev.stats().expect("stats from the new process");
     assert_eq!(stats["clients"], 1, "the one client, never reconnected: {stats}");
@@ -256,4 +280,31 @@ fn a_refused_takeover_rolls_back_and_the_old_serves_on() {
     let stats = dev.stats().unwrap();
     assert_eq!(stats["workers"], 2, "{stats}");
     assert_eq!(stats["clients_reclaimed"], 0, "{stats}");
+}
+
+#[test]
+fn a_whole_nic_is_refused_before_the_old_process_pauses() {
+    let dir = dir("serve-upgrade-nic");
+    let peer = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    // A free port for snic's end (bound and released; snic binds it right after).
+    let addr = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let port = format!("udp:{addr},{}", peer.local_addr().unwrap());
+    let nic = ["--port", port.as_str(), "--rdma-ip", "10.77.0.1"];
+    let mut old = Serve::start(&dir, &nic);
+    let dev = Arc::new(connect(&dir));
+    let (stop, p, h) = start_loop(&dev);
+    more_rounds(&p, 10);
+    let control = dir.join("control.sock");
+    let mut args = nic.to_vec();
+    args.extend(["--takeover", control.to_str().unwrap()]);
+    let mut new = Serve::start(&dir, &args);
+    assert!(!new.wait().success(), "the new process refuses");
+    assert!(new.line("cannot be taken over").contains("--port"));
+    more_rounds(&p, 20);
+    stop.store(true, Ordering::Release);
+    h.join().unwrap();
+    assert!(p.error.lock().unwrap().is_none(), "{:?}", p.error.lock().unwrap());
+    assert!(old.running(), "the old process serves on");
+    let said = old.stderr.lock().unwrap().clone();
+    assert!(!said.iter().any(|l| l.contains("takeover")), "never asked to pause: {said:?}");
 }
