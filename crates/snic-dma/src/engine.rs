@@ -1706,6 +1706,42 @@ mod tests {
         assert!(r.e.stats().cmpt_full_stalls >= 1);
     }
 
+    /// A queue snapshotted with work outstanding carries on in another engine over the same
+    /// memory: the remaining slots are served there, completions continue where they were;
+    /// a half-gathered streaming packet refuses the snapshot.
+    #[test]
+    fn a_restored_queue_carries_on_where_it_was() {
+        let mut r = rig();
+        r.mm(0);
+        let data = r.fill(BUF, 3 * 64, 7);
+        for i in 0..3u32 {
+            let off = u64::from(i) * 64;
+            r.post(0, Dir::H2c, i, Descriptor::new(BUF + off, r.dev + off, 64));
+        }
+        r.e.doorbell(0, Dir::H2c, 3);
+        assert_eq!(r.e.poll(1), 1);
+        let snap = r.e.queue_snapshot(0).unwrap();
+        assert_eq!((snap.idx.h2c_pidx, snap.idx.h2c_cidx, snap.idx.cmpt_pidx), (3, 1, 1));
+        let mut other = DmaEngine::new(std::mem::take(&mut r.e.mem));
+        other.restore_queue(0, &snap).unwrap();
+        assert_eq!(other.queue_state(0), Some(QueueState::Running));
+        while other.poll(16) > 0 {}
+        r.e.mem = std::mem::take(&mut other.mem);
+        let idx: Vec<u32> = (0..3).map(|i| r.cmpt(0, i).index).collect();
+        assert_eq!(idx, vec![1, 2, 3]);
+        assert_eq!(r.bytes(r.dev, 3 * 64), data);
+        assert_eq!(other.stats().descs, 2, "only the outstanding slots ran again");
+        // A completion ring the snapshot claims is over-full is refused.
+        let bad = QueueSnapshot { idx: QueueIndices { cmpt_pidx: 40, ..snap.idx }, ..snap };
+        assert!(DmaEngine::new(AddressSpace::new()).restore_queue(1, &bad).is_err());
+
+        st_queue(&mut r, 2, 8, Some(2));
+        r.post(2, Dir::H2c, 0, Descriptor { flags: flags::SOP, ..Descriptor::new(BUF, 0, 8) });
+        r.e.doorbell(2, Dir::H2c, 1);
+        while r.e.poll(16) > 0 {}
+        assert!(matches!(r.e.queue_snapshot(2), Err(DmaError::BadState(_))));
+    }
+
     #[test]
     fn room_check_never_underflows() {
         let mut r = rig();
