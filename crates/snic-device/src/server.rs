@@ -275,7 +275,10 @@ fn kernel_mask(cfg: &ServerConfig) -> u32 {
 }
 
 /// Start the workers and the control thread.
-fn launch(p: Parts, workers: Vec<NewWorker>) -> io::Result<ServerHandle> {
+fn launch(mut p: Parts, workers: Vec<NewWorker>) -> io::Result<ServerHandle> {
+    if let Some(r) = p.rdma.as_mut() {
+        r.start_thread()?;
+    }
     let wake = Arc::new(EventFd::new()?);
     let (tx, rx) = mpsc::channel();
     let compute_from = p.cfg.workers;

@@ -12,8 +12,16 @@
 //! only a pause; doorbells they rang meanwhile are found when the new workers first look.
 //! Counters start again from zero in the new process.
 //!
-//! Not carried: the RDMA engine (`ServerConfig::rdma` or a wire port) and NIC-core eBPF
-//! programs (their maps): a server with either refuses to hand over, naming it. A worker that cannot stop cleanly (a streaming packet half
+//! With `ServerConfig::rdma` the RDMA engine comes along: its thread parks between two rounds,
+//! the engine's connections (`Rnic::export`: QPs with their PSNs, outstanding WQEs and timers,
+//! CQs, MRs) and every client's RDMA objects go in the document, its UDP socket with the
+//! descriptors; the new engine imports them with the QPs' rings where they were (the memory
+//! they are in came along). Packets in flight during the pause are recovered by the RC
+//! protocol (the peer retransmits).
+//!
+//! Not carried: the RDMA engine on a NIC's wire port (the port, its pipeline, the host netdev
+//! and the neighbour table) and NIC-core eBPF programs (their maps): a server with either
+//! refuses to hand over, naming it; so does one with a chained RDMA command in flight. A worker that cannot stop cleanly (a streaming packet half
 //! gathered) refuses too; the server then carries on as before, as it does after
 //! [`Handover::resume`].
 
@@ -193,15 +201,22 @@ impl Control {
         }
         // No decision (the handle dropped) is a resume.
         if drx.recv().unwrap_or(false) {
+            if let Some(r) = &self.rdma {
+                r.abandon();
+            }
             return true;
         }
         self.resume_workers(exports);
         false
     }
 
+    /// Resume the first `paused` workers and the RDMA thread.
     fn resume_workers(&self, paused: usize) {
         for w in &self.workers[..paused] {
             let _ = w.call(Op::Resume);
+        }
+        if let Some(r) = &self.rdma {
+            r.resume();
         }
     }
 
@@ -209,13 +224,6 @@ impl Control {
     /// The number of workers paused, and the document with its descriptors.
     #[allow(clippy::type_complexity)]
     fn pause_and_export(&mut self) -> io::Result<(usize, (Value, Vec<OwnedFd>))> {
-        if self.rdma.is_some() {
-            return Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                "the RDMA engine (its QPs, MRs and the wire port of a NIC) is not handed over: \
-                 a server with RDMA cannot be taken over",
-            ));
-        }
         // A NIC-core program's maps live in this process only.
         if let Some((slot, e)) = self.cfg.core.as_ref().and_then(|c| c.list().into_iter().next()) {
             return Err(io::Error::new(
@@ -245,6 +253,12 @@ impl Control {
             }
         }
         let n = exports.len();
+        if let Some(r) = &self.rdma
+            && let Err(e) = r.pause()
+        {
+            self.resume_workers(n);
+            return Err(e);
+        }
         match self.export(&exports) {
             Ok(d) => Ok((n, d)),
             Err(e) => {
@@ -314,8 +328,18 @@ impl Control {
         }
         let kicks: Vec<usize> =
             self.workers.iter().map(|w| put(&mut fds, w.kick.fd())).collect::<io::Result<_>>()?;
+        let rdma = match &self.rdma {
+            Some(r) => {
+                let (mut doc, fd) = r.export()?;
+                fds.push(fd);
+                doc["fd"] = json!(fds.len() - 1);
+                doc
+            }
+            None => Value::Null,
+        };
         let r = &self.reclaim;
         let doc = json!({
+            "rdma": rdma,
             "version": VERSION,
             "config": config_json(&self.cfg),
             "huge": self.huge,
@@ -341,7 +365,7 @@ fn config_json(cfg: &ServerConfig) -> Value {
         "workers": cfg.workers,
         "compute_workers": cfg.compute_workers,
         "kernels": kernel_mask(cfg),
-        "rdma": cfg.rdma.is_some(),
+        "rdma": cfg.rdma.map(|a| a.to_string()),
     })
 }
 
@@ -369,6 +393,11 @@ impl Adopted {
     /// Queues taken over.
     pub fn queues(&self) -> usize {
         self.parts.clients.values().map(|c| c.queues.len()).sum()
+    }
+
+    /// RDMA QPs taken over.
+    pub fn rdma_qps(&self) -> usize {
+        self.parts.rdma.as_ref().map_or(0, |r| r.qps())
     }
 
     /// Start serving (once the old process has let go: its workers must not run beside these).
@@ -425,9 +454,6 @@ impl Server {
                     diff.join("; ")
                 ),
             ));
-        }
-        if cfg.rdma.is_some() {
-            return Err(io::Error::new(io::ErrorKind::Unsupported, "RDMA is not taken over"));
         }
         let mut fds = Fds(fds.into_iter().map(Some).collect());
         let err = |e: snic_dma::MemError| bad(e.to_string());
@@ -554,12 +580,20 @@ impl Server {
             regions: r(3),
             device_bytes: r(4),
         };
+        let (rdma, master) = match cfg.rdma {
+            Some(addr) => {
+                let fd = fds.take(&doc["rdma"]["fd"])?;
+                let (host, master) = RdmaHost::adopt(addr, master, fd, &doc["rdma"])?;
+                (Some(host), master)
+            }
+            None => (None, Master::own(master)),
+        };
         let parts = Parts {
             huge: doc["huge"].as_bool().unwrap_or(false),
             cfg,
             listener,
-            master: Master::own(master),
-            rdma: None,
+            master,
+            rdma,
             nic_fd,
             device,
             device_maps,
