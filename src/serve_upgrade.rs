@@ -27,11 +27,15 @@
 //! The gap (from the old server's pause to the new one's start) and what moved are printed on
 //! stderr and put in the counters document's `takeover` object.
 //!
-//! Refused up front, before the old process is paused: a whole NIC (`--port`), `--rdma` and
-//! `--core-prog`. The RDMA engine of host programs (QPs, MRs, CQs), the NIC's wire port and
-//! host netdev, and NIC-core eBPF programs' maps are not handed over by this version; the old
-//! process carries on untouched (it also refuses, naming the reason, if asked anyway, e.g.
-//! when a core program was loaded into it with `snic ebpf load --core`).
+//! With `--rdma ADDR` the RDMA engine of host programs comes along: its QPs (PSNs, outstanding
+//! WQEs, timers), CQs and MRs, and its RoCE UDP socket; the peers see a pause and the RC
+//! protocol recovers what was in flight.
+//!
+//! Refused up front, before the old process is paused: a whole NIC (`--port`) and
+//! `--core-prog`. The RDMA engine on a NIC's wire port, the port and host netdev, and NIC-core
+//! eBPF programs' maps are not handed over by this version; the old process carries on
+//! untouched (it also refuses, naming the reason, if asked anyway, e.g. when a core program
+//! was loaded into it with `snic ebpf load --core`, or while a chained RDMA command runs).
 
 use crate::handover::Channel;
 use crate::upgrade::TAKEOVER_TIMEOUT;
@@ -82,12 +86,6 @@ pub fn check_takeover(args: &ServeArgs) -> Result<()> {
         bail!(
             "--port {p}: a whole NIC cannot be taken over yet (its RDMA engine, wire port and \
              host netdev are not handed over); upgrade it by restarting"
-        );
-    }
-    if let Some(a) = &args.rdma {
-        bail!(
-            "--rdma {a}: the RDMA engine (host programs' QPs, MRs and CQs) is not handed over \
-             yet; a server with RDMA cannot be taken over"
         );
     }
     Ok(())
@@ -317,6 +315,7 @@ impl ServeTakeover {
             .context("rebuilding the server from the handover")?;
         self.summary.insert("clients".into(), json!(adopted.clients()));
         self.summary.insert("queues".into(), json!(adopted.queues()));
+        self.summary.insert("rdma_qps".into(), json!(adopted.rdma_qps()));
         Ok(adopted)
     }
 

@@ -308,3 +308,95 @@ fn a_whole_nic_is_refused_before_the_old_process_pauses() {
     let said = old.stderr.lock().unwrap().clone();
     assert!(!said.iter().any(|l| l.contains("takeover")), "never asked to pause: {said:?}");
 }
+
+/// `snic serve --rdma`: a host program streams RDMA WRITEs (four outstanding) from its memory
+/// into device memory between two of its QPs, over snic's RoCE transport on loopback, while
+/// a new process takes over; every WRITE completes successfully and lands whole.
+#[test]
+fn an_rdma_write_stream_goes_on_across_a_takeover() {
+    use snic_host::{Placement, RdmaSge, WC_SUCCESS, rdma_access};
+    const SLOT: usize = 16 << 10;
+    const SLOTS: u64 = 8;
+    let dir = dir("serve-upgrade-rdma");
+    let port = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let rdma = format!("127.0.0.1:{port}");
+    let mut old = Serve::start(&dir, &["--rdma", rdma.as_str()]);
+    let dev = Arc::new(connect(&dir));
+    let lo = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+    let buf = dev.alloc_host(SLOT * SLOTS as usize).unwrap();
+    let rings = dev.alloc_host(16 << 10).unwrap();
+    let devbuf = dev.alloc_device(DevKind::OnBoard, SLOT as u64 * SLOTS, 4096).unwrap();
+    let (lkey, _) =
+        dev.rdma_reg_mr(buf.iova(), (SLOT as u64) * SLOTS, rdma_access::LOCAL_WRITE).unwrap();
+    let (_, rkey) = dev.rdma_reg_mr(devbuf, SLOT as u64 * SLOTS, rdma_access::ALL).unwrap();
+    let a = dev.rdma_create_qp(Placement::Host(&rings), 16).unwrap();
+    let b = dev.rdma_create_qp(Placement::OnBoard, 16).unwrap();
+    dev.rdma_connect(a.qpn, b.qpn, lo, 1024).unwrap();
+    dev.rdma_connect(b.qpn, a.qpn, lo, 1024).unwrap();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let p = Arc::new(Progress::default());
+    let h = {
+        let (dev, stop, p) = (Arc::clone(&dev), Arc::clone(&stop), Arc::clone(&p));
+        std::thread::spawn(move || {
+            let pattern = |i: u64| -> Vec<u8> {
+                (0..SLOT as u64).map(|k| (k.wrapping_mul(29) ^ i.wrapping_mul(11)) as u8).collect()
+            };
+            let run = || -> Result<(), String> {
+                let e = |e: snic_host::HostError| e.to_string();
+                let (mut next, mut done) = (0u64, 0u64);
+                let mut back = vec![0u8; SLOT];
+                let mut last = Instant::now();
+                while !stop.load(Ordering::Acquire) || done < next {
+                    while next - done < 4 && !stop.load(Ordering::Acquire) {
+                        let off = (next % SLOTS) * SLOT as u64;
+                        buf.write(off as usize, &pattern(next)).map_err(e)?;
+                        let sge = RdmaSge { addr: buf.iova() + off, lkey, len: SLOT as u32 };
+                        dev.rdma_post_write(a.qpn, next, sge, devbuf + off, rkey).map_err(e)?;
+                        next += 1;
+                    }
+                    for c in dev.rdma_wait_cq(a.qpn, 4, T).map_err(e)? {
+                        if c.status != WC_SUCCESS || c.wr_id != done {
+                            return Err(format!("WRITE {done}: completion {c:?}"));
+                        }
+                        let off = (done % SLOTS) * SLOT as u64;
+                        dev.read_device(devbuf + off, &mut back).map_err(e)?;
+                        if back != pattern(done) {
+                            return Err(format!("WRITE {done}: device memory differs"));
+                        }
+                        done += 1;
+                        let us = last.elapsed().as_micros() as u64;
+                        p.longest_us.fetch_max(us, Ordering::Relaxed);
+                        last = Instant::now();
+                        p.rounds.fetch_add(1, Ordering::Release);
+                    }
+                }
+                Ok(())
+            };
+            if let Err(e) = run() {
+                *p.error.lock().unwrap() = Some(e);
+            }
+        })
+    };
+    more_rounds(&p, 50);
+    let control = dir.join("control.sock");
+    let new =
+        Serve::start(&dir, &["--rdma", rdma.as_str(), "--takeover", control.to_str().unwrap()]);
+    let took = new.line("took over from pid");
+    assert!(old.wait().success(), "the old process exits 0 after handing over");
+    let report: serde_json::Value =
+        serde_json::from_str(&took[took.find('{').expect("report")..]).expect("report JSON");
+    assert_eq!(report["rdma_qps"], 2, "{report}");
+    more_rounds(&p, 200);
+    stop.store(true, Ordering::Release);
+    h.join().unwrap();
+    assert!(p.error.lock().unwrap().is_none(), "{:?}", p.error.lock().unwrap());
+    let st = dev.stats().unwrap();
+    assert_eq!(st["rdma"]["qps"], 2, "both QPs carried: {st}");
+    assert!(st["rdma"]["engine"]["tx_packets"].as_u64().unwrap() > 0, "the new engine sends: {st}");
+    eprintln!(
+        "takeover gap: {} ms; longest time between two WRITE completions: {} us",
+        report["gap_ms"],
+        p.longest_us.load(Ordering::Relaxed)
+    );
+}
