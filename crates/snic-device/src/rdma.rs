@@ -373,8 +373,9 @@ pub(crate) struct RdmaHost {
     reclaimed: Reclaimed,
     /// A duplicate of the UDP transport's receive socket (`Link::Udp`).
     rx: Option<std::net::UdpSocket>,
-    /// A transport adopted in a takeover, for the thread [`RdmaHost::start_thread`] starts.
-    pending: Option<RoceTransport>,
+    /// An adopted host's thread, not yet started ([`RdmaHost::start_thread`]): over this
+    /// transport (`Some`), or on the wire port (`None`).
+    pending: Option<Option<RoceTransport>>,
 }
 
 /// The answer to every RDMA request when the server runs without `--rdma`.
@@ -1178,7 +1179,10 @@ fn run_wire(shared: &Shared) {
             floor = (floor * 2).clamp(EMPTY_WAKE, IDLE_WAIT);
         }
     }
-    let _ = lock(node).flush();
+    // After a takeover the ports are the new process's: nothing more goes out here.
+    if shared.gate.load(Ordering::Acquire) != GATE_ABANDON {
+        let _ = lock(node).flush();
+    }
 }
 
 /// The RDMA thread over kernel UDP (see the module doc).
@@ -1227,14 +1231,8 @@ fn bad(what: impl Into<String>) -> io::Error {
 
 impl RdmaHost {
     /// Park the RDMA thread between two rounds (nothing received, sent or timed out until
-    /// [`Self::resume`]). Refused on a wire port, which is not handed over.
+    /// [`Self::resume`]).
     pub(crate) fn pause(&self) -> io::Result<()> {
-        if self.shared.node.is_some() {
-            return Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                "the RDMA engine on a NIC's wire port (and the port itself) is not handed over",
-            ));
-        }
         self.shared.gate.store(GATE_PAUSE, Ordering::Release);
         self.shared.kick();
         let end = std::time::Instant::now() + PARK_WAIT;
@@ -1274,10 +1272,48 @@ impl RdmaHost {
     }
 
     /// The paused engine's state (its connections, see [`Rnic::export`]), every client's
-    /// RDMA objects, and the receive socket to hand over. Refused while a chained command
-    /// runs or holds completions (those are not carried).
-    pub(crate) fn export(&self) -> io::Result<(Value, std::os::fd::OwnedFd)> {
-        let rx = self.rx.as_ref().ok_or_else(|| bad("no UDP transport"))?;
+    /// RDMA objects, and what it sends and receives through: the UDP receive socket, or the
+    /// NIC's ports (flushed, then [`snic_io::Port::handover`]) and MAC. Descriptors are added
+    /// to `fds` and named by their index there. Refused while a chained command runs or holds
+    /// completions (those are not carried), or when a port cannot be handed over.
+    pub(crate) fn export(&self, fds: &mut Vec<std::os::fd::OwnedFd>) -> io::Result<Value> {
+        let link = match (&self.rx, &self.shared.node) {
+            (Some(rx), _) => {
+                fds.push(std::os::fd::OwnedFd::from(rx.try_clone()?));
+                json!({ "udp": fds.len() - 1 })
+            }
+            (None, Some(node)) => {
+                let mut node = lock(node);
+                node.flush()?;
+                let mac = node.nic().config().mac;
+                let mut ports = Vec::new();
+                for (i, p) in node.ports_mut().iter_mut().enumerate() {
+                    let name = p.name().to_string();
+                    let h = match p.handover() {
+                        Some(Ok(h)) => h,
+                        Some(Err(e)) => {
+                            return Err(io::Error::new(
+                                e.kind(),
+                                format!("port {i} ({name}) cannot be handed over: {e}"),
+                            ));
+                        }
+                        None => {
+                            return Err(io::Error::new(
+                                io::ErrorKind::Unsupported,
+                                format!("port {i} ({name}) is of a kind that is not handed over"),
+                            ));
+                        }
+                    };
+                    let first = fds.len();
+                    fds.extend(h.fds);
+                    let state = serde_json::to_value(&h.state).map_err(|e| bad(e.to_string()))?;
+                    ports.push(json!({"name": name, "state": state,
+                                      "fds": (first..fds.len()).collect::<Vec<_>>()}));
+                }
+                json!({ "wire": { "mac": mac.0, "ports": ports } })
+            }
+            (None, None) => return Err(bad("the engine has no link")),
+        };
         {
             let chains = lock(&self.shared.chains);
             if !chains.chains.is_empty() || chains.held.values().any(|h| !h.is_empty()) {
@@ -1306,32 +1342,48 @@ impl RdmaHost {
                 json!({"id": id, "pd": c.pd.0, "mrs": c.mrs.values().collect::<Vec<_>>(), "qps": qps})
             })
             .collect();
-        let doc = json!({"addr": self.addr.to_string(), "engine": engine, "clients": clients});
-        Ok((doc, std::os::fd::OwnedFd::from(rx.try_clone()?)))
+        Ok(
+            json!({"addr": self.addr.to_string(), "link": link, "engine": engine, "clients": clients}),
+        )
     }
 
     /// An RDMA host rebuilt from [`Self::export`] of another process over `mem` (the master
     /// address space: the same device memory with its allocations, the clients' registrations)
-    /// and the handed receive socket `rx`. The engine imports the state with the QPs' rings in
+    /// and `link`: for `Link::Udp`, `rx` is the handed receive socket; for `Link::Wire`, the
+    /// NIC built around the handed ports. The engine imports the state with the QPs' rings in
     /// place; the thread starts with [`Self::start_thread`].
     pub(crate) fn adopt(
-        addr: SocketAddr,
+        link: Link,
         mem: AddressSpace,
-        rx: std::os::fd::OwnedFd,
+        rx: Option<std::os::fd::OwnedFd>,
         doc: &Value,
     ) -> io::Result<(RdmaHost, Master)> {
+        let (addr, more_ips, node, link_mtu, dup, transport) = match link {
+            Link::Udp(addr) => {
+                let sock = std::net::UdpSocket::from(rx.ok_or_else(|| bad("no RoCE socket"))?);
+                if sock.local_addr()? != addr {
+                    return Err(bad("the handed RoCE socket is bound elsewhere"));
+                }
+                let dup = sock.try_clone()?;
+                let t = RoceTransport::adopt(sock, TransportOpts::default())?;
+                (addr, Vec::new(), None, None, Some(dup), Some(t))
+            }
+            Link::Wire(w) => {
+                let Wire { node, ips, link_mtu } = *w;
+                let Some((&first, more)) = ips.split_first() else {
+                    return Err(bad("a NIC needs at least one RoCE address"));
+                };
+                let addr = SocketAddr::new(first, snic_wire::roce::UDP_PORT);
+                (addr, more.to_vec(), Some(Mutex::new(node)), Some(link_mtu), None, None)
+            }
+        };
         if doc["addr"].as_str() != Some(addr.to_string().as_str()) {
             return Err(bad(format!("RDMA address {} there, {addr} here", doc["addr"])));
         }
-        let sock = std::net::UdpSocket::from(rx);
-        if sock.local_addr()? != addr {
-            return Err(bad("the handed RoCE socket is bound elsewhere"));
-        }
-        let dup = sock.try_clone()?;
-        let transport = RoceTransport::adopt(sock, TransportOpts::default())?;
+        let wire = node.is_some();
         let cfg = RnicConfig {
             local_ip: addr.ip(),
-            more_ips: Vec::new(),
+            more_ips,
             udp_port: addr.port(),
             host_pool: 0,
             on_chip: 0,
@@ -1391,7 +1443,7 @@ impl RdmaHost {
             .map_err(|e| bad(format!("importing the RDMA engine: {e}")))?;
         let shared = Arc::new(Shared {
             rnic: Mutex::new(rnic),
-            node: None,
+            node,
             clock,
             wake: EventFd::new()?,
             stop: AtomicBool::new(false),
@@ -1404,12 +1456,12 @@ impl RdmaHost {
         let host = RdmaHost {
             shared: shared.clone(),
             addr,
-            link_mtu: None,
+            link_mtu,
             thread: None,
             clients,
             reclaimed: Reclaimed::default(),
-            rx: Some(dup),
-            pending: Some(transport),
+            rx: dup,
+            pending: Some(if wire { None } else { transport }),
         };
         Ok((host, Master(MasterKind::Rnic(shared))))
     }
@@ -1423,9 +1475,11 @@ impl RdmaHost {
     pub(crate) fn start_thread(&mut self) -> io::Result<()> {
         let Some(t) = self.pending.take() else { return Ok(()) };
         let s = self.shared.clone();
-        let thread = std::thread::Builder::new()
-            .name("snic-hostif-rdma".into())
-            .spawn(move || run(&s, t))?;
+        let thread =
+            std::thread::Builder::new().name("snic-hostif-rdma".into()).spawn(move || match t {
+                Some(t) => run(&s, t),
+                None => run_wire(&s),
+            })?;
         self.thread = Some(thread);
         Ok(())
     }

@@ -329,12 +329,7 @@ impl Control {
         let kicks: Vec<usize> =
             self.workers.iter().map(|w| put(&mut fds, w.kick.fd())).collect::<io::Result<_>>()?;
         let rdma = match &self.rdma {
-            Some(r) => {
-                let (mut doc, fd) = r.export()?;
-                fds.push(fd);
-                doc["fd"] = json!(fds.len() - 1);
-                doc
-            }
+            Some(r) => r.export(&mut fds)?,
             None => Value::Null,
         };
         let r = &self.reclaim;
@@ -426,11 +421,18 @@ impl Fds {
 }
 
 impl Server {
-    /// Rebuild a server from a [`Handover`] of another process (its `doc` and `fds`), with
-    /// `cfg`, which must match the old server's in socket, memory sizes, workers and kernels.
+    /// Rebuild a server from a [`Handover`] of another process (its `doc` and `fds`; a
+    /// descriptor already taken, e.g. a wire port's, is `None`), with `cfg`, which must match
+    /// the old server's in socket, memory sizes, workers, kernels and RDMA address, and for a
+    /// whole NIC with `wire`, built around the handed ports ([`wire_ports`]).
     /// Nothing runs until [`Adopted::start`]; an error leaves nothing behind (the old process
     /// can resume).
-    pub fn adopt(cfg: ServerConfig, doc: &Value, fds: Vec<OwnedFd>) -> io::Result<Adopted> {
+    pub fn adopt(
+        cfg: ServerConfig,
+        wire: Option<Wire>,
+        doc: &Value,
+        fds: Vec<Option<OwnedFd>>,
+    ) -> io::Result<Adopted> {
         if doc["version"].as_u64() != Some(VERSION) {
             return Err(bad(format!("version {} (this process reads {VERSION})", doc["version"])));
         }
@@ -455,7 +457,7 @@ impl Server {
                 ),
             ));
         }
-        let mut fds = Fds(fds.into_iter().map(Some).collect());
+        let mut fds = Fds(fds);
         let err = |e: snic_dma::MemError| bad(e.to_string());
         let mut master = AddressSpace::new();
         let mut mirrors: Vec<AddressSpace> =
@@ -580,10 +582,20 @@ impl Server {
             regions: r(3),
             device_bytes: r(4),
         };
-        let (rdma, master) = match cfg.rdma {
-            Some(addr) => {
-                let fd = fds.take(&doc["rdma"]["fd"])?;
-                let (host, master) = RdmaHost::adopt(addr, master, fd, &doc["rdma"])?;
+        let link = match (cfg.rdma, wire) {
+            (Some(_), Some(_)) => return Err(bad("RDMA over kernel UDP or on a wire, not both")),
+            (Some(addr), None) => Some(Link::Udp(addr)),
+            (None, Some(w)) => Some(Link::Wire(Box::new(w))),
+            (None, None) => None,
+        };
+        if link.is_some() == doc["rdma"].is_null() {
+            return Err(bad("the old server's RDMA engine and this one's differ"));
+        }
+        let (rdma, master) = match link {
+            Some(link) => {
+                let udp = &doc["rdma"]["link"]["udp"];
+                let rx = if udp.is_null() { None } else { Some(fds.take(udp)?) };
+                let (host, master) = RdmaHost::adopt(link, master, rx, &doc["rdma"])?;
                 (Some(host), master)
             }
             None => (None, Master::own(master)),
@@ -727,4 +739,42 @@ fn adopt_client(
         channels,
         bad_in_a_row: 0,
     })
+}
+
+/// The handed ports of a whole NIC, in port order (the wire first): each one's name, state
+/// (as [`snic_io::handover::PortState`] JSON) and descriptors, taken out of `fds`; and the
+/// NIC's MAC. `None` when the old server was not a whole NIC.
+#[allow(clippy::type_complexity)]
+pub fn wire_ports(
+    doc: &Value,
+    fds: &mut [Option<OwnedFd>],
+) -> io::Result<Option<(Vec<(String, Value, Vec<OwnedFd>)>, [u8; 6])>> {
+    let w = &doc["rdma"]["link"]["wire"];
+    if w.is_null() {
+        return Ok(None);
+    }
+    let mut take = Fds(fds.iter_mut().map(Option::take).collect());
+    let mut out = Vec::new();
+    let empty = Vec::new();
+    let r = (|| -> io::Result<[u8; 6]> {
+        for p in w["ports"].as_array().unwrap_or(&empty) {
+            let mut mine = Vec::new();
+            for i in p["fds"].as_array().unwrap_or(&empty) {
+                mine.push(take.take(i)?);
+            }
+            let name = p["name"].as_str().unwrap_or("").to_string();
+            out.push((name, p["state"].clone(), mine));
+        }
+        let mut mac = [0u8; 6];
+        let m = w["mac"].as_array().filter(|m| m.len() == 6).ok_or_else(|| bad("MAC"))?;
+        for (o, b) in mac.iter_mut().zip(m) {
+            *o = b.as_u64().and_then(|b| u8::try_from(b).ok()).ok_or_else(|| bad("MAC"))?;
+        }
+        Ok(mac)
+    })();
+    // What was not taken goes back.
+    for (slot, f) in fds.iter_mut().zip(take.0) {
+        *slot = f;
+    }
+    Ok(Some((out, r?)))
 }
