@@ -151,18 +151,35 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let (on_chip, on_board, workers) = (cfg.on_chip, cfg.on_board, cfg.workers);
     // With a control socket, the NIC's ports and stages can be captured (`snic capture`) and
     // packets traced through a dry run of its pipeline (`snic trace`).
-    let (wire, nic_desc, vswitch, p4, kernels, xdp, ops) = match &args.port {
-        Some(spec) => {
-            let n = open_nic(spec, &args, args.control.is_some())?;
-            (Some(n.wire), Some(n.desc), n.vswitch, n.p4, n.kernels, n.xdp, n.ops)
+    // A takeover adopts the old process's server (and ports) instead of starting one
+    // (src/serve_upgrade.rs).
+    let mut handed = match &args.takeover {
+        Some(sock) => Some(crate::serve_upgrade::ServeTakeover::begin(sock, &args)?),
+        None => None,
+    };
+    let opened = match (&args.port, handed.as_mut()) {
+        (Some(spec), None) => Some(open_nic(spec, &args, args.control.is_some(), None)?),
+        (Some(spec), Some(t)) => {
+            let n = t
+                .wire_ports(spec, &args)
+                .and_then(|p| open_nic(spec, &args, args.control.is_some(), p));
+            match n {
+                Ok(n) => Some(n),
+                Err(e) => {
+                    t.abort(&e);
+                    return Err(e.context("taking over"));
+                }
+            }
         }
+        (None, _) => None,
+    };
+    let (wire, nic_desc, vswitch, p4, kernels, xdp, ops) = match opened {
+        Some(n) => (Some(n.wire), Some(n.desc), n.vswitch, n.p4, n.kernels, n.xdp, n.ops),
         None => (None, None, None, None, Vec::new(), Vec::new(), None),
     };
-    // A takeover adopts the old process's server instead of starting one (src/serve_upgrade.rs).
-    let (server, takeover) = match &args.takeover {
-        Some(sock) => {
-            let mut t = crate::serve_upgrade::ServeTakeover::begin(sock, &args)?;
-            let adopted = match t.adopt(cfg.clone(), &args) {
+    let (server, takeover) = match handed {
+        Some(mut t) => {
+            let adopted = match t.adopt(cfg.clone(), wire, &args) {
                 Ok(a) => a,
                 Err(e) => {
                     t.abort(&e);
@@ -420,7 +437,13 @@ fn results_kind() -> snic_device::DevKind {
 /// Open the NIC's ports and build its data path; also a one-line description, and the vSwitch
 /// and the P4 program (their control handles) when stages are ones. With `ops`, the ports are
 /// wrapped for capture and the pipeline gets stage taps (both idle until a capture runs).
-fn open_nic(spec: &PortSpec, args: &ServeArgs, ops: bool) -> Result<OpenedNic> {
+/// With `handed` (a takeover), the ports are the old NIC's, adopted, and so is its MAC.
+fn open_nic(
+    spec: &PortSpec,
+    args: &ServeArgs,
+    ops: bool,
+    handed: Option<crate::serve_upgrade::HandedNic>,
+) -> Result<OpenedNic> {
     if args.rdma_ip.is_empty() {
         bail!("a NIC needs --rdma-ip (its RoCE address)");
     }
@@ -433,17 +456,31 @@ fn open_nic(spec: &PortSpec, args: &ServeArgs, ops: bool) -> Result<OpenedNic> {
             ips.push(ip);
         }
     }
-    let mac = nic_mac(spec, args.mac.as_deref())?;
-    let wire = spec.open().with_context(|| format!("opening the wire port {spec}"))?;
+    let (mac, ports) = match handed {
+        Some((ports, mac)) => {
+            let mac = EthernetAddress(mac);
+            if let Some(m) = &args.mac
+                && parse_mac(m)? != mac
+            {
+                bail!("--mac {m}: the NIC taken over has MAC {mac}");
+            }
+            (mac, ports)
+        }
+        None => {
+            let mac = nic_mac(spec, args.mac.as_deref())?;
+            let wire = spec.open().with_context(|| format!("opening the wire port {spec}"))?;
+            let mut ports = vec![wire];
+            if let Some(name) = &args.host_netdev {
+                let tap = PortSpec::Tap { name: name.clone() };
+                ports.push(tap.open().with_context(|| format!("creating the host netdev {name}"))?);
+            }
+            (mac, ports)
+        }
+    };
     // The port's largest frame less the L2 room its kind adds (Ethernet header and one VLAN
     // tag, 18 bytes: AF_PACKET and TAP ports report their interface MTU plus 18) is the link
     // MTU the QPs fit.
-    let link_mtu = wire.caps().max_frame.saturating_sub(18);
-    let mut ports = vec![wire];
-    if let Some(name) = &args.host_netdev {
-        let tap = PortSpec::Tap { name: name.clone() };
-        ports.push(tap.open().with_context(|| format!("creating the host netdev {name}"))?);
-    }
+    let link_mtu = ports[0].caps().max_frame.saturating_sub(18);
     let stages = args
         .stages
         .iter()

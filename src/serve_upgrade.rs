@@ -31,11 +31,17 @@
 //! WQEs, timers), CQs and MRs, and its RoCE UDP socket; the peers see a pause and the RC
 //! protocol recovers what was in flight.
 //!
-//! Refused up front, before the old process is paused: a whole NIC (`--port`) and
-//! `--core-prog`. The RDMA engine on a NIC's wire port, the port and host netdev, and NIC-core
-//! eBPF programs' maps are not handed over by this version; the old process carries on
-//! untouched (it also refuses, naming the reason, if asked anyway, e.g. when a core program
-//! was loaded into it with `snic ebpf load --core`, or while a chained RDMA command runs).
+//! A whole NIC (`--port`) hands over its RDMA engine the same way, and its ports (the wire port
+//! and the host netdev, `snic_io::Port::handover`: the same kernel objects, adopted) and its
+//! MAC; the new process builds its pipeline around them. The neighbour table is learnt again
+//! (a peer's first packet or the NIC's first solicitation), and what was in flight is
+//! recovered by the RC protocol.
+//!
+//! Refused up front, before the old process is paused: `--core-prog`, and stages other than
+//! parse, classify and l2fwd. NIC-core eBPF programs' maps and stages' state are not handed
+//! over by this version; the old process carries on untouched (it also refuses, naming the
+//! reason, if asked anyway, e.g. when a core program was loaded into it with `snic ebpf load
+//! --core`, or while a chained RDMA command runs).
 
 use crate::handover::Channel;
 use crate::upgrade::TAKEOVER_TIMEOUT;
@@ -82,11 +88,15 @@ pub fn check_takeover(args: &ServeArgs) -> Result<()> {
              with core programs cannot be taken over"
         );
     }
-    if let Some(p) = &args.port {
-        bail!(
-            "--port {p}: a whole NIC cannot be taken over yet (its RDMA engine, wire port and \
-             host netdev are not handed over); upgrade it by restarting"
-        );
+    // Stages that keep no state; the others' (flows, tables, maps, learnt MACs) is not
+    // handed over.
+    for st in &args.stages {
+        if !matches!(st.as_str(), "parse" | "classify" | "l2fwd" | "local") {
+            bail!(
+                "--stage {st}: a pipeline stage's state is not handed over; a NIC with stages \
+                 other than parse, classify, l2fwd cannot be taken over"
+            );
+        }
     }
     Ok(())
 }
@@ -245,11 +255,15 @@ impl Drop for PrivateDir {
     }
 }
 
+/// A whole NIC's adopted ports (wire first, then the host netdev) and its MAC.
+pub type HandedNic = (Vec<Box<dyn snic_io::Port>>, [u8; 6]);
+
 /// A takeover of `snic serve` under way, on the new process's side.
 pub struct ServeTakeover {
     chan: Channel,
     doc: Value,
-    fds: Vec<OwnedFd>,
+    /// The handed descriptors not yet taken.
+    fds: Vec<Option<OwnedFd>>,
     /// The old process.
     pid: u32,
     /// What moved, for the report.
@@ -291,6 +305,7 @@ impl ServeTakeover {
             _ => bail!("not a `snic serve` handover document (version {VERSION}): {}", doc["op"]),
         }
         let pid = want.unwrap_or(0) as u32;
+        let fds = fds.into_iter().map(Some).collect();
         Ok(ServeTakeover { chan, doc, fds, pid, summary: serde_json::Map::new() })
     }
 
@@ -299,9 +314,46 @@ impl ServeTakeover {
         let _ = self.chan.send(&json!({"op": "abort", "error": format!("{why:#}")}), &[]);
     }
 
-    /// Rebuild the server from the handover with `cfg` (which must match the old one's),
-    /// not yet running.
-    pub fn adopt(&mut self, cfg: ServerConfig, args: &ServeArgs) -> Result<Adopted> {
+    /// Rebuild the server from the handover with `cfg` (which must match the old one's) and,
+    /// for a whole NIC, `wire` (built around [`Self::wire_ports`]), not yet running.
+    /// A whole NIC's handed ports (wire first, then the host netdev) as `--port` and
+    /// `--host-netdev` name them, adopted, and its MAC; `None` when the old server was no NIC.
+    pub fn wire_ports(
+        &mut self,
+        spec: &snic_io::PortSpec,
+        args: &ServeArgs,
+    ) -> Result<Option<HandedNic>> {
+        let handed = snic_device::server::takeover::wire_ports(&self.doc["server"], &mut self.fds)
+            .context("the handed ports")?;
+        let Some((ports, mac)) = handed else {
+            bail!("this process runs a NIC (--port {spec}), the old one did not");
+        };
+        let mut specs = vec![spec.clone()];
+        specs.extend(args.host_netdev.iter().map(|n| snic_io::PortSpec::Tap { name: n.clone() }));
+        if ports.len() != specs.len() {
+            bail!(
+                "the old NIC has {} port(s), this one {}: start it with the same --port and \
+                 --host-netdev",
+                ports.len(),
+                specs.len()
+            );
+        }
+        let mut out = Vec::new();
+        for (spec, (name, state, fds)) in specs.iter().zip(ports) {
+            let state: snic_io::handover::PortState = serde_json::from_value(state)
+                .with_context(|| format!("the state of the old NIC's port {name}"))?;
+            out.push(spec.adopt(&state, fds).with_context(|| format!("adopting {name}"))?);
+        }
+        self.summary.insert("ports_adopted".into(), json!(out.len()));
+        Ok(Some((out, mac)))
+    }
+
+    pub fn adopt(
+        &mut self,
+        cfg: ServerConfig,
+        wire: Option<snic_device::Wire>,
+        args: &ServeArgs,
+    ) -> Result<Adopted> {
         if self.doc["serve"] != serve_config(args) {
             bail!(
                 "the old process runs {}, this one is configured with {}: start the new \
@@ -311,7 +363,7 @@ impl ServeTakeover {
             );
         }
         let fds = std::mem::take(&mut self.fds);
-        let adopted = Server::adopt(cfg, &self.doc["server"], fds)
+        let adopted = Server::adopt(cfg, wire, &self.doc["server"], fds)
             .context("rebuilding the server from the handover")?;
         self.summary.insert("clients".into(), json!(adopted.clients()));
         self.summary.insert("queues".into(), json!(adopted.queues()));

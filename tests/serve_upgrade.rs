@@ -1,8 +1,10 @@
 //! The hitless upgrade of `snic serve` (`--takeover SOCK`): a host program keeps doing DMA
 //! through the host library while a new process takes the server over, and every transfer
 //! completes with the data it should, on the same session (same client, same queues, same
-//! eventfds); a takeover the new process refuses leaves the old one serving; what cannot be
-//! taken over (a whole NIC) is refused before the old process is paused.
+//! eventfds); so does an RDMA WRITE stream, over kernel UDP (`--rdma`) and between two whole
+//! NICs (`--port`) over a UDP tunnel; a takeover the new process refuses leaves the old one
+//! serving; what cannot be taken over (a stateful stage) is refused before the old process
+//! is paused.
 
 mod common;
 
@@ -282,14 +284,17 @@ fn a_refused_takeover_rolls_back_and_the_old_serves_on() {
     assert_eq!(stats["clients_reclaimed"], 0, "{stats}");
 }
 
+/// A whole NIC with a stateful stage is refused before the old process is paused.
 #[test]
-fn a_whole_nic_is_refused_before_the_old_process_pauses() {
+fn a_nic_with_a_stateful_stage_is_refused_before_the_old_process_pauses() {
     let dir = dir("serve-upgrade-nic");
     let peer = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     // A free port for snic's end (bound and released; snic binds it right after).
     let addr = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let port = format!("udp:{addr},{}", peer.local_addr().unwrap());
     let nic = ["--port", port.as_str(), "--rdma-ip", "10.77.0.1"];
+    let nic =
+        [&nic[..], &["--stage", "parse", "--stage", "classify", "--stage", "l2fwd:learn"]].concat();
     let mut old = Serve::start(&dir, &nic);
     let dev = Arc::new(connect(&dir));
     let (stop, p, h) = start_loop(&dev);
@@ -299,7 +304,7 @@ fn a_whole_nic_is_refused_before_the_old_process_pauses() {
     args.extend(["--takeover", control.to_str().unwrap()]);
     let mut new = Serve::start(&dir, &args);
     assert!(!new.wait().success(), "the new process refuses");
-    assert!(new.line("cannot be taken over").contains("--port"));
+    assert!(new.line("cannot be taken over").contains("--stage l2fwd:learn"));
     more_rounds(&p, 20);
     stop.store(true, Ordering::Release);
     h.join().unwrap();
@@ -396,6 +401,125 @@ fn an_rdma_write_stream_goes_on_across_a_takeover() {
     assert!(st["rdma"]["engine"]["tx_packets"].as_u64().unwrap() > 0, "the new engine sends: {st}");
     eprintln!(
         "takeover gap: {} ms; longest time between two WRITE completions: {} us",
+        report["gap_ms"],
+        p.longest_us.load(Ordering::Relaxed)
+    );
+}
+
+/// Stream RDMA WRITEs (four outstanding, 16 KiB each) from QP `a` of `src` into `dst_dev`'s
+/// device memory at `devbuf` (rkey `rkey`) until `stop`, each one checked there after its
+/// completion.
+#[allow(clippy::too_many_arguments)]
+fn write_stream(
+    src: Arc<Device>,
+    dst_dev: Arc<Device>,
+    qpn: u32,
+    devbuf: u64,
+    rkey: u32,
+    stop: Arc<AtomicBool>,
+    p: Arc<Progress>,
+) -> std::thread::JoinHandle<()> {
+    use snic_host::{RdmaSge, WC_SUCCESS, rdma_access};
+    const SLOT: usize = 16 << 10;
+    const SLOTS: u64 = 8;
+    std::thread::spawn(move || {
+        let pattern = |i: u64| -> Vec<u8> {
+            (0..SLOT as u64).map(|k| (k.wrapping_mul(29) ^ i.wrapping_mul(11)) as u8).collect()
+        };
+        let run = || -> Result<(), String> {
+            let e = |e: snic_host::HostError| e.to_string();
+            let buf = src.alloc_host(SLOT * SLOTS as usize).map_err(e)?;
+            let len = SLOT as u64 * SLOTS;
+            let (lkey, _) =
+                src.rdma_reg_mr(buf.iova(), len, rdma_access::LOCAL_WRITE).map_err(e)?;
+            let (mut next, mut done) = (0u64, 0u64);
+            let mut back = vec![0u8; SLOT];
+            let mut last = Instant::now();
+            while !stop.load(Ordering::Acquire) || done < next {
+                while next - done < 4 && !stop.load(Ordering::Acquire) {
+                    let off = (next % SLOTS) * SLOT as u64;
+                    buf.write(off as usize, &pattern(next)).map_err(e)?;
+                    let sge = RdmaSge { addr: buf.iova() + off, lkey, len: SLOT as u32 };
+                    src.rdma_post_write(qpn, next, sge, devbuf + off, rkey).map_err(e)?;
+                    next += 1;
+                }
+                for c in src.rdma_wait_cq(qpn, 4, T).map_err(e)? {
+                    if c.status != WC_SUCCESS || c.wr_id != done {
+                        return Err(format!("WRITE {done}: completion {c:?}"));
+                    }
+                    let off = (done % SLOTS) * SLOT as u64;
+                    dst_dev.read_device(devbuf + off, &mut back).map_err(e)?;
+                    if back != pattern(done) {
+                        return Err(format!("WRITE {done}: device memory differs"));
+                    }
+                    done += 1;
+                    let us = last.elapsed().as_micros() as u64;
+                    p.longest_us.fetch_max(us, Ordering::Relaxed);
+                    last = Instant::now();
+                    p.rounds.fetch_add(1, Ordering::Release);
+                }
+            }
+            Ok(())
+        };
+        if let Err(e) = run() {
+            *p.error.lock().unwrap() = Some(e);
+        }
+    })
+}
+
+/// Two whole NICs (`snic serve --port`) whose wire ports are the ends of a UDP tunnel on
+/// loopback: a host program on NIC A streams RDMA WRITEs into NIC B's device memory while a
+/// new process takes NIC A over (its wire port, MAC, RDMA engine and the host program's
+/// session): every WRITE completes successfully and lands whole.
+#[test]
+fn an_rdma_write_stream_between_two_nics_goes_on_across_a_takeover() {
+    use snic_host::{Placement, rdma_access};
+    let (dir_a, dir_b) = (dir("serve-upgrade-nic-a"), dir("serve-upgrade-nic-b"));
+    let free = || std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let (ua, ub) = (free(), free());
+    let (port_a, port_b) = (format!("udp:{ua},{ub}"), format!("udp:{ub},{ua}"));
+    let nic_a = ["--port", port_a.as_str(), "--rdma-ip", "10.78.0.1", "--workers", "1"];
+    let nic_b = ["--port", port_b.as_str(), "--rdma-ip", "10.78.0.2", "--workers", "1"];
+    let mut old = Serve::start(&dir_a, &nic_a);
+    let _b = Serve::start(&dir_b, &nic_b);
+    let (a, b) = (Arc::new(connect(&dir_a)), Arc::new(connect(&dir_b)));
+    let devbuf = b.alloc_device(DevKind::OnBoard, 16 << 17, 4096).unwrap();
+    let (_, rkey) = b.rdma_reg_mr(devbuf, 16 << 17, rdma_access::ALL).unwrap();
+    let rings = a.alloc_host(16 << 10).unwrap();
+    let qa = a.rdma_create_qp(Placement::Host(&rings), 16).unwrap();
+    let qb = b.rdma_create_qp(Placement::OnBoard, 16).unwrap();
+    let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+    a.rdma_connect(qa.qpn, qb.qpn, ip("10.78.0.2"), 1024).unwrap();
+    b.rdma_connect(qb.qpn, qa.qpn, ip("10.78.0.1"), 1024).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let p = Arc::new(Progress::default());
+    let h = write_stream(
+        Arc::clone(&a),
+        Arc::clone(&b),
+        qa.qpn,
+        devbuf,
+        rkey,
+        Arc::clone(&stop),
+        Arc::clone(&p),
+    );
+    more_rounds(&p, 50);
+    let control = dir_a.join("control.sock");
+    let mut args = nic_a.to_vec();
+    args.extend(["--takeover", control.to_str().unwrap()]);
+    let new = Serve::start(&dir_a, &args);
+    let took = new.line("took over from pid");
+    assert!(old.wait().success(), "the old process exits 0 after handing over");
+    let report: serde_json::Value =
+        serde_json::from_str(&took[took.find('{').expect("report")..]).expect("report JSON");
+    assert_eq!((report["rdma_qps"].as_u64(), report["ports_adopted"].as_u64()), (Some(1), Some(1)));
+    more_rounds(&p, 200);
+    stop.store(true, Ordering::Release);
+    h.join().unwrap();
+    assert!(p.error.lock().unwrap().is_none(), "{:?}", p.error.lock().unwrap());
+    let st = a.stats().unwrap();
+    assert_eq!(st["rdma"]["qps"], 1, "the QP carried: {st}");
+    eprintln!(
+        "NIC takeover gap: {} ms; longest time between two WRITE completions: {} us",
         report["gap_ms"],
         p.longest_us.load(Ordering::Relaxed)
     );
