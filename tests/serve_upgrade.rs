@@ -478,7 +478,16 @@ fn an_rdma_write_stream_between_two_nics_goes_on_across_a_takeover() {
     let free = || std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let (ua, ub) = (free(), free());
     let (port_a, port_b) = (format!("udp:{ua},{ub}"), format!("udp:{ub},{ua}"));
-    let nic_a = ["--port", port_a.as_str(), "--rdma-ip", "10.78.0.1", "--workers", "1"];
+    let mut nic_a = vec!["--port", port_a.as_str(), "--rdma-ip", "10.78.0.1", "--workers", "1"];
+    // As root, NIC A also has a host netdev (a TAP device), which must stay the same device.
+    let tap = format!("snup{}", std::process::id() % 100_000);
+    let root = common::netns::is_root();
+    if root {
+        nic_a.extend(["--host-netdev", tap.as_str()]);
+    } else {
+        common::netns::note("serve_upgrade: not root, the NIC has no host netdev");
+    }
+    let ifindex = || std::fs::read_to_string(format!("/sys/class/net/{tap}/ifindex")).ok();
     let nic_b = ["--port", port_b.as_str(), "--rdma-ip", "10.78.0.2", "--workers", "1"];
     let mut old = Serve::start(&dir_a, &nic_a);
     let _b = Serve::start(&dir_b, &nic_b);
@@ -503,6 +512,8 @@ fn an_rdma_write_stream_between_two_nics_goes_on_across_a_takeover() {
         Arc::clone(&p),
     );
     more_rounds(&p, 50);
+    let before = ifindex();
+    assert_eq!(before.is_some(), root, "the host netdev {tap}");
     let control = dir_a.join("control.sock");
     let mut args = nic_a.to_vec();
     args.extend(["--takeover", control.to_str().unwrap()]);
@@ -511,7 +522,12 @@ fn an_rdma_write_stream_between_two_nics_goes_on_across_a_takeover() {
     assert!(old.wait().success(), "the old process exits 0 after handing over");
     let report: serde_json::Value =
         serde_json::from_str(&took[took.find('{').expect("report")..]).expect("report JSON");
-    assert_eq!((report["rdma_qps"].as_u64(), report["ports_adopted"].as_u64()), (Some(1), Some(1)));
+    let ports = if root { 2 } else { 1 };
+    assert_eq!(
+        (report["rdma_qps"].as_u64(), report["ports_adopted"].as_u64()),
+        (Some(1), Some(ports))
+    );
+    assert_eq!(ifindex(), before, "the same host netdev, not a new one");
     more_rounds(&p, 200);
     stop.store(true, Ordering::Release);
     h.join().unwrap();
