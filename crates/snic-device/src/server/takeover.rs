@@ -19,9 +19,14 @@
 //! they are in came along). Packets in flight during the pause are recovered by the RC
 //! protocol (the peer retransmits).
 //!
-//! Not carried: the RDMA engine on a NIC's wire port (the port, its pipeline, the host netdev
-//! and the neighbour table) and NIC-core eBPF programs (their maps): a server with either
-//! refuses to hand over, naming it; so does one with a chained RDMA command in flight. A worker that cannot stop cleanly (a streaming packet half
+//! On a NIC's wire port the engine comes the same way, with the NIC's ports (flushed, then
+//! `Port::handover`: duplicates of their descriptors and their state, see [`wire_ports`]) and
+//! its MAC; the new process builds its NIC around the adopted ports. The neighbour table and
+//! stages' state are not carried (the caller refuses stateful stages; neighbours are learnt
+//! again).
+//!
+//! Not carried: NIC-core eBPF programs (their maps): a server with one refuses to hand over,
+//! naming it; so does one with a chained RDMA command in flight. A worker that cannot stop cleanly (a streaming packet half
 //! gathered) refuses too; the server then carries on as before, as it does after
 //! [`Handover::resume`].
 
