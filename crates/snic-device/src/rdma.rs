@@ -1286,6 +1286,13 @@ impl RdmaHost {
                 let mut node = lock(node);
                 node.flush()?;
                 let mac = node.nic().config().mac;
+                let neigh: Vec<Value> = node
+                    .nic()
+                    .neighbours()
+                    .known()
+                    .into_iter()
+                    .map(|(ip, m)| json!([ip.to_string(), m.0]))
+                    .collect();
                 let mut ports = Vec::new();
                 for (i, p) in node.ports_mut().iter_mut().enumerate() {
                     let name = p.name().to_string();
@@ -1310,7 +1317,7 @@ impl RdmaHost {
                     ports.push(json!({"name": name, "state": state,
                                       "fds": (first..fds.len()).collect::<Vec<_>>()}));
                 }
-                json!({ "wire": { "mac": mac.0, "ports": ports } })
+                json!({ "wire": { "mac": mac.0, "ports": ports, "neigh": neigh } })
             }
             (None, None) => return Err(bad("the engine has no link")),
         };
@@ -1358,6 +1365,7 @@ impl RdmaHost {
         rx: Option<std::os::fd::OwnedFd>,
         doc: &Value,
     ) -> io::Result<(RdmaHost, Master)> {
+        let clock = MonotonicClock::new();
         let (addr, more_ips, node, link_mtu, dup, transport) = match link {
             Link::Udp(addr) => {
                 let sock = std::net::UdpSocket::from(rx.ok_or_else(|| bad("no RoCE socket"))?);
@@ -1369,11 +1377,26 @@ impl RdmaHost {
                 (addr, Vec::new(), None, None, Some(dup), Some(t))
             }
             Link::Wire(w) => {
-                let Wire { node, ips, link_mtu } = *w;
+                let Wire { mut node, ips, link_mtu } = *w;
                 let Some((&first, more)) = ips.split_first() else {
                     return Err(bad("a NIC needs at least one RoCE address"));
                 };
                 let addr = SocketAddr::new(first, snic_wire::roce::UDP_PORT);
+                // The neighbours the old NIC knew, as stale entries (confirmed on first use).
+                let mut known = Vec::new();
+                for n in doc["link"]["wire"]["neigh"].as_array().into_iter().flatten() {
+                    let ip = n[0].as_str().and_then(|s| s.parse::<IpAddr>().ok());
+                    let mac: Option<Vec<u8>> = n[1]
+                        .as_array()
+                        .map(|m| m.iter().filter_map(|b| b.as_u64()?.try_into().ok()).collect());
+                    match (ip, mac.and_then(|m| <[u8; 6]>::try_from(m).ok())) {
+                        (Some(ip), Some(m)) => {
+                            known.push((ip, snic_wire::ethernet::EthernetAddress(m)));
+                        }
+                        _ => return Err(bad(format!("neighbour {n}"))),
+                    }
+                }
+                node.nic_mut().neighbours_mut().adopt_known(clock.now(), &known);
                 (addr, more.to_vec(), Some(Mutex::new(node)), Some(link_mtu), None, None)
             }
         };
@@ -1438,7 +1461,6 @@ impl RdmaHost {
         }
         let st: snic_rdma::RnicExport =
             serde_json::from_value(doc["engine"].clone()).map_err(|e| bad(e.to_string()))?;
-        let clock = MonotonicClock::new();
         rnic.import_in_place(&st, clock.now())
             .map_err(|e| bad(format!("importing the RDMA engine: {e}")))?;
         let shared = Arc::new(Shared {
