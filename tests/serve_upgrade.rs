@@ -534,6 +534,9 @@ fn an_rdma_write_stream_between_two_nics_goes_on_across_a_takeover() {
     assert!(p.error.lock().unwrap().is_none(), "{:?}", p.error.lock().unwrap());
     let st = a.stats().unwrap();
     assert_eq!(st["rdma"]["qps"], 1, "the QP carried: {st}");
+    let neigh = &st["nic"]["neighbours"];
+    assert!(neigh["learned"].as_u64().unwrap() >= 1, "B's MAC carried: {neigh}");
+    assert_eq!(neigh["queued"], 0, "no packet waited for a resolution in the new NIC: {neigh}");
     eprintln!(
         "NIC takeover gap: {} ms; longest time between two WRITE completions: {} us",
         report["gap_ms"],
