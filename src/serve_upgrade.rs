@@ -33,9 +33,8 @@
 //!
 //! A whole NIC (`--port`) hands over its RDMA engine the same way, and its ports (the wire port
 //! and the host netdev, `snic_io::Port::handover`: the same kernel objects, adopted) and its
-//! MAC; the new process builds its pipeline around them. The neighbour table is learnt again
-//! (a peer's first packet or the NIC's first solicitation), and what was in flight is
-//! recovered by the RC protocol.
+//! MAC and its neighbour table's known entries; the new process builds its pipeline around
+//! them. What was in flight is recovered by the RC protocol.
 //!
 //! Refused up front, before the old process is paused: `--core-prog`, and stages other than
 //! parse, classify and l2fwd. NIC-core eBPF programs' maps and stages' state are not handed

@@ -21,9 +21,8 @@
 //!
 //! On a NIC's wire port the engine comes the same way, with the NIC's ports (flushed, then
 //! `Port::handover`: duplicates of their descriptors and their state, see [`wire_ports`]) and
-//! its MAC; the new process builds its NIC around the adopted ports. The neighbour table and
-//! stages' state are not carried (the caller refuses stateful stages; neighbours are learnt
-//! again).
+//! its MAC and the neighbour table's known entries; the new process builds its NIC around the
+//! adopted ports. Stages' state is not carried (the caller refuses stateful stages).
 //!
 //! Not carried: NIC-core eBPF programs (their maps): a server with one refuses to hand over,
 //! naming it; so does one with a chained RDMA command in flight. A worker that cannot stop cleanly (a streaming packet half
