@@ -198,6 +198,32 @@ fn quiet_broken_stdout() {
 
 fn main() -> Result<()> {
     quiet_broken_stdout();
+    let result = run_command();
+    // A command that wrote to a standard output whose reader went away (`snic decode f | head`)
+    // stops there quietly too, as it would have been killed by SIGPIPE.
+    if let Err(e) = &result
+        && broken_stdout(e)
+    {
+        std::process::exit(EXIT_BROKEN_PIPE);
+    }
+    result
+}
+
+/// Whether `e` is a broken pipe and standard output is a pipe or socket whose reader has gone
+/// (a broken pipe to anything else, a control socket say, is reported as usual).
+fn broken_stdout(e: &anyhow::Error) -> bool {
+    // (serde_json keeps the I/O error inside its own, and says its kind.)
+    let pipe = e.chain().any(|c| {
+        let kind = c
+            .downcast_ref::<std::io::Error>()
+            .map(std::io::Error::kind)
+            .or_else(|| c.downcast_ref::<serde_json::Error>().and_then(|j| j.io_error_kind()));
+        kind == Some(std::io::ErrorKind::BrokenPipe)
+    });
+    pipe && snic_io::sys::poll::peer_closed(1)
+}
+
+fn run_command() -> Result<()> {
     let cli = Cli::parse();
     init_logging(&cli.log);
     match cli.command {

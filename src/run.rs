@@ -434,15 +434,9 @@ pub fn run(args: RunArgs) -> Result<()> {
     let embedded = args.is_empty();
     let mut cfg = args.config()?;
     let ports_desc: Vec<String> = cfg.ports.iter().map(ToString::to_string).collect();
+    let stage_list = crate::upgrade::stage_list(&cfg.stages);
     // Kernel stages are shown without their keys.
-    let stages_desc: Vec<String> = cfg
-        .stages
-        .iter()
-        .map(|s| match s {
-            StageSpec::Kernel { name, args } => snic_stream::spec_text(name, args),
-            s => String::from(s.clone()),
-        })
-        .collect();
+    let stages_desc = crate::upgrade::stages_shown(&cfg.stages);
     if embedded {
         println!(
             "snic run: embedded default (no root, no files): ports {} -> stages {}",
@@ -461,7 +455,25 @@ pub fn run(args: RunArgs) -> Result<()> {
     // With several workers and ports that split (AF_PACKET fanout, AF_XDP queues, multi-queue
     // TAP, null), each worker gets its own queue of every port; every queue is class-counted.
     let finite: Vec<bool> = cfg.ports.iter().map(PortSpec::is_finite_source).collect();
-    // A takeover adopts the old process's ports instead of opening them (src/upgrade.rs).
+    // With a control socket, ports and stages can be captured (`snic capture`) and packets
+    // traced through a dry run (`snic trace`).
+    let capture =
+        args.control.as_ref().map(|_| crate::capture::CaptureHub::new(stages_desc.clone()));
+    if let Some(hub) = &capture {
+        cfg.stage_taps = hub.stage_taps();
+    }
+    let trace_cfg = cfg.pipeline_config();
+    let p4_stage = crate::p4::p4_stage(&cfg.stages);
+    let cfg_in_force = cfg.clone();
+    // A takeover adopts the old process's ports instead of opening them (src/upgrade.rs); it
+    // builds the pipelines first, before the old process pauses.
+    let prebuilt = match &args.takeover {
+        Some(_) => {
+            crate::upgrade::check_takeover_ports(&cfg)?;
+            Some(Runtime::prebuild(cfg.clone()).context("cannot build the pipelines")?)
+        }
+        None => None,
+    };
     let mut takeover = match &args.takeover {
         Some(sock) => Some(crate::upgrade::Takeover::begin(sock, &cfg)?),
         None => None,
@@ -474,32 +486,31 @@ pub fn run(args: RunArgs) -> Result<()> {
     };
     let ports = opened
         .map(|port| Box::new(ClassCountingPort::new(port, Arc::clone(&classes))) as Box<dyn Port>);
-    // With a control socket, ports and stages can be captured (`snic capture`) and packets
-    // traced through a dry run (`snic trace`).
-    let capture =
-        args.control.as_ref().map(|_| crate::capture::CaptureHub::new(stages_desc.clone()));
     let ports = match &capture {
-        Some(hub) => {
-            cfg.stage_taps = hub.stage_taps();
-            hub.wrap(ports, cfg.ports.len())
-        }
+        Some(hub) => hub.wrap(ports, cfg.ports.len()),
         None => ports,
     };
-    let trace_cfg = cfg.pipeline_config();
-    let p4_stage = crate::p4::p4_stage(&cfg.stages);
-    let cfg_in_force = cfg.clone();
-    let runtime = Runtime::with_open(cfg, ports, finite).context("cannot start the runtime");
-    let runtime = match (&takeover, runtime) {
+    let runtime = match prebuilt {
+        Some(pre) => Runtime::with_prebuilt(pre, ports, finite),
+        None => Runtime::with_open(cfg, ports, finite),
+    }
+    .context("cannot start the runtime");
+    let runtime = match (&mut takeover, runtime) {
         (Some(t), Err(e)) => {
             t.abort(&e);
             return Err(e);
         }
-        (_, r) => r?,
+        (Some(t), Ok(r)) => {
+            t.step("pipelines");
+            r
+        }
+        (None, r) => r?,
     };
     if let Some(t) = &mut takeover {
         t.import_vswitch(runtime.vswitch(), runtime.clock().now()).inspect_err(|e| t.abort(e))?;
-        t.commit()?;
     }
+    // (In a takeover, everything that may fail is done before `commit`, further down: a
+    // failure before it returns here and the old process, seeing the channel close, resumes.)
     if runtime.per_worker_queues() {
         tracing::info!("each worker owns a queue of every port");
     }
@@ -550,25 +561,19 @@ pub fn run(args: RunArgs) -> Result<()> {
     let handoff = crate::upgrade::Handoff::default();
     let old_side = crate::upgrade::OldSide {
         specs: ports_desc.clone(),
+        stages: stage_list,
+        stages_shown: stages_desc.clone(),
         workers: runtime.config().workers,
         per_worker_queues: runtime.per_worker_queues(),
         vswitch: runtime.vswitch().cloned(),
         clock: runtime.clock(),
     };
-    let _metrics = match &args.metrics {
-        Some(addr) => {
-            let server = crate::metrics::MetricsServer::spawn(
-                addr,
-                crate::metrics::run_renderer(Arc::clone(&latest), runtime.vswitch().cloned()),
-            )?;
-            eprintln!("snic run: metrics on http://{}/metrics", server.local_addr());
-            Some(server)
-        }
-        None => None,
-    };
+    let metrics = args.metrics.clone().map(|addr| {
+        (addr, crate::metrics::run_renderer(Arc::clone(&latest), runtime.vswitch().cloned()))
+    });
     // vSwitch requests are answered with the vSwitch's control handle (a clone: the runtime is
     // consumed by `run`), timed with the run's clock so flow ages are right.
-    let _server = match &args.control {
+    let control = match &args.control {
         Some(path) => {
             let handler = crate::vswitch::control_handler(
                 Arc::clone(&latest),
@@ -596,11 +601,31 @@ pub fn run(args: RunArgs) -> Result<()> {
                 }
                 other => handler(other),
             };
-            let server = ControlServer::spawn_with_ops(path, handler, ops)?;
-            Some(server)
+            Some((path.clone(), handler, ops))
         }
         None => None,
     };
+    // The listeners (metrics, control socket): bound now, or in a takeover once the old
+    // process is gone (it holds the addresses until it exits), so that the data path starts
+    // as soon as the old process has committed.
+    let listen = move || -> Result<Listeners> {
+        let metrics = match metrics {
+            Some((addr, render)) => {
+                let server = crate::metrics::MetricsServer::spawn(&addr, render)?;
+                eprintln!("snic run: metrics on http://{}/metrics", server.local_addr());
+                Some(server)
+            }
+            None => None,
+        };
+        let control = match control {
+            Some((path, handler, ops)) => Some(ControlServer::spawn_with_ops(&path, handler, ops)?),
+            None => None,
+        };
+        Ok(Listeners { _metrics: metrics, _control: control })
+    };
+    let mut listen = Some(listen);
+    let _listeners =
+        if takeover.is_none() { listen.take().map(|l| l()).transpose()? } else { None };
     if snapshots {
         let poke = Arc::clone(&poke);
         let done = Arc::clone(&done);
@@ -643,11 +668,31 @@ pub fn run(args: RunArgs) -> Result<()> {
     };
     let vswitch_final = runtime.vswitch().cloned();
     let kernels_final = runtime.stream_kernels().to_vec();
-    if let Some(t) = &takeover {
+    // In a takeover: wait for the old process to be gone, then bind the listeners, while
+    // the run goes on.
+    let mut after_old = None;
+    if let Some(mut t) = takeover.take() {
+        t.commit()?;
+        t.step("started");
         let report = t.report(t.gap());
         eprintln!("snic: took over: {report}");
         if let Ok(mut l) = takeover_doc.lock() {
             *l = Some(report);
+        }
+        let listen = listen.take();
+        // The ports are this process's now: nothing after this point may end the run early.
+        let spawned = std::thread::Builder::new().name("snic-takeover".into()).spawn(
+            move || -> Option<Listeners> {
+                let bound = t.wait_old().and_then(|()| listen.map(|l| l()).transpose());
+                bound.unwrap_or_else(|e| {
+                    eprintln!("snic: after the takeover: {e:#}");
+                    None
+                })
+            },
+        );
+        match spawned {
+            Ok(h) => after_old = Some(h),
+            Err(e) => eprintln!("snic: after the takeover: no control socket: {e}"),
         }
     }
     let result =
@@ -655,6 +700,13 @@ pub fn run(args: RunArgs) -> Result<()> {
             handoff.on_pause(ports, &old_side)
         });
     done.store(true, Ordering::Relaxed);
+    // The listeners bound after a takeover close with the run (what kept them from binding
+    // was said when it happened).
+    if let Some(h) = after_old
+        && h.join().is_err()
+    {
+        eprintln!("snic: the takeover thread panicked");
+    }
     if let Some(hub) = &capture {
         hub.close(Duration::from_secs(2));
     }
@@ -694,6 +746,12 @@ pub fn run(args: RunArgs) -> Result<()> {
     }
     out.flush()?;
     Ok(())
+}
+
+/// The listeners of a run, closed when dropped.
+struct Listeners {
+    _metrics: Option<crate::metrics::MetricsServer>,
+    _control: Option<ControlServer>,
 }
 
 #[cfg(test)]

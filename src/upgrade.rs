@@ -2,8 +2,9 @@
 //! vSwitch state, and the old one exits (seed 001's servicing without dropping connections).
 //!
 //! The new process is started with the same configuration and `--takeover SOCK`, the old
-//! one's control socket. It listens on a takeover channel of its own ([`Channel`]) and asks
-//! the old process, over the control socket, to hand over there (`{"cmd":"upgrade"}`). Then:
+//! one's control socket. It builds its pipelines first (so that costs the old process no
+//! pause), listens on a takeover channel of its own ([`Channel`]) and asks the old process,
+//! over the control socket, to hand over there (`{"cmd":"upgrade"}`). Then:
 //!
 //! 1. The old process pauses its run ([`Runtime::run_pausable`](snic_io::runtime::Runtime)):
 //!    nothing is received any more, what is in flight is processed and transmitted, the ports
@@ -12,22 +13,26 @@
 //! 2. It sends the handover document: every port's state with duplicates of its descriptors
 //!    ([`snic_io::handover`]), the vSwitch's state (policy, connections with their TCP state,
 //!    SNAT bindings; the flow tables are not sent, the new slow path compiles them again as
-//!    packets come), its configuration's ports and workers, and the time it paused.
+//!    packets come), its configuration's ports, stages and workers, and the time it paused.
 //! 3. The new process checks the configuration matches, adopts the descriptors (the same
-//!    sockets, rings and queues: nothing is reconfigured), builds its pipelines, imports the
-//!    vSwitch state, and says `ready`. Anything failing up to here is an `abort` with the
-//!    reason, and the old process resumes as if nothing had happened (the rollback); so does
-//!    a new process that dies or says nothing for [`TAKEOVER_TIMEOUT`].
+//!    sockets, rings and queues: nothing is reconfigured), puts its pipelines around them,
+//!    imports the vSwitch state, does the rest of its setup that may fail, and says `ready`.
+//!    Anything failing up to here is an `abort` with the reason, and the old process resumes
+//!    as if nothing had happened (the rollback); so does a new process that dies or says
+//!    nothing for [`TAKEOVER_TIMEOUT`].
 //! 4. The old process answers `committed`, stops without receiving or transmitting another
-//!    frame, prints its final counters and exits. The new process waits for it to be gone
-//!    (its control socket is then free), binds the control socket and runs.
+//!    frame, prints its final counters (read before it handed the ports over) and exits. The
+//!    new process runs as soon as it has `committed`; a thread of its own waits for the old
+//!    one to be gone (killing it after [`TAKEOVER_TIMEOUT`]), then binds the control socket
+//!    and the metrics address the old one held.
 //!
-//! The new process reports the gap (from the old one's pause to its own first round) and
-//! what the takeover moved on stderr and in the counters document's `takeover` object.
+//! The new process reports the gap (from the old one's pause to the start of its run loop),
+//! the steps of it, and what the takeover moved on stderr and in the counters document's
+//! `takeover` object.
 //!
-//! Not handed over: AF_XDP ports (their UMEM is the old process's memory, and the queue
-//! cannot be bound twice), so a configuration with one refuses the takeover (the old process
-//! carries on); ports without kernel state (generators, sinks, pcap files) are opened again.
+//! AF_XDP ports are handed over whole: the sockets, the memory files behind their UMEMs and
+//! the link of the XDP program (see [`snic_io::handover`]). Generators and pcap files are
+//! refused up front (they would start again); `null` ports are opened again.
 
 use crate::handover::Channel;
 use anyhow::{Context, Result, bail};
@@ -63,6 +68,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub struct OldSide {
     /// The configuration's ports, as spec strings.
     pub specs: Vec<String>,
+    /// The configuration's stages ([`stage_list`]).
+    pub stages: Vec<String>,
+    /// The same as they may be shown ([`stages_shown`]).
+    pub stages_shown: Vec<String>,
     /// Workers.
     pub workers: usize,
     /// Each worker owns a queue of every port.
@@ -188,6 +197,8 @@ impl Handoff {
             "version": VERSION,
             "pid": std::process::id(),
             "ports_spec": old.specs,
+            "stages": old.stages,
+            "stages_shown": old.stages_shown,
             "workers": old.workers,
             "per_worker_queues": old.per_worker_queues,
             "ports": entries,
@@ -226,6 +237,9 @@ pub struct Takeover {
     pid: u32,
     /// What moved, for the report.
     summary: serde_json::Map<String, Value>,
+    /// When each step of the takeover ended, in ms since the old process paused (the
+    /// report's `steps_ms`: where the gap goes).
+    steps: serde_json::Map<String, Value>,
 }
 
 /// A private directory (mode 0700, removed on drop) for the takeover channel's socket, so
@@ -258,17 +272,45 @@ fn uid_of(pid: u32) -> Option<u32> {
     std::fs::metadata(format!("/proc/{pid}")).ok().map(|m| m.uid())
 }
 
-/// Refuse, before the old process is asked to pause, a configuration whose ports cannot be
-/// taken over: AF_XDP (its UMEM is the old process's memory), and sources or sinks that
-/// would start again from nothing (a pcap file would be read again from its start, or its
-/// output truncated under the old process; a generator would replay).
-fn check_takeover_ports(cfg: &RunConfig) -> Result<()> {
+/// The stages of a configuration as the handover compares them (in full: a kernel stage's
+/// key too; the handover goes to a process of the same user only).
+pub fn stage_list(stages: &[snic_pipeline::StageSpec]) -> Vec<String> {
+    stages.iter().map(|s| String::from(s.clone())).collect()
+}
+
+/// The stages of a configuration as they may be shown (a kernel stage without its key).
+pub fn stages_shown(stages: &[snic_pipeline::StageSpec]) -> Vec<String> {
+    stages
+        .iter()
+        .map(|s| match s {
+            snic_pipeline::StageSpec::Kernel { name, args } => snic_stream::spec_text(name, args),
+            s => String::from(s.clone()),
+        })
+        .collect()
+}
+
+/// Refuse, before the old process is asked to pause, a configuration that cannot be taken
+/// over: ports that would start again from nothing (a pcap file would be read again from its
+/// start, or its output truncated under the old process; a generator would replay), and
+/// stages whose state changed at run time is not carried (a `p4` stage's table entries,
+/// counters and registers; an `xdp` stage's maps): the new process would run them from their
+/// start-up state, silently.
+pub fn check_takeover_ports(cfg: &RunConfig) -> Result<()> {
+    for s in &cfg.stages {
+        match s {
+            snic_pipeline::StageSpec::P4 { .. } => bail!(
+                "stage p4: its tables, counters and registers are not carried by a takeover \
+                 (a run with a p4 stage cannot be taken over)"
+            ),
+            snic_pipeline::StageSpec::Xdp { .. } => bail!(
+                "stage xdp: its maps are not carried by a takeover (a run with an xdp stage \
+                 cannot be taken over)"
+            ),
+            _ => {}
+        }
+    }
     for s in &cfg.ports {
         match s {
-            PortSpec::AfXdp { .. } => bail!(
-                "{s}: AF_XDP ports are not handed over (their UMEM is the old process's \
-                 memory); a run with one cannot be taken over"
-            ),
             PortSpec::Pcap { .. } | PortSpec::Gen { .. } => bail!(
                 "{s}: a pcap or generator port cannot be taken over (it would start again \
                  from the beginning)"
@@ -311,7 +353,16 @@ impl Takeover {
             _ => bail!("not a handover document (version {VERSION}): {}", doc["op"]),
         }
         let pid = want.unwrap_or(0) as u32;
-        Ok(Takeover { chan, doc, fds, pid, summary: serde_json::Map::new() })
+        let mut t = Takeover {
+            chan,
+            doc,
+            fds,
+            pid,
+            summary: serde_json::Map::new(),
+            steps: serde_json::Map::new(),
+        };
+        t.step("received");
+        Ok(t)
     }
 
     /// Tell the old process this takeover failed; it carries on.
@@ -330,6 +381,16 @@ impl Takeover {
                  process with the same ports",
                 self.doc["ports_spec"],
                 json!(specs)
+            );
+        }
+        // (A handover from a build that did not send its stages is not checked.)
+        let stages = stage_list(&cfg.stages);
+        if !self.doc["stages"].is_null() && self.doc["stages"] != json!(stages) {
+            bail!(
+                "the old process runs stages {}, this one is configured with {}: start the new \
+                 process with the same stages",
+                self.doc["stages_shown"],
+                json!(stages_shown(&cfg.stages))
             );
         }
         if self.doc["workers"].as_u64() != Some(cfg.workers as u64) {
@@ -373,6 +434,21 @@ impl Takeover {
             if mine.len() != n {
                 bail!("port {port}: {n} descriptors announced, fewer handed");
             }
+            // An AF_XDP socket of one queue must be the one this slot binds (worker `k` has
+            // queue `QUEUE + k`; a port of every queue starts at 0).
+            if let (PortState::AfXdp(s), PortSpec::AfXdp { queue: first, .. }) = (&state, spec) {
+                let want: Vec<u64> = if s.all_queues {
+                    (0..s.sockets.len() as u64).collect()
+                } else {
+                    vec![u64::from(*first) + queue as u64]
+                };
+                let got: Vec<u64> = s.sockets.iter().map(|x| u64::from(x.queue)).collect();
+                if got != want {
+                    bail!(
+                        "port {port} ({spec}): sockets of queues {got:?} handed, {want:?} expected"
+                    );
+                }
+            }
             grid[port][queue] = Some(spec.adopt(&state, mine)?);
             adopted += 1;
         }
@@ -394,6 +470,7 @@ impl Takeover {
                 reopened += 1;
             }
         }
+        self.step("ports");
         self.summary.insert("ports_adopted".into(), json!(adopted));
         self.summary.insert("ports_reopened".into(), json!(reopened));
         let mut grid: Vec<Vec<Box<dyn Port>>> =
@@ -430,19 +507,29 @@ impl Takeover {
                 let s = vs.import_state(&state, now).context("importing the vSwitch state")?;
                 self.summary
                     .insert("vswitch".into(), serde_json::to_value(s).unwrap_or(Value::Null));
+                self.step("vswitch");
                 Ok(())
             }
         }
     }
 
-    /// Say `ready` and wait for `committed`; then wait (at most [`TAKEOVER_TIMEOUT`]) for
-    /// the old process to be gone.
+    /// Say `ready` and wait for `committed`. The ports are this process's from then on (the
+    /// old process sends and receives nothing more); [`Takeover::wait_old`] waits for it to
+    /// be gone.
     pub fn commit(&mut self) -> Result<()> {
         self.chan.send(&json!({"op": "ready"}), &[])?;
         let (reply, _) = self.chan.recv(TAKEOVER_TIMEOUT).context("waiting for `committed`")?;
         if reply["op"] != "committed" {
             bail!("the old process did not commit: {reply}");
         }
+        self.step("committed");
+        Ok(())
+    }
+
+    /// Wait (at most [`TAKEOVER_TIMEOUT`]) for the old process, which committed, to be gone,
+    /// and kill it if it is not: it must not serve on, and its listeners would keep this
+    /// process from binding the control socket.
+    pub fn wait_old(&self) -> Result<()> {
         // It closes the channel when it exits.
         let gone = matches!(self.chan.recv(TAKEOVER_TIMEOUT),
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof);
@@ -459,6 +546,12 @@ impl Takeover {
         Ok(())
     }
 
+    /// Note that step `name` ended now (see [`Takeover::report`]).
+    pub fn step(&mut self, name: &str) {
+        let ms = (self.gap().as_secs_f64() * 1e4).round() / 10.0;
+        self.steps.insert(name.into(), json!(ms));
+    }
+
     /// The gap so far: from the old process's pause until now.
     pub fn gap(&self) -> Duration {
         let paused = self.doc["paused_at_unix_ns"].as_u64().unwrap_or(0);
@@ -470,6 +563,7 @@ impl Takeover {
         let mut m = self.summary.clone();
         m.insert("old_pid".into(), json!(self.pid));
         m.insert("gap_ms".into(), json!((gap.as_secs_f64() * 1e6).round() / 1e3));
+        m.insert("steps_ms".into(), Value::Object(self.steps.clone()));
         Value::Object(m)
     }
 }

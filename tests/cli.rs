@@ -699,4 +699,16 @@ fn a_closed_stdout_ends_the_command_quietly() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(141), "{err}");
     assert!(!err.contains("panicked"), "{err}");
+    // A command that writes through a buffered writer and returns the error.
+    let frames: Vec<Vec<u8>> =
+        snic_io::generator::frames(2000, 3).into_iter().map(|(_, f)| f).collect();
+    let dir = common::temp_dir("cli-closed-stdout");
+    let pcap = dir.join("g.pcap");
+    common::write_pcap(&pcap, &frames);
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let out = snic().args(["decode", "--json"]).arg(&pcap).stdout(writer).output().expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(141), "{err}");
+    assert!(err.is_empty(), "nothing said on stderr: {err}");
 }

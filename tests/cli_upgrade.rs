@@ -129,19 +129,27 @@ fn takeover_of_udp_ports_loses_and_repeats_no_frame() {
     };
     wait_stats(&sock, "received frames", |v| v["ports"][0]["rx_packets"].as_u64() > Some(100));
 
-    // Refused: another port list. The old process carries on, and says it rolled back.
-    let bad_port = format!("udp:{local},{peer_addr}");
-    let out = Command::new(SNIC)
-        .args(["run", "--port", &bad_port, "--port", "null", "--port", "null", "--control"])
-        .arg(dir.join("other.sock"))
-        .arg("--takeover")
-        .arg(&sock)
-        .output()
-        .expect("run snic");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "a takeover with other ports was refused: {err}");
-    assert!(err.contains("start the new process with the same ports"), "{err}");
-    assert!(old.running(), "the old process carries on after a refused takeover");
+    // Refused: another port list, other stages. The old process carries on each time, and
+    // says it rolled back.
+    let port = format!("udp:{local},{peer_addr}");
+    for (extra, why) in [
+        (["--port", "null"], "start the new process with the same ports"),
+        (["--stage", "parse"], "start the new process with the same stages"),
+    ] {
+        let out = Command::new(SNIC)
+            .args(["run", "--port", &port, "--port", "null"])
+            .args(extra)
+            .arg("--control")
+            .arg(dir.join("other.sock"))
+            .arg("--takeover")
+            .arg(&sock)
+            .output()
+            .expect("run snic");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "a takeover with {extra:?} was refused: {err}");
+        assert!(err.contains(why), "{err}");
+        assert!(old.running(), "the old process carries on after a refused takeover");
+    }
     let before = wait_stats(&sock, "counters after the rollback", |v| v.get("takeover").is_none());
     let rx_before = before["ports"][0]["rx_packets"].as_u64().unwrap();
     wait_stats(&sock, "frames after the rollback", |v| {
@@ -197,5 +205,21 @@ fn takeover_of_replaying_ports_is_refused_up_front() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{port}: {err}");
         assert!(err.contains("cannot be taken over"), "{port}: {err}");
+    }
+    // Stages whose run-time state would not be carried (refused before anything is loaded:
+    // the xdp object need not exist).
+    let p4 = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/p4/l3_router.p4");
+    for (stage, why) in [
+        (format!("p4:{p4}"), "a run with a p4 stage cannot be taken over"),
+        ("xdp:/nonexistent/prog.o".to_string(), "a run with an xdp stage cannot be taken over"),
+    ] {
+        let out = Command::new(SNIC)
+            .args(["run", "--port", "null", "--stage", &stage, "--takeover"])
+            .arg(&nobody)
+            .output()
+            .expect("run snic");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{stage}: {err}");
+        assert!(err.contains(why), "{stage}: {err}");
     }
 }

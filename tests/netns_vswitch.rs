@@ -44,7 +44,7 @@
 
 mod common;
 
-use common::netns::{have, iperf3_client, is_root, must, note, run, stop, words};
+use common::netns::{have, iperf3_client, iperf3_report, is_root, must, note, run, stop, words};
 use std::path::PathBuf;
 use std::process::Child;
 use std::thread;
@@ -1197,17 +1197,9 @@ fn sighup_reloads_the_policy_and_reports_what_it_cannot_change() {
 
 /// Wait (at most `secs`) for child `i` to exit; its status.
 fn wait_child(g: &mut Guard, i: usize, label: &str, secs: u64) -> std::process::ExitStatus {
-    let t0 = Instant::now();
-    loop {
-        if let Some(s) = g.children[i].try_wait().expect("wait") {
-            return s;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(secs),
-            "{label} did not finish in {secs} s:\n{}",
-            g.log(label)
-        );
-        thread::sleep(Duration::from_millis(50));
+    match common::netns::exit_within(&mut g.children[i], Duration::from_secs(secs)) {
+        Some(s) => s,
+        None => panic!("{label} did not finish in {secs} s:\n{}", g.log(label)),
     }
 }
 
@@ -1291,12 +1283,7 @@ fn takeover_under_tcp_and_rdma_load_resets_nothing() {
     assert!(takeover["vswitch"]["tcp_connections"].as_u64() >= Some(3), "{takeover}");
     assert!(takeover["gap_ms"].as_f64().is_some(), "{takeover}");
     let status = wait_child(&mut g, ci, "iperf3-client", 25);
-    let log = g.log("iperf3-client");
-    assert!(status.success(), "iperf3 failed (a reset?):\n{log}\n{}", g.log("snic-new"));
-    let json = std::fs::read_to_string(g.dir.join("iperf3-client.out")).unwrap_or_default();
-    let v: serde_json::Value = serde_json::from_str(&json).expect("iperf3 -J output is JSON");
-    assert!(v.get("error").is_none(), "iperf3: {}", v["error"]);
-    let bytes = v["end"]["sum_received"]["bytes"].as_f64().unwrap_or(0.0);
+    let (v, bytes) = iperf3_report(&g.dir, "iperf3-client", status, &g.log("snic-new"));
     assert!(bytes >= MIN_TUNNEL_BYTES, "the stream moved only {bytes} bytes");
     let rdma = wait_child(&mut g, rc, "rdma-client", 40);
     let rlog = g.log("rdma-client");

@@ -92,6 +92,39 @@ pub fn iperf3_client(
     (bytes, bps)
 }
 
+/// The `-J` report of an iperf3 client that ran in the background as `label` (see
+/// [`spawn_logged`]) and exited with `status`: fails the test when it failed (a reset
+/// connection, say; `context` is added to the message) or reported an error; returns the
+/// report and the bytes received.
+pub fn iperf3_report(
+    dir: &std::path::Path,
+    label: &str,
+    status: std::process::ExitStatus,
+    context: &str,
+) -> (serde_json::Value, f64) {
+    let log = read_logged(dir, label);
+    assert!(status.success(), "iperf3 failed (a reset?):\n{log}\n{context}");
+    let json = std::fs::read_to_string(dir.join(format!("{label}.out"))).unwrap_or_default();
+    let v: serde_json::Value = serde_json::from_str(&json).expect("iperf3 -J output is JSON");
+    assert!(v.get("error").is_none(), "iperf3: {}", v["error"]);
+    let bytes = v["end"]["sum_received"]["bytes"].as_f64().unwrap_or(0.0);
+    (v, bytes)
+}
+
+/// The child's exit status, waiting at most `limit`; `None` if it still runs then.
+pub fn exit_within(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let t0 = Instant::now();
+    loop {
+        if let Ok(Some(s)) = child.try_wait() {
+            return Some(s);
+        }
+        if t0.elapsed() >= limit {
+            return None;
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Stop a child: SIGTERM, up to `grace` for it to exit, then SIGKILL. Always reaped.
 pub fn stop(child: &mut Child, grace: Duration) {
     if let Ok(Some(_)) = child.try_wait() {
@@ -237,6 +270,12 @@ impl OuterVeths {
     /// (names cut to 15 characters); IPv6 off on every end, so the links carry only what the
     /// test sends.
     pub fn create(tag: &str, addr: [&'static str; 2]) -> OuterVeths {
+        Self::create_with_queues(tag, addr, 1)
+    }
+
+    /// [`OuterVeths::create`] with `queues` receive and transmit queues on every veth end.
+    pub fn create_with_queues(tag: &str, addr: [&'static str; 2], queues: u32) -> OuterVeths {
+        let q = queues.to_string();
         let pid = std::process::id();
         let name = |kind: &str, side: &str| -> String {
             format!("{tag}{kind}{pid}{side}").chars().take(15).collect()
@@ -256,7 +295,25 @@ impl OuterVeths {
             must(10, &["ip", "netns", "add", &g.ns[i]]);
             must(
                 10,
-                &["ip", "link", "add", &g.outer[i], "type", "veth", "peer", "name", &g.inner[i]],
+                &[
+                    "ip",
+                    "link",
+                    "add",
+                    &g.outer[i],
+                    "numrxqueues",
+                    &q,
+                    "numtxqueues",
+                    &q,
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    &g.inner[i],
+                    "numrxqueues",
+                    &q,
+                    "numtxqueues",
+                    &q,
+                ],
             );
             std::fs::write(format!("/proc/sys/net/ipv6/conf/{}/disable_ipv6", g.outer[i]), "1")
                 .expect("disable IPv6 on the outer veth");

@@ -3,8 +3,10 @@
 //!
 //! # The socket
 //!
-//! Each port owns a UMEM: one anonymous memory mapping cut into equal frames (2 KiB, or 4 KiB
-//! when the MTU needs it), registered with `XDP_UMEM_REG`. The first [`RX_FRAMES`] frames belong
+//! Each port owns a UMEM: one memory file (`memfd`), mapped shared and cut into equal frames
+//! (2 KiB, or 4 KiB when the MTU needs it), registered with `XDP_UMEM_REG`. (A memory file
+//! rather than anonymous memory so that a hitless upgrade can hand it over: the new process
+//! maps the same pages the kernel pinned, see [`adopt`].) The first [`RX_FRAMES`] frames belong
 //! to receive, the rest to transmit. The four rings (fill, completion, RX, TX) are mapped from
 //! the socket at the offsets `XDP_MMAP_OFFSETS` reports; their producer and consumer indexes are
 //! read and written as atomics (acquire on the other side's index, release on our own).
@@ -31,7 +33,10 @@
 //! A veth has native XDP but no zero-copy: it lands on native copy. In native mode a veth stops
 //! its peer from making GSO super-packets (an XDP frame is one page); in generic mode the
 //! peer's super-packets would exceed a UMEM frame and be dropped by the kernel (counted in
-//! `rx_kernel_drops`), so turn the peer's TSO/GSO off there.
+//! `rx_kernel_drops`), so turn the peer's TSO/GSO off there. A veth's local peer also leaves
+//! TCP and UDP checksums to offload (`CHECKSUM_PARTIAL`); an AF_XDP descriptor has no field
+//! for that, so the frame leaves snic with the checksum unfinished: turn the peer's `tx`
+//! checksum offload off (real NICs hand over finished checksums).
 //!
 //! # The XDP program
 //!
@@ -75,6 +80,7 @@
 )]
 
 use crate::bpf::{KernelLink, KernelMap, KernelProgram, PROG_TYPE_XDP};
+use crate::handover::{AfXdpState, PortHandover, PortState, XskState};
 use crate::port::{Port, PortCaps, PortCounters, Refused};
 use crate::sys::{self, sock};
 use snic_ebpf::insn::{Insn, pseudo};
@@ -129,7 +135,8 @@ const TX_BUDGET: libc::c_int = 256;
 const FLUSH_LIMIT: Duration = Duration::from_millis(200);
 
 /// How the XDP program is attached and the socket bound.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum XdpMode {
     /// Driver mode, zero-copy socket: the driver fills the UMEM directly.
     NativeZeroCopy,
@@ -253,6 +260,33 @@ impl Attachment {
         let link = KernelLink::xdp(&prog, ifindex, mode.link_flags())?;
         Ok(Attachment { _link: link, _prog: prog, map })
     }
+
+    /// Duplicates of the link's, the program's and the map's descriptors, in that order.
+    fn handover_fds(&self) -> io::Result<[OwnedFd; 3]> {
+        Ok([self._link.try_clone_fd()?, self._prog.try_clone_fd()?, self.map.try_clone_fd()?])
+    }
+
+    /// The attachment another process handed over ([`Attachment::handover_fds`]'s order),
+    /// each descriptor checked: an `XSKMAP`, an XDP program, and the link attaching that
+    /// program to `ifindex`.
+    fn adopt(fds: [OwnedFd; 3], ifindex: u32) -> io::Result<Attachment> {
+        let [link, prog, map] = fds;
+        let map = KernelMap::adopt(map, MapKind::Other(BPF_MAP_TYPE_XSKMAP))?;
+        let prog = KernelProgram::adopt(prog, PROG_TYPE_XDP)?;
+        let link = KernelLink::adopt_xdp(link, &prog, ifindex)?;
+        Ok(Attachment { _link: link, _prog: prog, map })
+    }
+}
+
+/// The seals of a UMEM's memory file: its size is fixed.
+const UMEM_SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+
+/// Whether `fd` is a memory file sealed as a UMEM is ([`UMEM_SEALS`]).
+fn sealed_umem(fd: RawFd) -> bool {
+    // SAFETY: fcntl(2) F_GET_SEALS takes no argument; any descriptor may be asked (others
+    // answer an error).
+    let seals = unsafe { libc::fcntl(fd, libc::F_GET_SEALS) };
+    seals >= 0 && seals & UMEM_SEALS == UMEM_SEALS
 }
 
 /// A shared memory mapping, unmapped on drop.
@@ -262,16 +296,43 @@ struct Mapping {
 }
 
 impl Mapping {
-    /// An anonymous private mapping of `len` bytes (the UMEM), zeroed.
-    fn anonymous(len: usize) -> io::Result<Mapping> {
-        // SAFETY: a fresh anonymous mapping at an address the kernel picks; nothing aliases it.
+    /// A memory file of `len` bytes (the UMEM), zeroed, mapped shared: the file's descriptor
+    /// lets another process map the same pages (a takeover, see [`crate::handover`]); the
+    /// kernel's registration pins the pages, not this mapping. The file is sealed at its size
+    /// ([`UMEM_SEALS`]), so no holder of the descriptor can cut the mapping short.
+    fn memfd(len: usize) -> io::Result<(Mapping, OwnedFd)> {
+        let flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
+        // SAFETY: the name is a NUL-terminated literal; the result is checked.
+        let fd = unsafe { libc::memfd_create(c"snic-umem".as_ptr(), flags) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let size = libc::off_t::try_from(len).map_err(|_| io::Error::other("UMEM size"))?;
+        // SAFETY: plain ftruncate(2) on our own descriptor.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), size) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fcntl(2) F_ADD_SEALS on our own descriptor, an integer argument.
+        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, UMEM_SEALS) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok((Mapping::file(fd.as_raw_fd(), len)?, fd))
+    }
+
+    /// A shared mapping of the first `len` bytes of memory file `fd`.
+    fn file(fd: RawFd, len: usize) -> io::Result<Mapping> {
+        // SAFETY: a fresh shared mapping at an address the kernel picks; in this process only
+        // the owner of the mapping reaches it (another process may map the same file: the
+        // UMEM's frames are then handed over, never used by both at once).
         let p = unsafe {
             libc::mmap(
                 core::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
-                -1,
+                libc::MAP_SHARED,
+                fd,
                 0,
             )
         };
@@ -547,6 +608,10 @@ pub struct AfXdpPort {
     comp: Ring,
     fd: OwnedFd,
     umem: Mapping,
+    /// The memory file behind the UMEM (handed over with the socket).
+    umem_fd: OwnedFd,
+    ifname: String,
+    ifindex: u32,
     /// Transmit frames (UMEM offsets) free for a new packet.
     tx_free: Vec<u64>,
     /// Length of the packet in each transmit frame while it is posted and not completed (0:
@@ -555,6 +620,9 @@ pub struct AfXdpPort {
     /// Frames one `sendto` sends in copy mode (`XDP_MAX_TX_SKB_BUDGET`, 32 by default).
     tx_budget: u32,
     stats: AfXdpStats,
+    /// The kernel's `XDP_STATISTICS` words when this process got the socket (zero for a socket
+    /// it opened).
+    kernel_base: [u64; 6],
     _attach: Arc<Attachment>,
 }
 
@@ -735,7 +803,8 @@ impl AfXdpPort {
         let raw = fd.as_raw_fd();
 
         let frames = (RX_FRAMES + TX_FRAMES) as usize;
-        let umem = Mapping::anonymous(frames * frame_size).map_err(|e| ctx(ifname, "UMEM", e))?;
+        let (umem, umem_fd) =
+            Mapping::memfd(frames * frame_size).map_err(|e| ctx(ifname, "UMEM", e))?;
         let reg = libc::xdp_umem_reg {
             addr: umem.ptr as usize as u64,
             len: umem.len as u64,
@@ -762,18 +831,7 @@ impl AfXdpPort {
             .map_or(32, |()| TX_BUDGET as u32);
         // Copy mode charges frames in flight to the send buffer.
         sock::set_buffer(raw, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, 8 << 20);
-        let off = mmap_offsets(raw).map_err(|e| ctx(ifname, "XDP_MMAP_OFFSETS", e))?;
-        let desc = core::mem::size_of::<libc::xdp_desc>();
-        let rx = Ring::map(raw, &off.rx, RX_SIZE, desc, libc::XDP_PGOFF_RX_RING as u64)
-            .map_err(|e| ctx(ifname, "mapping the RX ring", e))?
-            .consumer();
-        let tx = Ring::map(raw, &off.tx, TX_SIZE, desc, libc::XDP_PGOFF_TX_RING as u64)
-            .map_err(|e| ctx(ifname, "mapping the TX ring", e))?;
-        let mut fill = Ring::map(raw, &off.fr, FILL_SIZE, 8, libc::XDP_UMEM_PGOFF_FILL_RING)
-            .map_err(|e| ctx(ifname, "mapping the fill ring", e))?;
-        let comp = Ring::map(raw, &off.cr, TX_SIZE, 8, libc::XDP_UMEM_PGOFF_COMPLETION_RING)
-            .map_err(|e| ctx(ifname, "mapping the completion ring", e))?
-            .consumer();
+        let [rx, tx, mut fill, comp] = map_rings(ifname, raw)?;
 
         // Every receive frame into the fill ring before the socket can receive.
         let n = fill.prod_free(RX_FRAMES);
@@ -819,10 +877,14 @@ impl AfXdpPort {
             comp,
             fd,
             umem,
+            umem_fd,
+            ifname: ifname.to_string(),
+            ifindex,
             tx_free,
             tx_len: vec![0; TX_FRAMES as usize],
             tx_budget: budget,
             stats: AfXdpStats::default(),
+            kernel_base: [0; 6],
             _attach: att,
         })
     }
@@ -842,13 +904,14 @@ impl AfXdpPort {
         self.stats
     }
 
-    /// The kernel's `XDP_STATISTICS` of the socket (fields a kernel does not report stay 0).
+    /// The kernel's `XDP_STATISTICS` of the socket since this port has it (fields a kernel
+    /// does not report stay 0). The kernel's counts run for the socket's whole life: for a
+    /// socket adopted from another process, what they were at the handover is taken off.
     pub fn kernel_stats(&self) -> io::Result<libc::xdp_statistics> {
-        let (w, _) = sock::getsockopt_words::<u64, 6>(
-            self.fd.as_raw_fd(),
-            libc::SOL_XDP,
-            libc::XDP_STATISTICS,
-        )?;
+        let mut w = self.kernel_words()?;
+        for (v, b) in w.iter_mut().zip(self.kernel_base) {
+            *v = v.saturating_sub(b);
+        }
         Ok(libc::xdp_statistics {
             rx_dropped: w[0],
             rx_invalid_descs: w[1],
@@ -857,6 +920,16 @@ impl AfXdpPort {
             rx_fill_ring_empty_descs: w[4],
             tx_ring_empty_descs: w[5],
         })
+    }
+
+    /// The six words of the socket's `XDP_STATISTICS`, as the kernel counts them.
+    fn kernel_words(&self) -> io::Result<[u64; 6]> {
+        let (w, _) = sock::getsockopt_words::<u64, 6>(
+            self.fd.as_raw_fd(),
+            libc::SOL_XDP,
+            libc::XDP_STATISTICS,
+        )?;
+        Ok(w)
     }
 
     /// The transmit frame number of UMEM offset `base` (a frame start), if it is one.
@@ -1021,6 +1094,190 @@ fn frame_mut(umem: &mut Mapping, frame_size: usize, addr: u64, len: usize) -> Op
     Some(unsafe { core::slice::from_raw_parts_mut(umem.ptr.add(at), len) })
 }
 
+/// The UMEM frame and ring sizes compiled into this build, as [`AfXdpState::layout`] carries
+/// them.
+const LAYOUT: [u32; 5] = [RX_FRAMES, TX_FRAMES, FILL_SIZE, RX_SIZE, TX_SIZE];
+
+fn refused(ifname: &str, what: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, format!("afxdp:{ifname}: {what}"))
+}
+
+impl AfXdpPort {
+    /// This socket's part of a handover: its state and duplicates of its socket and UMEM
+    /// memory file. Frames posted and not completed are carried (a flush before leaves none
+    /// but those it wrote off).
+    fn socket_handover(&self) -> io::Result<(XskState, [OwnedFd; 2])> {
+        let tx_pending =
+            (0u32..).zip(&self.tx_len).filter(|&(_, &l)| l != 0).map(|(k, &l)| (k, l)).collect();
+        let st = XskState {
+            queue: self.queue,
+            frame_size: self.frame_size,
+            tx_budget: self.tx_budget,
+            tx_pending,
+            kernel_stats: self.kernel_words().unwrap_or([0; 6]),
+        };
+        Ok((st, [self.fd.try_clone()?, self.umem_fd.try_clone()?]))
+    }
+
+    /// Carry on with a socket another process handed over (see [`adopt`]): the same socket,
+    /// UMEM pages and rings, the walk resumed at the indexes in the rings' memory.
+    fn adopt_socket(
+        ifname: &str,
+        (ifindex, mtu): (u32, usize),
+        mode: XdpMode,
+        st: &XskState,
+        [sock, umem_fd]: [OwnedFd; 2],
+        att: Arc<Attachment>,
+    ) -> io::Result<AfXdpPort> {
+        let raw = sock.as_raw_fd();
+        if sock::getsockopt_int(raw, libc::SOL_SOCKET, libc::SO_DOMAIN).ok() != Some(libc::AF_XDP) {
+            return Err(refused(ifname, "the handed descriptor is not an AF_XDP socket".into()));
+        }
+        // The zero-copy flag is the socket's, fixed at bind.
+        let zc = sock::getsockopt_int(raw, libc::SOL_XDP, libc::XDP_OPTIONS)
+            .map_err(|e| ctx(ifname, "XDP_OPTIONS", e))?
+            & libc::XDP_OPTIONS_ZEROCOPY as libc::c_int
+            != 0;
+        if zc != (mode == XdpMode::NativeZeroCopy) {
+            return Err(refused(ifname, format!("the socket is not bound in {mode} mode")));
+        }
+        let frame_size = st.frame_size;
+        if !frame_size.is_power_of_two() || !(2048..=65536).contains(&frame_size) {
+            return Err(refused(ifname, format!("UMEM frames of {frame_size} bytes")));
+        }
+        let len = (RX_FRAMES + TX_FRAMES) as usize * frame_size;
+        let meta = std::fs::File::from(umem_fd.try_clone()?).metadata()?;
+        if !meta.file_type().is_file() || !sealed_umem(umem_fd.as_raw_fd()) {
+            return Err(refused(
+                ifname,
+                "the handed UMEM descriptor is not a memory file sealed at its size".into(),
+            ));
+        }
+        let have = meta.len();
+        if have != len as u64 {
+            return Err(refused(
+                ifname,
+                format!("the UMEM memory file has {have} bytes, {len} expected"),
+            ));
+        }
+        let mut tx_len = vec![0u32; TX_FRAMES as usize];
+        for &(k, l) in &st.tx_pending {
+            match tx_len.get_mut(k as usize) {
+                Some(slot) if l != 0 && *slot == 0 => *slot = l,
+                _ => return Err(refused(ifname, format!("pending transmit frame {k} ({l})"))),
+            }
+        }
+        let tx_free = (RX_FRAMES..RX_FRAMES + TX_FRAMES)
+            .rev()
+            .filter(|&i| tx_len[(i - RX_FRAMES) as usize] == 0)
+            .map(|i| u64::from(i) * frame_size as u64)
+            .collect();
+        let umem = Mapping::file(umem_fd.as_raw_fd(), len).map_err(|e| ctx(ifname, "UMEM", e))?;
+        // Nothing is written to the rings here: if this process fails before it takes over,
+        // the old one resumes exactly where it paused.
+        let [rx, tx, fill, comp] = map_rings(ifname, raw)?;
+        Ok(AfXdpPort {
+            name: format!("afxdp:{ifname},{} ({mode})", st.queue),
+            mode,
+            queue: st.queue,
+            mtu,
+            frame_size,
+            rx,
+            fill,
+            tx,
+            comp,
+            fd: sock,
+            umem,
+            umem_fd,
+            ifname: ifname.to_string(),
+            ifindex,
+            tx_free,
+            tx_len,
+            tx_budget: st.tx_budget,
+            stats: AfXdpStats::default(),
+            kernel_base: st.kernel_stats,
+            _attach: att,
+        })
+    }
+}
+
+/// The handover of AF_XDP sockets sharing one attachment: the state, then the descriptors
+/// (link, program, map, then each socket's socket and UMEM memory file).
+fn handover_sockets(ports: &[AfXdpPort], all_queues: bool) -> io::Result<PortHandover> {
+    let first = ports.first().ok_or_else(|| io::Error::other("no socket to hand over"))?;
+    let mut fds: Vec<OwnedFd> = first._attach.handover_fds()?.into();
+    let mut sockets = Vec::with_capacity(ports.len());
+    for p in ports {
+        let (st, f) = p.socket_handover()?;
+        sockets.push(st);
+        fds.extend(f);
+    }
+    let state = AfXdpState {
+        ifname: first.ifname.clone(),
+        ifindex: first.ifindex,
+        mode: first.mode,
+        all_queues,
+        layout: LAYOUT,
+        sockets,
+    };
+    Ok(PortHandover { state: PortState::AfXdp(state), fds })
+}
+
+/// Carry on with an AF_XDP port of `ifname` another process handed over: its sockets (still
+/// bound, still in the `XSKMAP`), their UMEMs (the same pages, mapped from the memory files)
+/// and rings, and the XDP program's link, so the program stays attached across the change.
+/// Frames the kernel put in the RX ring while the processes changed over are read here. A
+/// state made by a build with other frame or ring sizes, an interface that is not the one the
+/// sockets are bound to, or descriptors of the wrong kind are refused, and nothing is changed.
+pub fn adopt(ifname: &str, state: &AfXdpState, fds: Vec<OwnedFd>) -> io::Result<Box<dyn Port>> {
+    if state.layout != LAYOUT {
+        return Err(refused(
+            ifname,
+            format!(
+                "the sockets were made with frames and rings {:?}, this build uses {LAYOUT:?}",
+                state.layout
+            ),
+        ));
+    }
+    let (ifindex, mtu, _) = interface(ifname)?;
+    if ifindex != state.ifindex {
+        return Err(refused(
+            ifname,
+            format!("interface index {ifindex}, the sockets are bound to {}", state.ifindex),
+        ));
+    }
+    let n = state.sockets.len();
+    if n == 0 || (!state.all_queues && n != 1) || fds.len() != 3 + 2 * n {
+        return Err(refused(
+            ifname,
+            format!("{} descriptors for {n} socket(s), {} expected", fds.len(), 3 + 2 * n),
+        ));
+    }
+    let mut fds = fds.into_iter();
+    let mut next = || fds.next().ok_or_else(|| io::Error::other("descriptor count"));
+    let att = Arc::new(
+        Attachment::adopt([next()?, next()?, next()?], ifindex)
+            .map_err(|e| ctx(ifname, "adopting the XDP program", e))?,
+    );
+    let mut ports = Vec::with_capacity(n);
+    for st in &state.sockets {
+        let pair = [next()?, next()?];
+        ports.push(AfXdpPort::adopt_socket(
+            ifname,
+            (ifindex, mtu),
+            state.mode,
+            st,
+            pair,
+            att.clone(),
+        )?);
+    }
+    if state.all_queues {
+        Ok(Box::new(AfXdpQueuesPort::from_queues(ifname, ports)?))
+    } else {
+        Ok(Box::new(ports.pop().ok_or_else(|| io::Error::other("no socket"))?))
+    }
+}
+
 /// The kernel's receive drops at one socket, each lost frame counted once (see the module
 /// documentation, "Counters").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1052,6 +1309,25 @@ impl KernelDrops {
         };
         KernelDrops { socket, ring_full: k.rx_ring_full, fill_empty }
     }
+}
+
+/// The four rings of socket `fd` mapped: RX, TX, fill, completion. Each ring starts from the
+/// indexes in its memory (zero on a fresh socket; where the old process left them on a
+/// handed-over one), RX and completion as rings snic consumes.
+fn map_rings(ifname: &str, fd: RawFd) -> io::Result<[Ring; 4]> {
+    let off = mmap_offsets(fd).map_err(|e| ctx(ifname, "XDP_MMAP_OFFSETS", e))?;
+    let desc = core::mem::size_of::<libc::xdp_desc>();
+    let rx = Ring::map(fd, &off.rx, RX_SIZE, desc, libc::XDP_PGOFF_RX_RING as u64)
+        .map_err(|e| ctx(ifname, "mapping the RX ring", e))?
+        .consumer();
+    let tx = Ring::map(fd, &off.tx, TX_SIZE, desc, libc::XDP_PGOFF_TX_RING as u64)
+        .map_err(|e| ctx(ifname, "mapping the TX ring", e))?;
+    let fill = Ring::map(fd, &off.fr, FILL_SIZE, 8, libc::XDP_UMEM_PGOFF_FILL_RING)
+        .map_err(|e| ctx(ifname, "mapping the fill ring", e))?;
+    let comp = Ring::map(fd, &off.cr, TX_SIZE, 8, libc::XDP_UMEM_PGOFF_COMPLETION_RING)
+        .map_err(|e| ctx(ifname, "mapping the completion ring", e))?
+        .consumer();
+    Ok([rx, tx, fill, comp])
 }
 
 /// `XDP_MMAP_OFFSETS` of socket `fd` (the full struct, with the rings' flags: Linux 5.4+).
@@ -1211,6 +1487,10 @@ impl Port for AfXdpPort {
             tx_ring_full: s.tx_ring_full,
         }
     }
+
+    fn handover(&mut self) -> Option<io::Result<PortHandover>> {
+        Some(handover_sockets(core::slice::from_ref(self), false))
+    }
 }
 
 /// Every receive queue of one interface as one port, for a run where one loop serves the
@@ -1239,6 +1519,12 @@ impl AfXdpQueuesPort {
     pub fn open(ifname: &str) -> io::Result<AfXdpQueuesPort> {
         let n = rx_queue_count(ifname).unwrap_or(1).max(1) as usize;
         let queues = AfXdpPort::open_queues(ifname, 0, n)?;
+        Self::from_queues(ifname, queues)
+    }
+
+    /// One port over `queues`, sockets of `ifname` sharing one attachment.
+    fn from_queues(ifname: &str, queues: Vec<AfXdpPort>) -> io::Result<AfXdpQueuesPort> {
+        let n = queues.len();
         // SAFETY: epoll_create1 takes no pointers; the result is checked.
         let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         if ep < 0 {
@@ -1321,6 +1607,10 @@ impl Port for AfXdpQueuesPort {
             c.merge(&q.counters());
         }
         c
+    }
+
+    fn handover(&mut self) -> Option<io::Result<PortHandover>> {
+        Some(handover_sockets(&self.queues, true))
     }
 }
 

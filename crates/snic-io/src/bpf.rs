@@ -44,6 +44,7 @@ mod cmd {
     pub const MAP_GET_NEXT_KEY: i64 = 4;
     pub const PROG_LOAD: i64 = 5;
     pub const PROG_TEST_RUN: i64 = 10;
+    pub const OBJ_GET_INFO_BY_FD: i64 = 15;
     pub const MAP_FREEZE: i64 = 22;
     pub const LINK_CREATE: i64 = 28;
 }
@@ -51,6 +52,8 @@ mod cmd {
 /// `BPF_XDP`, the `enum bpf_attach_type` value of XDP links.
 pub const ATTACH_XDP: u32 = 37;
 
+/// `BPF_LINK_TYPE_XDP` (`enum bpf_link_type`).
+const LINK_TYPE_XDP: u32 = 6;
 /// `BPF_PROG_TYPE_XDP`.
 pub const PROG_TYPE_XDP: u32 = 6;
 /// `BPF_PROG_TYPE_SOCKET_FILTER` (the most restricted type; for programs of other sections).
@@ -123,6 +126,25 @@ fn sys_bpf(cmd: i64, attr: &mut Attr) -> io::Result<i64> {
         libc::syscall(libc::SYS_bpf, cmd, attr.0.as_mut_ptr(), ATTR_SIZE as libc::c_uint)
     };
     if r < 0 { Err(io::Error::last_os_error()) } else { Ok(r) }
+}
+
+/// The first eight words of a BPF object's information (`BPF_OBJ_GET_INFO_BY_FD`: the
+/// kernel copies at most the length asked): for a map `type, id, key_size, value_size,
+/// max_entries, ...` (`struct bpf_map_info`), for a program `type, id, ...`, for a link
+/// `type, id, prog_id, -, ifindex` (an XDP link's `ifindex` at byte 16).
+fn info_words(fd: &OwnedFd) -> io::Result<[u32; 8]> {
+    let mut info = [0u32; 8];
+    let mut a = Attr::new();
+    a.u32(0, fd.as_raw_fd() as u32)
+        .u32(4, core::mem::size_of_val(&info) as u32)
+        .ptr(8, info.as_mut_ptr());
+    sys_bpf(cmd::OBJ_GET_INFO_BY_FD, &mut a)?;
+    Ok(info)
+}
+
+/// An error saying a handed descriptor is not the BPF object expected.
+fn not_object(what: &str, e: io::Error) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, format!("the handed descriptor is not {what}: {e}"))
 }
 
 /// Like [`sys_bpf`] for commands that return a new file descriptor.
@@ -210,6 +232,30 @@ impl KernelMap {
             map.freeze()?;
         }
         Ok(map)
+    }
+
+    /// A map another process created and handed over (its descriptor), checked to be a map of
+    /// kind `kind`; sizes as the kernel reports them.
+    pub fn adopt(fd: OwnedFd, kind: MapKind) -> io::Result<KernelMap> {
+        let w = info_words(&fd).map_err(|e| not_object("a BPF map", e))?;
+        if w[0] != kind.linux_type() {
+            return Err(not_object(
+                &format!("a {} map", kind.name()),
+                io::Error::other(format!("map type {}", w[0])),
+            ));
+        }
+        Ok(KernelMap {
+            fd,
+            key_size: w[2] as usize,
+            value_size: w[3] as usize,
+            max_entries: w[4] as usize,
+            kind,
+        })
+    }
+
+    /// A duplicate of the map's descriptor (to hand the map to another process).
+    pub fn try_clone_fd(&self) -> io::Result<OwnedFd> {
+        self.fd.try_clone()
     }
 
     /// The map's descriptor.
@@ -658,6 +704,29 @@ impl KernelProgram {
         }
     }
 
+    /// A program another process loaded and handed over (its descriptor), checked to be of
+    /// `prog_type`.
+    pub fn adopt(fd: OwnedFd, prog_type: u32) -> io::Result<KernelProgram> {
+        let w = info_words(&fd).map_err(|e| not_object("a BPF program", e))?;
+        if w[0] != prog_type {
+            return Err(not_object(
+                &format!("a program of type {prog_type}"),
+                io::Error::other(format!("type {}", w[0])),
+            ));
+        }
+        Ok(KernelProgram { fd, log: String::new(), load_time: Duration::ZERO })
+    }
+
+    /// The kernel's id of the program.
+    pub fn id(&self) -> io::Result<u32> {
+        Ok(info_words(&self.fd)?[1])
+    }
+
+    /// A duplicate of the program's descriptor (to hand it to another process).
+    pub fn try_clone_fd(&self) -> io::Result<OwnedFd> {
+        self.fd.try_clone()
+    }
+
     /// The program's descriptor.
     pub fn fd(&self) -> i32 {
         self.fd.as_raw_fd()
@@ -711,6 +780,29 @@ impl KernelLink {
         // struct { prog_fd; target_ifindex; attach_type; flags; } of `link_create`.
         a.u32(0, prog.fd() as u32).u32(4, ifindex).u32(8, ATTACH_XDP).u32(12, flags);
         Ok(KernelLink { fd: sys_bpf_fd(cmd::LINK_CREATE, &mut a)? })
+    }
+
+    /// An XDP link another process made and handed over (its descriptor), checked to attach
+    /// `prog` to interface `ifindex`: while it stays open here the program stays attached,
+    /// whatever the other process does.
+    pub fn adopt_xdp(fd: OwnedFd, prog: &KernelProgram, ifindex: u32) -> io::Result<KernelLink> {
+        let w = info_words(&fd).map_err(|e| not_object("a BPF link", e))?;
+        let prog_id = prog.id()?;
+        if w[0] != LINK_TYPE_XDP || w[2] != prog_id || w[4] != ifindex {
+            return Err(not_object(
+                &format!("the XDP link of program {prog_id} on interface {ifindex}"),
+                io::Error::other(format!(
+                    "link type {}, program {}, interface {}",
+                    w[0], w[2], w[4]
+                )),
+            ));
+        }
+        Ok(KernelLink { fd })
+    }
+
+    /// A duplicate of the link's descriptor (to hand it to another process).
+    pub fn try_clone_fd(&self) -> io::Result<OwnedFd> {
+        self.fd.try_clone()
     }
 
     /// The link's descriptor.

@@ -13,9 +13,12 @@
 //! [`Port::flush`](crate::Port::flush): an AF_PACKET transmit ring must be empty, the new
 //! process starts filling it where the old one stopped.
 //!
-//! Ports that hold no kernel object worth keeping (generators, sinks, pcap files) and AF_XDP
-//! sockets (whose UMEM is the old process's memory) are not handed over: the new process
-//! opens them again, an AF_XDP one after the old process has let go of the queue.
+//! An AF_XDP port hands over its sockets, the memory files behind their UMEMs (so the new
+//! process maps the same frames the kernel has pinned and is writing into) and the link that
+//! keeps its XDP program attached; the rings' positions are in the rings' own shared memory.
+//!
+//! Ports that hold no kernel object worth keeping (generators, sinks, pcap files) are not
+//! handed over: the new process opens them again.
 
 use serde::{Deserialize, Serialize};
 use std::os::fd::OwnedFd;
@@ -30,6 +33,9 @@ pub enum PortState {
     Tap(TapState),
     /// A connected UDP socket (one descriptor).
     Udp,
+    /// AF_XDP sockets sharing one XDP program (the program's link, the program, its
+    /// `XSKMAP`, then a socket and its UMEM memory file per socket).
+    AfXdp(AfXdpState),
 }
 
 impl PortState {
@@ -39,6 +45,7 @@ impl PortState {
             PortState::AfPacket(_) => "afpacket",
             PortState::Tap(_) => "tap",
             PortState::Udp => "udp",
+            PortState::AfXdp(_) => "afxdp",
         }
     }
 }
@@ -91,4 +98,45 @@ pub struct PortHandover {
     pub state: PortState,
     /// Duplicates of the port's descriptors (the port keeps its own).
     pub fds: Vec<OwnedFd>,
+}
+
+/// Where an AF_XDP port stands: its sockets (one, or one per receive queue for a port that
+/// serves every queue of the interface) and what they share.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AfXdpState {
+    /// The interface's name in the old process (for messages).
+    pub ifname: String,
+    /// The interface the sockets are bound to: the new process refuses a name that now
+    /// names another interface.
+    pub ifindex: u32,
+    /// How the program is attached and the sockets bound.
+    pub mode: crate::afxdp::XdpMode,
+    /// Whether the port serves every receive queue (one loop), not one queue.
+    pub all_queues: bool,
+    /// Receive frames, transmit frames, and the fill, RX and TX/completion ring entries of the
+    /// build that made the sockets. Compiled into each build: the new process refuses other
+    /// sizes (it would index frames and rings the kernel does not have).
+    pub layout: [u32; 5],
+    /// Each socket.
+    pub sockets: Vec<XskState>,
+}
+
+/// One AF_XDP socket of an [`AfXdpState`]. The rings' positions are not here: they are in the
+/// rings' shared memory, which the new process maps from the same socket.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct XskState {
+    /// The interface queue the socket is bound to.
+    pub queue: u32,
+    /// Bytes per UMEM frame (the registered chunk size).
+    pub frame_size: usize,
+    /// Frames one wake-up sends in copy mode (`XDP_MAX_TX_SKB_BUDGET` as the kernel took it).
+    pub tx_budget: u32,
+    /// Transmit frames posted and not completed (frame number, length; `u32::MAX` for one a
+    /// flush wrote off): their frames stay out of the free list until the kernel completes
+    /// them.
+    pub tx_pending: Vec<(u32, u32)>,
+    /// The socket's `XDP_STATISTICS` words at the handover: the kernel keeps counting for the
+    /// socket's life, so the new process reports only what it adds to them.
+    #[serde(default)]
+    pub kernel_stats: [u64; 6],
 }

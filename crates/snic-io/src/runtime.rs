@@ -401,6 +401,18 @@ pub fn open_ports(specs: &[PortSpec], workers: usize) -> Result<OpenPorts, RunEr
     Ok(OpenPorts::Shared(ports))
 }
 
+/// Pipelines built before their ports are open ([`Runtime::prebuild`]).
+pub struct Prebuilt {
+    cfg: RunConfig,
+    built: Built,
+}
+
+impl fmt::Debug for Prebuilt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Prebuilt").field("workers", &self.cfg.workers).finish_non_exhaustive()
+    }
+}
+
 /// What every pipeline model shares: the per-worker pipelines and the control planes of their
 /// stages.
 struct Built {
@@ -517,6 +529,47 @@ impl Runtime {
         }
     }
 
+    /// Build the pipelines of `cfg` before its ports are open, for [`Runtime::with_prebuilt`]
+    /// (a takeover builds them before the old process pauses, so they cost no gap).
+    pub fn prebuild(cfg: RunConfig) -> Result<Prebuilt, RunError> {
+        cfg.check()?;
+        let built = build(&cfg)?;
+        Ok(Prebuilt { cfg, built })
+    }
+
+    /// [`Runtime::with_open`] with pipelines built by [`Runtime::prebuild`]: the ports must
+    /// be the configuration's (one per spec; for per-worker queues, one queue per worker).
+    pub fn with_prebuilt(
+        pre: Prebuilt,
+        ports: OpenPorts,
+        finite: Vec<bool>,
+    ) -> Result<Self, RunError> {
+        let Prebuilt { cfg, built } = pre;
+        let (n, workers) = match &ports {
+            OpenPorts::Shared(p) => (p.len(), cfg.workers),
+            OpenPorts::Queues(q) => {
+                let n = q.first().map_or(0, Vec::len);
+                if q.iter().any(|w| w.len() != n) {
+                    return Err(RunError::Config(
+                        "every worker needs a queue of every port".into(),
+                    ));
+                }
+                (n, q.len())
+            }
+        };
+        if n != cfg.ports.len() || workers != cfg.workers {
+            return Err(RunError::Config(format!(
+                "{n} port(s) for {workers} worker(s) given, the pipelines were built for {} and {}",
+                cfg.ports.len(),
+                cfg.workers
+            )));
+        }
+        match ports {
+            OpenPorts::Shared(ports) => Self::assemble(cfg, built, ports, finite),
+            OpenPorts::Queues(queues) => Self::assemble_queues(cfg, built, queues),
+        }
+    }
+
     /// Use ports opened by the caller (`cfg.ports` is ignored); `finite[i]` says whether port
     /// `i` is a finite source whose exhaustion may end the run.
     pub fn with_ports(
@@ -530,7 +583,18 @@ impl Runtime {
             cfg.ports = ports.iter().map(|_| PortSpec::Null).collect();
         }
         cfg.check()?;
-        let Built { mut pipelines, trace_capacity, vswitch, p4, kernels, xdp } = build(&cfg)?;
+        let built = build(&cfg)?;
+        Self::assemble(cfg, built, ports, finite)
+    }
+
+    /// The runtime around built pipelines and the shared ports.
+    fn assemble(
+        cfg: RunConfig,
+        built: Built,
+        ports: Vec<Box<dyn Port>>,
+        finite: Vec<bool>,
+    ) -> Result<Self, RunError> {
+        let Built { mut pipelines, trace_capacity, vswitch, p4, kernels, xdp } = built;
         let clock = MonotonicClock::new();
         let pipelines = if cfg.workers == 1 {
             match pipelines.pop() {
@@ -581,7 +645,18 @@ impl Runtime {
         }
         cfg.workers = queues.len();
         cfg.check()?;
-        let Built { pipelines, trace_capacity, vswitch, p4, kernels, xdp } = build(&cfg)?;
+        let built = build(&cfg)?;
+        Self::assemble_queues(cfg, built, queues)
+    }
+
+    /// The runtime around built pipelines and the workers' queues.
+    fn assemble_queues(
+        cfg: RunConfig,
+        built: Built,
+        queues: Vec<Vec<Box<dyn Port>>>,
+    ) -> Result<Self, RunError> {
+        let nports = queues.first().map_or(0, Vec::len);
+        let Built { pipelines, trace_capacity, vswitch, p4, kernels, xdp } = built;
         let nodes = pipelines
             .into_iter()
             .zip(queues)
@@ -795,13 +870,16 @@ impl Runtime {
         let idle_wait = Duration::from_millis(self.cfg.idle_wait_ms.max(1));
         let idle_exit = self.cfg.idle_exit_ms.map(Duration::from_millis);
         let mut last_rx = started;
-        // Set when a pause handed the ports over: from then on no frame is sent or flushed.
-        let mut handed = false;
+        // Set when a pause handed the ports over: from then on no frame is sent or flushed, and
+        // the ports' counters are the ones read before the handover (reading the kernel's
+        // again, `PACKET_STATISTICS` resets them, would take drops from the new owner).
+        let mut handed: Option<Vec<PortReport>> = None;
         while !stop.load(Ordering::Relaxed) {
             if pause.swap(false, Ordering::Relaxed) {
                 self.drain(PAUSE_DRAIN_LIMIT);
                 // A port that could not flush stays as it is; the handover says so.
                 let _ = self.ports.flush();
+                let before = self.shared_port_reports();
                 let mut paused: Vec<PausedPort<'_>> = self
                     .ports
                     .ports_mut()
@@ -810,7 +888,7 @@ impl Runtime {
                     .map(|(port, p)| PausedPort { port, queue: 0, inner: &mut **p })
                     .collect();
                 if on_pause(&mut paused) == AfterPause::Stop {
-                    handed = true;
+                    handed = Some(before);
                     break;
                 }
                 continue;
@@ -846,7 +924,7 @@ impl Runtime {
         // Drain: every batch handed to a worker comes back and is transmitted. Not after a
         // handover: the ports are another process's now (the pause drained what was in flight).
         let mut flush_err = None;
-        if !handed {
+        if handed.is_none() {
             self.drain(Duration::from_secs(10));
             flush_err = self.ports.flush().err();
         }
@@ -882,7 +960,7 @@ impl Runtime {
         if let Some(e) = flush_err {
             return Err(RunError::Io(e));
         }
-        let ports = self.shared_port_reports();
+        let ports = handed.unwrap_or_else(|| self.shared_port_reports());
         let mut report = self.report(counters, ports, started, trace);
         report.trace_lost = lost;
         Ok(report)
@@ -932,6 +1010,11 @@ impl Runtime {
                 for n in &mut nodes {
                     let _ = n.flush();
                 }
+                // The counters as they stand before a handover (see `run_pausable`).
+                let mut before = Vec::new();
+                for n in &nodes {
+                    merge_ports(&mut before, &n.ports.port_counters_only());
+                }
                 let mut paused: Vec<PausedPort<'_>> = Vec::new();
                 for (queue, n) in nodes.iter_mut().enumerate() {
                     for (port, p) in n.ports.ports_mut().iter_mut().enumerate() {
@@ -941,7 +1024,7 @@ impl Runtime {
                 paused.sort_by_key(|p| (p.port, p.queue));
                 let after = on_pause(&mut paused);
                 if after == AfterPause::Stop {
-                    return self.finish_queues(nodes, None, started, false);
+                    return self.finish_queues(nodes, None, started, Some(before));
                 }
                 pool = QueuePool::start(nodes, &self.finite, self.clock, idle_wait)
                     .map_err(RunError::Io)?;
@@ -975,19 +1058,20 @@ impl Runtime {
         }
         // The workers release what their stages hold, then stop.
         let (nodes, first_err) = pool.join();
-        self.finish_queues(nodes, first_err, started, true)
+        self.finish_queues(nodes, first_err, started, None)
     }
 
-    /// The end of a run of queue workers: their nodes flushed (the ports only with
-    /// `flush_ports`: not after a handover, when they are another process's) and merged into
-    /// the report.
+    /// The end of a run of queue workers: their nodes flushed and merged into the report. After
+    /// a handover (`handed`: the port counters read before it) the ports are another process's:
+    /// they are neither flushed nor read again.
     fn finish_queues(
         &self,
         mut nodes: Vec<Node>,
         mut first_err: Option<io::Error>,
         started: Instant,
-        flush_ports: bool,
+        handed: Option<Vec<PortCounters>>,
     ) -> Result<RunReport, RunError> {
+        let flush_ports = handed.is_none();
         let names = port_names(&nodes);
         let mut counters = Counters::default();
         let mut ports = Vec::new();
@@ -999,7 +1083,9 @@ impl Runtime {
                 first_err.get_or_insert(e);
             }
             counters.merge(&node.counters());
-            merge_ports(&mut ports, &node.ports.port_counters_only());
+            if flush_ports {
+                merge_ports(&mut ports, &node.ports.port_counters_only());
+            }
             lost += node.pipeline.trace_lost() + node.trace.lost();
             events.extend(node.pipeline.drain_trace().map(|e| (e.seq, k, e)));
             events.extend(node.trace.drain().map(|e| (e.seq, k, e)));
@@ -1009,6 +1095,7 @@ impl Runtime {
         if let Some(e) = first_err {
             return Err(RunError::Io(e));
         }
+        let ports = handed.unwrap_or(ports);
         let mut report = self.report(counters, port_reports(&names, &ports), started, trace);
         report.trace_lost = lost;
         Ok(report)

@@ -305,8 +305,8 @@ impl PortSpec {
 
     /// Carry on with a port (or one queue of it) another process handed over: its state and
     /// its descriptors (see [`crate::handover`]). Errors carry the spec in their message: a
-    /// state of another kind, a descriptor count other than one, a descriptor the kind's
-    /// driver refuses.
+    /// state of another kind, a descriptor count other than the kind's (one, but for AF_XDP),
+    /// a descriptor the kind's driver refuses.
     pub fn adopt(
         &self,
         state: &crate::handover::PortState,
@@ -315,6 +315,9 @@ impl PortSpec {
         use crate::handover::PortState;
         let with_ctx = |e: io::Error| io::Error::new(e.kind(), format!("adopting {self}: {e}"));
         let invalid = |what: String| with_ctx(io::Error::new(io::ErrorKind::InvalidInput, what));
+        if let (PortSpec::AfXdp { ifname, .. }, PortState::AfXdp(s)) = (self, state) {
+            return crate::afxdp::adopt(ifname, s, fds).map_err(with_ctx);
+        }
         let [fd]: [std::os::fd::OwnedFd; 1] = fds
             .try_into()
             .map_err(|f: Vec<_>| invalid(format!("{} descriptors, one expected", f.len())))?;

@@ -378,3 +378,123 @@ fn one_afxdp_port_serves_every_receive_queue() {
     let p1 = one.open().expect("open queue 1");
     assert!(p1.name().starts_with(&format!("afxdp:{},1 (", v.outer)), "{}", p1.name());
 }
+
+/// A hitless upgrade's AF_XDP handover (`snic_io::handover`): the port hands over its sockets,
+/// UMEM memory files and the XDP program's link. A handover dropped unused (a takeover that
+/// failed) leaves the old port as it was; refused states and descriptors change nothing; the
+/// adopted port reads, byte for byte and once each, the frames that arrived while nobody read,
+/// keeps the program attached after the old port is gone, and transmits; the program goes with
+/// the adopted port.
+fn afxdp_handover(queues: u32) {
+    use snic_io::handover::PortState;
+    let v = Veth::create(queues);
+    let spec: PortSpec = format!("afxdp:{}", v.outer).parse().expect("spec");
+    let mut old = spec.open().expect("open");
+    let batch = |from: usize, n: usize| -> Vec<Vec<u8>> {
+        (from..from + n).map(|i| udp_frame(1000 + (i % 64) as u16, i as u32)).collect()
+    };
+    let sorted = |mut v: Vec<Vec<u8>>| {
+        v.sort();
+        v
+    };
+    let first = batch(0, 128);
+    send_from_ns(&v, &first);
+    let got = receive(&mut [old.as_mut()], first.len()).remove(0);
+    assert_eq!(sorted(got), sorted(first.clone()), "the old port reads");
+
+    // A takeover that fails after the new process adopted the port (its configuration, say):
+    // the adopted port is dropped unused, and the old one carries on.
+    let lent = old.handover().expect("AF_XDP hands over").expect("handover");
+    assert_eq!(lent.fds.len(), 3 + 2 * queues as usize);
+    drop(spec.adopt(&lent.state, lent.fds).expect("adopt"));
+    assert!(v.outer_link().contains("prog/xdp"), "{}", v.outer_link());
+    let second = batch(128, 64);
+    send_from_ns(&v, &second);
+    let got = receive(&mut [old.as_mut()], second.len()).remove(0);
+    assert_eq!(sorted(got), sorted(second), "the old port carries on after a rollback");
+    // The old port loses frames nobody reads (more than its RX rings hold): the kernel counts
+    // them for the socket, and the new process must not report them as its own.
+    let flood = batch(1000, 2600 * queues as usize);
+    send_from_ns(&v, &flood);
+    let c = old.counters();
+    assert!(c.kernel_drops() > 0, "the flood overflowed the RX ring: {c}");
+    let kept = receive(&mut [old.as_mut()], flood.len()).remove(0).len();
+    assert!(kept < flood.len(), "{kept} of {} kept", flood.len());
+
+    // The takeover that succeeds; frames arrive while nobody reads.
+    let h = old.handover().expect("AF_XDP hands over").expect("handover");
+    let PortState::AfXdp(st) = &h.state else { panic!("not an AF_XDP state: {:?}", h.state) };
+    assert_eq!(st.sockets.len(), queues as usize);
+    assert_eq!(st.all_queues, queues > 1);
+    let third = batch(192, 256);
+    send_from_ns(&v, &third);
+    let dup = |k: usize| h.fds[k].try_clone().expect("dup");
+    let all = || (0..h.fds.len()).map(dup).collect::<Vec<_>>();
+    // Another build's frame or ring sizes are refused.
+    let mut other = st.clone();
+    other.layout[0] *= 2;
+    let e = spec.adopt(&PortState::AfXdp(other), all()).expect_err("other layout");
+    assert!(e.to_string().contains("this build uses"), "{e}");
+    // A descriptor of the wrong kind in any place is refused.
+    for k in [0, 1, 2, 3, 4] {
+        let mut fds = all();
+        fds[k] = std::fs::File::open("/dev/null").expect("/dev/null").into();
+        let e = spec.adopt(&h.state, fds).expect_err("a wrong descriptor");
+        assert!(e.to_string().contains("is not"), "descriptor {k}: {e}");
+    }
+    // Descriptors missing.
+    let mut fds = all();
+    fds.pop();
+    assert!(spec.adopt(&h.state, fds).is_err());
+    let mut new = spec.adopt(&h.state, h.fds).expect("adopt");
+    assert_eq!(new.name().split(' ').next(), old.name().split(' ').next());
+    // The old process goes; the program stays attached with the new one's link.
+    drop(old);
+    assert!(v.outer_link().contains("prog/xdp"), "{}", v.outer_link());
+    let got = receive(&mut [new.as_mut()], third.len()).remove(0);
+    assert_eq!(sorted(got), sorted(third.clone()), "each frame once, byte for byte");
+    let c = new.counters();
+    // (The old port's kernel drops stay the old port's.)
+    assert_eq!((c.rx_packets, c.kernel_drops(), c.rx_errors), (third.len() as u64, 0, 0), "{c}");
+    let fourth = batch(448, 64);
+    send_from_ns(&v, &fourth);
+    let got = receive(&mut [new.as_mut()], fourth.len()).remove(0);
+    assert_eq!(sorted(got), sorted(fourth), "the fill ring keeps being refilled");
+
+    // The adopted port transmits.
+    const N: usize = 100;
+    let mut cap = v.python(CAPTURE, &[&v.inner, "88b5", &N.to_string()]);
+    let mut lines = BufReader::new(cap.stdout.take().expect("stdout")).lines();
+    assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("ready"), "capture not ready");
+    let outbound: Vec<Vec<u8>> = (0..N).map(|i| test_frame(i, 2)).collect();
+    let mut b = Batch::new(64);
+    let mut sent = 0;
+    for chunk in outbound.chunks(50) {
+        b.clear();
+        for f in chunk {
+            b.push_frame(f).expect("room in batch");
+        }
+        sent += new.send(Instant::from_nanos(0), &mut b).expect("send");
+    }
+    new.flush().expect("flush");
+    let captured: Vec<Vec<u8>> = lines.map_while(Result::ok).map(|l| unhex(&l)).collect();
+    let _ = cap.wait();
+    assert_eq!(sent, N);
+    assert_eq!(captured, outbound, "sent frames arrive in order, byte for byte");
+    drop(new);
+    assert!(!v.outer_link().contains("xdp"), "{}", v.outer_link());
+}
+
+#[test]
+fn afxdp_port_hands_over_sockets_umem_and_program() {
+    if can_run("afxdp_port_hands_over_sockets_umem_and_program") {
+        afxdp_handover(1);
+    }
+}
+
+#[test]
+fn afxdp_port_of_every_queue_hands_over() {
+    if can_run("afxdp_port_of_every_queue_hands_over") {
+        afxdp_handover(2);
+    }
+}

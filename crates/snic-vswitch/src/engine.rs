@@ -1297,6 +1297,8 @@ impl Shard {
                         match slow.compile(now, x.pkt.data(), &x.pkt.meta.stack, &x.key, x.hash) {
                             Verdict::Forward { forward, .. } => {
                                 self.stats.slow_served += 1;
+                                let idle = shared.cfg.gft.idle_timeout;
+                                slow.served_uncached(now, &x.key, idle);
                                 self.serve_uncached(now, &mut x.pkt, &forward.action, x.hash)
                             }
                             Verdict::Deny { reason, .. } => {
@@ -1341,7 +1343,9 @@ impl Shard {
                                     self.stats.reverse_installs += 1;
                                 }
                                 self.stats.installs += 1;
-                                self.install(now, shared, forward, false)
+                                let id = self.install(now, shared, forward, false);
+                                slow.cached(&x.key);
+                                id
                             }
                             Verdict::Deny { reason, cache } => {
                                 self.stats.denied += 1;
@@ -1445,7 +1449,9 @@ impl VSwitch {
     /// After the window, flows are compiled into the new tables again as their packets come,
     /// as first packets are. The slow path's state (the policy, connections and their TCP
     /// state, SNAT bindings) is not touched, so no connection is reset or re-allocated: the
-    /// dropped entries are not reported as evictions.
+    /// dropped entries are not reported as evictions. A connection whose packets all fall in
+    /// the window has no cached flow to age it: the slow path ages it instead
+    /// (`SlowPath::served_uncached`).
     ///
     /// Each shard is swapped between two of its batches; the new tables are allocated and the
     /// old ones freed without holding a shard's lock. A table region the I/O layer had backed

@@ -68,6 +68,14 @@ pub fn wait_writable(fd: RawFd, timeout: Duration) {
     let _ = poll(&mut pfd, timeout);
 }
 
+/// Whether the far end of `fd`, a pipe or socket this process writes to, has gone (a pipe
+/// whose reader closed reports `POLLERR`, a socket `POLLHUP` or `POLLERR`). Does not wait.
+pub fn peer_closed(fd: RawFd) -> bool {
+    let mut pfd = [libc::pollfd { fd, events: libc::POLLOUT, revents: 0 }];
+    matches!(poll(&mut pfd, Duration::ZERO), Ok(1))
+        && pfd[0].revents & (libc::POLLERR | libc::POLLHUP) != 0
+}
+
 /// `poll(2)` over `pfds` for `timeout` (whole milliseconds, saturated): the number of
 /// descriptors with events; an interrupted wait counts as none.
 fn poll(pfds: &mut [libc::pollfd], timeout: Duration) -> io::Result<usize> {
@@ -99,6 +107,14 @@ mod tests {
         a.send_to(b"x", b.local_addr().unwrap()).unwrap();
         assert!(wait_readable(&[b.as_raw_fd()], Duration::from_secs(5)).unwrap());
         assert!(!wait_readable(&[], Duration::from_millis(1)).unwrap());
+    }
+
+    #[test]
+    fn a_pipe_whose_reader_closed_is_seen() {
+        let (r, w) = std::io::pipe().unwrap();
+        assert!(!peer_closed(w.as_raw_fd()));
+        drop(r);
+        assert!(peer_closed(w.as_raw_fd()));
     }
 
     #[test]

@@ -574,6 +574,46 @@ mod tests {
         assert_eq!(vs.stats().slow.snat_in_use, 0);
     }
 
+    /// Connections whose packets all fall in a fast-path restart window have no cached flow
+    /// whose idle aging would remove them: the slow path ages them. A carried connection
+    /// first hit in the window and a new UDP flow made there go after their idle timeout, and
+    /// their SNAT ports with them.
+    #[test]
+    fn connections_served_only_in_a_restart_window_age() {
+        let old = old_process();
+        let state = through_json(&old.vs.export_state(old.at));
+        let vs = VSwitch::new(handover_policy(), cfg()).unwrap();
+        let mut st = vs.stage().unwrap();
+        let now = Instant::from_secs(3);
+        vs.import_state(&state, now).unwrap();
+        let carried = vs.stats().slow.conns;
+        let t = now + Duration::from_secs(1);
+        vs.restart_fastpath(t, Duration::from_millis(300)).unwrap();
+        assert!(send(&mut st, t, A_PORT, &out_tcp(40001, DNS, 443, ACK)).is_some());
+        let udp = udp_frame(GW_MAC, A_MAC, A_IP, DNS, 6000, 53);
+        assert!(send(&mut st, t, A_PORT, &udp).is_some());
+        assert_eq!(vs.stats().slow.conns, carried + 1, "the UDP flow is a connection");
+        assert_eq!(vs.stats().fast.slow_served, 2, "both served by the slow path alone");
+        // More packets within the same second arm no more timers.
+        let timers = lock(&vs.shared.slow).timers_pending();
+        for k in 1..=50u64 {
+            let at = t + Duration::from_millis(k);
+            assert!(send(&mut st, at, A_PORT, &udp).is_some());
+        }
+        assert_eq!(lock(&vs.shared.slow).timers_pending(), timers, "one timer per second");
+        let mut at = t;
+        for _ in 0..200 {
+            if vs.stats().slow.conns == 0 {
+                break;
+            }
+            at += Duration::from_millis(500);
+            tick(&mut st, at);
+        }
+        let s = vs.stats().slow;
+        assert_eq!((s.conns, s.snat_in_use), (0, 0), "every connection aged out");
+        assert!(at >= t + (IDLE - Duration::from_secs(1)), "not before its idle timeout: {at}");
+    }
+
     /// The carried bindings are taken in the new process's pools, not only skipped by the
     /// cursor: with the cursor back at the first carried port, a new flow gets the next free one.
     #[test]

@@ -11,6 +11,7 @@
 //! connections are opened by [`SlowPath::compile`].
 
 use core::hash::BuildHasher;
+use core::time::Duration;
 use std::cmp::Reverse;
 
 use hashbrown::{DefaultHashBuilder, HashTable};
@@ -465,6 +466,36 @@ impl SlowPath {
         ev
     }
 
+    /// A packet of `key`'s connection was served by the slow path alone, not cached (a
+    /// fast-path restart window): no cached flow's idle aging will remove the connection, so
+    /// the slow path ages it, as a connection carried from another process, until a packet
+    /// compiles it into the flow table again. Its deadline moves only when it gains at least
+    /// a second (one timer per second of a connection's traffic, not per packet), so it goes
+    /// after at least `idle_timeout - 1 s` without packets.
+    pub fn served_uncached(&mut self, now: Instant, key: &FlowKey, idle_timeout: Duration) {
+        let Some(slot) = self.conns_tab.find(key) else { return };
+        let deadline = now.saturating_add(idle_timeout);
+        let moves = match self.adopted.get(&slot) {
+            Some(&d) => deadline.saturating_duration_since(d) >= Duration::from_secs(1),
+            None => true,
+        };
+        if moves {
+            self.adopted.insert(slot, deadline);
+            self.timers.push(Reverse((deadline, slot, 0, TimerKind::Idle)));
+        }
+    }
+
+    /// The fast path cached a flow of `key`'s connection (after [`SlowPath::compile`]): from
+    /// now on the flow table's idle aging removes it, not the slow path's.
+    pub fn cached(&mut self, key: &FlowKey) {
+        if self.adopted.is_empty() {
+            return;
+        }
+        if let Some(slot) = self.conns_tab.find(key) {
+            self.adopted.remove(&slot);
+        }
+    }
+
     /// The fast path aged out or evicted `key`'s entry: its connection goes, and the other
     /// key of the connection is pushed to `removals`.
     pub fn on_evicted(&mut self, key: &FlowKey, removals: &mut Vec<FlowKey>) {
@@ -538,6 +569,12 @@ impl SlowPath {
             }
             self.timers.pop();
         }
+    }
+
+    /// Timers pending (live or stale), for tests that bound their growth.
+    #[cfg(test)]
+    pub(crate) fn timers_pending(&self) -> usize {
+        self.timers.len()
     }
 
     /// The next time `handle_timeout` has work (`Instant::ZERO` when removals are pending).

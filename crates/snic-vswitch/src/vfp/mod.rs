@@ -307,9 +307,11 @@ pub struct SlowPath {
     timers: BinaryHeap<Reverse<(Instant, u32, u64, TimerKind)>>,
     /// Keys to remove that `compile` could not hand out (it has no `removals`).
     pending: Vec<FlowKey>,
-    /// Connections carried over from another process ([`SlowPath::import_state`]) that no
-    /// packet has compiled since, by slot: when they are removed unless a packet comes (an
-    /// `Idle` timer). Once compiled, their cached flows' idle aging takes over.
+    /// Connections the slow path ages because no cached flow does, by slot: carried over from
+    /// another process ([`SlowPath::import_state`]) and not cached since, or served only while
+    /// the fast path was off ([`SlowPath::served_uncached`]). The value is when they are
+    /// removed unless a packet comes (an `Idle` timer). Once a flow of theirs is cached
+    /// ([`SlowPath::cached`]), its idle aging takes over.
     adopted: HashMap<u32, Instant>,
     next_serial: u64,
     conns: usize,
@@ -466,12 +468,9 @@ impl SlowPath {
     ) -> Verdict {
         let flags = tcp_flags(frame, stack, key);
         if let Some(slot) = self.conns_tab.find(key) {
-            let v = self.compile_known(now, slot, key, flags, frame, stack, flow_hash);
-            if matches!(v, Verdict::Forward { .. }) && !self.adopted.is_empty() {
-                // Cached from now on: the flow table's idle aging removes it.
-                self.adopted.remove(&slot);
-            }
-            return v;
+            // (A connection the slow path ages stays so until the engine says its flow is
+            // cached: `cached`.)
+            return self.compile_known(now, slot, key, flags, frame, stack, flow_hash);
         }
         let origin = Origin::new(frame, stack, key, flow_hash);
         let plan = match self.walk(&origin, None) {
