@@ -39,7 +39,7 @@
 //! Refused up front, before the old process is paused: `--core-prog`, and stages other than
 //! parse, classify and l2fwd. NIC-core eBPF programs' maps and stages' state are not handed
 //! over by this version; the old process carries on untouched (it also refuses, naming the
-//! reason, if asked anyway, e.g. when a core program was loaded into it with `snic ebpf load
+//! reason, if asked anyway, e.g. when its own arguments hold a stateful stage, a core program was loaded into it with `snic ebpf load
 //! --core`, or while a chained RDMA command runs).
 
 use crate::handover::Channel;
@@ -73,9 +73,30 @@ fn uid_of(pid: u32) -> Option<u32> {
 }
 
 /// What of `snic serve`'s own arguments (beyond the server's configuration, which
-/// [`Server::adopt`] checks) must be the same on both sides.
+/// [`Server::adopt`] checks) must be the same on both sides: core programs, and for a whole
+/// NIC its port, RoCE addresses, host netdev, stages and vSwitch policy (the new process
+/// builds its pipeline from its own arguments, around the old one's ports).
 fn serve_config(args: &ServeArgs) -> Value {
-    json!({ "core_progs": args.core_progs })
+    json!({
+        "core_progs": args.core_progs,
+        "port": args.port.as_ref().map(|p| p.to_string()),
+        "rdma_ip": args.rdma_ip,
+        "host_netdev": args.host_netdev,
+        "stages": args.stages,
+        "policy": args.policy,
+    })
+}
+
+/// The first difference between two [`serve_config`] documents, for the refusal.
+fn config_diff(old: &Value, new: &Value) -> String {
+    let (Some(o), Some(n)) = (old.as_object(), new.as_object()) else {
+        return format!("{old} there, {new} here");
+    };
+    n.iter()
+        .filter(|(k, v)| o.get(*k) != Some(*v))
+        .map(|(k, v)| format!("{k}: {} there, {v} here", o.get(k).unwrap_or(&Value::Null)))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Refuse, before the old process is asked to pause (and before anything is opened), what
@@ -171,6 +192,13 @@ impl ServeHandoff {
     /// the takeover failed (the rollback: the server resumed as it was).
     pub fn serve_turn(&self, server: &ServerHandle, args: &ServeArgs) -> bool {
         let Some((chan, asked)) = lock(&self.inner.pending).take() else { return false };
+        // This process's own arguments may hold what cannot be taken over (a stateful stage,
+        // a core program) even when the new one's do not: refuse before pausing.
+        if let Err(e) = check_takeover(args) {
+            let _ = chan.send(&json!({"op": "abort", "error": format!("{e:#}")}), &[]);
+            eprintln!("snic serve: takeover refused, carrying on: {e:#}");
+            return false;
+        }
         let paused_at = SystemTime::now();
         let handover = match server.handover() {
             Ok(h) => h,
@@ -305,7 +333,19 @@ impl ServeTakeover {
         }
         let pid = want.unwrap_or(0) as u32;
         let fds = fds.into_iter().map(Some).collect();
-        Ok(ServeTakeover { chan, doc, fds, pid, summary: serde_json::Map::new() })
+        let t = ServeTakeover { chan, doc, fds, pid, summary: serde_json::Map::new() };
+        // Checked before anything is built around the handed objects.
+        let mine = serve_config(args);
+        if t.doc["serve"] != mine {
+            let e = anyhow::anyhow!(
+                "the old process runs with other arguments ({}): start the new process with \
+                 the same arguments",
+                config_diff(&t.doc["serve"], &mine)
+            );
+            t.abort(&e);
+            return Err(e);
+        }
+        Ok(t)
     }
 
     /// Tell the old process this takeover failed; it carries on.
@@ -355,10 +395,8 @@ impl ServeTakeover {
     ) -> Result<Adopted> {
         if self.doc["serve"] != serve_config(args) {
             bail!(
-                "the old process runs {}, this one is configured with {}: start the new \
-                 process with the same arguments",
-                self.doc["serve"],
-                serve_config(args)
+                "the old process runs with other arguments ({})",
+                config_diff(&self.doc["serve"], &serve_config(args))
             );
         }
         let fds = std::mem::take(&mut self.fds);

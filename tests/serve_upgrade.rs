@@ -543,3 +543,75 @@ fn an_rdma_write_stream_between_two_nics_goes_on_across_a_takeover() {
         p.longest_us.load(Ordering::Relaxed)
     );
 }
+
+/// A whole NIC's arguments, on a fresh UDP tunnel end.
+fn nic_args() -> Vec<String> {
+    let peer = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let addr = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    ["--port", &format!("udp:{addr},{peer}"), "--rdma-ip", "10.79.0.1"].map(String::from).to_vec()
+}
+
+/// Run `old` (a NIC serving a DMA loop), then a new process with `new_args` taking it over:
+/// the new one fails, the old one says `said` naming `what` and serves on, never handed over.
+fn refused_nic_takeover(
+    name: &str,
+    old_args: &[String],
+    new_args: &[String],
+    said: &str,
+    what: &str,
+) {
+    let dir = dir(name);
+    let args: Vec<&str> = old_args.iter().map(String::as_str).collect();
+    let mut old = Serve::start(&dir, &args);
+    let dev = Arc::new(connect(&dir));
+    let (stop, p, h) = start_loop(&dev);
+    more_rounds(&p, 10);
+    let control = dir.join("control.sock");
+    let mut args: Vec<&str> = new_args.iter().map(String::as_str).collect();
+    args.extend(["--takeover", control.to_str().unwrap()]);
+    let mut new = Serve::start(&dir, &args);
+    assert!(!new.wait().success(), "the new process fails");
+    let line = old.line(said);
+    assert!(line.contains(what), "{line}");
+    more_rounds(&p, 20);
+    stop.store(true, Ordering::Release);
+    h.join().unwrap();
+    assert!(p.error.lock().unwrap().is_none(), "{:?}", p.error.lock().unwrap());
+    assert!(old.running(), "the old process serves on");
+    let said = old.stderr.lock().unwrap().clone();
+    assert!(!said.iter().any(|l| l.contains("handed over to")), "{said:?}");
+}
+
+/// The old process runs a stateful stage the new one is started without: the old one refuses
+/// on its own arguments (before pausing) and serves on.
+#[test]
+fn the_old_process_refuses_when_its_own_stages_cannot_be_taken_over() {
+    let nic = nic_args();
+    let mut old = nic.clone();
+    old.extend(
+        ["--stage", "parse", "--stage", "classify", "--stage", "l2fwd:learn"].map(String::from),
+    );
+    refused_nic_takeover(
+        "serve-upgrade-old-stage",
+        &old,
+        &nic,
+        "takeover refused, carrying on",
+        "--stage l2fwd:learn",
+    );
+}
+
+/// The new process is started with another RoCE address: it refuses the handover (its
+/// pipeline would differ), the old one resumes.
+#[test]
+fn a_new_process_with_other_nic_settings_is_refused_and_the_old_resumes() {
+    let nic = nic_args();
+    let mut new = nic.clone();
+    new[3] = "10.79.0.2".into();
+    refused_nic_takeover(
+        "serve-upgrade-other-ip",
+        &nic,
+        &new,
+        "takeover failed, carrying on",
+        "rdma_ip",
+    );
+}
