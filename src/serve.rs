@@ -187,9 +187,17 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 }
             };
             t.confirm()?;
-            let server = adopted.start().context("starting the adopted server")?;
+            // Committed: the old process no longer serves, so from here on nothing is fatal
+            // that need not be (a failure would take the service down with it).
+            // Starting threads is what can still fail here.
+            let server = adopted.start().context(
+                "starting the adopted server after the takeover committed (the old process \
+                 has let go: restart snic serve)",
+            )?;
             let gap = t.gap();
-            t.wait_old_gone()?;
+            if let Err(e) = t.wait_old_gone() {
+                eprintln!("snic serve: warning: {e:#}; serving on");
+            }
             let report = t.report(gap);
             eprintln!("snic serve: took over from pid {}: {report}", report["old_pid"]);
             (server, Some(report))
