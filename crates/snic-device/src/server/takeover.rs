@@ -37,6 +37,10 @@ use crate::worker::{ChanExport, KSlotExport, QueueExport, WorkerExport};
 /// Version of the handover document.
 const VERSION: u64 = 1;
 
+/// Longest the control thread waits for all workers to pause: their drain
+/// (`worker::PAUSE_DRAIN`, run in parallel) and a margin.
+const PAUSE_WAIT: Duration = Duration::from_millis(2500);
+
 /// A paused server's state for a new process: [`Handover::doc`] and the descriptors it
 /// indexes ([`Handover::fds`], duplicates: this process keeps its own). The server stays
 /// paused until [`Handover::resume`] (or this is dropped) or [`Handover::commit`].
@@ -224,6 +228,55 @@ impl Control {
         }
     }
 
+    /// Pause every worker at once and collect their answers against one deadline (each drains
+    /// for at most `PAUSE_DRAIN`, in parallel; a compute worker in a long kernel does not
+    /// answer in time): the pause is bounded by [`PAUSE_WAIT`] whatever the worker count. On
+    /// a refusal or a timeout every worker is told to resume (a worker that did not pause
+    /// takes that as a no-op, one that pauses late finds it waiting) and the reason returned.
+    fn pause_workers(&self) -> io::Result<Vec<WorkerExport>> {
+        let deadline = std::time::Instant::now() + PAUSE_WAIT;
+        let asked: Vec<Option<mpsc::Receiver<Ack>>> = self
+            .workers
+            .iter()
+            .map(|w| {
+                let (rtx, rrx) = mpsc::channel();
+                let sent = w.tx.send(Cmd { op: Op::Pause, reply: rtx }).is_ok();
+                let _ = w.kick.signal();
+                sent.then_some(rrx)
+            })
+            .collect();
+        let mut exports = Vec::new();
+        let mut why = None;
+        for (i, rx) in asked.into_iter().enumerate() {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let ack = match rx {
+                Some(rx) => rx.recv_timeout(left).map_err(|e| match e {
+                    mpsc::RecvTimeoutError::Timeout => format!("no answer within {PAUSE_WAIT:?}"),
+                    mpsc::RecvTimeoutError::Disconnected => "worker thread is gone".to_string(),
+                }),
+                None => Err("worker thread is gone".to_string()),
+            };
+            match ack {
+                Ok(Ack::Paused(ex)) => exports.push(*ex),
+                Ok(Ack::Failed(_, m)) | Err(m) => {
+                    why.get_or_insert(format!("worker {i} cannot pause: {m}"));
+                }
+                Ok(_) => {
+                    why.get_or_insert(format!("worker {i} cannot pause: unexpected answer"));
+                }
+            }
+        }
+        match why {
+            None => Ok(exports),
+            Some(why) => {
+                for w in &self.workers {
+                    w.post(Op::Resume);
+                }
+                Err(io::Error::new(io::ErrorKind::WouldBlock, why))
+            }
+        }
+    }
+
     /// Pause every worker and build the document; on an error the paused workers resume.
     /// The number of workers paused, and the document with its descriptors.
     #[allow(clippy::type_complexity)]
@@ -239,23 +292,7 @@ impl Control {
                 ),
             ));
         }
-        let mut exports = Vec::new();
-        for w in &self.workers {
-            match w.call(Op::Pause) {
-                Ack::Paused(ex) => exports.push(*ex),
-                other => {
-                    self.resume_workers(exports.len());
-                    let why = match other {
-                        Ack::Failed(_, m) => m,
-                        _ => "unexpected answer".into(),
-                    };
-                    return Err(io::Error::new(
-                        io::ErrorKind::WouldBlock,
-                        format!("worker {} cannot pause: {why}", exports.len()),
-                    ));
-                }
-            }
-        }
+        let exports = self.pause_workers()?;
         let n = exports.len();
         if let Some(r) = &self.rdma
             && let Err(e) = r.pause()
