@@ -466,6 +466,10 @@ impl Server {
     /// descriptor already taken, e.g. a wire port's, is `None`), with `cfg`, which must match
     /// the old server's in socket, memory sizes, workers, kernels and RDMA address, and for a
     /// whole NIC with `wire`, built around the handed ports ([`wire_ports`]).
+    /// The document is checked as input from another process: every queue on the worker
+    /// its qid maps to and owned once, kernel slots on the compute worker of their kernel,
+    /// channel blocks inside the BAR, client ids unique and below `next_client`, every
+    /// descriptor used; anything else is an `InvalidData` error, never a later panic.
     /// Nothing runs until [`Adopted::start`]; an error leaves nothing behind (the old process
     /// can resume).
     pub fn adopt(
@@ -552,8 +556,21 @@ impl Server {
         listener.set_nonblocking(true)?;
         let mut clients = BTreeMap::new();
         for c in doc["clients"].as_array().unwrap_or(&empty) {
-            let client = adopt_client(c, &mut fds, &mut master, &mut mirrors)?;
-            clients.insert(client.id, client);
+            let client = adopt_client(&cfg, c, &mut fds, &mut master, &mut mirrors)?;
+            let id = client.id;
+            if clients.insert(id, client).is_some() {
+                return Err(bad(format!("client {id} twice")));
+            }
+        }
+        let mut owned = BTreeSet::new();
+        for qid in clients.values().flat_map(|c| c.queues.keys()) {
+            if !owned.insert(*qid) {
+                return Err(bad(format!("queue {qid} of two clients")));
+            }
+        }
+        let next_client = num32(doc, "next_client")?;
+        if clients.last_key_value().is_some_and(|(&id, _)| id >= next_client) {
+            return Err(bad(format!("next client id {next_client} not above every client's")));
         }
         let kicks = doc["kicks"].as_array().unwrap_or(&empty);
         let wdocs = doc["workers"].as_array().unwrap_or(&empty);
@@ -567,11 +584,19 @@ impl Server {
                 .ok_or_else(|| bad(format!("no BAR of client {owner}")))
         };
         let mut workers = Vec::new();
+        // Every queue on one worker, the one its qid maps to.
+        let mut qids = BTreeSet::new();
         for (i, ((mem, kick), wd)) in mirrors.into_iter().zip(kicks).zip(wdocs).enumerate() {
             let kick = Arc::new(EventFd::from_fd(fds.take(kick)?));
             let (mut w, tx, kick) = new_worker(&cfg, i as u32, mem, kick, &nic);
             for q in wd["queues"].as_array().unwrap_or(&empty) {
                 let qx = queue_from(q, &mut fds)?;
+                if i as u32 >= cfg.workers || abi::queue_worker(qx.qid, cfg.workers) != i as u32 {
+                    return Err(bad(format!("queue {} on worker {i}", qx.qid)));
+                }
+                if !qids.insert(qx.qid) {
+                    return Err(bad(format!("queue {} on two workers", qx.qid)));
+                }
                 let bar = bar_of(qx.snap.cfg.owner)?;
                 w.restore_queue(qx, bar).map_err(|e| bad(format!("queue {}: {e}", q["qid"])))?;
             }
@@ -588,7 +613,7 @@ impl Server {
                     seen_seq: num32(c, "seen_seq")?,
                     irq: fds.irq(&c["irq"])?,
                 };
-                if cx.block + abi::CHANNEL_STRIDE > abi::BAR_SIZE {
+                if cx.block.checked_add(abi::CHANNEL_STRIDE).is_none_or(|end| end > abi::BAR_SIZE) {
                     return Err(bad("channel block outside the BAR"));
                 }
                 let bar = bar_of(cx.cfg.owner)?;
@@ -598,6 +623,12 @@ impl Server {
                 let kernel = num32(k, "kernel")?;
                 if kernel >= MAX_KERNELS {
                     return Err(bad("kernel id"));
+                }
+                // Kernel `k` runs on compute worker `kernel_worker(k)` only.
+                let serves = (i as u32).checked_sub(cfg.workers)
+                    == Some(abi::kernel_worker(kernel, cfg.compute_workers));
+                if !serves {
+                    return Err(bad(format!("kernel {kernel}'s slot on worker {i}")));
                 }
                 let kx = KSlotExport {
                     client: num32(k, "client")?,
@@ -652,9 +683,14 @@ impl Server {
             device_maps,
             device_fds,
             clients,
-            next_client: num32(doc, "next_client")?,
+            next_client,
             reclaim,
         };
+        // Every descriptor handed must have been taken: one left over means the document
+        // and the descriptors do not match.
+        if let Some(i) = fds.0.iter().position(Option::is_some) {
+            return Err(bad(format!("descriptor {i} handed but not used")));
+        }
         Ok(Adopted { parts, workers })
     }
 }
@@ -700,6 +736,7 @@ fn queue_from(q: &Value, fds: &mut Fds) -> io::Result<QueueExport> {
 /// A client as the old process had it: its connection, BAR, registered memory (mapped in the
 /// master and every mirror at the same IOVAs), device allocations, queues and channels.
 fn adopt_client(
+    cfg: &ServerConfig,
     c: &Value,
     fds: &mut Fds,
     master: &mut AddressSpace,
@@ -757,7 +794,13 @@ fn adopt_client(
         }
         let mode = if q["st"].as_bool().unwrap_or(false) { QueueMode::St } else { QueueMode::Mm };
         let stream_to = q["stream_to"].as_u64().and_then(|v| u16::try_from(v).ok());
-        queues.insert(qid, QueueInfo { worker: num32(q, "worker")?, mode, stream_to });
+        let worker = num32(q, "worker")?;
+        if worker != abi::queue_worker(qid, cfg.workers) {
+            return Err(bad(format!("queue {qid} of client {id} on worker {worker}")));
+        }
+        if queues.insert(qid, QueueInfo { worker, mode, stream_to }).is_some() {
+            return Err(bad(format!("queue {qid} twice in client {id}")));
+        }
     }
     let mut channels = BTreeSet::new();
     for ch in c["channels"].as_array().unwrap_or(&empty) {
@@ -818,4 +861,106 @@ pub fn wire_ports(
         *slot = f;
     }
     Ok(Some((out, r?)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(dir: &Path) -> ServerConfig {
+        ServerConfig {
+            socket: dir.join("snic.sock"),
+            on_chip: 64 << 10,
+            on_board: 1 << 20,
+            huge: false,
+            spin_us: 0,
+            ..ServerConfig::default()
+        }
+    }
+
+    fn copies(fds: &[OwnedFd]) -> Vec<Option<OwnedFd>> {
+        fds.iter().map(|f| Some(f.try_clone().expect("dup"))).collect()
+    }
+
+    fn queue(qid: u16) -> Value {
+        json!({
+            "qid": qid, "owner": 1, "st": false, "ring_size": 64, "cmpt_size": 64,
+            "h2c_ring": 0, "c2h_ring": 0, "cmpt_ring": 0, "align": 1, "interrupt": false,
+            "stream_to": null, "state": "added", "idx": [0, 0, 0, 0, 0, 0],
+            "seen": [0, 0, 0], "wrote": [0, 0, 0, 0], "irq": null,
+        })
+    }
+
+    /// A handover document doctored the ways a confused or hostile peer could is refused with
+    /// an `InvalidData` error naming what is wrong, never a panic; the document as sent is
+    /// adopted (so each refusal is the doctoring's).
+    #[test]
+    fn a_doctored_handover_is_an_error_not_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let server = Server::start(cfg(dir.path())).expect("server");
+        let h = server.handover().expect("pause");
+        let adopt = |doc: &Value, fds: Vec<Option<OwnedFd>>| {
+            Server::adopt(cfg(dir.path()), None, doc, fds).map(|_| ())
+        };
+        adopt(&h.doc, copies(&h.fds)).expect("the document as sent");
+
+        let refused = |h: &Handover, what: &str, doc: Value, extra: bool| {
+            let mut fds = copies(&h.fds);
+            if extra {
+                fds.push(Some(h.fds[0].try_clone().unwrap()));
+            }
+            let e = adopt(&doc, fds).expect_err(what);
+            assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{what}: {e}");
+            e.to_string()
+        };
+        // A kernel slot on a DMA worker (kernels run on compute workers only).
+        let mut d = h.doc.clone();
+        d["workers"][0]["kernel_slots"] = json!([{
+            "client": 1, "kernel": 0, "cidx": 0, "sts_pidx": 0, "bad_pidx": null,
+            "runs": 0, "errors": 0, "busy_ns": 0, "irq": null,
+        }]);
+        assert!(refused(&h, "kslot", d, false).contains("slot on worker 0"));
+        // Queue 1 belongs on worker 1 of 2, not worker 0.
+        let mut d = h.doc.clone();
+        d["workers"][0]["queues"] = json!([queue(1)]);
+        assert!(refused(&h, "queue", d, false).contains("queue 1 on worker 0"));
+        // A channel block whose end overflows.
+        let mut d = h.doc.clone();
+        d["workers"][0]["channels"] = json!([{
+            "key": 0, "owner": 1, "dir": 0, "align": 1, "interrupt": false,
+            "block": u64::MAX, "seen_seq": 0, "irq": null,
+        }]);
+        assert!(refused(&h, "block", d, false).contains("outside the BAR"));
+        // A descriptor nothing in the document uses.
+        assert!(refused(&h, "extra fd", h.doc.clone(), true).contains("not used"));
+        h.resume();
+
+        // With a client (a connection is one as soon as it is accepted): its queue on a
+        // worker out of range, the client twice, the next id not above it.
+        let _conn = SeqPacket::connect(&dir.path().join("snic.sock")).expect("connect");
+        let mut tries = 0;
+        let h = loop {
+            let h = server.handover().expect("pause");
+            if h.doc["clients"].as_array().is_some_and(|c| c.len() == 1) {
+                break h;
+            }
+            h.resume();
+            tries += 1;
+            assert!(tries < 500, "the connection was never accepted");
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        adopt(&h.doc, copies(&h.fds)).expect("the document with a client");
+        let mut d = h.doc.clone();
+        d["clients"][0]["queues"] = json!([{ "qid": 0, "worker": 7, "st": false }]);
+        assert!(refused(&h, "client queue", d, false).contains("on worker 7"));
+        let mut d = h.doc.clone();
+        let c = d["clients"][0].clone();
+        d["clients"].as_array_mut().unwrap().push(c);
+        assert!(refused(&h, "client twice", d, false).contains("twice"));
+        let mut d = h.doc.clone();
+        d["next_client"] = d["clients"][0]["id"].clone();
+        assert!(refused(&h, "next id", d, false).contains("next client id"));
+        h.resume();
+        server.shutdown().unwrap();
+    }
 }
