@@ -1277,6 +1277,16 @@ impl RdmaHost {
     /// to `fds` and named by their index there. Refused while a chained command runs or holds
     /// completions (those are not carried), or when a port cannot be handed over.
     pub(crate) fn export(&self, fds: &mut Vec<std::os::fd::OwnedFd>) -> io::Result<Value> {
+        // The cheap refusal first, before the ports are flushed and handed over.
+        {
+            let chains = lock(&self.shared.chains);
+            if !chains.chains.is_empty() || chains.held.values().any(|h| !h.is_empty()) {
+                return Err(io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    "a chained RDMA command is in flight; try again when it is done",
+                ));
+            }
+        }
         let link = match (&self.rx, &self.shared.node) {
             (Some(rx), _) => {
                 fds.push(std::os::fd::OwnedFd::from(rx.try_clone()?));
@@ -1321,15 +1331,6 @@ impl RdmaHost {
             }
             (None, None) => return Err(bad("the engine has no link")),
         };
-        {
-            let chains = lock(&self.shared.chains);
-            if !chains.chains.is_empty() || chains.held.values().any(|h| !h.is_empty()) {
-                return Err(io::Error::new(
-                    io::ErrorKind::WouldBlock,
-                    "a chained RDMA command is in flight; try again when it is done",
-                ));
-            }
-        }
         let st = lock(&self.shared.rnic)
             .export(self.shared.clock.now())
             .map_err(|e| io::Error::new(io::ErrorKind::Unsupported, format!("RDMA engine: {e}")))?;
