@@ -140,6 +140,9 @@ struct Inner {
     /// waits for it to close).
     committed: Mutex<Option<Channel>>,
     handed: AtomicBool,
+    /// A takeover is asked for or under way (from the request until the serve loop's turn
+    /// is over): another request is refused meanwhile.
+    busy: AtomicBool,
 }
 
 impl ServeHandoff {
@@ -151,6 +154,7 @@ impl ServeHandoff {
             wake: Mutex::new(tx),
             committed: Mutex::new(None),
             handed: AtomicBool::new(false),
+            busy: AtomicBool::new(false),
         };
         (ServeHandoff { inner: Arc::new(inner) }, rx)
     }
@@ -167,7 +171,7 @@ impl ServeHandoff {
             return json!({"ok": false, "error": "this process has already handed over"});
         }
         let mut pending = lock(&self.inner.pending);
-        if pending.is_some() {
+        if pending.is_some() || self.inner.busy.load(Ordering::Acquire) {
             return json!({"ok": false, "error": "a takeover is already under way"});
         }
         let chan = match Channel::connect(Path::new(channel)) {
@@ -182,6 +186,7 @@ impl ServeHandoff {
                 "the takeover channel's peer (uid {peer:?}) is not of this process's user ({me:?})"
             )});
         }
+        self.inner.busy.store(true, Ordering::Release);
         *pending = Some((chan, SystemTime::now()));
         let _ = lock(&self.inner.wake).send(());
         json!({"ok": true, "pid": std::process::id()})
@@ -192,6 +197,21 @@ impl ServeHandoff {
     /// the takeover failed (the rollback: the server resumed as it was).
     pub fn serve_turn(&self, server: &ServerHandle, args: &ServeArgs) -> bool {
         let Some((chan, asked)) = lock(&self.inner.pending).take() else { return false };
+        let handed = self.hand_over(chan, asked, server, args);
+        if !handed {
+            self.inner.busy.store(false, Ordering::Release);
+        }
+        handed
+    }
+
+    /// Hand the server over on `chan` (asked for at `asked`); true when it was.
+    fn hand_over(
+        &self,
+        chan: Channel,
+        asked: SystemTime,
+        server: &ServerHandle,
+        args: &ServeArgs,
+    ) -> bool {
         // This process's own arguments may hold what cannot be taken over (a stateful stage,
         // a core program) even when the new one's do not: refuse before pausing.
         if let Err(e) = check_takeover(args) {
@@ -467,5 +487,33 @@ fn wait_exit(pid: u32, limit: Duration) -> bool {
             return false;
         }
         std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A second `upgrade` request is refused from the first one's acceptance until the serve
+    /// loop's turn is over, not only while the first waits to be taken up.
+    #[test]
+    fn a_second_upgrade_request_is_refused_while_one_is_under_way() {
+        let dir = PrivateDir::new().unwrap();
+        let path = dir.0.join("channel.sock");
+        let _listener = Channel::listen(&path).unwrap();
+        let (handoff, wake) = ServeHandoff::new();
+        let first = handoff.request(path.to_str().unwrap());
+        assert_eq!(first["ok"], true, "{first}");
+        assert!(wake.try_recv().is_ok(), "the serve loop is woken");
+        // The serve loop took it up (serve_turn's first step) and is exchanging.
+        let taken = lock(&handoff.inner.pending).take();
+        assert!(taken.is_some());
+        let second = handoff.request(path.to_str().unwrap());
+        assert_eq!(second["ok"], false, "{second}");
+        assert!(second["error"].as_str().unwrap().contains("already under way"), "{second}");
+        // Its turn over without a takeover: a new request is taken again.
+        handoff.inner.busy.store(false, Ordering::Release);
+        let third = handoff.request(path.to_str().unwrap());
+        assert_eq!(third["ok"], true, "{third}");
     }
 }
