@@ -186,14 +186,18 @@ pub fn run(args: ServeArgs) -> Result<()> {
                     return Err(e.context("taking over"));
                 }
             };
+            // The threads are started (held) before `ready`, so that nothing can fail
+            // after the commit: a failure here is an abort, and the old process resumes.
+            let prepared = match adopted.prepare().context("starting the adopted server") {
+                Ok(p) => p,
+                Err(e) => {
+                    t.abort(&e);
+                    return Err(e.context("taking over"));
+                }
+            };
             t.confirm()?;
-            // Committed: the old process no longer serves, so from here on nothing is fatal
-            // that need not be (a failure would take the service down with it).
-            // Starting threads is what can still fail here.
-            let server = adopted.start().context(
-                "starting the adopted server after the takeover committed (the old process \
-                 has let go: restart snic serve)",
-            )?;
+            // Committed: the old process no longer serves; from here on nothing is fatal.
+            let server = prepared.go();
             let gap = t.gap();
             if let Err(e) = t.wait_old_gone() {
                 eprintln!("snic serve: warning: {e:#}; serving on");

@@ -42,7 +42,7 @@ pub mod server;
 mod worker;
 
 pub use rdma::Wire;
-pub use server::takeover::Adopted;
+pub use server::takeover::{Adopted, Prepared};
 pub use server::{DeviceBlock, Handover, KernelSet, Server, ServerConfig, ServerHandle};
 pub use snic_hostif::proto::DevKind;
 

@@ -376,6 +376,9 @@ pub(crate) struct RdmaHost {
     /// An adopted host's thread, not yet started ([`RdmaHost::start_thread`]): over this
     /// transport (`Some`), or on the wire port (`None`).
     pending: Option<Option<RoceTransport>>,
+    /// The gate its thread waits at, if started held ([`RdmaHost::start_thread`]): closed
+    /// on drop, so that the join below does not wait for a gate nobody opens.
+    gate: Option<Arc<crate::server::Gate>>,
 }
 
 /// The answer to every RDMA request when the server runs without `--rdma`.
@@ -512,6 +515,7 @@ impl RdmaHost {
             reclaimed: Reclaimed::default(),
             rx,
             pending: None,
+            gate: None,
         };
         Ok((host, Master(MasterKind::Rnic(shared))))
     }
@@ -1137,6 +1141,9 @@ impl Drop for RdmaHost {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
         self.shared.kick();
+        if let Some(g) = &self.gate {
+            g.set(false);
+        }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -1485,6 +1492,7 @@ impl RdmaHost {
             reclaimed: Reclaimed::default(),
             rx: dup,
             pending: Some(if wire { None } else { transport }),
+            gate: None,
         };
         Ok((host, Master(MasterKind::Rnic(shared))))
     }
@@ -1495,13 +1503,24 @@ impl RdmaHost {
     }
 
     /// Start the RDMA thread of an adopted host (nothing to do for one already running).
-    pub(crate) fn start_thread(&mut self) -> io::Result<()> {
+    /// With a `gate`, the thread runs only once it opens ([`crate::server::Gate`]), and
+    /// ends untouched when it closes.
+    pub(crate) fn start_thread(
+        &mut self,
+        gate: Option<Arc<crate::server::Gate>>,
+    ) -> io::Result<()> {
         let Some(t) = self.pending.take() else { return Ok(()) };
         let s = self.shared.clone();
+        self.gate = gate.clone();
         let thread =
-            std::thread::Builder::new().name("snic-hostif-rdma".into()).spawn(move || match t {
-                Some(t) => run(&s, t),
-                None => run_wire(&s),
+            std::thread::Builder::new().name("snic-hostif-rdma".into()).spawn(move || {
+                if !gate.is_none_or(|g| g.wait()) {
+                    return;
+                }
+                match t {
+                    Some(t) => run(&s, t),
+                    None => run_wire(&s),
+                }
             })?;
         self.thread = Some(thread);
         Ok(())

@@ -213,7 +213,7 @@ impl Server {
             next_client: 1,
             reclaim: Reclaim::default(),
         };
-        launch(parts, workers)
+        launch(parts, workers, None)
     }
 }
 
@@ -275,9 +275,42 @@ fn kernel_mask(cfg: &ServerConfig) -> u32 {
 }
 
 /// Start the workers and the control thread.
-fn launch(mut p: Parts, workers: Vec<NewWorker>) -> io::Result<ServerHandle> {
+/// Where the threads of an adopted server wait until the takeover commits: opened, they run;
+/// closed, they end without touching shared memory or sockets (the old process resumes).
+#[derive(Debug, Default)]
+pub(crate) struct Gate {
+    open: std::sync::Mutex<Option<bool>>,
+    cv: std::sync::Condvar,
+}
+
+impl Gate {
+    /// Wait until the gate is opened (true) or closed (false).
+    pub(crate) fn wait(&self) -> bool {
+        let mut g = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(go) = *g {
+                return go;
+            }
+            g = self.cv.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Open (`go`) or close the gate, once.
+    pub(crate) fn set(&self, go: bool) {
+        let mut g = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        g.get_or_insert(go);
+        self.cv.notify_all();
+    }
+}
+
+/// Start the server's threads; with a `gate`, they wait there before doing anything.
+fn launch(
+    mut p: Parts,
+    workers: Vec<NewWorker>,
+    gate: Option<Arc<Gate>>,
+) -> io::Result<ServerHandle> {
     if let Some(r) = p.rdma.as_mut() {
-        r.start_thread()?;
+        r.start_thread(gate.clone())?;
     }
     let wake = Arc::new(EventFd::new()?);
     let (tx, rx) = mpsc::channel();
@@ -289,7 +322,12 @@ fn launch(mut p: Parts, workers: Vec<NewWorker>) -> io::Result<ServerHandle> {
             Some(c) => format!("snic-hostif-c{c}"),
             None => format!("snic-hostif-w{i}"),
         };
-        let join = std::thread::Builder::new().name(name).spawn(move || w.run())?;
+        let g = gate.clone();
+        let join = std::thread::Builder::new().name(name).spawn(move || {
+            if g.is_none_or(|g| g.wait()) {
+                w.run();
+            }
+        })?;
         handles.push(WorkerHandle { tx: ctx, kick, join: Some(join) });
     }
     let mut queue_owner = vec![None; usize::from(MAX_QUEUES)];
@@ -320,8 +358,9 @@ fn launch(mut p: Parts, workers: Vec<NewWorker>) -> io::Result<ServerHandle> {
         buf: vec![0u8; MAX_MESSAGE],
         handed: false,
     };
-    let thread =
-        std::thread::Builder::new().name("snic-hostif-ctl".into()).spawn(move || control.run())?;
+    let thread = std::thread::Builder::new()
+        .name("snic-hostif-ctl".into())
+        .spawn(move || if gate.is_none_or(|g| g.wait()) { control.run() } else { Ok(()) })?;
     Ok(ServerHandle { path, tx, wake, thread: Some(thread) })
 }
 

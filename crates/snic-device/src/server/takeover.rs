@@ -7,7 +7,8 @@
 //! device memory (memfds, with every allocation), the NIC page, the workers' kick eventfds,
 //! and per worker the queues (configuration, state, indices, the register values last read
 //! and written), channels and kernel slots with their eventfds. The new process rebuilds a
-//! server around them ([`Server::adopt`], then [`Adopted::start`]): the same memory at the
+//! server around them ([`Server::adopt`], then [`Adopted::prepare`] before the commit and
+//! [`Prepared::go`] after it, which cannot fail): the same memory at the
 //! same addresses, the same sockets, the same eventfds, so clients keep their sessions and see
 //! only a pause; doorbells they rang meanwhile are found when the new workers first look.
 //! Counters start again from zero in the new process.
@@ -438,7 +439,48 @@ impl Adopted {
 
     /// Start serving (once the old process has let go: its workers must not run beside these).
     pub fn start(self) -> io::Result<ServerHandle> {
-        launch(self.parts, self.workers)
+        launch(self.parts, self.workers, None)
+    }
+
+    /// Start the server's threads held at a gate, before the takeover commits, so that what
+    /// can fail (spawning threads) fails while the old process can still resume; then
+    /// [`Prepared::go`] cannot fail.
+    pub fn prepare(self) -> io::Result<Prepared> {
+        let gate = CloseOnDrop(Arc::new(Gate::default()));
+        // On an error, threads spawned before are let go at the closed gate.
+        let handle = launch(self.parts, self.workers, Some(Arc::clone(&gate.0)))?;
+        Ok(Prepared { gate, handle })
+    }
+}
+
+/// An adopted server whose threads are started but wait ([`Adopted::prepare`]): they serve
+/// from [`Prepared::go`]; dropped without it, they end without touching shared memory, the
+/// socket or the ports.
+#[derive(Debug)]
+pub struct Prepared {
+    // Dropped first: the gate closes, then the handle's drop joins the control thread,
+    // which ends at once, dropping what it held (the workers and RDMA thread end there too).
+    gate: CloseOnDrop,
+    handle: ServerHandle,
+}
+
+impl Prepared {
+    /// Let the threads serve (the takeover committed).
+    pub fn go(self) -> ServerHandle {
+        let Prepared { gate, handle } = self;
+        // Opened first, the gate's closing on drop is a no-op.
+        gate.0.set(true);
+        handle
+    }
+}
+
+/// Closes a gate when dropped (unless it was opened before).
+#[derive(Debug)]
+struct CloseOnDrop(Arc<Gate>);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        self.0.set(false);
     }
 }
 
@@ -961,6 +1003,44 @@ mod tests {
         d["next_client"] = d["clients"][0]["id"].clone();
         assert!(refused(&h, "next id", d, false).contains("next client id"));
         h.resume();
+        server.shutdown().unwrap();
+    }
+
+    /// Run `f` on a thread of its own; its result, or a failure when it takes longer than
+    /// 10 s (a thread left waiting at a gate would hang).
+    fn bounded<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(Duration::from_secs(10)).expect("did not finish")
+    }
+
+    /// Threads prepared before a commit and dropped (the takeover failed) end at once, and
+    /// the old server carries on; prepared and let go, they serve.
+    #[test]
+    fn a_prepared_server_ends_untouched_when_dropped_and_serves_when_let_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_path_buf();
+        let server = Server::start(cfg(&path)).expect("server");
+        let h = server.handover().expect("pause");
+        let (doc, fds) = (h.doc.clone(), copies(&h.fds));
+        let p = Server::adopt(cfg(&path), None, &doc, fds).unwrap().prepare().expect("prepare");
+        bounded(move || drop(p));
+        h.resume();
+        assert!(path.join("snic.sock").exists(), "the dropped server left the socket alone");
+        // The old server's workers serve on: they pause again and answer.
+        let h = server.handover().expect("the old server pauses again");
+        let (doc, fds) = (h.doc.clone(), copies(&h.fds));
+        let p = Server::adopt(cfg(&path), None, &doc, fds).unwrap().prepare().expect("prepare");
+        let new = p.go();
+        let st = bounded(move || {
+            let st = new.stats();
+            new.shutdown().map(|()| st)
+        })
+        .expect("shutdown");
+        assert_eq!(st["workers"], 2, "the new server's control thread answers: {st}");
+        h.commit();
         server.shutdown().unwrap();
     }
 }
