@@ -64,6 +64,7 @@ mod report;
 mod run;
 mod scenario;
 mod serve;
+mod serve_upgrade;
 mod stats;
 mod stream;
 mod testbed;

@@ -99,6 +99,11 @@ pub struct ServeArgs {
     /// `ebpf` (id 9) with scalar 0 = `s`; `snic ebpf load --core SLOT` replaces one later.
     #[arg(long = "core-prog", value_name = "FILE")]
     pub core_progs: Vec<String>,
+    /// Take over from the `snic serve` answering on this control socket (a hitless upgrade:
+    /// its clients keep their sessions, see `src/serve_upgrade.rs`). Start with the same
+    /// arguments; give `--control` the same path to be taken over in turn.
+    #[arg(long, value_name = "SOCK")]
+    pub takeover: Option<PathBuf>,
     #[command(flatten)]
     pub p4rt: crate::p4::P4RuntimeArgs,
 }
@@ -126,6 +131,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
         core: Some(snic_device::ebpf::CorePrograms::new()),
         ..ServerConfig::default()
     };
+    if args.takeover.is_some() {
+        // What cannot be taken over is refused before anything is opened.
+        crate::serve_upgrade::check_takeover(&args)?;
+    }
     let core = cfg.core.clone().unwrap_or_default();
     let mut core_lines = Vec::new();
     for (slot, spec) in args.core_progs.iter().enumerate() {
@@ -142,15 +151,67 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let (on_chip, on_board, workers) = (cfg.on_chip, cfg.on_board, cfg.workers);
     // With a control socket, the NIC's ports and stages can be captured (`snic capture`) and
     // packets traced through a dry run of its pipeline (`snic trace`).
-    let (wire, nic_desc, vswitch, p4, kernels, xdp, ops) = match &args.port {
-        Some(spec) => {
-            let n = open_nic(spec, &args, args.control.is_some())?;
-            (Some(n.wire), Some(n.desc), n.vswitch, n.p4, n.kernels, n.xdp, n.ops)
+    // A takeover adopts the old process's server (and ports) instead of starting one
+    // (src/serve_upgrade.rs).
+    let mut handed = match &args.takeover {
+        Some(sock) => Some(crate::serve_upgrade::ServeTakeover::begin(sock, &args)?),
+        None => None,
+    };
+    let opened = match (&args.port, handed.as_mut()) {
+        (Some(spec), None) => Some(open_nic(spec, &args, args.control.is_some(), None)?),
+        (Some(spec), Some(t)) => {
+            let n = t
+                .wire_ports(spec, &args)
+                .and_then(|p| open_nic(spec, &args, args.control.is_some(), p));
+            match n {
+                Ok(n) => Some(n),
+                Err(e) => {
+                    t.abort(&e);
+                    return Err(e.context("taking over"));
+                }
+            }
         }
+        (None, _) => None,
+    };
+    let (wire, nic_desc, vswitch, p4, kernels, xdp, ops) = match opened {
+        Some(n) => (Some(n.wire), Some(n.desc), n.vswitch, n.p4, n.kernels, n.xdp, n.ops),
         None => (None, None, None, None, Vec::new(), Vec::new(), None),
     };
-    let server = Server::start_with(cfg.clone(), wire)
-        .with_context(|| format!("starting the server on {}", cfg.socket.display()))?;
+    let (server, takeover) = match handed {
+        Some(mut t) => {
+            let adopted = match t.adopt(cfg.clone(), wire, &args) {
+                Ok(a) => a,
+                Err(e) => {
+                    t.abort(&e);
+                    return Err(e.context("taking over"));
+                }
+            };
+            // The threads are started (held) before `ready`, so that nothing can fail
+            // after the commit: a failure here is an abort, and the old process resumes.
+            let prepared = match adopted.prepare().context("starting the adopted server") {
+                Ok(p) => p,
+                Err(e) => {
+                    t.abort(&e);
+                    return Err(e.context("taking over"));
+                }
+            };
+            t.confirm()?;
+            // Committed: the old process no longer serves; from here on nothing is fatal.
+            let server = prepared.go();
+            let gap = t.gap();
+            if let Err(e) = t.wait_old_gone() {
+                eprintln!("snic serve: warning: {e:#}; serving on");
+            }
+            let report = t.report(gap);
+            eprintln!("snic serve: took over from pid {}: {report}", report["old_pid"]);
+            (server, Some(report))
+        }
+        None => {
+            let server = Server::start_with(cfg.clone(), wire)
+                .with_context(|| format!("starting the server on {}", cfg.socket.display()))?;
+            (server, None)
+        }
+    };
     let huge = server.stats().get("huge_pages").and_then(|v| v.as_bool()).unwrap_or(false);
     {
         let mut out = std::io::stdout().lock();
@@ -203,6 +264,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let stats = || {
         let mut v = server.stats();
         v["elapsed_secs"] = started.elapsed().as_secs_f64().into();
+        if let Some(t) = &takeover {
+            v["takeover"] = t.clone();
+        }
         if !kernels.is_empty() {
             v["stream_kernels"] = crate::stream::results_json(&kernels);
         }
@@ -212,6 +276,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
         v
     };
     let latest = Arc::new(Mutex::new(stats().to_string()));
+    // With a control socket, a newer process can take this one over (src/serve_upgrade.rs).
+    let (handoff, handoff_wake) = crate::serve_upgrade::ServeHandoff::new();
     let mut capture = None;
     let _control = match &args.control {
         Some(path) => {
@@ -242,6 +308,14 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 },
                 snic_time::MonotonicClock::new(),
             );
+            let h = handoff.clone();
+            let mut handler = handler;
+            let handler = move |incoming| match incoming {
+                crate::control::Incoming::Request(crate::control::Request::Upgrade { channel }) => {
+                    h.request(&channel).to_string()
+                }
+                other => handler(other),
+            };
             // Without a NIC there is nothing to capture or trace: those requests are refused.
             Some(match ops {
                 Some(ops) => ControlServer::spawn_with_ops(path, handler, Some(ops))?,
@@ -274,7 +348,19 @@ pub fn run(args: ServeArgs) -> Result<()> {
             }
             refreshed = std::time::Instant::now();
         }
-        std::thread::sleep(Duration::from_millis(50));
+        if handoff.serve_turn(&server, &args) {
+            break;
+        }
+        let _ = handoff_wake.recv_timeout(Duration::from_millis(50));
+    }
+    if handoff.handed_over() {
+        // The server is the new process's: its last counters here are the snapshot before.
+        let last = latest.lock().map(|l| l.clone()).unwrap_or_default();
+        server.shutdown().context("leaving the server to the new process")?;
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{last}")?;
+        out.flush()?;
+        return Ok(());
     }
     // A running capture ends (`run ended`) and sends its end record before the ports go.
     if let Some(hub) = &capture {
@@ -363,7 +449,13 @@ fn results_kind() -> snic_device::DevKind {
 /// Open the NIC's ports and build its data path; also a one-line description, and the vSwitch
 /// and the P4 program (their control handles) when stages are ones. With `ops`, the ports are
 /// wrapped for capture and the pipeline gets stage taps (both idle until a capture runs).
-fn open_nic(spec: &PortSpec, args: &ServeArgs, ops: bool) -> Result<OpenedNic> {
+/// With `handed` (a takeover), the ports are the old NIC's, adopted, and so is its MAC.
+fn open_nic(
+    spec: &PortSpec,
+    args: &ServeArgs,
+    ops: bool,
+    handed: Option<crate::serve_upgrade::HandedNic>,
+) -> Result<OpenedNic> {
     if args.rdma_ip.is_empty() {
         bail!("a NIC needs --rdma-ip (its RoCE address)");
     }
@@ -376,17 +468,31 @@ fn open_nic(spec: &PortSpec, args: &ServeArgs, ops: bool) -> Result<OpenedNic> {
             ips.push(ip);
         }
     }
-    let mac = nic_mac(spec, args.mac.as_deref())?;
-    let wire = spec.open().with_context(|| format!("opening the wire port {spec}"))?;
+    let (mac, ports) = match handed {
+        Some((ports, mac)) => {
+            let mac = EthernetAddress(mac);
+            if let Some(m) = &args.mac
+                && parse_mac(m)? != mac
+            {
+                bail!("--mac {m}: the NIC taken over has MAC {mac}");
+            }
+            (mac, ports)
+        }
+        None => {
+            let mac = nic_mac(spec, args.mac.as_deref())?;
+            let wire = spec.open().with_context(|| format!("opening the wire port {spec}"))?;
+            let mut ports = vec![wire];
+            if let Some(name) = &args.host_netdev {
+                let tap = PortSpec::Tap { name: name.clone() };
+                ports.push(tap.open().with_context(|| format!("creating the host netdev {name}"))?);
+            }
+            (mac, ports)
+        }
+    };
     // The port's largest frame less the L2 room its kind adds (Ethernet header and one VLAN
     // tag, 18 bytes: AF_PACKET and TAP ports report their interface MTU plus 18) is the link
     // MTU the QPs fit.
-    let link_mtu = wire.caps().max_frame.saturating_sub(18);
-    let mut ports = vec![wire];
-    if let Some(name) = &args.host_netdev {
-        let tap = PortSpec::Tap { name: name.clone() };
-        ports.push(tap.open().with_context(|| format!("creating the host netdev {name}"))?);
-    }
+    let link_mtu = ports[0].caps().max_frame.saturating_sub(18);
     let stages = args
         .stages
         .iter()

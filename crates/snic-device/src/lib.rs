@@ -42,7 +42,8 @@ pub mod server;
 mod worker;
 
 pub use rdma::Wire;
-pub use server::{DeviceBlock, KernelSet, Server, ServerConfig, ServerHandle};
+pub use server::takeover::{Adopted, Prepared};
+pub use server::{DeviceBlock, Handover, KernelSet, Server, ServerConfig, ServerHandle};
 pub use snic_hostif::proto::DevKind;
 
 use std::path::PathBuf;

@@ -166,6 +166,50 @@ struct Shared {
     transport_errors: AtomicU64,
     /// Chained commands (locked after `rnic`, never before).
     chains: Mutex<ChainState>,
+    /// The pause of a takeover: [`GATE_RUN`], [`GATE_PAUSE`] or [`GATE_ABANDON`] (read
+    /// once per round of the RDMA thread; the mutex and condvar only while not running).
+    gate: std::sync::atomic::AtomicU8,
+    /// The RDMA thread is parked at its gate.
+    parked: Mutex<bool>,
+    gate_cv: std::sync::Condvar,
+}
+
+/// The RDMA thread runs.
+const GATE_RUN: u8 = 0;
+/// The RDMA thread parks between two rounds (a takeover pauses it).
+const GATE_PAUSE: u8 = 1;
+/// The RDMA thread ends without another round (a new process took over).
+const GATE_ABANDON: u8 = 2;
+
+/// Longest the control thread waits for the RDMA thread to park.
+const PARK_WAIT: Duration = Duration::from_secs(2);
+
+impl Shared {
+    /// The RDMA thread's gate, at the top of each round: false when it must end at once.
+    fn pass_gate(&self) -> bool {
+        if self.gate.load(Ordering::Acquire) == GATE_RUN {
+            return true;
+        }
+        let mut parked = lock(&self.parked);
+        loop {
+            match self.gate.load(Ordering::Acquire) {
+                GATE_RUN => {
+                    *parked = false;
+                    self.gate_cv.notify_all();
+                    return true;
+                }
+                GATE_ABANDON => return false,
+                _ => {
+                    *parked = true;
+                    self.gate_cv.notify_all();
+                    parked = self
+                        .gate_cv
+                        .wait_timeout(parked, IDLE_WAIT)
+                        .map_or_else(|p| p.into_inner().0, |(g, _)| g);
+                }
+            }
+        }
+    }
 }
 
 /// What a host sees of a CQ, in order: the engine's completions the chains' service took
@@ -327,6 +371,14 @@ pub(crate) struct RdmaHost {
     thread: Option<JoinHandle<()>>,
     clients: BTreeMap<u32, RdmaClient>,
     reclaimed: Reclaimed,
+    /// A duplicate of the UDP transport's receive socket (`Link::Udp`).
+    rx: Option<std::net::UdpSocket>,
+    /// An adopted host's thread, not yet started ([`RdmaHost::start_thread`]): over this
+    /// transport (`Some`), or on the wire port (`None`).
+    pending: Option<Option<RoceTransport>>,
+    /// The gate its thread waits at, if started held ([`RdmaHost::start_thread`]): closed
+    /// on drop, so that the join below does not wait for a gate nobody opens.
+    gate: Option<Arc<crate::server::Gate>>,
 }
 
 /// The answer to every RDMA request when the server runs without `--rdma`.
@@ -419,6 +471,8 @@ impl RdmaHost {
                 (addr, more.to_vec(), None, Some(Mutex::new(node)), Some(link_mtu))
             }
         };
+        // A duplicate of the receive socket, for a takeover to hand over.
+        let rx = transport.as_ref().map(|t| t.rx_socket().try_clone()).transpose()?;
         let cfg = RnicConfig {
             local_ip: addr.ip(),
             more_ips,
@@ -440,6 +494,9 @@ impl RdmaHost {
             stop: AtomicBool::new(false),
             transport_errors: AtomicU64::new(0),
             chains: Mutex::new(ChainState::new()),
+            gate: std::sync::atomic::AtomicU8::new(GATE_RUN),
+            parked: Mutex::new(false),
+            gate_cv: std::sync::Condvar::new(),
         });
         let s = shared.clone();
         let thread =
@@ -456,6 +513,9 @@ impl RdmaHost {
             thread: Some(thread),
             clients: BTreeMap::new(),
             reclaimed: Reclaimed::default(),
+            rx,
+            pending: None,
+            gate: None,
         };
         Ok((host, Master(MasterKind::Rnic(shared))))
     }
@@ -1081,6 +1141,9 @@ impl Drop for RdmaHost {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
         self.shared.kick();
+        if let Some(g) = &self.gate {
+            g.set(false);
+        }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -1094,7 +1157,7 @@ fn run_wire(shared: &Shared) {
     lock(node).poll_fds(&mut fds);
     fds.push(shared.wake.fd().as_raw_fd());
     let mut floor = Duration::ZERO;
-    while !shared.stop.load(Ordering::Acquire) {
+    while !shared.stop.load(Ordering::Acquire) && shared.pass_gate() {
         let (moved, next) = {
             let mut rnic = lock(&shared.rnic);
             let mut node = lock(node);
@@ -1123,7 +1186,10 @@ fn run_wire(shared: &Shared) {
             floor = (floor * 2).clamp(EMPTY_WAKE, IDLE_WAIT);
         }
     }
-    let _ = lock(node).flush();
+    // After a takeover the ports are the new process's: nothing more goes out here.
+    if shared.gate.load(Ordering::Acquire) != GATE_ABANDON {
+        let _ = lock(node).flush();
+    }
 }
 
 /// The RDMA thread over kernel UDP (see the module doc).
@@ -1135,7 +1201,7 @@ fn run(shared: &Shared, mut tr: RoceTransport) {
             0
         })
     };
-    while !shared.stop.load(Ordering::Acquire) {
+    while !shared.stop.load(Ordering::Acquire) && shared.pass_gate() {
         let (moved, next) = {
             let mut rnic = lock(&shared.rnic);
             let now = shared.clock.now();
@@ -1160,5 +1226,303 @@ fn run(shared: &Shared, mut tr: RoceTransport) {
         if wait_readable(&fds, wait).unwrap_or(false) {
             let _ = shared.wake.take();
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Takeover (see `crate::server::takeover`).
+
+fn bad(what: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, format!("handover: {}", what.into()))
+}
+
+impl RdmaHost {
+    /// Park the RDMA thread between two rounds (nothing received, sent or timed out until
+    /// [`Self::resume`]).
+    pub(crate) fn pause(&self) -> io::Result<()> {
+        self.shared.gate.store(GATE_PAUSE, Ordering::Release);
+        self.shared.kick();
+        let end = std::time::Instant::now() + PARK_WAIT;
+        let mut parked = lock(&self.shared.parked);
+        while !*parked && self.thread.is_some() {
+            let left = end.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                drop(parked);
+                self.resume();
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the RDMA thread did not park",
+                ));
+            }
+            parked = self
+                .shared
+                .gate_cv
+                .wait_timeout(parked, left)
+                .map_or_else(|p| p.into_inner().0, |(g, _)| g);
+        }
+        Ok(())
+    }
+
+    /// Let the RDMA thread run on after [`Self::pause`].
+    pub(crate) fn resume(&self) {
+        self.shared.gate.store(GATE_RUN, Ordering::Release);
+        let _g = lock(&self.shared.parked);
+        self.shared.gate_cv.notify_all();
+    }
+
+    /// End the paused RDMA thread without another round (a new process took over: the
+    /// engine's state and socket are its own now).
+    pub(crate) fn abandon(&self) {
+        self.shared.gate.store(GATE_ABANDON, Ordering::Release);
+        let _g = lock(&self.shared.parked);
+        self.shared.gate_cv.notify_all();
+    }
+
+    /// The paused engine's state (its connections, see [`Rnic::export`]), every client's
+    /// RDMA objects, and what it sends and receives through: the UDP receive socket, or the
+    /// NIC's ports (flushed, then [`snic_io::Port::handover`]) and MAC. Descriptors are added
+    /// to `fds` and named by their index there. Refused while a chained command runs or holds
+    /// completions (those are not carried), or when a port cannot be handed over.
+    pub(crate) fn export(&self, fds: &mut Vec<std::os::fd::OwnedFd>) -> io::Result<Value> {
+        // The cheap refusal first, before the ports are flushed and handed over.
+        {
+            let chains = lock(&self.shared.chains);
+            if !chains.chains.is_empty() || chains.held.values().any(|h| !h.is_empty()) {
+                return Err(io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    "a chained RDMA command is in flight; try again when it is done",
+                ));
+            }
+        }
+        let link = match (&self.rx, &self.shared.node) {
+            (Some(rx), _) => {
+                fds.push(std::os::fd::OwnedFd::from(rx.try_clone()?));
+                json!({ "udp": fds.len() - 1 })
+            }
+            (None, Some(node)) => {
+                let mut node = lock(node);
+                node.flush()?;
+                let mac = node.nic().config().mac;
+                let neigh: Vec<Value> = node
+                    .nic()
+                    .neighbours()
+                    .known()
+                    .into_iter()
+                    .map(|(ip, m)| json!([ip.to_string(), m.0]))
+                    .collect();
+                let mut ports = Vec::new();
+                for (i, p) in node.ports_mut().iter_mut().enumerate() {
+                    let name = p.name().to_string();
+                    let h = match p.handover() {
+                        Some(Ok(h)) => h,
+                        Some(Err(e)) => {
+                            return Err(io::Error::new(
+                                e.kind(),
+                                format!("port {i} ({name}) cannot be handed over: {e}"),
+                            ));
+                        }
+                        None => {
+                            return Err(io::Error::new(
+                                io::ErrorKind::Unsupported,
+                                format!("port {i} ({name}) is of a kind that is not handed over"),
+                            ));
+                        }
+                    };
+                    let first = fds.len();
+                    fds.extend(h.fds);
+                    let state = serde_json::to_value(&h.state).map_err(|e| bad(e.to_string()))?;
+                    ports.push(json!({"name": name, "state": state,
+                                      "fds": (first..fds.len()).collect::<Vec<_>>()}));
+                }
+                json!({ "wire": { "mac": mac.0, "ports": ports, "neigh": neigh } })
+            }
+            (None, None) => return Err(bad("the engine has no link")),
+        };
+        let st = lock(&self.shared.rnic)
+            .export(self.shared.clock.now())
+            .map_err(|e| io::Error::new(io::ErrorKind::Unsupported, format!("RDMA engine: {e}")))?;
+        let engine = serde_json::to_value(&st).map_err(|e| bad(e.to_string()))?;
+        let clients: Vec<Value> = self
+            .clients
+            .iter()
+            .map(|(&id, c)| {
+                let qps: Vec<Value> = c
+                    .qps
+                    .iter()
+                    .map(|(&qpn, q)| {
+                        json!({"qpn": qpn, "cq": q.cq.0, "sq": q.sq, "rq": q.rq,
+                               "sq_len": q.sq_len, "rq_len": q.rq_len})
+                    })
+                    .collect();
+                json!({"id": id, "pd": c.pd.0, "mrs": c.mrs.values().collect::<Vec<_>>(), "qps": qps})
+            })
+            .collect();
+        Ok(
+            json!({"addr": self.addr.to_string(), "link": link, "engine": engine, "clients": clients}),
+        )
+    }
+
+    /// An RDMA host rebuilt from [`Self::export`] of another process over `mem` (the master
+    /// address space: the same device memory with its allocations, the clients' registrations)
+    /// and `link`: for `Link::Udp`, `rx` is the handed receive socket; for `Link::Wire`, the
+    /// NIC built around the handed ports. The engine imports the state with the QPs' rings in
+    /// place; the thread starts with [`Self::start_thread`].
+    pub(crate) fn adopt(
+        link: Link,
+        mem: AddressSpace,
+        rx: Option<std::os::fd::OwnedFd>,
+        doc: &Value,
+    ) -> io::Result<(RdmaHost, Master)> {
+        let clock = MonotonicClock::new();
+        let (addr, more_ips, node, link_mtu, dup, transport) = match link {
+            Link::Udp(addr) => {
+                let sock = std::net::UdpSocket::from(rx.ok_or_else(|| bad("no RoCE socket"))?);
+                if sock.local_addr()? != addr {
+                    return Err(bad("the handed RoCE socket is bound elsewhere"));
+                }
+                let dup = sock.try_clone()?;
+                let t = RoceTransport::adopt(sock, TransportOpts::default())?;
+                (addr, Vec::new(), None, None, Some(dup), Some(t))
+            }
+            Link::Wire(w) => {
+                let Wire { mut node, ips, link_mtu } = *w;
+                let Some((&first, more)) = ips.split_first() else {
+                    return Err(bad("a NIC needs at least one RoCE address"));
+                };
+                let addr = SocketAddr::new(first, snic_wire::roce::UDP_PORT);
+                // The neighbours the old NIC knew, as stale entries (confirmed on first use).
+                let mut known = Vec::new();
+                for n in doc["link"]["wire"]["neigh"].as_array().into_iter().flatten() {
+                    let ip = n[0].as_str().and_then(|s| s.parse::<IpAddr>().ok());
+                    let mac: Option<Vec<u8>> = n[1]
+                        .as_array()
+                        .map(|m| m.iter().filter_map(|b| b.as_u64()?.try_into().ok()).collect());
+                    match (ip, mac.and_then(|m| <[u8; 6]>::try_from(m).ok())) {
+                        (Some(ip), Some(m)) => {
+                            known.push((ip, snic_wire::ethernet::EthernetAddress(m)));
+                        }
+                        _ => return Err(bad(format!("neighbour {n}"))),
+                    }
+                }
+                node.nic_mut().neighbours_mut().adopt_known(clock.now(), &known);
+                (addr, more.to_vec(), Some(Mutex::new(node)), Some(link_mtu), None, None)
+            }
+        };
+        if doc["addr"].as_str() != Some(addr.to_string().as_str()) {
+            return Err(bad(format!("RDMA address {} there, {addr} here", doc["addr"])));
+        }
+        let wire = node.is_some();
+        let cfg = RnicConfig {
+            local_ip: addr.ip(),
+            more_ips,
+            udp_port: addr.port(),
+            host_pool: 0,
+            on_chip: 0,
+            on_board: 0,
+            ..RnicConfig::default()
+        };
+        let mut rnic = Rnic::new(cfg).map_err(|e| io::Error::other(e.to_string()))?;
+        let mut mem = mem;
+        std::mem::swap(rnic.mem_mut(), &mut mem);
+        let empty = Vec::new();
+        let mut clients = BTreeMap::new();
+        for c in doc["clients"].as_array().unwrap_or(&empty) {
+            let id = c["id"]
+                .as_u64()
+                .and_then(|v| u32::try_from(v).ok())
+                .ok_or_else(|| bad("client"))?;
+            let pd = Pd(c["pd"]
+                .as_u64()
+                .and_then(|v| u32::try_from(v).ok())
+                .ok_or_else(|| bad("pd"))?);
+            let mut mrs = BTreeMap::new();
+            for m in c["mrs"].as_array().unwrap_or(&empty) {
+                let info: MrInfo =
+                    serde_json::from_value(m.clone()).map_err(|e| bad(e.to_string()))?;
+                mrs.insert(info.lkey, info);
+            }
+            let mut qps = BTreeMap::new();
+            for q in c["qps"].as_array().unwrap_or(&empty) {
+                let n = |k: &str| q[k].as_u64().ok_or_else(|| bad(format!("qp `{k}`")));
+                let e = QpEntry {
+                    cq: CqId(u32::try_from(n("cq")?).map_err(|_| bad("cq"))?),
+                    sq: n("sq")?,
+                    rq: q["rq"].as_u64(),
+                    sq_len: n("sq_len")?,
+                    rq_len: n("rq_len")?,
+                };
+                // Rings in a client's registration: that region is a pool again, with the
+                // rings' allocations (device rings came back with device memory's).
+                let m = rnic.mem_mut();
+                let rings = std::iter::once((e.sq, e.sq_len)).chain(e.rq.map(|r| (r, e.rq_len)));
+                for (at, len) in rings {
+                    if m.kind_of(at) == Some(MemKind::Host) {
+                        let err = |e: snic_dma::MemError| bad(format!("QP ring {at:#x}: {e}"));
+                        m.make_pool(at).map_err(err)?;
+                        m.alloc_at(at, len).map_err(err)?;
+                    }
+                }
+                let qpn = u32::try_from(n("qpn")?).map_err(|_| bad("qpn"))?;
+                qps.insert(qpn, e);
+            }
+            clients.insert(id, RdmaClient { pd, mrs, qps });
+        }
+        let st: snic_rdma::RnicExport =
+            serde_json::from_value(doc["engine"].clone()).map_err(|e| bad(e.to_string()))?;
+        rnic.import_in_place(&st, clock.now())
+            .map_err(|e| bad(format!("importing the RDMA engine: {e}")))?;
+        let shared = Arc::new(Shared {
+            rnic: Mutex::new(rnic),
+            node,
+            clock,
+            wake: EventFd::new()?,
+            stop: AtomicBool::new(false),
+            transport_errors: AtomicU64::new(0),
+            chains: Mutex::new(ChainState::new()),
+            gate: std::sync::atomic::AtomicU8::new(GATE_RUN),
+            parked: Mutex::new(false),
+            gate_cv: std::sync::Condvar::new(),
+        });
+        let host = RdmaHost {
+            shared: shared.clone(),
+            addr,
+            link_mtu,
+            thread: None,
+            clients,
+            reclaimed: Reclaimed::default(),
+            rx: dup,
+            pending: Some(if wire { None } else { transport }),
+            gate: None,
+        };
+        Ok((host, Master(MasterKind::Rnic(shared))))
+    }
+
+    /// QPs of all clients.
+    pub(crate) fn qps(&self) -> usize {
+        self.clients.values().map(|c| c.qps.len()).sum()
+    }
+
+    /// Start the RDMA thread of an adopted host (nothing to do for one already running).
+    /// With a `gate`, the thread runs only once it opens ([`crate::server::Gate`]), and
+    /// ends untouched when it closes.
+    pub(crate) fn start_thread(
+        &mut self,
+        gate: Option<Arc<crate::server::Gate>>,
+    ) -> io::Result<()> {
+        let Some(t) = self.pending.take() else { return Ok(()) };
+        let s = self.shared.clone();
+        self.gate = gate.clone();
+        let thread =
+            std::thread::Builder::new().name("snic-hostif-rdma".into()).spawn(move || {
+                if !gate.is_none_or(|g| g.wait()) {
+                    return;
+                }
+                match t {
+                    Some(t) => run(&s, t),
+                    None => run_wire(&s),
+                }
+            })?;
+        self.thread = Some(thread);
+        Ok(())
     }
 }

@@ -26,6 +26,9 @@ use snic_hostif::shm::{EventFd, Mapping, SeqListener, SeqPacket, SharedBacking};
 use crate::rdma::{self, Link, Master, RdmaHost, Wire};
 use crate::worker::{Ack, Cmd, Op, Worker, WorkerStats};
 use snic_io::sys::poll::poll_ready;
+pub use takeover::Handover;
+
+pub mod takeover;
 
 /// Server settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,10 +154,13 @@ impl Server {
             (0..cfg.workers + cfg.compute_workers).map(|_| AddressSpace::new()).collect();
         let mut device = Vec::new();
         let mut device_maps = Vec::new();
+        let mut device_fds = Vec::new();
         let mut huge = true;
         for (kind, size) in [(DevKind::OnChip, cfg.on_chip), (DevKind::OnBoard, cfg.on_board)] {
             let len = usize::try_from(size).map_err(|_| invalid("device memory too large"))?;
-            let (map, _fd) = Mapping::memfd(&format!("snic-{}", kind.name()), len, cfg.huge)?;
+            let (map, fd) = Mapping::memfd(&format!("snic-{}", kind.name()), len, cfg.huge)?;
+            // Kept for a takeover, which hands the memory itself to the new process.
+            device_fds.push(fd);
             huge &= map.huge();
             // `len`, not the mapping's length: a huge mapping is rounded up to whole pages.
             let backing = SharedBacking { map: Arc::new(map), off: 0, len };
@@ -189,67 +195,173 @@ impl Server {
         let nic = Arc::new(nic);
         let listener = SeqListener::bind(&cfg.socket)?;
         listener.set_nonblocking(true)?;
-        let wake = Arc::new(EventFd::new()?);
-        let (tx, rx) = mpsc::channel();
-
         let mut workers = Vec::new();
         for (i, mem) in mirrors.into_iter().enumerate() {
-            let i = i as u32;
-            let kick = Arc::new(EventFd::new()?);
-            let (ctx, crx) = mpsc::channel();
-            let compute = i.checked_sub(cfg.workers).map(|c| (c, cfg.compute_workers));
-            let w = Worker::new(
-                i,
-                mem,
-                crx,
-                kick.clone(),
-                nic.clone(),
-                Duration::from_micros(cfg.spin_us),
-                compute,
-                // DMA workers run no kernels.
-                match (compute, &cfg.core) {
-                    (Some((c, _)), Some(core)) => {
-                        let mut k = cfg.kernels.registry();
-                        let _ = k.register(Box::new(core.kernel(c as usize)));
-                        k
-                    }
-                    (Some(_), None) => cfg.kernels.registry(),
-                    (None, _) => Kernels::new(),
-                },
-            );
-            let name = match compute {
-                Some((c, _)) => format!("snic-hostif-c{c}"),
-                None => format!("snic-hostif-w{i}"),
-            };
-            let join = std::thread::Builder::new().name(name).spawn(move || w.run())?;
-            workers.push(WorkerHandle { tx: ctx, kick, join: Some(join) });
+            workers.push(new_worker(&cfg, i as u32, mem, Arc::new(EventFd::new()?), &nic));
         }
-        let path = cfg.socket.clone();
-        let control = Control {
-            kernel_mask: cfg.kernels.registry().mask()
-                | if cfg.core.is_some() { 1 << snic_compute::ids::EBPF } else { 0 },
+        let parts = Parts {
             cfg,
             listener,
-            wake: wake.clone(),
-            rx,
             master,
             rdma,
-            workers,
             nic_fd,
             device,
             device_maps,
+            device_fds,
             huge,
             clients: BTreeMap::new(),
             next_client: 1,
-            queue_owner: vec![None; usize::from(MAX_QUEUES)],
             reclaim: Reclaim::default(),
-            buf: vec![0u8; MAX_MESSAGE],
         };
-        let thread = std::thread::Builder::new()
-            .name("snic-hostif-ctl".into())
-            .spawn(move || control.run())?;
-        Ok(ServerHandle { path, tx, wake, thread: Some(thread) })
+        launch(parts, workers, None)
     }
+}
+
+/// A worker, not yet running, with the sending end of its commands and its kick.
+type NewWorker = (Worker, mpsc::Sender<Cmd>, Arc<EventFd>);
+
+/// Worker `i` (the DMA workers first, then the compute workers) over `mem`.
+fn new_worker(
+    cfg: &ServerConfig,
+    i: u32,
+    mem: AddressSpace,
+    kick: Arc<EventFd>,
+    nic: &Arc<Mapping>,
+) -> NewWorker {
+    let (ctx, crx) = mpsc::channel();
+    let compute = i.checked_sub(cfg.workers).map(|c| (c, cfg.compute_workers));
+    let w = Worker::new(
+        i,
+        mem,
+        crx,
+        kick.clone(),
+        nic.clone(),
+        Duration::from_micros(cfg.spin_us),
+        compute,
+        // DMA workers run no kernels.
+        match (compute, &cfg.core) {
+            (Some((c, _)), Some(core)) => {
+                let mut k = cfg.kernels.registry();
+                let _ = k.register(Box::new(core.kernel(c as usize)));
+                k
+            }
+            (Some(_), None) => cfg.kernels.registry(),
+            (None, _) => Kernels::new(),
+        },
+    );
+    (w, ctx, kick)
+}
+
+/// What the control thread starts from: a new server's, or what a takeover carried.
+struct Parts {
+    cfg: ServerConfig,
+    listener: SeqListener,
+    master: Master,
+    rdma: Option<RdmaHost>,
+    nic_fd: OwnedFd,
+    device: Vec<DeviceRegion>,
+    device_maps: Vec<(DevKind, u64, Arc<Mapping>)>,
+    device_fds: Vec<OwnedFd>,
+    huge: bool,
+    clients: BTreeMap<u32, Client>,
+    next_client: u32,
+    reclaim: Reclaim,
+}
+
+/// The kernels a server with `cfg` offers, as the `KERNELS` register shows them.
+fn kernel_mask(cfg: &ServerConfig) -> u32 {
+    cfg.kernels.registry().mask()
+        | if cfg.core.is_some() { 1 << snic_compute::ids::EBPF } else { 0 }
+}
+
+/// Start the workers and the control thread.
+/// Where the threads of an adopted server wait until the takeover commits: opened, they run;
+/// closed, they end without touching shared memory or sockets (the old process resumes).
+#[derive(Debug, Default)]
+pub(crate) struct Gate {
+    open: std::sync::Mutex<Option<bool>>,
+    cv: std::sync::Condvar,
+}
+
+impl Gate {
+    /// Wait until the gate is opened (true) or closed (false).
+    pub(crate) fn wait(&self) -> bool {
+        let mut g = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(go) = *g {
+                return go;
+            }
+            g = self.cv.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Open (`go`) or close the gate, once.
+    pub(crate) fn set(&self, go: bool) {
+        let mut g = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        g.get_or_insert(go);
+        self.cv.notify_all();
+    }
+}
+
+/// Start the server's threads; with a `gate`, they wait there before doing anything.
+fn launch(
+    mut p: Parts,
+    workers: Vec<NewWorker>,
+    gate: Option<Arc<Gate>>,
+) -> io::Result<ServerHandle> {
+    if let Some(r) = p.rdma.as_mut() {
+        r.start_thread(gate.clone())?;
+    }
+    let wake = Arc::new(EventFd::new()?);
+    let (tx, rx) = mpsc::channel();
+    let compute_from = p.cfg.workers;
+    let mut handles = Vec::new();
+    for (i, (w, ctx, kick)) in workers.into_iter().enumerate() {
+        let i = i as u32;
+        let name = match i.checked_sub(compute_from) {
+            Some(c) => format!("snic-hostif-c{c}"),
+            None => format!("snic-hostif-w{i}"),
+        };
+        let g = gate.clone();
+        let join = std::thread::Builder::new().name(name).spawn(move || {
+            if g.is_none_or(|g| g.wait()) {
+                w.run();
+            }
+        })?;
+        handles.push(WorkerHandle { tx: ctx, kick, join: Some(join) });
+    }
+    let mut queue_owner = vec![None; usize::from(MAX_QUEUES)];
+    for c in p.clients.values() {
+        for &qid in c.queues.keys() {
+            queue_owner[usize::from(qid)] = Some(c.id);
+        }
+    }
+    let path = p.cfg.socket.clone();
+    let control = Control {
+        kernel_mask: kernel_mask(&p.cfg),
+        cfg: p.cfg,
+        listener: p.listener,
+        wake: wake.clone(),
+        rx,
+        master: p.master,
+        rdma: p.rdma,
+        workers: handles,
+        nic_fd: p.nic_fd,
+        device: p.device,
+        device_maps: p.device_maps,
+        device_fds: p.device_fds,
+        huge: p.huge,
+        clients: p.clients,
+        next_client: p.next_client,
+        queue_owner,
+        reclaim: p.reclaim,
+        buf: vec![0u8; MAX_MESSAGE],
+        handed: false,
+    };
+    let thread = std::thread::Builder::new()
+        .name("snic-hostif-ctl".into())
+        .spawn(move || if gate.is_none_or(|g| g.wait()) { control.run() } else { Ok(()) })?;
+    Ok(ServerHandle { path, tx, wake, thread: Some(thread) })
 }
 
 /// A running server.
@@ -265,6 +377,7 @@ pub struct ServerHandle {
 enum HandleMsg {
     Stats(mpsc::Sender<Value>),
     AllocDevice(DevKind, u64, mpsc::Sender<io::Result<DeviceBlock>>),
+    Handover(mpsc::Sender<io::Result<Handover>>),
     Shutdown,
 }
 
@@ -304,6 +417,17 @@ impl ServerHandle {
         let (rtx, rrx) = mpsc::channel();
         let gone = || io::Error::other("server stopped");
         self.tx.send(HandleMsg::AllocDevice(kind, size, rtx)).map_err(|_| gone())?;
+        self.wake.signal()?;
+        rrx.recv().map_err(|_| gone())?
+    }
+
+    /// Pause for a takeover (see [`Handover`]): the workers stop at a clean point, and the
+    /// state and descriptors a new process needs come back. The server serves nothing until
+    /// [`Handover::resume`] or [`Handover::commit`].
+    pub fn handover(&self) -> io::Result<Handover> {
+        let (rtx, rrx) = mpsc::channel();
+        let gone = || io::Error::other("server stopped");
+        self.tx.send(HandleMsg::Handover(rtx)).map_err(|_| gone())?;
         self.wake.signal()?;
         rrx.recv().map_err(|_| gone())?
     }
@@ -358,7 +482,7 @@ impl WorkerHandle {
 
 fn ack_response(a: Ack) -> Result<(), Response> {
     match a {
-        Ack::Done | Ack::Stats(_) => Ok(()),
+        Ack::Done | Ack::Stats(_) | Ack::Paused(_) => Ok(()),
         Ack::Failed(code, msg) => Err(Response::error(code, msg)),
     }
 }
@@ -387,8 +511,12 @@ struct Client {
     name: Option<String>,
     pid: Option<u32>,
     bar: Option<Arc<Mapping>>,
+    /// The BAR's memfd (kept for a takeover).
+    bar_fd: Option<OwnedFd>,
     /// Host registrations: IOVA -> bytes.
     regions: BTreeMap<u64, u64>,
+    /// The memfds of `regions` (kept for a takeover).
+    region_fds: BTreeMap<u64, OwnedFd>,
     next_iova: u64,
     /// Device allocations: address -> bytes.
     device: BTreeMap<u64, u64>,
@@ -412,6 +540,8 @@ struct Control {
     device: Vec<DeviceRegion>,
     /// Each device memory kind's base address and mapping.
     device_maps: Vec<(DevKind, u64, Arc<Mapping>)>,
+    /// The memfds of `device_maps`, in the same order.
+    device_fds: Vec<OwnedFd>,
     huge: bool,
     clients: BTreeMap<u32, Client>,
     next_client: u32,
@@ -420,14 +550,17 @@ struct Control {
     kernel_mask: u32,
     /// Receive buffer for client messages ([`MAX_MESSAGE`] bytes), reused for each one.
     buf: Vec<u8>,
+    /// A new process took over: nothing shared is touched or removed on the way out.
+    handed: bool,
 }
 
 impl Control {
     fn run(mut self) -> io::Result<()> {
         let r = self.serve();
         // Stop the workers whatever happened.
+        let op = || if self.handed { Op::Abandon } else { Op::Shutdown };
         for w in &self.workers {
-            let _ = w.tx.send(Cmd { op: Op::Shutdown, reply: mpsc::channel().0 });
+            let _ = w.tx.send(Cmd { op: op(), reply: mpsc::channel().0 });
             let _ = w.kick.signal();
         }
         for w in self.workers.iter_mut() {
@@ -435,7 +568,10 @@ impl Control {
                 let _ = j.join();
             }
         }
-        let _ = std::fs::remove_file(&self.cfg.socket);
+        // The socket is the new process's after a takeover.
+        if !self.handed {
+            let _ = std::fs::remove_file(&self.cfg.socket);
+        }
         r
     }
 
@@ -456,6 +592,12 @@ impl Control {
                         }
                         HandleMsg::AllocDevice(kind, size, reply) => {
                             let _ = reply.send(self.alloc_own(kind, size));
+                        }
+                        HandleMsg::Handover(reply) => {
+                            if self.handover_pause(reply) {
+                                self.handed = true;
+                                return Ok(());
+                            }
                         }
                         HandleMsg::Shutdown => return Ok(()),
                     }
@@ -495,7 +637,9 @@ impl Control {
                             name: None,
                             pid,
                             bar: None,
+                            bar_fd: None,
                             regions: BTreeMap::new(),
+                            region_fds: BTreeMap::new(),
                             next_iova: u64::from(id) << CLIENT_WINDOW_BITS,
                             device: BTreeMap::new(),
                             queues: BTreeMap::new(),
@@ -668,12 +812,17 @@ impl Control {
         bar.store_u32(abi::WORKERS, self.cfg.workers);
         bar.store_u32(abi::KERNELS, self.kernel_mask);
         bar.store_u32(abi::COMPUTE_WORKERS, self.cfg.compute_workers);
+        let kept = match bar_fd.try_clone() {
+            Ok(f) => f,
+            Err(e) => return (Response::error("internal", format!("BAR: {e}")), vec![]),
+        };
         let bar = Arc::new(bar);
         for w in self.compute_workers() {
             w.post(Op::AddKernelClient { client: id, bar: bar.clone() });
         }
         if let Some(c) = self.clients.get_mut(&id) {
             c.bar = Some(bar);
+            c.bar_fd = Some(kept);
             c.name = Some(name.chars().take(128).collect());
         }
         let resp = Response::Welcome {
@@ -744,6 +893,7 @@ impl Control {
         }
         let c = self.clients.get_mut(&id).ok_or_else(gone)?;
         c.regions.insert(iova, len);
+        c.region_fds.insert(iova, fd);
         c.next_iova = iova + span;
         Ok(Response::Registered { iova })
     }
@@ -755,6 +905,7 @@ impl Control {
         if c.regions.remove(&iova).is_none() {
             return Err(Response::error("no_region", format!("no registration at {iova:#x}")));
         }
+        c.region_fds.remove(&iova);
         self.unmap_host(iova);
         Ok(())
     }

@@ -22,7 +22,7 @@ use snic_compute::{Invocation, KernelCmd, KernelStatus, Kernels, MAX_KERNELS, US
 use snic_dma::engine::QueueIndices;
 use snic_dma::{
     AddressSpace, ChannelConfig, ChannelKey, Dir, DmaEngine, DmaError, DmaStats, Event, HostAddr,
-    LatencyHist, QueueConfig, QueueState,
+    LatencyHist, QueueConfig, QueueSnapshot, QueueState,
 };
 use snic_hostif::abi;
 use snic_hostif::shm::{EventFd, Mapping, SharedBacking};
@@ -70,6 +70,14 @@ pub(crate) enum Op {
     RemoveKernelClient { client: u32 },
     /// Counters.
     Stats,
+    /// Pause at a clean point for a takeover: finish what the engine has taken (no transfer
+    /// half done, no event unhandled), answer [`Ack::Paused`] with this worker's state, and
+    /// take nothing but [`Op::Resume`], [`Op::Abandon`] or [`Op::Shutdown`] until then.
+    Pause,
+    /// Carry on after a pause (the takeover failed).
+    Resume,
+    /// Leave the loop without touching shared memory again (a new process took over).
+    Abandon,
     /// Leave the loop.
     Shutdown,
 }
@@ -83,7 +91,56 @@ pub(crate) enum Ack {
     Failed(&'static str, String),
     /// Counters.
     Stats(Box<WorkerStats>),
+    /// Paused; its state.
+    Paused(Box<WorkerExport>),
 }
+
+/// What a paused worker keeps outside shared memory, for a new process to carry on (see
+/// `crate::takeover`).
+#[derive(Debug, Default)]
+pub(crate) struct WorkerExport {
+    pub queues: Vec<QueueExport>,
+    pub chans: Vec<ChanExport>,
+    pub kslots: Vec<KSlotExport>,
+}
+
+/// A queue of a paused worker.
+#[derive(Debug)]
+pub(crate) struct QueueExport {
+    pub qid: u16,
+    pub snap: QueueSnapshot,
+    /// Host registers last read, NIC registers last written (see `QueueSlot`).
+    pub seen: [u32; 3],
+    pub wrote: [u32; 4],
+    pub irq: Option<Arc<EventFd>>,
+}
+
+/// A channel of a paused worker (none runs: the pause finished every run).
+#[derive(Debug)]
+pub(crate) struct ChanExport {
+    pub key: ChannelKey,
+    pub cfg: ChannelConfig,
+    pub block: usize,
+    pub seen_seq: u32,
+    pub irq: Option<Arc<EventFd>>,
+}
+
+/// A client's kernel slot on a paused compute worker.
+#[derive(Debug)]
+pub(crate) struct KSlotExport {
+    pub client: u32,
+    pub kernel: u32,
+    pub irq: Option<Arc<EventFd>>,
+    pub cidx: u32,
+    pub sts_pidx: u32,
+    pub bad_pidx: Option<u32>,
+    pub runs: u32,
+    pub errors: u32,
+    pub busy_ns: u64,
+}
+
+/// Longest a pausing worker keeps serving what its engine already took.
+const PAUSE_DRAIN: Duration = Duration::from_secs(2);
 
 /// One command and where to acknowledge it.
 #[derive(Debug)]
@@ -270,6 +327,8 @@ pub(crate) struct Worker {
     queue_latency: LatencyHist,
     channel_latency: LatencyHist,
     stop: bool,
+    /// Stopped by [`Op::Abandon`]: shared memory is another process's now.
+    abandoned: bool,
 }
 
 impl Worker {
@@ -305,6 +364,7 @@ impl Worker {
             queue_latency: LatencyHist::default(),
             channel_latency: LatencyHist::default(),
             stop: false,
+            abandoned: false,
         }
     }
 
@@ -350,7 +410,9 @@ impl Worker {
             }
             self.nic.store_u32(flag, 0);
         }
-        self.nic.store_u32(flag, 0);
+        if !self.abandoned {
+            self.nic.store_u32(flag, 0);
+        }
     }
 
     /// One pass over everything; true when anything happened.
@@ -387,9 +449,14 @@ impl Worker {
             match self.rx.try_recv() {
                 Ok(cmd) => {
                     any = true;
+                    let pause = matches!(cmd.op, Op::Pause);
                     let ack = self.command(cmd.op);
+                    let paused = pause && matches!(ack, Ack::Paused(_));
                     // The control thread may have given up waiting (it never does today).
                     let _ = cmd.reply.send(ack);
+                    if paused {
+                        self.paused();
+                    }
                     if self.stop {
                         return true;
                     }
@@ -543,11 +610,154 @@ impl Worker {
                 queue_latency: self.queue_latency,
                 channel_latency: self.channel_latency,
             })),
+            Op::Pause => match self.pause() {
+                Ok(ex) => Ack::Paused(Box::new(ex)),
+                Err(why) => Ack::Failed("busy", why),
+            },
+            // Not paused: nothing to resume or abandon.
+            Op::Resume => Ack::Done,
+            Op::Abandon => {
+                self.stop = true;
+                self.abandoned = true;
+                Ack::Done
+            }
             Op::Shutdown => {
                 self.stop = true;
                 Ack::Done
             }
         }
+    }
+
+    /// Finish what the engine took (bounded by [`PAUSE_DRAIN`]), write every result back,
+    /// and export the state. No doorbell is read: what the host posts from now on waits in
+    /// its rings for whoever carries on. An error (a streaming packet half gathered, a
+    /// channel run that did not finish) leaves the worker running as it was.
+    fn pause(&mut self) -> Result<WorkerExport, String> {
+        let end = Instant::now() + PAUSE_DRAIN;
+        loop {
+            let n = self.engine.poll(POLL_BUDGET);
+            self.handle_events();
+            self.write_back();
+            if n == 0 {
+                break;
+            }
+            if Instant::now() >= end {
+                return Err("the engine did not finish its outstanding work in time".into());
+            }
+        }
+        let mut ex = WorkerExport::default();
+        for (&qid, q) in &self.queues {
+            let snap = self.engine.queue_snapshot(qid).map_err(|_| {
+                format!("queue {qid} is in the middle of a streaming packet; try again")
+            })?;
+            let irq = q.irq.clone();
+            ex.queues.push(QueueExport { qid, snap, seen: q.seen, wrote: q.wrote, irq });
+        }
+        for (&key, c) in &self.chans {
+            let cfg = self.engine.channel_config(key).copied();
+            let (Some(cfg), None) = (cfg, c.running) else {
+                return Err(format!("channel {} is still running a chain", key.0));
+            };
+            let (block, seen_seq, irq) = (c.block, c.seen_seq, c.irq.clone());
+            ex.chans.push(ChanExport { key, cfg, block, seen_seq, irq });
+        }
+        for k in &self.kslots {
+            ex.kslots.push(KSlotExport {
+                client: k.client,
+                kernel: k.kernel,
+                irq: k.irq.clone(),
+                cidx: k.cidx,
+                sts_pidx: k.sts_pidx,
+                bad_pidx: k.bad_pidx,
+                runs: k.runs,
+                errors: k.errors,
+                busy_ns: k.busy_ns,
+            });
+        }
+        for q in self.queues.values_mut() {
+            q.lat_mark = [None; 2];
+        }
+        Ok(ex)
+    }
+
+    /// Paused: wait for the control thread's word (at most the control thread's life).
+    fn paused(&mut self) {
+        loop {
+            let Ok(cmd) = self.rx.recv() else {
+                self.stop = true;
+                return;
+            };
+            let (ack, done) = match cmd.op {
+                Op::Resume => (Ack::Done, true),
+                Op::Abandon => {
+                    self.stop = true;
+                    self.abandoned = true;
+                    (Ack::Done, true)
+                }
+                Op::Shutdown => {
+                    self.stop = true;
+                    (Ack::Done, true)
+                }
+                _ => (Ack::Failed("bad_state", "the worker is paused".into()), false),
+            };
+            let _ = cmd.reply.send(ack);
+            if done {
+                return;
+            }
+        }
+    }
+
+    /// Take over a queue a paused worker of another process had ([`Op::Pause`]): the engine
+    /// gets its state and indices, the slot its register values; nothing in the BAR changes.
+    pub(crate) fn restore_queue(
+        &mut self,
+        q: QueueExport,
+        bar: Arc<Mapping>,
+    ) -> Result<(), DmaError> {
+        self.engine.restore_queue(q.qid, &q.snap)?;
+        let slot = abi::queue_slot(q.qid);
+        let qs =
+            QueueSlot { bar, slot, irq: q.irq, seen: q.seen, wrote: q.wrote, lat_mark: [None; 2] };
+        self.queues.insert(q.qid, qs);
+        Ok(())
+    }
+
+    /// Take over a channel (none was running), its registers untouched.
+    pub(crate) fn restore_channel(
+        &mut self,
+        c: ChanExport,
+        bar: Arc<Mapping>,
+    ) -> Result<(), DmaError> {
+        self.engine.add_channel(c.key, c.cfg)?;
+        let slot = ChanSlot {
+            bar,
+            block: c.block,
+            irq: c.irq,
+            seen_seq: c.seen_seq,
+            running: None,
+            started: None,
+        };
+        self.chans.insert(c.key, slot);
+        Ok(())
+    }
+
+    /// Take over a client's kernel slot, its registers untouched.
+    pub(crate) fn restore_kslot(&mut self, k: KSlotExport, bar: Arc<Mapping>) {
+        self.kslots.retain(|s| !(s.client == k.client && s.kernel == k.kernel));
+        self.kslots.push(KernelSlot {
+            client: k.client,
+            kernel: k.kernel,
+            bar,
+            base: abi::kernel_slot(k.kernel),
+            irq: k.irq,
+            pidx: 0,
+            cidx: k.cidx,
+            sts_pidx: k.sts_pidx,
+            bad_pidx: k.bad_pidx,
+            runs: k.runs,
+            errors: k.errors,
+            busy_ns: k.busy_ns,
+        });
     }
 
     /// Read every queue's and channel's host registers; hand changes to the engine.

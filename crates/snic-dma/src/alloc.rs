@@ -180,12 +180,50 @@ impl Allocator {
     pub fn allocations(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         self.used.iter().map(|(&o, &l)| (o, l))
     }
+
+    /// Allocate exactly `[offset, offset + size)` (the allocations of another allocator over
+    /// the same memory, taken over whole: a hitless upgrade). Fails with
+    /// [`AllocError::OutOfMemory`] when any byte of it is not free.
+    pub fn reserve(&mut self, offset: u64, size: u64) -> Result<(), AllocError> {
+        if size == 0 {
+            return Err(AllocError::ZeroSize);
+        }
+        let end = offset.checked_add(size);
+        let block = self.free.range(..=offset).next_back().map(|(&o, &l)| (o, l));
+        let Some((off, len)) = block.filter(|&(o, l)| end.is_some_and(|e| e <= o + l)) else {
+            return Err(AllocError::OutOfMemory { size, largest_free: self.largest_free() });
+        };
+        let end = offset + size;
+        self.free.remove(&off);
+        if offset > off {
+            self.free.insert(off, offset - off);
+        }
+        if end < off + len {
+            self.free.insert(end, off + len - end);
+        }
+        self.used.insert(offset, size);
+        self.used_bytes += size;
+        Ok(())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn reserve_takes_exactly_the_range_asked() {
+        let mut a = Allocator::new(1024);
+        a.reserve(100, 50).unwrap();
+        a.reserve(0, 10).unwrap();
+        assert_eq!(a.allocations().collect::<Vec<_>>(), vec![(0, 10), (100, 50)]);
+        assert!(a.reserve(120, 10).is_err(), "overlaps a reserved range");
+        assert!(a.reserve(1000, 100).is_err(), "past the end");
+        assert_eq!(a.alloc(20, 1).unwrap(), 10, "first fit goes around what was reserved");
+        a.free(100).unwrap();
+        assert_eq!(a.stats().used, 30);
+    }
 
     #[test]
     fn split_and_coalesce() {

@@ -135,6 +135,18 @@ pub struct QueueIndices {
     pub cmpt_cidx: u32,
 }
 
+/// A queue as another engine takes it over (a hitless upgrade): its configuration, state and
+/// indices. Everything else of a queue is in the rings, in shared memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueSnapshot {
+    /// Configuration.
+    pub cfg: QueueConfig,
+    /// State.
+    pub state: QueueState,
+    /// Indices.
+    pub idx: QueueIndices,
+}
+
 /// Identifies a channel inside one engine (the I/O layer chooses the numbering).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ChannelKey(pub u32);
@@ -855,6 +867,38 @@ impl DmaEngine {
     pub fn queue_indices(&self, qid: u16) -> Option<QueueIndices> {
         self.queue(qid).map(|q| q.idx)
     }
+    /// A queue's snapshot, for another engine to carry it on ([`Self::restore_queue`]).
+    /// Refused ([`DmaError::BadState`]) while a streaming packet is half gathered or waits
+    /// for [`Self::poll_stream`]: that would be lost. Taken between two [`Self::poll`] calls,
+    /// no transfer is half done (see [`DmaEngine`]).
+    pub fn queue_snapshot(&self, qid: u16) -> Result<QueueSnapshot, DmaError> {
+        let q = self.queue(qid).ok_or(DmaError::NoQueue(qid))?;
+        if q.pkt.open || q.tx_blocked || self.stream_out.iter().any(|(o, _)| *o == qid) {
+            return Err(DmaError::BadState(q.state));
+        }
+        Ok(QueueSnapshot { cfg: q.cfg, state: q.state, idx: q.idx })
+    }
+
+    /// Add queue `qid` as another engine had it ([`Self::queue_snapshot`]): the same checks
+    /// as [`Self::add_queue`], then its state and indices; outstanding slots are served by the
+    /// next [`Self::poll`] (a full completion ring stalls it again there).
+    pub fn restore_queue(&mut self, qid: u16, snap: &QueueSnapshot) -> Result<(), DmaError> {
+        if snap.idx.cmpt_pidx.wrapping_sub(snap.idx.cmpt_cidx) > snap.cfg.cmpt_size {
+            return Err(DmaError::BadConfig("completion indices beyond the ring"));
+        }
+        self.add_queue(qid, snap.cfg)?;
+        let q = self.queue_mut(qid).ok_or(DmaError::NoQueue(qid))?;
+        q.state = snap.state;
+        q.idx = snap.idx;
+        self.schedule(qid);
+        Ok(())
+    }
+
+    /// A channel's configuration.
+    pub fn channel_config(&self, key: ChannelKey) -> Option<&ChannelConfig> {
+        self.channels.get(&key).map(|c| &c.cfg)
+    }
+
     /// Ids of all queues, ascending.
     pub fn qids(&self) -> impl Iterator<Item = u16> + '_ {
         self.queues.iter().enumerate().filter(|(_, q)| q.is_some()).map(|(i, _)| i as u16)
@@ -1660,6 +1704,42 @@ mod tests {
             (1, 1, 24)
         );
         assert!(r.e.stats().cmpt_full_stalls >= 1);
+    }
+
+    /// A queue snapshotted with work outstanding carries on in another engine over the same
+    /// memory: the remaining slots are served there, completions continue where they were;
+    /// a half-gathered streaming packet refuses the snapshot.
+    #[test]
+    fn a_restored_queue_carries_on_where_it_was() {
+        let mut r = rig();
+        r.mm(0);
+        let data = r.fill(BUF, 3 * 64, 7);
+        for i in 0..3u32 {
+            let off = u64::from(i) * 64;
+            r.post(0, Dir::H2c, i, Descriptor::new(BUF + off, r.dev + off, 64));
+        }
+        r.e.doorbell(0, Dir::H2c, 3);
+        assert_eq!(r.e.poll(1), 1);
+        let snap = r.e.queue_snapshot(0).unwrap();
+        assert_eq!((snap.idx.h2c_pidx, snap.idx.h2c_cidx, snap.idx.cmpt_pidx), (3, 1, 1));
+        let mut other = DmaEngine::new(std::mem::take(&mut r.e.mem));
+        other.restore_queue(0, &snap).unwrap();
+        assert_eq!(other.queue_state(0), Some(QueueState::Running));
+        while other.poll(16) > 0 {}
+        r.e.mem = std::mem::take(&mut other.mem);
+        let idx: Vec<u32> = (0..3).map(|i| r.cmpt(0, i).index).collect();
+        assert_eq!(idx, vec![1, 2, 3]);
+        assert_eq!(r.bytes(r.dev, 3 * 64), data);
+        assert_eq!(other.stats().descs, 2, "only the outstanding slots ran again");
+        // A completion ring the snapshot claims is over-full is refused.
+        let bad = QueueSnapshot { idx: QueueIndices { cmpt_pidx: 40, ..snap.idx }, ..snap };
+        assert!(DmaEngine::new(AddressSpace::new()).restore_queue(1, &bad).is_err());
+
+        st_queue(&mut r, 2, 8, Some(2));
+        r.post(2, Dir::H2c, 0, Descriptor { flags: flags::SOP, ..Descriptor::new(BUF, 0, 8) });
+        r.e.doorbell(2, Dir::H2c, 1);
+        while r.e.poll(16) > 0 {}
+        assert!(matches!(r.e.queue_snapshot(2), Err(DmaError::BadState(_))));
     }
 
     #[test]

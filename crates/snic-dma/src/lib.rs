@@ -27,7 +27,7 @@ pub mod testing;
 pub use desc::{Completion, Descriptor, Dir, Status};
 pub use engine::{
     ChannelConfig, ChannelKey, DmaEngine, DmaError, DmaStats, Event, Mode, Notify, QueueConfig,
-    QueueIndices, QueueState,
+    QueueIndices, QueueSnapshot, QueueState,
 };
 pub use latency::LatencyHist;
 pub use mem::{

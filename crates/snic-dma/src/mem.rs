@@ -832,6 +832,24 @@ impl AddressSpace {
         r.carve(size, align)?.ok_or(MemError::NoDeviceMemory { kind: r.kind, size })
     }
 
+    /// Allocate exactly `size` bytes at `addr` in the region holding it (which must have an
+    /// allocator): an allocation another address space made over the same memory, taken over
+    /// by a new process.
+    pub fn alloc_at(&mut self, addr: u64, size: u64) -> Result<(), MemError> {
+        let i = self.find(addr).ok_or(MemError::Unmapped { addr })?;
+        let r = &mut self.regions[i];
+        let a = r.alloc.as_mut().ok_or(MemError::NoDeviceMemory { kind: r.kind, size })?;
+        a.reserve(addr - r.base, size).map_err(MemError::Alloc)
+    }
+
+    /// The live allocations of the region at `base`, as (address, bytes), in address order
+    /// (what [`Self::alloc_at`] takes again elsewhere).
+    pub fn allocations_in(&self, base: u64) -> Result<Vec<(u64, u64)>, MemError> {
+        let i = self.find(base).ok_or(MemError::Unmapped { addr: base })?;
+        let r = &self.regions[i];
+        Ok(r.alloc.iter().flat_map(|a| a.allocations()).map(|(o, l)| (r.base + o, l)).collect())
+    }
+
     /// Free an allocation made by [`Self::alloc`], given its start address.
     pub fn free(&mut self, addr: u64) -> Result<u64, MemError> {
         let i = self.find(addr).ok_or(MemError::Unmapped { addr })?;

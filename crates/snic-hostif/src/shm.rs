@@ -486,6 +486,12 @@ fn set_nonblocking(fd: BorrowedFd<'_>, nb: bool) -> io::Result<()> {
 }
 
 impl SeqListener {
+    /// A listener over a listening `SOCK_SEQPACKET` socket received from elsewhere (another
+    /// process handing its socket over).
+    pub fn from_fd(fd: OwnedFd) -> SeqListener {
+        SeqListener { fd }
+    }
+
     /// Bind and listen at `path` (an existing socket file is replaced).
     pub fn bind(path: &Path) -> io::Result<SeqListener> {
         let (addr, alen) = unix_addr(path)?;
@@ -540,6 +546,12 @@ const CMSG_CAP: usize = unsafe { libc::CMSG_SPACE((MAX_FDS * size_of::<RawFd>())
 struct CmsgBuf([u8; CMSG_CAP]);
 
 impl SeqPacket {
+    /// A connection over a connected `SOCK_SEQPACKET` socket received from elsewhere
+    /// (another process handing its connection over).
+    pub fn from_fd(fd: OwnedFd) -> SeqPacket {
+        SeqPacket { fd }
+    }
+
     /// Connect to a listener at `path`.
     pub fn connect(path: &Path) -> io::Result<SeqPacket> {
         let (addr, alen) = unix_addr(path)?;

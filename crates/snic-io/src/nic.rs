@@ -126,6 +126,12 @@ impl NicNode {
             .min()
     }
 
+    /// The NIC's ports, in port order (the wire first), for a takeover to hand over
+    /// ([`crate::Port::handover`]) once the node is quiet (after [`Self::flush`]).
+    pub fn ports_mut(&mut self) -> &mut [Box<dyn crate::Port>] {
+        self.node.ports.ports_mut()
+    }
+
     /// The poll descriptors of the ports that have one.
     pub fn poll_fds(&self, out: &mut Vec<std::os::fd::RawFd>) {
         self.node.poll_fds(out);

@@ -230,6 +230,11 @@ impl Nic {
     pub fn neighbours(&self) -> &Neighbours {
         &self.neigh
     }
+
+    /// The neighbour table, to change (a takeover fills it with what another NIC knew).
+    pub fn neighbours_mut(&mut self) -> &mut Neighbours {
+        &mut self.neigh
+    }
 }
 
 /// True for a unicast address: not unspecified, multicast or (IPv4) broadcast. A NIC's RoCE

@@ -855,6 +855,33 @@ impl Neighbours {
         self.entries.is_empty()
     }
 
+    /// The neighbours whose MAC is known (reachable, stale or being probed), in address
+    /// order: what a takeover carries ([`Self::adopt_known`]).
+    pub fn known(&self) -> Vec<(IpAddr, EthernetAddress)> {
+        let known = |s: &Slot| matches!(s.phase, Phase::Reachable | Phase::Probe);
+        self.entries
+            .iter()
+            .filter(|(_, s)| known(s))
+            .filter_map(|(ip, s)| Some((*ip, s.mac?)))
+            .collect()
+    }
+
+    /// Enter neighbours another table knew ([`Self::known`]) as stale entries: used at once,
+    /// confirmed by the usual probe. Counted in `learned`; entries beyond the capacity or of
+    /// a family none of our addresses has are left out.
+    pub fn adopt_known(&mut self, now: Instant, known: &[(IpAddr, EthernetAddress)]) {
+        for &(ip, mac) in known {
+            let Some(&src) = self.ips.iter().find(|a| a.is_ipv4() == ip.is_ipv4()) else {
+                continue;
+            };
+            if self.ips.contains(&ip) || !mac.is_unicast() {
+                continue;
+            }
+            let how = Learn { confirm: false, overrides: true, create: true, src };
+            let _ = self.learn(now, ip, mac, how);
+        }
+    }
+
     /// The entry of `ip`, with its state at `now` (reachable or stale).
     pub fn entry(&self, now: Instant, ip: IpAddr) -> Option<Entry> {
         self.entries.get(&ip).map(|s| Self::describe(now, ip, s))
@@ -896,5 +923,30 @@ impl Neighbours {
     /// `2 * capacity + 16`.
     pub fn control_limit(&self) -> usize {
         self.tx.control_limit
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_neighbours_carry_to_another_table_as_stale() {
+        let mac = EthernetAddress([2, 0, 0, 0, 0, 1]);
+        let ips: Vec<IpAddr> = vec!["10.0.0.1".parse().unwrap()];
+        let mut a = Neighbours::new(NeighConfig::default(), mac, &ips);
+        let peer = EthernetAddress([2, 0, 0, 0, 0, 2]);
+        let how = Learn { confirm: true, overrides: true, create: true, src: ips[0] };
+        let t = Instant::from_nanos(1_000);
+        a.learn(t, "10.0.0.2".parse().unwrap(), peer, how);
+        let known = a.known();
+        assert_eq!(known, vec![("10.0.0.2".parse().unwrap(), peer)]);
+        let mut b = Neighbours::new(NeighConfig::default(), mac, &ips);
+        // An IPv6 neighbour has no address of its family here: left out.
+        let v6 = ("fe80::2".parse().unwrap(), peer);
+        b.adopt_known(t, &[known[0], v6]);
+        let e = b.entry(t, known[0].0).expect("carried");
+        assert_eq!((e.mac, e.state), (Some(peer), State::Stale));
+        assert!(b.entry(t, v6.0).is_none());
     }
 }

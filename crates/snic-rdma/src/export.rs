@@ -249,13 +249,37 @@ impl Rnic {
     /// (same engine addresses); the QPs' rings are allocated anew and their posted WQEs copied
     /// in. All or nothing: on an error nothing changed.
     pub fn import(&mut self, st: &RnicExport, now: Instant) -> Result<(), ImportError> {
+        self.import_with(st, now, false)
+    }
+
+    /// [`Self::import`] with the QPs' rings left where they were: the memory they lie in was
+    /// carried whole (the same bytes at the same engine addresses, their allocations already
+    /// taken), as when a process hands its host interface over with its memory. Each ring
+    /// must be mapped; its slots are not copied.
+    pub fn import_in_place(&mut self, st: &RnicExport, now: Instant) -> Result<(), ImportError> {
+        self.import_with(st, now, true)
+    }
+
+    fn import_with(
+        &mut self,
+        st: &RnicExport,
+        now: Instant,
+        keep: bool,
+    ) -> Result<(), ImportError> {
         if st.version != EXPORT_VERSION {
             return Err(ImportError::Version { got: st.version, want: EXPORT_VERSION });
         }
         self.check_import(st)?;
         // Allocate every ring before anything changes; undo on failure.
         let mut rings: Vec<(u64, Option<u64>)> = Vec::with_capacity(st.qps.len());
-        for q in &st.qps {
+        for q in st.qps.iter().filter(|_| keep) {
+            for r in std::iter::once(&q.sq).chain(q.rq.as_ref()) {
+                let len = u64::from(r.depth) * r.slot as u64;
+                self.core.mem.check(r.base, len).map_err(ImportError::Mem)?;
+            }
+            rings.push((q.sq.base, q.rq.map(|r| r.base)));
+        }
+        for q in st.qps.iter().filter(|_| !keep) {
             match self.alloc_rings(q) {
                 Ok(r) => rings.push(r),
                 Err(e) => {
@@ -298,7 +322,7 @@ impl Rnic {
         for (q, (sq_base, rq_base)) in st.qps.iter().zip(rings) {
             let mut sq = q.sq;
             sq.base = sq_base;
-            for (k, s) in q.sq_slots.iter().enumerate() {
+            for (k, s) in q.sq_slots.iter().enumerate().filter(|_| !keep) {
                 let a = sq.slot_addr(sq.cidx.wrapping_add(k as u32));
                 if let Ok(dst) = core.mem.slice_mut(a, wqe::SQ_SLOT) {
                     dst.copy_from_slice(s);
@@ -306,7 +330,7 @@ impl Rnic {
             }
             let rq = q.rq.zip(rq_base).map(|(mut r, base)| {
                 r.base = base;
-                for (k, s) in q.rq_slots.iter().enumerate() {
+                for (k, s) in q.rq_slots.iter().enumerate().filter(|_| !keep) {
                     let a = r.slot_addr(r.cidx.wrapping_add(k as u32));
                     if let Ok(dst) = core.mem.slice_mut(a, wqe::RQ_SLOT) {
                         dst.copy_from_slice(s);

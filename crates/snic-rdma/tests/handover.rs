@@ -433,3 +433,28 @@ proptest! {
         }
     }
 }
+
+/// [`Rnic::import_in_place`] over the exporting engine's memory moved whole: the QP's rings
+/// stay at their addresses with the posted WQEs as they were; over memory without the rings
+/// mapped it is refused and changes nothing.
+#[test]
+fn import_in_place_keeps_the_rings_where_they_were() {
+    let (st, mut b) = exported();
+    let qpn = b.qpn;
+    let rings = b.nic.qp_rings(qpn).unwrap();
+    let (rq, rq_len) = (rings.1.expect("an RQ"), 64 * wqe::RQ_SLOT);
+    let before = b.nic.mem().slice(rq, rq_len).unwrap().to_vec();
+    let now = Instant::from_nanos(5_000_000);
+    let mut n = fresh();
+    std::mem::swap(n.mem_mut(), b.nic.mem_mut());
+    n.import_in_place(&st, now).unwrap();
+    assert_eq!(n.qp_rings(qpn).unwrap(), rings);
+    assert_eq!(n.mem().slice(rq, rq_len).unwrap(), &before[..], "slots not rewritten");
+    assert_eq!(n.query_qp(qpn).unwrap().state, QpState::Rts);
+
+    let mut empty = Rnic::new(EndOpts { host_pool: 0, ..opts() }.config(3)).unwrap();
+    let mut no_mrs = st.clone();
+    no_mrs.mrs.clear();
+    assert!(matches!(empty.import_in_place(&no_mrs, now), Err(ImportError::Mem(_))));
+    assert!(empty.qp_rings(qpn).is_err(), "nothing imported");
+}
