@@ -192,6 +192,92 @@ impl Channel {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Steps both takeovers (`snic run`, `snic serve`) share.
+
+/// Nanoseconds since the Unix epoch (0 before it): how the two processes tell each other
+/// times, their monotonic clocks having different origins.
+pub fn unix_ns(t: std::time::SystemTime) -> u64 {
+    t.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// The user id owning process `pid` (from `/proc`).
+pub fn uid_of(pid: u32) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/proc/{pid}")).ok().map(|m| m.uid())
+}
+
+/// Wait until process `pid` has exited (gone, or a zombie), at most `limit`.
+pub fn wait_exit(pid: u32, limit: Duration) -> bool {
+    let end = Instant::now() + limit;
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"));
+        let exited = match stat {
+            Err(_) => true,
+            // The state follows the parenthesised command name.
+            Ok(s) => s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        };
+        if exited || pid == 0 {
+            return true;
+        }
+        if Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// A private directory (mode 0700, removed on drop) for the takeover channel's socket, so
+/// that no other user can connect to it first.
+pub struct PrivateDir(pub PathBuf);
+
+impl PrivateDir {
+    /// A fresh directory under the temporary directory.
+    pub fn new() -> anyhow::Result<PrivateDir> {
+        use anyhow::Context as _;
+        use std::os::unix::fs::DirBuilderExt;
+        let nanos = unix_ns(std::time::SystemTime::now());
+        let dir =
+            std::env::temp_dir().join(format!("snic-takeover-{}-{nanos:x}", std::process::id()));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .with_context(|| format!("creating {}", dir.display()))?;
+        Ok(PrivateDir(dir))
+    }
+}
+
+impl Drop for PrivateDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The new process's first step: listen on a channel in a private directory, ask the process
+/// answering on `control` to hand over there, and accept its connection (within `timeout`).
+/// Only the process that answered on the control socket may connect: the channel and that
+/// process's pid.
+pub fn ask_to_hand_over(control: &Path, timeout: Duration) -> anyhow::Result<(Channel, u32)> {
+    use anyhow::Context as _;
+    let dir = PrivateDir::new()?;
+    let path = dir.0.join("channel.sock");
+    let listener = Channel::listen(&path)?;
+    let req = crate::control::Request::Upgrade { channel: path.display().to_string() };
+    let answer = crate::control::request(control, &req)
+        .with_context(|| format!("asking the process at {} to hand over", control.display()))?;
+    let chan = listener.accept(timeout).context("the old process did not connect")?;
+    drop(listener);
+    drop(dir);
+    let want = answer["pid"].as_u64().and_then(|p| u32::try_from(p).ok());
+    match (want, chan.peer_pid()) {
+        (Some(w), Some(p)) if w == p => Ok((chan, w)),
+        (w, p) => anyhow::bail!(
+            "the takeover channel's peer is pid {p:?}, not the process at {} (pid {w:?})",
+            control.display()
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

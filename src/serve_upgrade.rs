@@ -42,34 +42,24 @@
 //! reason, if asked anyway, e.g. when its own arguments hold a stateful stage, a core program was loaded into it with `snic ebpf load
 //! --core`, or while a chained RDMA command runs).
 
-use crate::handover::Channel;
+use crate::handover::{Channel, ask_to_hand_over, uid_of, unix_ns, wait_exit};
 use crate::upgrade::TAKEOVER_TIMEOUT;
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 use snic_device::{Adopted, Server, ServerConfig, ServerHandle};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use crate::serve::ServeArgs;
 
 /// Version of the handover document of `snic serve`.
 const VERSION: u64 = 1;
 
-fn unix_ns(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
-}
-
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// The user id owning process `pid` (from `/proc`).
-fn uid_of(pid: u32) -> Option<u32> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(format!("/proc/{pid}")).ok().map(|m| m.uid())
 }
 
 /// What of `snic serve`'s own arguments (beyond the server's configuration, which
@@ -278,30 +268,6 @@ fn exchange(chan: &Channel, doc: &Value, fds: &[OwnedFd]) -> Result<()> {
 // ---------------------------------------------------------------------------------------------
 // The new process's side.
 
-/// A private directory (mode 0700, removed on drop) for the takeover channel's socket, so
-/// that no other user can connect to it first.
-struct PrivateDir(PathBuf);
-
-impl PrivateDir {
-    fn new() -> Result<PrivateDir> {
-        use std::os::unix::fs::DirBuilderExt;
-        let nanos = unix_ns(SystemTime::now());
-        let dir = std::env::temp_dir()
-            .join(format!("snic-serve-takeover-{}-{nanos:x}", std::process::id()));
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&dir)
-            .with_context(|| format!("creating {}", dir.display()))?;
-        Ok(PrivateDir(dir))
-    }
-}
-
-impl Drop for PrivateDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// A whole NIC's adopted ports (wire first, then the host netdev) and its MAC.
 pub type HandedNic = (Vec<Box<dyn snic_io::Port>>, [u8; 6]);
 
@@ -323,25 +289,7 @@ impl ServeTakeover {
     /// paused for nothing.
     pub fn begin(control: &Path, args: &ServeArgs) -> Result<ServeTakeover> {
         check_takeover(args)?;
-        let dir = PrivateDir::new()?;
-        let path = dir.0.join("channel.sock");
-        let listener = Channel::listen(&path)?;
-        let req = crate::control::Request::Upgrade { channel: path.display().to_string() };
-        let answer = crate::control::request(control, &req)
-            .with_context(|| format!("asking the process at {} to hand over", control.display()))?;
-        let chan = listener.accept(TAKEOVER_TIMEOUT).context("the old process did not connect")?;
-        drop(listener);
-        drop(dir);
-        // Only the process that answered on the control socket may hand over.
-        let want = answer["pid"].as_u64();
-        if chan.peer_pid().map(u64::from) != want || want.is_none() {
-            bail!(
-                "the takeover channel's peer is pid {:?}, not the process at {} (pid {:?})",
-                chan.peer_pid(),
-                control.display(),
-                want
-            );
-        }
+        let (chan, pid) = ask_to_hand_over(control, TAKEOVER_TIMEOUT)?;
         let (doc, fds) = chan.recv(TAKEOVER_TIMEOUT).context("receiving the handover")?;
         match doc["op"].as_str() {
             Some("handover") if doc["version"].as_u64() == Some(VERSION) => {}
@@ -351,7 +299,6 @@ impl ServeTakeover {
             ),
             _ => bail!("not a `snic serve` handover document (version {VERSION}): {}", doc["op"]),
         }
-        let pid = want.unwrap_or(0) as u32;
         let fds = fds.into_iter().map(Some).collect();
         let t = ServeTakeover { chan, doc, fds, pid, summary: serde_json::Map::new() };
         // Checked before anything is built around the handed objects.
@@ -470,26 +417,6 @@ impl ServeTakeover {
     }
 }
 
-/// Wait until process `pid` has exited (gone, or a zombie), at most `limit`.
-fn wait_exit(pid: u32, limit: Duration) -> bool {
-    let end = std::time::Instant::now() + limit;
-    loop {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"));
-        let exited = match stat {
-            Err(_) => true,
-            // The state follows the parenthesised command name.
-            Ok(s) => s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-        };
-        if exited || pid == 0 {
-            return true;
-        }
-        if std::time::Instant::now() >= end {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -498,7 +425,7 @@ mod tests {
     /// loop's turn is over, not only while the first waits to be taken up.
     #[test]
     fn a_second_upgrade_request_is_refused_while_one_is_under_way() {
-        let dir = PrivateDir::new().unwrap();
+        let dir = crate::handover::PrivateDir::new().unwrap();
         let path = dir.0.join("channel.sock");
         let _listener = Channel::listen(&path).unwrap();
         let (handoff, wake) = ServeHandoff::new();

@@ -34,7 +34,7 @@
 //! the link of the XDP program (see [`snic_io::handover`]). Generators and pcap files are
 //! refused up front (they would start again); `null` ports are opened again.
 
-use crate::handover::Channel;
+use crate::handover::{Channel, ask_to_hand_over, uid_of, unix_ns, wait_exit};
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 use snic_io::handover::PortState;
@@ -42,20 +42,16 @@ use snic_io::runtime::{AfterPause, OpenPorts, PausedPort, RunConfig};
 use snic_io::{Port, PortSpec};
 use snic_time::Clock;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 /// Longest either side waits for the other at any step of a takeover.
 pub const TAKEOVER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Version of the handover document.
 const VERSION: u64 = 1;
-
-fn unix_ns(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
-}
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -242,36 +238,6 @@ pub struct Takeover {
     steps: serde_json::Map<String, Value>,
 }
 
-/// A private directory (mode 0700, removed on drop) for the takeover channel's socket, so
-/// that no other user can connect to it first.
-struct PrivateDir(PathBuf);
-
-impl PrivateDir {
-    fn new() -> Result<PrivateDir> {
-        use std::os::unix::fs::DirBuilderExt;
-        let nanos = unix_ns(SystemTime::now());
-        let dir =
-            std::env::temp_dir().join(format!("snic-takeover-{}-{nanos:x}", std::process::id()));
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&dir)
-            .with_context(|| format!("creating {}", dir.display()))?;
-        Ok(PrivateDir(dir))
-    }
-}
-
-impl Drop for PrivateDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// The user id owning process `pid` (from `/proc`).
-fn uid_of(pid: u32) -> Option<u32> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(format!("/proc/{pid}")).ok().map(|m| m.uid())
-}
-
 /// The stages of a configuration as the handover compares them (in full: a kernel stage's
 /// key too; the handover goes to a process of the same user only).
 pub fn stage_list(stages: &[snic_pipeline::StageSpec]) -> Vec<String> {
@@ -327,32 +293,13 @@ impl Takeover {
     /// cannot be taken over is not paused for nothing.
     pub fn begin(control: &Path, cfg: &RunConfig) -> Result<Takeover> {
         check_takeover_ports(cfg)?;
-        let dir = PrivateDir::new()?;
-        let path = dir.0.join("channel.sock");
-        let listener = Channel::listen(&path)?;
-        let req = crate::control::Request::Upgrade { channel: path.display().to_string() };
-        let answer = crate::control::request(control, &req)
-            .with_context(|| format!("asking the process at {} to hand over", control.display()))?;
-        let chan = listener.accept(TAKEOVER_TIMEOUT).context("the old process did not connect")?;
-        drop(listener);
-        drop(dir);
-        // Only the process that answered on the control socket may hand over.
-        let want = answer["pid"].as_u64();
-        if chan.peer_pid().map(u64::from) != want || want.is_none() {
-            bail!(
-                "the takeover channel's peer is pid {:?}, not the process at {} (pid {:?})",
-                chan.peer_pid(),
-                control.display(),
-                want
-            );
-        }
+        let (chan, pid) = ask_to_hand_over(control, TAKEOVER_TIMEOUT)?;
         let (doc, fds) = chan.recv(TAKEOVER_TIMEOUT).context("receiving the handover")?;
         match doc["op"].as_str() {
             Some("handover") if doc["version"].as_u64() == Some(VERSION) => {}
             Some("abort") => bail!("the old process could not hand over: {}", doc["error"]),
             _ => bail!("not a handover document (version {VERSION}): {}", doc["op"]),
         }
-        let pid = want.unwrap_or(0) as u32;
         let mut t = Takeover {
             chan,
             doc,
@@ -565,25 +512,5 @@ impl Takeover {
         m.insert("gap_ms".into(), json!((gap.as_secs_f64() * 1e6).round() / 1e3));
         m.insert("steps_ms".into(), Value::Object(self.steps.clone()));
         Value::Object(m)
-    }
-}
-
-/// Wait until process `pid` has exited (gone, or a zombie), at most `limit`.
-fn wait_exit(pid: u32, limit: Duration) -> bool {
-    let end = std::time::Instant::now() + limit;
-    loop {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"));
-        let exited = match stat {
-            Err(_) => true,
-            // The state follows the parenthesised command name.
-            Ok(s) => s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-        };
-        if exited || pid == 0 {
-            return true;
-        }
-        if std::time::Instant::now() >= end {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(1));
     }
 }
