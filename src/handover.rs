@@ -227,6 +227,28 @@ pub fn wait_exit(pid: u32, limit: Duration) -> bool {
     }
 }
 
+/// The new process's last step, once the old one has committed: wait (at most `limit`) for it
+/// to close `chan` and be gone, and kill it if it is not (it must not serve on, and its
+/// listeners would keep this process from binding the control socket). `who` names the
+/// command in the message.
+pub fn wait_gone_or_kill(
+    chan: &Channel,
+    pid: u32,
+    limit: Duration,
+    who: &str,
+) -> anyhow::Result<()> {
+    // It closes the channel when it exits.
+    let gone = matches!(chan.recv(limit), Err(e) if e.kind() == io::ErrorKind::UnexpectedEof);
+    if !(gone && wait_exit(pid, limit)) {
+        eprintln!("{who}: the old process (pid {pid}) did not exit; killing it");
+        let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+        if !wait_exit(pid, Duration::from_secs(2)) {
+            anyhow::bail!("the old process (pid {pid}) is still running after SIGKILL");
+        }
+    }
+    Ok(())
+}
+
 /// A private directory (mode 0700, removed on drop) for the takeover channel's socket, so
 /// that no other user can connect to it first.
 pub struct PrivateDir(pub PathBuf);

@@ -42,7 +42,7 @@
 //! reason, if asked anyway, e.g. when its own arguments hold a stateful stage, a core program was loaded into it with `snic ebpf load
 //! --core`, or while a chained RDMA command runs).
 
-use crate::handover::{Channel, ask_to_hand_over, uid_of, unix_ns, wait_exit};
+use crate::handover::{Channel, ask_to_hand_over, uid_of, unix_ns, wait_gone_or_kill};
 use crate::upgrade::TAKEOVER_TIMEOUT;
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
@@ -388,18 +388,7 @@ impl ServeTakeover {
     /// Wait (at most [`TAKEOVER_TIMEOUT`]) for the old process to be gone; kill it if it
     /// is not (it committed: it must not serve on, and its control socket must be free).
     pub fn wait_old_gone(&self) -> Result<()> {
-        // It closes the channel when it exits.
-        let gone = matches!(self.chan.recv(TAKEOVER_TIMEOUT),
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof);
-        if !(gone && wait_exit(self.pid, TAKEOVER_TIMEOUT)) {
-            eprintln!("snic serve: the old process (pid {}) did not exit; killing it", self.pid);
-            let _ =
-                std::process::Command::new("kill").args(["-KILL", &self.pid.to_string()]).status();
-            if !wait_exit(self.pid, Duration::from_secs(2)) {
-                bail!("the old process (pid {}) is still running after SIGKILL", self.pid);
-            }
-        }
-        Ok(())
+        wait_gone_or_kill(&self.chan, self.pid, TAKEOVER_TIMEOUT, "snic serve")
     }
 
     /// The gap so far: from the old server's pause until now.

@@ -34,7 +34,7 @@
 //! the link of the XDP program (see [`snic_io::handover`]). Generators and pcap files are
 //! refused up front (they would start again); `null` ports are opened again.
 
-use crate::handover::{Channel, ask_to_hand_over, uid_of, unix_ns, wait_exit};
+use crate::handover::{Channel, ask_to_hand_over, uid_of, unix_ns, wait_gone_or_kill};
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 use snic_io::handover::PortState;
@@ -477,20 +477,7 @@ impl Takeover {
     /// and kill it if it is not: it must not serve on, and its listeners would keep this
     /// process from binding the control socket.
     pub fn wait_old(&self) -> Result<()> {
-        // It closes the channel when it exits.
-        let gone = matches!(self.chan.recv(TAKEOVER_TIMEOUT),
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof);
-        if !(gone && wait_exit(self.pid, TAKEOVER_TIMEOUT)) {
-            // It committed: it must not serve on. Its listeners would keep this process from
-            // binding the control socket, and its ports are this process's now.
-            eprintln!("snic: the old process (pid {}) did not exit; killing it", self.pid);
-            let _ =
-                std::process::Command::new("kill").args(["-KILL", &self.pid.to_string()]).status();
-            if !wait_exit(self.pid, Duration::from_secs(2)) {
-                bail!("the old process (pid {}) is still running after SIGKILL", self.pid);
-            }
-        }
-        Ok(())
+        wait_gone_or_kill(&self.chan, self.pid, TAKEOVER_TIMEOUT, "snic")
     }
 
     /// Note that step `name` ended now (see [`Takeover::report`]).
