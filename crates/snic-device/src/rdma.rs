@@ -432,6 +432,24 @@ fn opcode_code(o: WcOpcode) -> u32 {
     }
 }
 
+/// A RoCE engine on `addr` (and `more_ips`) with no memory pools of its own: `mem`, the address
+/// space that allocates device memory and maps registrations, takes the place of the empty one
+/// it starts with.
+fn engine(addr: SocketAddr, more_ips: Vec<IpAddr>, mut mem: AddressSpace) -> io::Result<Rnic> {
+    let cfg = RnicConfig {
+        local_ip: addr.ip(),
+        more_ips,
+        udp_port: addr.port(),
+        host_pool: 0,
+        on_chip: 0,
+        on_board: 0,
+        ..RnicConfig::default()
+    };
+    let mut rnic = Rnic::new(cfg).map_err(|e| io::Error::other(e.to_string()))?;
+    std::mem::swap(rnic.mem_mut(), &mut mem);
+    Ok(rnic)
+}
+
 fn cqe_out(c: &Cqe) -> RdmaCqe {
     RdmaCqe {
         wr_id: c.wr_id,
@@ -473,19 +491,7 @@ impl RdmaHost {
         };
         // A duplicate of the receive socket, for a takeover to hand over.
         let rx = transport.as_ref().map(|t| t.rx_socket().try_clone()).transpose()?;
-        let cfg = RnicConfig {
-            local_ip: addr.ip(),
-            more_ips,
-            udp_port: addr.port(),
-            host_pool: 0,
-            on_chip: 0,
-            on_board: 0,
-            ..RnicConfig::default()
-        };
-        let mut rnic = Rnic::new(cfg).map_err(|e| io::Error::other(e.to_string()))?;
-        // The engine starts with an empty address space: the master takes its place.
-        let mut mem = mem;
-        std::mem::swap(rnic.mem_mut(), &mut mem);
+        let rnic = engine(addr, more_ips, mem)?;
         let shared = Arc::new(Shared {
             rnic: Mutex::new(rnic),
             node,
@@ -1412,18 +1418,7 @@ impl RdmaHost {
             return Err(bad(format!("RDMA address {} there, {addr} here", doc["addr"])));
         }
         let wire = node.is_some();
-        let cfg = RnicConfig {
-            local_ip: addr.ip(),
-            more_ips,
-            udp_port: addr.port(),
-            host_pool: 0,
-            on_chip: 0,
-            on_board: 0,
-            ..RnicConfig::default()
-        };
-        let mut rnic = Rnic::new(cfg).map_err(|e| io::Error::other(e.to_string()))?;
-        let mut mem = mem;
-        std::mem::swap(rnic.mem_mut(), &mut mem);
+        let mut rnic = engine(addr, more_ips, mem)?;
         let empty = Vec::new();
         let mut clients = BTreeMap::new();
         for c in doc["clients"].as_array().unwrap_or(&empty) {
