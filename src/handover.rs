@@ -202,7 +202,7 @@ pub fn unix_ns(t: std::time::SystemTime) -> u64 {
 }
 
 /// The user id owning process `pid` (from `/proc`).
-pub fn uid_of(pid: u32) -> Option<u32> {
+fn uid_of(pid: u32) -> Option<u32> {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata(format!("/proc/{pid}")).ok().map(|m| m.uid())
 }
@@ -225,6 +225,21 @@ pub fn wait_exit(pid: u32, limit: Duration) -> bool {
         }
         std::thread::sleep(Duration::from_millis(1));
     }
+}
+
+/// The old process's first step, on an `upgrade` request: connect to the new process's
+/// channel at `path`, which must belong to a process of this one's user (the descriptors go
+/// to it). The error is the answer for the control client.
+pub fn connect_to_new(path: &Path) -> Result<Channel, String> {
+    let chan = Channel::connect(path).map_err(|e| e.to_string())?;
+    let me = uid_of(std::process::id());
+    let peer = chan.peer_pid().and_then(uid_of);
+    if me.is_none() || peer != me {
+        return Err(format!(
+            "the takeover channel's peer (uid {peer:?}) is not of this process's user ({me:?})"
+        ));
+    }
+    Ok(chan)
 }
 
 /// The new process's last step, once the old one has committed: wait (at most `limit`) for it

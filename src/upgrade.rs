@@ -34,7 +34,7 @@
 //! the link of the XDP program (see [`snic_io::handover`]). Generators and pcap files are
 //! refused up front (they would start again); `null` ports are opened again.
 
-use crate::handover::{Channel, ask_to_hand_over, uid_of, unix_ns, wait_gone_or_kill};
+use crate::handover::{Channel, ask_to_hand_over, connect_to_new, unix_ns, wait_gone_or_kill};
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 use snic_io::handover::PortState;
@@ -119,18 +119,10 @@ impl Handoff {
         if pending.is_some() {
             return json!({"ok": false, "error": "a takeover is already under way"});
         }
-        let chan = match Channel::connect(Path::new(channel)) {
+        let chan = match connect_to_new(Path::new(channel)) {
             Ok(c) => c,
-            Err(e) => return json!({"ok": false, "error": e.to_string()}),
+            Err(e) => return json!({"ok": false, "error": e}),
         };
-        // The descriptors go to a process of this one's user only.
-        let me = uid_of(std::process::id());
-        let peer = chan.peer_pid().and_then(uid_of);
-        if me.is_none() || peer != me {
-            return json!({"ok": false, "error": format!(
-                "the takeover channel's peer (uid {peer:?}) is not of this process's user ({me:?})"
-            )});
-        }
         *pending = Some(chan);
         *lock(&self.inner.requested_at) = Some(SystemTime::now());
         self.inner.pause.store(true, Ordering::Release);
