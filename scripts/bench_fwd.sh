@@ -7,7 +7,8 @@
 #   snic:N   `snic run --port KIND:A --port KIND:B --workers N $SNIC_ARGS` (KIND=$PORT_KIND)
 #   snic-mmsg:N  the same with SNIC_AFPACKET_MODE=mmsg (AF_PACKET on recvmmsg/sendmmsg, no ring)
 #   snic-txring:N  the same with SNIC_AFPACKET_MODE=tx-ring (transmit ring too)
-#   snic-v2:N  the same with SNIC_AFPACKET_MODE=v2 (the low-latency TPACKET_V2 receive ring)
+#   snic-v2:N  the same with SNIC_AFPACKET_MODE=v2 (the TPACKET_V2 receive ring, the default)
+#   snic-v3:N  the same with SNIC_AFPACKET_MODE=v3 (the TPACKET_V3 block ring)
 #   xdp:N    snic with AF_XDP ports (`--port afxdp:A --port afxdp:B`), whatever PORT_KIND says
 # Per run it prints the frames the sender offered (its interface's tx counter), the frames that
 # reached the receiver namespace (its interface's rx counter), delivered/offered, delivered kpps
@@ -95,12 +96,14 @@ run_one() {
     local name=$1 r=$2 log=$D/$1.$2.log
     case $name in
     c) ip netns exec "$NS_F" $(pin "${PIN_FWD:-}") "$D/fwd" "$IF_FA" "$IF_FB" >"$log" 2>&1 & ;;
-    snic:*|snic-mmsg:*|snic-txring:*|snic-v2:*|xdp:*)
-        # snic-mmsg: AF_PACKET ports on recvmmsg/sendmmsg instead of the TPACKET_V3 receive
-        # ring; snic-txring: a transmit ring too; snic-v2: the TPACKET_V2 receive ring.
+    snic:*|snic-mmsg:*|snic-txring:*|snic-v2:*|snic-v3:*|xdp:*)
+        # snic-mmsg: AF_PACKET ports on recvmmsg/sendmmsg instead of a receive ring;
+        # snic-txring: V3 rings both ways; snic-v2: the TPACKET_V2 receive ring (the
+        # default); snic-v3: the TPACKET_V3 block ring.
         local mode=default kind=$PORT_KIND
         case $name in
         snic-mmsg:*) mode=mmsg ;; snic-txring:*) mode=tx-ring ;; snic-v2:*) mode=v2 ;;
+        snic-v3:*) mode=v3 ;;
         xdp:*) kind=afxdp ;;
         esac
         # shellcheck disable=SC2086

@@ -9,7 +9,8 @@
 //!
 //! # Two ways to move frames ([`AfPacketMode`])
 //!
-//! **Rings** (the default, [`AfPacketMode::Ring`]): a `TPACKET_V3` receive ring of blocks and,
+//! **Rings** ([`AfPacketMode::Ring`]; the default is the `TPACKET_V2` ring below): a
+//! `TPACKET_V3` receive ring of blocks and,
 //! with [`RingSizes::tx_ring`], a transmit ring of frames, both mapped into the process once.
 //! By default transmit uses `sendmmsg` (see [`RingSizes::tx_ring`] for why). Receive walks the blocks the
 //! kernel handed over (`TP_STATUS_USER`), copies each frame into the batch's buffer (the one copy
@@ -27,13 +28,17 @@
 //! When the ring has no free frame (after a bounded wait of a few milliseconds), the rest of
 //! the batch is dropped and counted in [`AfPacketStats::tx_ring_full`] (and `tx_dropped`).
 //!
-//! **The low-latency receive ring** ([`RingSizes::rx_v2`], [`RingSizes::low_latency`]): a
+//! **The low-latency receive ring** (the default; [`RingSizes::rx_v2`],
+//! [`RingSizes::low_latency`]): a
 //! `TPACKET_V2` ring of fixed slots, each with its own status word. The kernel hands a frame
 //! over as soon as it wrote it (no block, no block timeout: what libpcap's immediate mode
 //! does), so a quiet link's frames are not held for up to a millisecond. The slots are fixed
-//! in size (by default each takes a whole super-packet), so the same memory holds fewer
-//! frames than the V3 blocks: the latency choice, not the throughput one. Transmit is with
-//! `sendmmsg`. A malformed slot is counted like a malformed block (one frame lost).
+//! in size (by default 2 KiB, an MTU-sized frame), so the same memory holds fewer small
+//! frames than the V3 blocks. A frame longer than its slot (a super-packet, a jumbo frame) is
+//! also queued whole on the socket (`PACKET_COPY_THRESH`; the slot is marked
+//! `TP_STATUS_COPY`) and read from there with `recvmmsg`, in ring order, so nothing is cut.
+//! Transmit is with `sendmmsg`. A malformed slot is counted like a malformed block (one frame
+//! lost).
 //!
 //! A transmit ring's frames count as sent once marked for the kernel; [`Port::flush`] (at the
 //! end of a run) waits, bounded, for the ring to drain and counts what is still on it as not
@@ -127,9 +132,13 @@ const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
 const PACKET_OUTGOING: u8 = 4;
 const TPACKET_V2: libc::c_int = 1;
 const TPACKET_V3: libc::c_int = 2;
-/// Bytes of one `TPACKET_V2` receive slot by default: a whole super-packet ([`RX_FRAME_ROOM`])
+/// Bytes of a `TPACKET_V2` receive slot that takes a whole super-packet ([`RX_FRAME_ROOM`])
 /// behind the frame header, the address and the virtio-net header (17 pages).
 pub const V2_SLOT: usize = 17 << 12;
+/// Bytes of one `TPACKET_V2` receive slot by default: an MTU-sized frame (1500 bytes, a VLAN
+/// tag) behind the headroom. Longer frames are read whole from the socket's queue.
+pub const V2_MTU_SLOT: usize = 2 << 10;
+const _: () = assert!(V2_MTU_SLOT >= V2_HEADROOM + 1518);
 /// Room in a `TPACKET_V2` slot before the frame: header, address, virtio-net header, and the
 /// alignment the kernel adds.
 const V2_HEADROOM: usize = 128;
@@ -140,6 +149,11 @@ const _: () = assert!(V2_HEADROOM >= tpacket::TPACKET2_HDRLEN + 64 + VNET_HDR_LE
 const SOCKET_BUF_BYTES: libc::c_int = 8 << 20;
 
 const PACKET_AUXDATA: libc::c_int = 8;
+/// With a `TPACKET_V1`/`V2` ring, a frame too long for its slot is also queued whole on the
+/// socket (the slot gets a cut copy marked [`TP_STATUS_COPY`]) when this is non-zero.
+const PACKET_COPY_THRESH: libc::c_int = 7;
+/// A `TPACKET_V2` slot's frame was cut, and the whole frame waits on the socket's queue.
+const TP_STATUS_COPY: u32 = 1 << 1;
 const TP_STATUS_VLAN_VALID: u32 = 1 << 4;
 const TP_STATUS_VLAN_TPID_VALID: u32 = 1 << 6;
 const ETH_P_8021Q: u16 = 0x8100;
@@ -184,21 +198,23 @@ pub struct RingSizes {
     /// Receive through a `TPACKET_V2` ring of [`RingSizes::rx_v2_slots`] slots instead of the
     /// `TPACKET_V3` blocks: each frame has its own status word and is user space's as soon
     /// as the kernel wrote it, with no block timeout, so a quiet link's frames are not held
-    /// (what libpcap's immediate mode does). Each slot takes a whole super-packet, so the
-    /// ring holds fewer frames than the blocks do: the low-latency choice, not the
-    /// throughput one. Transmit is with `sendmmsg` (`tx_ring` is refused with it).
+    /// (what libpcap's immediate mode does). Slots are fixed in size, so the same memory
+    /// holds fewer small frames than the blocks do. Transmit is with `sendmmsg` (`tx_ring`
+    /// is refused with it).
     pub rx_v2: bool,
     /// Slots of the `TPACKET_V2` receive ring (rounded up to whole 1 MiB blocks).
     pub rx_v2_slots: usize,
     /// Bytes per `TPACKET_V2` slot: a multiple of 16 up to 1 MiB. The default,
-    /// [`V2_SLOT`], takes a whole super-packet; a smaller slot (for MTU-sized frames) makes a
-    /// ring of more slots in the same memory, and a frame larger than the slot holds is cut
-    /// by the kernel and dropped here (counted in [`AfPacketStats::rx_truncated`]).
+    /// [`V2_MTU_SLOT`], takes an MTU-sized frame; a frame longer than its slot (a
+    /// super-packet, a jumbo frame) is queued whole on the socket too (`PACKET_COPY_THRESH`)
+    /// and read from there in ring order (counted in [`AfPacketStats::rx_copied`]), so no
+    /// slot size loses frames; [`V2_SLOT`] takes a whole super-packet in its slot.
     pub rx_v2_slot_size: usize,
 }
 
 impl RingSizes {
-    /// The low-latency receive ring: `TPACKET_V2`, 256 slots (18 MiB), `sendmmsg` transmit.
+    /// The low-latency receive ring: `TPACKET_V2`, 4096 slots of 2 KiB (8 MiB), `sendmmsg`
+    /// transmit.
     pub fn low_latency() -> RingSizes {
         RingSizes { rx_v2: true, ..RingSizes::default() }
     }
@@ -216,8 +232,8 @@ impl Default for RingSizes {
             tx_ring: false,
             tx_frame_nr: 120,
             rx_v2: false,
-            rx_v2_slots: 256,
-            rx_v2_slot_size: V2_SLOT,
+            rx_v2_slots: 4096,
+            rx_v2_slot_size: V2_MTU_SLOT,
         }
     }
 }
@@ -225,7 +241,10 @@ impl Default for RingSizes {
 /// How an AF_PACKET port moves frames (see the module documentation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AfPacketMode {
-    /// `TPACKET_V3` receive and transmit rings mapped into the process (the default).
+    /// A receive ring (`TPACKET_V2` frame slots or `TPACKET_V3` blocks) and, with V3, a
+    /// transmit ring, mapped into the process. The default: the `TPACKET_V2` ring
+    /// ([`RingSizes::low_latency`]), which matched the V3 blocks' forwarding rate on veth and
+    /// hands each frame over at once (BENCHMARKS.md, issue 18).
     Ring(RingSizes),
     /// `recvmmsg` / `sendmmsg` into and from the batch's buffers.
     Mmsg,
@@ -233,7 +252,7 @@ pub enum AfPacketMode {
 
 impl Default for AfPacketMode {
     fn default() -> Self {
-        AfPacketMode::Ring(RingSizes::default())
+        AfPacketMode::Ring(RingSizes::low_latency())
     }
 }
 
@@ -355,6 +374,9 @@ pub struct AfPacketStats {
     pub rx_truncated: u64,
     /// Our own transmissions seen on receive and skipped.
     pub rx_outgoing: u64,
+    /// Frames longer than their `TPACKET_V2` slot, read whole from the socket's queue instead
+    /// (each also counts in `rx_packets` when delivered).
+    pub rx_copied: u64,
     /// Received frames whose outer VLAN tag the kernel had stripped and the port put back.
     pub rx_vlan: u64,
     /// Frames dropped because their stripped VLAN tag could not be put back (shorter than two
@@ -1032,28 +1054,42 @@ impl AfPacketPort {
     }
 
     /// Receive through the `TPACKET_V2` ring: take the frames user space owns, in order,
-    /// copying each into `batch` and giving its slot straight back.
+    /// copying each into `batch` and giving its slot straight back. A frame too long for its
+    /// slot (a super-packet, a jumbo frame in a small slot) was queued whole on the socket as
+    /// well, in ring order ([`TP_STATUS_COPY`]): it is read from there, so small slots lose
+    /// nothing.
     fn recv_v2(&mut self, now: Instant, batch: &mut Batch) -> usize {
-        let Some(r) = self.rings.as_mut() else { return 0 };
-        let stats = &mut self.stats;
         let mut got = 0;
         while !batch.is_full() {
+            let Some(r) = self.rings.as_mut() else { break };
             if r.rx_status(r.rx_cur).load(Ordering::Acquire) & tpacket::TP_STATUS_USER == 0 {
                 break;
             }
             let slot = r.rx_block(r.rx_cur);
-            match tpacket::v2_frame(slot, VNET_HDR_LEN) {
+            let copied = match tpacket::v2_frame(slot, VNET_HDR_LEN) {
+                Ok(f) if f.status & TP_STATUS_COPY != 0 => true,
                 Ok(f) => {
-                    if deliver_ring_frame(stats, now, batch, slot, &f) {
+                    if deliver_ring_frame(&mut self.stats, now, batch, slot, &f) {
                         got += 1;
                     }
+                    false
                 }
                 Err(_) => {
-                    stats.rx_ring_errors += 1;
-                    stats.rx_ring_lost += 1;
+                    self.stats.rx_ring_errors += 1;
+                    self.stats.rx_ring_lost += 1;
+                    false
+                }
+            };
+            r.rx_release();
+            if copied {
+                self.stats.rx_copied += 1;
+                // The kernel queued the whole frame before it handed the slot over, so it is
+                // there; anything else (an error) is counted by `recv_mmsg`.
+                match self.recv_mmsg(now, batch, 1) {
+                    Ok(n) => got += n,
+                    Err(_) => break,
                 }
             }
-            r.rx_release();
         }
         got
     }
@@ -1176,11 +1212,11 @@ impl AfPacketPort {
         sent
     }
 
-    /// Receive with `recvmmsg` into the batch's buffers.
-    fn recv_mmsg(&mut self, now: Instant, batch: &mut Batch) -> io::Result<usize> {
+    /// Receive up to `limit` frames from the socket's queue with `recvmmsg`.
+    fn recv_mmsg(&mut self, now: Instant, batch: &mut Batch, limit: usize) -> io::Result<usize> {
         let Some(m) = self.mmsg.as_mut() else { return Ok(0) };
         let base = batch.len();
-        let want = (batch.max() - base).min(BURST);
+        let want = (batch.max() - base).min(BURST).min(limit);
         if want == 0 {
             return Ok(0);
         }
@@ -1492,6 +1528,18 @@ fn setup_v2_ring(
     if configure && setsockopt_int(fd, SOL_PACKET, PACKET_VERSION, TPACKET_V2).is_err() {
         return Err(os_err("PACKET_VERSION TPACKET_V2", ifname));
     }
+    if configure {
+        // A frame longer than its slot is also queued whole on the socket, read with
+        // `recvmmsg` (its stripped VLAN tag in `PACKET_AUXDATA`); the socket buffer holds a
+        // burst of super-packets.
+        if setsockopt_int(fd, SOL_PACKET, PACKET_COPY_THRESH, 1).is_err() {
+            return Err(os_err("PACKET_COPY_THRESH", ifname));
+        }
+        if setsockopt_int(fd, SOL_PACKET, PACKET_AUXDATA, 1).is_err() {
+            return Err(os_err("PACKET_AUXDATA", ifname));
+        }
+        sock::set_buffer(fd, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, SOCKET_BUF_BYTES);
+    }
     // The first four fields are `struct tpacket_req`, all the kernel reads for TPACKET_V2.
     let req = TpacketReq3 {
         tp_block_size: V2_BLOCK as u32,
@@ -1639,7 +1687,7 @@ impl Port for AfPacketPort {
             }
             self.recv_ring(now, batch)
         } else {
-            self.recv_mmsg(now, batch)?
+            self.recv_mmsg(now, batch, BURST)?
         };
         // PACKET_STATISTICS is one getsockopt: read it every STATS_EVERY receives, or sooner
         // when the socket has nothing (a busy loop polling an idle port reads it at most every
@@ -1740,7 +1788,8 @@ mod tests {
     #[test]
     fn rings_are_the_default_and_sizes_are_checked() {
         let o = AfPacketOptions::default();
-        assert_eq!(o.mode, AfPacketMode::Ring(RingSizes::default()));
+        assert_eq!(o.mode, AfPacketMode::Ring(RingSizes::low_latency()));
+        assert!(RingSizes::low_latency().rx_v2 && !RingSizes::default().rx_v2);
         assert!(o.promiscuous && o.fanout_group.is_none());
         // The default receive block takes a super-packet with its headers.
         assert!(RingSizes::default().rx_block_size > RX_FRAME_ROOM + 256);
