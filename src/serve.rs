@@ -147,6 +147,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             .map_err(|e| anyhow::anyhow!("--core-prog {spec}: {e}"))?;
         core_lines.push(format!("snic serve: core slot {slot}: {} ({} insns)", e.name, e.insns));
     }
+    raise_fd_limit();
     let signals = Signals::install().context("installing signal handlers")?;
     let (on_chip, on_board, workers) = (cfg.on_chip, cfg.on_board, cfg.workers);
     // With a control socket, the NIC's ports and stages can be captured (`snic capture`) and
@@ -379,6 +380,25 @@ pub fn run(args: ServeArgs) -> Result<()> {
 /// NIC are then "other host" to the kernel owning the interface, which drops them at once
 /// instead of running them through its IP stack, and it never answers for the NIC); else a
 /// random locally administered one.
+/// The server keeps a descriptor per client, per registered region (its memfd) and per
+/// eventfd, and a takeover hands them all over: raise the soft descriptor limit to the hard
+/// one (often 1024 against 524288), as servers do. Failing that, it runs with the limit it has.
+fn raise_fd_limit() {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let l = getrlimit(Resource::Nofile);
+    let raise = match (l.current, l.maximum) {
+        (Some(cur), Some(max)) => cur < max,
+        (Some(_), None) => true,
+        (None, _) => false,
+    };
+    if raise {
+        let to = Rlimit { current: l.maximum, maximum: l.maximum };
+        if let Err(e) = setrlimit(Resource::Nofile, to) {
+            tracing::warn!("raising the descriptor limit from {:?}: {e}", l.current);
+        }
+    }
+}
+
 fn nic_mac(spec: &PortSpec, given: Option<&str>) -> Result<EthernetAddress> {
     use std::hash::BuildHasher;
     if let Some(m) = given {

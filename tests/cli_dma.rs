@@ -43,8 +43,21 @@ struct Server {
 
 impl Server {
     fn start(dir: &Scratch) -> Server {
+        Server::start_with(dir, &[])
+    }
+
+    /// Started through `prefix` (a command that execs the rest, as `prlimit ... --`).
+    fn start_with(dir: &Scratch, prefix: &[&str]) -> Server {
         let socket = dir.path("snic.sock");
-        let mut child = Command::new(SNIC)
+        let mut cmd = match prefix.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(SNIC);
+                c
+            }
+            None => Command::new(SNIC),
+        };
+        let mut child = cmd
             .args(["serve", "--workers", "2", "--socket"])
             .arg(&socket)
             .stdout(Stdio::piped())
@@ -305,4 +318,17 @@ fn bench_reports_all_three_sections() {
         );
         assert!(0.0 < min && min <= med && med <= p99 && p99 <= max, "{r}");
     }
+}
+
+/// `snic serve` keeps a descriptor per client, region and eventfd: it raises its soft
+/// descriptor limit to the hard one.
+#[test]
+fn serve_raises_its_descriptor_limit() {
+    let dir = Scratch::new("nofile");
+    let server = Server::start_with(&dir, &["prlimit", "--nofile=256:4096", "--"]);
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", server.child.id()))
+        .expect("read the server's limits");
+    let line = limits.lines().find(|l| l.starts_with("Max open files")).expect("a NOFILE line");
+    let words: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(&words[3..5], ["4096", "4096"], "{line}");
 }
