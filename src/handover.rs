@@ -113,6 +113,11 @@ impl Channel {
         self.sock.peer_pid()
     }
 
+    /// The peer's effective user id, as the kernel tells it (`SO_PEERCRED`).
+    pub fn peer_uid(&self) -> Option<u32> {
+        self.sock.peer_cred().map(|(_, uid)| uid)
+    }
+
     /// A connected pair (for tests).
     #[cfg(test)]
     pub fn pair() -> io::Result<(Channel, Channel)> {
@@ -201,14 +206,53 @@ pub fn unix_ns(t: std::time::SystemTime) -> u64 {
     t.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
-/// The user id owning process `pid` (from `/proc`).
-fn uid_of(pid: u32) -> Option<u32> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(format!("/proc/{pid}")).ok().map(|m| m.uid())
+/// The old process of a takeover: its pid (for messages) and, where the kernel has them
+/// (Linux 5.3+), a pidfd, so that waiting for it and killing it can never reach another
+/// process that was given the same pid.
+pub struct OldProcess {
+    /// The process id.
+    pub pid: u32,
+    pidfd: Option<OwnedFd>,
+}
+
+impl OldProcess {
+    /// Open a pidfd of `pid` (none when the kernel refuses one).
+    fn open(pid: u32) -> OldProcess {
+        use rustix::process::{Pid, PidfdFlags, pidfd_open};
+        let pidfd = i32::try_from(pid)
+            .ok()
+            .and_then(Pid::from_raw)
+            .and_then(|p| pidfd_open(p, PidfdFlags::empty()).ok());
+        OldProcess { pid, pidfd }
+    }
+
+    /// Wait until the process has exited, at most `limit`: a pidfd turns readable when it
+    /// does.
+    fn wait_exit(&self, limit: Duration) -> bool {
+        use std::os::fd::AsRawFd;
+        match &self.pidfd {
+            Some(fd) => snic_io::sys::poll::poll_in(fd.as_raw_fd(), Some(limit)).unwrap_or(false),
+            None => wait_exit(self.pid, limit),
+        }
+    }
+
+    /// Send it SIGKILL.
+    fn kill(&self) {
+        use rustix::process::{Signal, pidfd_send_signal};
+        match &self.pidfd {
+            Some(fd) => {
+                let _ = pidfd_send_signal(fd, Signal::KILL);
+            }
+            None => {
+                let pid = self.pid.to_string();
+                let _ = std::process::Command::new("kill").args(["-KILL", &pid]).status();
+            }
+        }
+    }
 }
 
 /// Wait until process `pid` has exited (gone, or a zombie), at most `limit`.
-pub fn wait_exit(pid: u32, limit: Duration) -> bool {
+fn wait_exit(pid: u32, limit: Duration) -> bool {
     let end = Instant::now() + limit;
     loop {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"));
@@ -232,11 +276,11 @@ pub fn wait_exit(pid: u32, limit: Duration) -> bool {
 /// to it). The error is the answer for the control client.
 pub fn connect_to_new(path: &Path) -> Result<Channel, String> {
     let chan = Channel::connect(path).map_err(|e| e.to_string())?;
-    let me = uid_of(std::process::id());
-    let peer = chan.peer_pid().and_then(uid_of);
-    if me.is_none() || peer != me {
+    let me = rustix::process::geteuid().as_raw();
+    let peer = chan.peer_uid();
+    if peer != Some(me) {
         return Err(format!(
-            "the takeover channel's peer (uid {peer:?}) is not of this process's user ({me:?})"
+            "the takeover channel's peer (uid {peer:?}) is not of this process's user ({me})"
         ));
     }
     Ok(chan)
@@ -248,16 +292,17 @@ pub fn connect_to_new(path: &Path) -> Result<Channel, String> {
 /// command in the message.
 pub fn wait_gone_or_kill(
     chan: &Channel,
-    pid: u32,
+    old: &OldProcess,
     limit: Duration,
     who: &str,
 ) -> anyhow::Result<()> {
+    let pid = old.pid;
     // It closes the channel when it exits.
     let gone = matches!(chan.recv(limit), Err(e) if e.kind() == io::ErrorKind::UnexpectedEof);
-    if !(gone && wait_exit(pid, limit)) {
+    if !(gone && old.wait_exit(limit)) {
         eprintln!("{who}: the old process (pid {pid}) did not exit; killing it");
-        let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
-        if !wait_exit(pid, Duration::from_secs(2)) {
+        old.kill();
+        if !old.wait_exit(Duration::from_secs(2)) {
             anyhow::bail!("the old process (pid {pid}) is still running after SIGKILL");
         }
     }
@@ -293,8 +338,12 @@ impl Drop for PrivateDir {
 /// The new process's first step: listen on a channel in a private directory, ask the process
 /// answering on `control` to hand over there, and accept its connection (within `timeout`).
 /// Only the process that answered on the control socket may connect: the channel and that
-/// process's pid.
-pub fn ask_to_hand_over(control: &Path, timeout: Duration) -> anyhow::Result<(Channel, u32)> {
+/// process (opened as a pidfd while it is still connected, so the pid cannot have been
+/// reused).
+pub fn ask_to_hand_over(
+    control: &Path,
+    timeout: Duration,
+) -> anyhow::Result<(Channel, OldProcess)> {
     use anyhow::Context as _;
     let dir = PrivateDir::new()?;
     let path = dir.0.join("channel.sock");
@@ -307,7 +356,7 @@ pub fn ask_to_hand_over(control: &Path, timeout: Duration) -> anyhow::Result<(Ch
     drop(dir);
     let want = answer["pid"].as_u64().and_then(|p| u32::try_from(p).ok());
     match (want, chan.peer_pid()) {
-        (Some(w), Some(p)) if w == p => Ok((chan, w)),
+        (Some(w), Some(p)) if w == p => Ok((chan, OldProcess::open(w))),
         (w, p) => anyhow::bail!(
             "the takeover channel's peer is pid {p:?}, not the process at {} (pid {w:?})",
             control.display()
@@ -320,6 +369,22 @@ mod tests {
     use super::*;
     use std::io::{Read, Seek, Write};
     use std::os::fd::AsFd;
+
+    /// The old process is waited for and killed through its pidfd: a live one is not seen as
+    /// gone, a killed one is, and the channel tells its peer's user.
+    #[test]
+    fn old_process_is_waited_for_and_killed_through_a_pidfd() {
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let old = OldProcess::open(child.id());
+        assert!(old.pidfd.is_some(), "no pidfd for a live child");
+        assert!(!old.wait_exit(Duration::from_millis(50)), "a sleeping process seen as gone");
+        old.kill();
+        assert!(old.wait_exit(Duration::from_secs(5)), "the killed process not seen as gone");
+        let status = child.wait().unwrap();
+        assert!(!status.success());
+        let (a, _b) = Channel::pair().unwrap();
+        assert_eq!(a.peer_uid(), Some(rustix::process::geteuid().as_raw()));
+    }
 
     /// A document larger than a message and more descriptors than fit one message arrive
     /// whole, and the descriptors are live duplicates (a write through one is read through the

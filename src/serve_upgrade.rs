@@ -42,7 +42,9 @@
 //! reason, if asked anyway, e.g. when its own arguments hold a stateful stage, a core program was loaded into it with `snic ebpf load
 //! --core`, or while a chained RDMA command runs).
 
-use crate::handover::{Channel, ask_to_hand_over, connect_to_new, unix_ns, wait_gone_or_kill};
+use crate::handover::{
+    Channel, OldProcess, ask_to_hand_over, connect_to_new, unix_ns, wait_gone_or_kill,
+};
 use crate::upgrade::TAKEOVER_TIMEOUT;
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
@@ -270,7 +272,7 @@ pub struct ServeTakeover {
     /// The handed descriptors not yet taken.
     fds: Vec<Option<OwnedFd>>,
     /// The old process.
-    pid: u32,
+    old: OldProcess,
     /// What moved, for the report.
     summary: serde_json::Map<String, Value>,
 }
@@ -281,7 +283,7 @@ impl ServeTakeover {
     /// paused for nothing.
     pub fn begin(control: &Path, args: &ServeArgs) -> Result<ServeTakeover> {
         check_takeover(args)?;
-        let (chan, pid) = ask_to_hand_over(control, TAKEOVER_TIMEOUT)?;
+        let (chan, old) = ask_to_hand_over(control, TAKEOVER_TIMEOUT)?;
         let (doc, fds) = chan.recv(TAKEOVER_TIMEOUT).context("receiving the handover")?;
         match doc["op"].as_str() {
             Some("handover") if doc["version"].as_u64() == Some(VERSION) => {}
@@ -292,7 +294,7 @@ impl ServeTakeover {
             _ => bail!("not a `snic serve` handover document (version {VERSION}): {}", doc["op"]),
         }
         let fds = fds.into_iter().map(Some).collect();
-        let t = ServeTakeover { chan, doc, fds, pid, summary: serde_json::Map::new() };
+        let t = ServeTakeover { chan, doc, fds, old, summary: serde_json::Map::new() };
         // Checked before anything is built around the handed objects.
         let mine = serve_config(args);
         if t.doc["serve"] != mine {
@@ -380,7 +382,7 @@ impl ServeTakeover {
     /// Wait (at most [`TAKEOVER_TIMEOUT`]) for the old process to be gone; kill it if it
     /// is not (it committed: it must not serve on, and its control socket must be free).
     pub fn wait_old_gone(&self) -> Result<()> {
-        wait_gone_or_kill(&self.chan, self.pid, TAKEOVER_TIMEOUT, "snic serve")
+        wait_gone_or_kill(&self.chan, &self.old, TAKEOVER_TIMEOUT, "snic serve")
     }
 
     /// The gap so far: from the old server's pause until now.
@@ -392,7 +394,7 @@ impl ServeTakeover {
     /// What moved, and the gap: for stderr and the counters document.
     pub fn report(&self, gap: Duration) -> Value {
         let mut m = self.summary.clone();
-        m.insert("old_pid".into(), json!(self.pid));
+        m.insert("old_pid".into(), json!(self.old.pid));
         m.insert("gap_ms".into(), json!((gap.as_secs_f64() * 1e6).round() / 1e3));
         Value::Object(m)
     }

@@ -34,7 +34,9 @@
 //! the link of the XDP program (see [`snic_io::handover`]). Generators and pcap files are
 //! refused up front (they would start again); `null` ports are opened again.
 
-use crate::handover::{Channel, ask_to_hand_over, connect_to_new, unix_ns, wait_gone_or_kill};
+use crate::handover::{
+    Channel, OldProcess, ask_to_hand_over, connect_to_new, unix_ns, wait_gone_or_kill,
+};
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 use snic_io::handover::PortState;
@@ -222,7 +224,7 @@ pub struct Takeover {
     /// The handed descriptors, taken by [`Takeover::open_ports`].
     fds: Vec<OwnedFd>,
     /// The old process.
-    pid: u32,
+    old: OldProcess,
     /// What moved, for the report.
     summary: serde_json::Map<String, Value>,
     /// When each step of the takeover ended, in ms since the old process paused (the
@@ -285,7 +287,7 @@ impl Takeover {
     /// cannot be taken over is not paused for nothing.
     pub fn begin(control: &Path, cfg: &RunConfig) -> Result<Takeover> {
         check_takeover_ports(cfg)?;
-        let (chan, pid) = ask_to_hand_over(control, TAKEOVER_TIMEOUT)?;
+        let (chan, old) = ask_to_hand_over(control, TAKEOVER_TIMEOUT)?;
         let (doc, fds) = chan.recv(TAKEOVER_TIMEOUT).context("receiving the handover")?;
         match doc["op"].as_str() {
             Some("handover") if doc["version"].as_u64() == Some(VERSION) => {}
@@ -296,7 +298,7 @@ impl Takeover {
             chan,
             doc,
             fds,
-            pid,
+            old,
             summary: serde_json::Map::new(),
             steps: serde_json::Map::new(),
         };
@@ -469,7 +471,7 @@ impl Takeover {
     /// and kill it if it is not: it must not serve on, and its listeners would keep this
     /// process from binding the control socket.
     pub fn wait_old(&self) -> Result<()> {
-        wait_gone_or_kill(&self.chan, self.pid, TAKEOVER_TIMEOUT, "snic")
+        wait_gone_or_kill(&self.chan, &self.old, TAKEOVER_TIMEOUT, "snic")
     }
 
     /// Note that step `name` ended now (see [`Takeover::report`]).
@@ -487,7 +489,7 @@ impl Takeover {
     /// What moved, and the gap: for stderr and the counters document.
     pub fn report(&self, gap: Duration) -> Value {
         let mut m = self.summary.clone();
-        m.insert("old_pid".into(), json!(self.pid));
+        m.insert("old_pid".into(), json!(self.old.pid));
         m.insert("gap_ms".into(), json!((gap.as_secs_f64() * 1e6).round() / 1e3));
         m.insert("steps_ms".into(), Value::Object(self.steps.clone()));
         Value::Object(m)

@@ -746,6 +746,11 @@ impl SeqPacket {
     }
     /// The peer's pid (SO_PEERCRED), when the kernel tells.
     pub fn peer_pid(&self) -> Option<u32> {
+        self.peer_cred().map(|(pid, _)| pid)
+    }
+    /// The peer's pid and effective user id as of its `connect` or `listen` (SO_PEERCRED),
+    /// when the kernel tells.
+    pub fn peer_cred(&self) -> Option<(u32, u32)> {
         let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
         let mut len = size_of::<libc::ucred>() as libc::socklen_t;
         // SAFETY: `cred` and `len` are valid and writable; the kernel writes at most `len`
@@ -760,7 +765,7 @@ impl SeqPacket {
             )
         };
         if rc == 0 && len as usize == size_of::<libc::ucred>() && cred.pid > 0 {
-            Some(cred.pid as u32)
+            Some((cred.pid as u32, cred.uid))
         } else {
             None
         }

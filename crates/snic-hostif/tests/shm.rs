@@ -277,6 +277,8 @@ fn listener_bind_connect_accept() {
     let s = l.accept().unwrap();
     assert_eq!(s.peer_pid(), Some(std::process::id()));
     assert_eq!(c.peer_pid(), Some(std::process::id()));
+    let me = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m));
+    assert_eq!(c.peer_cred().map(|(_, uid)| uid), me.ok());
     c.send(b"hello", &[]).unwrap();
     let mut buf = [0u8; 16];
     let (n, _) = s.recv(&mut buf).unwrap();
