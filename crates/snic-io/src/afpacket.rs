@@ -71,7 +71,8 @@
 //! On receive the kernel takes the outer 802.1Q or 802.1ad tag out of every tagged frame and
 //! keeps it as packet metadata (`skb->vlan_tci`), whatever the interface's offload settings
 //! (a veth too): the bytes a packet socket reads lack it, and a QinQ frame shows only its inner
-//! tag. With rings the tag is in the frame header; with `recvmmsg` the socket has
+//! tag. With rings the tag is in the frame header; with `recvmmsg` (and for a `TPACKET_V2`
+//! slot's whole copy, read from the socket's queue) the socket has
 //! `PACKET_AUXDATA` on, so each message also fills a small per-slot control buffer with a
 //! `tpacket_auxdata`. When the status has `TP_STATUS_VLAN_VALID`, the port puts the tag back
 //! after the two MAC addresses: TPID `tp_vlan_tpid` (when `TP_STATUS_VLAN_TPID_VALID`, else
@@ -154,6 +155,12 @@ const PACKET_AUXDATA: libc::c_int = 8;
 const PACKET_COPY_THRESH: libc::c_int = 7;
 /// A `TPACKET_V2` slot's frame was cut, and the whole frame waits on the socket's queue.
 const TP_STATUS_COPY: u32 = 1 << 1;
+/// Reads of a copied frame before it counts as missing (a link going down makes one read
+/// report the error and take nothing).
+const COPY_READ_TRIES: usize = 3;
+/// Most datagrams one drain of the socket's queue throws away (the receive buffer's worth of
+/// small frames is far fewer).
+const DRAIN_MAX: usize = 65_536;
 const TP_STATUS_VLAN_VALID: u32 = 1 << 4;
 const TP_STATUS_VLAN_TPID_VALID: u32 = 1 << 6;
 const ETH_P_8021Q: u16 = 0x8100;
@@ -177,7 +184,8 @@ const STATS_EVERY: u32 = 256;
 /// Times a transmit waits (1 ms each) for a free ring frame or socket buffer before it drops.
 const TX_FULL_WAITS: u32 = 8;
 
-/// Sizes of the `TPACKET_V3` rings of one socket.
+/// Sizes of the rings of one socket: the `TPACKET_V3` blocks (and transmit ring), or the
+/// `TPACKET_V2` receive slots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RingSizes {
     /// Bytes per receive block: a multiple of the page size, and more than 64 KiB plus the
@@ -374,8 +382,9 @@ pub struct AfPacketStats {
     pub rx_truncated: u64,
     /// Our own transmissions seen on receive and skipped.
     pub rx_outgoing: u64,
-    /// Frames longer than their `TPACKET_V2` slot, read whole from the socket's queue instead
-    /// (each also counts in `rx_packets` when delivered).
+    /// Frames longer than their `TPACKET_V2` slot, read whole from the socket's queue and
+    /// delivered (each also counts in `rx_packets`). A copy that is missing or not the slot's
+    /// frame counts in `rx_ring_lost`, with whatever else was on the queue.
     pub rx_copied: u64,
     /// Received frames whose outer VLAN tag the kernel had stripped and the port put back.
     pub rx_vlan: u64,
@@ -564,6 +573,8 @@ struct MmsgScratch {
     /// Control messages on receive (`PACKET_AUXDATA`: the stripped VLAN tag).
     ctrl: [CmsgBuf; BURST],
     msgs: [libc::mmsghdr; BURST],
+    /// Datagrams the last `recvmmsg` took off the socket's queue (delivered or not).
+    taken: usize,
 }
 
 impl MmsgScratch {
@@ -575,6 +586,7 @@ impl MmsgScratch {
             addrs: [sock::empty_sockaddr_ll(); BURST],
             ctrl: [CmsgBuf([0; 64]); BURST],
             msgs: [sock::empty_mmsghdr(); BURST],
+            taken: 0,
         })
     }
 }
@@ -890,6 +902,12 @@ impl AfPacketPort {
                     ));
                 }
                 let mut r = setup_rings(raw, ifname, &sizes, false)?;
+                if sizes.rx_v2 {
+                    // A socket handed over by a build that did not ask for whole copies of
+                    // long frames asks now (both options can be set on a live ring).
+                    let _ = setsockopt_int(raw, SOL_PACKET, PACKET_COPY_THRESH, 1);
+                    let _ = setsockopt_int(raw, SOL_PACKET, PACKET_AUXDATA, 1);
+                }
                 if r.layout() != rs.layout {
                     return Err(invalid(
                         ifname,
@@ -991,6 +1009,18 @@ impl AfPacketPort {
         self.fanout
     }
 
+    /// Read (and so clear) a pending socket error (`SO_ERROR`: the kernel sets `ENETDOWN`
+    /// when the link goes down). The ring paths never call `recvmsg`, which would report it,
+    /// and while it is set `poll(2)` says the socket is ready: an idle worker would spin.
+    /// Counted in `rx_errors`.
+    fn clear_socket_error(&mut self) {
+        if sock::getsockopt_int(self.fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_ERROR)
+            .is_ok_and(|e| e != 0)
+        {
+            self.stats.rx_errors += 1;
+        }
+    }
+
     /// Add the kernel's drop counts since the last read (`PACKET_STATISTICS` resets them).
     fn read_kernel_stats(&self) {
         // `struct tpacket_stats_v3 { tp_packets, tp_drops, tp_freeze_q_cnt }`; a socket
@@ -1056,42 +1086,116 @@ impl AfPacketPort {
     /// Receive through the `TPACKET_V2` ring: take the frames user space owns, in order,
     /// copying each into `batch` and giving its slot straight back. A frame too long for its
     /// slot (a super-packet, a jumbo frame in a small slot) was queued whole on the socket as
-    /// well, in ring order ([`TP_STATUS_COPY`]): it is read from there, so small slots lose
-    /// nothing.
+    /// well, in ring order ([`TP_STATUS_COPY`]): it is read from there ([`Self::recv_copy`]),
+    /// so small slots lose nothing.
     fn recv_v2(&mut self, now: Instant, batch: &mut Batch) -> usize {
         let mut got = 0;
         while !batch.is_full() {
             let Some(r) = self.rings.as_mut() else { break };
-            if r.rx_status(r.rx_cur).load(Ordering::Acquire) & tpacket::TP_STATUS_USER == 0 {
+            let status = r.rx_status(r.rx_cur).load(Ordering::Acquire);
+            if status & tpacket::TP_STATUS_USER == 0 {
                 break;
             }
             let slot = r.rx_block(r.rx_cur);
-            let copied = match tpacket::v2_frame(slot, VNET_HDR_LEN) {
-                Ok(f) if f.status & TP_STATUS_COPY != 0 => true,
-                Ok(f) => {
-                    if deliver_ring_frame(&mut self.stats, now, batch, slot, &f) {
+            let frame = tpacket::v2_frame(slot, VNET_HDR_LEN);
+            // The copy bit is read from the status word itself: a slot whose header is
+            // malformed still has its copy on the queue, which must be taken in turn.
+            let copy = (status & TP_STATUS_COPY != 0).then(|| frame.as_ref().ok().copied());
+            match (&frame, copy) {
+                (_, Some(_)) => {}
+                (Ok(f), None) => {
+                    if deliver_ring_frame(&mut self.stats, now, batch, slot, f) {
                         got += 1;
                     }
-                    false
                 }
-                Err(_) => {
+                (Err(_), None) => {
                     self.stats.rx_ring_errors += 1;
                     self.stats.rx_ring_lost += 1;
-                    false
                 }
-            };
+            }
             r.rx_release();
-            if copied {
-                self.stats.rx_copied += 1;
-                // The kernel queued the whole frame before it handed the slot over, so it is
-                // there; anything else (an error) is counted by `recv_mmsg`.
-                match self.recv_mmsg(now, batch, 1) {
-                    Ok(n) => got += n,
-                    Err(_) => break,
-                }
+            if let Some(f) = copy {
+                got += self.recv_copy(now, batch, f);
             }
         }
         got
+    }
+
+    /// Take the whole frame of a [`TP_STATUS_COPY`] slot (`f`: the slot's header, `None` when
+    /// malformed) off the socket's queue into `batch`; returns the frames delivered (0 or 1).
+    ///
+    /// The kernel queues the copy before it hands the slot over and frees it on every path
+    /// that does not, so the queue's head is this slot's frame. A read that took nothing (the
+    /// link went down: the kernel reports that once; an interrupted call) is tried again. If
+    /// no frame comes, or one of another length, the queue and the ring are out of step: the
+    /// queue is drained and what was on it counted lost ([`AfPacketStats::rx_ring_lost`]), so
+    /// the next copied slot reads its own frame or nothing, never another's.
+    fn recv_copy(&mut self, now: Instant, batch: &mut Batch, f: Option<RxFrame>) -> usize {
+        let before = batch.len();
+        for _ in 0..COPY_READ_TRIES {
+            let delivered = self.recv_mmsg(now, batch, 1).unwrap_or(0);
+            let Some(m) = self.mmsg.as_ref() else { return 0 };
+            if m.taken == 0 {
+                continue;
+            }
+            let len = (m.msgs[0].msg_len as usize).checked_sub(VNET_HDR_LEN);
+            let ours = matches!((f, len), (Some(f), Some(l)) if f.len == l);
+            if !ours {
+                self.drop_delivered(batch, before);
+                self.stats.rx_ring_lost += 1;
+                self.drain_queue();
+                return 0;
+            }
+            if f.is_some_and(|f| f.pkttype == PACKET_OUTGOING) {
+                // The copy's own address is zeroed by the kernel: the slot tells.
+                self.drop_delivered(batch, before);
+                self.stats.rx_outgoing += 1;
+                return 0;
+            }
+            self.stats.rx_copied += delivered as u64;
+            return delivered;
+        }
+        self.stats.rx_ring_lost += 1;
+        self.drain_queue();
+        0
+    }
+
+    /// Take back the frames delivered into `batch` past `len` (and their receive counts).
+    fn drop_delivered(&mut self, batch: &mut Batch, len: usize) {
+        while batch.len() > len {
+            if let Some(p) = batch.packets().last() {
+                let s = &mut self.stats;
+                s.rx_packets = s.rx_packets.saturating_sub(1);
+                s.rx_bytes = s.rx_bytes.saturating_sub(p.len() as u64);
+                if p.meta.offload.gso.is_some() {
+                    s.rx_gso = s.rx_gso.saturating_sub(1);
+                }
+            }
+            batch.pop_slot();
+        }
+    }
+
+    /// Throw away everything on the socket's queue (bounded), counting it lost.
+    fn drain_queue(&mut self) {
+        for _ in 0..DRAIN_MAX {
+            // SAFETY: a zero-length receive into no buffer: the kernel only takes the
+            // datagram off the queue (and, the buffer being shorter than the virtio-net
+            // header, fails with EINVAL after freeing it).
+            let r = unsafe {
+                libc::recv(
+                    self.fd.as_raw_fd(),
+                    core::ptr::null_mut(),
+                    0,
+                    libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+                )
+            };
+            let err = (r < 0).then(|| io::Error::last_os_error().raw_os_error()).flatten();
+            match err {
+                None | Some(libc::EINVAL) => self.stats.rx_ring_lost += 1,
+                Some(libc::EINTR) | Some(libc::ENETDOWN) => {}
+                Some(_) => break,
+            }
+        }
     }
 
     /// Receive through the ring: walk the blocks user space owns, copying frames into `batch`.
@@ -1256,14 +1360,17 @@ impl AfPacketPort {
                 core::ptr::null_mut(),
             )
         };
+        m.taken = 0;
         let got = if r < 0 {
             let e = io::Error::last_os_error();
             match e.raw_os_error() {
                 Some(libc::EAGAIN) | Some(libc::EINTR) => 0,
                 Some(libc::ENETDOWN) | Some(libc::EINVAL) => {
                     // EINVAL: a frame whose offload state has no virtio-net encoding was
-                    // dropped by the kernel; ENETDOWN: the link went down. Both transient.
+                    // dropped by the kernel (taken off the queue); ENETDOWN: the link went
+                    // down (reported once, nothing taken). Both transient.
                     self.stats.rx_errors += 1;
+                    m.taken = usize::from(e.raw_os_error() == Some(libc::EINVAL));
                     0
                 }
                 _ => {
@@ -1277,6 +1384,7 @@ impl AfPacketPort {
         } else {
             usize::try_from(r).unwrap_or(0).min(want)
         };
+        m.taken = m.taken.max(got);
 
         // Keep the good frames at the front of the new slots; drop the rest.
         let mut kept = 0;
@@ -1696,6 +1804,9 @@ impl Port for AfPacketPort {
         if self.since_stats >= STATS_EVERY || (got == 0 && self.since_stats >= 16) {
             self.since_stats = 0;
             self.read_kernel_stats();
+            if got == 0 {
+                self.clear_socket_error();
+            }
         }
         Ok(got)
     }
