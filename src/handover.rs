@@ -113,6 +113,11 @@ impl Channel {
         self.sock.peer_pid()
     }
 
+    /// A pidfd of the peer process, as the kernel tells it (`SO_PEERPIDFD`, Linux 6.5+).
+    fn peer_pidfd(&self) -> Option<OwnedFd> {
+        self.sock.peer_pidfd()
+    }
+
     /// The peer's effective user id, as the kernel tells it (`SO_PEERCRED`).
     pub fn peer_uid(&self) -> Option<u32> {
         self.sock.peer_cred().map(|(_, uid)| uid)
@@ -216,6 +221,14 @@ pub struct OldProcess {
 }
 
 impl OldProcess {
+    /// The process at the other end of `chan`, whose pid is `pid`: its pidfd from the socket
+    /// (`SO_PEERPIDFD`: exactly the process that connected), else, on kernels before 6.5, one
+    /// opened by pid (a pid freed and reused between the connection and this call would be
+    /// another process's; the window is the length of this call), else none.
+    fn of_peer(chan: &Channel, pid: u32) -> OldProcess {
+        OldProcess { pid, pidfd: chan.peer_pidfd().or_else(|| Self::open(pid).pidfd) }
+    }
+
     /// Open a pidfd of `pid` (none when the kernel refuses one).
     fn open(pid: u32) -> OldProcess {
         use rustix::process::{Pid, PidfdFlags, pidfd_open};
@@ -230,9 +243,17 @@ impl OldProcess {
     /// does.
     fn wait_exit(&self, limit: Duration) -> bool {
         use std::os::fd::AsRawFd;
-        match &self.pidfd {
-            Some(fd) => snic_io::sys::poll::poll_in(fd.as_raw_fd(), Some(limit)).unwrap_or(false),
-            None => wait_exit(self.pid, limit),
+        let Some(fd) = &self.pidfd else { return wait_exit(self.pid, limit) };
+        let end = Instant::now() + limit;
+        loop {
+            // An interrupted wait (a signal for this process) waits again for what is left.
+            let left = end.saturating_duration_since(Instant::now());
+            match snic_io::sys::poll::poll_in(fd.as_raw_fd(), Some(left)) {
+                Ok(true) => return true,
+                Ok(false) if left.is_zero() => return false,
+                Ok(false) => {}
+                Err(_) => return wait_exit(self.pid, left),
+            }
         }
     }
 
@@ -338,8 +359,7 @@ impl Drop for PrivateDir {
 /// The new process's first step: listen on a channel in a private directory, ask the process
 /// answering on `control` to hand over there, and accept its connection (within `timeout`).
 /// Only the process that answered on the control socket may connect: the channel and that
-/// process (opened as a pidfd while it is still connected, so the pid cannot have been
-/// reused).
+/// process (its pidfd from the channel, see [`OldProcess::of_peer`]).
 pub fn ask_to_hand_over(
     control: &Path,
     timeout: Duration,
@@ -356,7 +376,10 @@ pub fn ask_to_hand_over(
     drop(dir);
     let want = answer["pid"].as_u64().and_then(|p| u32::try_from(p).ok());
     match (want, chan.peer_pid()) {
-        (Some(w), Some(p)) if w == p => Ok((chan, OldProcess::open(w))),
+        (Some(w), Some(p)) if w == p => {
+            let old = OldProcess::of_peer(&chan, w);
+            Ok((chan, old))
+        }
         (w, p) => anyhow::bail!(
             "the takeover channel's peer is pid {p:?}, not the process at {} (pid {w:?})",
             control.display()
@@ -384,6 +407,10 @@ mod tests {
         assert!(!status.success());
         let (a, _b) = Channel::pair().unwrap();
         assert_eq!(a.peer_uid(), Some(rustix::process::geteuid().as_raw()));
+        // This kernel (6.18) has SO_PEERPIDFD: the peer (this process) is alive.
+        let me = OldProcess::of_peer(&a, std::process::id());
+        assert!(me.pidfd.is_some());
+        assert!(!me.wait_exit(Duration::from_millis(20)));
     }
 
     /// A document larger than a message and more descriptors than fit one message arrive

@@ -375,17 +375,13 @@ pub fn run(args: ServeArgs) -> Result<()> {
     Ok(())
 }
 
-/// The NIC's MAC: `--mac`; else, on an AF_PACKET port, a locally administered MAC derived
-/// from the interface's (the same on every start, and not the interface's own: frames for the
-/// NIC are then "other host" to the kernel owning the interface, which drops them at once
-/// instead of running them through its IP stack, and it never answers for the NIC); else a
-/// random locally administered one.
 /// The server keeps a descriptor per client, per registered region (its memfd) and per
 /// eventfd, and a takeover hands them all over: raise the soft descriptor limit to the hard
 /// one (often 1024 against 524288), as servers do. Failing that, it runs with the limit it has.
 fn raise_fd_limit() {
     use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
     let l = getrlimit(Resource::Nofile);
+    // `None` is "unlimited".
     let raise = match (l.current, l.maximum) {
         (Some(cur), Some(max)) => cur < max,
         (Some(_), None) => true,
@@ -399,6 +395,11 @@ fn raise_fd_limit() {
     }
 }
 
+/// The NIC's MAC: `--mac`; else, on an AF_PACKET port, a locally administered MAC derived
+/// from the interface's (the same on every start, and not the interface's own: frames for the
+/// NIC are then "other host" to the kernel owning the interface, which drops them at once
+/// instead of running them through its IP stack, and it never answers for the NIC); else a
+/// random locally administered one.
 fn nic_mac(spec: &PortSpec, given: Option<&str>) -> Result<EthernetAddress> {
     use std::hash::BuildHasher;
     if let Some(m) = given {

@@ -748,6 +748,33 @@ impl SeqPacket {
     pub fn peer_pid(&self) -> Option<u32> {
         self.peer_cred().map(|(pid, _)| pid)
     }
+    /// A pidfd of the peer process (`SO_PEERPIDFD`, Linux 6.5+): the very process that
+    /// connected (or listened), even if it has exited and its pid was given to another since.
+    /// `None` on older kernels.
+    pub fn peer_pidfd(&self) -> Option<OwnedFd> {
+        /// `SO_PEERPIDFD` (asm-generic socket option numbers, which x86 and arm64 use).
+        const SO_PEERPIDFD: libc::c_int = 77;
+        let mut fd: libc::c_int = -1;
+        let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: `fd` and `len` are valid and writable; the kernel writes at most `len`
+        // bytes (one int) into `fd`.
+        let rc = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                SO_PEERPIDFD,
+                (&raw mut fd).cast(),
+                &mut len,
+            )
+        };
+        if rc == 0 && fd >= 0 && len as usize == size_of::<libc::c_int>() {
+            // SAFETY: the kernel just opened `fd` for this process, and nothing else owns it.
+            Some(unsafe { OwnedFd::from_raw_fd(fd) })
+        } else {
+            None
+        }
+    }
+
     /// The peer's pid and effective user id as of its `connect` or `listen` (SO_PEERCRED),
     /// when the kernel tells.
     pub fn peer_cred(&self) -> Option<(u32, u32)> {
