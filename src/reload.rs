@@ -59,6 +59,7 @@ pub fn fixed_changes(current: &RunConfig, next: &RunConfig) -> Vec<String> {
     check(current.trace != next.trace, "trace");
     check(current.queue_depth != next.queue_depth, "queue_depth");
     check(current.idle_wait_ms != next.idle_wait_ms, "idle_wait_ms");
+    check(current.rx_coalesce_us != next.rx_coalesce_us, "rx_coalesce_us");
     check(current.idle_exit_ms != next.idle_exit_ms, "idle_exit_ms");
     let (a, b) = (&current.vswitch, &next.vswitch);
     check(a.flows != b.flows, "vswitch.flows");

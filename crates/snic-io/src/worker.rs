@@ -837,14 +837,15 @@ const HELD_DRAIN_LIMIT: Duration = Duration::from_secs(10);
 
 impl QueuePool {
     /// Start one thread per node. `finite[i]` says whether port `i` is a finite source (its
-    /// exhaustion may end the run); `idle_wait` is the longest `poll(2)` wait of an idle worker.
-    /// Every node must have the same ports, in the same order (queue `k` of each port in node
+    /// exhaustion may end the run); `idle_wait` is the longest `poll(2)` wait of an idle worker;
+    /// `rx_coalesce` the receive coalescing delay ([`coalesce`]). Every node must have the same ports, in the same order (queue `k` of each port in node
     /// `k`).
     pub fn start(
         nodes: Vec<Node>,
         finite: &[bool],
         clock: MonotonicClock,
         idle_wait: Duration,
+        rx_coalesce: Duration,
     ) -> io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let names = nodes
@@ -861,7 +862,7 @@ impl QueuePool {
             let spawned =
                 std::thread::Builder::new().name(format!("snic-worker-{k}")).spawn(move || {
                     let _exit = ExitFlag(&sh.exited);
-                    queue_worker(node, &fin, &sh, &st, clock, idle_wait)
+                    queue_worker(node, &fin, &sh, &st, clock, idle_wait, rx_coalesce)
                 });
             match spawned {
                 Ok(t) => workers.push(QueueHandle { shared, thread: Some(t) }),
@@ -979,6 +980,20 @@ impl Drop for ExitFlag<'_> {
     }
 }
 
+/// A loop that received within this long before it went idle is busy: once woken it waits
+/// the coalescing delay before it reads, so that frames gather.
+const COALESCE_BUSY: Duration = Duration::from_millis(1);
+
+/// Receive coalescing ([`crate::runtime::RunConfig::rx_coalesce_us`]): after a wait that
+/// ended with a readable descriptor (`woken`), wait `delay` more when the loop last received
+/// less than [`COALESCE_BUSY`] ago (`since_busy`), so that a busy link's frames gather into
+/// fuller batches.
+pub(crate) fn coalesce(woken: bool, since_busy: Duration, delay: Duration) {
+    if woken && !delay.is_zero() && since_busy < COALESCE_BUSY {
+        std::thread::sleep(delay);
+    }
+}
+
 /// One queue worker's loop (see [`QueuePool`]).
 fn queue_worker(
     mut node: Node,
@@ -987,6 +1002,7 @@ fn queue_worker(
     stop: &AtomicBool,
     clock: MonotonicClock,
     idle_wait: Duration,
+    rx_coalesce: Duration,
 ) -> (Node, Option<io::Error>) {
     let mut fds = Vec::new();
     node.poll_fds(&mut fds);
@@ -998,6 +1014,8 @@ fn queue_worker(
     };
     let mut last_publish = clock.now();
     let mut error = None;
+    // When the worker last received (none yet: the first frame is read at once).
+    let mut last_busy: Option<Instant> = None;
     while !stop.load(Ordering::Relaxed) {
         let now = clock.now();
         let received = {
@@ -1013,6 +1031,7 @@ fn queue_worker(
             publish(&node);
         }
         if received > 0 || released.is_some_and(|n| n > 0) {
+            last_busy = Some(now);
             continue;
         }
         shared.pending.store(node.pipeline.pending(), Ordering::Relaxed);
@@ -1026,9 +1045,15 @@ fn queue_worker(
             Some(t) => t.saturating_duration_since(now).clamp(HELD_POLL_MIN, idle_wait),
             None => idle_wait,
         };
-        if let Err(e) = crate::sys::poll::wait_readable(&fds, wait) {
-            error = Some(e);
-            break;
+        match crate::sys::poll::wait_readable(&fds, wait) {
+            Ok(woken) => {
+                let since = last_busy.map_or(Duration::MAX, |b| now.saturating_duration_since(b));
+                coalesce(woken, since, rx_coalesce);
+            }
+            Err(e) => {
+                error = Some(e);
+                break;
+            }
         }
     }
     // Stopping: what the stages still hold is released (when due) and transmitted.
@@ -1047,6 +1072,25 @@ fn queue_worker(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Receive coalescing waits only after a wake-up with something to read, in a busy spell,
+    /// with a non-zero delay. (The delay is long, so that an immediate return under any load
+    /// stays well below it; a sleep never ends early, so the waits are at least the delay.)
+    #[test]
+    fn coalescing_waits_only_when_woken_in_a_busy_spell() {
+        let delay = Duration::from_millis(300);
+        let busy = Duration::from_micros(100);
+        let timed = |woken, since, delay| {
+            let t = std::time::Instant::now();
+            coalesce(woken, since, delay);
+            t.elapsed()
+        };
+        assert!(timed(true, busy, delay) >= delay);
+        assert!(timed(false, busy, delay) < delay, "waited without a wake-up");
+        assert!(timed(true, COALESCE_BUSY, delay) < delay, "waited after a quiet spell");
+        assert!(timed(true, Duration::MAX, delay) < delay, "waited before any traffic");
+        assert!(timed(true, busy, Duration::ZERO) < delay, "waited with coalescing off");
+    }
     use crate::null::NullPort;
     use crate::vlink::{LinkConfig, VLink};
 
