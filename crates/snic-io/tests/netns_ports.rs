@@ -771,17 +771,7 @@ fn afpacket_moves_checksum_offsets_past_a_restored_tag() {
         // The sender leaves the pseudo-header sum in the checksum field and the rest to the
         // device: NEEDS_CSUM from the UDP header (after the tags), checksum at offset 6.
         let l4 = 14 + 4 * tags.len() + 20;
-        let mut partial = full.clone();
-        let udp_len = (full.len() - l4) as u32;
-        let ip = &full[l4 - 8..l4];
-        let mut sum = 17 + udp_len;
-        for w in ip.chunks(2) {
-            sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
-        }
-        while sum > 0xffff {
-            sum = (sum & 0xffff) + (sum >> 16);
-        }
-        partial[l4 + 6..l4 + 8].copy_from_slice(&(sum as u16).to_be_bytes());
+        let partial = udp_partial(&full, l4);
         let mut vnet = [0u8; 10];
         vnet[0] = 1; // NEEDS_CSUM
         vnet[6..8].copy_from_slice(&(l4 as u16).to_le_bytes());
@@ -813,23 +803,7 @@ fn afpacket_keeps_vlan_tags_of_super_packets() {
     let q = with_tag(&plain, 0x8100, 100);
     let qinq = with_tag(&q, 0x88a8, 200);
     let l4 = 14 + 8 + 20;
-    let mut partial = qinq.clone();
-    // Partial UDP checksum: the pseudo-header sum (addresses, protocol, UDP length).
-    let mut sum = 17 + (qinq.len() - l4) as u32;
-    for w in qinq[l4 - 8..l4].chunks(2) {
-        sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
-    }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    partial[l4 + 6..l4 + 8].copy_from_slice(&(sum as u16).to_be_bytes());
-    let mut vnet = [0u8; 10];
-    vnet[0] = 1; // NEEDS_CSUM
-    vnet[1] = 5; // GSO_UDP_L4
-    vnet[2..4].copy_from_slice(&((l4 + 8) as u16).to_le_bytes());
-    vnet[4..6].copy_from_slice(&1000u16.to_le_bytes());
-    vnet[6..8].copy_from_slice(&(l4 as u16).to_le_bytes());
-    vnet[8..10].copy_from_slice(&6u16.to_le_bytes());
+    let (vnet, partial) = gso_udp_l4(&qinq, l4);
     let items = [(Some(vnet), partial.clone())];
 
     let (got, [a, b], dropped) = send_through_snic(&topo, &items, false);
@@ -1281,13 +1255,10 @@ fn tap_hands_over_its_queue() {
     assert_eq!(got, (900..950).collect::<Vec<u32>>());
 }
 
-/// A UDP super-packet (GSO_UDP_L4, 1000-byte segments) carrying `payload` bytes, untagged,
-/// with its virtio-net header: longer than a 2 KiB `TPACKET_V2` slot.
-fn udp_super_packet(payload: usize) -> ([u8; 10], Vec<u8>) {
-    let frame = vlan_test_frame(payload);
-    let l4 = 14 + 20;
-    let mut partial = frame.clone();
-    // Partial UDP checksum: the pseudo-header sum (addresses, protocol, UDP length).
+/// UDP/IPv4 `frame` (its UDP header at `l4`) with the partial checksum a sender leaves for
+/// the device: the pseudo-header sum (addresses, protocol, UDP length).
+fn udp_partial(frame: &[u8], l4: usize) -> Vec<u8> {
+    let mut partial = frame.to_vec();
     let mut sum = 17 + (frame.len() - l4) as u32;
     for w in frame[l4 - 8..l4].chunks(2) {
         sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
@@ -1296,6 +1267,14 @@ fn udp_super_packet(payload: usize) -> ([u8; 10], Vec<u8>) {
         sum = (sum & 0xffff) + (sum >> 16);
     }
     partial[l4 + 6..l4 + 8].copy_from_slice(&(sum as u16).to_be_bytes());
+    partial
+}
+
+/// UDP/IPv4 `frame` (its UDP header at `l4`) as a GSO_UDP_L4 super-packet of 1000-byte
+/// segments: its virtio-net header, and the frame with the partial UDP checksum (the
+/// pseudo-header sum) the header asks the kernel to complete.
+fn gso_udp_l4(frame: &[u8], l4: usize) -> ([u8; 10], Vec<u8>) {
+    let partial = udp_partial(frame, l4);
     let mut vnet = [0u8; 10];
     vnet[0] = 1; // NEEDS_CSUM
     vnet[1] = 5; // GSO_UDP_L4
@@ -1304,6 +1283,12 @@ fn udp_super_packet(payload: usize) -> ([u8; 10], Vec<u8>) {
     vnet[6..8].copy_from_slice(&(l4 as u16).to_le_bytes());
     vnet[8..10].copy_from_slice(&6u16.to_le_bytes());
     (vnet, partial)
+}
+
+/// An untagged UDP super-packet carrying `payload` bytes: longer than a 2 KiB `TPACKET_V2`
+/// slot.
+fn udp_super_packet(payload: usize) -> ([u8; 10], Vec<u8>) {
+    gso_udp_l4(&vlan_test_frame(payload), 14 + 20)
 }
 
 /// A frame longer than its `TPACKET_V2` slot waits whole on the socket's queue; the link going
