@@ -879,7 +879,8 @@ impl Runtime {
         }
         let started = self.clock.now();
         let idle_wait = Duration::from_millis(self.cfg.idle_wait_ms.max(1));
-        let coalesce = Duration::from_micros(self.cfg.rx_coalesce_us);
+        let mut moderation =
+            crate::worker::Moderation::new(Duration::from_micros(self.cfg.rx_coalesce_us));
         let idle_exit = self.cfg.idle_exit_ms.map(Duration::from_millis);
         let mut last_rx = started;
         // Set when a pause handed the ports over: from then on no frame is sent or flushed, and
@@ -913,6 +914,7 @@ impl Runtime {
             }
             if received > 0 {
                 last_rx = now;
+                moderation.received(now, received);
                 continue;
             }
             if self.sources_done() && self.in_flight() == 0 {
@@ -932,7 +934,7 @@ impl Runtime {
             } else if !self.sources_unpaced_pending() {
                 let woken =
                     crate::sys::poll::wait_readable(&self.fds, idle_wait).map_err(RunError::Io)?;
-                crate::worker::coalesce(woken, now.saturating_duration_since(last_rx), coalesce);
+                moderation.after_wait(self.clock.now(), woken);
             }
         }
         // Drain: every batch handed to a worker comes back and is transmitted. Not after a

@@ -980,17 +980,66 @@ impl Drop for ExitFlag<'_> {
     }
 }
 
-/// A loop that received within this long before it went idle is busy: once woken it waits
-/// the coalescing delay before it reads, so that frames gather.
-const COALESCE_BUSY: Duration = Duration::from_millis(1);
+/// The window over which receive coalescing measures a loop's rate.
+const BUSY_WINDOW: Duration = Duration::from_millis(1);
+/// Frames per [`BUSY_WINDOW`] from which a loop is busy (64 kpps): a flood, not a ping or a
+/// request and its answer.
+const BUSY_FRAMES: u64 = 64;
 
-/// Receive coalescing ([`crate::runtime::RunConfig::rx_coalesce_us`]): after a wait that
-/// ended with a readable descriptor (`woken`), wait `delay` more when the loop last received
-/// less than [`COALESCE_BUSY`] ago (`since_busy`), so that a busy link's frames gather into
-/// fuller batches.
-pub(crate) fn coalesce(woken: bool, since_busy: Duration, delay: Duration) {
-    if woken && !delay.is_zero() && since_busy < COALESCE_BUSY {
-        std::thread::sleep(delay);
+/// Receive coalescing ([`crate::runtime::RunConfig::rx_coalesce_us`]), adaptive as a NIC's
+/// interrupt moderation is: a loop that has been receiving at least [`BUSY_FRAMES`] frames per
+/// [`BUSY_WINDOW`] and is woken from its idle wait within a window of its last frame waits
+/// `delay` before it reads, so that frames gather into fuller batches and a busy link wakes it
+/// less often. A trickle (pings, requests and their answers below 64 kpps) is never delayed,
+/// nor is the first frame after a quiet millisecond.
+#[derive(Debug, Clone)]
+pub(crate) struct Moderation {
+    delay: Duration,
+    /// Start of the current window and the frames received in it.
+    window: Option<(Instant, u64)>,
+    /// The last full window reached [`BUSY_FRAMES`].
+    was_busy: bool,
+    /// When the loop last received.
+    last: Option<Instant>,
+}
+
+impl Moderation {
+    pub(crate) fn new(delay: Duration) -> Moderation {
+        Moderation { delay, window: None, was_busy: false, last: None }
+    }
+
+    /// The loop received `n` frames at `now`.
+    pub(crate) fn received(&mut self, now: Instant, n: usize) {
+        let n = n as u64;
+        self.window = match self.window {
+            Some((start, count)) if now.saturating_duration_since(start) < BUSY_WINDOW => {
+                Some((start, count + n))
+            }
+            Some((start, count)) => {
+                // A window that ended long ago says nothing about the rate now.
+                let just_ended = now.saturating_duration_since(start) < 2 * BUSY_WINDOW;
+                self.was_busy = just_ended && count >= BUSY_FRAMES;
+                Some((now, n))
+            }
+            None => Some((now, n)),
+        };
+        self.last = Some(now);
+    }
+
+    /// Whether a wake-up at `now` waits: the loop is busy and last received within a window.
+    pub(crate) fn waits(&self, now: Instant) -> bool {
+        let recent = self.last.is_some_and(|l| now.saturating_duration_since(l) < BUSY_WINDOW);
+        let busy = self.was_busy || self.window.is_some_and(|(_, c)| c >= BUSY_FRAMES);
+        !self.delay.is_zero() && recent && busy
+    }
+
+    /// After an idle wait that ended at `now` (`woken`: a descriptor is readable): wait the
+    /// delay when [`Moderation::waits`]. (The kernel's timer slack, 50 us by default, comes on
+    /// top of the delay.)
+    pub(crate) fn after_wait(&self, now: Instant, woken: bool) {
+        if woken && self.waits(now) {
+            std::thread::sleep(self.delay);
+        }
     }
 }
 
@@ -1014,8 +1063,7 @@ fn queue_worker(
     };
     let mut last_publish = clock.now();
     let mut error = None;
-    // When the worker last received (none yet: the first frame is read at once).
-    let mut last_busy: Option<Instant> = None;
+    let mut moderation = Moderation::new(rx_coalesce);
     while !stop.load(Ordering::Relaxed) {
         let now = clock.now();
         let received = {
@@ -1031,7 +1079,7 @@ fn queue_worker(
             publish(&node);
         }
         if received > 0 || released.is_some_and(|n| n > 0) {
-            last_busy = Some(now);
+            moderation.received(now, received);
             continue;
         }
         shared.pending.store(node.pipeline.pending(), Ordering::Relaxed);
@@ -1046,10 +1094,7 @@ fn queue_worker(
             None => idle_wait,
         };
         match crate::sys::poll::wait_readable(&fds, wait) {
-            Ok(woken) => {
-                let since = last_busy.map_or(Duration::MAX, |b| now.saturating_duration_since(b));
-                coalesce(woken, since, rx_coalesce);
-            }
+            Ok(woken) => moderation.after_wait(clock.now(), woken),
             Err(e) => {
                 error = Some(e);
                 break;
@@ -1072,27 +1117,44 @@ fn queue_worker(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Receive coalescing waits only after a wake-up with something to read, in a busy spell,
-    /// with a non-zero delay. (The delay is long, so that an immediate return under any load
-    /// stays well below it; a sleep never ends early, so the waits are at least the delay.)
-    #[test]
-    fn coalescing_waits_only_when_woken_in_a_busy_spell() {
-        let delay = Duration::from_millis(300);
-        let busy = Duration::from_micros(100);
-        let timed = |woken, since, delay| {
-            let t = std::time::Instant::now();
-            coalesce(woken, since, delay);
-            t.elapsed()
-        };
-        assert!(timed(true, busy, delay) >= delay);
-        assert!(timed(false, busy, delay) < delay, "waited without a wake-up");
-        assert!(timed(true, COALESCE_BUSY, delay) < delay, "waited after a quiet spell");
-        assert!(timed(true, Duration::MAX, delay) < delay, "waited before any traffic");
-        assert!(timed(true, busy, Duration::ZERO) < delay, "waited with coalescing off");
-    }
     use crate::null::NullPort;
     use crate::vlink::{LinkConfig, VLink};
+
+    /// Receive coalescing waits only in a busy spell (64 frames in a millisecond) and within a
+    /// millisecond of the last frame; a trickle, a quiet spell and a zero delay never wait. The
+    /// wait itself: at least the delay (a sleep never ends early).
+    #[test]
+    fn coalescing_waits_only_in_a_busy_spell() {
+        let us = Instant::from_micros;
+        let delay = Duration::from_micros(50);
+        // A ping-pong: a frame every 100 us is a trickle.
+        let mut m = Moderation::new(delay);
+        for i in 0..100 {
+            m.received(us(i * 100), 1);
+        }
+        assert!(!m.waits(us(9_950)), "a trickle waited");
+        // A flood: 64 frames every 100 us.
+        let mut m = Moderation::new(delay);
+        for i in 0..30 {
+            m.received(us(i * 100), 64);
+        }
+        assert!(m.waits(us(2_950)), "a flood did not wait");
+        assert!(!m.waits(us(2_900 + 1_000)), "waited a millisecond after the last frame");
+        // A quiet spell after the flood, then one frame: read at once.
+        m.received(us(50_000), 1);
+        assert!(!m.waits(us(50_010)), "waited for the first frame after a quiet spell");
+        // Busy within the first window already.
+        let mut m = Moderation::new(delay);
+        m.received(us(0), 64);
+        assert!(m.waits(us(10)));
+        assert!(!Moderation::new(Duration::ZERO).waits(us(10)));
+        let mut off = Moderation::new(Duration::ZERO);
+        off.received(us(0), 256);
+        assert!(!off.waits(us(10)), "waited with coalescing off");
+        let t = std::time::Instant::now();
+        m.after_wait(us(10), true);
+        assert!(t.elapsed() >= delay);
+    }
 
     /// A TCP/IPv4 super-packet (as a veth peer hands it over with GSO metadata) bound for a port
     /// without offload leaves as MSS-sized segments whose checksums verify and whose payloads
