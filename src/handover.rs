@@ -114,7 +114,7 @@ impl Channel {
     }
 
     /// A pidfd of the peer process, as the kernel tells it (`SO_PEERPIDFD`, Linux 6.5+).
-    fn peer_pidfd(&self) -> Option<OwnedFd> {
+    fn peer_pidfd(&self) -> io::Result<OwnedFd> {
         self.sock.peer_pidfd()
     }
 
@@ -218,6 +218,9 @@ pub struct OldProcess {
     /// The process id.
     pub pid: u32,
     pidfd: Option<OwnedFd>,
+    /// It had exited when the channel was asked for its pidfd: nothing to wait for or kill
+    /// (its pid may be another process's by now).
+    gone: bool,
 }
 
 impl OldProcess {
@@ -226,7 +229,13 @@ impl OldProcess {
     /// opened by pid (a pid freed and reused between the connection and this call would be
     /// another process's; the window is the length of this call), else none.
     fn of_peer(chan: &Channel, pid: u32) -> OldProcess {
-        OldProcess { pid, pidfd: chan.peer_pidfd().or_else(|| Self::open(pid).pidfd) }
+        match chan.peer_pidfd() {
+            Ok(fd) => OldProcess { pid, pidfd: Some(fd), gone: false },
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NOPROTOOPT.raw_os_error()) => {
+                Self::open(pid)
+            }
+            Err(_) => OldProcess { pid, pidfd: None, gone: true },
+        }
     }
 
     /// Open a pidfd of `pid` (none when the kernel refuses one).
@@ -236,13 +245,16 @@ impl OldProcess {
             .ok()
             .and_then(Pid::from_raw)
             .and_then(|p| pidfd_open(p, PidfdFlags::empty()).ok());
-        OldProcess { pid, pidfd }
+        OldProcess { pid, pidfd, gone: false }
     }
 
     /// Wait until the process has exited, at most `limit`: a pidfd turns readable when it
     /// does.
     fn wait_exit(&self, limit: Duration) -> bool {
         use std::os::fd::AsRawFd;
+        if self.gone {
+            return true;
+        }
         let Some(fd) = &self.pidfd else { return wait_exit(self.pid, limit) };
         let end = Instant::now() + limit;
         loop {
@@ -260,6 +272,9 @@ impl OldProcess {
     /// Send it SIGKILL.
     fn kill(&self) {
         use rustix::process::{Signal, pidfd_send_signal};
+        if self.gone {
+            return;
+        }
         match &self.pidfd {
             Some(fd) => {
                 let _ = pidfd_send_signal(fd, Signal::KILL);
@@ -408,8 +423,9 @@ mod tests {
         let (a, _b) = Channel::pair().unwrap();
         assert_eq!(a.peer_uid(), Some(rustix::process::geteuid().as_raw()));
         // This kernel (6.18) has SO_PEERPIDFD: the peer (this process) is alive.
+        assert!(a.peer_pidfd().is_ok(), "no SO_PEERPIDFD");
         let me = OldProcess::of_peer(&a, std::process::id());
-        assert!(me.pidfd.is_some());
+        assert!(me.pidfd.is_some() && !me.gone);
         assert!(!me.wait_exit(Duration::from_millis(20)));
     }
 

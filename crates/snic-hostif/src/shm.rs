@@ -749,9 +749,13 @@ impl SeqPacket {
         self.peer_cred().map(|(pid, _)| pid)
     }
     /// A pidfd of the peer process (`SO_PEERPIDFD`, Linux 6.5+): the very process that
-    /// connected (or listened), even if it has exited and its pid was given to another since.
-    /// `None` on older kernels.
-    pub fn peer_pidfd(&self) -> Option<OwnedFd> {
+    /// connected (or listened). Errors: `ENOPROTOOPT` on older kernels (and architectures
+    /// whose option number is not asm-generic's); another error (`ESRCH`, `EINVAL`) when the
+    /// peer has exited.
+    pub fn peer_pidfd(&self) -> io::Result<OwnedFd> {
+        if !cfg!(any(target_arch = "x86_64", target_arch = "x86", target_arch = "aarch64")) {
+            return Err(io::Error::from_raw_os_error(libc::ENOPROTOOPT));
+        }
         /// `SO_PEERPIDFD` (asm-generic socket option numbers, which x86 and arm64 use).
         const SO_PEERPIDFD: libc::c_int = 77;
         let mut fd: libc::c_int = -1;
@@ -767,12 +771,14 @@ impl SeqPacket {
                 &mut len,
             )
         };
-        if rc == 0 && fd >= 0 && len as usize == size_of::<libc::c_int>() {
-            // SAFETY: the kernel just opened `fd` for this process, and nothing else owns it.
-            Some(unsafe { OwnedFd::from_raw_fd(fd) })
-        } else {
-            None
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
         }
+        if fd < 0 || len as usize != size_of::<libc::c_int>() {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        // SAFETY: the kernel just opened `fd` for this process, and nothing else owns it.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
     }
 
     /// The peer's pid and effective user id as of its `connect` or `listen` (SO_PEERCRED),
