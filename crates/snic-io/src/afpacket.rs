@@ -1126,10 +1126,12 @@ impl AfPacketPort {
     ///
     /// The kernel queues the copy before it hands the slot over and frees it on every path
     /// that does not, so the queue's head is this slot's frame. A read that took nothing (the
-    /// link went down: the kernel reports that once; an interrupted call) is tried again. If
-    /// no frame comes, or one of another length, the queue and the ring are out of step: the
-    /// queue is drained and what was on it counted lost ([`AfPacketStats::rx_ring_lost`]), so
-    /// the next copied slot reads its own frame or nothing, never another's.
+    /// link went down: the kernel reports that once; an interrupted call) is tried again; if
+    /// nothing comes, the frame counts as lost ([`AfPacketStats::rx_ring_lost`]). A frame of
+    /// another length means the queue and the ring are out of step (another reader of the
+    /// socket, a copy left by an older build): the queue is drained and what was on it counted
+    /// lost, so the next copied slot reads its own frame or nothing, never another's. A
+    /// malformed slot's copy is taken and lost with it.
     fn recv_copy(&mut self, now: Instant, batch: &mut Batch, f: Option<RxFrame>) -> usize {
         let before = batch.len();
         for _ in 0..COPY_READ_TRIES {
@@ -1139,14 +1141,20 @@ impl AfPacketPort {
                 continue;
             }
             let len = (m.msgs[0].msg_len as usize).checked_sub(VNET_HDR_LEN);
-            let ours = matches!((f, len), (Some(f), Some(l)) if f.len == l);
-            if !ours {
+            let Some(f) = f else {
+                // A malformed slot: its copy, taken in turn, is lost with it.
+                self.drop_delivered(batch, before);
+                self.stats.rx_ring_errors += 1;
+                self.stats.rx_ring_lost += 1;
+                return 0;
+            };
+            if len != Some(f.len) {
                 self.drop_delivered(batch, before);
                 self.stats.rx_ring_lost += 1;
                 self.drain_queue();
                 return 0;
             }
-            if f.is_some_and(|f| f.pkttype == PACKET_OUTGOING) {
+            if f.pkttype == PACKET_OUTGOING {
                 // The copy's own address is zeroed by the kernel: the slot tells.
                 self.drop_delivered(batch, before);
                 self.stats.rx_outgoing += 1;
@@ -1155,8 +1163,8 @@ impl AfPacketPort {
             self.stats.rx_copied += delivered as u64;
             return delivered;
         }
+        // Nothing was there to take: the frame is lost, and the queue holds nothing to drain.
         self.stats.rx_ring_lost += 1;
-        self.drain_queue();
         0
     }
 
