@@ -111,11 +111,11 @@ pub struct RunConfig {
     /// Longest `poll(2)` wait of an idle I/O loop, in milliseconds. Default 10.
     #[serde(default = "default_idle_wait_ms")]
     pub idle_wait_ms: u64,
-    /// Receive coalescing, in microseconds: a loop woken from its idle wait less than a
-    /// millisecond after it last received waits this long before it reads, so that frames
-    /// gather into fuller batches and a busy link wakes it less often (what a NIC's interrupt
-    /// moderation does). A frame after a quiet spell is read at once. 0 never waits. Default
-    /// 50.
+    /// Receive coalescing, in microseconds: a loop that has been receiving at least 64 frames
+    /// a millisecond, woken from its idle wait within a millisecond of its last frame, waits
+    /// this long before it reads, so that frames gather into fuller batches and a busy link
+    /// wakes it less often (what a NIC's adaptive interrupt moderation does). Slower traffic
+    /// is read at once. 0 never waits. Default 50.
     #[serde(default = "default_rx_coalesce_us")]
     pub rx_coalesce_us: u64,
     /// Stop after this many milliseconds without receiving anything (once finite sources are
