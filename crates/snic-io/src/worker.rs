@@ -838,8 +838,9 @@ const HELD_DRAIN_LIMIT: Duration = Duration::from_secs(10);
 impl QueuePool {
     /// Start one thread per node. `finite[i]` says whether port `i` is a finite source (its
     /// exhaustion may end the run); `idle_wait` is the longest `poll(2)` wait of an idle worker;
-    /// `rx_coalesce` the receive coalescing delay ([`coalesce`]). Every node must have the same ports, in the same order (queue `k` of each port in node
-    /// `k`).
+    /// `rx_coalesce` the receive coalescing delay
+    /// ([`crate::runtime::RunConfig::rx_coalesce_us`]). Every node must have the same ports, in
+    /// the same order (queue `k` of each port in node `k`).
     pub fn start(
         nodes: Vec<Node>,
         finite: &[bool],
