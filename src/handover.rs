@@ -217,10 +217,18 @@ pub fn unix_ns(t: std::time::SystemTime) -> u64 {
 pub struct OldProcess {
     /// The process id.
     pub pid: u32,
-    pidfd: Option<OwnedFd>,
-    /// It had exited when the channel was asked for its pidfd: nothing to wait for or kill
-    /// (its pid may be another process's by now).
-    gone: bool,
+    handle: Handle,
+}
+
+/// How an [`OldProcess`] is reached.
+enum Handle {
+    /// Through its pidfd.
+    Pidfd(OwnedFd),
+    /// By pid only (no pidfd from this kernel).
+    Pid,
+    /// Not at all: it had exited when the channel was asked for its pidfd, so there is
+    /// nothing to wait for or kill (its pid may be another process's by now).
+    Gone,
 }
 
 impl OldProcess {
@@ -230,11 +238,11 @@ impl OldProcess {
     /// another process's; the window is the length of this call), else none.
     fn of_peer(chan: &Channel, pid: u32) -> OldProcess {
         match chan.peer_pidfd() {
-            Ok(fd) => OldProcess { pid, pidfd: Some(fd), gone: false },
+            Ok(fd) => OldProcess { pid, handle: Handle::Pidfd(fd) },
             Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NOPROTOOPT.raw_os_error()) => {
                 Self::open(pid)
             }
-            Err(_) => OldProcess { pid, pidfd: None, gone: true },
+            Err(_) => OldProcess { pid, handle: Handle::Gone },
         }
     }
 
@@ -245,17 +253,18 @@ impl OldProcess {
             .ok()
             .and_then(Pid::from_raw)
             .and_then(|p| pidfd_open(p, PidfdFlags::empty()).ok());
-        OldProcess { pid, pidfd, gone: false }
+        OldProcess { pid, handle: pidfd.map_or(Handle::Pid, Handle::Pidfd) }
     }
 
     /// Wait until the process has exited, at most `limit`: a pidfd turns readable when it
     /// does.
     fn wait_exit(&self, limit: Duration) -> bool {
         use std::os::fd::AsRawFd;
-        if self.gone {
-            return true;
-        }
-        let Some(fd) = &self.pidfd else { return wait_exit(self.pid, limit) };
+        let fd = match &self.handle {
+            Handle::Pidfd(fd) => fd,
+            Handle::Pid => return wait_exit(self.pid, limit),
+            Handle::Gone => return true,
+        };
         let end = Instant::now() + limit;
         loop {
             // An interrupted wait (a signal for this process) waits again for what is left.
@@ -272,17 +281,15 @@ impl OldProcess {
     /// Send it SIGKILL.
     fn kill(&self) {
         use rustix::process::{Signal, pidfd_send_signal};
-        if self.gone {
-            return;
-        }
-        match &self.pidfd {
-            Some(fd) => {
+        match &self.handle {
+            Handle::Pidfd(fd) => {
                 let _ = pidfd_send_signal(fd, Signal::KILL);
             }
-            None => {
+            Handle::Pid => {
                 let pid = self.pid.to_string();
                 let _ = std::process::Command::new("kill").args(["-KILL", &pid]).status();
             }
+            Handle::Gone => {}
         }
     }
 }
@@ -414,7 +421,7 @@ mod tests {
     fn old_process_is_waited_for_and_killed_through_a_pidfd() {
         let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
         let old = OldProcess::open(child.id());
-        assert!(old.pidfd.is_some(), "no pidfd for a live child");
+        assert!(matches!(old.handle, Handle::Pidfd(_)), "no pidfd for a live child");
         assert!(!old.wait_exit(Duration::from_millis(50)), "a sleeping process seen as gone");
         old.kill();
         assert!(old.wait_exit(Duration::from_secs(5)), "the killed process not seen as gone");
@@ -425,7 +432,7 @@ mod tests {
         // This kernel (6.18) has SO_PEERPIDFD: the peer (this process) is alive.
         assert!(a.peer_pidfd().is_ok(), "no SO_PEERPIDFD");
         let me = OldProcess::of_peer(&a, std::process::id());
-        assert!(me.pidfd.is_some() && !me.gone);
+        assert!(matches!(me.handle, Handle::Pidfd(_)));
         assert!(!me.wait_exit(Duration::from_millis(20)));
     }
 
