@@ -902,12 +902,6 @@ impl AfPacketPort {
                     ));
                 }
                 let mut r = setup_rings(raw, ifname, &sizes, false)?;
-                if sizes.rx_v2 {
-                    // A socket handed over by a build that did not ask for whole copies of
-                    // long frames asks now (both options can be set on a live ring).
-                    let _ = setsockopt_int(raw, SOL_PACKET, PACKET_COPY_THRESH, 1);
-                    let _ = setsockopt_int(raw, SOL_PACKET, PACKET_AUXDATA, 1);
-                }
                 if r.layout() != rs.layout {
                     return Err(invalid(
                         ifname,
@@ -1097,25 +1091,24 @@ impl AfPacketPort {
                 break;
             }
             let slot = r.rx_block(r.rx_cur);
-            let frame = tpacket::v2_frame(slot, VNET_HDR_LEN);
+            let frame = tpacket::v2_frame(slot, VNET_HDR_LEN).ok();
             // The copy bit is read from the status word itself: a slot whose header is
             // malformed still has its copy on the queue, which must be taken in turn.
-            let copy = (status & TP_STATUS_COPY != 0).then(|| frame.as_ref().ok().copied());
-            match (&frame, copy) {
-                (_, Some(_)) => {}
-                (Ok(f), None) => {
-                    if deliver_ring_frame(&mut self.stats, now, batch, slot, f) {
-                        got += 1;
+            let copied = status & TP_STATUS_COPY != 0;
+            if !copied {
+                match &frame {
+                    Some(f) => {
+                        got += usize::from(deliver_ring_frame(&mut self.stats, now, batch, slot, f))
                     }
-                }
-                (Err(_), None) => {
-                    self.stats.rx_ring_errors += 1;
-                    self.stats.rx_ring_lost += 1;
+                    None => {
+                        self.stats.rx_ring_errors += 1;
+                        self.stats.rx_ring_lost += 1;
+                    }
                 }
             }
             r.rx_release();
-            if let Some(f) = copy {
-                got += self.recv_copy(now, batch, f);
+            if copied {
+                got += self.recv_copy(now, batch, frame);
             }
         }
         got
@@ -1140,7 +1133,6 @@ impl AfPacketPort {
             if m.taken == 0 {
                 continue;
             }
-            let len = (m.msgs[0].msg_len as usize).checked_sub(VNET_HDR_LEN);
             let Some(f) = f else {
                 // A malformed slot: its copy, taken in turn, is lost with it.
                 self.drop_delivered(batch, before);
@@ -1148,7 +1140,7 @@ impl AfPacketPort {
                 self.stats.rx_ring_lost += 1;
                 return 0;
             };
-            if len != Some(f.len) {
+            if (m.msgs[0].msg_len as usize).checked_sub(VNET_HDR_LEN) != Some(f.len) {
                 self.drop_delivered(batch, before);
                 self.stats.rx_ring_lost += 1;
                 self.drain_queue();
@@ -1644,16 +1636,18 @@ fn setup_v2_ring(
     if configure && setsockopt_int(fd, SOL_PACKET, PACKET_VERSION, TPACKET_V2).is_err() {
         return Err(os_err("PACKET_VERSION TPACKET_V2", ifname));
     }
+    // A frame longer than its slot is also queued whole on the socket, read with `recvmmsg`
+    // (its stripped VLAN tag in `PACKET_AUXDATA`). Asked again of a handed-over socket (both
+    // can be set on a live ring), whose build may not have asked: best effort there.
+    for (opt, name) in
+        [(PACKET_COPY_THRESH, "PACKET_COPY_THRESH"), (PACKET_AUXDATA, "PACKET_AUXDATA")]
+    {
+        if setsockopt_int(fd, SOL_PACKET, opt, 1).is_err() && configure {
+            return Err(os_err(name, ifname));
+        }
+    }
     if configure {
-        // A frame longer than its slot is also queued whole on the socket, read with
-        // `recvmmsg` (its stripped VLAN tag in `PACKET_AUXDATA`); the socket buffer holds a
-        // burst of super-packets.
-        if setsockopt_int(fd, SOL_PACKET, PACKET_COPY_THRESH, 1).is_err() {
-            return Err(os_err("PACKET_COPY_THRESH", ifname));
-        }
-        if setsockopt_int(fd, SOL_PACKET, PACKET_AUXDATA, 1).is_err() {
-            return Err(os_err("PACKET_AUXDATA", ifname));
-        }
+        // The socket buffer holds a burst of super-packets.
         sock::set_buffer(fd, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, SOCKET_BUF_BYTES);
     }
     // The first four fields are `struct tpacket_req`, all the kernel reads for TPACKET_V2.
