@@ -338,6 +338,29 @@ fn port(s: &mut Snapshot, id: &str, name: &str, pc: &Value, device: Option<&Valu
     s.bytes("port_device_tx", "Bytes the port sent (its own count).", l, u(&d["tx_bytes"]));
 }
 
+/// One queue worker's own queues of every port, summed (`queues[k]` of the run's document).
+fn queue(s: &mut Snapshot, k: &str, q: &Value) {
+    let l: &[(&str, &str)] = &[("queue", k)];
+    s.counter("queue_rx_packets", "Frames this queue worker's ports read.", l, u(&q["rx_packets"]));
+    s.bytes("queue_rx", "Bytes this queue worker's ports read.", l, u(&q["rx_bytes"]));
+    s.counter("queue_tx_packets", "Frames this queue worker's ports sent.", l, u(&q["tx_packets"]));
+    s.bytes("queue_tx", "Bytes this queue worker's ports sent.", l, u(&q["tx_bytes"]));
+    s.counter(
+        "queue_kernel_drops",
+        "Frames the kernel dropped at this queue worker's sockets or rings.",
+        l,
+        u(&q["rx_kernel_drops"])
+            .saturating_add(u(&q["rx_ring_full"]))
+            .saturating_add(u(&q["rx_fill_empty"])),
+    );
+    s.counter(
+        "queue_tx_dropped",
+        "Frames this queue worker's ports were handed but could not send.",
+        l,
+        u(&q["tx_dropped"]),
+    );
+}
+
 /// The stages of a pipeline's counters (`stages`), in order; a repeated name gets `#2`, ...
 fn stages(s: &mut Snapshot, stages: &Value) {
     let mut names: Vec<String> = Vec::new();
@@ -396,6 +419,9 @@ pub fn from_run(doc: &Value, vswitch: Option<&Value>) -> Snapshot {
     );
     for p in doc_ports(doc) {
         port(&mut s, &p.id.to_string(), p.name, p.counters, p.device);
+    }
+    for (k, q) in doc["queues"].as_array().into_iter().flatten().enumerate() {
+        queue(&mut s, &k.to_string(), q);
     }
     stages(&mut s, &doc["stages"]);
     s.counter(
@@ -1010,9 +1036,21 @@ mod tests {
                        {"name": "parse", "packets_in": 9, "packets_out": 9, "bytes_in": 600,
                         "drops": {}, "errors": 0}],
             "drops_total": 7, "created": 0, "classes": {"rdma": 1}, "classified": {"other": 3},
+            "queues": [{"rx_packets": 6, "rx_bytes": 384, "tx_packets": 5, "tx_bytes": 320,
+                        "rx_kernel_drops": 3, "rx_ring_full": 1, "rx_fill_empty": 0,
+                        "tx_dropped": 0},
+                       {"rx_packets": 4, "rx_bytes": 256, "tx_packets": 4, "tx_bytes": 256,
+                        "rx_kernel_drops": 0, "rx_ring_full": 0, "rx_fill_empty": 0,
+                        "tx_dropped": 2}],
         });
         let text = from_run(&doc, None).encode();
         for want in [
+            "snic_queue_rx_packets_total{queue=\"0\"} 6\n",
+            "snic_queue_rx_packets_total{queue=\"1\"} 4\n",
+            "snic_queue_tx_bytes_total{queue=\"0\"} 320\n",
+            "snic_queue_kernel_drops_total{queue=\"0\"} 4\n",
+            "snic_queue_kernel_drops_total{queue=\"1\"} 0\n",
+            "snic_queue_tx_dropped_total{queue=\"1\"} 2\n",
             "snic_port_rx_packets_total{port=\"0\",kind=\"gen\",name=\"gen:10\"} 10\n",
             "snic_port_tx_drops_total{port=\"0\",kind=\"gen\",name=\"gen:10\",reason=\"no_egress\"} 2\n",
             "snic_port_tx_drops_total{port=\"0\",kind=\"gen\",name=\"gen:10\",reason=\"tx_queue_full\"} 0\n",

@@ -7,6 +7,9 @@
 //! did not fit, and snic must say so: on its control socket (`snic stats --control`), in the
 //! final report's summary line (never `drops: none`) and on the port's line. Every frame the
 //! sender's port sent is either received by B's port or counted as a kernel drop.
+//!
+//! Also: with `--workers 2` the port splits into two fanout queues whose own counters appear
+//! in the live stats and the final report (`queues`).
 
 mod common;
 
@@ -131,5 +134,79 @@ fn kernel_drops_at_the_socket_are_reported_as_drops() {
     note(&format!(
         "netns_run: {offered} frames offered, {received} received, {dropped} dropped by the kernel"
     ));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// With `--workers 2` an AF_PACKET port splits into two fanout queues, one per worker: the
+/// kernel spreads the generator's flows over both, and the live stats and the final report
+/// give each worker's queues (`queues`), which add up to the ports' own counters.
+#[test]
+fn queue_workers_report_their_own_queues() {
+    if !ready() {
+        return;
+    }
+    const SENT: u64 = 20_000;
+    let pair = VethPair::create("fprq", "fprq", 60);
+    let dir = std::env::temp_dir().join(format!("snic-netns-runq-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sock = dir.join("ctl.sock");
+    let rx = Command::new("ip")
+        .args(["netns", "exec", &pair.ns[1]])
+        .arg(env!("CARGO_BIN_EXE_snic"))
+        .args(["run", "--json", "--port", &format!("afpacket:{}", pair.veth[1]), "--port", "null"])
+        .args(["--workers", "2", "--duration", "90", "--control"])
+        .arg(&sock)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = rx.id();
+    let mut rx = Receiver(Some(rx));
+    wait_for(20, "the receiver's control socket", || stats(&sock).is_some());
+    let sent = pair
+        .exec(0)
+        .arg(env!("CARGO_BIN_EXE_snic"))
+        .args(["run", "--json", "--port", &format!("gen:{SENT}"), "--port"])
+        .arg(format!("afpacket:{}", pair.veth[0]))
+        .args(["--stage", "l2fwd"])
+        .output()
+        .unwrap();
+    assert!(sent.status.success(), "sender: {}", String::from_utf8_lossy(&sent.stderr));
+    let sent: Value = serde_json::from_slice(&sent.stdout).unwrap();
+    let offered = num(&sent, "/ports/1/device/tx_packets");
+    assert!(offered > SENT / 2, "the sender sent only {offered} frames: {sent}");
+
+    // Live: once every frame is in (received or dropped by the kernel), two queues that add up.
+    let mut live = Value::Null;
+    wait_for(20, "the receiver to take every frame", || {
+        live = stats(&sock).unwrap_or(Value::Null);
+        let rx = live.pointer("/ports/0/device/rx_packets").and_then(Value::as_u64);
+        let dropped = live.pointer("/kernel/rx_kernel_drops").and_then(Value::as_u64);
+        rx.zip(dropped).is_some_and(|(r, d)| r + d >= offered)
+    });
+    let sum = |doc: &Value, key: &str| -> (Vec<u64>, u64) {
+        let q = doc["queues"].as_array().unwrap_or_else(|| panic!("no queues in {doc}"));
+        let each: Vec<u64> = q.iter().map(|w| w[key].as_u64().unwrap()).collect();
+        let sum = each.iter().sum();
+        (each, sum)
+    };
+    let (each, total) = sum(&live, "rx_packets");
+    assert_eq!(each.len(), 2, "{live}");
+    assert_eq!(total, num(&live, "/ports/0/device/rx_packets"), "{live}");
+
+    signal("-INT", pid);
+    let out = rx.0.take().unwrap().wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let done: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (each, total) = sum(&done, "rx_packets");
+    assert_eq!(each.len(), 2, "{done}");
+    assert!(each.iter().all(|&n| n > 0), "the kernel gave one queue nothing: {each:?}");
+    let port_rx =
+        num(&done, "/ports/0/device/rx_packets") + num(&done, "/ports/1/device/rx_packets");
+    assert_eq!(total, port_rx, "{done}");
+    let (_, kernel) = sum(&done, "rx_kernel_drops");
+    assert_eq!(kernel, num(&done, "/kernel/rx_kernel_drops"), "{done}");
+    assert_eq!(total + kernel, offered, "every frame received by a queue or dropped: {done}");
+    note(&format!("netns_run: {offered} frames over two queue workers: {each:?}"));
     let _ = std::fs::remove_dir_all(&dir);
 }

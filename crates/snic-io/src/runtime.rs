@@ -299,6 +299,10 @@ pub struct RunReport {
     pub counters: Counters,
     /// Each port's own counters.
     pub ports: Vec<PortReport>,
+    /// Each queue worker's own ports (its queue of every split port) with their counters
+    /// summed, in worker order: how the kernel spread the flows and where it dropped. Empty
+    /// when the ports are not split into queues (one I/O loop) and after a handover.
+    pub queues: Vec<PortCounters>,
     /// Worker threads used.
     pub workers: usize,
     /// Wall-clock duration of the run, in seconds.
@@ -314,6 +318,9 @@ impl fmt::Display for RunReport {
         writeln!(f, "{} worker(s), {:.3} s", self.workers, self.elapsed_secs)?;
         for p in &self.ports {
             writeln!(f, "port {} {}: {}", p.id, p.name, p.counters)?;
+        }
+        for (k, q) in self.queues.iter().enumerate() {
+            writeln!(f, "queue worker {k}: {q}")?;
         }
         write!(f, "{}", self.counters)?;
         for t in &self.trace {
@@ -819,7 +826,10 @@ impl Runtime {
     /// A snapshot of a run whose queue workers are running.
     fn queue_snapshot(&self, pool: &QueuePool, started: Instant) -> RunReport {
         let (counters, ports) = pool.snapshot();
-        self.report(counters, port_reports(pool.port_names(), &ports), started, Vec::new())
+        let mut report =
+            self.report(counters, port_reports(pool.port_names(), &ports), started, Vec::new());
+        report.queues = pool.queue_counters();
+        report
     }
 
     /// Each port of the shared I/O loop with its own counters.
@@ -838,6 +848,7 @@ impl Runtime {
         RunReport {
             counters,
             ports,
+            queues: Vec::new(),
             workers: self.cfg.workers,
             elapsed_secs: (self.clock.now() - started).as_secs_f64(),
             trace,
@@ -1092,6 +1103,7 @@ impl Runtime {
         let names = port_names(&nodes);
         let mut counters = Counters::default();
         let mut ports = Vec::new();
+        let mut queues = Vec::new();
         let mut events = Vec::new();
         let mut lost = 0;
         for (k, node) in nodes.iter_mut().enumerate() {
@@ -1101,7 +1113,9 @@ impl Runtime {
             }
             counters.merge(&node.counters());
             if flush_ports {
-                merge_ports(&mut ports, &node.ports.port_counters_only());
+                let own = node.ports.port_counters_only();
+                merge_ports(&mut ports, &own);
+                queues.push(sum_ports(&own));
             }
             lost += node.pipeline.trace_lost() + node.trace.lost();
             events.extend(node.pipeline.drain_trace().map(|e| (e.seq, k, e)));
@@ -1115,6 +1129,7 @@ impl Runtime {
         let ports = handed.unwrap_or(ports);
         let mut report = self.report(counters, port_reports(&names, &ports), started, trace);
         report.trace_lost = lost;
+        report.queues = queues;
         Ok(report)
     }
 
@@ -1190,6 +1205,15 @@ fn port_names(nodes: &[Node]) -> Vec<String> {
         .first()
         .map(|n| n.ports.ports().iter().map(|p| p.name().to_string()).collect())
         .unwrap_or_default()
+}
+
+/// One worker's queues of every port, summed.
+fn sum_ports(queues: &[PortCounters]) -> PortCounters {
+    let mut sum = PortCounters::default();
+    for q in queues {
+        sum.merge(q);
+    }
+    sum
 }
 
 /// Add one worker's per-queue counters into the per-port totals.

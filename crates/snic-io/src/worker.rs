@@ -934,6 +934,23 @@ impl QueuePool {
         (c, ports)
     }
 
+    /// The latest snapshot of each worker's own queues, its ports' counters summed (in worker
+    /// order).
+    pub fn queue_counters(&self) -> Vec<PortCounters> {
+        self.workers
+            .iter()
+            .map(|w| {
+                let mut sum = PortCounters::default();
+                if let Ok(s) = w.shared.snapshot.lock() {
+                    for q in &s.1 {
+                        sum.merge(q);
+                    }
+                }
+                sum
+            })
+            .collect()
+    }
+
     /// Stop the workers and return their nodes (in worker order) and the first I/O error a
     /// worker stopped on, if any.
     pub fn join(mut self) -> (Vec<Node>, Option<io::Error>) {
