@@ -74,9 +74,13 @@ fn free_tcp_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-/// A loopback UDP address nobody is bound to right now.
-fn free_udp_addr() -> SocketAddr {
-    UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+/// Two loopback UDP addresses nobody is bound to right now, and never the same one: both
+/// probes are bound at once (probed one after the other, the kernel may hand out the first
+/// port again, and snic and the script would then fight over one address).
+fn free_udp_pair() -> (SocketAddr, SocketAddr) {
+    let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let b = UdpSocket::bind("127.0.0.1:0").unwrap();
+    (a.local_addr().unwrap(), b.local_addr().unwrap())
 }
 
 fn tail(path: &Path, max: usize) -> String {
@@ -108,8 +112,7 @@ impl Snic {
     /// `snic run --port udp:SNIC,PEER --port null --stage STAGE --p4runtime 127.0.0.1:PORT
     /// extra...`, returned once the server accepts TCP connections.
     fn start(dir: &Path, stage: &str, extra: &[&str]) -> Snic {
-        let udp_snic = free_udp_addr();
-        let udp_peer = free_udp_addr();
+        let (udp_snic, udp_peer) = free_udp_pair();
         let log = dir.join("snic.log");
         // A port can be taken between the probe and snic's bind: try a few.
         for _ in 0..3 {
