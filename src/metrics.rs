@@ -338,27 +338,24 @@ fn port(s: &mut Snapshot, id: &str, name: &str, pc: &Value, device: Option<&Valu
     s.bytes("port_device_tx", "Bytes the port sent (its own count).", l, u(&d["tx_bytes"]));
 }
 
-/// One queue worker's own queues of every port, summed (`queues[k]` of the run's document).
-fn queue(s: &mut Snapshot, k: &str, q: &Value) {
-    let l: &[(&str, &str)] = &[("queue", k)];
-    s.counter("queue_rx_packets", "Frames this queue worker's ports read.", l, u(&q["rx_packets"]));
-    s.bytes("queue_rx", "Bytes this queue worker's ports read.", l, u(&q["rx_bytes"]));
-    s.counter("queue_tx_packets", "Frames this queue worker's ports sent.", l, u(&q["tx_packets"]));
-    s.bytes("queue_tx", "Bytes this queue worker's ports sent.", l, u(&q["tx_bytes"]));
-    s.counter(
-        "queue_kernel_drops",
-        "Frames the kernel dropped at this queue worker's sockets or rings.",
-        l,
-        u(&q["rx_kernel_drops"])
-            .saturating_add(u(&q["rx_ring_full"]))
-            .saturating_add(u(&q["rx_fill_empty"])),
-    );
-    s.counter(
-        "queue_tx_dropped",
-        "Frames this queue worker's ports were handed but could not send.",
-        l,
-        u(&q["tx_dropped"]),
-    );
+/// One worker's own queues of every port, summed (`per_worker[k]` of the run's document).
+fn worker(s: &mut Snapshot, k: &str, q: &Value) {
+    let l: &[(&str, &str)] = &[("worker", k)];
+    let help = |what: &str| format!("{what} (this worker's queues of every port).");
+    s.counter("worker_rx_packets", &help("Frames read"), l, u(&q["rx_packets"]));
+    s.bytes("worker_rx", &help("Bytes read"), l, u(&q["rx_bytes"]));
+    s.counter("worker_tx_packets", &help("Frames sent"), l, u(&q["tx_packets"]));
+    s.bytes("worker_tx", &help("Bytes sent"), l, u(&q["tx_bytes"]));
+    for (key, what) in [
+        ("rx_errors", "Input that could not become a frame"),
+        ("tx_dropped", "Frames handed but not sent"),
+        ("rx_kernel_drops", "Frames the kernel dropped at the sockets before snic read them"),
+        ("rx_ring_full", "Frames the kernel dropped because the receive ring was full"),
+        ("rx_fill_empty", "Times the kernel found the AF_XDP fill ring empty"),
+        ("tx_ring_full", "Transmit attempts that found the transmit ring full"),
+    ] {
+        s.counter(&format!("worker_{key}"), &help(what), l, u(&q[key]));
+    }
 }
 
 /// The stages of a pipeline's counters (`stages`), in order; a repeated name gets `#2`, ...
@@ -420,8 +417,8 @@ pub fn from_run(doc: &Value, vswitch: Option<&Value>) -> Snapshot {
     for p in doc_ports(doc) {
         port(&mut s, &p.id.to_string(), p.name, p.counters, p.device);
     }
-    for (k, q) in doc["queues"].as_array().into_iter().flatten().enumerate() {
-        queue(&mut s, &k.to_string(), q);
+    for (k, q) in doc["per_worker"].as_array().into_iter().flatten().enumerate() {
+        worker(&mut s, &k.to_string(), q);
     }
     stages(&mut s, &doc["stages"]);
     s.counter(
@@ -1036,7 +1033,7 @@ mod tests {
                        {"name": "parse", "packets_in": 9, "packets_out": 9, "bytes_in": 600,
                         "drops": {}, "errors": 0}],
             "drops_total": 7, "created": 0, "classes": {"rdma": 1}, "classified": {"other": 3},
-            "queues": [{"rx_packets": 6, "rx_bytes": 384, "tx_packets": 5, "tx_bytes": 320,
+            "per_worker": [{"rx_packets": 6, "rx_bytes": 384, "tx_packets": 5, "tx_bytes": 320,
                         "rx_kernel_drops": 3, "rx_ring_full": 1, "rx_fill_empty": 0,
                         "tx_dropped": 0},
                        {"rx_packets": 4, "rx_bytes": 256, "tx_packets": 4, "tx_bytes": 256,
@@ -1045,12 +1042,13 @@ mod tests {
         });
         let text = from_run(&doc, None).encode();
         for want in [
-            "snic_queue_rx_packets_total{queue=\"0\"} 6\n",
-            "snic_queue_rx_packets_total{queue=\"1\"} 4\n",
-            "snic_queue_tx_bytes_total{queue=\"0\"} 320\n",
-            "snic_queue_kernel_drops_total{queue=\"0\"} 4\n",
-            "snic_queue_kernel_drops_total{queue=\"1\"} 0\n",
-            "snic_queue_tx_dropped_total{queue=\"1\"} 2\n",
+            "snic_worker_rx_packets_total{worker=\"0\"} 6\n",
+            "snic_worker_rx_packets_total{worker=\"1\"} 4\n",
+            "snic_worker_tx_bytes_total{worker=\"0\"} 320\n",
+            "snic_worker_rx_kernel_drops_total{worker=\"0\"} 3\n",
+            "snic_worker_rx_ring_full_total{worker=\"0\"} 1\n",
+            "snic_worker_rx_kernel_drops_total{worker=\"1\"} 0\n",
+            "snic_worker_tx_dropped_total{worker=\"1\"} 2\n",
             "snic_port_rx_packets_total{port=\"0\",kind=\"gen\",name=\"gen:10\"} 10\n",
             "snic_port_tx_drops_total{port=\"0\",kind=\"gen\",name=\"gen:10\",reason=\"no_egress\"} 2\n",
             "snic_port_tx_drops_total{port=\"0\",kind=\"gen\",name=\"gen:10\",reason=\"tx_queue_full\"} 0\n",

@@ -355,8 +355,9 @@ fn drops_by_reason(report: &RunReport) -> serde_json::Map<String, Value> {
 /// `created` the packets stages made (P4 replicas and clones: what left plus what was dropped
 /// is what arrived plus this). `drops_total` counts the pipeline's drops and the frames the
 /// kernel dropped at the ports (`kernel`: the ports' kernel-side counters summed; each port's
-/// own are in its `device`); `drops` lists both by reason. `queues` has one entry per queue
-/// worker (its queue of every port, counters summed; empty without queue workers).
+/// own are in its `device`); `drops` lists both by reason. `per_worker` has one entry per
+/// worker when the ports split into per-worker queues: that worker's queues of every port,
+/// counters summed (empty when one I/O loop serves the ports).
 pub fn report_json(report: &RunReport, classes: &ClassCounts) -> Value {
     let ports: Vec<Value> = report
         .ports
@@ -383,7 +384,7 @@ pub fn report_json(report: &RunReport, classes: &ClassCounts) -> Value {
         "workers": report.workers,
         "elapsed_secs": report.elapsed_secs,
         "ports": ports,
-        "queues": report.queues,
+        "per_worker": report.per_worker,
         "stages": report.counters.stages,
         "drops_total": drops_total(report),
         "kernel": {
@@ -880,7 +881,7 @@ mod tests {
         let mut report = RunReport {
             counters: snic_pipeline::Counters::default(),
             ports: vec![port(0, PortCounters::default()), port(1, PortCounters::default())],
-            queues: Vec::new(),
+            per_worker: Vec::new(),
             workers: 1,
             elapsed_secs: 1.0,
             trace: Vec::new(),
@@ -907,8 +908,8 @@ mod tests {
         assert_eq!(doc["kernel"]["rx_ring_full"], 0);
         assert_eq!(doc["kernel"]["tx_ring_full"], 2);
         assert_eq!(doc["ports"][0]["device"]["rx_kernel_drops"], 1_000_000);
-        assert_eq!(doc["queues"], json!([]));
-        assert!(!text.contains("queue worker"), "{text}");
+        assert_eq!(doc["per_worker"], json!([]));
+        assert!(!text.contains("(its queues)"), "{text}");
 
         // Queue workers: one entry each, in the JSON and the table, in worker order.
         let q = |rx, drops| PortCounters {
@@ -916,15 +917,27 @@ mod tests {
             rx_kernel_drops: drops,
             ..Default::default()
         };
-        report.queues = vec![q(10, 1), q(20, 0)];
+        report.per_worker = vec![q(10, 1), q(20, 0)];
         let doc = report_json(&report, &classes);
-        assert_eq!(doc["queues"][0]["rx_packets"], 10);
-        assert_eq!(doc["queues"][0]["rx_kernel_drops"], 1);
-        assert_eq!(doc["queues"][1]["rx_packets"], 20);
-        assert_eq!(doc["queues"].as_array().map(Vec::len), Some(2));
+        assert_eq!(doc["per_worker"][0]["rx_packets"], 10);
+        assert_eq!(doc["per_worker"][0]["rx_kernel_drops"], 1);
+        assert_eq!(doc["per_worker"][1]["rx_packets"], 20);
+        assert_eq!(doc["per_worker"].as_array().map(Vec::len), Some(2));
         let text = report_text(&report, &classes);
-        assert!(text.contains("queue worker 0: "), "{text}");
-        assert!(text.contains("queue worker 1: "), "{text}");
+        let line = |k: usize| {
+            let head = format!("worker {k} (its queues): ");
+            text.lines().find_map(|l| l.strip_prefix(&head).map(str::to_string))
+        };
+        assert_eq!(
+            line(0),
+            Some(
+                PortCounters { rx_packets: 10, rx_kernel_drops: 1, ..Default::default() }
+                    .to_string()
+            ),
+            "{text}"
+        );
+        assert_eq!(line(1), Some(q(20, 0).to_string()), "{text}");
+        assert!(line(0).is_some_and(|l| l.contains("kernel: 1 socket drops")), "{text}");
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! sender's port sent is either received by B's port or counted as a kernel drop.
 //!
 //! Also: with `--workers 2` the port splits into two fanout queues whose own counters appear
-//! in the live stats and the final report (`queues`).
+//! in the live stats and the final report (`per_worker`).
 
 mod common;
 
@@ -139,7 +139,7 @@ fn kernel_drops_at_the_socket_are_reported_as_drops() {
 
 /// With `--workers 2` an AF_PACKET port splits into two fanout queues, one per worker: the
 /// kernel spreads the generator's flows over both, and the live stats and the final report
-/// give each worker's queues (`queues`), which add up to the ports' own counters.
+/// give each worker's queues (`per_worker`), which add up to the ports' own counters.
 #[test]
 fn queue_workers_report_their_own_queues() {
     if !ready() {
@@ -185,7 +185,7 @@ fn queue_workers_report_their_own_queues() {
         rx.zip(dropped).is_some_and(|(r, d)| r + d >= offered)
     });
     let sum = |doc: &Value, key: &str| -> (Vec<u64>, u64) {
-        let q = doc["queues"].as_array().unwrap_or_else(|| panic!("no queues in {doc}"));
+        let q = doc["per_worker"].as_array().unwrap_or_else(|| panic!("no per_worker in {doc}"));
         let each: Vec<u64> = q.iter().map(|w| w[key].as_u64().unwrap()).collect();
         let sum = each.iter().sum();
         (each, sum)

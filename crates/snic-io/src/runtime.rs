@@ -299,10 +299,12 @@ pub struct RunReport {
     pub counters: Counters,
     /// Each port's own counters.
     pub ports: Vec<PortReport>,
-    /// Each queue worker's own ports (its queue of every split port) with their counters
-    /// summed, in worker order: how the kernel spread the flows and where it dropped. Empty
-    /// when the ports are not split into queues (one I/O loop) and after a handover.
-    pub queues: Vec<PortCounters>,
+    /// Each queue worker's own queues (its queue of every split port) with their counters
+    /// summed, in worker order: how the kernel spread the flows over the workers and which
+    /// worker's sockets it dropped at. With two ports a worker's `rx_packets` counts what it
+    /// read on both. Empty when the ports are not split into queues (one I/O loop spreads
+    /// packets to the workers); after a handover, the counts as they stood at the handover.
+    pub per_worker: Vec<PortCounters>,
     /// Worker threads used.
     pub workers: usize,
     /// Wall-clock duration of the run, in seconds.
@@ -319,8 +321,8 @@ impl fmt::Display for RunReport {
         for p in &self.ports {
             writeln!(f, "port {} {}: {}", p.id, p.name, p.counters)?;
         }
-        for (k, q) in self.queues.iter().enumerate() {
-            writeln!(f, "queue worker {k}: {q}")?;
+        for (k, q) in self.per_worker.iter().enumerate() {
+            writeln!(f, "worker {k} (its queues): {q}")?;
         }
         write!(f, "{}", self.counters)?;
         for t in &self.trace {
@@ -811,12 +813,17 @@ impl Runtime {
             Pipelines::Queues(nodes) => {
                 // Not started yet: the nodes' own counters.
                 let names = port_names(nodes);
-                let (mut c, mut ports) = (Counters::default(), Vec::new());
+                let (mut c, mut ports, mut per_worker) =
+                    (Counters::default(), Vec::new(), Vec::new());
                 for n in nodes {
                     c.merge(&n.counters());
-                    merge_ports(&mut ports, &n.ports.port_counters_only());
+                    let own = n.ports.port_counters_only();
+                    merge_ports(&mut ports, &own);
+                    per_worker.push(sum_ports(&own));
                 }
-                return self.report(c, port_reports(&names, &ports), started, Vec::new());
+                let mut report = self.report(c, port_reports(&names, &ports), started, Vec::new());
+                report.per_worker = per_worker;
+                return report;
             }
         };
         counters.merge(self.ports.io());
@@ -825,10 +832,10 @@ impl Runtime {
 
     /// A snapshot of a run whose queue workers are running.
     fn queue_snapshot(&self, pool: &QueuePool, started: Instant) -> RunReport {
-        let (counters, ports) = pool.snapshot();
+        let (counters, ports, per_worker) = pool.snapshot();
         let mut report =
             self.report(counters, port_reports(pool.port_names(), &ports), started, Vec::new());
-        report.queues = pool.queue_counters();
+        report.per_worker = per_worker;
         report
     }
 
@@ -848,7 +855,7 @@ impl Runtime {
         RunReport {
             counters,
             ports,
-            queues: Vec::new(),
+            per_worker: Vec::new(),
             workers: self.cfg.workers,
             elapsed_secs: (self.clock.now() - started).as_secs_f64(),
             trace,
@@ -1039,9 +1046,11 @@ impl Runtime {
                     let _ = n.flush();
                 }
                 // The counters as they stand before a handover (see `run_pausable`).
-                let mut before = Vec::new();
+                let (mut before, mut before_workers) = (Vec::new(), Vec::new());
                 for n in &nodes {
-                    merge_ports(&mut before, &n.ports.port_counters_only());
+                    let own = n.ports.port_counters_only();
+                    merge_ports(&mut before, &own);
+                    before_workers.push(sum_ports(&own));
                 }
                 let mut paused: Vec<PausedPort<'_>> = Vec::new();
                 for (queue, n) in nodes.iter_mut().enumerate() {
@@ -1052,7 +1061,8 @@ impl Runtime {
                 paused.sort_by_key(|p| (p.port, p.queue));
                 let after = on_pause(&mut paused);
                 if after == AfterPause::Stop {
-                    return self.finish_queues(nodes, None, started, Some(before));
+                    let handed = Some((before, before_workers));
+                    return self.finish_queues(nodes, None, started, handed);
                 }
                 pool = QueuePool::start(nodes, &self.finite, self.clock, idle_wait, coalesce)
                     .map_err(RunError::Io)?;
@@ -1090,20 +1100,20 @@ impl Runtime {
     }
 
     /// The end of a run of queue workers: their nodes flushed and merged into the report. After
-    /// a handover (`handed`: the port counters read before it) the ports are another process's:
-    /// they are neither flushed nor read again.
+    /// a handover (`handed`: the port counters read before it, per port and per worker) the
+    /// ports are another process's: they are neither flushed nor read again.
     fn finish_queues(
         &self,
         mut nodes: Vec<Node>,
         mut first_err: Option<io::Error>,
         started: Instant,
-        handed: Option<Vec<PortCounters>>,
+        handed: Option<(Vec<PortCounters>, Vec<PortCounters>)>,
     ) -> Result<RunReport, RunError> {
         let flush_ports = handed.is_none();
         let names = port_names(&nodes);
         let mut counters = Counters::default();
         let mut ports = Vec::new();
-        let mut queues = Vec::new();
+        let mut per_worker = Vec::new();
         let mut events = Vec::new();
         let mut lost = 0;
         for (k, node) in nodes.iter_mut().enumerate() {
@@ -1115,7 +1125,7 @@ impl Runtime {
             if flush_ports {
                 let own = node.ports.port_counters_only();
                 merge_ports(&mut ports, &own);
-                queues.push(sum_ports(&own));
+                per_worker.push(sum_ports(&own));
             }
             lost += node.pipeline.trace_lost() + node.trace.lost();
             events.extend(node.pipeline.drain_trace().map(|e| (e.seq, k, e)));
@@ -1126,10 +1136,10 @@ impl Runtime {
         if let Some(e) = first_err {
             return Err(RunError::Io(e));
         }
-        let ports = handed.unwrap_or(ports);
+        let (ports, per_worker) = handed.unwrap_or((ports, per_worker));
         let mut report = self.report(counters, port_reports(&names, &ports), started, trace);
         report.trace_lost = lost;
-        report.queues = queues;
+        report.per_worker = per_worker;
         Ok(report)
     }
 

@@ -918,37 +918,25 @@ impl QueuePool {
         self.workers.iter().all(|w| w.shared.sources_done.load(Ordering::Relaxed))
     }
 
-    /// The latest counter snapshots of every worker: pipeline and I/O counters merged, and each
-    /// port's own counters merged over its queues.
-    pub fn snapshot(&self) -> (Counters, Vec<PortCounters>) {
+    /// The latest counter snapshots of every worker, each read once: pipeline and I/O counters
+    /// merged, each port's own counters merged over its queues, and each worker's own queues
+    /// of every port summed (in worker order). Read together, the last two add up.
+    pub fn snapshot(&self) -> (Counters, Vec<PortCounters>, Vec<PortCounters>) {
         let mut c = Counters::default();
         let mut ports = vec![PortCounters::default(); self.names.len()];
+        let mut per_worker = Vec::with_capacity(self.workers.len());
         for w in &self.workers {
+            let mut own = PortCounters::default();
             if let Ok(s) = w.shared.snapshot.lock() {
                 c.merge(&s.0);
                 for (m, q) in ports.iter_mut().zip(&s.1) {
                     m.merge(q);
+                    own.merge(q);
                 }
             }
+            per_worker.push(own);
         }
-        (c, ports)
-    }
-
-    /// The latest snapshot of each worker's own queues, its ports' counters summed (in worker
-    /// order).
-    pub fn queue_counters(&self) -> Vec<PortCounters> {
-        self.workers
-            .iter()
-            .map(|w| {
-                let mut sum = PortCounters::default();
-                if let Ok(s) = w.shared.snapshot.lock() {
-                    for q in &s.1 {
-                        sum.merge(q);
-                    }
-                }
-                sum
-            })
-            .collect()
+        (c, ports, per_worker)
     }
 
     /// Stop the workers and return their nodes (in worker order) and the first I/O error a
