@@ -131,6 +131,12 @@ fn afxdp_takeover(test: &str, workers: u32) {
     let old = wait_exit(&mut g, si, "snic", 20);
     assert!(old.success(), "the old snic failed:\n{}\n{}", g.log("snic"), g.log("snic-new"));
     assert!(g.log("snic").contains("handed over"), "{}", g.log("snic"));
+    // Its final report keeps each queue worker's counters as they stood at the handover (one
+    // worker: one I/O loop, no queue workers).
+    for k in (0..workers).filter(|_| workers > 1) {
+        let line = format!("worker {k} (its queues): rx ");
+        assert!(g.log("snic").contains(&line), "no {line:?} in\n{}", g.log("snic"));
+    }
     // The old process is gone: the programs are still attached, by the new one's links.
     for o in &g.outer {
         let link = must(10, &["ip", "-d", "link", "show", "dev", o]);
