@@ -1034,11 +1034,11 @@ mod tests {
                         "drops": {}, "errors": 0}],
             "drops_total": 7, "created": 0, "classes": {"rdma": 1}, "classified": {"other": 3},
             "per_worker": [{"rx_packets": 6, "rx_bytes": 384, "tx_packets": 5, "tx_bytes": 320,
-                        "rx_kernel_drops": 3, "rx_ring_full": 1, "rx_fill_empty": 0,
+                        "rx_kernel_drops": 3, "rx_ring_full": 1, "rx_fill_empty": 5,
                         "tx_dropped": 0},
                        {"rx_packets": 4, "rx_bytes": 256, "tx_packets": 4, "tx_bytes": 256,
                         "rx_kernel_drops": 0, "rx_ring_full": 0, "rx_fill_empty": 0,
-                        "tx_dropped": 2}],
+                        "tx_dropped": 2, "rx_errors": 9, "tx_ring_full": 3}],
         });
         let text = from_run(&doc, None).encode();
         for want in [
@@ -1047,7 +1047,9 @@ mod tests {
             "snic_worker_tx_bytes_total{worker=\"0\"} 320\n",
             "snic_worker_rx_kernel_drops_total{worker=\"0\"} 3\n",
             "snic_worker_rx_ring_full_total{worker=\"0\"} 1\n",
-            "snic_worker_rx_kernel_drops_total{worker=\"1\"} 0\n",
+            "snic_worker_rx_fill_empty_total{worker=\"0\"} 5\n",
+            "snic_worker_rx_errors_total{worker=\"1\"} 9\n",
+            "snic_worker_tx_ring_full_total{worker=\"1\"} 3\n",
             "snic_worker_tx_dropped_total{worker=\"1\"} 2\n",
             "snic_port_rx_packets_total{port=\"0\",kind=\"gen\",name=\"gen:10\"} 10\n",
             "snic_port_tx_drops_total{port=\"0\",kind=\"gen\",name=\"gen:10\",reason=\"no_egress\"} 2\n",

@@ -132,10 +132,19 @@ fn afxdp_takeover(test: &str, workers: u32) {
     assert!(old.success(), "the old snic failed:\n{}\n{}", g.log("snic"), g.log("snic-new"));
     assert!(g.log("snic").contains("handed over"), "{}", g.log("snic"));
     // Its final report keeps each queue worker's counters as they stood at the handover (one
-    // worker: one I/O loop, no queue workers).
-    for k in (0..workers).filter(|_| workers > 1) {
-        let line = format!("worker {k} (its queues): rx ");
-        assert!(g.log("snic").contains(&line), "no {line:?} in\n{}", g.log("snic"));
+    // worker: one I/O loop, no queue workers, no such line).
+    let old_log = g.log("snic");
+    let worker_rx = |k: u32| -> Option<u64> {
+        let head = format!("worker {k} (its queues): rx ");
+        let line = old_log.lines().find_map(|l| l.strip_prefix(&head).map(str::to_string))?;
+        line.split(' ').next()?.parse().ok()
+    };
+    if workers > 1 {
+        let rx: Vec<Option<u64>> = (0..workers).map(worker_rx).collect();
+        assert!(rx.iter().all(Option::is_some), "per-worker lines {rx:?} in\n{old_log}");
+        assert!(rx.iter().flatten().sum::<u64>() > 0, "nothing read before the handover: {rx:?}");
+    } else {
+        assert_eq!(worker_rx(0), None, "{old_log}");
     }
     // The old process is gone: the programs are still attached, by the new one's links.
     for o in &g.outer {

@@ -1508,6 +1508,11 @@ mod tests {
         assert_eq!(r.counters.port(PortId(0)).unwrap().rx_packets, 250);
         assert_eq!(r.counters.port(PortId(1)).unwrap().tx_packets, 250);
         assert_eq!(r.counters.total_drops(), 0, "{r}");
+        // Each worker's own queues of both ports, summed: what it read, the kernel dropped at
+        // its socket, and what it sent.
+        let own: Vec<(u64, u64, u64)> =
+            r.per_worker.iter().map(|q| (q.rx_packets, q.rx_kernel_drops, q.tx_packets)).collect();
+        assert_eq!(own, [(100, 7, 100), (150, 8, 150)], "{r}");
         let seq1: Vec<&str> = r.trace.iter().map(String::as_str).collect();
         let one = [
             "#1 input: selected for trace (not parsed yet)",
@@ -1529,7 +1534,14 @@ mod tests {
         let stats = AtomicBool::new(true);
         let mut snapshots = Vec::new();
         let report = std::thread::scope(|s| {
-            let run = s.spawn(|| rt.run(&stop, &stats, |r| snapshots.push(r.ports.len())));
+            let run = s.spawn(|| {
+                rt.run(&stop, &stats, |r| {
+                    // A live snapshot: one entry per worker, adding up to the ports' totals.
+                    let rx: u64 = r.per_worker.iter().map(|q| q.rx_packets).sum();
+                    let port_rx: u64 = r.ports.iter().map(|p| p.counters.rx_packets).sum();
+                    snapshots.push((r.ports.len(), r.per_worker.len(), rx == port_rx));
+                })
+            });
             // Stop once every frame came out (or, if that never happens, after a bound: the
             // counts below then fail with the numbers).
             let mut seen = 0;
@@ -1547,7 +1559,7 @@ mod tests {
             run.join().unwrap()
         })
         .unwrap();
-        assert_eq!(snapshots, vec![2]);
+        assert_eq!(snapshots, vec![(2, 2, true)]);
         assert_eq!(report.ports[1].counters.tx_packets, 250, "{report}");
         assert_eq!(report.counters.port(PortId(1)).unwrap().tx_packets, 250);
     }
