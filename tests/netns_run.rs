@@ -15,6 +15,7 @@ mod common;
 
 use common::netns::{VethPair, have, is_root, note, stop, wait_for};
 use serde_json::Value;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -43,6 +44,12 @@ fn signal(sig: &str, pid: u32) {
 /// `--duration`).
 struct Receiver(Option<Child>);
 
+impl Receiver {
+    fn pid(&self) -> u32 {
+        self.0.as_ref().map_or(0, Child::id)
+    }
+}
+
 impl Drop for Receiver {
     fn drop(&mut self) {
         if let Some(c) = &mut self.0 {
@@ -52,7 +59,7 @@ impl Drop for Receiver {
     }
 }
 
-fn stats(sock: &std::path::Path) -> Option<Value> {
+fn stats(sock: &Path) -> Option<Value> {
     let out = Command::new(env!("CARGO_BIN_EXE_snic"))
         .args(["stats", "--control"])
         .arg(sock)
@@ -65,6 +72,44 @@ fn num(v: &Value, ptr: &str) -> u64 {
     v.pointer(ptr).and_then(Value::as_u64).unwrap_or_else(|| panic!("no {ptr} in {v}"))
 }
 
+/// `snic run --port afpacket:VETH --port null --workers N --control SOCK` (and `extra`) in the
+/// pair's second namespace, returned once its control socket answers. `ip netns exec` execs
+/// snic: the child's pid is snic's. `--duration` bounds it.
+fn start_receiver(pair: &VethPair, sock: &Path, workers: &str, extra: &[&str]) -> Receiver {
+    let rx = Command::new("ip")
+        .args(["netns", "exec", &pair.ns[1]])
+        .arg(env!("CARGO_BIN_EXE_snic"))
+        .args(["run", "--port", &format!("afpacket:{}", pair.veth[1]), "--port", "null"])
+        .args(["--workers", workers, "--duration", "90", "--control"])
+        .arg(sock)
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rx = Receiver(Some(rx));
+    wait_for(20, "the receiver's control socket", || stats(sock).is_some());
+    rx
+}
+
+/// Send `n` generated frames into the pair's first veth end; returns how many its port sent
+/// (at least half, or the test fails).
+fn send_generated(pair: &VethPair, n: u64) -> u64 {
+    let sent = pair
+        .exec(0)
+        .arg(env!("CARGO_BIN_EXE_snic"))
+        .args(["run", "--json", "--port", &format!("gen:{n}"), "--port"])
+        .arg(format!("afpacket:{}", pair.veth[0]))
+        .args(["--stage", "l2fwd"])
+        .output()
+        .unwrap();
+    assert!(sent.status.success(), "sender: {}", String::from_utf8_lossy(&sent.stderr));
+    let sent: Value = serde_json::from_slice(&sent.stdout).unwrap();
+    let offered = num(&sent, "/ports/1/device/tx_packets");
+    assert!(offered > n / 2, "the sender sent only {offered} frames: {sent}");
+    offered
+}
+
 #[test]
 fn kernel_drops_at_the_socket_are_reported_as_drops() {
     if !ready() {
@@ -74,34 +119,11 @@ fn kernel_drops_at_the_socket_are_reported_as_drops() {
     let dir = std::env::temp_dir().join(format!("snic-netns-run-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let sock = dir.join("ctl.sock");
-    // `ip netns exec` execs snic: the child's pid is snic's. `--duration` bounds it.
-    let rx = Command::new("ip")
-        .args(["netns", "exec", &pair.ns[1]])
-        .arg(env!("CARGO_BIN_EXE_snic"))
-        .args(["run", "--port", &format!("afpacket:{}", pair.veth[1]), "--port", "null"])
-        .args(["--workers", "1", "--duration", "90", "--control"])
-        .arg(&sock)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = rx.id();
-    let mut rx = Receiver(Some(rx));
-    wait_for(20, "the receiver's control socket", || stats(&sock).is_some());
+    let mut rx = start_receiver(&pair, &sock, "1", &[]);
+    let pid = rx.pid();
     signal("-STOP", pid);
-    let sent = pair
-        .exec(0)
-        .arg(env!("CARGO_BIN_EXE_snic"))
-        .args(["run", "--json", "--port", &format!("gen:{FRAMES}"), "--port"])
-        .arg(format!("afpacket:{}", pair.veth[0]))
-        .args(["--stage", "l2fwd"])
-        .output()
-        .unwrap();
+    let offered = send_generated(&pair, FRAMES);
     signal("-CONT", pid);
-    assert!(sent.status.success(), "sender: {}", String::from_utf8_lossy(&sent.stderr));
-    let sent: Value = serde_json::from_slice(&sent.stdout).unwrap();
-    let offered = num(&sent, "/ports/1/device/tx_packets");
-    assert!(offered > FRAMES / 2, "the sender sent only {offered} frames: {sent}");
 
     // Live: the control socket shows the kernel's drops once the receiver caught up.
     let mut live = Value::Null;
@@ -150,31 +172,9 @@ fn queue_workers_report_their_own_queues() {
     let dir = std::env::temp_dir().join(format!("snic-netns-runq-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let sock = dir.join("ctl.sock");
-    let rx = Command::new("ip")
-        .args(["netns", "exec", &pair.ns[1]])
-        .arg(env!("CARGO_BIN_EXE_snic"))
-        .args(["run", "--json", "--port", &format!("afpacket:{}", pair.veth[1]), "--port", "null"])
-        .args(["--workers", "2", "--duration", "90", "--control"])
-        .arg(&sock)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = rx.id();
-    let mut rx = Receiver(Some(rx));
-    wait_for(20, "the receiver's control socket", || stats(&sock).is_some());
-    let sent = pair
-        .exec(0)
-        .arg(env!("CARGO_BIN_EXE_snic"))
-        .args(["run", "--json", "--port", &format!("gen:{SENT}"), "--port"])
-        .arg(format!("afpacket:{}", pair.veth[0]))
-        .args(["--stage", "l2fwd"])
-        .output()
-        .unwrap();
-    assert!(sent.status.success(), "sender: {}", String::from_utf8_lossy(&sent.stderr));
-    let sent: Value = serde_json::from_slice(&sent.stdout).unwrap();
-    let offered = num(&sent, "/ports/1/device/tx_packets");
-    assert!(offered > SENT / 2, "the sender sent only {offered} frames: {sent}");
+    let mut rx = start_receiver(&pair, &sock, "2", &["--json"]);
+    let pid = rx.pid();
+    let offered = send_generated(&pair, SENT);
 
     // Live: once every frame is in (received or dropped by the kernel), two queues that add up.
     let mut live = Value::Null;
