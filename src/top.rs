@@ -185,6 +185,42 @@ pub fn frame(control: &Path, old: &Sample, new: &Sample) -> Frame {
         rows,
     });
 
+    // Queue workers (`snic run` with ports split per worker): each worker's queues, summed.
+    // (A server's `per_worker` are DMA workers, without `rx_packets`: not shown here.)
+    let queue_workers = |d: &Value| -> Vec<Value> {
+        let all = d["per_worker"].as_array().cloned().unwrap_or_default();
+        all.into_iter().filter(|w| w.get("rx_packets").is_some()).collect()
+    };
+    let (old_workers, workers) = (queue_workers(o), queue_workers(n));
+    if !workers.is_empty() {
+        let kernel = |w: &Value| -> u64 {
+            ["rx_kernel_drops", "rx_ring_full", "rx_fill_empty"].iter().map(|k| u(&w[k])).sum()
+        };
+        let rows = workers
+            .iter()
+            .enumerate()
+            .map(|(k, w)| {
+                let q = old_workers.get(k).cloned().unwrap_or(Value::Null);
+                let r = |key: &str| per_sec(u(&w[key]), u(&q[key]), secs);
+                vec![
+                    k.to_string(),
+                    rate(r("rx_packets"), "pps"),
+                    rate(r("tx_packets"), "pps"),
+                    rate(per_sec(kernel(w), kernel(&q), secs), "pps"),
+                    u(&w["rx_packets"]).to_string(),
+                    kernel(w).to_string(),
+                ]
+            })
+            .collect();
+        sections.push(Section {
+            title: "workers (their queues of every port)".into(),
+            header: ["worker", "rx", "tx", "kernel drops", "rx total", "kernel drops total"]
+                .map(String::from)
+                .to_vec(),
+            rows,
+        });
+    }
+
     let old_stages = stages(o);
     let mut rows = Vec::new();
     for (i, s) in stages(n).iter().enumerate() {
@@ -527,6 +563,36 @@ mod tests {
         assert_eq!(f.sections.len(), 3, "no vSwitch, RDMA or DMA sections without them");
         let t = text(&f);
         assert!(t.contains("\nports\n  port  name   rx        rx"), "{t}");
+
+        // Queue workers: a section after the ports, one row per worker.
+        let with_workers = |rx: [u64; 2], drops: u64| {
+            let mut d = doc(rx[0] + rx[1], 0);
+            d["per_worker"] = json!([
+                {"rx_packets": rx[0], "tx_packets": rx[0], "rx_kernel_drops": drops},
+                {"rx_packets": rx[1], "tx_packets": 0, "rx_ring_full": 1},
+            ]);
+            d
+        };
+        let a = Sample { doc: with_workers([400, 600], 2), flows: None, at: t0 };
+        let b = Sample {
+            doc: with_workers([2400, 600], 6),
+            flows: None,
+            at: t0 + Duration::from_secs(2),
+        };
+        let f = frame(Path::new("ctl"), &a, &b);
+        assert_eq!(f.sections[1].title, "workers (their queues of every port)");
+        assert_eq!(f.sections[1].rows[0], ["0", "1.00kpps", "1.00kpps", "2.00pps", "2400", "6"]);
+        assert_eq!(f.sections[1].rows[1], ["1", "0pps", "0pps", "0pps", "600", "1"]);
+        // A server's DMA workers have no packet counters: no such section.
+        let mut d = doc(10, 0);
+        d["per_worker"] = json!([{"descs": 5}]);
+        let s = Sample { doc: d, flows: None, at: t0 };
+        assert!(
+            frame(Path::new("ctl"), &s, &s)
+                .sections
+                .iter()
+                .all(|x| !x.title.starts_with("workers"))
+        );
     }
 
     #[test]
