@@ -70,6 +70,13 @@ pub struct Section {
     pub rows: Vec<Vec<String>>,
 }
 
+impl Section {
+    fn new(title: &str, header: &[&str], rows: Vec<Vec<String>>) -> Section {
+        let header = header.iter().map(|h| h.to_string()).collect();
+        Section { title: title.into(), header, rows }
+    }
+}
+
 /// What one screen shows.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Frame {
@@ -177,13 +184,11 @@ pub fn frame(control: &Path, old: &Sample, new: &Sample) -> Frame {
             u(&p["tx_packets"]).to_string(),
         ]);
     }
-    sections.push(Section {
-        title: "ports".into(),
-        header: ["port", "name", "rx", "rx", "tx", "tx", "rx total", "tx total"]
-            .map(String::from)
-            .to_vec(),
+    sections.push(Section::new(
+        "ports",
+        &["port", "name", "rx", "rx", "tx", "tx", "rx total", "tx total"],
         rows,
-    });
+    ));
 
     // Queue workers (`snic run` with ports split per worker): each worker's queues, summed.
     // (A server's `per_worker` are DMA workers, without `rx_packets`: not shown here.)
@@ -212,13 +217,11 @@ pub fn frame(control: &Path, old: &Sample, new: &Sample) -> Frame {
                 ]
             })
             .collect();
-        sections.push(Section {
-            title: "workers (their queues of every port)".into(),
-            header: ["worker", "rx", "tx", "kernel drops", "rx total", "kernel drops total"]
-                .map(String::from)
-                .to_vec(),
+        sections.push(Section::new(
+            "workers (their queues of every port)",
+            &["worker", "rx", "tx", "kernel drops", "rx total", "kernel drops total"],
             rows,
-        });
+        ));
     }
 
     let old_stages = stages(o);
@@ -237,13 +240,11 @@ pub fn frame(control: &Path, old: &Sample, new: &Sample) -> Frame {
             total(s).to_string(),
         ]);
     }
-    sections.push(Section {
-        title: "stages".into(),
-        header: ["stage", "in", "out", "drops", "in total", "drops total"]
-            .map(String::from)
-            .to_vec(),
+    sections.push(Section::new(
+        "stages",
+        &["stage", "in", "out", "drops", "in total", "drops total"],
         rows,
-    });
+    ));
 
     let od = drops(o);
     let rows: Vec<Vec<String>> = drops(n)
@@ -254,11 +255,7 @@ pub fn frame(control: &Path, old: &Sample, new: &Sample) -> Frame {
             vec![k, rate(per_sec(v, was, secs), "pps"), v.to_string()]
         })
         .collect();
-    sections.push(Section {
-        title: "drops by reason".into(),
-        header: ["reason", "rate", "total"].map(String::from).to_vec(),
-        rows,
-    });
+    sections.push(Section::new("drops by reason", &["reason", "rate", "total"], rows));
 
     if let Some((by_packets, by_bytes)) = &new.flows {
         let old_flows: BTreeMap<(u64, String), (u64, u64)> = old
@@ -290,11 +287,7 @@ pub fn frame(control: &Path, old: &Sample, new: &Sample) -> Frame {
                     vec![key.1, rp, rb, p.to_string(), b.to_string()]
                 })
                 .collect();
-            sections.push(Section {
-                title: title.into(),
-                header: ["flow", "rate", "rate", "packets", "bytes"].map(String::from).to_vec(),
-                rows,
-            });
+            sections.push(Section::new(title, &["flow", "rate", "rate", "packets", "bytes"], rows));
         }
     }
 
@@ -354,11 +347,11 @@ pub fn frame(control: &Path, old: &Sample, new: &Sample) -> Frame {
                 ]
             })
             .collect();
-        sections.push(Section {
-            title: "rdma qps (PSN advance: requests sent, requests received)".into(),
-            header: ["qpn", "state", "dest", "sent", "received", "wqes"].map(String::from).to_vec(),
+        sections.push(Section::new(
+            "rdma qps (PSN advance: requests sent, requests received)",
+            &["qpn", "state", "dest", "sent", "received", "wqes"],
             rows,
-        });
+        ));
     }
     let de = &n["engine"];
     if de.is_object() {
