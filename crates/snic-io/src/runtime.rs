@@ -817,9 +817,7 @@ impl Runtime {
                     (Counters::default(), Vec::new(), Vec::new());
                 for n in nodes {
                     c.merge(&n.counters());
-                    let own = n.ports.port_counters_only();
-                    merge_ports(&mut ports, &own);
-                    per_worker.push(sum_ports(&own));
+                    merge_worker(&mut ports, &mut per_worker, &n.ports.port_counters_only());
                 }
                 let mut report = self.report(c, port_reports(&names, &ports), started, Vec::new());
                 report.per_worker = per_worker;
@@ -1048,9 +1046,7 @@ impl Runtime {
                 // The counters as they stand before a handover (see `run_pausable`).
                 let (mut before, mut before_workers) = (Vec::new(), Vec::new());
                 for n in &nodes {
-                    let own = n.ports.port_counters_only();
-                    merge_ports(&mut before, &own);
-                    before_workers.push(sum_ports(&own));
+                    merge_worker(&mut before, &mut before_workers, &n.ports.port_counters_only());
                 }
                 let mut paused: Vec<PausedPort<'_>> = Vec::new();
                 for (queue, n) in nodes.iter_mut().enumerate() {
@@ -1123,9 +1119,7 @@ impl Runtime {
             }
             counters.merge(&node.counters());
             if flush_ports {
-                let own = node.ports.port_counters_only();
-                merge_ports(&mut ports, &own);
-                per_worker.push(sum_ports(&own));
+                merge_worker(&mut ports, &mut per_worker, &node.ports.port_counters_only());
             }
             lost += node.pipeline.trace_lost() + node.trace.lost();
             events.extend(node.pipeline.drain_trace().map(|e| (e.seq, k, e)));
@@ -1217,13 +1211,19 @@ fn port_names(nodes: &[Node]) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// One worker's queues of every port, summed.
-fn sum_ports(queues: &[PortCounters]) -> PortCounters {
-    let mut sum = PortCounters::default();
+/// Add one worker's per-queue counters (`queues[i]`: its queue of port `i`) into the per-port
+/// totals, and their sum as the worker's entry of `per_worker`.
+pub(crate) fn merge_worker(
+    ports: &mut Vec<PortCounters>,
+    per_worker: &mut Vec<PortCounters>,
+    queues: &[PortCounters],
+) {
+    merge_ports(ports, queues);
+    let mut own = PortCounters::default();
     for q in queues {
-        sum.merge(q);
+        own.merge(q);
     }
-    sum
+    per_worker.push(own);
 }
 
 /// Add one worker's per-queue counters into the per-port totals.

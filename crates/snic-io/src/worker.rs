@@ -926,15 +926,14 @@ impl QueuePool {
         let mut ports = vec![PortCounters::default(); self.names.len()];
         let mut per_worker = Vec::with_capacity(self.workers.len());
         for w in &self.workers {
-            let mut own = PortCounters::default();
-            if let Ok(s) = w.shared.snapshot.lock() {
-                c.merge(&s.0);
-                for (m, q) in ports.iter_mut().zip(&s.1) {
-                    m.merge(q);
-                    own.merge(q);
+            match w.shared.snapshot.lock() {
+                Ok(s) => {
+                    c.merge(&s.0);
+                    crate::runtime::merge_worker(&mut ports, &mut per_worker, &s.1);
                 }
+                // A poisoned snapshot (its worker panicked): the worker keeps its place.
+                Err(_) => per_worker.push(PortCounters::default()),
             }
-            per_worker.push(own);
         }
         (c, ports, per_worker)
     }
