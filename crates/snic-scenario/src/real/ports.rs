@@ -40,8 +40,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// With the low-latency `TPACKET_V2` receive ring (as `snic run` by default), not the
 /// `TPACKET_V3` one: a V3 ring hands frames over a block at a time, after up to its 1 ms
 /// block timeout on a quiet link, and a scenario's timeline places operations (a rule added,
-/// a link cut) between frames microseconds apart. Frames must reach the NIC when they arrive; a V2 slot is
-/// user space's as soon as the kernel wrote it. 512 slots of 16 KiB (8 MiB): room for an
+/// a link cut) between frames microseconds apart. Frames must reach the NIC when they arrive;
+/// a V2 slot is user space's as soon as the kernel wrote it. 512 slots of 16 KiB (8 MiB): room for an
 /// incast burst, each slot a jumbo frame (RDMA with a 4096-byte path MTU); a larger frame (a
 /// kernel's TCP super-packet on a host link) is read whole from the socket's queue.
 pub fn open_in(ns: &str, dev: &str) -> Result<AfPacketPort, ScenarioError> {
